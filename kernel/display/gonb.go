@@ -1,0 +1,67 @@
+package display
+
+import (
+	"sync"
+	"time"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/janpfeifer/gonb/gonbui"
+)
+
+// This file is the only one that talks to GoNB. Every function here is a thin call of gonbui on HTML
+// made by the pure functions of this package; outside a notebook gonbui does nothing, so these are safe
+// to call from tests and programs.
+
+// Display shows the first maxRows rows of rec in the current notebook cell (see HTMLTable).
+func Display(rec arrow.RecordBatch, maxRows int) {
+	gonbui.DisplayHTML(HTMLTable(rec, maxRows))
+}
+
+// DisplayRecords shows several record batches of one schema as one table (see HTMLRecords).
+func DisplayRecords(recs []arrow.RecordBatch, maxRows int) {
+	gonbui.DisplayHTML(HTMLRecords(recs, maxRows))
+}
+
+// DisplayTable shows the first maxRows rows of an arrow.Table (see HTMLTableOf).
+func DisplayTable(tbl arrow.Table, maxRows int) {
+	gonbui.DisplayHTML(HTMLTableOf(tbl, maxRows))
+}
+
+// ProgressBar is a progress display that updates in place in a notebook cell. GoNB keeps an output block
+// per display id and replaces its content on each update (gonbui.UpdateHTML); the block is transient, so
+// Finish clears it and leaves the final report in an ordinary output that is saved with the notebook.
+//
+// Updates closer together than MinInterval are dropped (the last report before Finish may be too: Finish
+// always shows its own). A ProgressBar is safe for use by several goroutines.
+type ProgressBar struct {
+	// MinInterval is the least time between two updates sent to the notebook; 0 sends every update.
+	MinInterval time.Duration
+
+	id   string
+	mu   sync.Mutex
+	last time.Time
+}
+
+// NewProgressBar returns a bar with its own display id that sends at most ten updates a second.
+func NewProgressBar() *ProgressBar {
+	return &ProgressBar{id: "potato-progress-" + gonbui.UniqueId(), MinInterval: 100 * time.Millisecond}
+}
+
+// Update replaces the bar's content with p, unless the previous update was less than MinInterval ago.
+func (b *ProgressBar) Update(p Progress) {
+	b.mu.Lock()
+	now := time.Now()
+	if !b.last.IsZero() && now.Sub(b.last) < b.MinInterval && !p.Done {
+		b.mu.Unlock()
+		return
+	}
+	b.last = now
+	b.mu.Unlock()
+	gonbui.UpdateHTML(b.id, ProgressHTML(p))
+}
+
+// Finish clears the transient bar and displays p as a permanent output of the cell.
+func (b *ProgressBar) Finish(p Progress) {
+	gonbui.UpdateHTML(b.id, "")
+	gonbui.DisplayHTML(ProgressHTML(p))
+}
