@@ -1,0 +1,223 @@
+package checkpoint
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+)
+
+// Dir is an opened checkpoint directory: every shard header parsed and validated, every tensor located,
+// index and shards in agreement. It reads tensor data on demand (read.go) and is safe for concurrent use.
+type Dir struct {
+	path       string
+	opts       options
+	tensors    []Tensor // sorted by name
+	byName     map[string]int32
+	shards     []*shard // sorted by file name
+	byFile     map[string]*shard
+	indexTotal int64 // metadata.total_size of the index, -1 when absent or unsharded
+	reader           // read.go: worker slots, counters, bounce buffers
+}
+
+// shard is one safetensors file of the directory.
+type shard struct {
+	hdr   *Header
+	path  string
+	files fileSet // read.go: lazily opened handles
+}
+
+// Open reads the index (or a lone model.safetensors), parses every shard header concurrently and checks
+// that the index and the headers agree tensor for tensor. Everything wrong is reported at once, joined:
+// each part is a *FileError naming the file and the tensor (errors.Is ErrHeader or ErrIndex).
+func Open(dir string, opts ...Option) (*Dir, error) {
+	o := defaultOptions()
+	for _, opt := range opts {
+		opt(&o)
+	}
+	d := &Dir{path: dir, opts: o, indexTotal: -1}
+	d.reader.init(o)
+	idx, err := readIndex(dir)
+	if err != nil {
+		return nil, err
+	}
+	if idx != nil {
+		d.indexTotal = idx.TotalSize
+	}
+	names := []string{SingleFile}
+	if idx != nil {
+		names = slices.Sorted(slices.Values(idx.Shards))
+	}
+	if err := d.openShards(names, idx); err != nil {
+		return nil, err
+	}
+	if err := d.locate(idx); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// readIndex returns the parsed index, or nil for an unsharded checkpoint (no index, a model.safetensors).
+func readIndex(dir string) (*Index, error) {
+	data, err := os.ReadFile(filepath.Join(dir, IndexFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		if _, serr := os.Stat(filepath.Join(dir, SingleFile)); serr == nil {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("%w: %s has neither %s nor %s", ErrIndex, dir, IndexFile, SingleFile)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrIndex, err)
+	}
+	return ParseIndex(data)
+}
+
+// openShards parses the headers of the named shards with a bounded pool: header reading is a few small
+// reads and a parse per shard, so a few workers per core keep both the disk and the CPUs busy.
+func (d *Dir) openShards(names []string, idx *Index) error {
+	d.shards = make([]*shard, len(names))
+	d.byFile = make(map[string]*shard, len(names))
+	errs := make([]error, len(names))
+	work := make(chan int)
+	var wg sync.WaitGroup
+	for range min(len(names), max(4, 2*runtime.GOMAXPROCS(0))) {
+		wg.Go(func() {
+			for i := range work {
+				p := filepath.Join(d.path, names[i])
+				h, err := ReadHeader(p)
+				switch {
+				case errors.Is(err, fs.ErrNotExist) && idx != nil:
+					err = &FileError{File: IndexFile, Kind: ErrIndex,
+						Msg: fmt.Sprintf("shard %s does not exist (it holds %s)", names[i], exampleTensors(idx, names[i]))}
+				case err != nil && !errors.Is(err, ErrHeader):
+					err = &FileError{File: names[i], Kind: ErrHeader, Msg: err.Error()}
+				}
+				errs[i] = err
+				d.shards[i] = &shard{hdr: h, path: p}
+			}
+		})
+	}
+	for i := range names {
+		work <- i
+	}
+	close(work)
+	wg.Wait()
+	var list errorList
+	for i, err := range errs {
+		if err != nil {
+			list.add(err)
+			continue
+		}
+		d.byFile[names[i]] = d.shards[i]
+	}
+	return list.err()
+}
+
+// exampleTensors names the tensors the index maps to file, for an error message: the first and a count.
+func exampleTensors(idx *Index, file string) string {
+	n, first := 0, ""
+	for _, e := range idx.Entries {
+		if e.File == file {
+			if n == 0 {
+				first = e.Name
+			}
+			n++
+		}
+	}
+	if n == 1 {
+		return "tensor " + first
+	}
+	return fmt.Sprintf("%d tensors, e.g. %s", n, first)
+}
+
+// locate builds the name table from the headers and, for a sharded checkpoint, checks it against the
+// index in both directions: each index entry names a tensor that its shard holds, and each tensor in a
+// shard is in the index, mapped to that shard.
+func (d *Dir) locate(idx *Index) error {
+	n := 0
+	for _, s := range d.shards {
+		n += len(s.hdr.Tensors)
+	}
+	d.tensors = make([]Tensor, 0, n)
+	for _, s := range d.shards {
+		d.tensors = append(d.tensors, s.hdr.Tensors...)
+	}
+	slices.SortFunc(d.tensors, func(a, b Tensor) int { return strings.Compare(a.Name, b.Name) })
+	var list errorList
+	d.byName = make(map[string]int32, n)
+	for i, t := range d.tensors {
+		if i > 0 && d.tensors[i-1].Name == t.Name { // shards are disjoint within themselves (checkLayout)
+			list.add(&FileError{File: t.File, Tensor: t.Name, Kind: ErrIndex,
+				Msg: "is also in shard " + d.tensors[i-1].File})
+			continue
+		}
+		d.byName[t.Name] = int32(i)
+	}
+	if idx == nil {
+		return list.err()
+	}
+	seen := make([]bool, len(d.tensors))
+	for _, e := range idx.Entries {
+		i, ok := d.byName[e.Name]
+		switch {
+		case !ok:
+			list.add(&FileError{File: IndexFile, Tensor: e.Name, Kind: ErrIndex,
+				Msg: "the index maps it to " + e.File + ", which does not have it"})
+		case seen[i]:
+			list.add(&FileError{File: IndexFile, Tensor: e.Name, Kind: ErrIndex, Msg: "appears twice in weight_map"})
+		case d.tensors[i].File != e.File:
+			list.add(&FileError{File: IndexFile, Tensor: e.Name, Kind: ErrIndex,
+				Msg: "the index maps it to " + e.File + " but it is in " + d.tensors[i].File})
+		}
+		if ok {
+			seen[i] = true
+		}
+	}
+	for i, t := range d.tensors {
+		if !seen[i] {
+			list.add(&FileError{File: t.File, Tensor: t.Name, Kind: ErrIndex, Msg: "is in the shard but not in the index"})
+		}
+	}
+	return list.err()
+}
+
+// Path returns the directory Open was given.
+func (d *Dir) Path() string { return d.path }
+
+// Lookup returns the tensor called name.
+func (d *Dir) Lookup(name string) (Tensor, bool) {
+	i, ok := d.byName[name]
+	if !ok {
+		return Tensor{}, false
+	}
+	return d.tensors[i], true
+}
+
+// Len returns the number of tensors.
+func (d *Dir) Len() int { return len(d.tensors) }
+
+// Names returns every tensor name, sorted.
+func (d *Dir) Names() []string {
+	names := make([]string, len(d.tensors))
+	for i, t := range d.tensors {
+		names[i] = t.Name
+	}
+	return names
+}
+
+// Tensors returns every tensor, sorted by name. The slice is a copy; the shapes are shared: do not modify.
+func (d *Dir) Tensors() []Tensor { return slices.Clone(d.tensors) }
+
+// Headers returns the parsed header of every shard, sorted by file name.
+func (d *Dir) Headers() []*Header {
+	hs := make([]*Header, len(d.shards))
+	for i, s := range d.shards {
+		hs[i] = s.hdr
+	}
+	return hs
+}
