@@ -1,0 +1,174 @@
+package model
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/potato-k3/potato-k3/replay/ops"
+)
+
+// Model is a plan bound to a backend, with the constants the forward pass uses.
+type Model struct {
+	Plan *Plan
+	Dims Dims
+	Ops  ops.Backend
+	eps  float32 // rms_norm_eps: the layer norms, o_norm, the routed expert norm and the final norm
+}
+
+// New binds a plan to a backend.
+func New(p *Plan, b ops.Backend) *Model {
+	return &Model{Plan: p, Dims: p.Dims(), Ops: b, eps: float32(p.Config.RMSNormEps)}
+}
+
+// Site names where an AttnRes mix is taken.
+type Site string
+
+// The three mix sites: before attention, before the FFN, and the output mix (also used by the lens).
+const (
+	SiteAttn   Site = "attn"
+	SiteMLP    Site = "mlp"
+	SiteOutput Site = "output"
+)
+
+// Observer receives what a pass can report beyond its outputs. Calls happen on the pass's goroutine.
+type Observer interface {
+	// Routing is called once per MoE layer with the router's choice for every row of the wave.
+	Routing(layer int, r ops.Routing)
+	// Mix is called for every AttnRes mix with its weights: rows x n, n = blocks so far + 1 (the last
+	// weight is the running sum's).
+	Mix(layer int, site Site, weights []float32, n int)
+}
+
+// Pass is one wave's trip through the layers: its layout, where experts come from, what observes it.
+type Pass struct {
+	Ctx     context.Context
+	Model   *Model
+	Layout  ops.Layout
+	Experts ExpertSource
+	Obs     Observer // may be nil
+	// ExpertChunk is how many routed experts are uploaded at once in an MoE layer (0: all chosen at once).
+	// Results do not depend on it.
+	ExpertChunk int
+	layer       int
+}
+
+// State is the per-token state a wave carries between layers (K3_SPEC.md 5.1): the completed AttnRes block
+// vectors and the running partial sum, each [tokens, hidden] (bf16 values in bf16 mode).
+type State struct {
+	Blocks []ops.Tensor
+	P      ops.Tensor // nil right after a layer banked it, until its attention output arrives
+}
+
+// Embed starts a wave's state: p = the embedding of each token.
+func (f *Pass) Embed(g *Globals, ids []int32) (*State, error) {
+	if len(ids) != f.Layout.Tokens() {
+		return nil, fmt.Errorf("embed: %d ids for a layout of %d tokens", len(ids), f.Layout.Tokens())
+	}
+	for i, id := range ids {
+		if id < 0 || int(id) >= f.Model.Dims.Vocab {
+			return nil, fmt.Errorf("embed: token %d: id %d outside the vocabulary 0..%d", i, id, f.Model.Dims.Vocab-1)
+		}
+	}
+	p, err := f.Model.Ops.Gather(g.Embed, ids)
+	if err != nil {
+		return nil, fmt.Errorf("embed: %w", err)
+	}
+	return &State{P: p}, nil
+}
+
+// Free releases the state's tensors.
+func (s *State) Free(b ops.Backend) {
+	for _, t := range s.Blocks {
+		b.Free(t)
+	}
+	b.Free(s.P)
+	s.Blocks, s.P = nil, nil
+}
+
+// mix is AttnRes over the blocks plus v, reported to the observer.
+func (f *Pass) mix(blocks []ops.Tensor, v ops.Tensor, wg ops.Tensor, site Site) (ops.Tensor, error) {
+	vs := append(append(make([]ops.Tensor, 0, len(blocks)+1), blocks...), v)
+	out, weights, err := f.Model.Ops.AttnResMix(vs, wg)
+	if err != nil {
+		return nil, fmt.Errorf("AttnRes %s mix: %w", site, err)
+	}
+	if f.Obs != nil {
+		f.Obs.Mix(f.layer, site, weights, len(vs))
+	}
+	return out, nil
+}
+
+// Layer runs layer w.Layer.Index for the whole wave (K3_SPEC.md 5.1 steps 1-4), updating st.
+func (f *Pass) Layer(st *State, w *LayerWeights) error {
+	if err := f.Ctx.Err(); err != nil {
+		return err
+	}
+	f.layer = w.Layer.Index
+	if err := f.layerSteps(st, w); err != nil {
+		return fmt.Errorf("layer %d (%s+%s): %w", w.Layer.Index, w.Layer.Attn, w.Layer.FFN, err)
+	}
+	return nil
+}
+
+func (f *Pass) layerSteps(st *State, w *LayerWeights) error {
+	b, m := f.Model.Ops, f.Model
+	// hidden, p, blocks: [tokens, hidden] bf16
+	pIn := st.P
+	h := pIn
+	if len(st.Blocks) > 0 { // only layer 0 runs with no block: it reads the embedding as is
+		var err error
+		if h, err = f.mix(st.Blocks, pIn, w.AttnMix, SiteAttn); err != nil {
+			return err
+		}
+	}
+	if w.Layer.BlockStart { // bank p: layer 0 banks the embedding, layer 12k banks block k-1
+		st.Blocks = append(st.Blocks, pIn)
+		st.P = nil
+	}
+	x, err := b.RMSNorm(h, w.AttnNorm, m.eps)
+	if h != pIn {
+		b.Free(h)
+	}
+	if err != nil {
+		return fmt.Errorf("input_layernorm: %w", err)
+	}
+	a, err := w.Attn.Forward(f, x)
+	b.Free(x)
+	if err != nil {
+		return fmt.Errorf("%s: %w", w.Layer.Attn, err)
+	}
+	if err := f.accumulate(st, a); err != nil {
+		return err
+	}
+	if h, err = f.mix(st.Blocks, st.P, w.MLPMix, SiteMLP); err != nil {
+		return err
+	}
+	x, err = b.RMSNorm(h, w.FFNNorm, m.eps)
+	b.Free(h)
+	if err != nil {
+		return fmt.Errorf("post_attention_layernorm: %w", err)
+	}
+	y, err := w.FFN.Forward(f, x)
+	b.Free(x)
+	if err != nil {
+		return fmt.Errorf("%s: %w", w.Layer.FFN, err)
+	}
+	return f.accumulate(st, y)
+}
+
+// accumulate adds a sublayer output to the running sum: p = a when p is empty, else rounded(p + a).
+func (f *Pass) accumulate(st *State, a ops.Tensor) error {
+	if st.P == nil {
+		st.P = a
+		return nil
+	}
+	sum, err := f.Model.Ops.Add(st.P, a)
+	f.Model.Ops.Free(a)
+	if err != nil {
+		return fmt.Errorf("running sum: %w", err)
+	}
+	// The old sum is never a banked block: banking empties p, so this p was made after it.
+	f.Model.Ops.Free(st.P)
+	st.P = sum
+	return nil
+}

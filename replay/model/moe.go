@@ -1,0 +1,112 @@
+package model
+
+import (
+	"fmt"
+	"sort"
+
+	"github.com/potato-k3/potato-k3/replay/ops"
+)
+
+// MoEWeights are a Stable LatentMoE layer's weights other than its routed experts (K3_SPEC.md 5.5).
+// In K3: 896 experts, 16 active, latent 3584, expert width 3072, two shared experts fused to 6144.
+type MoEWeights struct {
+	Router     ops.Tensor    // gate.weight: [experts, hidden] bf16, upcast for the fp32 router
+	Bias       ops.Tensor    // gate.e_score_correction_bias: [1, experts] f32; it selects, never weights
+	DownLatent ops.Tensor    // routed_expert_down_proj: [latent, hidden] bf16
+	Norm       ops.Tensor    // routed_expert_norm: [1, latent] bf16
+	UpLatent   ops.Tensor    // routed_expert_up_proj: [hidden, latent] bf16
+	Shared     *DenseWeights // shared_experts.{gate,up,down}_proj, reading the full-width x
+	layer      int
+}
+
+func bindMoE(get func(string) ops.Tensor, layer int) *MoEWeights {
+	m := "block_sparse_moe."
+	return &MoEWeights{
+		Router: get(m + "gate.weight"), Bias: get(m + "gate.e_score_correction_bias"),
+		DownLatent: get(m + "routed_expert_down_proj.weight"), Norm: get(m + "routed_expert_norm.weight"),
+		UpLatent: get(m + "routed_expert_up_proj.weight"),
+		Shared: &DenseWeights{
+			Gate: get(m + "shared_experts.gate_proj.weight"), Up: get(m + "shared_experts.up_proj.weight"),
+			Down: get(m + "shared_experts.down_proj.weight"),
+		},
+		layer: layer,
+	}
+}
+
+// Chosen returns the distinct experts a routing uses, ascending.
+func Chosen(r ops.Routing) []int {
+	seen := make(map[int32]bool)
+	for _, id := range r.IDs {
+		seen[id] = true
+	}
+	out := make([]int, 0, len(seen))
+	for id := range seen {
+		out = append(out, int(id))
+	}
+	sort.Ints(out)
+	return out
+}
+
+// Forward routes, runs the chosen experts in the latent width (fetched only now), normalises their sum,
+// projects it back and adds the shared experts.
+func (w *MoEWeights) Forward(f *Pass, x ops.Tensor) (ops.Tensor, error) {
+	// x: [tokens, hidden] bf16 -> y: [tokens, hidden] bf16
+	m, b := f.Model, f.Model.Ops
+	beta, linBeta := m.situBetas()
+	routing, err := b.Route(x, w.Router, w.Bias, m.Dims.TopK, float32(m.Plan.Config.RoutedScalingFactor))
+	if err != nil {
+		return nil, fmt.Errorf("router: %w", err)
+	}
+	if f.Obs != nil {
+		f.Obs.Routing(w.layer, routing)
+	}
+	r := newRun(b)
+	defer r.free()
+	z := r.mm(x, w.DownLatent, "routed_expert_down_proj") // [tokens, latent] bf16
+	acc := r.do("expert accumulator", func() (ops.Tensor, error) { return b.Zeros(x.Rows(), m.Dims.Latent) })
+	if r.err != nil {
+		return nil, r.err
+	}
+	if err := w.experts(f, acc, z, routing, beta, linBeta); err != nil {
+		return nil, err
+	}
+	sum := r.do("expert sum", func() (ops.Tensor, error) { return b.Round(acc) })
+	normed := r.do("routed_expert_norm", func() (ops.Tensor, error) { return b.RMSNorm(sum, w.Norm, m.eps) })
+	up := r.mm(normed, w.UpLatent, "routed_expert_up_proj")
+	if r.err != nil {
+		return nil, r.err
+	}
+	shared, err := w.Shared.Forward(f, x)
+	if err != nil {
+		return nil, fmt.Errorf("shared experts: %w", err)
+	}
+	r.temps = append(r.temps, shared)
+	y := r.result("routed + shared", func() (ops.Tensor, error) { return b.Add(up, shared) })
+	return y, r.err
+}
+
+// experts fetches the chosen experts in ascending chunks and accumulates their weighted outputs. The chunk
+// size changes only how many experts are resident at once, never the result: each row sums its experts in
+// ascending id order either way.
+func (w *MoEWeights) experts(f *Pass, acc, z ops.Tensor, routing ops.Routing, beta, linBeta float32) error {
+	ids := Chosen(routing)
+	chunk := f.ExpertChunk
+	if chunk <= 0 {
+		chunk = len(ids)
+	}
+	for start := 0; start < len(ids); start += chunk {
+		part := ids[start:min(start+chunk, len(ids))]
+		experts, err := f.Experts.Experts(f.Ctx, w.layer, part)
+		if err != nil {
+			return fmt.Errorf("experts %v: %w", part, err)
+		}
+		err = f.Model.Ops.ExpertsAccumulate(acc, z, routing, experts, beta, linBeta)
+		for _, e := range experts {
+			f.Model.Ops.Free(e)
+		}
+		if err != nil {
+			return fmt.Errorf("experts %v: %w", part, err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,53 @@
+package model
+
+import (
+	"fmt"
+
+	"github.com/potato-k3/potato-k3/replay/ops"
+)
+
+// run chains the backend calls of one sublayer: after the first error every later call is skipped, errors
+// carry the name of the weight or step that failed, and every intermediate is freed when the sublayer ends
+// (the GPU backend's memory depends on it).
+type run struct {
+	b     ops.Backend
+	err   error
+	temps []ops.Tensor
+}
+
+func newRun(b ops.Backend) *run { return &run{b: b} }
+
+// do runs one step and keeps its result for freeing.
+func (r *run) do(name string, step func() (ops.Tensor, error)) ops.Tensor {
+	t := r.result(name, step)
+	if t != nil {
+		r.temps = append(r.temps, t)
+	}
+	return t
+}
+
+// result runs the step that makes the sublayer's output, which outlives the run.
+func (r *run) result(name string, step func() (ops.Tensor, error)) ops.Tensor {
+	if r.err != nil {
+		return nil
+	}
+	t, err := step()
+	if err != nil {
+		r.err = fmt.Errorf("%s: %w", name, err)
+		return nil
+	}
+	return t
+}
+
+// mm is x times w transposed, kept.
+func (r *run) mm(x, w ops.Tensor, name string) ops.Tensor {
+	return r.do(name, func() (ops.Tensor, error) { return r.b.MatMul(x, w) })
+}
+
+// free releases the intermediates.
+func (r *run) free() {
+	for _, t := range r.temps {
+		r.b.Free(t)
+	}
+	r.temps = nil
+}
