@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 )
@@ -160,8 +161,9 @@ func (d *Dir) ReadBatch(ctx context.Context, reqs []ReadRequest) error {
 issue:
 	for i, rq := range reqs {
 		t := rq.Tensor
-		for off := t.Offset; off < t.Offset+t.Size; {
-			end := min(t.Offset+t.Size, (off/d.seg+1)*d.seg)
+		for next := t.Offset; next < t.Offset+t.Size; {
+			off, end := next, min(t.Offset+t.Size, (next/d.seg+1)*d.seg)
+			next = end // the goroutine below captures off and end, which stay fixed
 			dst := rq.Dst[off-t.Offset : end-t.Offset]
 			select {
 			case d.slots <- struct{}{}:
@@ -178,7 +180,6 @@ issue:
 				}
 			})
 			delivered += end - off
-			off = end
 		}
 	}
 	wg.Wait()
@@ -261,4 +262,22 @@ func readErr(t Tensor, off int64, want, n int, err error) error {
 		err = io.ErrUnexpectedEOF
 	}
 	return &ReadError{File: t.File, Tensor: t.Name, Offset: off, Len: int64(want), Got: int64(n), Err: err}
+}
+
+// Read returns the bytes of the tensor s names in a new buffer, after checking that its dtype and shape
+// are the ones s expects. It makes a *Dir usable wherever the model wants a source of tensor bytes by
+// Spec; the hot path should reuse buffers with ReadInto instead.
+func (d *Dir) Read(ctx context.Context, s Spec) ([]byte, error) {
+	t, ok := d.Lookup(s.Name)
+	if !ok {
+		return nil, fmt.Errorf("%w: tensor %s: not in %s", ErrMismatch, s.Name, d.path)
+	}
+	if t.DType != s.DType || !slices.Equal(t.Shape, s.Shape) {
+		return nil, fmt.Errorf("%w: %s", ErrMismatch, WrongTensor{Want: s, Got: t})
+	}
+	buf := make([]byte, t.Size)
+	if err := d.ReadInto(ctx, t, buf); err != nil {
+		return nil, err
+	}
+	return buf, nil
 }
