@@ -1,0 +1,88 @@
+package replay
+
+import (
+	"context"
+	"sync/atomic"
+
+	"github.com/potato-k3/potato-k3/replay/checkpoint"
+	"github.com/potato-k3/potato-k3/replay/model"
+	"github.com/potato-k3/potato-k3/replay/ops"
+)
+
+// Engine replays token sequences through one model on one backend. Its methods are not safe for
+// concurrent use: the Queue serialises waves onto it.
+type Engine struct {
+	Plan    *model.Plan
+	Model   *model.Model
+	reader  Reader
+	globals *model.Globals
+	opts    EngineOptions
+	held    atomic.Int64 // host bytes of layers read ahead and not yet released
+}
+
+// EngineOptions tune the engine without changing any result.
+type EngineOptions struct {
+	// ExpertChunk is how many routed experts of a layer are resident at once (0: all chosen at once).
+	ExpertChunk int
+	// Progress, when set, is called after every layer of a wave.
+	Progress func(Progress)
+}
+
+// NewEngine binds a plan and a tensor reader to a backend and uploads the global weights.
+func NewEngine(ctx context.Context, plan *model.Plan, r Reader, b ops.Backend, opts EngineOptions) (*Engine, error) {
+	m := model.New(plan, b)
+	e := &Engine{Plan: plan, Model: m, reader: r, opts: opts}
+	src := readAhead(ctx, r, plan.GlobalTensors(), &e.held)
+	g, err := m.LoadGlobals(ctx, src)
+	src.release(&e.held)
+	if err != nil {
+		return nil, err
+	}
+	e.globals = g
+	return e, nil
+}
+
+// Open opens a model directory (config.json and the safetensors checkpoint, validated against the plan
+// before anything is read) and makes an engine on backend b.
+func Open(ctx context.Context, dir string, b ops.Backend, opts EngineOptions, ckpt ...checkpoint.Option) (*Engine, *checkpoint.Dir, error) {
+	plan, err := model.ReadFile(dir)
+	if err != nil {
+		return nil, nil, err
+	}
+	d, err := checkpoint.Open(dir, ckpt...)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := d.Check(plan.Tensors(), model.IgnoredPrefixes...); err != nil {
+		d.Close()
+		return nil, nil, err
+	}
+	e, err := NewEngine(ctx, plan, d, b, opts)
+	if err != nil {
+		d.Close()
+		return nil, nil, err
+	}
+	return e, d, nil
+}
+
+// Close frees the resident weights.
+func (e *Engine) Close() {
+	if e.globals != nil {
+		for _, t := range []ops.Tensor{e.globals.Embed, e.globals.Norm, e.globals.OutputMix, e.globals.LMHead} {
+			e.Model.Ops.Free(t)
+		}
+		e.globals = nil
+	}
+}
+
+// HeldBytes is the host memory currently held by layers read ahead (for tests of the two-layer bound).
+func (e *Engine) HeldBytes() int64 { return e.held.Load() }
+
+// Progress reports a wave's advance after each layer.
+type Progress struct {
+	Layer, Layers int   // layers done, of all
+	Tokens        int   // tokens in the wave
+	BytesRead     int64 // weight bytes read so far in this wave
+	Seconds       float64
+	ETASeconds    float64 // naive: remaining layers at the mean time per layer so far
+}

@@ -1,0 +1,148 @@
+package tokenizer
+
+import (
+	"hash/maphash"
+	"strings"
+	"sync"
+	"sync/atomic"
+)
+
+// Encode returns the ids of text with special tokens disabled: text that spells a special token's name,
+// such as a literal "<|open|>", is ordinary text. This is what Kimi's tokenizer computes with
+// allow_special_tokens=False: the long-input rule, the K3 pattern, then tiktoken's encode_ordinary on
+// each piece. No BOS is added.
+func (t *Tokenizer) Encode(text string) []int32 { return t.AppendEncode(nil, text) }
+
+// AppendEncode appends the ids of Encode(text) to dst and returns the extended slice.
+func (t *Tokenizer) AppendEncode(dst []int32, text string) []int32 {
+	forEachChunk(text, func(chunk string) bool {
+		dst = t.appendChunk(dst, chunk)
+		return true
+	})
+	return dst
+}
+
+// EncodeSpecial returns the ids of text with special tokens enabled: every occurrence of a special
+// token's name becomes its id (tiktoken's allowed_special="all"), the text between is encoded as by
+// Encode. Where two names match at one position the longer wins (the names of Kimi's specials are never
+// a prefix of one another). As in Kimi's tokenizer the long-input rule cuts first, so a name is
+// recognised only inside one cut.
+func (t *Tokenizer) EncodeSpecial(text string) []int32 { return t.AppendEncodeSpecial(nil, text) }
+
+// AppendEncodeSpecial appends the ids of EncodeSpecial(text) to dst and returns the extended slice.
+func (t *Tokenizer) AppendEncodeSpecial(dst []int32, text string) []int32 {
+	forEachChunk(text, func(chunk string) bool {
+		for len(chunk) > 0 {
+			at, n, id := t.nextSpecial(chunk)
+			dst = t.appendChunk(dst, chunk[:at])
+			if n == 0 {
+				break
+			}
+			dst = append(dst, id)
+			chunk = chunk[at+n:]
+		}
+		return true
+	})
+	return dst
+}
+
+// nextSpecial finds the leftmost special name in s: its offset, length and id, or (len(s), 0, 0).
+func (t *Tokenizer) nextSpecial(s string) (at, n int, id int32) {
+	for i := 0; i < len(s); i++ {
+		if !t.specialFirst[s[i]] {
+			continue
+		}
+		best := 0
+		for _, l := range t.specialLens {
+			if l > best && i+l <= len(s) {
+				if sid, ok := t.specialIDs[s[i:i+l]]; ok {
+					best, id = l, sid
+				}
+			}
+		}
+		if best > 0 {
+			return i, best, id
+		}
+	}
+	return len(s), 0, 0
+}
+
+// appendChunk encodes one cut of the long-input rule: split with the pattern, BPE each piece.
+func (t *Tokenizer) appendChunk(dst []int32, s string) []int32 {
+	for i := 0; i < len(s); {
+		j := pieceEnd(s, i)
+		dst = t.appendPiece(dst, s[i:j])
+		i = j
+	}
+	return dst
+}
+
+// appendPiece appends the ids of one pre-tokenized piece: the token itself if the piece is one (the
+// common case, one map lookup), else the cached or computed BPE merge.
+func (t *Tokenizer) appendPiece(dst []int32, piece string) []int32 {
+	if id, ok := t.ranks[piece]; ok {
+		return append(dst, id)
+	}
+	if len(piece) > maxCachedPiece {
+		return t.appendBPE(dst, piece)
+	}
+	if ids, ok := t.cache.get(piece); ok {
+		return append(dst, ids...)
+	}
+	n := len(dst)
+	dst = t.appendBPE(dst, piece)
+	t.cache.put(piece, dst[n:])
+	return dst
+}
+
+// maxCachedPiece bounds the pieces the cache keeps; longer ones are rare and cheap to recompute relative
+// to their length.
+const maxCachedPiece = 64
+
+// maxCacheEntries bounds the cache (about 10 MB at most). Once full it keeps what it has: the common
+// pieces of a corpus arrive early.
+const maxCacheEntries = 1 << 17
+
+// pieceCache maps pieces that are not single tokens to their ids. It is safe for concurrent use and
+// never evicts; its zero value is ready. Shards of plain maps under read-write locks, not sync.Map: a
+// string key boxed into sync.Map's any would allocate on every lookup.
+type pieceCache struct {
+	shards [cacheShards]struct {
+		sync.RWMutex
+		m map[string][]int32
+	}
+	n atomic.Int64
+}
+
+const cacheShards = 16
+
+var cacheSeed = maphash.MakeSeed()
+
+func (c *pieceCache) shard(piece string) int {
+	return int(maphash.String(cacheSeed, piece) % cacheShards)
+}
+
+func (c *pieceCache) get(piece string) ([]int32, bool) {
+	sh := &c.shards[c.shard(piece)]
+	sh.RLock()
+	ids, ok := sh.m[piece]
+	sh.RUnlock()
+	return ids, ok
+}
+
+func (c *pieceCache) put(piece string, ids []int32) {
+	if c.n.Load() >= maxCacheEntries {
+		return
+	}
+	sh := &c.shards[c.shard(piece)]
+	sh.Lock()
+	defer sh.Unlock()
+	if sh.m == nil {
+		sh.m = map[string][]int32{}
+	}
+	if _, ok := sh.m[piece]; !ok {
+		// Clone both: the piece points into the caller's text, ids into the caller's slice.
+		sh.m[strings.Clone(piece)] = append([]int32(nil), ids...)
+		c.n.Add(1)
+	}
+}

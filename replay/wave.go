@@ -1,0 +1,150 @@
+package replay
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/potato-k3/potato-k3/replay/model"
+	"github.com/potato-k3/potato-k3/replay/ops"
+)
+
+// WaveStats account for one wave's pass over the weights.
+type WaveStats struct {
+	Sequences, Tokens int
+	LayerBytes        []int64 // per layer: non-expert weight bytes read
+	ExpertBytes       []int64 // per layer: routed expert bytes read
+	ExpertsRead       []int   // per layer: routed experts read (only those some token chose)
+	Seconds           float64
+}
+
+// BytesRead is the total of weight bytes the wave read (global weights are resident and not counted).
+func (s WaveStats) BytesRead() int64 {
+	var n int64
+	for i := range s.LayerBytes {
+		n += s.LayerBytes[i] + s.ExpertBytes[i]
+	}
+	return n
+}
+
+// Run replays every sequence of every request as one layer-major wave and returns, per request, one
+// Result per sequence. Each sequence's results are bit-identical to replaying it alone.
+func (e *Engine) Run(ctx context.Context, reqs []Request) ([][]Result, WaveStats, error) {
+	start := time.Now()
+	layers := len(e.Plan.Layers)
+	var (
+		seqs             []Sequence
+		layout           = ops.Layout{Starts: []int{0}}
+		ids, targets     []int32
+		topK             int
+		hidden, lens     []int
+		wantRouter, wMix bool
+	)
+	for i := range reqs {
+		if err := reqs[i].Validate(e.Model.Dims.Vocab, layers, Limits{}); err != nil {
+			return nil, WaveStats{}, fmt.Errorf("request %d: %w", i, err)
+		}
+		o := reqs[i].Options
+		topK = max(topK, o.TopK)
+		hidden, lens = union(hidden, o.Hidden), union(lens, o.Lens)
+		wantRouter, wMix = wantRouter || o.Router, wMix || o.AttnRes
+		for _, s := range reqs[i].Sequences {
+			seqs = append(seqs, s)
+			ids = append(ids, s.Tokens...)
+			targets = append(targets, s.Tokens[1:]...)
+			targets = append(targets, -1)
+			layout.Starts = append(layout.Starts, len(ids))
+		}
+	}
+	stats := WaveStats{Sequences: len(seqs), Tokens: len(ids), LayerBytes: make([]int64, layers),
+		ExpertBytes: make([]int64, layers), ExpertsRead: make([]int, layers)}
+	obs := &capture{router: wantRouter, mixes: wMix}
+	experts := &expertReader{r: e.reader, m: e.Model}
+	pass := &model.Pass{Ctx: ctx, Model: e.Model, Layout: layout, Experts: experts, Obs: obs,
+		ExpertChunk: e.opts.ExpertChunk}
+	w := &waveOut{lens: map[int][]ops.TokenStats{}, hidden: map[int][]float32{}}
+
+	st, err := pass.Embed(e.globals, ids)
+	if err != nil {
+		return nil, stats, err
+	}
+	defer st.Free(e.Model.Ops)
+	next := readAhead(ctx, e.reader, e.Plan.LayerTensors(0), &e.held)
+	for i := 0; i < layers; i++ {
+		cur := next
+		lw, err := e.Model.LoadLayer(ctx, i, cur)
+		cur.release(&e.held)
+		if err != nil {
+			return nil, stats, err
+		}
+		stats.LayerBytes[i] = cur.size
+		// Read the next layer while this one computes: at most two layers of weights are held.
+		if i+1 < layers {
+			next = readAhead(ctx, e.reader, e.Plan.LayerTensors(i+1), &e.held)
+		}
+		b0, n0 := experts.bytes.Load(), experts.count.Load()
+		err = pass.Layer(st, lw)
+		e.Model.FreeLayer(lw)
+		if err != nil {
+			if i+1 < layers {
+				next.release(&e.held)
+			}
+			return nil, stats, err
+		}
+		stats.ExpertBytes[i] = experts.bytes.Load() - b0
+		stats.ExpertsRead[i] = int(experts.count.Load() - n0)
+		if err := e.captureLayer(pass, st, i, hidden, lens, targets, topK, w); err != nil {
+			if i+1 < layers {
+				next.release(&e.held)
+			}
+			return nil, stats, err
+		}
+		if e.opts.Progress != nil {
+			el := time.Since(start).Seconds()
+			e.opts.Progress(Progress{Layer: i + 1, Layers: layers, Tokens: len(ids),
+				BytesRead: stats.BytesRead(), Seconds: el, ETASeconds: el / float64(i+1) * float64(layers-i-1)})
+		}
+	}
+	final, err := e.readout(pass, st, targets, topK)
+	if err != nil {
+		return nil, stats, err
+	}
+	stats.Seconds = time.Since(start).Seconds()
+	return split(reqs, layout, seqs, targets, final, w, obs, e.Model.Dims.Hidden), stats, nil
+}
+
+// waveOut holds the per-layer captures of the whole wave before they are split per sequence.
+type waveOut struct {
+	lens   map[int][]ops.TokenStats
+	hidden map[int][]float32
+}
+
+// captureLayer takes the hidden states and lens readouts the wave asked for after layer i.
+func (e *Engine) captureLayer(pass *model.Pass, st *model.State, i int, hidden, lens []int, targets []int32, topK int, w *waveOut) error {
+	if slices.Contains(hidden, i) {
+		v, err := e.Model.Ops.ToHost(st.P)
+		if err != nil {
+			return fmt.Errorf("layer %d: hidden state: %w", i, err)
+		}
+		w.hidden[i] = v
+	}
+	if slices.Contains(lens, i) {
+		s, err := e.readout(pass, st, targets, topK)
+		if err != nil {
+			return fmt.Errorf("layer %d: lens: %w", i, err)
+		}
+		w.lens[i] = s
+	}
+	return nil
+}
+
+// readout is the output path (output mix, norm, lm_head reductions) on the current state.
+func (e *Engine) readout(pass *model.Pass, st *model.State, targets []int32, topK int) ([]ops.TokenStats, error) {
+	h, err := pass.Readout(e.globals, st)
+	if err != nil {
+		return nil, err
+	}
+	defer e.Model.Ops.Free(h)
+	return pass.Stats(e.globals, h, targets, topK)
+}
