@@ -131,6 +131,9 @@ func (d *Dir) ReadInto(ctx context.Context, t Tensor, dst []byte) error {
 // It returns the first failure (a *ReadError naming file, tensor and offset) after all started reads have
 // stopped, or the context's error if it is cancelled first. On error the buffers' contents are undefined.
 func (d *Dir) ReadBatch(ctx context.Context, reqs []ReadRequest) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("checkpoint: reading %d tensors: %w", len(reqs), err)
+	}
 	shards := make([]*shard, len(reqs))
 	for i, rq := range reqs {
 		t := rq.Tensor
@@ -150,11 +153,18 @@ func (d *Dir) ReadBatch(ctx context.Context, reqs []ReadRequest) error {
 	defer cancel()
 	var (
 		wg       sync.WaitGroup
-		errOnce  sync.Once
+		mu       sync.Mutex
 		firstErr error
+		firstAt  [2]int64 // (request, offset) of firstErr
 	)
-	fail := func(err error) {
-		errOnce.Do(func() { firstErr = err })
+	// fail keeps the failure earliest in request and file order, so that the error a damaged file gives
+	// does not depend on which goroutine lost the race, and stops the other reads.
+	fail := func(req int, off int64, err error) {
+		mu.Lock()
+		if at := [2]int64{int64(req), off}; firstErr == nil || at[0] < firstAt[0] || (at[0] == firstAt[0] && at[1] < firstAt[1]) {
+			firstErr, firstAt = err, at
+		}
+		mu.Unlock()
 		cancel()
 	}
 	var delivered int64
@@ -176,7 +186,7 @@ issue:
 					return
 				}
 				if err := d.readSegment(shards[i], t, off, dst); err != nil {
-					fail(err)
+					fail(i, off, err)
 				}
 			})
 			delivered += end - off
