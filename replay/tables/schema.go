@@ -1,0 +1,193 @@
+package tables
+
+import (
+	"fmt"
+	"sort"
+	"strconv"
+
+	"github.com/apache/arrow-go/v18/arrow"
+)
+
+// Table names: the value of the "potato.table" schema metadata key and the infix of a Set's file names
+// (results.tokens.arrow, ...).
+const (
+	TokensTable  = "tokens"
+	LensTable    = "lens"
+	HiddenTable  = "hidden"
+	RouterTable  = "router"
+	AttnResTable = "attnres"
+)
+
+// TableNames lists every table in the order a Set holds, writes and reads them.
+var TableNames = []string{TokensTable, LensTable, HiddenTable, RouterTable, AttnResTable}
+
+// Schema metadata keys. MetaTable and MetaSchemaVersion are set by this package on every schema; the other
+// keys are the spelling callers should use for the provenance they pass in Options.Metadata, so that every
+// producer labels results the same way.
+const (
+	MetaTable         = "potato.table"          // one of TableNames
+	MetaSchemaVersion = "potato.schema_version" // SchemaVersion, as a decimal string
+	MetaConfigHash    = "potato.config_hash"    // hash of the model's config.json
+	MetaEngine        = "potato.engine_version" // version of the engine that computed the results
+	MetaPrecision     = "potato.precision"      // "bf16" or "fp32" (DESIGN.md, Numerics)
+	MetaBackend       = "potato.backend"        // "cpu", "cuda", ...
+)
+
+// SchemaVersion is bumped whenever a column is added, removed, renamed or changes type, so that a reader
+// of old files can tell which layout it holds.
+const SchemaVersion = 1
+
+// Column types shared by several tables. Lists use arrow's default element field ("item", nullable), the
+// same type pyarrow.list_(pyarrow.int32()) builds, so that schemas compare equal across languages; the
+// elements are never null.
+var (
+	int32Type   = arrow.PrimitiveTypes.Int32
+	float32Type = arrow.PrimitiveTypes.Float32
+	stringType  = arrow.BinaryTypes.String
+	idsType     = arrow.ListOf(arrow.PrimitiveTypes.Int32)
+	logpType    = arrow.ListOf(arrow.PrimitiveTypes.Float32)
+)
+
+// Key columns: every table starts with seq_id and pos; per-layer tables add the 0-indexed layer.
+var (
+	seqField   = arrow.Field{Name: "seq_id", Type: int32Type}       // replay.Result.SeqID
+	posField   = arrow.Field{Name: "pos", Type: int32Type}          // 0-indexed token position in the sequence
+	layerField = arrow.Field{Name: "layer", Type: int32Type}        // 0-indexed decoder layer
+	topIDs     = arrow.Field{Name: "topk_ids", Type: idsType}       // the k most probable next ids, descending
+	topLogp    = arrow.Field{Name: "topk_logprobs", Type: logpType} // their log probabilities, same order
+)
+
+// tokensFields is the tokens table: one row per position of every sequence, the model's own next-token
+// statistics (the last layer's readout).
+var tokensFields = []arrow.Field{
+	seqField,
+	posField,
+	{Name: "token_id", Type: int32Type},  // the input token at pos
+	{Name: "token", Type: stringType},    // its text piece ("" when the request carried ids only)
+	{Name: "message", Type: int32Type},   // index of the chat message the token belongs to; -1: none
+	{Name: "channel", Type: stringType},  // system/user/think/response/tool...; "" when not a conversation
+	{Name: "target_id", Type: int32Type}, // token_id at pos+1, the id scored here; -1 at the last position
+	// log p(target_id) and its rank (1 = most probable); null where target_id is -1, because 0 would read
+	// as a certain prediction.
+	{Name: "logprob", Type: float32Type, Nullable: true},
+	{Name: "rank", Type: int32Type, Nullable: true},
+	{Name: "entropy", Type: float32Type}, // nats, over the full vocabulary, never a top-k estimate
+	topIDs,
+	topLogp,
+}
+
+// lensFields is the logit-lens table: one row per position of every sequence at every requested layer, the
+// readout (output AttnRes mix, model.norm, lm_head) of that layer's running state. At the last layer it
+// equals the tokens table bit for bit (DESIGN.md, Outputs).
+var lensFields = []arrow.Field{
+	seqField,
+	posField,
+	layerField,
+	{Name: "entropy", Type: float32Type}, // nats, full vocabulary
+	{Name: "target_logprob", Type: float32Type, Nullable: true}, // null without a target, as in tokens
+	{Name: "target_rank", Type: int32Type, Nullable: true},      // null without a target
+	topIDs,
+	topLogp,
+}
+
+// hiddenFields is the hidden-state table: the running sum after a requested layer, one fixed-size vector
+// per position. elem is float32, or float16 when the caller trades precision for half the bytes.
+func hiddenFields(dim int32, elem arrow.DataType) []arrow.Field {
+	return []arrow.Field{
+		seqField,
+		posField,
+		layerField,
+		{Name: "vector", Type: arrow.FixedSizeListOf(dim, elem)},
+	}
+}
+
+// routerFields is the MoE routing table: per MoE layer and position, the chosen experts in selection order
+// and the weights applied to their outputs (same order, same length).
+var routerFields = []arrow.Field{
+	seqField,
+	posField,
+	layerField,
+	{Name: "expert_ids", Type: idsType},
+	{Name: "expert_weights", Type: logpType},
+}
+
+// attnresFields is the AttnRes table: per mixing site ("attn", "mlp" or "output") of a layer and position,
+// the softmax weights over the completed block vectors followed by the running sum (K3_SPEC.md).
+var attnresFields = []arrow.Field{
+	seqField,
+	posField,
+	layerField,
+	{Name: "site", Type: stringType},
+	{Name: "weights", Type: logpType},
+}
+
+// Schema returns the schema of table name with its metadata. dim and float16 describe the hidden vector
+// (ignored for the other tables); meta holds the caller's provenance and may not override the keys this
+// package sets.
+func Schema(name string, dim int, float16 bool, meta map[string]string) (*arrow.Schema, error) {
+	var fields []arrow.Field
+	switch name {
+	case TokensTable:
+		fields = tokensFields
+	case LensTable:
+		fields = lensFields
+	case HiddenTable:
+		if dim <= 0 || dim > maxInt32 {
+			return nil, fmt.Errorf("tables: hidden schema: vector dim %d out of range", dim)
+		}
+		var elem arrow.DataType = arrow.PrimitiveTypes.Float32
+		if float16 {
+			elem = arrow.FixedWidthTypes.Float16
+		}
+		fields = hiddenFields(int32(dim), elem)
+	case RouterTable:
+		fields = routerFields
+	case AttnResTable:
+		fields = attnresFields
+	default:
+		return nil, fmt.Errorf("tables: unknown table %q (want one of %v)", name, TableNames)
+	}
+	md, err := schemaMetadata(name, meta)
+	if err != nil {
+		return nil, err
+	}
+	return arrow.NewSchema(fields, &md), nil
+}
+
+// schemaMetadata merges the package's keys with the caller's, in sorted key order so that two builds with
+// equal inputs produce byte-identical files.
+func schemaMetadata(name string, meta map[string]string) (arrow.Metadata, error) {
+	kv := map[string]string{
+		MetaTable:         name,
+		MetaSchemaVersion: strconv.Itoa(SchemaVersion),
+	}
+	for k, v := range meta {
+		if _, reserved := kv[k]; reserved {
+			return arrow.Metadata{}, fmt.Errorf("tables: metadata key %q is set by this package", k)
+		}
+		kv[k] = v
+	}
+	keys := make([]string, 0, len(kv))
+	for k := range kv {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	vals := make([]string, len(keys))
+	for i, k := range keys {
+		vals[i] = kv[k]
+	}
+	return arrow.NewMetadata(keys, vals), nil
+}
+
+// TableName returns the "potato.table" metadata of schema, or "" when it has none (a file written by
+// another tool).
+func TableName(schema *arrow.Schema) string {
+	md := schema.Metadata()
+	if i := md.FindKey(MetaTable); i >= 0 {
+		return md.Values()[i]
+	}
+	return ""
+}
+
+// maxInt32 bounds every count written to an int32 column.
+const maxInt32 = 1<<31 - 1
