@@ -324,9 +324,19 @@ def route(cfg, x, w_router, bias):
     return chosen, weights * cfg.routed_scale
 
 
-def moe(nm, cfg, W, x):
-    """LatentMoE layer on the normed x [T, H]: returns (y [T, H], chosen expert ids [T, k])."""
+def moe(nm, cfg, W, x, forced=None):
+    """LatentMoE layer on the normed x [T, H]: returns (y [T, H], chosen expert ids [T, k]).
+
+    `forced` ([T, k] expert ids) replaces the router's choice (weights still come from this run's scores):
+    a diagnostic that separates rounding error from routing flips; never used for goldens."""
     chosen, weights = route(cfg, x, W["gate"], W["gate.e_score_correction_bias"])
+    if forced is not None:
+        s = torch.sigmoid(torch.matmul(x, W["gate"].t()))
+        chosen = forced.to(x.device)
+        weights = torch.gather(s, 1, chosen)
+        if cfg.renormalize:
+            weights = weights / (weights.sum(dim=-1, keepdim=True) + ROUTER_DENOM_EPS)
+        weights = weights * cfg.routed_scale
     z = nm.matmul(x, W["routed_expert_down_proj"])  # [T, latent]
     acc = torch.zeros(z.shape, dtype=nm.dtype, device=nm.device)
     for e in sorted(set(chosen.flatten().tolist())):  # ascending expert id: each token's sum runs in that order
@@ -392,9 +402,10 @@ def load_layer(ckpt, nm, i):
 class SequenceState:
     """Per-sequence AttnRes state: p (running partial sum, [T, H]) and B (completed block vectors)."""
 
-    def __init__(self, ids, p):
+    def __init__(self, ids, p, forced_router=None):
         self.ids = ids
         self.p = p
+        self.forced_router = forced_router  # optional [T][moe layer][k] expert ids (diagnostic)
         self.blocks = []
         self.router = []  # per MoE layer: [T, k] chosen ids
         self.sum_sq = []  # per layer: sum over tokens and channels of p^2 after step 4 (float64)
@@ -422,7 +433,11 @@ def layer_step(nm, cfg, W, i, st, kda_impl="step"):
     h, _ = attn_res_mix(nm, st.blocks + [p], W["mlp_res_gw"])
     x = rms_norm(nm, h, W["post_attention_layernorm"], cfg.rms_eps)
     if cfg.is_moe(i):
-        m, chosen = moe(nm, cfg, W, x)
+        forced = None
+        if st.forced_router is not None:
+            j = len(st.router)  # index of this MoE layer
+            forced = torch.tensor([pos[j] for pos in st.forced_router], dtype=torch.long)
+        m, chosen = moe(nm, cfg, W, x, forced)
         st.router.append(chosen.cpu())
     else:
         m = ffn(nm, cfg, x, W["gate_proj"], W["up_proj"], W["down_proj"])
@@ -456,10 +471,11 @@ def summarize(logp, ids, top_k):
 
 
 def run(ckpt, sequences, precision="fp32", device="cpu", kda_impl="step", record_hidden=False, top_k=8,
-        log=None):
+        log=None, forced_router=None):
     """The forward of every sequence (lists of token ids). Returns a list of per-sequence result dicts:
     logprob, entropy, topk_ids, topk_logprobs, sum_prob, router ([T][moe layer][k]), sum_sq (per layer, the
-    sum of p^2 after step 4), and hidden ([layers, T, H] float32 tensor of p after step 4) when record_hidden."""
+    sum of p^2 after step 4), and hidden ([layers, T, H] float32 tensor of p after step 4) when record_hidden.
+    forced_router (one [T][moe layer][k] list per sequence, e.g. another run's "router") overrides routing."""
     deterministic_matmuls()
     cfg = ckpt.config
     nm = Numerics(precision, device)
@@ -470,7 +486,9 @@ def run(ckpt, sequences, precision="fp32", device="cpu", kda_impl="step", record
         if bad:
             raise ValueError("token ids outside [0, %d): %s" % (cfg.vocab, bad[:5]))
     emb = ckpt.get(PREFIX + "embed_tokens.weight", "BF16", [cfg.vocab, cfg.hidden])
-    states = [SequenceState(ids, nm.weight(emb[torch.tensor(ids, dtype=torch.long)])) for ids in sequences]
+    forced_router = forced_router or [None] * len(sequences)
+    states = [SequenceState(ids, nm.weight(emb[torch.tensor(ids, dtype=torch.long)]), fr)
+              for ids, fr in zip(sequences, forced_router)]
     del emb
     for i in range(cfg.num_layers):
         t0 = time.time()

@@ -127,6 +127,8 @@ def random_tensor(name, dtype, shape, cfg, gen):
         t = normal(1.0)
     elif len(shape) == 2:
         gain = 0.5 if any(k in name for k in ("o_proj", "down_proj", "routed_expert_up_proj")) else 1.0
+        if name == ckpt_mod.LM_HEAD:
+            gain = 3.0  # peaked next-token distributions, so that top-1 comparisons mean something
         t = normal(gain / math.sqrt(shape[1]))
     else:
         t = normal(1.0)
