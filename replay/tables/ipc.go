@@ -1,0 +1,105 @@
+package tables
+
+import (
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/ipc"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+)
+
+// ContentType is the media type of the Arrow IPC stream format, for HTTP responses carrying WriteIPC's
+// output.
+const ContentType = "application/vnd.apache.arrow.stream"
+
+// WriteIPC writes recs, which must share one schema, to w as one Arrow IPC stream: the schema message
+// (with its metadata), one message per record batch, and the end-of-stream marker. The stream format
+// rather than the file format because it can be written to a socket without seeking and every Arrow
+// library reads it (pyarrow.ipc.open_stream, polars.read_ipc_stream, DuckDB's arrow extension). Buffers
+// are not compressed: IPC compression is an optional feature some readers lack, and Parquet is the
+// compact format. At least one record is needed to know the schema; use WriteIPCFrom or WriteTableIPC
+// for a table that may be empty.
+func WriteIPC(w io.Writer, recs ...arrow.RecordBatch) error {
+	if len(recs) == 0 {
+		return errors.New("tables: WriteIPC: no records (the schema is unknown; use WriteTableIPC)")
+	}
+	rr, err := array.NewRecordReader(recs[0].Schema(), recs)
+	if err != nil {
+		return fmt.Errorf("tables: WriteIPC: %w", err)
+	}
+	defer rr.Release()
+	return WriteIPCFrom(w, rr)
+}
+
+// WriteTableIPC writes t as one Arrow IPC stream (see WriteIPC); a table of no records becomes a stream
+// holding only its schema.
+func WriteTableIPC(w io.Writer, t *Table) error {
+	rr, err := t.Reader()
+	if err != nil {
+		return err
+	}
+	defer rr.Release()
+	return WriteIPCFrom(w, rr)
+}
+
+// WriteIPCFrom writes every batch rr yields to w as one Arrow IPC stream with rr's schema, so that a
+// server can stream a table built by NewReader batch by batch. It does not release rr.
+func WriteIPCFrom(w io.Writer, rr array.RecordReader) (err error) {
+	name := TableName(rr.Schema())
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("tables: writing %s as Arrow IPC: %v", name, p)
+		}
+	}()
+	iw := ipc.NewWriter(w, ipc.WithSchema(rr.Schema()))
+	batch := 0
+	for rr.Next() {
+		if err := iw.Write(rr.RecordBatch()); err != nil {
+			iw.Close()
+			return fmt.Errorf("tables: writing %s as Arrow IPC: batch %d: %w", name, batch, err)
+		}
+		batch++
+	}
+	if err := rr.Err(); err != nil {
+		iw.Close()
+		return fmt.Errorf("tables: writing %s as Arrow IPC: batch %d: %w", name, batch, err)
+	}
+	if err := iw.Close(); err != nil {
+		return fmt.Errorf("tables: writing %s as Arrow IPC: end of stream: %w", name, err)
+	}
+	return nil
+}
+
+// ReadIPC reads one Arrow IPC stream into a Table whose Name is the schema's "potato.table" metadata (""
+// for a stream written by another tool). mem allocates the record buffers; nil means
+// memory.DefaultAllocator. The caller releases the table.
+func ReadIPC(r io.Reader, mem memory.Allocator) (t *Table, err error) {
+	if mem == nil {
+		mem = memory.DefaultAllocator
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			t.Release()
+			t, err = nil, fmt.Errorf("tables: reading Arrow IPC stream: %v", p)
+		}
+	}()
+	ir, err := ipc.NewReader(r, ipc.WithAllocator(mem))
+	if err != nil {
+		return nil, fmt.Errorf("tables: reading Arrow IPC stream: %w", err)
+	}
+	defer ir.Release()
+	t = &Table{Name: TableName(ir.Schema()), Schema: ir.Schema()}
+	for ir.Next() {
+		rec := ir.RecordBatch()
+		rec.Retain() // the reader releases its batch on the next call
+		t.Records = append(t.Records, rec)
+	}
+	if err := ir.Err(); err != nil && !errors.Is(err, io.EOF) {
+		t.Release()
+		return nil, fmt.Errorf("tables: reading Arrow IPC stream %s: batch %d: %w", t.Name, len(t.Records), err)
+	}
+	return t, nil
+}
