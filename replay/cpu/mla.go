@@ -1,0 +1,84 @@
+package cpu
+
+import (
+	"math"
+
+	"github.com/potato-k3/potato-k3/replay/ops"
+)
+
+// mlaQueryBlock is the number of query rows one task handles: tasks are (sequence, head, query block)
+// triples, so one long sequence with few heads still spreads over the cores. Each query row is computed
+// on its own, so the split never changes a bit.
+const mlaQueryBlock = 16
+
+// MLA is causal softmax attention per sequence of l and head h, without positions (K3_SPEC.md 5.3). With
+// qk = nope + shared, the query of head h at row t is q[t, h*qk : (h+1)*qk] = [q_nope | q_s], its key at
+// row s is [kv[s, h*(nope+vdim) : +nope] ; ks[s, :]] and its value kv[s, h*(nope+vdim)+nope : +vdim].
+// In float32, for every row t of a sequence starting at row t0:
+//
+//	score[s] = (sum_i float32(query[i] * key_s[i])) / float32(sqrt(qk))   // ascending i over the qk dims, s in [t0, t]
+//	p = softmax(score)                                                      // as AttnResMix: max shift, ascending sum
+//	out[t, h*vdim + j] = rounded(sum_s float32(p[s] * value_s[j]))          // ascending s
+func (b *Backend) MLA(q, kv, ks ops.Tensor, heads, nope, shared, vdim int, l ops.Layout) (ops.Tensor, error) {
+	const op = "MLA"
+	ts, err := tensors(op, []string{"q", "kv", "ks"}, q, kv, ks)
+	if err != nil {
+		return nil, err
+	}
+	qt, kvt, kst := ts[0], ts[1], ts[2]
+	rows, qk, kvw := qt.rows, nope+shared, nope+vdim
+	switch {
+	case heads <= 0 || nope < 0 || shared < 0 || vdim <= 0 || qk == 0:
+		return nil, shapeErr(op, "heads %d, nope %d, shared %d, vdim %d", heads, nope, shared, vdim)
+	case qt.cols != heads*qk:
+		return nil, shapeErr(op, "q %v: want %d columns (%d heads x (%d + %d))", qt, heads*qk, heads, nope, shared)
+	case kvt.rows != rows || kvt.cols != heads*kvw:
+		return nil, shapeErr(op, "kv %v: want %dx%d (%d heads x (%d + %d))", kvt, rows, heads*kvw, heads, nope, vdim)
+	case kst.rows != rows || kst.cols != shared:
+		return nil, shapeErr(op, "ks %v: want %dx%d", kst, rows, shared)
+	}
+	if err := checkLayout(op, l, rows); err != nil {
+		return nil, err
+	}
+	div := float32(math.Sqrt(float64(qk)))
+	out := newTensor(rows, heads*vdim)
+	type task struct{ s, h, t0, t1 int }
+	var tasks []task
+	for s := range l.Sequences() {
+		for h := range heads {
+			for t := l.Starts[s]; t < l.Starts[s+1]; t += mlaQueryBlock {
+				tasks = append(tasks, task{s, h, t, min(t+mlaQueryBlock, l.Starts[s+1])})
+			}
+		}
+	}
+	b.parallel(len(tasks), func(i int) {
+		tk := tasks[i]
+		start := l.Starts[tk.s]
+		score := make([]float32, tk.t1-start)
+		acc := make([]float32, vdim)
+		for t := tk.t0; t < tk.t1; t++ {
+			qrow := qt.data[t*qt.cols+tk.h*qk:]
+			qn, qs := qrow[:nope], qrow[nope:qk]
+			p := score[:t-start+1]
+			for s := start; s <= t; s++ {
+				krow := kvt.data[s*kvt.cols+tk.h*kvw:]
+				dot := dotAcc(0, qn, krow[:nope])
+				dot = dotAcc(dot, qs, kst.data[s*shared:(s+1)*shared])
+				p[s-start] = dot / div
+			}
+			softmaxInPlace(p)
+			clear(acc)
+			for s := start; s <= t; s++ {
+				val, ps := kvt.data[s*kvt.cols+tk.h*kvw+nope:][:vdim], p[s-start]
+				for j, x := range val {
+					acc[j] += float32(ps * x)
+				}
+			}
+			o := out.data[t*out.cols+tk.h*vdim:][:vdim]
+			for j, x := range acc {
+				o[j] = b.r(x)
+			}
+		}
+	})
+	return out, nil
+}
