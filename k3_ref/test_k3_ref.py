@@ -18,11 +18,16 @@ import torch
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
+import importlib  # noqa: E402
+
 import checkpoint  # noqa: E402
-import k3_ref  # noqa: E402
 import make_tiny_fixture  # noqa: E402
 import safetensors_io  # noqa: E402
-from k3_ref import Numerics  # noqa: E402
+
+# Run as k3_ref.test_k3_ref (python3 -m unittest k3_ref.test_k3_ref), the name k3_ref is this directory, not
+# k3_ref.py: import the module through the package then.
+k3_ref = importlib.import_module(__package__ + ".k3_ref" if __package__ else "k3_ref")
+Numerics = k3_ref.Numerics
 
 FP32 = Numerics("fp32")
 BF16 = Numerics("bf16")
