@@ -46,7 +46,8 @@ func (s *scanner) ws() {
 	}
 }
 
-// next returns the next non-space byte without consuming it, or 0 at the end.
+// next returns the next non-space byte without consuming it, or 0 at the end (a NUL byte in the
+// document also reads as 0: callers that accept 0 must check s.pos against the length).
 func (s *scanner) next() byte {
 	s.ws()
 	if s.pos >= len(s.data) {
@@ -56,8 +57,8 @@ func (s *scanner) next() byte {
 }
 
 func (s *scanner) expect(c byte) error {
-	if got := s.next(); got != c {
-		if got == 0 {
+	if got := s.next(); got != c || s.pos >= len(s.data) {
+		if s.pos >= len(s.data) {
 			return s.errorf("unexpected end, want %q", c)
 		}
 		return s.errorf("found %q, want %q", got, c)
@@ -68,7 +69,7 @@ func (s *scanner) expect(c byte) error {
 
 // end checks that only whitespace follows the document (safetensors pads headers with spaces).
 func (s *scanner) end() error {
-	if s.next() != 0 {
+	if s.ws(); s.pos < len(s.data) {
 		return s.errorf("unexpected %q after the end of the document", s.data[s.pos])
 	}
 	return nil
@@ -304,7 +305,7 @@ func (s *scanner) skip(depth int) error {
 		return s.literal("false")
 	case c == 'n':
 		return s.literal("null")
-	case c == 0:
+	case s.pos >= len(s.data):
 		return s.errorf("unexpected end, want a value")
 	default:
 		return s.errorf("unexpected %q, want a value", c)
