@@ -311,13 +311,15 @@ def mla_attention(nm, cfg, W, x):
 # Stable LatentMoE (spec 5.5)
 
 
-def route(cfg, x, w_router, bias):
+def route(cfg, x, w_router, bias, forced=None):
     """Router in fp32 (or fp64) on x [T, H]: returns (chosen [T, k] in rank order, weights [T, k]).
 
     s = sigma(W_r x); choose the k largest s + bias (bias only selects; ties: lower index wins);
-    weights = s / (sum of chosen s + 1e-20) * routed_scaling_factor."""
+    weights = s / (sum of chosen s + 1e-20) * routed_scaling_factor.
+    `forced` ([T, k] expert ids) replaces the choice (the weights still come from this s): a diagnostic that
+    separates rounding error from routing flips; goldens never use it."""
     s = torch.sigmoid(torch.matmul(x, w_router.t()))
-    chosen = rank_desc(s + bias)[:, :cfg.top_k]
+    chosen = rank_desc(s + bias)[:, :cfg.top_k] if forced is None else forced.to(x.device)
     weights = torch.gather(s, 1, chosen)
     if cfg.renormalize:
         weights = weights / (weights.sum(dim=-1, keepdim=True) + ROUTER_DENOM_EPS)
@@ -325,18 +327,8 @@ def route(cfg, x, w_router, bias):
 
 
 def moe(nm, cfg, W, x, forced=None):
-    """LatentMoE layer on the normed x [T, H]: returns (y [T, H], chosen expert ids [T, k]).
-
-    `forced` ([T, k] expert ids) replaces the router's choice (weights still come from this run's scores):
-    a diagnostic that separates rounding error from routing flips; never used for goldens."""
-    chosen, weights = route(cfg, x, W["gate"], W["gate.e_score_correction_bias"])
-    if forced is not None:
-        s = torch.sigmoid(torch.matmul(x, W["gate"].t()))
-        chosen = forced.to(x.device)
-        weights = torch.gather(s, 1, chosen)
-        if cfg.renormalize:
-            weights = weights / (weights.sum(dim=-1, keepdim=True) + ROUTER_DENOM_EPS)
-        weights = weights * cfg.routed_scale
+    """LatentMoE layer on the normed x [T, H]: returns (y [T, H], chosen ids [T, k], their weights [T, k])."""
+    chosen, weights = route(cfg, x, W["gate"], W["gate.e_score_correction_bias"], forced)
     z = nm.matmul(x, W["routed_expert_down_proj"])  # [T, latent]
     acc = torch.zeros(z.shape, dtype=nm.dtype, device=nm.device)
     for e in sorted(set(chosen.flatten().tolist())):  # ascending expert id: each token's sum runs in that order
@@ -348,7 +340,7 @@ def moe(nm, cfg, W, x, forced=None):
     up = nm.matmul(r, W["routed_expert_up_proj"])
     shared = ffn(nm, cfg, x, W["shared_experts.gate_proj"], W["shared_experts.up_proj"],
                  W["shared_experts.down_proj"])
-    return nm.round(up + shared), chosen
+    return nm.round(up + shared), chosen, weights
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -407,7 +399,8 @@ class SequenceState:
         self.p = p
         self.forced_router = forced_router  # optional [T][moe layer][k] expert ids (diagnostic)
         self.blocks = []
-        self.router = []  # per MoE layer: [T, k] chosen ids
+        self.router = []  # per MoE layer: [T, k] chosen ids, in rank order
+        self.router_weights = []  # per MoE layer: [T, k] their weights
         self.sum_sq = []  # per layer: sum over tokens and channels of p^2 after step 4 (float64)
         self.hidden = []  # per layer: p after step 4 as float32 [T, H], if recorded
 
@@ -437,8 +430,9 @@ def layer_step(nm, cfg, W, i, st, kda_impl="step"):
         if st.forced_router is not None:
             j = len(st.router)  # index of this MoE layer
             forced = torch.tensor([pos[j] for pos in st.forced_router], dtype=torch.long)
-        m, chosen = moe(nm, cfg, W, x, forced)
+        m, chosen, weights = moe(nm, cfg, W, x, forced)
         st.router.append(chosen.cpu())
+        st.router_weights.append(weights.double().cpu())
     else:
         m = ffn(nm, cfg, x, W["gate_proj"], W["up_proj"], W["down_proj"])
     st.p = nm.round(p + m)
@@ -473,9 +467,10 @@ def summarize(logp, ids, top_k):
 def run(ckpt, sequences, precision="fp32", device="cpu", kda_impl="step", record_hidden=False, top_k=8,
         log=None, forced_router=None):
     """The forward of every sequence (lists of token ids). Returns a list of per-sequence result dicts:
-    logprob, entropy, topk_ids, topk_logprobs, sum_prob, router ([T][moe layer][k]), sum_sq (per layer, the
-    sum of p^2 after step 4), and hidden ([layers, T, H] float32 tensor of p after step 4) when record_hidden.
-    forced_router (one [T][moe layer][k] list per sequence, e.g. another run's "router") overrides routing."""
+    logprob, entropy, topk_ids, topk_logprobs, sum_prob; router and router_weights ([T][moe layer][k]);
+    sum_sq (per layer, the sum of p^2 after step 4); hidden ([layers, T, H] float32, p after step 4) when
+    record_hidden. forced_router (one [T][moe layer][k] list per sequence, e.g. another run's "router")
+    overrides the routing choice (diagnostic)."""
     deterministic_matmuls()
     cfg = ckpt.config
     nm = Numerics(precision, device)
@@ -511,7 +506,8 @@ def run(ckpt, sequences, precision="fp32", device="cpu", kda_impl="step", record
     for st in states:
         r = summarize(output_logprobs(nm, cfg, G, st), st.ids, top_k)
         T = len(st.ids)
-        r["router"] = [[[int(layer[t, j]) for j in range(layer.shape[1])] for layer in st.router] for t in range(T)]
+        r["router"] = [[layer[t].tolist() for layer in st.router] for t in range(T)]
+        r["router_weights"] = [[layer[t].tolist() for layer in st.router_weights] for t in range(T)]
         if record_hidden:
             r["hidden"] = torch.stack(st.hidden, dim=0)  # [layers, T, H]
         r["sum_sq"] = st.sum_sq

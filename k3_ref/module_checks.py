@@ -44,7 +44,8 @@ def errors(got, want):
 
 def record(checks, name, got, want, tol, **extra):
     if tuple(got.shape) != tuple(want.shape):
-        checks.append(dict(name=name, passed=False, note="shape %s vs %s" % (list(got.shape), list(want.shape)), **extra))
+        note = "shape %s vs %s" % (list(got.shape), list(want.shape))
+        checks.append(dict(name=name, passed=False, note=note, **extra))
         return
     max_abs, max_rel, scale = errors(got, want)
     ok = max_abs <= tol * max(1.0, scale) and bool(torch.isfinite(got).all())

@@ -289,7 +289,8 @@ class TestSafetensors(unittest.TestCase):
     def test_roundtrip_and_overrun(self):
         with tempfile.TemporaryDirectory() as d:
             path = os.path.join(d, "x.safetensors")
-            ts = {"a": torch.randn(3, 5).to(torch.bfloat16), "b": torch.randn(7), "c": torch.arange(10, dtype=torch.uint8)}
+            ts = {"a": torch.randn(3, 5).to(torch.bfloat16), "b": torch.randn(7),
+                  "c": torch.arange(10, dtype=torch.uint8)}
             safetensors_io.write_shard(path, ts)
             for prefer in (True, False):
                 f = safetensors_io.open_shard(path, prefer_package=prefer)
@@ -335,10 +336,11 @@ class TestEndToEnd(unittest.TestCase):
                     self.assertEqual(lps, sorted(lps, reverse=True))
                     self.assertEqual(len(set(ids_k)), 8)
                 self.assertEqual(len(r["router"]), T)
-                for pos in r["router"]:
+                for pos, wpos in zip(r["router"], r["router_weights"]):
                     self.assertEqual(len(pos), 5)  # MoE layers 1..5
-                    for ch in pos:
+                    for ch, ws in zip(pos, wpos):
                         self.assertEqual(len(set(ch)), 2)
+                        self.assertAlmostEqual(sum(ws), 1.0, places=5)  # renormalised, scaling 1.0
 
     def test_fp32_matches_fp64(self):
         for a, b in zip(self.res["fp32"], self.res["fp64"]):

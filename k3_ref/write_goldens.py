@@ -52,6 +52,7 @@ def golden(ck, sequences, precision, device, kda_impl, log):
             "topk_ids": r["topk_ids"],
             "topk_logprobs": r["topk_logprobs"],
             "router": r["router"],
+            "router_weights": r["router_weights"],
         } for ids, r in zip(sequences, results)],
         "layer_rms": [float(np.sqrt(s / (n_tokens * cfg.hidden))) for s in sum_sq],
     }
