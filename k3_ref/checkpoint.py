@@ -217,6 +217,14 @@ def all_specs(c):
 # E2M1 code -> value; codes 8..15 are the negatives of 0..7 (8 is -0.0)
 E2M1 = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0]
 
+# The public golden of spec section 4: layer 1, expert 0, w1, row 0, first 16 columns of the real shard.
+# In units of 2^-7 they are 8, 1, -1, -3, -8, -4, 3, 2, 6, -0, -3, -2, -3, -1, 2, -2; the only E8M0 scale that
+# makes each an E2M1 value is 2^-6 (byte 121), and then the codes are GOLDEN_ROW_CODES.
+GOLDEN_ROW = [0.0625, 0.0078125, -0.0078125, -0.0234375, -0.0625, -0.03125, 0.0234375, 0.015625, 0.046875, -0.0,
+              -0.0234375, -0.015625, -0.0234375, -0.0078125, 0.015625, -0.015625]
+GOLDEN_ROW_CODES = [6, 1, 9, 11, 14, 12, 3, 2, 5, 8, 11, 10, 11, 9, 2, 10]
+GOLDEN_ROW_SCALE = 121
+
 
 def decode_mxfp4(packed, scale, name="?"):
     """packed U8 [rows, n/2], scale U8 [rows, n/32] -> float32 [rows, n], exactly.

@@ -452,7 +452,7 @@ def summarize(logp, ids, top_k):
     """Per-token reductions of log-softmax [T, V]: next-token logprob, entropy, top-k (ties: lower id first)."""
     T = logp.shape[0]
     ids_t = torch.tensor(ids, dtype=torch.long, device=logp.device)
-    target = logp[torch.arange(T - 1, device=logp.device), ids_t[1:]] if T > 1 else logp.new_zeros(0)
+    target = logp[torch.arange(T - 1, device=logp.device), ids_t[1:]]  # empty when T = 1
     entropy = -(torch.exp(logp) * logp).sum(dim=-1)
     order = rank_desc(logp)[:, :top_k]
     return {

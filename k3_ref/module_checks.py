@@ -196,11 +196,11 @@ def check_numpy(checks, device, k3_dir):
     packed = torch.tensor(codes[:, 0::2] | (codes[:, 1::2] << 4), dtype=torch.uint8, device=device)
     got = checkpoint.decode_mxfp4(packed, torch.tensor(scales, dtype=torch.uint8, device=device))
     record(checks, "mxfp4 decode vs numpy", got, torch.from_numpy(want), 0.0)
-    golden = [0.0625, 0.0078125, -0.0078125, -0.0234375, -0.0625, -0.03125, 0.0234375, 0.015625, 0.046875, -0.0,
-              -0.0234375, -0.015625, -0.0234375, -0.0078125, 0.015625, -0.015625]
-    row_codes = [6, 1, 9, 11, 14, 12, 3, 2, 5, 8, 11, 10, 11, 9, 2, 10] + [0] * 16
+    golden = checkpoint.GOLDEN_ROW
+    row_codes = checkpoint.GOLDEN_ROW_CODES + [0] * 16
     packed = torch.tensor([[row_codes[2 * j] | (row_codes[2 * j + 1] << 4) for j in range(16)]], dtype=torch.uint8)
-    got = checkpoint.decode_mxfp4(packed, torch.tensor([[121]], dtype=torch.uint8))[0, :16]
+    scale = torch.tensor([[checkpoint.GOLDEN_ROW_SCALE]], dtype=torch.uint8)
+    got = checkpoint.decode_mxfp4(packed, scale)[0, :16]
     record(checks, "mxfp4 public golden row (synthetic codes, scale 121)", got, torch.tensor(golden), 0.0)
     if k3_dir:
         try:

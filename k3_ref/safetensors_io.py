@@ -69,13 +69,12 @@ def read_header(path):
     return header, start
 
 
-class _BuiltinShard:
-    """The small reader: header parsed once, tensors read through a read-only numpy memmap."""
+class _Shard:
+    """A shard's validated header; subclasses add get(name)."""
 
     def __init__(self, path):
         self.path = path
         self.header, self.start = read_header(path)
-        self._map = np.memmap(path, dtype=np.uint8, mode="r")
 
     def names(self):
         return list(self.header)
@@ -83,33 +82,32 @@ class _BuiltinShard:
     def info(self, name):
         e = self.header[name]
         return e["dtype"], list(e["shape"])
+
+
+class _BuiltinShard(_Shard):
+    """The small reader: tensors read through a read-only numpy memmap."""
+
+    def __init__(self, path):
+        super().__init__(path)
+        self._map = np.memmap(path, dtype=np.uint8, mode="r")
 
     def get(self, name):
         e = self.header[name]
         np_dtype, torch_dtype = _DTYPES[e["dtype"]]
         begin, end = e["data_offsets"]
         raw = np.array(self._map[self.start + begin:self.start + end])  # copy out of the map
-        arr = raw.view(np_dtype).reshape(e["shape"])
-        t = torch.from_numpy(arr)
+        t = torch.from_numpy(raw.view(np_dtype).reshape(e["shape"]))
         if torch_dtype == torch.bfloat16:
             t = t.view(torch.bfloat16)
         return t
 
 
-class _PackageShard:
-    """The `safetensors` package reader; the header is still validated by read_header."""
+class _PackageShard(_Shard):
+    """The `safetensors` package reader (the header is still validated by read_header)."""
 
     def __init__(self, path, safe_open):
-        self.path = path
-        self.header, _ = read_header(path)
+        super().__init__(path)
         self._f = safe_open(path, framework="pt", device="cpu")
-
-    def names(self):
-        return list(self.header)
-
-    def info(self, name):
-        e = self.header[name]
-        return e["dtype"], list(e["shape"])
 
     def get(self, name):
         return self._f.get_tensor(name)

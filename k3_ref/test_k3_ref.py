@@ -104,13 +104,9 @@ class TestConfigAndSpecs(unittest.TestCase):
 
 
 class TestMXFP4(unittest.TestCase):
-    # Spec section 4, layer 1 expert 0 w1 row 0. In units of 2^-7 the values are 8, 1, -1, -3, -8, -4, 3, 2,
-    # 6, -0, -3, -2, -3, -1, 2, -2: the only E8M0 scale that makes every one an E2M1 value is 2^-6 (s = 121),
-    # giving E2M1 values 4, .5, -.5, -1.5, -4, -2, 1.5, 1, 3, -0, -1.5, -1, -1.5, -.5, 1, -1, i.e. these codes.
-    GOLDEN = [0.0625, 0.0078125, -0.0078125, -0.0234375, -0.0625, -0.03125, 0.0234375, 0.015625, 0.046875, -0.0,
-              -0.0234375, -0.015625, -0.0234375, -0.0078125, 0.015625, -0.015625]
-    CODES = [6, 1, 9, 11, 14, 12, 3, 2, 5, 8, 11, 10, 11, 9, 2, 10]
-    SCALE = 121
+    GOLDEN = checkpoint.GOLDEN_ROW  # spec section 4; see checkpoint.py for how the codes and scale follow
+    CODES = checkpoint.GOLDEN_ROW_CODES
+    SCALE = checkpoint.GOLDEN_ROW_SCALE
 
     def pack(self, codes):
         return torch.tensor([[codes[2 * j] | (codes[2 * j + 1] << 4) for j in range(len(codes) // 2)]],
