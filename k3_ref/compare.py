@@ -12,7 +12,6 @@ rounding differences flip router choices and top-1 predictions. The sequences mu
 import argparse
 import json
 import os
-import sys
 
 
 def load(path):
