@@ -112,11 +112,19 @@ func ReadParquetFrom(r parquet.ReaderAtSeeker, mem memory.Allocator) (t *Table, 
 		return nil, fmt.Errorf("tables: reading Parquet: %w", err)
 	}
 	defer rr.Release()
-	t = &Table{Schema: rr.Schema()}
+	// The record reader's schema lacks the schema metadata; the file reader's has it.
+	fileSchema, err := fr.Schema()
+	if err != nil {
+		return nil, fmt.Errorf("tables: reading Parquet: %w", err)
+	}
+	t = &Table{Schema: cleanSchema(fileSchema)}
 	t.Name = TableName(t.Schema)
 	for rr.Next() {
-		rec := rr.RecordBatch()
-		rec.Retain()
+		rec, err := relabel(rr.RecordBatch(), t.Schema)
+		if err != nil {
+			t.Release()
+			return nil, fmt.Errorf("tables: reading Parquet %s: batch %d: %w", t.Name, len(t.Records), err)
+		}
 		t.Records = append(t.Records, rec)
 	}
 	if err := rr.Err(); err != nil && !errors.Is(err, io.EOF) {
