@@ -51,7 +51,7 @@ func Load(dir string) (*Tokenizer, error) {
 // ReadTiktoken parses a tiktoken.model file: one line per token, the base64 of its bytes, a space and
 // its rank. It returns the tokens indexed by rank. Empty lines are skipped (as tiktoken does); anything
 // else malformed is an error naming the file (name) and line: bad base64, a bad or duplicate rank, bytes
-// that appear twice, an empty token, ranks with a gap, and a missing single-byte token (byte-level BPE
+// that appear twice, ranks with a gap, and a missing single-byte token (byte-level BPE
 // needs all 256).
 func ReadTiktoken(r io.Reader, name string) ([]string, error) {
 	type entry struct {
@@ -78,9 +78,6 @@ func ReadTiktoken(r io.Reader, name string) ([]string, error) {
 		tok, err := base64.StdEncoding.DecodeString(string(fields[0]))
 		if err != nil {
 			return nil, bad("bad base64 %q: %v", fields[0], err)
-		}
-		if len(tok) == 0 {
-			return nil, bad("empty token")
 		}
 		rank, err := strconv.ParseUint(string(fields[1]), 10, 31)
 		if err != nil {
