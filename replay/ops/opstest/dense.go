@@ -1,0 +1,160 @@
+package opstest
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/potato-k3/potato-k3/replay/ops"
+)
+
+// denseTests cover the row-wise ops.
+var denseTests = []test{
+	{"MatMul", testMatMul},
+	{"RMSNorm", testRMSNorm},
+	{"MulSigmoid", testMulSigmoid},
+	{"GatedRMSNorm", testGatedRMSNorm},
+	{"AttnResMix", testAttnResMix},
+	{"SiTUGLU", testSiTUGLU},
+}
+
+// testMatMul: every tail row count against (k, m) that hit the column tails and a k longer than 1024.
+func testMatMul(s *suite) {
+	shapes := [][2]int{{96, 40}, {1, 5}, {33, 1}, {1100, 67}} // {k, m}
+	for _, n := range tailRows {
+		for _, km := range shapes {
+			k, m := km[0], km[1]
+			x, xv := s.randAct(n, k, 1)
+			w, wv := s.randWeight(m, k, 1/math.Sqrt(float64(k)))
+			out, err := s.b.MatMul(x, w)
+			s.must(err, "MatMul")
+			ref := refMatMul(xv, wv, n, m, k, s.rd)
+			got := s.host(out, n, m)
+			s.close(fmt.Sprintf("MatMul %dx%d by %dx%d", n, k, m, k), got, ref, m, s.sumTol(ref, k))
+			s.roundedOutput("MatMul", got)
+			s.free(x, w, out)
+		}
+	}
+}
+
+// testRMSNorm: whole rows and groups (KDA's per-head o_norm), BF16 and F32 weights, both eps.
+func testRMSNorm(s *suite) {
+	for _, n := range tailRows {
+		for _, c := range []struct {
+			cols, group int
+			eps         float32
+			f32         bool
+		}{{96, 96, 1e-5, false}, {96, 32, 1e-6, true}, {7, 7, 1e-5, false}} {
+			x, xv := s.randAct(n, c.cols, 3)
+			wv := make([]float32, c.group)
+			for i := range wv {
+				wv[i] = float32(1 + 0.5*s.rng.NormFloat64())
+			}
+			var w ops.Tensor
+			var wexact []float64
+			if c.f32 {
+				w, wexact = s.weightF32(1, c.group, wv)
+			} else {
+				w, wexact = s.weightBF16(1, c.group, wv)
+			}
+			out, err := s.b.RMSNorm(x, w, c.eps)
+			s.must(err, "RMSNorm")
+			ref := refRMSNorm(xv, wexact, c.cols, float64(c.eps), s.rd)
+			got := s.host(out, n, c.cols)
+			// two rounding points in a row: a one-ulp flip of the first can add to the second
+			s.close(fmt.Sprintf("RMSNorm %dx%d groups of %d", n, c.cols, c.group), got, ref, c.cols, s.tol(ref).scaled(2))
+			s.roundedOutput("RMSNorm", got)
+			s.free(x, w, out)
+		}
+	}
+}
+
+// testMulSigmoid: rounded(x * sigmoid(gate)) over gates from -12 to 12.
+func testMulSigmoid(s *suite) {
+	for _, n := range tailRows {
+		x, xv := s.randAct(n, 50, 2)
+		gv := s.uniforms(n*50, -12, 12)
+		g := s.act(n, 50, gv)
+		out, err := s.b.MulSigmoid(x, g)
+		s.must(err, "MulSigmoid")
+		ref := refMulSigmoid(xv, f64(gv), s.rd)
+		got := s.host(out, n, 50)
+		s.close(fmt.Sprintf("MulSigmoid %d rows", n), got, ref, 50, s.tol(ref))
+		s.roundedOutput("MulSigmoid", got)
+		s.free(x, g, out)
+	}
+}
+
+// testGatedRMSNorm: equal to MulSigmoid(RMSNorm) bit for bit, and to the reference.
+func testGatedRMSNorm(s *suite) {
+	for _, n := range tailRows {
+		x, xv := s.randAct(n, 64, 1)
+		w, wv := s.weightF32(1, 16, s.uniforms(16, 0.5, 1.5))
+		gv := s.normals(n*64, 3)
+		g := s.act(n, 64, gv)
+		fused, err := s.b.GatedRMSNorm(x, w, g, 1e-5)
+		s.must(err, "GatedRMSNorm")
+		normed, err := s.b.RMSNorm(x, w, 1e-5)
+		s.must(err, "RMSNorm")
+		pair, err := s.b.MulSigmoid(normed, g)
+		s.must(err, "MulSigmoid")
+		got := s.host(fused, n, 64)
+		s.same(fmt.Sprintf("GatedRMSNorm vs MulSigmoid(RMSNorm) %d rows", n), got, s.host(pair, n, 64), 64)
+		ref := refMulSigmoid(refRMSNorm(xv, wv, 64, 1e-5, s.rd), f64(gv), s.rd)
+		s.close(fmt.Sprintf("GatedRMSNorm %d rows", n), got, ref, 64, s.tol(ref).scaled(3)) // three rounding points
+		s.free(x, w, g, fused, normed, pair)
+	}
+}
+
+// testAttnResMix: 1, 2 and 9 vectors (9 is K3's most: 8 blocks and the partial sum), weights included.
+func testAttnResMix(s *suite) {
+	const cols = 96
+	for _, n := range tailRows {
+		for _, count := range []int{1, 2, 9} {
+			vs, vv := make([]ops.Tensor, count), make([][]float64, count)
+			for i := range vs {
+				vs[i], vv[i] = s.randAct(n, cols, 0.5+float64(i)) // unequal norms: the mix is not uniform
+			}
+			wg, wgv := s.weightF32(1, cols, s.normals(cols, 0.3))
+			out, p, err := s.b.AttnResMix(vs, wg)
+			s.must(err, "AttnResMix")
+			ref, refP := refAttnRes(vv, wgv, n, cols, s.rd)
+			got := s.host(out, n, cols)
+			what := fmt.Sprintf("AttnResMix of %d over %d rows", count, n)
+			mag := make([]float64, len(ref)) // sum_i p_i |v_i|: a float32 error in p_i moves the output by p_i |v_i| times it
+			for r := range n {
+				for i, v := range vv {
+					for d := range cols {
+						mag[r*cols+d] += refP[r*count+i] * math.Abs(v[r*cols+d])
+					}
+				}
+			}
+			s.close(what, got, ref, cols, s.magTol(mag, 4))
+			s.roundedOutput(what, got)
+			if len(p) != n*count {
+				s.Errorf("%s: %d weights, want %d", what, len(p), n*count)
+			} else {
+				// weights are softmax outputs in float32 whatever the precision
+				s.close(what+" weights", p, refP, count, tol{abs: 1e-6, rel: 1e-5})
+			}
+			for _, v := range vs {
+				s.b.Free(v)
+			}
+			s.free(wg, out)
+		}
+	}
+}
+
+// testSiTUGLU: gate and up from -40 to 40, past both tanh knees.
+func testSiTUGLU(s *suite) {
+	for _, n := range tailRows {
+		av, bv := s.uniforms(n*70, -40, 40), s.uniforms(n*70, -40, 40)
+		a, b := s.act(n, 70, av), s.act(n, 70, bv)
+		out, err := s.b.SiTUGLU(a, b, 4, 25)
+		s.must(err, "SiTUGLU")
+		ref := refSiTU(f64(av), f64(bv), 4, 25, s.rd)
+		got := s.host(out, n, 70)
+		s.close(fmt.Sprintf("SiTUGLU %d rows", n), got, ref, 70, s.tol(ref))
+		s.roundedOutput("SiTUGLU", got)
+		s.free(a, b, out)
+	}
+}
