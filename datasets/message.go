@@ -182,6 +182,9 @@ func toolCalls(raw json.RawMessage, path string) ([]tokenizer.ToolCall, error) {
 	if err := json.Unmarshal(raw, &objs); err != nil {
 		return nil, errorf(path, "want an array of tool calls")
 	}
+	if len(objs) == 0 {
+		return nil, nil // [] and null mean the same: no calls
+	}
 	calls := make([]tokenizer.ToolCall, len(objs))
 	for i, o := range objs {
 		p := fmt.Sprintf("%s[%d]", path, i)

@@ -44,15 +44,96 @@ func eachParquetBatch(r parquet.ReaderAtSeeker, mem memory.Allocator, fn func(ar
 		return nil, err
 	}
 	defer rr.Release()
+	origin := fr.Manifest.OriginSchema
+	if !sameTypes(origin, rr.Schema()) {
+		origin = nil // no stored Arrow schema (a file written elsewhere): take the types as read
+	}
 	for rr.Next() {
-		if err := fn(rr.RecordBatch()); err != nil {
+		rec := rr.RecordBatch()
+		if origin != nil {
+			rec = retypeBatch(origin, rec)
+		}
+		err := fn(rec)
+		if origin != nil {
+			rec.Release()
+		}
+		if err != nil {
 			return nil, err
 		}
 	}
 	if err := rr.Err(); err != nil && !errors.Is(err, io.EOF) {
 		return nil, err
 	}
+	if origin != nil {
+		return origin, nil
+	}
 	return rr.Schema(), nil
+}
+
+// sameTypes reports whether the schema read back has the stored schema's field names and types. The read
+// schema still differs in what Parquet cannot keep: list element names ("element" for Arrow's "item") and
+// a "PARQUET:field_id" metadata entry on every field, which make schema.Equal fail against the original.
+func sameTypes(origin, read *arrow.Schema) bool {
+	if origin == nil || origin.NumFields() != read.NumFields() {
+		return false
+	}
+	for i, f := range origin.Fields() {
+		if f.Name != read.Field(i).Name || !arrow.TypeEqual(f.Type, read.Field(i).Type) {
+			return false
+		}
+	}
+	return true
+}
+
+// retypeBatch returns rec with the schema it was written with (see sameTypes); the caller releases it.
+func retypeBatch(schema *arrow.Schema, rec arrow.RecordBatch) arrow.RecordBatch {
+	cols := make([]arrow.Array, rec.NumCols())
+	for i, c := range rec.Columns() {
+		d := retype(c.Data(), schema.Field(i).Type)
+		cols[i] = array.MakeFromData(d)
+		d.Release()
+	}
+	out := array.NewRecordBatch(schema, cols, rec.NumRows())
+	for _, c := range cols {
+		c.Release()
+	}
+	return out
+}
+
+// retype gives d the type dt, which arrow.TypeEqual holds equal to d's own, recursing into the children
+// of nested types so that each carries its own field of dt. The buffers are shared, not copied.
+func retype(d arrow.ArrayData, dt arrow.DataType) arrow.ArrayData {
+	if d.Dictionary() != nil || dt.ID() == arrow.EXTENSION {
+		d.Retain() // types that carry more than children: keep as read (equal by arrow.TypeEqual)
+		return d
+	}
+	var childTypes []arrow.DataType
+	switch t := dt.(type) {
+	case arrow.ListLikeType: // list, large list, fixed-size list, map
+		childTypes = []arrow.DataType{t.Elem()}
+	case *arrow.StructType:
+		for _, f := range t.Fields() {
+			childTypes = append(childTypes, f.Type)
+		}
+	}
+	children := d.Children()
+	if len(childTypes) != len(children) {
+		childTypes = nil // not a shape this knows: keep the children as read
+	}
+	newChildren := make([]arrow.ArrayData, len(children))
+	for i, c := range children {
+		if childTypes != nil {
+			newChildren[i] = retype(c, childTypes[i])
+		} else {
+			c.Retain()
+			newChildren[i] = c
+		}
+	}
+	out := array.NewData(dt, d.Len(), d.Buffers(), newChildren, d.NullN(), d.Offset())
+	for _, c := range newChildren {
+		c.Release()
+	}
+	return out
 }
 
 // readParquetBatches returns every record batch of the Parquet data in r; the caller releases them. A
