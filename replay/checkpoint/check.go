@@ -103,6 +103,7 @@ func (d *Dir) Check(specs []Spec, skipPrefixes ...string) error {
 	}
 	slices.SortFunc(e.Missing, func(a, b Spec) int { return strings.Compare(a.Name, b.Name) })
 	slices.SortFunc(e.Wrong, func(a, b WrongTensor) int { return strings.Compare(a.Want.Name, b.Want.Name) })
+	slices.SortFunc(e.Unused, func(a, b Tensor) int { return strings.Compare(a.Name, b.Name) })
 	slices.Sort(e.Duplicated)
 	return e
 }

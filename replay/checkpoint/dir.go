@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
-	"strings"
 	"sync"
 )
 
@@ -17,7 +16,7 @@ import (
 type Dir struct {
 	path       string
 	opts       options
-	tensors    []Tensor // sorted by name
+	tensors    []Tensor // in file order: shards by name, then by offset
 	byName     map[string]int32
 	shards     []*shard // sorted by file name
 	byFile     map[string]*shard
@@ -89,7 +88,7 @@ func (d *Dir) openShards(names []string, idx *Index) error {
 		wg.Go(func() {
 			for i := range work {
 				p := filepath.Join(d.path, names[i])
-				h, err := ReadHeader(p)
+				h, err := readHeader(p, false)
 				switch {
 				case errors.Is(err, fs.ErrNotExist) && idx != nil:
 					err = &FileError{File: IndexFile, Kind: ErrIndex,
@@ -147,16 +146,16 @@ func (d *Dir) locate(idx *Index) error {
 	for _, s := range d.shards {
 		d.tensors = append(d.tensors, s.hdr.Tensors...)
 	}
-	slices.SortFunc(d.tensors, func(a, b Tensor) int { return strings.Compare(a.Name, b.Name) })
+	// No global sort: the map gives lookups and finds names in two shards; Names sorts on demand.
 	var list errorList
 	d.byName = make(map[string]int32, n)
 	for i, t := range d.tensors {
-		if i > 0 && d.tensors[i-1].Name == t.Name { // shards are disjoint within themselves (checkLayout)
-			list.add(&FileError{File: t.File, Tensor: t.Name, Kind: ErrIndex,
-				Msg: "is also in shard " + d.tensors[i-1].File})
-			continue
-		}
+		// One map operation per tensor: a name seen before leaves the length unchanged.
+		n := len(d.byName)
 		d.byName[t.Name] = int32(i)
+		if len(d.byName) == n {
+			list.add(d.duplicate(i))
+		}
 	}
 	if idx == nil {
 		return list.err()
@@ -186,6 +185,17 @@ func (d *Dir) locate(idx *Index) error {
 	return list.err()
 }
 
+// duplicate describes tensor i, whose name an earlier tensor has too, and points the map back at the first.
+func (d *Dir) duplicate(i int) error {
+	t := d.tensors[i]
+	j := slices.IndexFunc(d.tensors, func(u Tensor) bool { return u.Name == t.Name })
+	d.byName[t.Name] = int32(j)
+	if d.tensors[j].File == t.File {
+		return &FileError{File: t.File, Tensor: t.Name, Kind: ErrHeader, Msg: "appears twice in the header"}
+	}
+	return &FileError{File: t.File, Tensor: t.Name, Kind: ErrIndex, Msg: "is also in shard " + d.tensors[j].File}
+}
+
 // Path returns the directory Open was given.
 func (d *Dir) Path() string { return d.path }
 
@@ -207,10 +217,12 @@ func (d *Dir) Names() []string {
 	for i, t := range d.tensors {
 		names[i] = t.Name
 	}
+	slices.Sort(names)
 	return names
 }
 
-// Tensors returns every tensor, sorted by name. The slice is a copy; the shapes are shared: do not modify.
+// Tensors returns every tensor in file order (shards by file name, then by offset), the order that reads
+// a whole checkpoint sequentially. The slice is a copy; the shapes are shared: do not modify them.
 func (d *Dir) Tensors() []Tensor { return slices.Clone(d.tensors) }
 
 // Headers returns the parsed header of every shard, sorted by file name.

@@ -1,6 +1,7 @@
 package checkpoint
 
 import (
+	"bytes"
 	"fmt"
 	"strings"
 )
@@ -37,9 +38,11 @@ func ParseIndex(data []byte) (*Index, error) {
 	}
 	idx := &Index{TotalSize: -1}
 	s := scanner{data: data}
+	n := bytes.Count(data, []byte(`":`)) // about one per entry: a capacity hint
+	idx.Entries = make([]IndexEntry, 0, n)
 	var (
-		names    []byte // arena, as in Header.parse
-		ends     []int
+		names    = make([]byte, 0, len(data)/2) // arena, as in Header.parse
+		ends     = make([]int, 0, n)
 		sawMeta  bool
 		sawMap   bool
 		shardIDs = map[string]string{} // interns shard names: 96 strings, not 497,220
