@@ -139,8 +139,12 @@ func positionOrder(pos []int32) ([]int, error) {
 	return perm, nil
 }
 
-// permute returns s reordered so that element t is s[perm[t]].
+// permute returns s reordered so that element t is s[perm[t]]; an empty s (a field the table does not
+// use) stays empty.
 func permute[T any](s []T, perm []int) []T {
+	if len(s) == 0 {
+		return s
+	}
 	out := make([]T, len(s))
 	for t, row := range perm {
 		out[t] = s[row]
