@@ -1,3 +1,62 @@
-// Package tables turns replay results into Apache Arrow tables (tokens, lens, hidden, router, attnres) and
-// writes and reads them as Arrow IPC streams and Parquet files.
+// Package tables turns replay results into Apache Arrow tables and writes and reads them as Arrow IPC
+// streams and Parquet files: the form in which potato-k3 hands results to researchers (Go notebooks,
+// pyarrow, polars, DuckDB).
+//
+// # Tables
+//
+// Build converts []replay.Result into a Set of up to five tables; schema.go documents every column:
+//
+//	tokens   seq_id pos token_id token message channel target_id logprob rank entropy topk_ids topk_logprobs
+//	lens     seq_id pos layer entropy target_logprob target_rank topk_ids topk_logprobs
+//	hidden   seq_id pos layer vector (fixed_size_list<float32 or float16>[dim])
+//	router   seq_id pos layer expert_ids expert_weights
+//	attnres  seq_id pos layer site weights
+//
+// tokens is always there; each other table is nil in the Set when no result carries that output. logprob,
+// rank, target_logprob and target_rank are null where a position has no target (the last one). Every
+// schema carries metadata: "potato.table" (the table's name), "potato.schema_version", and whatever the
+// caller passes in Options.Metadata (use MetaConfigHash, MetaEngine, MetaPrecision, MetaBackend).
+//
+// Rows come in the order of the results, then of each result's captures, then of positions. A table is a
+// slice of record batches of at most Options.BatchRows rows (64k by default; hidden batches are also kept
+// under 64 MiB of vectors), so that no builder grows to the size of a whole 100k-token wave. Batches cut
+// anywhere, including inside a sequence. A server that should not hold a whole Set can stream each table
+// with NewReader and WriteIPCFrom, one batch in memory at a time.
+//
+// float16 vectors (Options.HiddenFloat16) are converted with github.com/x448/float16 (IEEE round to
+// nearest even, subnormals kept); arrow-go's own float16.New truncates and flushes subnormals to zero.
+//
+// # Files
+//
+// WriteSet writes one file per table, the table name inserted before the extension, which picks the
+// format (.arrow or .arrows: an Arrow IPC stream; .parquet: zstd-compressed Parquet with the Arrow schema
+// stored in it):
+//
+//	--out results.arrow     results.tokens.arrow   results.lens.arrow   results.hidden.arrow ...
+//	--out results.parquet   results.tokens.parquet results.lens.parquet ...
+//
+// Each write goes to a temporary file in the same directory and is renamed into place. ReadSet reads the
+// files back; ReadFile, ReadIPC and ReadParquet read one table. Over HTTP, WriteIPC's output is served as
+// ContentType, application/vnd.apache.arrow.stream.
+//
+// Note that the .arrow files are Arrow IPC *streams*, not the IPC file (Feather) format: open them with a
+// stream reader. From Python:
+//
+//	import pyarrow, pyarrow.parquet
+//	tokens = pyarrow.ipc.open_stream(open("results.tokens.arrow", "rb")).read_all()
+//	tokens = pyarrow.parquet.read_table("results.tokens.parquet")
+//	tokens.schema.metadata[b"potato.table"]       # b"tokens"
+//
+//	import polars
+//	tokens = polars.read_ipc_stream("results.tokens.arrow")
+//
+//	-- DuckDB
+//	SELECT * FROM 'results.tokens.parquet';
+//
+// # Back to Go values
+//
+// FromRecords turns tokens records (from Build, a file, or a query that kept the column names and types)
+// back into per-sequence replay.Results; FromSet does the same for a whole Set, lens, hidden, router and
+// attnres included. Columns are found by name; a missing column or a wrong type is an error naming the
+// table and the column.
 package tables

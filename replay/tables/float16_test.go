@@ -94,7 +94,7 @@ func TestHiddenFloat16(t *testing.T) {
 		}
 	}
 	in := []replay.Result{{SeqID: 1, Tokens: make([]int32, 40), Targets: make([]int32, 40),
-		Stats: makeResults(1, 1, spec{seq: 1, tokens: 40})[0].Stats,
+		Stats:  makeResults(1, 1, spec{seq: 1, tokens: 40})[0].Stats,
 		Hidden: []replay.LayerVectors{{Layer: 0, Dim: dim, Values: vals}}}}
 	for i := range in[0].Targets {
 		in[0].Targets[i] = -1

@@ -31,7 +31,10 @@ func TestValidate(t *testing.T) {
 			rs[1].Stats[0].TopIDs, rs[1].Stats[0].TopLogp = []int32{1, 2}, []float32{-2, -1}
 		}, 5, -1, "Stats[0]", "want descending"},
 		{"lens short", func(rs []replay.Result) { rs[1].Lens[1].Stats = rs[1].Lens[1].Stats[1:] }, 5, 1, "Lens[1].Stats", "3 entries, want 4"},
-		{"lens top-k", func(rs []replay.Result) { rs[0].Lens[0].Stats[2].TopLogp = nil; rs[0].Lens[0].Stats[2].TopIDs = []int32{4} }, 9, 3, "Lens[0].Stats[2]", "TopIDs has 1"},
+		{"lens top-k", func(rs []replay.Result) {
+			rs[0].Lens[0].Stats[2].TopLogp = nil
+			rs[0].Lens[0].Stats[2].TopIDs = []int32{4}
+		}, 9, 3, "Lens[0].Stats[2]", "TopIDs has 1"},
 		{"lens layer twice", func(rs []replay.Result) { rs[0].Lens[1].Layer = 3 }, 9, 3, "Lens[1].Layer", "appears twice"},
 		{"lens negative layer", func(rs []replay.Result) { rs[0].Lens[1].Layer = -2 }, 9, -2, "Lens[1].Layer", "out of range"},
 		{"hidden values", func(rs []replay.Result) { rs[1].Hidden[0].Values = rs[1].Hidden[0].Values[1:] }, 5, 3, "Hidden[0].Values", "want 4 positions x dim 2 = 8"},
