@@ -89,21 +89,3 @@ func TestEncodeMXFP4Errors(t *testing.T) {
 		t.Errorf("QuantizeMXFP4Row(0.3, -0.3; 2^-2) = % x, %v; want a2", packed[:1], err)
 	}
 }
-
-func TestDecodeFloats(t *testing.T) {
-	got := make([]float32, 2)
-	if err := Decode(got, BF16, []byte{0x80, 0x3f, 0x00, 0xc0}); err != nil || got[0] != 1 || got[1] != -2 {
-		t.Errorf("BF16: %v %v, want [1 -2]", got, err)
-	}
-	if err := Decode(got, F32, []byte{0, 0, 0x80, 0x3f, 0, 0, 0, 0xc0}); err != nil || got[0] != 1 || got[1] != -2 {
-		t.Errorf("F32: %v %v, want [1 -2]", got, err)
-	}
-	for _, tc := range []struct {
-		dt DType
-		n  int
-	}{{BF16, 3}, {F32, 7}, {U8, 2}} {
-		if err := Decode(got, tc.dt, make([]byte, tc.n)); !errors.Is(err, ErrArgument) {
-			t.Errorf("Decode(%s, %d bytes): %v, want ErrArgument", tc.dt, tc.n, err)
-		}
-	}
-}
