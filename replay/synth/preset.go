@@ -98,8 +98,8 @@ func (p Preset) TextConfig(n int) (model.TextConfig, error) {
 	c.LinearAttn.KDALayers, c.LinearAttn.FullAttnLayers = layerLists(n)
 	c.VocabSize = p.numBPE + NumSpecials
 	// The special ids sit at K3's offsets from the first special slot (K3_SPEC.md section 6).
-	c.BOSTokenID = p.numBPE      // [BOS]
-	c.EOSTokenID = p.numBPE + 2  // <|end_of_msg|>, the stop token, as text_config.eos_token_id in K3
+	c.BOSTokenID = p.numBPE       // [BOS]
+	c.EOSTokenID = p.numBPE + 2   // <|end_of_msg|>, the stop token, as text_config.eos_token_id in K3
 	c.PadTokenID = p.numBPE + 255 // [PAD]
 	return c, nil
 }

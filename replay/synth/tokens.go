@@ -162,7 +162,7 @@ func (b *builder) embedRow(t int, g *rng, out []float32) {
 		basis[j] = e
 		axpy(-dot(own, e), e, own)
 	}
-	ownScale := math.Sqrt((1-share)*float64(n)/dot(own, own))
+	ownScale := math.Sqrt((1 - share) * float64(n) / dot(own, own))
 	content := out[1+b.codeDims:]
 	for i := range content {
 		content[i] = float32(scale*c[i] + ownScale*own[i])
