@@ -106,6 +106,11 @@ func TestRoundTrip(t *testing.T) {
 					if !want.Schema.Equal(got.Schema) || !want.Schema.Metadata().Equal(got.Schema.Metadata()) {
 						t.Errorf("table %s schema:\n-want %v\n+got  %v", name, want.Schema, got.Schema)
 					}
+					for i, rec := range got.Records {
+						if !rec.Schema().Equal(want.Schema) || !rec.Schema().Metadata().Equal(want.Schema.Metadata()) {
+							t.Errorf("table %s batch %d schema:\n-want %v\n+got  %v", name, i, want.Schema, rec.Schema())
+						}
+					}
 					if want.NumRows() != got.NumRows() {
 						t.Errorf("table %s: -want %d rows +got %d", name, want.NumRows(), got.NumRows())
 					}
