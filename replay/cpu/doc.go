@@ -11,9 +11,10 @@
 // (sequence, head) pairs for KDA, (sequence, head, query block) for MLA, output blocks for MatMul,
 // (expert, row tile) for ExpertsAccumulate. Every element is computed by one goroutine in its fixed order,
 // so results are bit-identical for any thread count and for any wave a sequence shares. Products are
-// rounded to float32 before they are added (explicit conversions forbid fused multiply-add), so the bits
-// are the same on every GOARCH. Transcendentals (exp, tanh, sigmoid) are evaluated in float64 and rounded
-// to float32 once.
+// rounded to float32 before they are added (explicit conversions forbid fused multiply-add), so no compiler
+// or GOARCH fuses them differently. Transcendentals (exp, tanh, sigmoid, log) come from package math in
+// float64 and are rounded to float32 once; math may differ in the last float64 bit between architectures,
+// which moves a float32 result only in rare near-ties.
 //
 // Quick start:
 //

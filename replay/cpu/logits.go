@@ -69,7 +69,7 @@ func rowStats(l []float32, target int32, k int) ops.TokenStats {
 		x := float64(v) - float64(m)
 		e := math.Exp(x)
 		s += e
-		t += e * x
+		t += float64(e * x) // no fused multiply-add on any GOARCH
 	}
 	lse := float64(m) + math.Log(s)
 	st := ops.TokenStats{Entropy: float32(math.Log(s) - t/s)}

@@ -17,7 +17,7 @@ const (
 
 // MatMul returns out[i,j] = rounded(sum_k x[i,k] * w[j,k]) (x: n x k, w: m x k). The sum is one float32
 // accumulator per element running over k in strictly ascending order, each product rounded to float32
-// before it is added (no fused multiply-add, so every GOARCH gives the same bits): exactly the plain loop
+// before it is added (no fused multiply-add on any GOARCH): exactly the plain loop
 //
 //	for i, j: s := float32(0); for p := 0; p < k; p++ { s += float32(x[i,p] * w[j,p]) }; out[i,j] = rounded(s)
 //

@@ -57,8 +57,9 @@ func tensors(op string, names []string, xs ...ops.Tensor) ([]*Tensor, error) {
 	return out, nil
 }
 
+// checkDims refuses negative sizes and sizes whose element count overflows int.
 func checkDims(op string, rows, cols int) error {
-	if rows < 0 || cols < 0 || (cols > 0 && rows > math.MaxInt32*64/cols) {
+	if rows < 0 || cols < 0 || (cols > 0 && rows > math.MaxInt/cols) {
 		return shapeErr(op, "bad size %dx%d", rows, cols)
 	}
 	return nil
