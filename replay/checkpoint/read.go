@@ -24,6 +24,7 @@ type ReadStats struct {
 	Bytes       int64 // tensor bytes delivered into callers' buffers
 	DeviceBytes int64 // bytes asked of the OS: Bytes plus O_DIRECT's alignment overhang
 	Direct      int64 // segments read with O_DIRECT
+	Bounced     int64 // of those, segments copied through a bounce buffer (unaligned destination or ends)
 	Fallbacks   int64 // shards where O_DIRECT was refused and reads fell back to buffered I/O
 }
 
@@ -33,7 +34,7 @@ type reader struct {
 	slots  chan struct{}
 	seg    int64
 	direct bool
-	stats  struct{ tensors, bytes, device, direct, fallbacks atomic.Int64 }
+	stats  struct{ tensors, bytes, device, direct, bounced, fallbacks atomic.Int64 }
 	bounce sync.Pool // *[]byte, aligned, seg + 2*DirectAlignment long
 	// openDirect opens a shard with O_DIRECT; a field so tests can simulate a refusing file system.
 	openDirect func(path string) (*os.File, error)
@@ -117,7 +118,7 @@ func (d *Dir) Close() error {
 func (d *Dir) Stats() ReadStats {
 	s := &d.reader.stats
 	return ReadStats{Tensors: s.tensors.Load(), Bytes: s.bytes.Load(), DeviceBytes: s.device.Load(),
-		Direct: s.direct.Load(), Fallbacks: s.fallbacks.Load()}
+		Direct: s.direct.Load(), Bounced: s.bounced.Load(), Fallbacks: s.fallbacks.Load()}
 }
 
 // ReadInto reads the bytes of t into dst, which must be exactly t.Size long. Large tensors are split into
@@ -229,36 +230,39 @@ func (d *Dir) readSegment(s *shard, t Tensor, off int64, dst []byte) error {
 	return readErr(t, off, len(dst), n, err)
 }
 
-// readDirect reads the aligned range covering [off, off+len(dst)) and copies the wanted part out. When
-// dst, off and the length are all aligned it reads straight into dst (callers can arrange this for the
-// middle segments by allocating with AlignedBuffer at the tensor's offset modulo DirectAlignment).
+// readDirect reads the aligned range covering [off, off+len(dst)) into a bounce buffer and copies the
+// wanted part out. When dst, off and the length are all aligned it reads straight into dst (callers can
+// arrange this for the middle segments by allocating with AlignedBuffer at the tensor's offset modulo
+// DirectAlignment).
 func (d *Dir) readDirect(f *os.File, t Tensor, off int64, dst []byte) error {
 	const a = DirectAlignment
-	if off%a == 0 && isAligned(dst, a) {
-		n, err := f.ReadAt(dst, off)
-		d.stats.device.Add(int64(n))
-		d.stats.direct.Add(1)
-		return readErr(t, off, len(dst), n, err)
-	}
 	lo := off &^ (a - 1)
 	hi := (off + int64(len(dst)) + a - 1) &^ (a - 1)
-	bp := d.bounce.Get().(*[]byte)
-	defer d.bounce.Put(bp)
-	buf := *bp
-	if int64(len(buf)) < hi-lo { // a segment larger than the pool's buffers cannot happen; stay safe
-		buf = AlignedBuffer(int(hi-lo), a)
+	buf := dst
+	inPlace := lo == off && isAligned(dst, a)
+	if !inPlace {
+		bp := d.bounce.Get().(*[]byte)
+		defer d.bounce.Put(bp)
+		if buf = *bp; int64(len(buf)) < hi-lo { // a segment larger than the pool's buffers: not from ReadBatch
+			buf = AlignedBuffer(int(hi-lo), a)
+		}
+		buf = buf[:hi-lo]
 	}
-	// At the end of the file the aligned range overhangs it: ReadAt returns io.EOF with the bytes there are.
-	n, err := f.ReadAt(buf[:hi-lo], lo)
+	// At the end of the file the aligned range overhangs it: the read stops short, with what there is.
+	need := off + int64(len(dst)) - lo
+	n, err := preadDirect(f, buf, lo, int(need))
 	d.stats.device.Add(int64(n))
-	if err != nil && (err != io.EOF || int64(n) < off+int64(len(dst))-lo) {
-		got := max(0, min(int64(n)-(off-lo), int64(len(dst))))
-		if err == io.EOF {
+	if int64(n) < need {
+		if err == nil {
 			err = io.ErrUnexpectedEOF
 		}
+		got := max(0, min(int64(n)-(off-lo), int64(len(dst))))
 		return &ReadError{File: t.File, Tensor: t.Name, Offset: off, Len: int64(len(dst)), Got: got, Err: err}
 	}
-	copy(dst, buf[off-lo:])
+	if !inPlace {
+		copy(dst, buf[off-lo:])
+		d.stats.bounced.Add(1)
+	}
 	d.stats.direct.Add(1)
 	return nil
 }

@@ -124,8 +124,9 @@ func TestReadIntoAlignedDestination(t *testing.T) {
 	if !bytes.Equal(dst, x.bytes()) {
 		t.Error("bytes differ")
 	}
-	if st := d.Stats(); st.Fallbacks == 0 && st.DeviceBytes >= 2*st.Bytes {
-		t.Errorf("direct reads into an aligned destination still bounced: %+v", st)
+	// The first and last segments are partial blocks and must bounce; the middle ones must not.
+	if st := d.Stats(); st.Fallbacks == 0 && (st.Bounced != 2 || st.Direct < 20) {
+		t.Errorf("Stats = %+v, want 2 bounced of about 26 direct segments", st)
 	}
 }
 
