@@ -23,6 +23,7 @@ type WrongTensor struct {
 	Got  Tensor
 }
 
+// String renders the line Check's error uses: `tensor X: want [7168 576] BF16, got [7168 512] BF16`.
 func (w WrongTensor) String() string {
 	return fmt.Sprintf("tensor %s: want %s %s, got %s %s", w.Want.Name, ShapeString(w.Want.Shape), w.Want.DType,
 		ShapeString(w.Got.Shape), w.Got.DType)

@@ -15,7 +15,6 @@ import (
 // index and shards in agreement. It reads tensor data on demand (read.go) and is safe for concurrent use.
 type Dir struct {
 	path       string
-	opts       options
 	tensors    []Tensor // in file order: shards by name, then by offset
 	byName     map[string]int32
 	shards     []*shard // sorted by file name
@@ -39,7 +38,7 @@ func Open(dir string, opts ...Option) (*Dir, error) {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	d := &Dir{path: dir, opts: o, indexTotal: -1}
+	d := &Dir{path: dir, indexTotal: -1}
 	d.reader.init(o)
 	idx, err := readIndex(dir)
 	if err != nil {
