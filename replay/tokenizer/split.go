@@ -41,22 +41,23 @@ func Split(text string) []string {
 
 // forEachChunk applies the long-input rule: 400,000-character pieces (as Python slices a str), each cut
 // as Kimi's _split_whitespaces_or_nonwhitespaces does, with Python's str.isspace as the whitespace test.
-// A character is a code point; an invalid UTF-8 byte counts as one.
+// A character is a code point; an invalid UTF-8 byte counts as one. Text of at most MaxRunChars bytes
+// cannot reach either limit and passes through untouched.
 func forEachChunk(text string, yield func(string) bool) bool {
+	if len(text) <= MaxRunChars {
+		return len(text) == 0 || yield(text)
+	}
 	start, chars := 0, 0
-	for i := 0; i < len(text); {
+	for i := 0; i < len(text) && len(text)-start > MaxEncodeChars; { // fewer bytes than the limit: no cut
 		if chars == MaxEncodeChars {
 			if !splitRuns(text[start:i], yield) {
 				return false
 			}
 			start, chars = i, 0
+			continue
 		}
-		_, n := utf8.DecodeRuneInString(text[i:])
-		i += n
+		i += charSize(text, i)
 		chars++
-	}
-	if start == len(text) {
-		return true
 	}
 	return splitRuns(text[start:], yield)
 }
@@ -65,21 +66,54 @@ func forEachChunk(text string, yield func(string) bool) bool {
 // characters; a cut falls before the character that would exceed the limit.
 func splitRuns(s string, yield func(string) bool) bool {
 	start, run := 0, 0
-	r0, _ := utf8.DecodeRuneInString(s)
-	inSpace := isPythonSpace(r0)
+	inSpace := len(s) > 0 && pythonSpaceAt(s, 0)
 	for i := 0; i < len(s); {
-		r, n := utf8.DecodeRuneInString(s[i:])
-		if sp := isPythonSpace(r); sp != inSpace {
+		at := i
+		var sp bool
+		if b := s[i]; b < utf8.RuneSelf { // the hot path, kept inline
+			sp = pythonSpaceASCII[b]
+			i++
+		} else {
+			r, n := utf8.DecodeRuneInString(s[i:])
+			sp = isPythonSpace(r)
+			i += n
+		}
+		if sp != inSpace {
 			run, inSpace = 1, sp
 		} else if run++; run > MaxRunChars {
-			if !yield(s[start:i]) {
+			if !yield(s[start:at]) {
 				return false
 			}
-			start, run = i, 1
+			start, run = at, 1
 		}
-		i += n
 	}
 	return yield(s[start:])
+}
+
+// charSize is the size of the character at s[i]: 1 for ASCII and for a byte that is not valid UTF-8.
+func charSize(s string, i int) int {
+	if s[i] < utf8.RuneSelf {
+		return 1
+	}
+	_, n := utf8.DecodeRuneInString(s[i:])
+	return n
+}
+
+// pythonSpaceASCII is Python's str.isspace for the ASCII characters.
+var pythonSpaceASCII = func() (t [utf8.RuneSelf]bool) {
+	for b := range rune(utf8.RuneSelf) {
+		t[b] = isPythonSpace(b)
+	}
+	return t
+}()
+
+// pythonSpaceAt reports Python's str.isspace for the character at s[i].
+func pythonSpaceAt(s string, i int) bool {
+	if b := s[i]; b < utf8.RuneSelf {
+		return pythonSpaceASCII[b]
+	}
+	r, _ := utf8.DecodeRuneInString(s[i:])
+	return isPythonSpace(r)
 }
 
 // splitChunk yields the pattern's matches over s. They cover s without gaps: every character is matched
