@@ -104,6 +104,10 @@ func TestOpenDamage(t *testing.T) {
 			m := smallModel()
 			writeFile(t, dir, s1, shardBytes(append(m[s1], m[s2][3])))
 		}, []string{"tensor " + hd + ": is also in shard " + s1}, ErrIndex},
+		{"tensor twice in one shard", func(t *testing.T, dir string) {
+			writeFile(t, dir, s1, rawShard(`{"`+emb+`":{"dtype":"U8","shape":[1],"data_offsets":[0,1]},`+
+				`"`+emb+`":{"dtype":"U8","shape":[1],"data_offsets":[1,2]}}`, make([]byte, 2)))
+		}, []string{s1 + ": tensor " + emb + ": appears twice in the header"}, ErrHeader},
 		{"two damaged shards are both reported", func(t *testing.T, dir string) {
 			for _, s := range []string{s1, s2} {
 				b, _ := os.ReadFile(filepath.Join(dir, s))
