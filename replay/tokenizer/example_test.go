@@ -35,7 +35,7 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	for _, t := range chat[:13] {
+	for _, t := range chat {
 		fmt.Printf("%d %-10q message %d %s\n", t.ID, tok.Piece(t.ID), t.Message, t.Channel)
 	}
 	// Output:
@@ -53,4 +53,8 @@ func Example() {
 	// 34 "\""       message 0 structure
 	// 32773 "<|sep|>"  message 0 structure
 	// 3866 "Hi"       message 0 user
+	// 32772 "<|close|>" message 0 structure
+	// 4359 "message"  message 0 structure
+	// 32773 "<|sep|>"  message 0 structure
+	// 32770 "<|end_of_msg|>" message 0 structure
 }
