@@ -16,6 +16,7 @@ type tuning struct {
 	anchor float32 // κ: the embedding's value in hidden dim 0, which no sublayer writes
 	code   float32 // c: the embedding's value in its one routing-code dim per expert group
 	qTyp   float64 // the typical scale of the embedding inside a normed sublayer input (measured)
+	qOut   float64 // the same in the final normed state, where the embedding's share is larger (measured)
 
 	routerMargin float64 // logit gap between a token's experts and the rest, at qTyp
 	routerCenter float64 // typical router logit of a chosen expert (sigmoid in its sensitive range)
@@ -44,12 +45,12 @@ type tuning struct {
 
 // defaultTuning is the construction the presets are measured with (doc.go has the figures).
 var defaultTuning = tuning{
-	anchor: 1, code: 1, qTyp: 0.8,
+	anchor: 1, code: 1, qTyp: 0.8, qOut: 1.0,
 	routerMargin: 10, routerCenter: 2, routerCtx: 0.4, biasSpread: 0.02,
 	arContent: 0.5, arBonus: 0.5, arOut: 1.5, arJitter: 0.5,
 	normJitter: 0.05,
-	logitSea:   1.2, priorSlope: 1.5, priorKnee: 30, logitShift: -6,
-	top1Lo: 5.5, top1Hi: 9, gap2Lo: 1.5, gap2Hi: 3,
+	logitSea:   1.2, priorSlope: 1, priorKnee: 30, logitShift: -1,
+	top1Lo: 4.3, top1Hi: 9, gap2Lo: 1.5, gap2Hi: 3,
 	qkBias: 1, mlaScore: 1.5,
 }
 

@@ -90,7 +90,7 @@ func unitContent(g *rng, out []float32) {
 
 // lmRow fills lm_head row v: the content direction of v scaled so that an unrelated normed input gives a
 // logit of sd logitSea; the prior and a global shift in the anchor column (the anchor dim of the final
-// normed state is about qTyp*anchor); small weights on the code dims.
+// normed state is about qOut*anchor); small weights on the code dims.
 func (b *builder) lmRow(v int, g *rng, out []float32) {
 	c0 := 1 + b.codeDims
 	unitContent(g, out[c0:])
@@ -101,7 +101,7 @@ func (b *builder) lmRow(v int, g *rng, out []float32) {
 	for i := 1; i < c0; i++ {
 		out[i] = w * g.normal()
 	}
-	out[0] = float32((b.prior(v) + b.t.logitShift) / (b.t.qTyp * float64(b.t.anchor)))
+	out[0] = float32((b.prior(v) + b.t.logitShift) / (b.t.qOut * float64(b.t.anchor)))
 }
 
 // embedRow fills the embedding of token t: the anchor, its routing code, and content that gives each
@@ -129,7 +129,7 @@ func (b *builder) embedRow(t int, g *rng, out []float32) {
 		}
 		// lm_head turns content c into the logit sea/sqrt(n) * u.c * q: u.c = beta*n gives the
 		// successor beta*sea*q*sqrt(n) over its prior.
-		beta := max(logits[j]-b.prior(v), 0) / (b.t.logitSea * b.t.qTyp * math.Sqrt(float64(n)))
+		beta := max(logits[j]-b.prior(v), 0) / (b.t.logitSea * b.t.qOut * math.Sqrt(float64(n)))
 		rhs[j] = beta * float64(n)
 	}
 	alpha := solveGram(u, rhs)
