@@ -1,0 +1,185 @@
+package plotting
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+)
+
+// This file reads Arrow columns by name into accessors, so that the row readers do not care whether a
+// float column is float16, float32 or float64 and every mismatch is reported the same way: the table, the
+// column, what it is and what was wanted. The engine's schemas belong to replay/; nothing here defines
+// them, it only states what each plot needs.
+
+// ErrColumn is matched (errors.Is) by every error about a missing or mistyped column.
+var ErrColumn = errors.New("plotting: bad column")
+
+// columnError names the table (tokens, lens, ...) and column.
+func columnError(table, name, format string, args ...any) error {
+	return fmt.Errorf("%w: %s table: column %q: %s", ErrColumn, table, name, fmt.Sprintf(format, args...))
+}
+
+// findColumn returns the column called name, or an error listing the columns there are.
+func findColumn(rec arrow.RecordBatch, table, name string) (arrow.Array, error) {
+	idx := rec.Schema().FieldIndices(name)
+	if len(idx) == 0 {
+		names := make([]string, rec.Schema().NumFields())
+		for i, f := range rec.Schema().Fields() {
+			names[i] = f.Name
+		}
+		return nil, columnError(table, name, "missing (have %s)", strings.Join(names, ", "))
+	}
+	return rec.Column(idx[0]), nil
+}
+
+// intColumn reads an int32 or int64 column; nulls read as -1 (the engine's "none" for ids and messages).
+func intColumn(rec arrow.RecordBatch, table, name string) (func(i int) int32, error) {
+	col, err := findColumn(rec, table, name)
+	if err != nil {
+		return nil, err
+	}
+	switch a := col.(type) {
+	case *array.Int32:
+		return func(i int) int32 {
+			if a.IsNull(i) {
+				return -1
+			}
+			return a.Value(i)
+		}, nil
+	case *array.Int64:
+		return func(i int) int32 {
+			if a.IsNull(i) {
+				return -1
+			}
+			return int32(a.Value(i))
+		}, nil
+	}
+	return nil, columnError(table, name, "is %s, want int32", col.DataType())
+}
+
+// floatColumn reads a float16, float32 or float64 column; nulls read as NaN.
+func floatColumn(rec arrow.RecordBatch, table, name string) (func(i int) float64, error) {
+	col, err := findColumn(rec, table, name)
+	if err != nil {
+		return nil, err
+	}
+	f, ok := floatAt(col)
+	if !ok {
+		return nil, columnError(table, name, "is %s, want float32", col.DataType())
+	}
+	return f, nil
+}
+
+// floatAt returns an accessor for a floating-point array, ok false for other types.
+func floatAt(col arrow.Array) (func(i int) float64, bool) {
+	nan := math.NaN()
+	switch a := col.(type) {
+	case *array.Float32:
+		return func(i int) float64 {
+			if a.IsNull(i) {
+				return nan
+			}
+			return float64(a.Value(i))
+		}, true
+	case *array.Float64:
+		return func(i int) float64 {
+			if a.IsNull(i) {
+				return nan
+			}
+			return a.Value(i)
+		}, true
+	case *array.Float16:
+		return func(i int) float64 {
+			if a.IsNull(i) {
+				return nan
+			}
+			return float64(a.Value(i).Float32())
+		}, true
+	}
+	return nil, false
+}
+
+// stringColumn reads a utf8 column; nulls read as "".
+func stringColumn(rec arrow.RecordBatch, table, name string) (func(i int) string, error) {
+	col, err := findColumn(rec, table, name)
+	if err != nil {
+		return nil, err
+	}
+	switch a := col.(type) {
+	case *array.String:
+		return a.Value, nil
+	case *array.LargeString:
+		return a.Value, nil
+	case *array.StringView:
+		return a.Value, nil
+	}
+	return nil, columnError(table, name, "is %s, want utf8", col.DataType())
+}
+
+// listColumn checks that name is a list (of any length kind) and returns it with its values array.
+func listColumn(rec arrow.RecordBatch, table, name, want string) (array.ListLike, arrow.Array, error) {
+	col, err := findColumn(rec, table, name)
+	if err != nil {
+		return nil, nil, err
+	}
+	l, ok := col.(array.ListLike)
+	if !ok {
+		return nil, nil, columnError(table, name, "is %s, want %s", col.DataType(), want)
+	}
+	return l, l.ListValues(), nil
+}
+
+// intListColumn reads a list<int32> column; a null list reads as empty.
+func intListColumn(rec arrow.RecordBatch, table, name string) (func(i int) []int32, error) {
+	l, values, err := listColumn(rec, table, name, "list<int32>")
+	if err != nil {
+		return nil, err
+	}
+	v, ok := values.(*array.Int32)
+	if !ok {
+		return nil, columnError(table, name, "is %s, want list<int32>", l.DataType())
+	}
+	return func(i int) []int32 {
+		if l.IsNull(i) {
+			return nil
+		}
+		start, end := l.ValueOffsets(i)
+		out := make([]int32, end-start)
+		for k := range out {
+			out[k] = v.Value(int(start) + k)
+		}
+		return out
+	}, nil
+}
+
+// floatListColumn reads a list<float32> (or float16, float64) column; a null list reads as empty.
+func floatListColumn(rec arrow.RecordBatch, table, name string) (func(i int) []float64, error) {
+	l, values, err := listColumn(rec, table, name, "list<float32>")
+	if err != nil {
+		return nil, err
+	}
+	f, ok := floatAt(values)
+	if !ok {
+		return nil, columnError(table, name, "is %s, want list<float32>", l.DataType())
+	}
+	return func(i int) []float64 {
+		if l.IsNull(i) {
+			return nil
+		}
+		start, end := l.ValueOffsets(i)
+		out := make([]float64, end-start)
+		for k := range out {
+			out[k] = f(int(start) + k)
+		}
+		return out
+	}, nil
+}
+
+// hasColumn reports whether rec has a column called name (for optional columns).
+func hasColumn(rec arrow.RecordBatch, name string) bool {
+	return len(rec.Schema().FieldIndices(name)) > 0
+}

@@ -1,0 +1,165 @@
+package plotting
+
+import (
+	"fmt"
+
+	"github.com/apache/arrow-go/v18/arrow"
+)
+
+// The plain rows each plot takes. A notebook gets them from the engine's Arrow tables with the *Rows
+// functions below, which read columns by name; a test or another tool can build them directly.
+
+// TokenRow is one position of a replayed sequence, from the tokens table. The prediction fields
+// (TargetID, Logprob, Rank, Entropy, TopK*) are about the next token: row p says how well the model,
+// having read tokens 0..p, predicted token p+1.
+type TokenRow struct {
+	SeqID, Pos   int32
+	TokenID      int32
+	Token        string  // the text piece of TokenID
+	TargetID     int32   // the next token; -1 at the last position
+	Logprob      float64 // log-probability of TargetID; NaN at the last position
+	Rank         int32   // rank of TargetID among all tokens, 1 = top
+	Entropy      float64 // of the next-token distribution, nats; NaN when the table has no entropy column
+	TopKIDs      []int32 // the most likely next tokens, most likely first
+	TopKLogprobs []float64
+}
+
+// LensRow is one logit-lens readout: the entropy of the next-token distribution read from the output of
+// Layer at position Pos, from the lens table.
+type LensRow struct {
+	SeqID, Pos, Layer int32
+	Entropy           float64 // nats
+}
+
+// RouterRow is the experts one token was routed to in one MoE layer, from the router table.
+type RouterRow struct {
+	SeqID, Pos, Layer int32
+	ExpertIDs         []int32
+}
+
+// AttnResRow is the AttnRes mixing weights of one sublayer input at one position, from the attnres table:
+// a softmax over the block vectors so far followed by the partial sum of the current block, so
+// len(Weights) is the number of completed blocks plus one.
+type AttnResRow struct {
+	SeqID, Pos, Layer int32
+	Site              string // "attn", "mlp" or "output"
+	Weights           []float64
+}
+
+// TokenRows reads the tokens table. Required columns: seq_id, pos, token_id, token, target_id, logprob,
+// rank. Optional: entropy, topk_ids, topk_logprobs (their fields stay NaN or empty when absent).
+func TokenRows(recs ...arrow.RecordBatch) ([]TokenRow, error) {
+	var rows []TokenRow
+	for _, rec := range recs {
+		const t = "tokens"
+		seq, err1 := intColumn(rec, t, "seq_id")
+		pos, err2 := intColumn(rec, t, "pos")
+		id, err3 := intColumn(rec, t, "token_id")
+		tok, err4 := stringColumn(rec, t, "token")
+		target, err5 := intColumn(rec, t, "target_id")
+		lp, err6 := floatColumn(rec, t, "logprob")
+		rank, err7 := intColumn(rec, t, "rank")
+		if err := firstError(err1, err2, err3, err4, err5, err6, err7); err != nil {
+			return nil, err
+		}
+		var entropy func(int) float64
+		var topIDs func(int) []int32
+		var topLPs func(int) []float64
+		if hasColumn(rec, "entropy") {
+			if entropy, err1 = floatColumn(rec, t, "entropy"); err1 != nil {
+				return nil, err1
+			}
+		}
+		if hasColumn(rec, "topk_ids") || hasColumn(rec, "topk_logprobs") {
+			topIDs, err1 = intListColumn(rec, t, "topk_ids")
+			topLPs, err2 = floatListColumn(rec, t, "topk_logprobs")
+			if err := firstError(err1, err2); err != nil {
+				return nil, err
+			}
+		}
+		for i := 0; i < int(rec.NumRows()); i++ {
+			r := TokenRow{SeqID: seq(i), Pos: pos(i), TokenID: id(i), Token: tok(i), TargetID: target(i),
+				Logprob: lp(i), Rank: rank(i), Entropy: nan}
+			if entropy != nil {
+				r.Entropy = entropy(i)
+			}
+			if topIDs != nil {
+				r.TopKIDs, r.TopKLogprobs = topIDs(i), topLPs(i)
+				if len(r.TopKIDs) != len(r.TopKLogprobs) {
+					return nil, fmt.Errorf("plotting: tokens table: seq %d pos %d: %d topk_ids but %d topk_logprobs",
+						r.SeqID, r.Pos, len(r.TopKIDs), len(r.TopKLogprobs))
+				}
+			}
+			rows = append(rows, r)
+		}
+	}
+	return rows, nil
+}
+
+// LensRows reads the lens table: seq_id, pos, layer, entropy.
+func LensRows(recs ...arrow.RecordBatch) ([]LensRow, error) {
+	var rows []LensRow
+	for _, rec := range recs {
+		const t = "lens"
+		seq, err1 := intColumn(rec, t, "seq_id")
+		pos, err2 := intColumn(rec, t, "pos")
+		layer, err3 := intColumn(rec, t, "layer")
+		ent, err4 := floatColumn(rec, t, "entropy")
+		if err := firstError(err1, err2, err3, err4); err != nil {
+			return nil, err
+		}
+		for i := 0; i < int(rec.NumRows()); i++ {
+			rows = append(rows, LensRow{SeqID: seq(i), Pos: pos(i), Layer: layer(i), Entropy: ent(i)})
+		}
+	}
+	return rows, nil
+}
+
+// RouterRows reads the router table: seq_id, pos, layer, expert_ids.
+func RouterRows(recs ...arrow.RecordBatch) ([]RouterRow, error) {
+	var rows []RouterRow
+	for _, rec := range recs {
+		const t = "router"
+		seq, err1 := intColumn(rec, t, "seq_id")
+		pos, err2 := intColumn(rec, t, "pos")
+		layer, err3 := intColumn(rec, t, "layer")
+		ids, err4 := intListColumn(rec, t, "expert_ids")
+		if err := firstError(err1, err2, err3, err4); err != nil {
+			return nil, err
+		}
+		for i := 0; i < int(rec.NumRows()); i++ {
+			rows = append(rows, RouterRow{SeqID: seq(i), Pos: pos(i), Layer: layer(i), ExpertIDs: ids(i)})
+		}
+	}
+	return rows, nil
+}
+
+// AttnResRows reads the attnres table: seq_id, pos, layer, site, weights.
+func AttnResRows(recs ...arrow.RecordBatch) ([]AttnResRow, error) {
+	var rows []AttnResRow
+	for _, rec := range recs {
+		const t = "attnres"
+		seq, err1 := intColumn(rec, t, "seq_id")
+		pos, err2 := intColumn(rec, t, "pos")
+		layer, err3 := intColumn(rec, t, "layer")
+		site, err4 := stringColumn(rec, t, "site")
+		w, err5 := floatListColumn(rec, t, "weights")
+		if err := firstError(err1, err2, err3, err4, err5); err != nil {
+			return nil, err
+		}
+		for i := 0; i < int(rec.NumRows()); i++ {
+			rows = append(rows, AttnResRow{SeqID: seq(i), Pos: pos(i), Layer: layer(i), Site: site(i), Weights: w(i)})
+		}
+	}
+	return rows, nil
+}
+
+// firstError returns the first non-nil error.
+func firstError(errs ...error) error {
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,123 @@
+package plotting
+
+import (
+	"fmt"
+	"html"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// StripOptions chooses what LogprobStrip shows.
+type StripOptions struct {
+	Seq int32 // the sequence (seq_id)
+	// Decode gives the text of a token id, for the alternatives in the tooltips; nil shows ids as #123.
+	Decode func(id int32) string
+	// MaxSurprise is the surprise (nats) shaded fully; larger ones are shaded the same. Default 10.
+	MaxSurprise float64
+	// TopK is how many alternatives a tooltip lists; default 5.
+	TopK int
+}
+
+// Shading of the strip: a token is drawn on red with opacity surprise/MaxSurprise.
+const (
+	defaultMaxSurprise = 10.0
+	defaultStripTopK   = 5
+	shadeRGB           = "220,38,38"
+)
+
+// LogprobStrip renders a sequence as HTML text in which each token's background is shaded by its surprise,
+// -logprob in nats, the darker the more surprising; hovering a token shows its logprob, probability, rank,
+// the entropy of the prediction and the top alternatives. Token text is HTML-escaped; a newline token
+// shows as ↵ and breaks the line.
+//
+// The surprise of token p is read from row p-1 (its target is token p), so the first token has none and
+// is drawn unshaded; a row whose target_id is not the next row's token_id is an error (rows from two
+// different sequences, or a broken table). Each span carries data-pos and, when shaded, data-surprise.
+func LogprobStrip(rows []TokenRow, opts StripOptions) (string, error) {
+	if opts.MaxSurprise <= 0 {
+		opts.MaxSurprise = defaultMaxSurprise
+	}
+	if opts.TopK <= 0 {
+		opts.TopK = defaultStripTopK
+	}
+	seq := make([]TokenRow, 0, len(rows))
+	for _, r := range rows {
+		if r.SeqID == opts.Seq {
+			seq = append(seq, r)
+		}
+	}
+	if len(seq) == 0 {
+		return "", inputError("LogprobStrip: no rows for seq %d (of %d rows)", opts.Seq, len(rows))
+	}
+	slices.SortFunc(seq, func(a, b TokenRow) int { return int(a.Pos) - int(b.Pos) })
+	for i := 1; i < len(seq); i++ {
+		if seq[i].Pos == seq[i-1].Pos {
+			return "", inputError("LogprobStrip: seq %d pos %d appears twice", opts.Seq, seq[i].Pos)
+		}
+	}
+
+	var b strings.Builder
+	b.WriteString(`<div style="font-family:ui-monospace,Menlo,Consolas,monospace;font-size:13px;line-height:1.9;` +
+		`white-space:pre-wrap;word-break:break-word;max-width:780px">`)
+	for i, r := range seq {
+		var prev *TokenRow
+		if i > 0 && seq[i-1].Pos == r.Pos-1 {
+			prev = &seq[i-1]
+			if prev.TargetID != r.TokenID {
+				return "", inputError("LogprobStrip: seq %d pos %d: target_id %d but the next token_id is %d",
+					opts.Seq, prev.Pos, prev.TargetID, r.TokenID)
+			}
+		}
+		writeToken(&b, r, prev, opts)
+	}
+	b.WriteString("</div>\n")
+	fmt.Fprintf(&b, `<div style="font-family:sans-serif;font-size:11px;color:#555">surprise −log p: 0 `+
+		`<span style="display:inline-block;width:120px;height:9px;vertical-align:middle;`+
+		`background:linear-gradient(to right,rgba(%s,0),rgba(%s,1))"></span> %s nats and more</div>`,
+		shadeRGB, shadeRGB, strconv.FormatFloat(opts.MaxSurprise, 'g', 4, 64))
+	return b.String(), nil
+}
+
+// writeToken writes one token's span; prev is the row that predicted it, nil when there is none.
+func writeToken(b *strings.Builder, r TokenRow, prev *TokenRow, opts StripOptions) {
+	text := html.EscapeString(r.Token)
+	if text == "" {
+		text = `<span style="color:#aaa">∅</span>`
+	}
+	text = strings.ReplaceAll(text, "\n", "↵\n")
+	tip := fmt.Sprintf("pos %d · token %q (#%d)", r.Pos, r.Token, r.TokenID)
+	if prev == nil || math.IsNaN(prev.Logprob) {
+		fmt.Fprintf(b, `<span data-pos="%d" title="%s">%s</span>`, r.Pos, html.EscapeString(tip+"\nno prediction"), text)
+		return
+	}
+	surprise := -prev.Logprob
+	alpha := math.Max(0, math.Min(1, surprise/opts.MaxSurprise))
+	tip += fmt.Sprintf("\nlogprob %.3f (p = %.3g) · rank %d", prev.Logprob, math.Exp(prev.Logprob), prev.Rank)
+	if !math.IsNaN(prev.Entropy) {
+		tip += fmt.Sprintf("\nentropy %.3f nats", prev.Entropy)
+	}
+	if alts := alternatives(*prev, opts); alts != "" {
+		tip += "\ntop: " + alts
+	}
+	fmt.Fprintf(b, `<span data-pos="%d" data-surprise="%.4f" title="%s" style="background:rgba(%s,%.3f);border-radius:2px">%s</span>`,
+		r.Pos, surprise, html.EscapeString(tip), shadeRGB, alpha, text)
+}
+
+// alternatives lists the first opts.TopK predictions of r as 'text' logprob, ...
+func alternatives(r TokenRow, opts StripOptions) string {
+	var parts []string
+	for k := 0; k < len(r.TopKIDs) && k < opts.TopK; k++ {
+		parts = append(parts, fmt.Sprintf("%s %.2f", tokenLabel(r.TopKIDs[k], opts.Decode), r.TopKLogprobs[k]))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// tokenLabel is the quoted text of id (so that spaces and newlines show), or #id without a decoder.
+func tokenLabel(id int32, decode func(int32) string) string {
+	if decode == nil {
+		return fmt.Sprintf("#%d", id)
+	}
+	return strconv.Quote(decode(id))
+}

@@ -1,0 +1,118 @@
+package plotting
+
+import (
+	"fmt"
+	"image/color"
+	"math"
+
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+)
+
+// Alternative is one candidate next token in a top-k figure.
+type Alternative struct {
+	Label   string  // what the bar is called: the token text, quoted so that spaces show
+	Logprob float64 // natural log of its probability, <= 0
+	Target  bool    // the token that actually came next; drawn in its own colour
+}
+
+// Bar colours: the alternatives in blue, the token that came next in orange.
+var (
+	barColor    = color.RGBA{0x4e, 0x79, 0xa7, 0xff}
+	targetColor = color.RGBA{0xf2, 0x8e, 0x2b, 0xff}
+)
+
+// TopK draws alternatives as horizontal bars of probability (exp of the logprob), the first at the top,
+// each labelled with its percentage. title may be empty.
+func TopK(alts []Alternative, title string) (*Figure, error) {
+	if len(alts) == 0 {
+		return nil, inputError("TopK: no alternatives")
+	}
+	if title == "" {
+		title = "Top next-token predictions"
+	}
+	p := newPlot(title, "probability", "")
+	n := len(alts)
+	names := make([]string, n)
+	var labels plotter.XYLabels
+	maxP := 0.0
+	legend := false // one legend entry for the target colour
+	for i, a := range alts {
+		if math.IsNaN(a.Logprob) || a.Logprob > 1e-6 {
+			return nil, inputError("TopK: alternative %d (%s): logprob %v, want <= 0", i, a.Label, a.Logprob)
+		}
+		y := float64(n - 1 - i) // the first alternative at the top
+		prob := math.Exp(a.Logprob)
+		maxP = math.Max(maxP, prob)
+		bar, err := plotter.NewBarChart(plotter.Values{prob}, vg.Length(14))
+		if err != nil {
+			return nil, fmt.Errorf("plotting: TopK: %w", err)
+		}
+		bar.Horizontal, bar.XMin = true, y
+		bar.Color, bar.LineStyle.Width = barColor, 0
+		if a.Target {
+			bar.Color = targetColor
+			if !legend {
+				p.Legend.Add("the token that came next", bar)
+				legend = true
+			}
+		}
+		p.Add(bar)
+		names[n-1-i] = a.Label
+		labels.XYs = append(labels.XYs, plotter.XY{X: prob, Y: y})
+		labels.Labels = append(labels.Labels, fmt.Sprintf("%.1f%%", 100*prob))
+	}
+	text, err := plotter.NewLabels(labels)
+	if err != nil {
+		return nil, fmt.Errorf("plotting: TopK: %w", err)
+	}
+	for i := range text.TextStyle {
+		text.TextStyle[i].Font.Size = tickSize
+		text.TextStyle[i].YAlign = draw.YCenter
+	}
+	text.Offset = vg.Point{X: vg.Length(4)}
+	p.Add(text)
+	p.NominalY(names...)
+	p.Legend.Top = false // bottom right: the least likely bars are the shortest
+	p.X.Min, p.X.Max = 0, math.Min(1, maxP*1.2+0.02) // room for the percentages
+	height := vg.Length(math.Max(200, 90+24*float64(n)))
+	return &Figure{Plot: p, Width: DefaultWidth, Height: height}, nil
+}
+
+// TopKAt draws the top-k predictions stored in the tokens row at (seq, pos): what the model expected after
+// that token. The token that actually came next is orange; when it is not among the top k it is added as
+// a last bar with its rank. decode gives token text for the labels (nil labels by id).
+func TopKAt(rows []TokenRow, seq, pos int32, decode func(int32) string) (*Figure, error) {
+	var row *TokenRow
+	for i := range rows {
+		if rows[i].SeqID == seq && rows[i].Pos == pos {
+			row = &rows[i]
+			break
+		}
+	}
+	if row == nil {
+		return nil, inputError("TopKAt: no tokens row for seq %d pos %d", seq, pos)
+	}
+	if len(row.TopKIDs) == 0 {
+		return nil, inputError("TopKAt: seq %d pos %d has no top-k (was the tokens table read without topk_ids?)", seq, pos)
+	}
+	if len(row.TopKIDs) != len(row.TopKLogprobs) {
+		return nil, inputError("TopKAt: seq %d pos %d: %d topk_ids but %d topk_logprobs", seq, pos,
+			len(row.TopKIDs), len(row.TopKLogprobs))
+	}
+	alts := make([]Alternative, len(row.TopKIDs))
+	found := false
+	for k, id := range row.TopKIDs {
+		alts[k] = Alternative{Label: tokenLabel(id, decode), Logprob: row.TopKLogprobs[k], Target: id == row.TargetID}
+		found = found || alts[k].Target
+	}
+	if !found && row.TargetID >= 0 && !math.IsNaN(row.Logprob) {
+		alts = append(alts, Alternative{
+			Label:   fmt.Sprintf("%s (rank %d)", tokenLabel(row.TargetID, decode), row.Rank),
+			Logprob: row.Logprob, Target: true,
+		})
+	}
+	title := fmt.Sprintf("Next token after %q (seq %d, pos %d)", row.Token, seq, pos)
+	return TopK(alts, title)
+}
