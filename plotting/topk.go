@@ -74,7 +74,7 @@ func TopK(alts []Alternative, title string) (*Figure, error) {
 	text.Offset = vg.Point{X: vg.Length(4)}
 	p.Add(text)
 	p.NominalY(names...)
-	p.Legend.Top = false // bottom right: the least likely bars are the shortest
+	p.Legend.Top = false                             // bottom right: the least likely bars are the shortest
 	p.X.Min, p.X.Max = 0, math.Min(1, maxP*1.2+0.02) // room for the percentages
 	height := vg.Length(math.Max(200, 90+24*float64(n)))
 	return &Figure{Plot: p, Width: DefaultWidth, Height: height}, nil
