@@ -1,0 +1,126 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/potato-k3/potato-k3/replay/tokenizer"
+)
+
+func init() {
+	commands["tokenize"] = command{"show the tokens of text or chat conversations: id, piece, message, channel", runTokenize}
+}
+
+// runTokenize parses `potato tokenize --model DIR (--text STRING [--special] | --chat FILE --thinking on|off)`.
+func runTokenize(ctx context.Context, args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("tokenize", flag.ContinueOnError)
+	fs.SetOutput(os.Stderr)
+	model := fs.String("model", "", "model directory with tiktoken.model and tokenizer_config.json")
+	text := fs.String("text", "", "raw text to tokenize (no BOS is added)")
+	special := fs.Bool("special", false, "with --text: names of special tokens such as <|open|> become special ids")
+	chat := fs.String("chat", "", "JSONL file of conversations, one per line (- for stdin)")
+	thinking := fs.String("thinking", "", "with --chat, required: on or off")
+	fs.Usage = func() {
+		fmt.Fprintln(os.Stderr, "usage: potato tokenize --model DIR (--text STRING [--special] | --chat FILE --thinking on|off)\n\n"+
+			"A conversation line looks like {\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}],\n"+
+			"\"thinking_effort\": \"high\", \"add_generation_prompt\": true}.\n\nflags:")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	textSet := false
+	fs.Visit(func(f *flag.Flag) { textSet = textSet || f.Name == "text" })
+	if *model == "" || textSet == (*chat != "") || fs.NArg() > 0 {
+		fs.Usage()
+		return errors.New("tokenize: --model DIR and exactly one of --text or --chat are required")
+	}
+	tok, err := tokenizer.Load(*model)
+	if err != nil {
+		return err
+	}
+	if textSet {
+		return printTokens(stdout, tok, tok.EncodeText(*text, *special))
+	}
+	var mode tokenizer.Thinking
+	switch *thinking {
+	case "on":
+		mode = tokenizer.ThinkingOn
+	case "off":
+		mode = tokenizer.ThinkingOff
+	default:
+		return fmt.Errorf("tokenize: --chat needs --thinking on or --thinking off (got %q)", *thinking)
+	}
+	return tokenizeChats(ctx, stdout, tok, *chat, mode)
+}
+
+// tokenizeChats prints the tokens of every conversation in a JSONL file.
+func tokenizeChats(ctx context.Context, w io.Writer, tok *tokenizer.Tokenizer, path string, mode tokenizer.Thinking) error {
+	var r io.Reader = os.Stdin
+	if path != "-" {
+		f, err := os.Open(path)
+		if err != nil {
+			return fmt.Errorf("tokenize: %w", err)
+		}
+		defer f.Close()
+		r = f
+	}
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 1<<20), 1<<30)
+	for line := 1; sc.Scan(); line++ {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if strings.TrimSpace(sc.Text()) == "" {
+			continue
+		}
+		var c tokenizer.Conversation
+		dec := json.NewDecoder(strings.NewReader(sc.Text()))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&c); err != nil {
+			return fmt.Errorf("tokenize: %s:%d: %w", path, line, err)
+		}
+		c.Thinking = mode
+		tokens, err := tok.EncodeConversation(c)
+		if err != nil {
+			return fmt.Errorf("tokenize: %s:%d: %w", path, line, err)
+		}
+		id := c.ID
+		if id == "" {
+			id = "line " + strconv.Itoa(line)
+		}
+		fmt.Fprintf(w, "# conversation %s: %d messages, %d tokens\n", id, len(c.Messages), len(tokens))
+		if err := printTokens(w, tok, tokens); err != nil {
+			return err
+		}
+		fmt.Fprintln(w)
+	}
+	if err := sc.Err(); err != nil {
+		return fmt.Errorf("tokenize: %s: %w", path, err)
+	}
+	return nil
+}
+
+// printTokens writes one row per token: position, id, the piece in backquotes (control characters escaped,
+// partial UTF-8 bytes as <0xNN>), the message index (- for none) and the channel.
+func printTokens(w io.Writer, tok *tokenizer.Tokenizer, tokens []tokenizer.Token) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "pos\tid\tpiece\tmessage\tchannel")
+	for i, t := range tokens {
+		msg := "-"
+		if t.Message >= 0 {
+			msg = strconv.Itoa(t.Message)
+		}
+		fmt.Fprintf(tw, "%d\t%d\t`%s`\t%s\t%s\n", i, t.ID, tok.Piece(t.ID), msg, t.Channel)
+	}
+	return tw.Flush()
+}
