@@ -64,6 +64,10 @@ func Write(ctx context.Context, dir string, o Options) (*Layout, error) {
 		os.RemoveAll(tmp)
 		return nil, err
 	}
+	if err := os.Chmod(tmp, 0o755); err != nil { // MkdirTemp makes it private
+		os.RemoveAll(tmp)
+		return nil, fmt.Errorf("synth: %w", err)
+	}
 	if err := os.Remove(dir); err != nil && !errors.Is(err, fs.ErrNotExist) { // an empty target
 		os.RemoveAll(tmp)
 		return nil, fmt.Errorf("synth: %w", err)

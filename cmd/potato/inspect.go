@@ -1,0 +1,160 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/potato-k3/potato-k3/replay/checkpoint"
+	"github.com/potato-k3/potato-k3/replay/model"
+)
+
+func init() {
+	commands["inspect"] = command{"audit a model directory against the K3 layer plan and tensor manifest", runInspect}
+}
+
+// errDamaged is returned when the audit found violations; they have been printed already.
+var errDamaged = errors.New("inspect: the directory does not match the spec")
+
+// runInspect parses `potato inspect DIR` and prints the audit: the layer map, tensor counts and bytes per
+// layer kind and in total, dtypes, and every violation of the spec, each naming its file and tensor.
+func runInspect(_ context.Context, args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("inspect", flag.ContinueOnError)
+	fs.SetOutput(os.Stderr)
+	layers := fs.Bool("layers", true, "print one line per layer")
+	fs.Usage = func() {
+		fmt.Fprintln(os.Stderr, "usage: potato inspect [-layers=false] DIR")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 {
+		fs.Usage()
+		return errors.New("inspect: want exactly one model directory")
+	}
+	return inspect(fs.Arg(0), *layers, stdout)
+}
+
+// inspect audits dir. A config that cannot be planned, a shard or index that cannot be opened, or
+// tensors that differ from the manifest are printed and make it return errDamaged (wrapped with a count).
+func inspect(dir string, perLayer bool, w io.Writer) error {
+	plan, err := model.ReadFile(dir)
+	if err != nil {
+		fmt.Fprintf(w, "VIOLATION config.json: %v\n", err)
+		return fmt.Errorf("%w: %s: %v", errDamaged, dir, err)
+	}
+	d, err := checkpoint.Open(dir)
+	if err != nil {
+		n := printJoined(w, err)
+		return fmt.Errorf("%w: %s: %d problems reading the shards and index", errDamaged, dir, n)
+	}
+	defer d.Close()
+	c := plan.Config
+	fmt.Fprintf(w, "%s: kimi_k3, %d layers, hidden %d, vocabulary %d, %d experts (%d active, %d shared), AttnRes blocks of %d\n",
+		dir, c.NumHiddenLayers, c.HiddenSize, c.VocabSize, c.NumExperts, c.NumExpertsPerToken, c.NumSharedExperts, c.AttnResBlockSize)
+	printLayerMap(w, plan)
+	tally := tallyTensors(d.Tensors(), plan)
+	if perLayer {
+		printLayers(w, plan, tally)
+	}
+	printKinds(w, plan, tally)
+	sum := d.Summary()
+	fmt.Fprintln(w, sum.String())
+	problems := 0
+	if sum.IndexTotalSize >= 0 && sum.IndexTotalSize != sum.Bytes {
+		fmt.Fprintf(w, "VIOLATION %s: metadata.total_size %d, the shards hold %d bytes of tensor data\n",
+			checkpoint.IndexFile, sum.IndexTotalSize, sum.Bytes)
+		problems++
+	}
+	if err := d.Check(plan.Tensors(), model.IgnoredPrefixes...); err != nil {
+		problems += printMismatch(w, err)
+	}
+	if problems > 0 {
+		return fmt.Errorf("%w: %s: %d problems", errDamaged, dir, problems)
+	}
+	fmt.Fprintln(w, "OK: every tensor the plan requires is present with its dtype and shape; nothing else but the image path")
+	return nil
+}
+
+// printJoined prints each error of a (possibly joined) error on its own VIOLATION line and counts them.
+func printJoined(w io.Writer, err error) int {
+	var errs []error
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		errs = j.Unwrap()
+	} else {
+		errs = []error{err}
+	}
+	for _, e := range errs {
+		fmt.Fprintf(w, "VIOLATION %v\n", e)
+	}
+	return len(errs)
+}
+
+// printMismatch prints every entry of a *checkpoint.MismatchError with the file that holds the tensor.
+func printMismatch(w io.Writer, err error) int {
+	var m *checkpoint.MismatchError
+	if !errors.As(err, &m) {
+		return printJoined(w, err)
+	}
+	for _, s := range m.Missing {
+		fmt.Fprintf(w, "VIOLATION (no shard): tensor %s: missing, want %s %s\n", s.Name, checkpoint.ShapeString(s.Shape), s.DType)
+	}
+	for _, x := range m.Wrong {
+		fmt.Fprintf(w, "VIOLATION %s: tensor %s: want %s %s, got %s %s\n", x.Got.File, x.Want.Name,
+			checkpoint.ShapeString(x.Want.Shape), x.Want.DType, checkpoint.ShapeString(x.Got.Shape), x.Got.DType)
+	}
+	for _, t := range m.Unused {
+		fmt.Fprintf(w, "VIOLATION %s: tensor %s: not part of the model (%s %s)\n", t.File, t.Name, checkpoint.ShapeString(t.Shape), t.DType)
+	}
+	for _, n := range m.Duplicated {
+		fmt.Fprintf(w, "VIOLATION (layer plan): tensor %s listed twice\n", n)
+	}
+	return len(m.Missing) + len(m.Wrong) + len(m.Unused) + len(m.Duplicated)
+}
+
+// tally counts the tensors of a directory by where they belong.
+type tally struct {
+	layerTensors []int
+	layerBytes   []int64 // everything of the layer, experts included
+	expertBytes  []int64
+	global       int
+	globalBytes  int64
+	ignored      int
+	ignoredBytes int64
+	other        int // names outside every known place (reported by Check as unused)
+}
+
+func tallyTensors(ts []checkpoint.Tensor, plan *model.Plan) tally {
+	n := len(plan.Layers)
+	t := tally{layerTensors: make([]int, n), layerBytes: make([]int64, n), expertBytes: make([]int64, n)}
+	prefix := model.TextPrefix + "layers."
+	for _, x := range ts {
+		switch {
+		case model.Ignored(x.Name):
+			t.ignored++
+			t.ignoredBytes += x.Size
+		case strings.HasPrefix(x.Name, prefix):
+			num, _, _ := strings.Cut(x.Name[len(prefix):], ".")
+			i, err := strconv.Atoi(num)
+			if err != nil || i < 0 || i >= n {
+				t.other++
+				continue
+			}
+			t.layerTensors[i]++
+			t.layerBytes[i] += x.Size
+			if strings.Contains(x.Name, ".experts.") {
+				t.expertBytes[i] += x.Size
+			}
+		default:
+			t.global++
+			t.globalBytes += x.Size
+		}
+	}
+	return t
+}
