@@ -135,7 +135,7 @@ func testAdd(s *suite) {
 		}
 		got := s.host(out, n, 33)
 		s.close(fmt.Sprintf("Add %d rows", n), got, ref, 33, s.tol(ref))
-		s.roundedOutput("Add", got)
+		s.roundedOutput("Add", got, ref)
 		s.free(a, b, out)
 	}
 }

@@ -30,7 +30,7 @@ func testMatMul(s *suite) {
 			ref := refMatMul(xv, wv, n, m, k, s.rd)
 			got := s.host(out, n, m)
 			s.close(fmt.Sprintf("MatMul %dx%d by %dx%d", n, k, m, k), got, ref, m, s.sumTol(ref, k))
-			s.roundedOutput("MatMul", got)
+			s.roundedOutput("MatMul", got, ref)
 			s.free(x, w, out)
 		}
 	}
@@ -62,7 +62,7 @@ func testRMSNorm(s *suite) {
 			got := s.host(out, n, c.cols)
 			// two rounding points in a row: a one-ulp flip of the first can add to the second
 			s.close(fmt.Sprintf("RMSNorm %dx%d groups of %d", n, c.cols, c.group), got, ref, c.cols, s.tol(ref).scaled(2))
-			s.roundedOutput("RMSNorm", got)
+			s.roundedOutput("RMSNorm", got, ref)
 			s.free(x, w, out)
 		}
 	}
@@ -79,7 +79,7 @@ func testMulSigmoid(s *suite) {
 		ref := refMulSigmoid(xv, f64(gv), s.rd)
 		got := s.host(out, n, 50)
 		s.close(fmt.Sprintf("MulSigmoid %d rows", n), got, ref, 50, s.tol(ref))
-		s.roundedOutput("MulSigmoid", got)
+		s.roundedOutput("MulSigmoid", got, ref)
 		s.free(x, g, out)
 	}
 }
@@ -109,17 +109,23 @@ func testGatedRMSNorm(s *suite) {
 func testAttnResMix(s *suite) {
 	const cols = 96
 	for _, n := range tailRows {
-		for _, count := range []int{1, 2, 9} {
+		// the last case has scores of order 100: a softmax without its max shift overflows float32 there,
+		// and float32 score errors of ~100 ulp enter the exponent, hence its wider tolerance
+		for _, c := range []struct {
+			count             int
+			wgScale, tolScale float64
+		}{{1, 0.3, 1}, {2, 0.3, 1}, {9, 0.3, 1}, {9, 10, 32}} {
+			count := c.count
 			vs, vv := make([]ops.Tensor, count), make([][]float64, count)
 			for i := range vs {
 				vs[i], vv[i] = s.randAct(n, cols, 0.5+float64(i)) // unequal norms: the mix is not uniform
 			}
-			wg, wgv := s.weightF32(1, cols, s.normals(cols, 0.3))
+			wg, wgv := s.weightF32(1, cols, s.normals(cols, c.wgScale))
 			out, p, err := s.b.AttnResMix(vs, wg)
 			s.must(err, "AttnResMix")
 			ref, refP := refAttnRes(vv, wgv, n, cols, s.rd)
 			got := s.host(out, n, cols)
-			what := fmt.Sprintf("AttnResMix of %d over %d rows", count, n)
+			what := fmt.Sprintf("AttnResMix of %d over %d rows, wg scale %g", count, n, c.wgScale)
 			mag := make([]float64, len(ref)) // sum_i p_i |v_i|: a float32 error in p_i moves the output by p_i |v_i| times it
 			for r := range n {
 				for i, v := range vv {
@@ -128,13 +134,13 @@ func testAttnResMix(s *suite) {
 					}
 				}
 			}
-			s.close(what, got, ref, cols, s.magTol(mag, 4))
-			s.roundedOutput(what, got)
+			s.close(what, got, ref, cols, s.magTol(mag, 4*c.tolScale))
+			s.roundedOutput(what, got, ref)
 			if len(p) != n*count {
 				s.Errorf("%s: %d weights, want %d", what, len(p), n*count)
 			} else {
 				// weights are softmax outputs in float32 whatever the precision
-				s.close(what+" weights", p, refP, count, tol{abs: 1e-6, rel: 1e-5})
+				s.close(what+" weights", p, refP, count, tol{abs: 1e-6 * c.tolScale, rel: 1e-5 * c.tolScale})
 			}
 			for _, v := range vs {
 				s.b.Free(v)
@@ -154,7 +160,7 @@ func testSiTUGLU(s *suite) {
 		ref := refSiTU(f64(av), f64(bv), 4, 25, s.rd)
 		got := s.host(out, n, 70)
 		s.close(fmt.Sprintf("SiTUGLU %d rows", n), got, ref, 70, s.tol(ref))
-		s.roundedOutput("SiTUGLU", got)
+		s.roundedOutput("SiTUGLU", got, ref)
 		s.free(a, b, out)
 	}
 }

@@ -11,6 +11,7 @@ var logitTests = []test{
 	{"TokenStats", testTokenStats},
 	{"TokenStatsTies", testTokenStatsTies},
 	{"TokenStatsUniform", testTokenStatsUniform},
+	{"TokenStatsRounding", testTokenStatsRounding},
 }
 
 // testTokenStats: random logits against a full float64 log-softmax. Rank and top ids are checked up to
@@ -143,4 +144,22 @@ func testTokenStatsUniform(s *suite) {
 		}
 	}
 	s.free(w, h)
+}
+
+// testTokenStatsRounding: the logits are rounded before the statistics in BF16 and not in FP32. Id 1 has
+// the logit 1 + 2^-9, exact in float32 but a quarter bfloat16 ulp above 1, which it rounds to: in BF16 it
+// ties id 0 (logit 1), so id 0 ranks first and leads the top k; in FP32 id 1 is strictly larger.
+func testTokenStatsRounding(s *suite) {
+	w, _ := s.weightBF16(3, 2, []float32{1, 0, 1, 0x1p-9, -1, 0})
+	h := s.act(1, 2, []float32{1, 1})
+	st, err := s.b.TokenStats(h, w, []int32{0}, 2)
+	s.must(err, "TokenStats")
+	wantRank, wantTop := int32(2), []int32{1, 0}
+	if s.bf {
+		wantRank, wantTop = 1, []int32{0, 1}
+	}
+	if st[0].Rank != wantRank || !slices.Equal(st[0].TopIDs, wantTop) {
+		s.Errorf("rank %d and top ids %v, want %d and %v: the logits must be rounded in bf16 only",
+			st[0].Rank, st[0].TopIDs, wantRank, wantTop)
+	}
 }

@@ -142,6 +142,22 @@ func testExperts(s *suite) {
 		}
 		s.free(z, acc)
 	}
+	// One expert per row with weight 1 into a zero acc: acc is then the expert's output itself, rounded in
+	// BF16, so its rounding points can be checked exactly (the tolerance above cannot see a skipped one).
+	n := 65
+	z, zv := s.randAct(n, latent, 1)
+	rt := s.randRouting(n, 1, total)
+	for i := range rt.Weights {
+		rt.Weights[i] = 1
+	}
+	acc, err := s.b.Zeros(n, latent)
+	s.must(err, "Zeros")
+	s.must(s.b.ExpertsAccumulate(acc, z, rt, up, beta, linBeta), "ExpertsAccumulate")
+	got := s.host(acc, n, latent)
+	ref := refExperts(make([]float64, n*latent), zv, n, latent, rt.IDs, rt.Weights, 1, es, beta, linBeta, s.rd)
+	s.close("one expert per row, weight 1", got, ref, latent, s.tol(ref).scaled(4))
+	s.roundedOutput("one expert per row, weight 1", got, ref)
+	s.free(z, acc)
 	for _, e := range up {
 		s.b.Free(e)
 	}
