@@ -20,6 +20,9 @@ Two more modes need no tiktoken:
     --pieces-with-regex OUT CORPUS     writes the pre-tokenizer pieces as code-point lengths, computed with
                                        the third-party `regex` module (mrab-regex) as an independent
                                        backtracking engine; TestRegexPieces compares them with Go's.
+    --ids-with-python-bpe VOCAB CORPUS OUT
+                                       writes ids in the golden format from mrab-regex pieces and a
+                                       pure-Python merge loop: a cross-check where tiktoken is missing.
 """
 import base64
 import gzip
@@ -146,6 +149,73 @@ def pieces_with_regex(out_path, corpus_path):
     print(f"wrote {len(corpus)} piece lists to {out_path}")
 
 
+def bpe_heap(piece, ranks):
+    """tiktoken's byte_pair_merge result (merge the adjacent pair whose concatenation has the lowest rank,
+    leftmost on ties) computed with a heap and a linked list, so long pieces stay fast in Python."""
+    import heapq
+
+    n = len(piece)
+    if piece in ranks:
+        return [ranks[piece]]
+    nxt = list(range(1, n + 2))
+    prv = list(range(-1, n))
+    alive = [True] * (n + 1)
+    cur = [None] * (n + 1)
+
+    def pair_rank(i):
+        j = nxt[i]
+        if j >= n:
+            return None
+        return ranks.get(piece[i:nxt[j]])
+
+    heap = []
+    for i in range(n - 1):
+        cur[i] = pair_rank(i)
+        if cur[i] is not None:
+            heap.append((cur[i], i))
+    heapq.heapify(heap)
+    while heap:
+        rank, i = heapq.heappop(heap)
+        if not alive[i] or cur[i] != rank:
+            continue
+        j = nxt[i]
+        alive[j] = False
+        nxt[i] = nxt[j]
+        prv[nxt[j]] = i
+        for k in (i, prv[i]):
+            if k >= 0:
+                cur[k] = pair_rank(k)
+                if cur[k] is not None:
+                    heapq.heappush(heap, (cur[k], k))
+    out, i = [], 0
+    while i < n:
+        out.append(ranks[piece[i:nxt[i]]])
+        i = nxt[i]
+    return out
+
+
+def ids_with_python_bpe(vocab_path, corpus_path, out_path):
+    """Like golden, without tiktoken: mrab-regex splits, bpe_heap merges. A local cross-check only."""
+    import regex
+
+    vocab = read_maybe_gzip(vocab_path)
+    ranks = load_ranks(vocab)
+    pat = regex.compile(regex_pattern(), flags=regex.V1)
+    corpus_bytes, corpus = read_corpus(corpus_path)
+    lines = [
+        f"# python-bpe regex={regex.__version__} vocab_sha256={hashlib.sha256(vocab).hexdigest()} "
+        f"corpus_sha256={hashlib.sha256(corpus_bytes).hexdigest()} strings={len(corpus)}"
+    ]
+    for text in corpus:
+        ids = []
+        for part in kimi_split(text):
+            for m in pat.finditer(part):
+                ids.extend(bpe_heap(m.group().encode("utf-8"), ranks))
+        lines.append(" ".join(map(str, ids)))
+    write_gzip(out_path, "\n".join(lines) + "\n")
+    print(f"wrote {len(corpus)} id lists to {out_path}")
+
+
 def self_test():
     cases = [
         ("", []),
@@ -176,6 +246,8 @@ def main(argv):
         self_test()
     elif len(argv) == 4 and argv[1] == "--pieces-with-regex":
         pieces_with_regex(argv[2], argv[3])
+    elif len(argv) == 5 and argv[1] == "--ids-with-python-bpe":
+        ids_with_python_bpe(argv[2], argv[3], argv[4])
     elif len(argv) == 4:
         golden(argv[1], argv[2], argv[3])
     else:
