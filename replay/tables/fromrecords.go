@@ -15,7 +15,8 @@ import (
 // ops.TokenStats). Columns are found by name, so extra columns and any column order are fine; string and
 // list columns may also be large_string/string_view and large_list (what polars or DuckDB write back).
 // Rows may come in any order (a query may have shuffled them): sequences are returned in order of first
-// appearance and each sequence's positions must be exactly 0..n-1. The results share no memory with recs.
+// appearance and each sequence's positions must be exactly 0..n-1. A sequence without tokens has no rows
+// and so does not come back. The results share no memory with recs.
 func FromRecords(recs ...arrow.RecordBatch) ([]replay.Result, error) {
 	var out []replay.Result
 	var pos [][]int32 // per result, the pos of each row as read

@@ -27,15 +27,17 @@ func FromSet(s *Set) ([]replay.Result, error) {
 		seqs[results[i].SeqID] = &results[i]
 	}
 	for _, step := range []struct {
-		t   *Table
-		add func(g *gather, rec arrow.RecordBatch) error
+		name string // the slot's name, not Table.Name: a table read from another tool's file may have none
+		t    *Table
+		add  func(g *gather, rec arrow.RecordBatch) error
 	}{
-		{s.Lens, addLensRows}, {s.Hidden, addHiddenRows}, {s.Router, addRouterRows}, {s.AttnRes, addAttnResRows},
+		{LensTable, s.Lens, addLensRows}, {HiddenTable, s.Hidden, addHiddenRows},
+		{RouterTable, s.Router, addRouterRows}, {AttnResTable, s.AttnRes, addAttnResRows},
 	} {
 		if step.t == nil {
 			continue
 		}
-		g := &gather{table: step.t.Name, seqs: seqs, index: map[captureKey]*capture{}}
+		g := &gather{table: step.name, seqs: seqs, index: map[captureKey]*capture{}}
 		for b, rec := range step.t.Records {
 			if err := step.add(g, rec); err != nil {
 				return nil, fmt.Errorf("%w (record %d)", err, b)

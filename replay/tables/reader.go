@@ -50,7 +50,7 @@ func NewReader(results []replay.Result, name string, opts Options) (array.Record
 
 // newReader is NewReader on validated results.
 func newReader(results []replay.Result, name string, opts Options) (*reader, error) {
-	if kindOfName(name) < 0 {
+	if tableIndex(name) < 0 {
 		return nil, fmt.Errorf("tables: unknown table %q (want one of %v)", name, TableNames)
 	}
 	k := kindOf(name, opts)
@@ -87,8 +87,8 @@ func newReader(results []replay.Result, name string, opts Options) (*reader, err
 	return rd, nil
 }
 
-// kindOfName is the index of name in TableNames, or -1.
-func kindOfName(name string) int {
+// tableIndex is the index of name in TableNames, or -1.
+func tableIndex(name string) int {
 	for i, n := range TableNames {
 		if n == name {
 			return i
