@@ -74,16 +74,30 @@ func (b *Backend) Route(x, w, bias ops.Tensor, k int, scale float32) (ops.Routin
 		return ops.Routing{}, argErr(op, "k = %d outside 1..%d experts", k, experts)
 	}
 	rows := xt.rows
-	logits := make([]float32, rows*experts)
-	b.gemm(logits, xt.data, rows, wt.data, experts, xt.cols, false)
 	rt := ops.Routing{K: k, IDs: make([]int32, rows*k), Weights: make([]float32, rows*k)}
-	b.parallelRange(rows, 16, func(lo, hi int) {
+	logits := make([]float32, min(routeChunk, rows)*experts) // bounded: a chunk of rows at a time
+	for r0 := 0; r0 < rows; r0 += routeChunk {
+		n := min(routeChunk, rows-r0)
+		b.gemm(logits, xt.data[r0*xt.cols:], n, wt.data, experts, xt.cols, false)
+		b.routeRows(rt, logits, bt.data, r0, n, scale)
+	}
+	return rt, nil
+}
+
+// routeChunk is the number of rows whose router logits exist at once.
+const routeChunk = 256
+
+// routeRows chooses the experts of rows r0..r0+n-1 from their logits (n x experts), as Route documents.
+func (b *Backend) routeRows(rt ops.Routing, logits, bias []float32, r0, n int, scale float32) {
+	k, experts := rt.K, len(bias)
+	b.parallelRange(n, 16, func(lo, hi int) {
 		biased := make([]float32, experts)
-		for r := lo; r < hi; r++ {
-			s := logits[r*experts : (r+1)*experts]
+		for i := lo; i < hi; i++ {
+			r := r0 + i
+			s := logits[i*experts : (i+1)*experts]
 			for e, l := range s {
 				s[e] = sigmoid(l)
-				biased[e] = s[e] + bt.data[e]
+				biased[e] = s[e] + bias[e]
 			}
 			ids, ws := rt.IDs[r*k:(r+1)*k], rt.Weights[r*k:(r+1)*k]
 			topK(biased, ids)
@@ -91,12 +105,11 @@ func (b *Backend) Route(x, w, bias ops.Tensor, k int, scale float32) (ops.Routin
 			for _, e := range ids {
 				sum += s[e]
 			}
-			for i, e := range ids {
-				ws[i] = (s[e] / (sum + 1e-20)) * scale
+			for j, e := range ids {
+				ws[j] = (s[e] / (sum + 1e-20)) * scale
 			}
 		}
 	})
-	return rt, nil
 }
 
 // topK fills ids with the len(ids) indices of the largest vals, by descending value, equal values in

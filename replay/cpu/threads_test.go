@@ -36,7 +36,7 @@ func exercise(t *testing.T, b *cpu.Backend) map[string][]float32 {
 	kda := func() ops.Tensor { return g.act(130, 128, 1) }
 	put("KDA")(b.KDA(kda(), kda(), kda(), kda(), g.act(130, 4, 1), g.weight(1, 4, 0.5), g.weight(1, 128, 0.5), 4, -5, l))
 	put("MLA")(b.MLA(g.act(130, 2*24, 1), g.act(130, 2*32, 1), g.act(130, 8, 1), 2, 16, 8, 16, l))
-	rt, err := b.Route(g.act(130, 256, 1), g.weight(64, 256, 0.1), g.weight(1, 64, 0.05), 8, 2.5)
+	rt, err := b.Route(g.act(300, 256, 1), g.weight(64, 256, 0.1), g.weight(1, 64, 0.05), 8, 2.5) // two chunks of rows
 	if err != nil {
 		t.Fatal(err)
 	}
