@@ -3,6 +3,7 @@ package tokenizer
 import (
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"unicode/utf8"
 )
@@ -129,6 +130,38 @@ func TestEncodeRoundTrip(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestEncodeConcurrent encodes from several goroutines through one shared piece cache (run with -race).
+func TestEncodeConcurrent(t *testing.T) {
+	tok := builtinForTest(t, 4096)
+	fresh := builtinForTest(t, 4096)
+	corpus := goldenCorpus()[:2000]
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Go(func() {
+			for i := g; i < len(corpus); i++ {
+				if got, want := tok.Encode(corpus[i]), fresh.appendChunkNoCache(corpus[i]); !slices.Equal(got, want) {
+					t.Errorf("goroutine %d, string %d: -want %v +got %v", g, i, want, got)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// appendChunkNoCache encodes text without reading or writing the piece cache.
+func (t *Tokenizer) appendChunkNoCache(text string) []int32 {
+	var ids []int32
+	for p := range Pieces(text) {
+		if id, ok := t.ranks[p]; ok {
+			ids = append(ids, id)
+		} else {
+			ids = t.appendBPE(ids, p)
+		}
+	}
+	return ids
 }
 
 func TestEncodeSpecial(t *testing.T) {
