@@ -1,0 +1,87 @@
+package plotting
+
+import (
+	"errors"
+	"math"
+	"strings"
+	"testing"
+)
+
+func TestTopK(t *testing.T) {
+	tests := []struct {
+		name        string
+		alts        []Alternative
+		wantBars    int
+		wantTargets int
+		wantTexts   []string
+	}{
+		{"no target", []Alternative{{Label: `" the"`, Logprob: math.Log(0.5)}, {Label: `"<a>"`, Logprob: math.Log(0.25)}},
+			2, 0, []string{"Top next-token predictions", "probability", `" the"`, `"<a>"`, "50.0%", "25.0%"}},
+		{"target among", []Alternative{{Label: "x", Logprob: -0.1}, {Label: "y", Logprob: -2, Target: true}, {Label: "z", Logprob: -3}},
+			3, 1, []string{"x", "y", "z", "the token that came next"}},
+		{"one", []Alternative{{Label: "only", Logprob: 0}}, 1, 0, []string{"100.0%"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			d := svgOf(t)(TopK(tt.alts, ""))
+			checkTexts(t, d, tt.wantTexts...)
+			targets := d.fills(targetColor)
+			if tt.wantTargets > 0 {
+				targets-- // the legend's swatch
+			}
+			if got := d.fills(barColor) + targets; got != tt.wantBars || targets != tt.wantTargets {
+				t.Errorf("bars: want %d (%d target), got %d (%d target)", tt.wantBars, tt.wantTargets, got, targets)
+			}
+		})
+	}
+}
+
+func TestTopKAt(t *testing.T) {
+	rows := tokenSeq(0, []string{"a", "b", "c"}, []float64{-0.5, -4})
+	rows[1].TopKIDs, rows[1].TopKLogprobs = []int32{7, 8}, []float64{-0.2, -2} // the target 102 is not in the top 2
+	rows[1].Rank = 9
+	decode := func(id int32) string { return map[int32]string{7: " seven", 8: "\n", 101: "b", 102: "c"}[id] }
+
+	d := svgOf(t)(TopKAt(rows, 0, 0, decode))
+	checkTexts(t, d, `Next token after "a" (seq 0, pos 0)`, `"b"`, `" seven"`)
+	if got := d.fills(targetColor) - 1; got != 1 {
+		t.Errorf("pos 0: want the target bar orange, got %d", got)
+	}
+
+	d = svgOf(t)(TopKAt(rows, 0, 1, decode))
+	checkTexts(t, d, `" seven"`, `"\n"`, `"c" (rank 9)`)
+	if bars, targets := d.fills(barColor), d.fills(targetColor)-1; bars != 2 || targets != 1 {
+		t.Errorf("pos 1: want 2 bars and the target added, got %d and %d", bars, targets)
+	}
+
+	d = svgOf(t)(TopKAt(rows, 0, 0, nil))
+	checkTexts(t, d, "#101")
+}
+
+func TestTopKErrors(t *testing.T) {
+	rows := tokenSeq(0, []string{"a", "b"}, []float64{-1})
+	noTop := tokenSeq(0, []string{"a", "b"}, []float64{-1})
+	noTop[0].TopKIDs, noTop[0].TopKLogprobs = nil, nil
+	bad := tokenSeq(0, []string{"a", "b"}, []float64{-1})
+	bad[0].TopKLogprobs = bad[0].TopKLogprobs[:1]
+	tests := []struct {
+		name string
+		fn   func() (*Figure, error)
+		want string
+	}{
+		{"empty", func() (*Figure, error) { return TopK(nil, "") }, "no alternatives"},
+		{"positive", func() (*Figure, error) { return TopK([]Alternative{{Label: "x", Logprob: 0.3}}, "") }, "logprob 0.3, want <= 0"},
+		{"NaN", func() (*Figure, error) { return TopK([]Alternative{{Label: "x", Logprob: math.NaN()}}, "") }, "logprob NaN"},
+		{"missing row", func() (*Figure, error) { return TopKAt(rows, 0, 5, nil) }, "no tokens row for seq 0 pos 5"},
+		{"no top-k", func() (*Figure, error) { return TopKAt(noTop, 0, 0, nil) }, "has no top-k"},
+		{"lengths", func() (*Figure, error) { return TopKAt(bad, 0, 0, nil) }, "2 topk_ids but 1 topk_logprobs"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := tt.fn()
+			if !errors.Is(err, ErrInput) || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("want an ErrInput containing %q, got %v", tt.want, err)
+			}
+		})
+	}
+}
