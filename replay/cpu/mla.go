@@ -19,6 +19,9 @@ const mlaQueryBlock = 16
 //	score[s] = (sum_i float32(query[i] * key_s[i])) / float32(sqrt(qk))   // ascending i over the qk dims, s in [t0, t]
 //	p = softmax(score)                                                      // as AttnResMix: max shift, ascending sum
 //	out[t, h*vdim + j] = rounded(sum_s float32(p[s] * value_s[j]))          // ascending s
+//
+// Scores are computed four keys at a time (four independent accumulators, as MatMul's row tail), which
+// changes nothing in the order of any one score.
 func (b *Backend) MLA(q, kv, ks ops.Tensor, heads, nope, shared, vdim int, l ops.Layout) (ops.Tensor, error) {
 	const op = "MLA"
 	ts, err := tensors(op, []string{"q", "kv", "ks"}, q, kv, ks)
@@ -60,11 +63,17 @@ func (b *Backend) MLA(q, kv, ks ops.Tensor, heads, nope, shared, vdim int, l ops
 			qrow := qt.data[t*qt.cols+tk.h*qk:]
 			qn, qs := qrow[:nope], qrow[nope:qk]
 			p := score[:t-start+1]
-			for s := start; s <= t; s++ {
-				krow := kvt.data[s*kvt.cols+tk.h*kvw:]
-				dot := dotAcc(0, qn, krow[:nope])
-				dot = dotAcc(dot, qs, kst.data[s*shared:(s+1)*shared])
-				p[s-start] = dot / div
+			clear(p)
+			s := start
+			for ; s+4 <= t+1; s += 4 { // four keys at a time: four independent accumulators, same order each
+				tile14(p[s-start:], qn, kvt.data[s*kvt.cols+tk.h*kvw:], kvt.cols)
+				tile14(p[s-start:], qs, kst.data[s*shared:], shared)
+			}
+			for ; s <= t; s++ {
+				p[s-start] = dotAcc(dotAcc(0, qn, kvt.data[s*kvt.cols+tk.h*kvw:]), qs, kst.data[s*shared:])
+			}
+			for i := range p {
+				p[i] /= div
 			}
 			softmaxInPlace(p)
 			clear(acc)
