@@ -205,3 +205,29 @@ func head(ids []int32) string {
 	}
 	return fmt.Sprint(ids)
 }
+
+// TestRealVocabulary checks the public goldens of spec section 7 against the real K3 (or K2: the same
+// tiktoken.model) tokenizer files, when POTATO_K3_TOKENIZER_DIR names a directory holding them.
+func TestRealVocabulary(t *testing.T) {
+	dir := os.Getenv("POTATO_K3_TOKENIZER_DIR")
+	if dir == "" {
+		t.Skip("set POTATO_K3_TOKENIZER_DIR to a directory with the real tiktoken.model and tokenizer_config.json")
+	}
+	tok, err := Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for text, want := range map[string][]int32{
+		"Hello world":              {19180, 2695},
+		"你好世界":                     {33845, 2243},
+		"The capital of France is": {1008, 10484, 318, 15383, 387},
+		" Paris":                   {17374},
+	} {
+		if got := tok.Encode(text); !slices.Equal(got, want) {
+			t.Errorf("Encode(%q): -want %v +got %v", text, want, got)
+		}
+	}
+	if tok.VocabSize() != 163840 || tok.BOS() != 163584 {
+		t.Errorf("VocabSize %d, BOS %d; want 163840, 163584", tok.VocabSize(), tok.BOS())
+	}
+}

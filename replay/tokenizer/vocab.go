@@ -13,7 +13,7 @@ import (
 )
 
 // The learned vocabulary behind every synthetic checkpoint: LearnedSize tokens that Train learned from a
-// fixed corpus, stored in the compact format (data/learned.bpe, about 230 KB). data/learned.txt records
+// fixed corpus, stored in the compact format (data/learned.bpe, 244 KB). data/learned.txt records
 // the corpus (the Go 1.26.8 source tree, BSD, plus internal/trainvocab/multilingual.txt written for this
 // project) with its checksum. Regenerate both with
 //

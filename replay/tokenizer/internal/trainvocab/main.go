@@ -8,7 +8,7 @@
 //   - multilingual.txt beside this file (written for this project, the repository's license), repeated
 //     -weight times, for the scripts the Go tree lacks (Han, kana, Hangul, Cyrillic, Arabic, ...).
 //
-// Usage (from the repository root; about 10 seconds and 1 GB of memory):
+// Usage (from the repository root; 5 to 40 seconds on 2 cores, about 200 MB of memory):
 //
 //	go run ./replay/tokenizer/internal/trainvocab -goroot /usr/local/go -out replay/tokenizer/data
 package main
