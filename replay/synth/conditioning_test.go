@@ -102,7 +102,7 @@ func TestRouterMargin(t *testing.T) {
 			for i, w := range row {
 				z += w * x[i]
 			}
-			sc[e] = scored{e, 1 / (1 + math.Exp(-z)) + float64(b.t.biasSpread)} // worst-case bias
+			sc[e] = scored{e, 1/(1+math.Exp(-z)) + float64(b.t.biasSpread)} // worst-case bias
 		}
 		sort.Slice(sc, func(i, j int) bool { return sc[i].s > sc[j].s })
 		var got, want []int

@@ -47,4 +47,3 @@ func TestSparse(t *testing.T) {
 		t.Fatal(err)
 	}
 }
-
