@@ -54,8 +54,8 @@ func IDs(tokens []Token) []int32 {
 // ErrThinkingUnset is returned for a conversation whose Thinking is ThinkingUnset.
 var ErrThinkingUnset = errors.New("tokenizer: conversation: thinking mode is unset (choose ThinkingOn or ThinkingOff)")
 
-// Efforts are the values of Conversation.Effort the format knows.
-var Efforts = []string{"low", "medium", "high", "max"}
+// efforts are the values of Conversation.Effort the format knows (low, medium, high, max).
+var efforts = []string{"low", "medium", "high", "max"}
 
 // EncodeText encodes raw text that is not a conversation: every token is ChannelText with Message -1.
 // With allowSpecial the names of special tokens in text become their ids (EncodeSpecial), else they are
@@ -125,8 +125,8 @@ func validate(c Conversation) error {
 		return fmt.Errorf("tokenizer: conversation: unknown thinking mode %d", c.Thinking)
 	}
 	if c.Effort != "" {
-		if !slices.Contains(Efforts, c.Effort) {
-			return fmt.Errorf("tokenizer: conversation: thinking effort %q, want one of %s", c.Effort, strings.Join(Efforts, ", "))
+		if !slices.Contains(efforts, c.Effort) {
+			return fmt.Errorf("tokenizer: conversation: thinking effort %q, want one of %s", c.Effort, strings.Join(efforts, ", "))
 		}
 		if c.Thinking != ThinkingOn {
 			return fmt.Errorf("tokenizer: conversation: thinking effort %q with thinking off", c.Effort)

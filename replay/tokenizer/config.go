@@ -20,22 +20,25 @@ type Config struct {
 	BOS, EOS, PAD, UNK string
 }
 
-// K3Offsets lists the named K3 special tokens by their offset from the first special id (spec section
+// k3Offsets lists the named K3 special tokens by their offset from the first special id (spec section
 // 6: 163584 + offset). The other offsets are reserved.
-var K3Offsets = map[int]string{
+var k3Offsets = map[int]string{
 	0: "[BOS]", 1: "[EOS]", 2: "<|end_of_msg|>", 3: "<|open|>", 4: "<|close|>", 5: "<|sep|>",
 	6: "[start_header_id]", 7: "[end_header_id]", 9: "[EOT]",
 	18: "<|media_begin|>", 19: "<|media_content|>", 20: "<|media_end|>", 21: "<|media_pad|>",
 	254: "[UNK]", 255: "[PAD]",
 }
 
-// K3Config returns the K3 special tokens placed after numBPE BPE tokens: K3Offsets, reserved names in the
-// other slots, BOS [BOS], EOS [EOS], PAD [PAD], UNK [UNK] (as in Kimi K2's tokenizer_config.json; the
-// chat stop token is <|end_of_msg|>).
+// K3Config returns the K3 special tokens placed after numBPE BPE tokens: the names of spec section 6 at
+// their offsets (+0 [BOS], +1 [EOS], +2 <|end_of_msg|>, +3 <|open|>, +4 <|close|>, +5 <|sep|>,
+// +6 [start_header_id], +7 [end_header_id], +9 [EOT], +18..+21 <|media_begin|> <|media_content|>
+// <|media_end|> <|media_pad|>, +254 [UNK], +255 [PAD]), reserved names in the other slots, and bos, eos,
+// pad and unk tokens [BOS], [EOS], [PAD], [UNK] as in Kimi K2's tokenizer_config.json (the chat stop
+// token is <|end_of_msg|>).
 func K3Config(numBPE int) *Config {
 	c := &Config{Specials: make([]string, NumSpecials), BOS: "[BOS]", EOS: "[EOS]", PAD: "[PAD]", UNK: "[UNK]"}
 	for i := range c.Specials {
-		if name, ok := K3Offsets[i]; ok {
+		if name, ok := k3Offsets[i]; ok {
 			c.Specials[i] = name
 		} else {
 			c.Specials[i] = reservedName(numBPE + i)
