@@ -1,0 +1,186 @@
+package plotting
+
+import (
+	"errors"
+	"math"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/float16"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+)
+
+// Test-only schemas: just the columns each reader needs, in the types DESIGN.md gives for the engine's
+// tables (which replay/ defines). Extra columns must be ignored, so each has one.
+
+func i32(name string) arrow.Field {
+	return arrow.Field{Name: name, Type: arrow.PrimitiveTypes.Int32}
+}
+
+func f32(name string, nullable bool) arrow.Field {
+	return arrow.Field{Name: name, Type: arrow.PrimitiveTypes.Float32, Nullable: nullable}
+}
+
+// record builds a record of schema, calling fill with the builder.
+func record(t *testing.T, mem memory.Allocator, fields []arrow.Field, fill func(b *array.RecordBuilder)) arrow.RecordBatch {
+	t.Helper()
+	b := array.NewRecordBuilder(mem, arrow.NewSchema(fields, nil))
+	defer b.Release()
+	fill(b)
+	return b.NewRecordBatch()
+}
+
+func TestTokenRows(t *testing.T) {
+	mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
+	defer mem.AssertSize(t, 0)
+	fields := []arrow.Field{i32("seq_id"), i32("pos"), i32("token_id"), {Name: "token", Type: arrow.BinaryTypes.String},
+		{Name: "channel", Type: arrow.BinaryTypes.String}, i32("target_id"), f32("logprob", true), i32("rank"),
+		f32("entropy", false), {Name: "topk_ids", Type: arrow.ListOf(arrow.PrimitiveTypes.Int32)},
+		{Name: "topk_logprobs", Type: arrow.ListOf(arrow.PrimitiveTypes.Float32)}}
+	rec := record(t, mem, fields, func(b *array.RecordBuilder) {
+		b.Field(0).(*array.Int32Builder).AppendValues([]int32{0, 0}, nil)
+		b.Field(1).(*array.Int32Builder).AppendValues([]int32{0, 1}, nil)
+		b.Field(2).(*array.Int32Builder).AppendValues([]int32{10, 11}, nil)
+		b.Field(3).(*array.StringBuilder).AppendValues([]string{"Hi", "!"}, nil)
+		b.Field(4).(*array.StringBuilder).AppendValues([]string{"user", "user"}, nil)
+		b.Field(5).(*array.Int32Builder).AppendValues([]int32{11, -1}, nil)
+		b.Field(6).(*array.Float32Builder).AppendValues([]float32{-0.5, 0}, []bool{true, false})
+		b.Field(7).(*array.Int32Builder).AppendValues([]int32{2, 0}, nil)
+		b.Field(8).(*array.Float32Builder).AppendValues([]float32{1.25, 2}, nil)
+		ids := b.Field(9).(*array.ListBuilder)
+		lps := b.Field(10).(*array.ListBuilder)
+		for i := 0; i < 2; i++ {
+			ids.Append(true)
+			ids.ValueBuilder().(*array.Int32Builder).AppendValues([]int32{11, 12}, nil)
+			lps.Append(true)
+			lps.ValueBuilder().(*array.Float32Builder).AppendValues([]float32{-0.5, -1}, nil)
+		}
+	})
+	defer rec.Release()
+	rows, err := TokenRows(rec, rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := TokenRow{SeqID: 0, Pos: 0, TokenID: 10, Token: "Hi", TargetID: 11, Logprob: -0.5, Rank: 2, Entropy: 1.25,
+		TopKIDs: []int32{11, 12}, TopKLogprobs: []float64{-0.5, -1}}
+	if len(rows) != 4 || !reflect.DeepEqual(rows[0], want) {
+		t.Errorf("(-want +got):\n-%+v\n+%+v", want, rows)
+	}
+	if !math.IsNaN(rows[1].Logprob) || rows[1].TargetID != -1 {
+		t.Errorf("last position: want NaN logprob and target -1, got %+v", rows[1])
+	}
+
+	// Without the optional columns: entropy NaN, no top-k.
+	rec2 := record(t, mem, fields[:8], func(b *array.RecordBuilder) {
+		for i := 0; i < 8; i++ {
+			switch fb := b.Field(i).(type) {
+			case *array.Int32Builder:
+				fb.Append(1)
+			case *array.StringBuilder:
+				fb.Append("x")
+			case *array.Float32Builder:
+				fb.Append(-1)
+			}
+		}
+	})
+	defer rec2.Release()
+	rows, err = TokenRows(rec2)
+	if err != nil || len(rows) != 1 || !math.IsNaN(rows[0].Entropy) || rows[0].TopKIDs != nil {
+		t.Errorf("optional columns absent: %+v, %v", rows, err)
+	}
+}
+
+func TestOtherRows(t *testing.T) {
+	mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
+	defer mem.AssertSize(t, 0)
+	// lens with a float16 entropy and int64 ids: accepted.
+	lens := record(t, mem, []arrow.Field{i32("seq_id"), {Name: "pos", Type: arrow.PrimitiveTypes.Int64}, i32("layer"),
+		{Name: "entropy", Type: arrow.FixedWidthTypes.Float16}, f32("target_logprob", false)},
+		func(b *array.RecordBuilder) {
+			b.Field(0).(*array.Int32Builder).Append(2)
+			b.Field(1).(*array.Int64Builder).Append(5)
+			b.Field(2).(*array.Int32Builder).Append(7)
+			b.Field(3).(*array.Float16Builder).Append(float16.New(0.75))
+			b.Field(4).(*array.Float32Builder).Append(-1)
+		})
+	defer lens.Release()
+	if got, err := LensRows(lens); err != nil || !reflect.DeepEqual(got, []LensRow{{2, 5, 7, 0.75}}) {
+		t.Errorf("LensRows: %+v, %v", got, err)
+	}
+
+	router := record(t, mem, []arrow.Field{i32("seq_id"), i32("pos"), i32("layer"),
+		{Name: "expert_ids", Type: arrow.ListOf(arrow.PrimitiveTypes.Int32)},
+		{Name: "expert_weights", Type: arrow.ListOf(arrow.PrimitiveTypes.Float32)}},
+		func(b *array.RecordBuilder) {
+			for i := 0; i < 3; i++ {
+				b.Field(i).(*array.Int32Builder).Append(int32(i))
+			}
+			b.Field(3).(*array.ListBuilder).Append(true)
+			b.Field(3).(*array.ListBuilder).ValueBuilder().(*array.Int32Builder).AppendValues([]int32{4, 9}, nil)
+			b.Field(4).(*array.ListBuilder).AppendNull()
+		})
+	defer router.Release()
+	if got, err := RouterRows(router); err != nil || !reflect.DeepEqual(got, []RouterRow{{0, 1, 2, []int32{4, 9}}}) {
+		t.Errorf("RouterRows: %+v, %v", got, err)
+	}
+
+	attn := record(t, mem, []arrow.Field{i32("seq_id"), i32("pos"), i32("layer"),
+		{Name: "site", Type: arrow.BinaryTypes.String}, {Name: "weights", Type: arrow.ListOf(arrow.PrimitiveTypes.Float32)}},
+		func(b *array.RecordBuilder) {
+			for i := 0; i < 3; i++ {
+				b.Field(i).(*array.Int32Builder).Append(1)
+			}
+			b.Field(3).(*array.StringBuilder).Append("mlp")
+			b.Field(4).(*array.ListBuilder).Append(true)
+			b.Field(4).(*array.ListBuilder).ValueBuilder().(*array.Float32Builder).AppendValues([]float32{0.25, 0.75}, nil)
+		})
+	defer attn.Release()
+	if got, err := AttnResRows(attn); err != nil || !reflect.DeepEqual(got, []AttnResRow{{1, 1, 1, "mlp", []float64{0.25, 0.75}}}) {
+		t.Errorf("AttnResRows: %+v, %v", got, err)
+	}
+}
+
+func TestRowsColumnErrors(t *testing.T) {
+	mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
+	defer mem.AssertSize(t, 0)
+	str := arrow.Field{Name: "site", Type: arrow.BinaryTypes.String}
+	tests := []struct {
+		name   string
+		fields []arrow.Field
+		read   func(arrow.RecordBatch) error
+		want   string
+	}{
+		{"missing", []arrow.Field{i32("seq_id"), i32("pos")},
+			func(r arrow.RecordBatch) error { _, err := LensRows(r); return err },
+			`lens table: column "layer": missing (have seq_id, pos)`},
+		{"float as int", []arrow.Field{i32("seq_id"), f32("pos", false), i32("layer"), f32("entropy", false)},
+			func(r arrow.RecordBatch) error { _, err := LensRows(r); return err },
+			`lens table: column "pos": is float32, want int32`},
+		{"int as float", []arrow.Field{i32("seq_id"), i32("pos"), i32("layer"), i32("entropy")},
+			func(r arrow.RecordBatch) error { _, err := LensRows(r); return err },
+			`column "entropy": is int32, want float32`},
+		{"string as list", []arrow.Field{i32("seq_id"), i32("pos"), i32("layer"), {Name: "expert_ids", Type: arrow.BinaryTypes.String}},
+			func(r arrow.RecordBatch) error { _, err := RouterRows(r); return err },
+			`router table: column "expert_ids": is utf8, want list<int32>`},
+		{"list of wrong element", []arrow.Field{i32("seq_id"), i32("pos"), i32("layer"), str,
+			{Name: "weights", Type: arrow.ListOf(arrow.BinaryTypes.String)}},
+			func(r arrow.RecordBatch) error { _, err := AttnResRows(r); return err },
+			`attnres table: column "weights": is list<item: utf8, nullable>, want list<float32>`},
+		{"int as string", []arrow.Field{i32("seq_id"), i32("pos"), i32("token_id"), i32("token")},
+			func(r arrow.RecordBatch) error { _, err := TokenRows(r); return err },
+			`tokens table: column "token": is int32, want utf8`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rec := record(t, mem, tt.fields, func(*array.RecordBuilder) {})
+			defer rec.Release()
+			err := tt.read(rec)
+			if !errors.Is(err, ErrColumn) || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("want an ErrColumn containing %q, got %v", tt.want, err)
+			}
+		})
+	}
+}
