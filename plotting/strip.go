@@ -20,15 +20,17 @@ type StripOptions struct {
 	TopK int
 }
 
-// Shading of the strip: a token is drawn on red with opacity surprise/MaxSurprise.
+// Shading of the strip: a token is drawn on red with opacity maxAlpha * surprise/MaxSurprise; the cap
+// keeps black text readable on the darkest shade.
 const (
 	defaultMaxSurprise = 10.0
 	defaultStripTopK   = 5
-	shadeRGB           = "220,38,38"
+	shadeRGB           = "230,50,50"
+	maxAlpha           = 0.8
 )
 
 // LogprobStrip renders a sequence as HTML text in which each token's background is shaded by its surprise,
-// -logprob in nats, the darker the more surprising; hovering a token shows its logprob, probability, rank,
+// -logprob in nats, the darker the more surprising (linearly up to MaxSurprise); hovering a token shows its logprob, probability, rank,
 // the entropy of the prediction and the top alternatives. Token text is HTML-escaped; a newline token
 // shows as ↵ and breaks the line.
 //
@@ -75,8 +77,8 @@ func LogprobStrip(rows []TokenRow, opts StripOptions) (string, error) {
 	b.WriteString("</div>\n")
 	fmt.Fprintf(&b, `<div style="font-family:sans-serif;font-size:11px;color:#555">surprise −log p: 0 `+
 		`<span style="display:inline-block;width:120px;height:9px;vertical-align:middle;`+
-		`background:linear-gradient(to right,rgba(%s,0),rgba(%s,1))"></span> %s nats and more</div>`,
-		shadeRGB, shadeRGB, strconv.FormatFloat(opts.MaxSurprise, 'g', 4, 64))
+		`background:linear-gradient(to right,rgba(%s,0),rgba(%s,%g))"></span> %s nats and more</div>`,
+		shadeRGB, shadeRGB, maxAlpha, strconv.FormatFloat(opts.MaxSurprise, 'g', 4, 64))
 	return b.String(), nil
 }
 
@@ -93,7 +95,7 @@ func writeToken(b *strings.Builder, r TokenRow, prev *TokenRow, opts StripOption
 		return
 	}
 	surprise := -prev.Logprob
-	alpha := math.Max(0, math.Min(1, surprise/opts.MaxSurprise))
+	alpha := maxAlpha * math.Max(0, math.Min(1, surprise/opts.MaxSurprise))
 	tip += fmt.Sprintf("\nlogprob %.3f (p = %.3g) · rank %d", prev.Logprob, math.Exp(prev.Logprob), prev.Rank)
 	if !math.IsNaN(prev.Entropy) {
 		tip += fmt.Sprintf("\nentropy %.3f nats", prev.Entropy)

@@ -122,8 +122,8 @@ func TestLogprobStrip(t *testing.T) {
 			t.Errorf("surprise %v has alpha %v, surprise %v has alpha %v", a.surprise, a.alpha, b.surprise, b.alpha)
 		}
 	}
-	if last := shades[len(shades)-1]; last.alpha != 1 {
-		t.Errorf("surprise %v over the cap: alpha %v, want 1", last.surprise, last.alpha)
+	if last := shades[len(shades)-1]; last.alpha != maxAlpha {
+		t.Errorf("surprise %v over the cap: alpha %v, want %v", last.surprise, last.alpha, maxAlpha)
 	}
 }
 
