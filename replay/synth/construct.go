@@ -8,6 +8,7 @@ import (
 
 	"github.com/potato-k3/potato-k3/replay/checkpoint"
 	"github.com/potato-k3/potato-k3/replay/model"
+	"github.com/potato-k3/potato-k3/replay/tokenizer"
 )
 
 // tuning holds the constants of the construction (doc.go explains each). They are measured, not derived:
@@ -84,8 +85,8 @@ func newBuilder(plan *model.Plan, seed uint64, numBPE int) (*builder, error) {
 	if b.content < d.Hidden/2 {
 		return nil, fmt.Errorf("synth: hidden size %d leaves %d content dims after %d routing-code dims", d.Hidden, b.content, b.codeDims)
 	}
-	if numBPE <= 0 || numBPE+NumSpecials != d.Vocab {
-		return nil, fmt.Errorf("synth: vocabulary %d is not %d BPE tokens + %d specials", d.Vocab, numBPE, NumSpecials)
+	if numBPE <= 0 || numBPE+tokenizer.NumSpecials != d.Vocab {
+		return nil, fmt.Errorf("synth: vocabulary %d is not %d BPE tokens + %d specials", d.Vocab, numBPE, tokenizer.NumSpecials)
 	}
 	// A block vector sums 2*block sublayer outputs; each is scaled so that a full block has about the
 	// norm of an embedding (rms 1), and AttnRes mixes vectors of comparable size.

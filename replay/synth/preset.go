@@ -7,13 +7,11 @@ import (
 	"strings"
 
 	"github.com/potato-k3/potato-k3/replay/model"
+	"github.com/potato-k3/potato-k3/replay/tokenizer"
 )
 
 // ErrPreset marks a request for a preset or a layer count that does not exist.
 var ErrPreset = errors.New("synth: preset")
-
-// NumSpecials is the number of special-token slots after the BPE tokens, as in K3 (163584..163839).
-const NumSpecials = 256
 
 // Preset is a named model shape. Everything but the shape (the values of the weights) comes from the seed.
 type Preset struct {
@@ -31,7 +29,7 @@ type Preset struct {
 	shards func(c model.TextConfig, totalBytes int64) int
 	// vision is the layout of the synthetic image tower.
 	vision visionShape
-	// numBPE is the number of byte-level BPE tokens; the vocabulary is numBPE + NumSpecials.
+	// numBPE is the number of byte-level BPE tokens; the vocabulary is numBPE + tokenizer.NumSpecials.
 	numBPE int
 }
 
@@ -96,7 +94,7 @@ func (p Preset) TextConfig(n int) (model.TextConfig, error) {
 	c := p.text(n)
 	c.NumHiddenLayers = n
 	c.LinearAttn.KDALayers, c.LinearAttn.FullAttnLayers = layerLists(n)
-	c.VocabSize = p.numBPE + NumSpecials
+	c.VocabSize = p.numBPE + tokenizer.NumSpecials
 	// The special ids sit at K3's offsets from the first special slot (K3_SPEC.md section 6).
 	c.BOSTokenID = p.numBPE       // [BOS]
 	c.EOSTokenID = p.numBPE + 2   // <|end_of_msg|>, the stop token, as text_config.eos_token_id in K3

@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"runtime"
 	"time"
+
+	"github.com/potato-k3/potato-k3/replay/tokenizer"
 )
 
 // ErrSpace marks a dense write refused because the disk is too small for it.
@@ -144,7 +146,30 @@ func (l *Layout) writeAll(ctx context.Context, tmp string, o Options) error {
 	if err := l.writeIndex(tmp); err != nil {
 		return fmt.Errorf("synth: %s: %w", "model.safetensors.index.json", err)
 	}
-	// TODO(tokenizer): write tiktoken.model and tokenizer_config.json for l.Preset.numBPE BPE tokens with
-	// the tokenizer package's vocabulary writer once it lands (TestTokenizerFiles is skipped until then).
+	// The tokenizer package's builtin vocabulary: its first numBPE learned tokens (padded past 65,536),
+	// then the 256 special slots at K3's offsets, matching text_config's bos/eos/pad ids.
+	if err := tokenizer.WriteModelFiles(tmp, l.Preset.numBPE); err != nil {
+		return fmt.Errorf("synth: %w", err)
+	}
+	// The shards synced themselves; the small files and the directory entries must be durable too
+	// before the rename publishes the directory.
+	for _, name := range []string{"config.json", tokenizer.ModelFile, tokenizer.ConfigFile, "."} {
+		if err := syncPath(filepath.Join(tmp, name)); err != nil {
+			return fmt.Errorf("synth: %w", err)
+		}
+	}
 	return nil
+}
+
+// syncPath flushes a file or directory to disk.
+func syncPath(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return fmt.Errorf("sync %s: %w", path, err)
+	}
+	return f.Close()
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/potato-k3/potato-k3/replay/checkpoint"
 	"github.com/potato-k3/potato-k3/replay/model"
+	"github.com/potato-k3/potato-k3/replay/tokenizer"
 )
 
 // writeTiny writes the tiny preset with seed into a fresh directory and returns its path.
@@ -176,9 +177,31 @@ func TestSpaceCheck(t *testing.T) {
 	}
 }
 
-// TestTokenizerFiles is the place for the tokenizer files' test: tiktoken.model and
-// tokenizer_config.json with the special ids at K3's offsets.
+// TestTokenizerFiles loads the written tokenizer and checks it against config.json: vocabulary size and
+// the BOS, stop and PAD ids at K3's offsets after the BPE tokens.
 func TestTokenizerFiles(t *testing.T) {
-	t.Skip("TODO(tokenizer): Write does not yet write tiktoken.model and tokenizer_config.json; " +
-		"enable when replay/tokenizer exports its vocabulary writer")
+	dir := writeTiny(t, 1, 0)
+	tok, err := tokenizer.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan, err := model.ReadFile(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := plan.Config
+	if tok.VocabSize() != c.VocabSize || tok.NumBPE() != c.VocabSize-tokenizer.NumSpecials {
+		t.Fatalf("tokenizer has %d tokens (%d BPE), config.json says vocab_size %d", tok.VocabSize(), tok.NumBPE(), c.VocabSize)
+	}
+	stop, ok := tok.SpecialID("<|end_of_msg|>")
+	if !ok {
+		t.Fatal("no <|end_of_msg|> special")
+	}
+	if int(tok.BOS()) != c.BOSTokenID || int(stop) != c.EOSTokenID || int(tok.PAD()) != c.PadTokenID {
+		t.Errorf("BOS/stop/PAD are %d/%d/%d, config.json says %d/%d/%d",
+			tok.BOS(), stop, tok.PAD(), c.BOSTokenID, c.EOSTokenID, c.PadTokenID)
+	}
+	if ids := tok.Encode("Hello world"); len(ids) == 0 {
+		t.Error("the tokenizer encodes nothing")
+	}
 }
