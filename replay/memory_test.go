@@ -1,0 +1,93 @@
+package replay
+
+import (
+	"context"
+	"sync"
+	"testing"
+
+	"github.com/potato-k3/potato-k3/replay/cpu"
+	"github.com/potato-k3/potato-k3/replay/ops"
+)
+
+// accountingBackend counts the weight bytes a backend holds: uploads add, Free subtracts. Together with
+// the engine's read-ahead counter it measures how many layers of weights are held at once.
+type accountingBackend struct {
+	ops.Backend
+	engine *Engine // set after NewEngine, to sample its read-ahead bytes
+	mu     sync.Mutex
+	live   map[any]int64
+	held   int64
+	peak   int64
+}
+
+func (a *accountingBackend) add(key any, n int64) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.live[key] = n
+	a.held += n
+	total := a.held
+	if a.engine != nil {
+		total += a.engine.HeldBytes()
+	}
+	a.peak = max(a.peak, total)
+}
+
+func (a *accountingBackend) Upload(dt ops.DType, rows, cols int, raw []byte) (ops.Tensor, error) {
+	t, err := a.Backend.Upload(dt, rows, cols, raw)
+	if err == nil {
+		a.add(t, int64(len(raw)))
+	}
+	return t, err
+}
+
+func (a *accountingBackend) UploadExpert(id, latent, ffn int, w1p, w1s, w3p, w3s, w2p, w2s []byte) (ops.Expert, error) {
+	x, err := a.Backend.UploadExpert(id, latent, ffn, w1p, w1s, w3p, w3s, w2p, w2s)
+	if err == nil {
+		a.add(x, int64(len(w1p)+len(w1s)+len(w3p)+len(w3s)+len(w2p)+len(w2s)))
+	}
+	return x, err
+}
+
+func (a *accountingBackend) Free(t any) {
+	a.mu.Lock()
+	if n, ok := a.live[t]; ok {
+		a.held -= n
+		delete(a.live, t)
+	}
+	a.mu.Unlock()
+	a.Backend.Free(t)
+}
+
+// TestAtMostTwoLayersHeld: while a wave runs, the weights held (uploaded to the backend plus read ahead in
+// host memory, not counting the resident globals) never exceed two layers' worth.
+func TestAtMostTwoLayersHeld(t *testing.T) {
+	acc := &accountingBackend{Backend: cpu.New(cpu.Options{Precision: ops.BF16}), live: map[any]int64{}}
+	e := openPreset(t, "tiny", 1, acc, EngineOptions{})
+	acc.mu.Lock()
+	globals := acc.held
+	acc.engine, acc.peak = e, 0
+	acc.held = 0 // count layer weights only
+	for k := range acc.live {
+		delete(acc.live, k)
+	}
+	acc.mu.Unlock()
+
+	if _, _, err := e.Run(context.Background(), []Request{{Sequences: randomSequences(8, 3328, 64, 64, 64)}}); err != nil {
+		t.Fatal(err)
+	}
+	var largest int64
+	for i := range e.Plan.Layers {
+		own, experts := e.Plan.LayerBytes(i)
+		largest = max(largest, own+experts)
+	}
+	t.Logf("globals %d bytes resident; peak of layer weights held %d bytes; largest layer %d bytes", globals, acc.peak, largest)
+	if acc.peak > 2*largest {
+		t.Errorf("peak weights held %d bytes > two layers (%d)", acc.peak, 2*largest)
+	}
+	if acc.peak < largest/2 {
+		t.Errorf("peak weights held %d bytes: the accounting missed the layers (largest %d)", acc.peak, largest)
+	}
+	if acc.held != 0 || e.HeldBytes() != 0 {
+		t.Errorf("after the wave: %d bytes still uploaded, %d read ahead; want 0 (a leak)", acc.held, e.HeldBytes())
+	}
+}
