@@ -12,8 +12,8 @@ import (
 )
 
 var (
-	presetsDir  string
-	presetOnce  sync.Map // preset+seed -> *presetDir
+	presetsDir string
+	presetOnce sync.Map // preset+seed -> *presetDir
 )
 
 type presetDir struct {
