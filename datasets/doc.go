@@ -19,11 +19,12 @@
 // A line without "thinking" leaves the conversation's Thinking unset, and the engine refuses to guess:
 // choose for the whole dataset with SetThinking.
 //
-//	convs, err := datasets.Load("chats.jsonl") // or .parquet
+//	convs, err := datasets.Load("chats.jsonl") // or .json, .parquet
 //	if err != nil { ... }
 //	datasets.SetThinking(convs, tokenizer.ThinkingOff)
 //
-// A Parquet file has a column "messages" (list<struct<role, content, ...>>, as Hugging Face datasets
+// A .json file that holds one JSON array of such conversations is read with ReadJSON (errors then count
+// items). A Parquet file has a column "messages" (list<struct<role, content, ...>>, as Hugging Face datasets
 // store chats) or a column "conversation" of JSON text, and optional columns id, thinking and
 // thinking_effort (ReadParquet).
 //

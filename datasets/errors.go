@@ -3,6 +3,7 @@ package datasets
 import (
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // ErrInvalid is matched (errors.Is) by every *Error: the input is not a conversation this package
@@ -17,27 +18,25 @@ var ErrCorrupt = errors.New("datasets: corrupt cache entry")
 // field, written as a path such as messages[2].tool_calls[0].function.name.
 type Error struct {
 	File  string // the name the reader was given; "" when unknown
-	Unit  string // "line" for JSONL, "row" for Parquet
-	Line  int    // 1-based line or row number; 0 when not known
+	Unit  string // "line" for JSONL, "row" for Parquet, "item" for a JSON array
+	Line  int    // 1-based line, row or item number; 0 when not known
 	Field string // path of the offending field; "" for the whole line
 	Err   error  // what is wrong with it
 }
 
 // Error reads like "datasets: chats.jsonl line 3: messages[2].role: unknown role "bot" (...)".
 func (e *Error) Error() string {
-	s := "datasets: "
-	if e.File != "" {
-		s += e.File + " "
-	}
+	loc := e.File
 	if e.Line > 0 {
 		unit := e.Unit
 		if unit == "" {
 			unit = "line"
 		}
-		s += fmt.Sprintf("%s %d", unit, e.Line)
+		loc = strings.TrimSpace(fmt.Sprintf("%s %s %d", loc, unit, e.Line))
 	}
-	if e.File != "" || e.Line > 0 {
-		s += ": "
+	s := "datasets: "
+	if loc != "" {
+		s += loc + ": "
 	}
 	if e.Field != "" {
 		s += e.Field + ": "

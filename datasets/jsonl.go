@@ -3,6 +3,7 @@ package datasets
 import (
 	"bufio"
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -57,17 +58,64 @@ func LoadJSONL(path string) ([]tokenizer.Conversation, error) {
 	return ReadJSONL(f, path)
 }
 
-// Load reads conversations from path, by its extension: .jsonl (or .json, read as JSONL) with LoadJSONL,
-// .parquet with LoadParquet.
+// ReadJSON reads a JSON array whose items are conversations in any shape a JSONL line may have (an
+// object with "messages", or an array of messages), as a pretty-printed .json dataset holds them. Errors
+// count items from 1 ("item 3").
+func ReadJSON(r io.Reader, name string) ([]tokenizer.Conversation, error) {
+	var items []json.RawMessage
+	if err := json.NewDecoder(r).Decode(&items); err != nil {
+		return nil, &Error{File: name, Err: fmt.Errorf("want a JSON array of conversations: %w", err)}
+	}
+	convs := make([]tokenizer.Conversation, len(items))
+	for i, item := range items {
+		var err error
+		if convs[i], err = parseConversation(item); err != nil {
+			return nil, locate(err, name, "item", i+1)
+		}
+	}
+	return convs, nil
+}
+
+// Load reads conversations from path, by its extension: .jsonl or .ndjson with ReadJSONL; .json with
+// ReadJSON when the file is one JSON array of conversations, else as JSONL; .parquet with LoadParquet.
 func Load(path string) ([]tokenizer.Conversation, error) {
 	switch ext := strings.ToLower(filepath.Ext(path)); ext {
-	case ".jsonl", ".json", ".ndjson":
+	case ".jsonl", ".ndjson":
 		return LoadJSONL(path)
+	case ".json":
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return nil, fmt.Errorf("datasets: %w", err)
+		}
+		if isArrayOfConversations(data) {
+			return ReadJSON(bytes.NewReader(data), path)
+		}
+		return ReadJSONL(bytes.NewReader(data), path)
 	case ".parquet", ".pq":
 		return LoadParquet(path)
 	default:
 		return nil, fmt.Errorf("datasets: %s: unknown extension %q (want .jsonl or .parquet)", path, ext)
 	}
+}
+
+// isArrayOfConversations reports whether data is one JSON array whose first item is itself a
+// conversation (an object with "messages", or an array), rather than a single line holding a bare array
+// of messages, whose items are messages.
+func isArrayOfConversations(data []byte) bool {
+	var items []json.RawMessage
+	if json.Unmarshal(data, &items) != nil || len(items) == 0 {
+		return false
+	}
+	first := bytes.TrimSpace(items[0])
+	if len(first) > 0 && first[0] == '[' {
+		return true
+	}
+	var o map[string]json.RawMessage
+	if json.Unmarshal(first, &o) != nil {
+		return false
+	}
+	_, ok := o["messages"]
+	return ok
 }
 
 // SetThinking sets the thinking mode of every conversation that does not say (ThinkingUnset) to t, and

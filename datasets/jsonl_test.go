@@ -158,6 +158,42 @@ func TestReadJSONLBlankLinesAndLoad(t *testing.T) {
 	}
 }
 
+func TestLoadJSON(t *testing.T) {
+	dir := t.TempDir()
+	tests := []struct {
+		name, data string
+		want       int    // conversations, when no error
+		wantErr    string // error text, when one
+	}{
+		{"array of objects", "[\n  {\"messages\": [{\"role\": \"user\", \"content\": \"a\"}]},\n  {\"messages\": [{\"role\": \"user\", \"content\": \"b\"}]}\n]", 2, ""},
+		{"array of message arrays", `[[{"role":"user","content":"a"}], [{"role":"user","content":"b"}], [{"role":"user","content":"c"}]]`, 3, ""},
+		{"one JSONL line of messages", `[{"role":"user","content":"a"},{"role":"assistant","content":"b"}]`, 1, ""},
+		{"bad item", `[{"messages":[{"role":"user"}]}, {"messages":[{"role":"robot"}]}]`, 0,
+			`x.json item 2: messages[0].role: unknown role "robot"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			path := filepath.Join(dir, "x.json")
+			if err := os.WriteFile(path, []byte(tt.data), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			got, err := Load(path)
+			if tt.wantErr != "" {
+				if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Errorf("want an error containing %q, got %v", tt.wantErr, err)
+				}
+				return
+			}
+			if err != nil || len(got) != tt.want {
+				t.Errorf("want %d conversations, got %d (%v)", tt.want, len(got), err)
+			}
+		})
+	}
+	if _, err := ReadJSON(strings.NewReader("{"), "y.json"); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "y.json: want a JSON array") {
+		t.Errorf("not an array: %v", err)
+	}
+}
+
 func TestSetThinking(t *testing.T) {
 	convs := []tokenizer.Conversation{{Thinking: tokenizer.ThinkingUnset}, {Thinking: tokenizer.ThinkingOn}, {}}
 	if n := SetThinking(convs, tokenizer.ThinkingOff); n != 2 {
