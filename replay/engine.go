@@ -2,6 +2,10 @@ package replay
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"os"
+	"path/filepath"
 	"sync/atomic"
 
 	"github.com/potato-k3/potato-k3/replay/checkpoint"
@@ -18,7 +22,13 @@ type Engine struct {
 	globals *model.Globals
 	opts    EngineOptions
 	held    atomic.Int64 // host bytes of layers read ahead and not yet released
+	// ConfigSHA256 is the hex SHA-256 of the model directory's config.json (empty for engines made with
+	// NewEngine): results carry it so that a cache or a reader can tell models apart.
+	ConfigSHA256 string
 }
+
+// Version is the engine's version, recorded with every result.
+const Version = "0.1.0"
 
 // EngineOptions tune the engine without changing any result.
 type EngineOptions struct {
@@ -49,6 +59,11 @@ func Open(ctx context.Context, dir string, b ops.Backend, opts EngineOptions, ck
 	if err != nil {
 		return nil, nil, err
 	}
+	cfg, err := os.ReadFile(filepath.Join(dir, "config.json"))
+	if err != nil {
+		return nil, nil, err
+	}
+	sum := sha256.Sum256(cfg)
 	d, err := checkpoint.Open(dir, ckpt...)
 	if err != nil {
 		return nil, nil, err
@@ -62,6 +77,7 @@ func Open(ctx context.Context, dir string, b ops.Backend, opts EngineOptions, ck
 		d.Close()
 		return nil, nil, err
 	}
+	e.ConfigSHA256 = hex.EncodeToString(sum[:])
 	return e, d, nil
 }
 

@@ -1,0 +1,58 @@
+package main
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// parseLayers reads a layer list flag: "all", or comma-separated 0-indexed layers and ranges ("0,3,8-11").
+// An empty string is no layers.
+func parseLayers(s string, layers int) ([]int, error) {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return nil, nil
+	}
+	if s == "all" {
+		out := make([]int, layers)
+		for i := range out {
+			out[i] = i
+		}
+		return out, nil
+	}
+	var out []int
+	for _, part := range strings.Split(s, ",") {
+		lo, hi, isRange := strings.Cut(strings.TrimSpace(part), "-")
+		a, err := strconv.Atoi(lo)
+		if err != nil {
+			return nil, fmt.Errorf("layer list %q: %q is not a layer number", s, part)
+		}
+		b := a
+		if isRange {
+			if b, err = strconv.Atoi(hi); err != nil || b < a {
+				return nil, fmt.Errorf("layer list %q: %q is not a range lo-hi", s, part)
+			}
+		}
+		for l := a; l <= b; l++ {
+			if l < 0 || l >= layers {
+				return nil, fmt.Errorf("layer list %q: layer %d outside 0..%d (layers are 0-indexed)", s, l, layers-1)
+			}
+			out = append(out, l)
+		}
+	}
+	return out, nil
+}
+
+// parseIDs reads a comma- or space-separated list of token ids.
+func parseIDs(s string) ([]int32, error) {
+	fields := strings.FieldsFunc(s, func(r rune) bool { return r == ',' || r == ' ' || r == '\t' || r == '\n' })
+	out := make([]int32, 0, len(fields))
+	for _, f := range fields {
+		v, err := strconv.ParseInt(f, 10, 32)
+		if err != nil {
+			return nil, fmt.Errorf("token list: %q is not a token id", f)
+		}
+		out = append(out, int32(v))
+	}
+	return out, nil
+}

@@ -1,0 +1,53 @@
+package replay
+
+import (
+	"fmt"
+
+	"github.com/potato-k3/potato-k3/replay/tokenizer"
+)
+
+// FromTokens makes a sequence of tokenizer output, with each token's piece, message and channel.
+func FromTokens(tok *tokenizer.Tokenizer, toks []tokenizer.Token) Sequence {
+	s := Sequence{
+		Tokens:   make([]int32, len(toks)),
+		Pieces:   make([]string, len(toks)),
+		Messages: make([]int32, len(toks)),
+		Channels: make([]string, len(toks)),
+	}
+	for i, t := range toks {
+		s.Tokens[i], s.Pieces[i] = t.ID, tok.Piece(t.ID)
+		s.Messages[i], s.Channels[i] = int32(t.Message), string(t.Channel)
+	}
+	return s
+}
+
+// FromText tokenizes raw text (special-token names are plain text) into a sequence.
+func FromText(tok *tokenizer.Tokenizer, text string) (Sequence, error) {
+	toks := tok.EncodeText(text, false)
+	if len(toks) == 0 {
+		return Sequence{}, fmt.Errorf("text: it encodes to no tokens")
+	}
+	return FromTokens(tok, toks), nil
+}
+
+// FromConversation renders a conversation with the K3 chat format into a sequence. The conversation's
+// thinking mode must be set.
+func FromConversation(tok *tokenizer.Tokenizer, c tokenizer.Conversation) (Sequence, error) {
+	toks, err := tok.EncodeConversation(c)
+	if err != nil {
+		return Sequence{}, err
+	}
+	return FromTokens(tok, toks), nil
+}
+
+// FromIDs makes a sequence of token ids, with pieces when a tokenizer is at hand (tok may be nil).
+func FromIDs(tok *tokenizer.Tokenizer, ids []int32) Sequence {
+	s := Sequence{Tokens: ids}
+	if tok != nil {
+		s.Pieces = make([]string, len(ids))
+		for i, id := range ids {
+			s.Pieces[i] = tok.Piece(id)
+		}
+	}
+	return s
+}
