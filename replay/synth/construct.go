@@ -51,7 +51,7 @@ var defaultTuning = tuning{
 	arContent: 0.5, arBonus: 0.5, arOut: 1.5, arJitter: 0.5,
 	normJitter: 0.05,
 	logitSea:   1.2, priorSlope: 1, priorKnee: 30, logitShift: -1,
-	top1Lo: 4.3, top1Hi: 9, gap2Lo: 1.5, gap2Hi: 3,
+	top1Lo: 4.8, top1Hi: 9, gap2Lo: 1.5, gap2Hi: 3,
 	qkBias: 1, mlaScore: 1.5,
 }
 

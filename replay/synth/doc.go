@@ -77,7 +77,7 @@
 // Logits: a bigram model in the embedding. lm_head row v is a random content direction u_v scaled so that
 // an unrelated input gives logit sd 1.2, plus the unigram prior -ln(1 + v/30) - 1 through the anchor (the
 // specials far below). Token t has three successors drawn from a steeper Zipf law, with target logits
-// top1 ~ U(4.3, 9), top2 = top1 - U(1.5, 3), top3 below that; its embedding content is the combination
+// top1 ~ U(4.8, 9), top2 = top1 - U(1.5, 3), top3 below that; its embedding content is the combination
 // of the successors' u that hits those targets exactly (a 3x3 Gram solve) plus a token-specific direction
 // orthogonal to them for the rest of the norm (at most 90% goes to the successors). The top-1 is then a
 // chosen token well above the rest, and the entropy varies with top1 and with context: next-token
