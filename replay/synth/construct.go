@@ -85,7 +85,7 @@ func newBuilder(plan *model.Plan, seed uint64, numBPE int) (*builder, error) {
 	if b.content < d.Hidden/2 {
 		return nil, fmt.Errorf("synth: hidden size %d leaves %d content dims after %d routing-code dims", d.Hidden, b.content, b.codeDims)
 	}
-	if numBPE <= 0 || numBPE+tokenizer.NumSpecials != d.Vocab {
+	if numBPE < 256 || numBPE+tokenizer.NumSpecials != d.Vocab { // 256: the single bytes, and room for successors
 		return nil, fmt.Errorf("synth: vocabulary %d is not %d BPE tokens + %d specials", d.Vocab, numBPE, tokenizer.NumSpecials)
 	}
 	// A block vector sums 2*block sublayer outputs; each is scaled so that a full block has about the

@@ -53,6 +53,9 @@ func Write(ctx context.Context, dir string, o Options) (*Layout, error) {
 		return nil, err
 	}
 	parent := filepath.Dir(filepath.Clean(dir))
+	if err := os.MkdirAll(parent, 0o755); err != nil {
+		return nil, fmt.Errorf("synth: %w", err)
+	}
 	if !o.Sparse {
 		if err := checkSpace(parent, l.FileBytes(), p); err != nil {
 			return nil, err
@@ -70,12 +73,17 @@ func Write(ctx context.Context, dir string, o Options) (*Layout, error) {
 		os.RemoveAll(tmp)
 		return nil, fmt.Errorf("synth: %w", err)
 	}
-	if err := os.Remove(dir); err != nil && !errors.Is(err, fs.ErrNotExist) { // an empty target
+	// An empty target is replaced. If another writer publishes dir between these two steps (two processes
+	// filling one cache), the rename fails and the caller learns that dir now exists.
+	if err := os.Remove(dir); err != nil && !errors.Is(err, fs.ErrNotExist) && checkTarget(dir) == nil {
 		os.RemoveAll(tmp)
 		return nil, fmt.Errorf("synth: %w", err)
 	}
 	if err := os.Rename(tmp, dir); err != nil {
 		os.RemoveAll(tmp)
+		if terr := checkTarget(dir); errors.Is(terr, ErrExists) {
+			return nil, terr
+		}
 		return nil, fmt.Errorf("synth: %w", err)
 	}
 	return l, nil

@@ -205,3 +205,14 @@ func TestTokenizerFiles(t *testing.T) {
 		t.Error("the tokenizer encodes nothing")
 	}
 }
+
+// TestMissingParent checks that Write creates the target's missing parent directories.
+func TestMissingParent(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "a", "b", "tiny")
+	if _, err := Write(context.Background(), dir, Options{Preset: "tiny"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "config.json")); err != nil {
+		t.Fatal(err)
+	}
+}
