@@ -90,7 +90,8 @@ def find_transformers(report):
     attrs = sorted(a for a in dir(mod) if not a.startswith("__"))
     info["available_attrs"] = attrs
     kda = {}
-    for want in ("torch_recurrent_kda", "torch_chunk_kda"):
+    for want in ("torch_recurrent_kda", "torch_chunk_kda",  # names in earlier transformers sources
+                 "recurrent_kimi_delta_attention", "chunk_kimi_delta_attention"):  # transformers 5.17
         if callable(getattr(mod, want, None)):
             kda[want] = getattr(mod, want)
     for a in attrs:  # other spellings: anything callable with "kda" in its name that is a function
@@ -121,6 +122,8 @@ def call_transformers_kda(fn, q, k, v, g, beta):
     except (TypeError, ValueError):
         params = {}
     kwargs = {}
+    if "initial_state" in params:  # positional without a default in recurrent_kimi_delta_attention
+        kwargs["initial_state"] = None
     if "output_final_state" in params:
         kwargs["output_final_state"] = False
     if "use_qk_l2norm_in_kernel" in params:
@@ -162,9 +165,10 @@ def check_attention(checks, found, device):
         record(checks, "mla attention: masked vs row-by-row (ours)", ours, rows, 1e-5, T=T, heads=nh)
         qb, kb, vb = (x.transpose(0, 1)[None] for x in (q, k, v))  # [1, H, T, D]
         if hasattr(torch.nn.functional, "scaled_dot_product_attention"):
-            sdpa = torch.nn.functional.scaled_dot_product_attention(qb, kb, vb, is_causal=True, scale=scale) \
-                if "scale" in inspect.signature(torch.nn.functional.scaled_dot_product_attention).parameters \
-                else torch.nn.functional.scaled_dot_product_attention(qb * (scale * 192 ** 0.5), kb, vb, is_causal=True)
+            try:  # a builtin: inspect.signature cannot read it, so try the keyword (torch >= 2.1)
+                sdpa = torch.nn.functional.scaled_dot_product_attention(qb, kb, vb, is_causal=True, scale=scale)
+            except TypeError:
+                sdpa = torch.nn.functional.scaled_dot_product_attention(qb * (scale * 192 ** 0.5), kb, vb, is_causal=True)
             record(checks, "mla attention: torch sdpa vs ours", sdpa[0].transpose(0, 1), ours, 1e-5, T=T, heads=nh)
         eager = found.get("eager") if found else None
         if eager is not None:
