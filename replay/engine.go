@@ -91,6 +91,9 @@ func (e *Engine) Close() {
 	}
 }
 
+// SetProgress replaces the progress callback (nil: none). Not safe while a wave runs.
+func (e *Engine) SetProgress(f func(Progress)) { e.opts.Progress = f }
+
 // HeldBytes is the host memory currently held by layers read ahead (for tests of the two-layer bound).
 func (e *Engine) HeldBytes() int64 { return e.held.Load() }
 

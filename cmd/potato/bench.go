@@ -1,0 +1,229 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/potato-k3/potato-k3/replay"
+	"github.com/potato-k3/potato-k3/replay/checkpoint"
+	"github.com/potato-k3/potato-k3/replay/ops"
+	"github.com/potato-k3/potato-k3/replay/synth"
+)
+
+func init() {
+	commands["bench"] = command{"time waves through a model and report them as ratios to the physical bound", runBench}
+}
+
+// benchFlags are the flags of `potato bench`.
+type benchFlags struct {
+	backend, preset, precision, model, waves string
+	seed                                     uint64
+	seqLen, repeat                           int
+}
+
+func runBench(ctx context.Context, args []string, stdout io.Writer) error {
+	var f benchFlags
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(os.Stderr)
+	fs.StringVar(&f.backend, "backend", "cpu", "backend: cpu")
+	fs.StringVar(&f.preset, "preset", "small", "synthetic preset to bench (written to the cache on first use), unless --model")
+	fs.Uint64Var(&f.seed, "seed", 1, "seed of the synthetic preset")
+	fs.StringVar(&f.model, "model", "", "bench this model directory instead of a preset")
+	fs.StringVar(&f.precision, "precision", "bf16", "bf16 or fp32")
+	fs.StringVar(&f.waves, "tokens", "256,1024", "wave sizes in tokens, comma-separated")
+	fs.IntVar(&f.seqLen, "seq-len", 256, "tokens per sequence in a wave")
+	fs.IntVar(&f.repeat, "repeat", 3, "timed runs per wave size (the median is reported)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	dir := f.model
+	if dir == "" {
+		var err error
+		fmt.Fprintf(os.Stderr, "bench: preset %s seed %d (written to the cache on first use)\n", f.preset, f.seed)
+		if dir, err = synth.Cached(ctx, f.preset, f.seed); err != nil {
+			return err
+		}
+	}
+	var sizes []int
+	for _, s := range strings.Split(f.waves, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n < 1 {
+			return fmt.Errorf("--tokens: %q is not a wave size", s)
+		}
+		sizes = append(sizes, n)
+	}
+	l, err := openEngine(ctx, dir, f.backend, f.precision, replay.EngineOptions{})
+	if err != nil {
+		return err
+	}
+	defer l.Close()
+	bound, err := measureBound(ctx, l)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "bench: %s, %s on %s; read bandwidth %.2f GB/s (measured over the checkpoint), matmul %.1f GFLOP/s (measured)\n",
+		dir, l.precision, l.backend, bound.readBps/1e9, bound.flops/1e9)
+	for _, n := range sizes {
+		if err := benchWave(ctx, stdout, l, bound, n, f.seqLen, f.repeat); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// bound is the measured ceilings the results are divided by.
+type bound struct{ readBps, flops float64 }
+
+// measureBound reads every tensor of the checkpoint once (read bandwidth; after the engine opened it the
+// page cache may hold it, which is what a wave sees too) and times the backend's MatMul on a square
+// problem of the model's width (arithmetic rate).
+func measureBound(ctx context.Context, l *loaded) (bound, error) {
+	var reqs []checkpoint.ReadRequest
+	var total int64
+	for _, t := range l.ckpt.Tensors() {
+		reqs = append(reqs, checkpoint.ReadRequest{Tensor: t, Dst: make([]byte, t.Size)})
+		total += t.Size
+	}
+	start := time.Now()
+	if err := l.ckpt.ReadBatch(ctx, reqs); err != nil {
+		return bound{}, err
+	}
+	readBps := float64(total) / time.Since(start).Seconds()
+
+	b := l.engine.Model.Ops
+	h := l.engine.Model.Dims.Hidden
+	rows := 256
+	x, err := b.FromHost(rows, h, randomFloats(rows*h))
+	if err != nil {
+		return bound{}, err
+	}
+	defer b.Free(x)
+	raw := make([]byte, 2*h*h)
+	for i := range raw {
+		raw[i] = byte(i*7 + 3) // arbitrary finite bf16 patterns: the high byte stays below the exponent limit
+		if i%2 == 1 {
+			raw[i] &= 0x3f
+		}
+	}
+	w, err := b.Upload(ops.WeightBF16, h, h, raw)
+	if err != nil {
+		return bound{}, err
+	}
+	defer b.Free(w)
+	var best float64
+	for range 3 {
+		start := time.Now()
+		y, err := b.MatMul(x, w)
+		if err != nil {
+			return bound{}, err
+		}
+		if _, err := b.ToHost(y); err != nil { // a device backend finishes its work here
+			return bound{}, err
+		}
+		b.Free(y)
+		best = max(best, 2*float64(rows)*float64(h)*float64(h)/time.Since(start).Seconds())
+	}
+	return bound{readBps: readBps, flops: best}, nil
+}
+
+func randomFloats(n int) []float32 {
+	r := rand.New(rand.NewPCG(1, 2))
+	out := make([]float32, n)
+	for i := range out {
+		out[i] = float32(r.NormFloat64())
+	}
+	return out
+}
+
+// benchWave times waves of n tokens and prints per-layer-kind times against the bound.
+func benchWave(ctx context.Context, w io.Writer, l *loaded, bd bound, n, seqLen, repeat int) error {
+	plan := l.engine.Plan
+	vocab := l.engine.Model.Dims.Vocab
+	r := rand.New(rand.NewPCG(uint64(n), 9))
+	var req replay.Request
+	var lens []int
+	for left := n; left > 0; left -= seqLen {
+		t := min(seqLen, left)
+		ids := make([]int32, t)
+		for i := range ids {
+			ids[i] = int32(r.IntN(vocab - 256))
+		}
+		req.Sequences = append(req.Sequences, replay.Sequence{Tokens: ids})
+		lens = append(lens, t)
+	}
+	var runs []replay.WaveStats
+	var layerTimes [][]float64
+	for range max(repeat, 1) {
+		times := make([]float64, len(plan.Layers))
+		last := 0.0
+		l.engine.SetProgress(func(p replay.Progress) {
+			times[p.Layer-1] = p.Seconds - last
+			last = p.Seconds
+		})
+		_, st, err := l.engine.Run(ctx, []replay.Request{req})
+		l.engine.SetProgress(nil)
+		if err != nil {
+			return err
+		}
+		runs, layerTimes = append(runs, st), append(layerTimes, times)
+	}
+	mid := medianIndex(runs)
+	st, times := runs[mid], layerTimes[mid]
+	var flops float64
+	for i := range plan.Layers {
+		flops += plan.LayerFLOPs(i, lens)
+	}
+	flops += plan.OutputFLOPs(n)
+	boundS := max(float64(st.BytesRead())/bd.readBps, flops/bd.flops)
+	fmt.Fprintf(w, "\nwave of %d tokens (%d sequences of up to %d): %.3fs median of %d, %.0f tokens/s, %.1f MB read per pass, %.2f GFLOP; bound %.3fs: ratio %.2f\n",
+		n, len(lens), seqLen, st.Seconds, len(runs), float64(n)/st.Seconds, float64(st.BytesRead())/1e6, flops/1e9, boundS, st.Seconds/boundS)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "layer kind\tlayers\tmean s\tMB read\tGFLOP\tbound s\tratio\t")
+	type acc struct {
+		n                  int
+		secs, bytes, flops float64
+	}
+	kinds := map[string]*acc{}
+	var order []string
+	for i, ly := range plan.Layers {
+		k := ly.Attn.String() + "+" + ly.FFN.String()
+		if kinds[k] == nil {
+			kinds[k] = &acc{}
+			order = append(order, k)
+		}
+		a := kinds[k]
+		a.n++
+		a.secs += times[i]
+		a.bytes += float64(st.LayerBytes[i] + st.ExpertBytes[i])
+		a.flops += plan.LayerFLOPs(i, lens)
+	}
+	for _, k := range order {
+		a := kinds[k]
+		m := float64(a.n)
+		b := max(a.bytes/m/bd.readBps, a.flops/m/bd.flops)
+		fmt.Fprintf(tw, "%s\t%d\t%.4f\t%.2f\t%.2f\t%.4f\t%.2f\t\n", k, a.n, a.secs/m, a.bytes/m/1e6, a.flops/m/1e9, b, a.secs/m/b)
+	}
+	return tw.Flush()
+}
+
+// medianIndex returns the index of the run with the median time.
+func medianIndex(runs []replay.WaveStats) int {
+	idx := make([]int, len(runs))
+	for i := range idx {
+		idx[i] = i
+	}
+	for i := 1; i < len(idx); i++ {
+		for j := i; j > 0 && runs[idx[j]].Seconds < runs[idx[j-1]].Seconds; j-- {
+			idx[j], idx[j-1] = idx[j-1], idx[j]
+		}
+	}
+	return idx[len(idx)/2]
+}
