@@ -1,0 +1,157 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/potato-k3/potato-k3/kernel/api"
+	"github.com/potato-k3/potato-k3/kernel/server"
+	"github.com/potato-k3/potato-k3/replay"
+	"github.com/potato-k3/potato-k3/replay/ops"
+	"github.com/potato-k3/potato-k3/replay/synth"
+)
+
+func init() {
+	commands["serve"] = command{"run the resident engine for notebooks: HTTP + JSON in, Arrow IPC streams out", runServe}
+}
+
+// serveFlags are the flags of `potato serve`.
+type serveFlags struct {
+	model, backend, precision, listen, tokenFile, spill, stateFile string
+	limits                                                         api.Limits
+	keep, gather, shutdownTimeout                                  time.Duration
+	expertChunk                                                    int
+}
+
+func runServe(ctx context.Context, args []string, stdout io.Writer) error {
+	var f serveFlags
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(os.Stderr)
+	d := server.DefaultLimits
+	fs.StringVar(&f.model, "model", "", "model directory (default: the embedded synthetic tiny model)")
+	fs.StringVar(&f.backend, "backend", "cpu", "backend: cpu")
+	fs.StringVar(&f.precision, "precision", "bf16", "default precision, bf16 or fp32 (the other opens on a request's first use)")
+	fs.StringVar(&f.listen, "listen", server.DefaultListen, "host:port, or unix:/path for a unix socket; any address but loopback or a socket needs --token-file")
+	fs.StringVar(&f.tokenFile, "token-file", "", "file holding the bearer token every request must carry (at least 16 characters)")
+	fs.StringVar(&f.spill, "spill", "", "directory for results and job manifests (default: spill/ under the cache directory)")
+	fs.StringVar(&f.stateFile, "state-file", "", "write the address and pid here once listening (for notebook clients); removed at exit")
+	fs.Int64Var(&f.limits.MaxBodyBytes, "max-body-bytes", d.MaxBodyBytes, "largest request body")
+	fs.IntVar(&f.limits.MaxSequenceTokens, "max-tokens", d.MaxSequenceTokens, "most tokens of one sequence")
+	fs.IntVar(&f.limits.MaxRequestTokens, "max-request-tokens", d.MaxRequestTokens, "most tokens of one request")
+	fs.IntVar(&f.limits.MaxSequences, "max-sequences", d.MaxSequences, "most sequences of one request")
+	fs.IntVar(&f.limits.MaxTopK, "max-top-k", d.MaxTopK, "largest top_k")
+	fs.IntVar(&f.limits.MaxWaveTokens, "max-wave-tokens", d.MaxWaveTokens, "a wave takes queued requests up to this many tokens (a larger request runs alone)")
+	fs.DurationVar(&f.keep, "keep", 30*time.Minute, "how long results stay after they were fetched, and failed jobs' status")
+	fs.DurationVar(&f.gather, "gather", 50*time.Millisecond, "wait this long after a request reaches an idle engine, so that requests sent together share a wave")
+	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 10*time.Minute, "on SIGTERM, how long the wave in flight may take to finish before it is failed")
+	fs.IntVar(&f.expertChunk, "expert-chunk", 0, "routed experts resident at once per MoE layer (0: all chosen); results do not depend on it")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("serve: unexpected argument %q", fs.Arg(0))
+	}
+	cfg, err := f.config(ctx)
+	if err != nil {
+		return err
+	}
+	// The engine opens and the spill is read before anything listens, so a client never reaches a server
+	// that cannot replay. Opening is not cut short by a signal: stopping then is simply slower.
+	srv, err := server.New(context.WithoutCancel(ctx), cfg)
+	if err != nil {
+		return err
+	}
+	l, err := server.Listen(f.listen)
+	if err != nil {
+		srv.Shutdown(context.Background())
+		return err
+	}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(l) }()
+	if f.stateFile != "" {
+		st := api.State{Addr: server.AddrString(l.Addr()), PID: os.Getpid(), Started: time.Now(), Model: cfg.ModelDir}
+		if err := writeState(f.stateFile, st); err != nil {
+			srv.Shutdown(context.Background())
+			return err
+		}
+		defer removeState(f.stateFile)
+	}
+	fmt.Fprintf(stdout, "potato serve: listening on %s\n", server.AddrString(l.Addr()))
+	select {
+	case err := <-serveErr: // the listener failed, or Serve refused it
+		srv.Shutdown(context.Background())
+		return err
+	case <-ctx.Done(): // SIGTERM or SIGINT
+	}
+	return srv.Shutdown(context.Background()) // bounded by --shutdown-timeout
+}
+
+// config turns the flags into a server.Config, the model and spill directories defaulting to the cache.
+func (f *serveFlags) config(ctx context.Context) (server.Config, error) {
+	cfg := server.Config{Backend: f.backend, Precision: f.precision, SpillDir: f.spill, Limits: f.limits,
+		Keep: f.keep, Gather: f.gather, ShutdownTimeout: f.shutdownTimeout, ExpertChunk: f.expertChunk,
+		Logger: slog.New(slog.NewTextHandler(os.Stderr, nil))}
+	var err error
+	if cfg.ModelDir, err = modelDir(ctx, f.model); err != nil {
+		return cfg, err
+	}
+	if f.tokenFile != "" {
+		if cfg.Token, err = server.ReadToken(f.tokenFile); err != nil {
+			return cfg, err
+		}
+	}
+	if cfg.SpillDir == "" {
+		root, err := synth.CacheDir()
+		if err != nil {
+			return cfg, err
+		}
+		cfg.SpillDir = filepath.Join(root, "spill")
+	}
+	if f.gather == 0 {
+		cfg.Gather = -1 // --gather 0: start at once (Config treats 0 as the default)
+	}
+	backend := f.backend
+	cfg.Open = func(ctx context.Context, dir string, prec ops.Precision, opts replay.EngineOptions) (*server.Opened, error) {
+		l, err := openEngine(ctx, dir, backend, prec.String(), opts)
+		if err != nil {
+			return nil, err
+		}
+		return &server.Opened{Engine: l.engine, Backend: l.backend, Close: l.Close}, nil
+	}
+	return cfg, nil
+}
+
+// writeState writes the state file atomically (a reader never sees half of it).
+func writeState(path string, st api.State) error {
+	data, err := json.MarshalIndent(st, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, append(data, '\n'), 0o600); err != nil {
+		return fmt.Errorf("serve: state file: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("serve: state file: %w", err)
+	}
+	return nil
+}
+
+// removeState removes the state file if it is still this process's (a newer server may have replaced it).
+func removeState(path string) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return
+	}
+	var st api.State
+	if json.Unmarshal(data, &st) == nil && st.PID == os.Getpid() {
+		os.Remove(path)
+	}
+}

@@ -1,0 +1,63 @@
+package api
+
+import "time"
+
+// Health is the answer of PathHealth: enough for a client to tell that the engine it reached is the one
+// it expects (a notebook checks PID against its state file before reusing or stopping a server).
+type Health struct {
+	Status  string `json:"status"` // "ok", or "stopping" during a graceful shutdown
+	Version string `json:"version"`
+	PID     int    `json:"pid"`
+}
+
+// Info describes the model the server replays and the limits it enforces.
+type Info struct {
+	ModelDir      string `json:"model_dir"`
+	ConfigSHA256  string `json:"config_sha256"`
+	EngineVersion string `json:"engine_version"`
+	Backend       string `json:"backend"`
+	// Precision is the default for requests that do not say; Precisions are all that are accepted, and
+	// Open those with an engine open now (the others open on first use).
+	Precision  string      `json:"precision"`
+	Precisions []string    `json:"precisions"`
+	Open       []string    `json:"open"`
+	Layers     int         `json:"layers"`
+	Vocab      int         `json:"vocab"`
+	Hidden     int         `json:"hidden"`
+	LayerKinds []LayerKind `json:"layer_kinds"`
+	Tokenizer  bool        `json:"tokenizer"` // false: only token ids are accepted
+	Limits     Limits      `json:"limits"`
+}
+
+// LayerKind is one layer's attention ("kda" or "mla") and FFN ("dense" or "moe").
+type LayerKind struct {
+	Layer int    `json:"layer"`
+	Attn  string `json:"attn"`
+	FFN   string `json:"ffn"`
+}
+
+// Limits are what one request may ask; a request past one is refused with the limit's flag named.
+type Limits struct {
+	MaxBodyBytes      int64 `json:"max_body_bytes"`      // --max-body-bytes
+	MaxSequenceTokens int   `json:"max_sequence_tokens"` // --max-tokens
+	MaxRequestTokens  int   `json:"max_request_tokens"`  // --max-request-tokens
+	MaxSequences      int   `json:"max_sequences"`       // --max-sequences
+	MaxTopK           int   `json:"max_top_k"`           // --max-top-k
+	MaxWaveTokens     int   `json:"max_wave_tokens"`     // --max-wave-tokens (a larger request runs alone)
+}
+
+// Error is the body of every 4xx and 5xx answer.
+type Error struct {
+	Error string `json:"error"`
+	// Limit is the flag of the limit a refused request passed, when that is why it was refused.
+	Limit string `json:"limit,omitempty"`
+}
+
+// State is the state file a server started for notebooks writes once it listens (potato serve
+// --state-file), so that later cells find it: where it listens and which process it is.
+type State struct {
+	Addr    string    `json:"addr"` // "unix:/path" or "http://127.0.0.1:port"
+	PID     int       `json:"pid"`
+	Started time.Time `json:"started"`
+	Model   string    `json:"model"`
+}

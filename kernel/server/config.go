@@ -1,0 +1,131 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/potato-k3/potato-k3/kernel/api"
+	"github.com/potato-k3/potato-k3/replay"
+	"github.com/potato-k3/potato-k3/replay/cpu"
+	"github.com/potato-k3/potato-k3/replay/ops"
+)
+
+// Config is everything a Server is told at start. Paths come only from here (the command's flags): no
+// request can name a file on the server.
+type Config struct {
+	// ModelDir is the model directory (config.json, safetensors, and optionally the tokenizer).
+	ModelDir string
+	// Backend names the backend for Info and result metadata; Open must make engines on it.
+	Backend string
+	// Precision is the default precision ("bf16" or "fp32"); its engine opens in New, so that a broken
+	// model directory stops the server at start rather than at the first request.
+	Precision string
+	// Open opens an engine on ModelDir at a precision; nil means OpenCPU. The engine of the other
+	// precision opens on the first request that asks for it and stays open.
+	Open OpenFunc
+	// SpillDir holds the results and job manifests (one directory per job). Required; one server at a
+	// time may use it (New takes a lock).
+	SpillDir string
+	// Token, when not empty, is required as "Authorization: Bearer TOKEN" on every request. Serve refuses
+	// a listener that is not loopback or a unix socket without one.
+	Token string
+	// Limits bound what one request may ask; zero fields take DefaultLimits' values.
+	Limits api.Limits
+	// Keep is how long results stay after they were fetched in full, and how long a failed or cancelled
+	// job's status stays (default 30 minutes). Results never fetched stay until fetched.
+	Keep time.Duration
+	// Gather is how long the scheduler waits after a request arrives at an idle engine before it starts
+	// a wave, so that requests sent at nearly the same time share one pass over the weights (default
+	// 50ms, nothing next to a K3 wave; negative: do not wait).
+	Gather time.Duration
+	// ShutdownTimeout bounds how long Shutdown waits for the wave in flight before it fails it (default
+	// 10 minutes).
+	ShutdownTimeout time.Duration
+	// ExpertChunk is passed to the engines (replay.EngineOptions.ExpertChunk).
+	ExpertChunk int
+	// Logger receives one line per job and wave; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// OpenFunc opens an engine on dir at precision prec with opts (whose Progress the server sets).
+type OpenFunc func(ctx context.Context, dir string, prec ops.Precision, opts replay.EngineOptions) (*Opened, error)
+
+// Opened is an engine and what to do to close it.
+type Opened struct {
+	Engine  *replay.Engine
+	Backend string // the backend's name, for metadata
+	Close   func() // frees the engine and its checkpoint; may be nil
+}
+
+// OpenCPU opens dir on the pure-Go CPU backend.
+func OpenCPU(ctx context.Context, dir string, prec ops.Precision, opts replay.EngineOptions) (*Opened, error) {
+	b := cpu.New(cpu.Options{Precision: prec})
+	e, d, err := replay.Open(ctx, dir, b, opts)
+	if err != nil {
+		return nil, err
+	}
+	return &Opened{Engine: e, Backend: b.Name(), Close: func() { e.Close(); d.Close() }}, nil
+}
+
+// DefaultLimits are the limits of a server whose Config leaves them zero. They are sized for K3 on one
+// GPU: a wave of about 128k tokens is where the pass stops being bound by reading the weights.
+var DefaultLimits = api.Limits{
+	MaxBodyBytes:      64 << 20,
+	MaxSequenceTokens: 128 << 10,
+	MaxRequestTokens:  1 << 20,
+	MaxSequences:      4096,
+	MaxTopK:           1024,
+	MaxWaveTokens:     128 << 10,
+}
+
+// withDefaults returns c with every unset field at its default, or an error for a field that has none.
+func (c Config) withDefaults() (Config, error) {
+	if c.ModelDir == "" {
+		return c, errors.New("server: no model directory")
+	}
+	if c.SpillDir == "" {
+		return c, errors.New("server: no spill directory")
+	}
+	if c.Backend == "" {
+		c.Backend = "cpu"
+	}
+	if c.Precision == "" {
+		c.Precision = "bf16"
+	}
+	if _, err := ops.ParsePrecision(c.Precision); err != nil {
+		return c, fmt.Errorf("server: %w", err)
+	}
+	if c.Open == nil {
+		if c.Backend != "cpu" {
+			return c, fmt.Errorf("server: backend %q needs an Open function", c.Backend)
+		}
+		c.Open = OpenCPU
+	}
+	d := DefaultLimits
+	l := &c.Limits
+	l.MaxBodyBytes = or(l.MaxBodyBytes, d.MaxBodyBytes)
+	l.MaxSequenceTokens = or(l.MaxSequenceTokens, d.MaxSequenceTokens)
+	l.MaxRequestTokens = or(l.MaxRequestTokens, d.MaxRequestTokens)
+	l.MaxSequences = or(l.MaxSequences, d.MaxSequences)
+	l.MaxTopK = or(l.MaxTopK, d.MaxTopK)
+	l.MaxWaveTokens = or(l.MaxWaveTokens, d.MaxWaveTokens)
+	c.Keep = or(c.Keep, 30*time.Minute)
+	c.Gather = or(c.Gather, 50*time.Millisecond)
+	c.ShutdownTimeout = or(c.ShutdownTimeout, 10*time.Minute)
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c, nil
+}
+
+// or returns v, or def when v is zero.
+func or[T comparable](v, def T) T {
+	var zero T
+	if v == zero {
+		return def
+	}
+	return v
+}

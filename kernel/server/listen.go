@@ -1,0 +1,96 @@
+package server
+
+import (
+	"crypto/sha256"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+)
+
+// DefaultListen is where potato serve listens when not told: loopback only.
+const DefaultListen = "127.0.0.1:7878"
+
+// Listen opens addr: "unix:/path" for a unix socket (an old socket file left by a dead server is
+// replaced; the socket is made private to its owner), else host:port for TCP ("127.0.0.1:0" picks a
+// free port).
+func Listen(addr string) (net.Listener, error) {
+	if path, ok := strings.CutPrefix(addr, "unix:"); ok {
+		if path == "" {
+			return nil, errors.New("server: listen unix: no socket path")
+		}
+		if fi, err := os.Lstat(path); err == nil && fi.Mode()&fs.ModeSocket != 0 {
+			if c, err := net.Dial("unix", path); err == nil {
+				c.Close()
+				return nil, fmt.Errorf("server: listen %s: a server already answers there", addr)
+			}
+			os.Remove(path) // a dead server's socket
+		}
+		l, err := net.Listen("unix", path)
+		if err != nil {
+			return nil, fmt.Errorf("server: listen: %w", err)
+		}
+		if err := os.Chmod(path, 0o600); err != nil {
+			l.Close()
+			return nil, fmt.Errorf("server: listen: %w", err)
+		}
+		return l, nil
+	}
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("server: listen: %w", err)
+	}
+	return l, nil
+}
+
+// LocalAddr reports whether a is a unix socket or a loopback TCP address: reachable from this machine
+// only, so that no token is required.
+func LocalAddr(a net.Addr) bool {
+	switch a := a.(type) {
+	case *net.UnixAddr:
+		return true
+	case *net.TCPAddr:
+		return a.IP.IsLoopback()
+	}
+	return false
+}
+
+// AddrString is a as a client dials it: "unix:/path" or "http://host:port".
+func AddrString(a net.Addr) string {
+	if u, ok := a.(*net.UnixAddr); ok {
+		return "unix:" + u.Name
+	}
+	return "http://" + a.String()
+}
+
+// authorized reports whether r carries the bearer token. Both sides are hashed first so that the
+// constant-time comparison does not leak the token's length either.
+func authorized(r *http.Request, token string) bool {
+	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok {
+		return false
+	}
+	g, w := sha256.Sum256([]byte(got)), sha256.Sum256([]byte(token))
+	return subtle.ConstantTimeCompare(g[:], w[:]) == 1
+}
+
+// ReadToken reads a bearer token from path: the file's content without surrounding white space. A
+// token shorter than 16 characters is refused (it could be guessed).
+func ReadToken(path string) (string, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("server: token file: %w", err)
+	}
+	tok := strings.TrimSpace(string(data))
+	if len(tok) < 16 {
+		return "", fmt.Errorf("server: token file %s: the token has %d characters, want at least 16", path, len(tok))
+	}
+	if strings.ContainsAny(tok, " \t\r\n") {
+		return "", fmt.Errorf("server: token file %s: the token contains white space", path)
+	}
+	return tok, nil
+}

@@ -1,0 +1,217 @@
+package server
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+
+	"github.com/potato-k3/potato-k3/datasets"
+	"github.com/potato-k3/potato-k3/kernel/api"
+	"github.com/potato-k3/potato-k3/replay"
+	"github.com/potato-k3/potato-k3/replay/ops"
+	"github.com/potato-k3/potato-k3/replay/tokenizer"
+)
+
+// httpError is an error with the status it is answered with and, for a refused size, the limit's flag.
+type httpError struct {
+	status int
+	msg    string
+	limit  string
+}
+
+func (e *httpError) Error() string { return e.msg }
+
+// badRequest is a 400 with a formatted message.
+func badRequest(format string, args ...any) *httpError {
+	return &httpError{status: http.StatusBadRequest, msg: fmt.Sprintf(format, args...)}
+}
+
+// tooLarge is a 413 naming the limit's flag and value.
+func tooLarge(flag string, limit int64, format string, args ...any) *httpError {
+	return &httpError{status: http.StatusRequestEntityTooLarge, limit: flag,
+		msg: fmt.Sprintf(format, args...) + fmt.Sprintf(": the limit is %d (%s)", limit, flag)}
+}
+
+// decodeRequest reads one JSON request body, refusing unknown fields and trailing data.
+func decodeRequest(w http.ResponseWriter, r *http.Request, limit int64) (api.Request, error) {
+	var req api.Request
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, limit))
+	dec.DisallowUnknownFields()
+	err := dec.Decode(&req)
+	if err == nil && dec.More() {
+		err = errors.New("data after the request object")
+	}
+	var mbe *http.MaxBytesError
+	switch {
+	case errors.As(err, &mbe):
+		return req, tooLarge("--max-body-bytes", limit, "request body too large")
+	case err != nil:
+		return req, badRequest("malformed request JSON: %v", err)
+	}
+	return req, nil
+}
+
+// build turns a decoded request into what the engine replays: each input tokenized, every limit and
+// option checked. Errors are *httpError with a message that names the input or option at fault.
+func (s *Server) build(req api.Request) (replay.Request, ops.Precision, error) {
+	lim := s.cfg.Limits
+	var out replay.Request
+	prec := s.prec
+	if req.Options.Precision != "" {
+		p, err := ops.ParsePrecision(req.Options.Precision)
+		if err != nil {
+			return out, prec, badRequest("options.precision %q: want bf16 or fp32", req.Options.Precision)
+		}
+		prec = p
+	}
+	if len(req.Inputs) == 0 {
+		return out, prec, badRequest("no inputs: give at least one {\"text\"}, {\"conversation\"} or {\"tokens\"}")
+	}
+	if len(req.Inputs) > lim.MaxSequences {
+		return out, prec, tooLarge("--max-sequences", int64(lim.MaxSequences), "%d inputs", len(req.Inputs))
+	}
+	total := 0
+	for i, in := range req.Inputs {
+		seq, err := s.sequence(i, in, req.Thinking)
+		if err != nil {
+			return out, prec, err
+		}
+		if n := len(seq.Tokens); n > lim.MaxSequenceTokens {
+			return out, prec, tooLarge("--max-tokens", int64(lim.MaxSequenceTokens), "inputs[%d] has %d tokens", i, n)
+		}
+		total += len(seq.Tokens)
+		if total > lim.MaxRequestTokens {
+			return out, prec, tooLarge("--max-request-tokens", int64(lim.MaxRequestTokens),
+				"the request has more than %d tokens (inputs[0..%d])", total-1, i)
+		}
+		out.Sequences = append(out.Sequences, seq)
+	}
+	o, err := s.options(req.Options)
+	if err != nil {
+		return out, prec, err
+	}
+	out.Options = o
+	if err := out.Validate(s.info.Vocab, s.info.Layers, replay.Limits{}); err != nil {
+		return out, prec, badRequest("%v", err)
+	}
+	return out, prec, nil
+}
+
+// sequence tokenizes input i.
+func (s *Server) sequence(i int, in api.Input, thinking *bool) (replay.Sequence, error) {
+	given := 0
+	for _, set := range []bool{in.Text != nil, in.Conversation != nil, in.Tokens != nil} {
+		if set {
+			given++
+		}
+	}
+	if given != 1 {
+		return replay.Sequence{}, badRequest("inputs[%d]: give exactly one of text, conversation, tokens (got %d)", i, given)
+	}
+	if in.Tokens != nil {
+		if len(in.Tokens) == 0 {
+			return replay.Sequence{}, badRequest("inputs[%d]: empty token list", i)
+		}
+		for p, id := range in.Tokens {
+			if id < 0 || int(id) >= s.info.Vocab {
+				return replay.Sequence{}, badRequest("inputs[%d].tokens[%d]: token id %d outside the vocabulary 0..%d", i, p, id, s.info.Vocab-1)
+			}
+		}
+		return replay.FromIDs(s.tok, in.Tokens), nil
+	}
+	if s.tok == nil {
+		return replay.Sequence{}, badRequest("inputs[%d]: the model directory has no tokenizer: send token ids", i)
+	}
+	if in.Text != nil {
+		seq, err := replay.FromText(s.tok, *in.Text)
+		if err != nil {
+			return seq, badRequest("inputs[%d]: %v", i, err)
+		}
+		return seq, nil
+	}
+	c, err := conversation(in.Conversation, fmt.Sprintf("inputs[%d].conversation", i))
+	if err != nil {
+		return replay.Sequence{}, err
+	}
+	if c.Thinking == tokenizer.ThinkingUnset && thinking != nil {
+		c.Thinking = tokenizer.ThinkingOff
+		if *thinking {
+			c.Thinking = tokenizer.ThinkingOn
+		}
+	}
+	if c.Thinking == tokenizer.ThinkingUnset {
+		return replay.Sequence{}, badRequest("inputs[%d].conversation: no thinking mode: set \"thinking\" on the conversation or the request (the model's output depends on it)", i)
+	}
+	seq, err := replay.FromConversation(s.tok, c)
+	if err != nil {
+		return seq, badRequest("inputs[%d].conversation: %v", i, err)
+	}
+	return seq, nil
+}
+
+// conversation parses one conversation in the common chat shape with package datasets, so that the
+// service reads exactly what a dataset file may hold; path prefixes the field names in errors.
+func conversation(raw json.RawMessage, path string) (tokenizer.Conversation, error) {
+	var list bytes.Buffer
+	list.WriteByte('[')
+	list.Write(raw)
+	list.WriteByte(']')
+	convs, err := datasets.ReadJSON(&list, path)
+	var de *datasets.Error
+	switch {
+	case errors.As(err, &de) && de.Field != "":
+		return tokenizer.Conversation{}, badRequest("%s.%s: %v", path, de.Field, de.Err)
+	case errors.As(err, &de):
+		return tokenizer.Conversation{}, badRequest("%s: %v", path, de.Err)
+	case err != nil:
+		return tokenizer.Conversation{}, badRequest("%s: %v", path, err)
+	case len(convs) != 1:
+		return tokenizer.Conversation{}, badRequest("%s: want one conversation object", path)
+	}
+	return convs[0], nil
+}
+
+// options checks the capture options against the model and the limits.
+func (s *Server) options(o api.Options) (replay.Options, error) {
+	layers := s.info.Layers
+	if o.TopK < 0 {
+		return replay.Options{}, badRequest("options.top_k %d is negative", o.TopK)
+	}
+	if limit := min(s.cfg.Limits.MaxTopK, s.info.Vocab); o.TopK > limit {
+		return replay.Options{}, badRequest("options.top_k %d is too large: at most %d (--max-top-k %d, vocabulary %d)",
+			o.TopK, limit, s.cfg.Limits.MaxTopK, s.info.Vocab)
+	}
+	for _, list := range []struct {
+		name   string
+		layers []int
+	}{{"hidden", o.Hidden}, {"lens", o.Lens}} {
+		for k, l := range list.layers {
+			if l < 0 || l >= layers {
+				return replay.Options{}, badRequest("options.%s[%d]: layer %d outside 0..%d (the model has %d layers)",
+					list.name, k, l, layers-1, layers)
+			}
+		}
+	}
+	out := replay.Options{TopK: o.TopK, Hidden: sortedSet(o.Hidden), Lens: sortedSet(o.Lens),
+		Router: o.Router, AttnRes: o.AttnRes}
+	if o.LensAll {
+		out.Lens = make([]int, layers)
+		for l := range out.Lens {
+			out.Lens[l] = l
+		}
+	}
+	return out, nil
+}
+
+// sortedSet is layers sorted without repeats (a repeated layer would repeat its rows).
+func sortedSet(layers []int) []int {
+	if len(layers) == 0 {
+		return nil
+	}
+	out := slices.Clone(layers)
+	slices.Sort(out)
+	return slices.Compact(out)
+}

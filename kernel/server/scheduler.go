@@ -1,0 +1,203 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/potato-k3/potato-k3/kernel/api"
+	"github.com/potato-k3/potato-k3/replay"
+)
+
+// The scheduler runs one wave at a time over replay.Engine.Run, with the policy of replay.Queue: the
+// jobs queued when the engine becomes free go together, in arrival order, up to MaxWaveTokens (a larger
+// job runs alone), and a wave stops early only when every job in it was cancelled. It is its own loop
+// rather than a replay.Queue because the service must know which jobs a wave took, to report each job's
+// state and per-layer progress exactly (a Queue does not say when a job's wave starts), and because one
+// loop over the engines of both precisions keeps to one pass over the weights at a time. A wave holds
+// jobs of one precision: the precision of the oldest queued job.
+
+// loop is the scheduler goroutine.
+func (s *Server) loop() {
+	defer close(s.loopDone)
+	for {
+		select {
+		case <-s.wake:
+		case <-s.stop:
+			return
+		}
+		if s.cfg.Gather > 0 { // let requests sent together arrive, so they share the pass
+			select {
+			case <-time.After(s.cfg.Gather):
+			case <-s.stop:
+				return
+			}
+		}
+		for {
+			w := s.take()
+			if w == nil {
+				break
+			}
+			s.run(w)
+		}
+	}
+}
+
+// take removes the next wave's jobs from the queue and marks them running; nil when there is none.
+func (s *Server) take() *wave {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closing || len(s.pending) == 0 {
+		return nil
+	}
+	now := time.Now()
+	s.waves++
+	w := &wave{id: s.waves, prec: s.pending[0].prec, started: now}
+	var rest []*job
+	for _, j := range s.pending {
+		if j.prec != w.prec || (len(w.jobs) > 0 && w.tokens+j.tokens > s.cfg.Limits.MaxWaveTokens) {
+			rest = append(rest, j)
+			continue
+		}
+		w.jobs = append(w.jobs, j)
+		w.reqs = append(w.reqs, j.req)
+		w.tokens += j.tokens
+		w.seqs += j.seqs
+		j.state, j.started, j.wave = api.StateRunning, now, w
+		j.progress = replay.Progress{Layers: s.info.Layers, Tokens: w.tokens}
+	}
+	s.pending = rest
+	s.current = w
+	s.broadcast()
+	return w
+}
+
+// run replays wave w and hands its results to the spill.
+func (s *Server) run(w *wave) {
+	ids := make([]string, len(w.jobs))
+	for i, j := range w.jobs {
+		ids[i] = j.id
+	}
+	reqs := w.reqs
+	w.reqs = nil // the engine holds them; the wave need not
+	s.log.Info("wave start", "wave", w.id, "precision", w.prec.String(), "jobs", ids, "sequences", w.seqs, "tokens", w.tokens)
+	if h := s.hooks.beforeWave; h != nil {
+		h(ids)
+	}
+	ctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	s.mu.Lock()
+	w.cancel = cancel
+	if w.allCancelled() { // every job was cancelled before the wave began to read
+		cancel(context.Canceled)
+	}
+	s.mu.Unlock()
+	var (
+		results [][]replay.Result
+		stats   replay.WaveStats
+	)
+	o, err := s.engine(ctx, w.prec)
+	if err == nil {
+		results, stats, err = o.Engine.Run(ctx, reqs)
+		if err != nil && context.Cause(ctx) != nil {
+			err = context.Cause(ctx)
+		}
+	}
+	s.finish(w, results, stats, err)
+}
+
+// onProgress is every engine's per-layer report; it belongs to the wave in flight (one at a time).
+func (s *Server) onProgress(p replay.Progress) {
+	s.mu.Lock()
+	if w := s.current; w != nil {
+		for _, j := range w.jobs {
+			if j.state == api.StateRunning {
+				j.progress = p
+			}
+		}
+		s.broadcast()
+	}
+	s.mu.Unlock()
+	if h := s.hooks.afterLayer; h != nil {
+		h(p)
+	}
+}
+
+// finish records the end of wave w: failed jobs are marked so, the others' results are spilled in the
+// background while the next wave runs, and cancelled jobs' results are dropped.
+func (s *Server) finish(w *wave, results [][]replay.Result, stats replay.WaveStats, err error) {
+	now := time.Now()
+	var failed []*job
+	s.mu.Lock()
+	s.current = nil
+	w.stats = stats
+	for i, j := range w.jobs {
+		switch {
+		case j.state != api.StateRunning: // cancelled during the wave
+		case err != nil:
+			j.terminal(api.StateFailed, waveError(err, j.progress), now)
+			failed = append(failed, j)
+		default:
+			j.progress.Layer = j.progress.Layers // a wave of an engine with no layers reports none
+			s.spills.Add(1)
+			go s.spill(j, results[i])
+		}
+	}
+	s.broadcast()
+	s.mu.Unlock()
+	if err != nil {
+		s.log.Warn("wave failed", "wave", w.id, "err", err)
+	} else {
+		s.log.Info("wave done", "wave", w.id, "seconds", stats.Seconds, "bytes_read", stats.BytesRead())
+	}
+	for _, j := range failed {
+		s.persist(j)
+	}
+}
+
+// waveError is the text a failed job shows: the engine's error and where the wave was.
+func waveError(err error, p replay.Progress) string {
+	if errors.Is(err, context.Canceled) {
+		err = errors.New("the wave was cancelled")
+	}
+	if p.Layer == 0 {
+		return err.Error()
+	}
+	return fmt.Sprintf("%v (after layer %d of %d)", err, p.Layer, p.Layers)
+}
+
+// cancel cancels job id if it is queued or running; ok false with the job's state when it is over.
+// A running job shares its wave with others: the wave goes on for them and only stops when every job in
+// it is cancelled, and the cancelled job's results are dropped either way.
+func (s *Server) cancel(id string) (st api.JobState, ok bool, found bool) {
+	s.mu.Lock()
+	j := s.jobs[id]
+	if j == nil {
+		s.mu.Unlock()
+		return "", false, false
+	}
+	switch j.state {
+	case api.StateQueued:
+		for i, p := range s.pending {
+			if p == j {
+				s.pending = append(s.pending[:i:i], s.pending[i+1:]...)
+				break
+			}
+		}
+	case api.StateRunning:
+	default:
+		st := j.state
+		s.mu.Unlock()
+		return st, false, true
+	}
+	j.terminal(api.StateCancelled, "cancelled by a client", time.Now())
+	if w := j.wave; w != nil && w.cancel != nil && w.allCancelled() {
+		w.cancel(context.Canceled)
+	}
+	s.broadcast()
+	s.mu.Unlock()
+	s.log.Info("job cancelled", "job", id)
+	s.persist(j)
+	return api.StateCancelled, true, true
+}

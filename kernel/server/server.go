@@ -1,0 +1,245 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/potato-k3/potato-k3/kernel/api"
+	"github.com/potato-k3/potato-k3/replay"
+	"github.com/potato-k3/potato-k3/replay/ops"
+	"github.com/potato-k3/potato-k3/replay/tokenizer"
+)
+
+// Server is the resident engine: it owns the open engines, queues jobs into shared waves, spills
+// results and serves the HTTP API (see the package documentation). Its methods are safe for concurrent
+// use.
+type Server struct {
+	cfg   Config
+	log   *slog.Logger
+	start time.Time
+	prec  ops.Precision // the default precision
+	tok   *tokenizer.Tokenizer
+	info  api.Info // the static part of Info
+	lock  *os.File // the spill directory's lock, held for the server's life
+
+	engMu   sync.Mutex
+	engines map[ops.Precision]*Opened
+
+	mu      sync.Mutex
+	jobs    map[string]*job
+	pending []*job // queued jobs in arrival order
+	current *wave  // the wave in flight
+	waves   int64
+	changed chan struct{} // closed and replaced on every change of any job: wakes progress streams
+	closing bool
+	https   []*http.Server
+
+	wake        chan struct{} // a job was queued
+	stop        chan struct{} // closed by Shutdown: the scheduler exits after the wave in flight
+	loopDone    chan struct{}
+	streamsDone chan struct{} // closed at the end of Shutdown: progress streams end
+	janitorDone chan struct{}
+	spills      sync.WaitGroup
+	shutdown    sync.Once
+
+	hooks testHooks
+}
+
+// testHooks let in-package tests hold the scheduler at known points; nil in production.
+type testHooks struct {
+	beforeWave func(ids []string)      // on the scheduler goroutine, before the wave runs
+	afterLayer func(p replay.Progress) // on the scheduler goroutine, after each layer's report
+}
+
+// New opens the default precision's engine on cfg.ModelDir, finds again the jobs spilled under
+// cfg.SpillDir by an earlier server (unfinished ones are marked failed), and starts the scheduler. Call
+// Serve to answer requests and Shutdown to stop.
+func New(ctx context.Context, cfg Config) (*Server, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger, start: time.Now(), engines: map[ops.Precision]*Opened{},
+		jobs: map[string]*job{}, changed: make(chan struct{}), wake: make(chan struct{}, 1),
+		stop: make(chan struct{}), loopDone: make(chan struct{}), streamsDone: make(chan struct{}),
+		janitorDone: make(chan struct{})}
+	s.prec, _ = ops.ParsePrecision(cfg.Precision) // checked by withDefaults
+	if s.lock, err = lockSpill(cfg.SpillDir); err != nil {
+		return nil, err
+	}
+	if s.tok, err = tokenizer.Load(cfg.ModelDir); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		unlockSpill(s.lock)
+		return nil, fmt.Errorf("server: %w", err)
+	}
+	o, err := s.engine(ctx, s.prec)
+	if err != nil {
+		unlockSpill(s.lock)
+		return nil, err
+	}
+	s.info = modelInfo(cfg, o, s.tok != nil)
+	if err := s.recover(); err != nil {
+		s.closeEngines()
+		unlockSpill(s.lock)
+		return nil, err
+	}
+	go s.loop()
+	go s.janitor()
+	return s, nil
+}
+
+// engine returns the open engine of precision p, opening it on first use.
+func (s *Server) engine(ctx context.Context, p ops.Precision) (*Opened, error) {
+	s.engMu.Lock()
+	defer s.engMu.Unlock()
+	if o := s.engines[p]; o != nil {
+		return o, nil
+	}
+	s.log.Info("opening engine", "model", s.cfg.ModelDir, "precision", p.String())
+	opts := replay.EngineOptions{ExpertChunk: s.cfg.ExpertChunk, Progress: s.onProgress}
+	o, err := s.cfg.Open(ctx, s.cfg.ModelDir, p, opts)
+	if err != nil {
+		return nil, fmt.Errorf("server: opening %s at %s: %w", s.cfg.ModelDir, p, err)
+	}
+	s.engines[p] = o
+	return o, nil
+}
+
+// closeEngines frees every open engine.
+func (s *Server) closeEngines() {
+	s.engMu.Lock()
+	defer s.engMu.Unlock()
+	for p, o := range s.engines {
+		if o.Close != nil {
+			o.Close()
+		}
+		delete(s.engines, p)
+	}
+}
+
+// modelInfo is the static part of Info, read from the default engine.
+func modelInfo(cfg Config, o *Opened, tok bool) api.Info {
+	e := o.Engine
+	info := api.Info{ModelDir: cfg.ModelDir, ConfigSHA256: e.ConfigSHA256, EngineVersion: replay.Version,
+		Backend: o.Backend, Precision: cfg.Precision, Precisions: []string{"bf16", "fp32"},
+		Layers: len(e.Plan.Layers), Vocab: e.Model.Dims.Vocab, Hidden: e.Model.Dims.Hidden,
+		Tokenizer: tok, Limits: cfg.Limits}
+	for _, l := range e.Plan.Layers {
+		info.LayerKinds = append(info.LayerKinds, api.LayerKind{Layer: l.Index, Attn: l.Attn.String(), FFN: l.FFN.String()})
+	}
+	return info
+}
+
+// Info describes the model and limits, with the precisions whose engine is open now.
+func (s *Server) Info() api.Info {
+	info := s.info
+	s.engMu.Lock()
+	info.Open = nil
+	for _, name := range info.Precisions {
+		if p, _ := ops.ParsePrecision(name); s.engines[p] != nil {
+			info.Open = append(info.Open, name)
+		}
+	}
+	s.engMu.Unlock()
+	return info
+}
+
+// broadcast wakes every progress stream. The caller holds s.mu.
+func (s *Server) broadcast() {
+	close(s.changed)
+	s.changed = make(chan struct{})
+}
+
+// Serve answers the API on l until Shutdown. It refuses a listener that is neither loopback nor a unix
+// socket when the server has no token: anyone who reaches the port could otherwise use the engine.
+func (s *Server) Serve(l net.Listener) error {
+	if !LocalAddr(l.Addr()) && s.cfg.Token == "" {
+		return fmt.Errorf("server: %s is reachable from other machines: give a bearer token (--token-file) or listen on loopback or a unix socket", l.Addr())
+	}
+	hs := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)}
+	s.mu.Lock()
+	if s.closing {
+		s.mu.Unlock()
+		return http.ErrServerClosed
+	}
+	s.https = append(s.https, hs)
+	s.mu.Unlock()
+	s.log.Info("serving", "addr", AddrString(l.Addr()), "model", s.cfg.ModelDir, "spill", s.cfg.SpillDir)
+	if err := hs.Serve(l); !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("server: %w", err)
+	}
+	return nil
+}
+
+// Shutdown stops the server gracefully: it stops accepting connections and jobs, fails the queued jobs,
+// lets the wave in flight finish (or fails it once cfg.ShutdownTimeout or ctx runs out), waits for
+// results to be spilled, ends the progress streams and closes the engines. Spilled results stay for the
+// next server on the same spill directory.
+func (s *Server) Shutdown(ctx context.Context) error {
+	var err error
+	s.shutdown.Do(func() { err = s.doShutdown(ctx) })
+	return err
+}
+
+func (s *Server) doShutdown(ctx context.Context) error {
+	s.log.Info("shutting down")
+	now := time.Now()
+	s.mu.Lock()
+	s.closing = true
+	dropped := s.pending
+	s.pending = nil
+	for _, j := range dropped {
+		j.terminal(api.StateFailed, "the server shut down before this job's wave started; submit it again", now)
+	}
+	https := s.https
+	s.broadcast()
+	s.mu.Unlock()
+	for _, j := range dropped {
+		s.persist(j)
+	}
+	httpDone := make(chan error, len(https))
+	for _, hs := range https {
+		go func() { httpDone <- hs.Shutdown(ctx) }() // closes the listeners now; running requests go on
+	}
+	close(s.stop)
+	timeout := time.NewTimer(s.cfg.ShutdownTimeout)
+	defer timeout.Stop()
+	select {
+	case <-s.loopDone:
+	case <-timeout.C:
+		s.cancelCurrent(errors.New("the server shut down before this job's wave finished; submit it again"))
+	case <-ctx.Done():
+		s.cancelCurrent(errors.New("the server shut down before this job's wave finished; submit it again"))
+	}
+	<-s.loopDone
+	s.spills.Wait()
+	close(s.streamsDone)
+	<-s.janitorDone
+	var err error
+	for range https {
+		if e := <-httpDone; e != nil && err == nil {
+			err = fmt.Errorf("server: shutdown: %w", e)
+		}
+	}
+	s.closeEngines()
+	unlockSpill(s.lock)
+	s.log.Info("stopped")
+	return err
+}
+
+// cancelCurrent stops the wave in flight, failing its jobs with cause.
+func (s *Server) cancelCurrent(cause error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if w := s.current; w != nil && w.cancel != nil {
+		w.cancel(cause)
+	}
+}

@@ -1,0 +1,261 @@
+package server
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/potato-k3/potato-k3/kernel/api"
+	"github.com/potato-k3/potato-k3/replay"
+	"github.com/potato-k3/potato-k3/replay/ops"
+	"github.com/potato-k3/potato-k3/replay/tables"
+)
+
+// The spill directory holds one directory per job, named by its id:
+//
+//	SPILL/0123456789abcdef/job.json               the manifest: the job's status, rewritten atomically
+//	SPILL/0123456789abcdef/result.tokens.parquet  one Parquet file per captured table (tables.WriteSet)
+//
+// The manifest is written when the job is queued, and again when it is done (after its tables), fails,
+// is cancelled or has been fetched in full; so after a crash a manifest that still says queued or
+// running is a job whose results were never written.
+
+const manifestName = "job.json"
+
+// manifestVersion is bumped when the manifest changes shape.
+const manifestVersion = 1
+
+// manifest is what job.json holds.
+type manifest struct {
+	Version   int           `json:"version"`
+	PID       int           `json:"pid"` // the server that wrote it
+	Status    api.JobStatus `json:"status"`
+	FetchedAt *time.Time    `json:"fetched_at,omitempty"`
+}
+
+// jobDir is where job id's files live; id has been checked against idPattern.
+func (s *Server) jobDir(id string) string { return filepath.Join(s.cfg.SpillDir, id) }
+
+// tablePath is the Parquet file of one table of job id.
+func (s *Server) tablePath(id, name string) string {
+	return tables.TablePath(filepath.Join(s.jobDir(id), "result.parquet"), name)
+}
+
+// manifestOf snapshots j. The caller holds s.mu.
+func (s *Server) manifestOf(j *job) manifest {
+	st := j.status(0, s.start, s.cfg.Keep)
+	st.Progress, st.QueuePosition = nil, 0
+	return manifest{Version: manifestVersion, PID: os.Getpid(), Status: st, FetchedAt: timePtr(j.fetchedAt)}
+}
+
+// persist writes j's manifest as j is now. Writes of one job are ordered by j.persist, so the file
+// always ends up with the latest state.
+func (s *Server) persist(j *job) error {
+	j.persist.Lock()
+	defer j.persist.Unlock()
+	s.mu.Lock()
+	if j.removed {
+		s.mu.Unlock()
+		return nil
+	}
+	m := s.manifestOf(j)
+	s.mu.Unlock()
+	if err := writeManifest(s.jobDir(j.id), m); err != nil {
+		s.log.Error("writing a job manifest", "job", j.id, "err", err)
+		return err
+	}
+	return nil
+}
+
+// writeManifest writes dir/job.json atomically: a temporary file, synced, renamed over the old one.
+func writeManifest(dir string, m manifest) error {
+	data, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return fmt.Errorf("manifest: %w", err)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("manifest: %w", err)
+	}
+	f, err := os.CreateTemp(dir, manifestName+".tmp*")
+	if err != nil {
+		return fmt.Errorf("manifest: %w", err)
+	}
+	_, err = f.Write(append(data, '\n'))
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(f.Name(), filepath.Join(dir, manifestName))
+	}
+	if err != nil {
+		os.Remove(f.Name())
+		return fmt.Errorf("manifest: %w", err)
+	}
+	return nil
+}
+
+// spill writes a finished job's tables to Parquet, then its manifest, and only then says it is done.
+func (s *Server) spill(j *job, results []replay.Result) {
+	defer s.spills.Done()
+	s.mu.Lock()
+	opts := tables.Options{HiddenFloat16: j.opts.Float16, Metadata: map[string]string{
+		tables.MetaConfigHash: j.config, tables.MetaEngine: replay.Version,
+		tables.MetaPrecision: j.prec.String(), tables.MetaBackend: s.info.Backend,
+	}}
+	s.mu.Unlock()
+	names, err := writeResults(filepath.Join(s.jobDir(j.id), "result.parquet"), results, opts)
+	j.persist.Lock()
+	defer j.persist.Unlock()
+	now := time.Now()
+	s.mu.Lock()
+	m := s.manifestOf(j)
+	live, removed := j.state == api.StateRunning, j.removed
+	s.mu.Unlock()
+	if removed { // forgotten (DELETE) while its tables were written
+		os.RemoveAll(s.jobDir(j.id))
+		return
+	}
+	if !live {
+		removeTables(s, j.id, names)
+		return
+	}
+	if err == nil {
+		m.Status.State, m.Status.Tables, m.Status.Finished = api.StateDone, names, &now
+		err = writeManifest(s.jobDir(j.id), m)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case j.state != api.StateRunning: // cancelled while its tables were written: drop them
+		s.log.Info("results dropped", "job", j.id)
+		removeTables(s, j.id, names)
+	case err != nil:
+		removeTables(s, j.id, names)
+		j.terminal(api.StateFailed, "writing the results: "+err.Error(), now)
+		s.log.Error("spill failed", "job", j.id, "err", err)
+		// The manifest may still say queued; the next server reports the job failed, which is right.
+	default:
+		j.tables, j.fetched = names, map[string]bool{}
+		j.terminal(api.StateDone, "", now)
+		s.log.Info("job done", "job", j.id, "tables", names)
+	}
+	s.broadcast()
+}
+
+// writeResults writes every captured table of results as base.NAME.parquet and returns the names.
+func writeResults(base string, results []replay.Result, opts tables.Options) ([]string, error) {
+	set, err := tables.Build(results, opts)
+	if err != nil {
+		return nil, err
+	}
+	defer set.Release()
+	if err := os.MkdirAll(filepath.Dir(base), 0o700); err != nil {
+		return nil, err
+	}
+	if _, err := tables.WriteSet(base, set); err != nil {
+		return nil, err
+	}
+	var names []string
+	for _, t := range set.Tables() {
+		names = append(names, t.Name)
+	}
+	return names, nil
+}
+
+// removeTables deletes the table files of job id (the manifest stays, for its status).
+func removeTables(s *Server, id string, names []string) {
+	for _, name := range names {
+		os.Remove(s.tablePath(id, name))
+	}
+}
+
+// recover finds the jobs an earlier server left in the spill directory. Done jobs can be fetched again;
+// jobs it left queued or running are marked failed, since their waves died with it.
+func (s *Server) recover() error {
+	entries, err := os.ReadDir(s.cfg.SpillDir)
+	if err != nil {
+		return fmt.Errorf("server: spill directory: %w", err)
+	}
+	now := time.Now()
+	for _, e := range entries {
+		if !e.IsDir() || !idPattern.MatchString(e.Name()) {
+			continue
+		}
+		dir := filepath.Join(s.cfg.SpillDir, e.Name())
+		m, err := readManifest(dir)
+		if errors.Is(err, fs.ErrNotExist) { // a crash between the directory and its first manifest
+			os.RemoveAll(dir)
+			continue
+		}
+		if err != nil {
+			s.log.Warn("skipping a spilled job", "dir", dir, "err", err)
+			continue
+		}
+		j := jobOf(m)
+		switch {
+		case j.state == api.StateQueued || j.state == api.StateRunning:
+			j.terminal(api.StateFailed, fmt.Sprintf("the server (pid %d) stopped while this job was %s; "+
+				"its results were never written: submit it again", m.PID, j.state), now)
+		case j.state == api.StateDone:
+			for _, name := range j.tables {
+				if _, err := os.Stat(s.tablePath(j.id, name)); err != nil {
+					j.terminal(api.StateFailed, fmt.Sprintf("table %s is missing from the spill directory", name), now)
+					break
+				}
+			}
+		}
+		s.jobs[j.id] = j
+		if j.state != m.Status.State {
+			s.persist(j)
+		}
+	}
+	if len(s.jobs) > 0 {
+		s.log.Info("found spilled jobs", "jobs", len(s.jobs))
+	}
+	return nil
+}
+
+// readManifest reads dir/job.json.
+func readManifest(dir string) (manifest, error) {
+	var m manifest
+	data, err := os.ReadFile(filepath.Join(dir, manifestName))
+	if err != nil {
+		return m, err
+	}
+	if err := json.Unmarshal(data, &m); err != nil {
+		return m, fmt.Errorf("manifest %s: %w", dir, err)
+	}
+	if m.Version != manifestVersion || !idPattern.MatchString(m.Status.ID) || m.Status.ID != filepath.Base(dir) {
+		return m, fmt.Errorf("manifest %s: version %d, id %q: not one this server wrote", dir, m.Version, m.Status.ID)
+	}
+	return m, nil
+}
+
+// jobOf rebuilds a job from its manifest.
+func jobOf(m manifest) *job {
+	st := m.Status
+	prec, _ := ops.ParsePrecision(st.Precision)
+	j := &job{id: st.ID, label: st.Label, prec: prec, opts: st.Options, seqs: st.Sequences, tokens: st.Tokens,
+		state: st.State, errMsg: st.Error, created: st.Created, tables: st.Tables, config: st.ConfigSHA256,
+		waveRec: st.Wave, fetched: map[string]bool{}}
+	if st.Started != nil {
+		j.started = *st.Started
+	}
+	if st.Finished != nil {
+		j.finished = *st.Finished
+	}
+	if m.FetchedAt != nil {
+		j.fetchedAt = *m.FetchedAt
+	}
+	for _, name := range st.Fetched {
+		j.fetched[name] = true
+	}
+	return j
+}
