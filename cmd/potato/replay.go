@@ -75,7 +75,12 @@ func runReplay(ctx context.Context, args []string, stdout io.Writer) error {
 	if f.out == "" {
 		return nil
 	}
-	set, err := tables.Build(res[0], tables.Options{HiddenFloat16: f.float16, Metadata: map[string]string{
+	return writeTables(stdout, l, res[0], f.out, f.float16)
+}
+
+// writeTables writes results as Arrow or Parquet tables, one file per table, with provenance metadata.
+func writeTables(stdout io.Writer, l *loaded, res []replay.Result, out string, float16 bool) error {
+	set, err := tables.Build(res, tables.Options{HiddenFloat16: float16, Metadata: map[string]string{
 		tables.MetaConfigHash: l.engine.ConfigSHA256, tables.MetaEngine: replay.Version,
 		tables.MetaPrecision: l.precision.String(), tables.MetaBackend: l.backend,
 	}})
@@ -83,7 +88,7 @@ func runReplay(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	defer set.Release()
-	paths, err := tables.WriteSet(f.out, set)
+	paths, err := tables.WriteSet(out, set)
 	if err != nil {
 		return err
 	}

@@ -71,11 +71,12 @@ func piece(l *loaded, _ replay.Result, id int32) string {
 	return l.tok.Piece(id)
 }
 
-// quote shows a piece with its whitespace visible and at most 24 characters.
+// quote shows a display piece in quotes, cut at 24 characters (tokenizer.Piece already escapes control
+// bytes, newlines and partial UTF-8).
 func quote(s string) string {
 	r := []rune(s)
 	if len(r) > 24 {
 		s = string(r[:24]) + "…"
 	}
-	return fmt.Sprintf("%q", s)
+	return `"` + s + `"`
 }

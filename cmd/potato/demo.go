@@ -1,0 +1,65 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/potato-k3/potato-k3/datasets"
+	"github.com/potato-k3/potato-k3/replay"
+)
+
+func init() {
+	commands["demo"] = command{"replay two bundled conversations on the embedded default model (no GPU, no downloads)", runDemo}
+}
+
+// runDemo is the main job on the embedded default: the synthetic tiny model on the CPU backend replays two
+// of the bundled example conversations, with the logit lens at every layer, and prints what a researcher
+// gets per token. The model is synthetic, so the predictions are not language; the machinery is the real one.
+func runDemo(ctx context.Context, args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
+	fs.SetOutput(os.Stderr)
+	out := fs.String("out", "", "also write the tables to FILE.arrow or FILE.parquet")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	l, err := openEngine(ctx, "", "cpu", "bf16", replay.EngineOptions{})
+	if err != nil {
+		return err
+	}
+	defer l.Close()
+	req := replay.Request{Options: replay.Options{TopK: 3, Lens: []int{0, len(l.engine.Plan.Layers) / 2}, Router: true}}
+	for _, c := range datasets.Examples()[:2] {
+		s, err := replay.FromConversation(l.tok, c)
+		if err != nil {
+			return err
+		}
+		req.Sequences = append(req.Sequences, s)
+	}
+	res, stats, err := l.engine.Run(ctx, []replay.Request{req})
+	if err != nil {
+		return err
+	}
+	printSummary(stdout, l, res[0], stats, 24)
+	r := res[0][0]
+	fmt.Fprintf(stdout, "\nlogit lens, sequence 0 (entropy in nats at positions 0..7, by layer):\n")
+	for _, ls := range append(r.Lens, replay.LayerStats{Layer: len(l.engine.Plan.Layers) - 1, Stats: r.Stats}) {
+		fmt.Fprintf(stdout, "  layer %2d:", ls.Layer)
+		for t := 0; t < len(ls.Stats) && t < 8; t++ {
+			fmt.Fprintf(stdout, " %6.3f", ls.Stats[t].Entropy)
+		}
+		fmt.Fprintln(stdout)
+	}
+	fmt.Fprintf(stdout, "\nexperts chosen at position 0, by MoE layer:")
+	for _, lr := range r.Router {
+		fmt.Fprintf(stdout, " %d:%v", lr.Layer, lr.IDs[:lr.K])
+	}
+	fmt.Fprintln(stdout)
+	fmt.Fprintln(stdout, "\nnext: potato replay --text \"...\" [--lens all --router --out results.arrow]; potato help")
+	if *out != "" {
+		return writeTables(stdout, l, res[0], *out, false)
+	}
+	return nil
+}
