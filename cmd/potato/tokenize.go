@@ -1,18 +1,16 @@
 package main
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
 	"strconv"
-	"strings"
 	"text/tabwriter"
 
+	"github.com/potato-k3/potato-k3/datasets"
 	"github.com/potato-k3/potato-k3/replay/tokenizer"
 )
 
@@ -28,7 +26,7 @@ func runTokenize(ctx context.Context, args []string, stdout io.Writer) error {
 	text := fs.String("text", "", "raw text to tokenize (no BOS is added)")
 	special := fs.Bool("special", false, "with --text: names of special tokens such as <|open|> become special ids")
 	chat := fs.String("chat", "", "JSONL file of conversations, one per line (- for stdin)")
-	thinking := fs.String("thinking", "", "with --chat, required: on or off")
+	thinking := fs.String("thinking", "", "with --chat: on or off, for conversations that do not say (required then)")
 	fs.Usage = func() {
 		fmt.Fprintln(os.Stderr, "usage: potato tokenize --model DIR (--text STRING [--special] | --chat FILE --thinking on|off)\n\n"+
 			"A conversation line looks like {\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}],\n"+
@@ -51,61 +49,42 @@ func runTokenize(ctx context.Context, args []string, stdout io.Writer) error {
 	if textSet {
 		return printTokens(stdout, tok, tok.EncodeText(*text, *special))
 	}
-	var mode tokenizer.Thinking
-	switch *thinking {
-	case "on":
-		mode = tokenizer.ThinkingOn
-	case "off":
-		mode = tokenizer.ThinkingOff
-	default:
-		return fmt.Errorf("tokenize: --chat needs --thinking on or --thinking off (got %q)", *thinking)
-	}
-	return tokenizeChats(ctx, stdout, tok, *chat, mode)
+	return tokenizeChats(ctx, stdout, tok, *chat, *thinking)
 }
 
-// tokenizeChats prints the tokens of every conversation in a JSONL file.
-func tokenizeChats(ctx context.Context, w io.Writer, tok *tokenizer.Tokenizer, path string, mode tokenizer.Thinking) error {
-	var r io.Reader = os.Stdin
-	if path != "-" {
-		f, err := os.Open(path)
-		if err != nil {
-			return fmt.Errorf("tokenize: %w", err)
-		}
-		defer f.Close()
-		r = f
+// tokenizeChats prints the tokens of every conversation in a JSONL or Parquet file (- for JSONL on stdin).
+// --thinking fills in the mode of conversations that do not give theirs, as in potato replay.
+func tokenizeChats(ctx context.Context, w io.Writer, tok *tokenizer.Tokenizer, path, thinking string) error {
+	var convs []tokenizer.Conversation
+	var err error
+	if path == "-" {
+		convs, err = datasets.ReadJSONL(os.Stdin, "stdin")
+	} else {
+		convs, err = datasets.Load(path)
 	}
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 1<<20), 1<<30)
-	for line := 1; sc.Scan(); line++ {
+	if err != nil {
+		return fmt.Errorf("tokenize: %w", err)
+	}
+	if err := applyThinking(convs, thinking); err != nil {
+		return fmt.Errorf("tokenize: %w", err)
+	}
+	for i, c := range convs {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		if strings.TrimSpace(sc.Text()) == "" {
-			continue
-		}
-		var c tokenizer.Conversation
-		dec := json.NewDecoder(strings.NewReader(sc.Text()))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&c); err != nil {
-			return fmt.Errorf("tokenize: %s:%d: %w", path, line, err)
-		}
-		c.Thinking = mode
 		tokens, err := tok.EncodeConversation(c)
 		if err != nil {
-			return fmt.Errorf("tokenize: %s:%d: %w", path, line, err)
+			return fmt.Errorf("tokenize: %s: conversation %d: %w", path, i+1, err)
 		}
 		id := c.ID
 		if id == "" {
-			id = "line " + strconv.Itoa(line)
+			id = strconv.Itoa(i + 1)
 		}
 		fmt.Fprintf(w, "# conversation %s: %d messages, %d tokens\n", id, len(c.Messages), len(tokens))
 		if err := printTokens(w, tok, tokens); err != nil {
 			return err
 		}
 		fmt.Fprintln(w)
-	}
-	if err := sc.Err(); err != nil {
-		return fmt.Errorf("tokenize: %s: %w", path, err)
 	}
 	return nil
 }
