@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/potato-k3/potato-k3/replay/checkpoint"
 	"github.com/potato-k3/potato-k3/replay/model"
@@ -214,5 +215,25 @@ func TestMissingParent(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, "config.json")); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// cancelOnWrite cancels a context at the first progress line.
+type cancelOnWrite struct{ cancel context.CancelFunc }
+
+func (c cancelOnWrite) Write(p []byte) (int, error) { c.cancel(); return len(p), nil }
+
+// TestCancelMidWrite interrupts a dense write of the small preset (200 MB) while data is streaming: the
+// target must not appear and the temporary directory must be gone.
+func TestCancelMidWrite(t *testing.T) {
+	parent := t.TempDir()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	o := Options{Preset: "small", Progress: cancelOnWrite{cancel}, ProgressEvery: time.Millisecond}
+	if _, err := Write(ctx, filepath.Join(parent, "m"), o); !errors.Is(err, context.Canceled) {
+		t.Fatalf("got %v, want context.Canceled", err)
+	}
+	if entries, _ := os.ReadDir(parent); len(entries) != 0 {
+		t.Fatalf("an interrupted write left %v", entries)
 	}
 }
