@@ -12,6 +12,7 @@ import (
 
 	"github.com/potato-k3/potato-k3/replay/checkpoint"
 	"github.com/potato-k3/potato-k3/replay/model"
+	"github.com/potato-k3/potato-k3/replay/tokenizer"
 )
 
 func init() {
@@ -75,11 +76,43 @@ func inspect(dir string, perLayer bool, w io.Writer) error {
 	if err := d.Check(plan.Tensors(), model.IgnoredPrefixes...); err != nil {
 		problems += printMismatch(w, err)
 	}
+	problems += checkTokenizer(w, dir, plan.Config)
 	if problems > 0 {
 		return fmt.Errorf("%w: %s: %d problems", errDamaged, dir, problems)
 	}
 	fmt.Fprintln(w, "OK: every tensor the plan requires is present with its dtype and shape; nothing else but the image path")
 	return nil
+}
+
+// checkTokenizer loads tiktoken.model and tokenizer_config.json and checks them against text_config: the
+// vocabulary size and the BOS, stop (eos_token_id) and PAD ids. It prints each problem and counts them.
+func checkTokenizer(w io.Writer, dir string, c model.TextConfig) int {
+	tok, err := tokenizer.Load(dir)
+	if err != nil {
+		fmt.Fprintf(w, "VIOLATION tokenizer: %v\n", err)
+		return 1
+	}
+	problems := 0
+	if tok.VocabSize() != c.VocabSize {
+		fmt.Fprintf(w, "VIOLATION %s: %d tokens, config.json says vocab_size %d\n", tokenizer.ModelFile, tok.VocabSize(), c.VocabSize)
+		problems++
+	}
+	stop, _ := tok.SpecialID("<|end_of_msg|>")
+	for _, id := range []struct {
+		field     string
+		got, want int
+	}{{"bos_token_id", int(tok.BOS()), c.BOSTokenID}, {"eos_token_id", int(stop), c.EOSTokenID}, {"pad_token_id", int(tok.PAD()), c.PadTokenID}} {
+		if id.got != id.want {
+			fmt.Fprintf(w, "VIOLATION %s: the tokenizer's token for text_config.%s is id %d, config.json says %d\n",
+				tokenizer.ConfigFile, id.field, id.got, id.want)
+			problems++
+		}
+	}
+	if problems == 0 {
+		fmt.Fprintf(w, "tokenizer: %d BPE tokens + %d specials; BOS %d, stop %d, PAD %d as in config.json\n",
+			tok.NumBPE(), tok.VocabSize()-tok.NumBPE(), tok.BOS(), stop, tok.PAD())
+	}
+	return problems
 }
 
 // printJoined prints each error of a (possibly joined) error on its own VIOLATION line and counts them.

@@ -44,6 +44,7 @@ func TestInspectK3Full(t *testing.T) {
 		"mla+moe                                 24           5398    129,552",
 		"ignored (vision_tower., mm_projector.)                               168            894,717,952",
 		"96 shards",
+		"tokenizer: 163584 BPE tokens + 256 specials; BOS 163584, stop 163586, PAD 163839 as in config.json",
 		"OK:",
 	} {
 		if !strings.Contains(s, want) {
@@ -126,6 +127,20 @@ func TestInspectDamage(t *testing.T) {
 				t.Fatalf("no violation naming %s, tensor %s and %q:\n%s", shard, tensor, tc.want, out.String())
 			}
 		})
+	}
+}
+
+// TestInspectTokenizer removes the tokenizer's vocabulary file: the audit must fail and name it.
+func TestInspectTokenizer(t *testing.T) {
+	dir := synthDir(t, "--preset", "tiny")
+	if err := os.Remove(filepath.Join(dir, "tiktoken.model")); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	err := run(context.Background(), []string{"inspect", dir}, &out)
+	if !errors.Is(err, errDamaged) || !strings.Contains(out.String(), "VIOLATION tokenizer") ||
+		!strings.Contains(out.String(), "tiktoken.model") {
+		t.Fatalf("got %v:\n%s", err, out.String())
 	}
 }
 
