@@ -34,6 +34,9 @@ const Version = "0.1.0"
 type EngineOptions struct {
 	// ExpertChunk is how many routed experts of a layer are resident at once (0: all chosen at once).
 	ExpertChunk int
+	// MaxWaveTokens bounds the tokens of one wave (0: no bound): larger requests run as several waves,
+	// which bounds the per-token state and activations a wave holds. Results do not depend on it.
+	MaxWaveTokens int
 	// Progress, when set, is called after every layer of a wave.
 	Progress func(Progress)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"math/rand/v2"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/potato-k3/potato-k3/replay/cpu"
@@ -76,6 +77,30 @@ func TestBatchInvariance(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestSplitWaves: a request larger than MaxWaveTokens runs as several waves with results identical to one
+// wave, and a sequence larger than the bound is refused with the bound named.
+func TestSplitWaves(t *testing.T) {
+	seqs := randomSequences(9, 3328, 30, 10, 25, 40)
+	opts := Options{TopK: 3, Hidden: []int{2}, Router: true}
+	reqs := []Request{{Sequences: seqs[:2], Options: opts}, {Sequences: seqs[2:], Options: opts}}
+	want := runOne(t, openTiny(t, ops.BF16, EngineOptions{}), reqs...)
+	split := openTiny(t, ops.BF16, EngineOptions{MaxWaveTokens: 45})
+	got, st, err := split.Run(context.Background(), reqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Error("results of a request split over waves differ from one wave")
+	}
+	if st.Tokens != 105 || st.Sequences != 4 {
+		t.Errorf("stats cover %d tokens, %d sequences; want 105, 4", st.Tokens, st.Sequences)
+	}
+	_, _, err = openTiny(t, ops.BF16, EngineOptions{MaxWaveTokens: 35}).Run(context.Background(), reqs)
+	if err == nil || !strings.Contains(err.Error(), "sequence 1 has 40 tokens, more than the 35") {
+		t.Errorf("a sequence over the bound: %v", err)
 	}
 }
 

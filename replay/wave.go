@@ -29,8 +29,93 @@ func (s WaveStats) BytesRead() int64 {
 }
 
 // Run replays every sequence of every request as one layer-major wave and returns, per request, one
-// Result per sequence. Each sequence's results are bit-identical to replaying it alone.
+// Result per sequence. Each sequence's results are bit-identical to replaying it alone. When the requests
+// hold more than EngineOptions.MaxWaveTokens tokens, the sequences are split over several waves (each wave
+// reads the weights again) and the results put back in order; a single sequence longer than the bound is
+// refused with the bound named.
 func (e *Engine) Run(ctx context.Context, reqs []Request) ([][]Result, WaveStats, error) {
+	limit := e.opts.MaxWaveTokens
+	total := 0
+	for i := range reqs {
+		for j, s := range reqs[i].Sequences {
+			if limit > 0 && len(s.Tokens) > limit {
+				return nil, WaveStats{}, fmt.Errorf("request %d: sequence %d has %d tokens, more than the %d a wave may hold (MaxWaveTokens)", i, j, len(s.Tokens), limit)
+			}
+			total += len(s.Tokens)
+		}
+	}
+	if limit <= 0 || total <= limit {
+		return e.runWave(ctx, reqs)
+	}
+	return e.runSplit(ctx, reqs, limit)
+}
+
+// runSplit runs the sequences of reqs in waves of at most limit tokens, in order, and reassembles them.
+func (e *Engine) runSplit(ctx context.Context, reqs []Request, limit int) ([][]Result, WaveStats, error) {
+	out := make([][]Result, len(reqs))
+	var all WaveStats
+	type origin struct{ req, seq int }
+	var wave []Request
+	var from []origin
+	tokens := 0
+	flush := func() error {
+		if len(wave) == 0 {
+			return nil
+		}
+		res, st, err := e.runWave(ctx, wave)
+		if err != nil {
+			return err
+		}
+		i := 0
+		for _, r := range res {
+			for _, one := range r {
+				o := from[i]
+				one.SeqID = int32(o.seq)
+				out[o.req][o.seq] = one
+				i++
+			}
+		}
+		all = all.add(st)
+		wave, from, tokens = nil, nil, 0
+		return nil
+	}
+	for ri, r := range reqs {
+		out[ri] = make([]Result, len(r.Sequences))
+		for si, s := range r.Sequences {
+			if tokens+len(s.Tokens) > limit {
+				if err := flush(); err != nil {
+					return nil, all, err
+				}
+			}
+			wave = append(wave, Request{Sequences: []Sequence{s}, Options: r.Options})
+			from = append(from, origin{ri, si})
+			tokens += len(s.Tokens)
+		}
+	}
+	if err := flush(); err != nil {
+		return nil, all, err
+	}
+	return out, all, nil
+}
+
+// add sums two waves' accounting (for a request split over several waves).
+func (s WaveStats) add(o WaveStats) WaveStats {
+	if s.LayerBytes == nil {
+		return o
+	}
+	s.Sequences += o.Sequences
+	s.Tokens += o.Tokens
+	s.Seconds += o.Seconds
+	for i := range s.LayerBytes {
+		s.LayerBytes[i] += o.LayerBytes[i]
+		s.ExpertBytes[i] += o.ExpertBytes[i]
+		s.ExpertsRead[i] += o.ExpertsRead[i]
+	}
+	return s
+}
+
+// runWave runs the requests as one wave.
+func (e *Engine) runWave(ctx context.Context, reqs []Request) ([][]Result, WaveStats, error) {
 	start := time.Now()
 	layers := len(e.Plan.Layers)
 	var (
