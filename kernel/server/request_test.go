@@ -1,0 +1,114 @@
+package server
+
+import (
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/potato-k3/potato-k3/kernel/api"
+)
+
+// Every malformed request is a 400 whose message says what is wrong and where.
+func TestBadRequests(t *testing.T) {
+	ts := startServer(t, Config{Limits: api.Limits{MaxTopK: 50}}, testHooks{})
+	chat := func(extra string) string {
+		return `{"inputs": [{"conversation": {"messages": [{"role": "user", "content": "Hi"}]` + extra + `}}]}`
+	}
+	tests := []struct {
+		name, body, want string
+	}{
+		{"not JSON", `{"inputs": [`, "malformed request JSON"},
+		{"trailing data", `{"inputs": [{"tokens": [1]}]} {}`, "data after the request object"},
+		{"unknown field", `{"inputs": [{"tokens": [1]}], "temperature": 0.7}`, `unknown field "temperature"`},
+		{"unknown option", `{"inputs": [{"tokens": [1]}], "options": {"steer": 1}}`, `unknown field "steer"`},
+		{"file path", `{"inputs": [{"tokens": [1]}], "model": "/etc"}`, `unknown field "model"`},
+		{"wrong type", `{"inputs": [{"tokens": "1 2 3"}]}`, "malformed request JSON"},
+		{"no inputs", `{"inputs": []}`, "no inputs"},
+		{"two kinds in one input", `{"inputs": [{"text": "a", "tokens": [1]}]}`, "inputs[0]: give exactly one of text, conversation, tokens (got 2)"},
+		{"empty input", `{"inputs": [{"tokens": [1]}, {}]}`, "inputs[1]: give exactly one"},
+		{"empty token list", `{"inputs": [{"tokens": []}]}`, "inputs[0]: empty token list"},
+		{"empty text", `{"inputs": [{"text": ""}]}`, "inputs[0]: text: it encodes to no tokens"},
+		{"id out of range", `{"inputs": [{"tokens": [1, 2, 3328]}]}`, "inputs[0].tokens[2]: token id 3328 outside the vocabulary 0..3327"},
+		{"negative id", `{"inputs": [{"tokens": [-1]}]}`, "inputs[0].tokens[0]: token id -1 outside"},
+		{"hidden layer", `{"inputs": [{"tokens": [1]}], "options": {"hidden": [0, 8]}}`, "options.hidden[1]: layer 8 outside 0..7"},
+		{"lens layer", `{"inputs": [{"tokens": [1]}], "options": {"lens": [-1]}}`, "options.lens[0]: layer -1 outside 0..7"},
+		{"top_k too large", `{"inputs": [{"tokens": [1]}], "options": {"top_k": 51}}`, "options.top_k 51 is too large: at most 50 (--max-top-k 50"},
+		{"top_k negative", `{"inputs": [{"tokens": [1]}], "options": {"top_k": -1}}`, "options.top_k -1 is negative"},
+		{"precision", `{"inputs": [{"tokens": [1]}], "options": {"precision": "fp8"}}`, `options.precision "fp8": want bf16 or fp32`},
+		{"no thinking mode", chat(""), "inputs[0].conversation: no thinking mode"},
+		{"bad role", `{"inputs": [{"conversation": {"messages": [{"role": "bot", "content": "x"}], "thinking": true}}]}`,
+			`inputs[0].conversation.messages[0].role: unknown role "bot"`},
+		{"no messages", `{"inputs": [{"conversation": {"messages": []}}], "thinking": false}`, "inputs[0].conversation.messages: no messages"},
+		{"conversation not an object", `{"inputs": [{"conversation": 7}], "thinking": false}`, "inputs[0].conversation"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, body := ts.do(t, "POST", api.PathJobs, tt.body)
+			var e api.Error
+			if err := json.Unmarshal(body, &e); err != nil {
+				t.Fatalf("%d, body %q is not an api.Error: %v", code, body, err)
+			}
+			if code != http.StatusBadRequest || !strings.Contains(e.Error, tt.want) {
+				t.Errorf("(-want +got):\n-400 …%s…\n+%d %s", tt.want, code, e.Error)
+			}
+		})
+	}
+	// The thinking mode may come from the request instead.
+	ts.submit(t, api.Request{Inputs: []api.Input{{Conversation: json.RawMessage(`{"messages": [{"role": "user", "content": "Hi"}]}`)}},
+		Thinking: new(bool)})
+	if len(ts.jobs) != 1 {
+		t.Errorf("%d jobs after the refusals and one good request", len(ts.jobs))
+	}
+}
+
+// Requests past a size limit are refused with 413 and the limit's flag, before anything is queued.
+func TestLimits(t *testing.T) {
+	ts := startServer(t, Config{Limits: api.Limits{MaxBodyBytes: 4096, MaxSequenceTokens: 10,
+		MaxRequestTokens: 15, MaxSequences: 3}}, testHooks{})
+	ids := func(n int) string { return strings.TrimSuffix(strings.Repeat("1,", n), ",") }
+	tests := []struct {
+		name, body, limit, want string
+	}{
+		{"body", `{"inputs": [{"text": "` + strings.Repeat("x", 5000) + `"}]}`, "--max-body-bytes",
+			"request body too large: the limit is 4096 (--max-body-bytes)"},
+		{"sequence", `{"inputs": [{"tokens": [` + ids(11) + `]}]}`, "--max-tokens",
+			"inputs[0] has 11 tokens: the limit is 10 (--max-tokens)"},
+		{"request", `{"inputs": [{"tokens": [` + ids(8) + `]}, {"tokens": [` + ids(8) + `]}]}`, "--max-request-tokens",
+			"the limit is 15 (--max-request-tokens)"},
+		{"sequences", `{"inputs": [{"tokens": [1]}, {"tokens": [1]}, {"tokens": [1]}, {"tokens": [1]}]}`, "--max-sequences",
+			"4 inputs: the limit is 3 (--max-sequences)"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, body := ts.do(t, "POST", api.PathJobs, tt.body)
+			var e api.Error
+			json.Unmarshal(body, &e)
+			if code != http.StatusRequestEntityTooLarge || e.Limit != tt.limit || !strings.Contains(e.Error, tt.want) {
+				t.Errorf("(-want +got):\n-413 %s …%s…\n+%d %s %s", tt.limit, tt.want, code, e.Limit, e.Error)
+			}
+		})
+	}
+	if len(ts.jobs) != 0 {
+		t.Errorf("%d jobs queued by refused requests", len(ts.jobs))
+	}
+	ts.submit(t, api.Request{Inputs: []api.Input{{Tokens: []int32{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}}}}) // at the limits
+}
+
+// Unknown jobs, tables and endpoints are 404s that say so.
+func TestNotFound(t *testing.T) {
+	ts := startServer(t, Config{}, testHooks{})
+	id := ts.waitState(t, ts.submit(t, api.Request{Inputs: []api.Input{{Tokens: []int32{1, 2}}}}).ID, api.StateDone).ID
+	for _, tt := range []struct{ method, path, want string }{
+		{"GET", api.JobPath("0123456789abcdef"), "no job 0123456789abcdef"},
+		{"GET", api.JobPath("../../etc"), "no job ../../etc"},
+		{"GET", api.TablePath(id, "weights"), "no table weights"},
+		{"GET", api.TablePath(id, "lens"), "did not capture table lens (it has tokens)"},
+		{"GET", "/v1/steer", "no endpoint GET /v1/steer"},
+	} {
+		code, body := ts.do(t, tt.method, tt.path, "")
+		if code != http.StatusNotFound || !strings.Contains(string(body), tt.want) {
+			t.Errorf("%s %s: %d %s, want 404 …%s…", tt.method, tt.path, code, body, tt.want)
+		}
+	}
+}
