@@ -1,0 +1,169 @@
+package kernel
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+
+	"github.com/potato-k3/potato-k3/kernel/api"
+	"github.com/potato-k3/potato-k3/replay/tokenizer"
+)
+
+// Arg is an input or an option of Replay and Submit: Text, Chat, Conversations and Tokens add
+// sequences, in order (the order is their seq_id in the results); TopK, Hidden, Lens, LensAll, Router,
+// AttnRes, Precision, Float16, Thinking and Label set options.
+type Arg interface {
+	apply(*api.Request) error
+}
+
+// argFunc adapts a function to Arg.
+type argFunc func(*api.Request) error
+
+func (f argFunc) apply(r *api.Request) error { return f(r) }
+
+// Text replays raw text (no BOS is added; special-token names in it are plain text).
+func Text(s string) Arg {
+	return argFunc(func(r *api.Request) error {
+		r.Inputs = append(r.Inputs, api.TextInput(s))
+		return nil
+	})
+}
+
+// Texts replays several raw texts, one sequence each.
+func Texts(ss ...string) Arg {
+	return argFunc(func(r *api.Request) error {
+		for _, s := range ss {
+			r.Inputs = append(r.Inputs, api.TextInput(s))
+		}
+		return nil
+	})
+}
+
+// Tokens replays token ids as they are.
+func Tokens(ids ...int32) Arg {
+	return argFunc(func(r *api.Request) error {
+		r.Inputs = append(r.Inputs, api.Input{Tokens: slices.Clone(ids)})
+		return nil
+	})
+}
+
+// Chat replays one conversation rendered with the K3 chat format. Its thinking mode must be set, on the
+// conversation or for the whole request with Thinking: the model's output depends on it.
+func Chat(conv tokenizer.Conversation) Arg { return Conversations(conv) }
+
+// Conversations replays several conversations, one sequence each (see Chat).
+func Conversations(convs ...tokenizer.Conversation) Arg {
+	return argFunc(func(r *api.Request) error {
+		for i, c := range convs {
+			raw, err := conversationJSON(c)
+			if err != nil {
+				return fmt.Errorf("kernel: conversation %d: %w", i, err)
+			}
+			r.Inputs = append(r.Inputs, api.Input{Conversation: raw})
+		}
+		return nil
+	})
+}
+
+// wireConversation is a conversation in the common chat shape the engine reads: tokenizer.Conversation's
+// own fields, plus "thinking", which it leaves out of its JSON because it has no default to write.
+type wireConversation struct {
+	tokenizer.Conversation
+	Thinking *bool `json:"thinking,omitempty"`
+}
+
+// conversationJSON encodes c for the request.
+func conversationJSON(c tokenizer.Conversation) (json.RawMessage, error) {
+	w := wireConversation{Conversation: c}
+	switch c.Thinking {
+	case tokenizer.ThinkingOn, tokenizer.ThinkingOff:
+		on := c.Thinking == tokenizer.ThinkingOn
+		w.Thinking = &on
+	case tokenizer.ThinkingUnset: // the request's Thinking, or the engine refuses it
+	default:
+		return nil, fmt.Errorf("unknown thinking mode %d", c.Thinking)
+	}
+	return json.Marshal(w)
+}
+
+// Thinking sets the thinking mode of every conversation of the request that does not set its own.
+func Thinking(t tokenizer.Thinking) Arg {
+	return argFunc(func(r *api.Request) error {
+		if t != tokenizer.ThinkingOn && t != tokenizer.ThinkingOff {
+			return fmt.Errorf("kernel: Thinking: want tokenizer.ThinkingOn or ThinkingOff")
+		}
+		on := t == tokenizer.ThinkingOn
+		r.Thinking = &on
+		return nil
+	})
+}
+
+// TopK keeps the k most probable next tokens at every position (in the tokens and lens tables).
+func TopK(k int) Arg {
+	return argFunc(func(r *api.Request) error { r.Options.TopK = k; return nil })
+}
+
+// Hidden returns the hidden state (the running sum) after each of the given layers (0-indexed), one
+// vector per token, in the hidden table.
+func Hidden(layers ...int) Arg {
+	return argFunc(func(r *api.Request) error {
+		r.Options.Hidden = append(r.Options.Hidden, layers...)
+		return nil
+	})
+}
+
+// Lens reads the given layers (0-indexed) out through the model's output path (the logit lens), in the
+// lens table.
+func Lens(layers ...int) Arg {
+	return argFunc(func(r *api.Request) error {
+		r.Options.Lens = append(r.Options.Lens, layers...)
+		return nil
+	})
+}
+
+// LensAll reads every layer out through the logit lens.
+func LensAll() Arg {
+	return argFunc(func(r *api.Request) error { r.Options.LensAll = true; return nil })
+}
+
+// Router returns every MoE layer's expert choices and weights, in the router table.
+func Router() Arg {
+	return argFunc(func(r *api.Request) error { r.Options.Router = true; return nil })
+}
+
+// AttnRes returns the weights of every AttnRes mix, in the attnres table.
+func AttnRes() Arg {
+	return argFunc(func(r *api.Request) error { r.Options.AttnRes = true; return nil })
+}
+
+// Precision picks "bf16" (rounds where the reference model rounds; the default) or "fp32" (audits).
+func Precision(p string) Arg {
+	return argFunc(func(r *api.Request) error { r.Options.Precision = p; return nil })
+}
+
+// Float16 stores hidden vectors as float16 instead of float32, halving the hidden table.
+func Float16() Arg {
+	return argFunc(func(r *api.Request) error { r.Options.Float16 = true; return nil })
+}
+
+// Label names the job in its status and progress bar; it changes nothing else.
+func Label(s string) Arg {
+	return argFunc(func(r *api.Request) error { r.Label = s; return nil })
+}
+
+// buildRequest applies args to a fresh request.
+func buildRequest(args []Arg) (api.Request, error) {
+	var r api.Request
+	for _, a := range args {
+		if a == nil {
+			continue
+		}
+		if err := a.apply(&r); err != nil {
+			return r, err
+		}
+	}
+	if len(r.Inputs) == 0 {
+		return r, fmt.Errorf("kernel: nothing to replay: give Text, Chat, Conversations or Tokens")
+	}
+	return r, nil
+}

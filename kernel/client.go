@@ -1,0 +1,171 @@
+package kernel
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/potato-k3/potato-k3/kernel/api"
+)
+
+// Client talks to one resident engine. It is safe for concurrent use; Close frees its idle connections
+// and leaves the engine running.
+type Client struct {
+	addr     string // as given: "unix:/path" or "http://host:port"
+	base     string // URL prefix of every request
+	token    string
+	hc       *http.Client
+	progress io.Writer // text progress outside a notebook; nil: none
+}
+
+// ServerError is an error answer of the engine: its HTTP status and the server's own message, which
+// names the input, option or limit at fault.
+type ServerError struct {
+	StatusCode int
+	Message    string
+	Limit      string // the server flag of the limit a refused request passed, if that is why
+}
+
+func (e *ServerError) Error() string {
+	return fmt.Sprintf("kernel: engine answered %d %s: %s", e.StatusCode, http.StatusText(e.StatusCode), e.Message)
+}
+
+// newClient makes a client of addr: "unix:/path", "http://host:port", or a bare "host:port".
+func newClient(addr, token string, progress io.Writer) (*Client, error) {
+	c := &Client{addr: addr, token: token, progress: progress}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	switch {
+	case strings.HasPrefix(addr, "unix:"):
+		path := strings.TrimPrefix(addr, "unix:")
+		if path == "" {
+			return nil, fmt.Errorf("kernel: address %q: no socket path", addr)
+		}
+		tr.Proxy = nil
+		tr.DialContext = func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", path)
+		}
+		c.base = "http://potato" // the host is not used: every connection goes to the socket
+	case strings.HasPrefix(addr, "http://"), strings.HasPrefix(addr, "https://"):
+		c.base = strings.TrimSuffix(addr, "/")
+	case addr != "":
+		c.base = "http://" + addr
+	default:
+		return nil, fmt.Errorf("kernel: empty address")
+	}
+	c.hc = &http.Client{Transport: tr}
+	return c, nil
+}
+
+// Addr is the engine's address as the client dials it.
+func (c *Client) Addr() string { return c.addr }
+
+// Close frees the client's idle connections. The engine keeps running (see Shutdown).
+func (c *Client) Close() error {
+	c.hc.CloseIdleConnections()
+	return nil
+}
+
+// request sends method path with body (JSON-encoded when not nil) and returns the response when its
+// status is 2xx; any other answer becomes a *ServerError.
+func (c *Client) request(ctx context.Context, method, path string, body any) (*http.Response, error) {
+	var rd io.Reader
+	if body != nil {
+		data, err := json.Marshal(body)
+		if err != nil {
+			return nil, fmt.Errorf("kernel: encoding the request: %w", err)
+		}
+		rd = bytes.NewReader(data)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
+	if err != nil {
+		return nil, fmt.Errorf("kernel: %w", err)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", api.ContentTypeJSON)
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("kernel: %s %s: %w", method, c.addr, err)
+	}
+	if resp.StatusCode/100 == 2 {
+		return resp, nil
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	var e api.Error
+	if json.Unmarshal(data, &e) != nil || e.Error == "" {
+		e.Error = strings.TrimSpace(string(data))
+	}
+	return nil, &ServerError{StatusCode: resp.StatusCode, Message: e.Error, Limit: e.Limit}
+}
+
+// getJSON decodes the JSON answer of method path into out.
+func (c *Client) getJSON(ctx context.Context, method, path string, body, out any) error {
+	resp, err := c.request(ctx, method, path, body)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if out == nil {
+		return nil
+	}
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		return fmt.Errorf("kernel: %s %s: reading the answer: %w", method, path, err)
+	}
+	return nil
+}
+
+// Health asks the engine whether it is up; it answers at once or fails.
+func (c *Client) Health(ctx context.Context) (api.Health, error) {
+	var h api.Health
+	err := c.getJSON(ctx, http.MethodGet, api.PathHealth, nil, &h)
+	return h, err
+}
+
+// Info describes the engine's model (layers, vocabulary, layer kinds, config hash) and its limits.
+func (c *Client) Info(ctx context.Context) (api.Info, error) {
+	var info api.Info
+	err := c.getJSON(ctx, http.MethodGet, api.PathInfo, nil, &info)
+	return info, err
+}
+
+// Status is a job's status.
+func (c *Client) Status(ctx context.Context, id string) (api.JobStatus, error) {
+	var st api.JobStatus
+	err := c.getJSON(ctx, http.MethodGet, api.JobPath(id), nil, &st)
+	return st, err
+}
+
+// Jobs lists every job the engine knows, oldest first.
+func (c *Client) Jobs(ctx context.Context) ([]api.JobStatus, error) {
+	var list []api.JobStatus
+	err := c.getJSON(ctx, http.MethodGet, api.PathJobs, nil, &list)
+	return list, err
+}
+
+// Cancel cancels a queued or running job. It is the only way to cancel one: a cell that is interrupted,
+// or a client that drops, leaves its job running and its results kept.
+func (c *Client) Cancel(ctx context.Context, id string) (api.JobStatus, error) {
+	var st api.JobStatus
+	err := c.getJSON(ctx, http.MethodPost, api.CancelPath(id), nil, &st)
+	return st, err
+}
+
+// Forget cancels a job if it is unfinished and deletes it and its results on the engine now, rather
+// than when its keep period ends.
+func (c *Client) Forget(ctx context.Context, id string) error {
+	return c.getJSON(ctx, http.MethodDelete, api.JobPath(id), nil, nil)
+}
+
+// healthTimeout bounds one health check: a live engine answers it at once, even mid-wave.
+const healthTimeout = 5 * time.Second

@@ -1,0 +1,146 @@
+package kernel
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/potato-k3/potato-k3/kernel/api"
+)
+
+// Replay replays the inputs among args with the options among args, shows a progress bar while the
+// engine works (in a GoNB cell), and returns the result tables:
+//
+//	res, err := c.Replay(ctx, kernel.Text("The quick brown fox"), kernel.TopK(5), kernel.Lens(3))
+//
+// It is Submit, Wait and Fetch in one. If ctx ends first, the job goes on in the engine and the error
+// says its id, for Fetch from a later cell.
+func (c *Client) Replay(ctx context.Context, args ...Arg) (*Result, error) {
+	st, err := c.Submit(ctx, args...)
+	if err != nil {
+		return nil, err
+	}
+	if st, err = c.Wait(ctx, st.ID); err != nil {
+		return nil, err
+	}
+	return c.Fetch(ctx, st.ID)
+}
+
+// Submit queues a job and returns its status at once; its id is what Wait, Fetch and Cancel take.
+func (c *Client) Submit(ctx context.Context, args ...Arg) (api.JobStatus, error) {
+	req, err := buildRequest(args)
+	if err != nil {
+		return api.JobStatus{}, err
+	}
+	var st api.JobStatus
+	if err := c.getJSON(ctx, http.MethodPost, api.PathJobs, req, &st); err != nil {
+		return st, err
+	}
+	return st, nil
+}
+
+// Wait follows job id's progress until it is done and shows it (a bar in a notebook, lines on the
+// Connect option WithProgress's writer elsewhere). A failed or cancelled job is an error with the
+// engine's message. When the progress stream breaks, Wait follows the job's status instead.
+func (c *Client) Wait(ctx context.Context, id string) (api.JobStatus, error) {
+	view := c.newView(id)
+	last, err := c.follow(ctx, id, view.update)
+	if err != nil {
+		view.fail(last, err)
+		if ctx.Err() != nil {
+			return api.JobStatus{}, fmt.Errorf("kernel: job %s is still on the engine (fetch it later with Fetch(ctx, %q)): %w", id, id, err)
+		}
+		return api.JobStatus{}, err
+	}
+	st, err := c.Status(ctx, id)
+	if err != nil {
+		return st, err
+	}
+	view.finish(last)
+	switch st.State {
+	case api.StateDone:
+		return st, nil
+	case api.StateCancelled:
+		return st, fmt.Errorf("kernel: job %s was cancelled: %s", id, st.Error)
+	default:
+		return st, fmt.Errorf("kernel: job %s %s: %s", id, st.State, st.Error)
+	}
+}
+
+// follow calls update with each progress report of job id until one is terminal, which it returns. It
+// reads the progress stream and opens it again if it breaks; after repeated breaks it polls the status.
+func (c *Client) follow(ctx context.Context, id string, update func(api.Progress)) (api.Progress, error) {
+	var last api.Progress
+	var err error
+	for attempt := 0; ; attempt++ {
+		last, err = c.stream(ctx, id, update)
+		if err == nil && last.State.Terminal() {
+			return last, nil
+		}
+		var se *ServerError
+		if ctx.Err() != nil || errors.As(err, &se) { // a 404 or 401 will not mend by asking again
+			return last, err
+		}
+		if attempt >= 3 {
+			break
+		}
+		if !sleep(ctx, time.Duration(attempt+1)*200*time.Millisecond) {
+			return last, ctx.Err()
+		}
+	}
+	for { // the stream keeps breaking (a proxy?): poll
+		st, err := c.Status(ctx, id)
+		if err != nil {
+			return last, err
+		}
+		if st.Progress != nil {
+			last = *st.Progress
+			update(last)
+		}
+		if st.State.Terminal() {
+			return last, nil
+		}
+		if !sleep(ctx, time.Second) {
+			return last, ctx.Err()
+		}
+	}
+}
+
+// stream reads the progress stream of job id once, to its end or its break.
+func (c *Client) stream(ctx context.Context, id string, update func(api.Progress)) (api.Progress, error) {
+	var last api.Progress
+	resp, err := c.request(ctx, http.MethodGet, api.ProgressPath(id), nil)
+	if err != nil {
+		return last, err
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		var p api.Progress
+		if err := json.Unmarshal(sc.Bytes(), &p); err != nil {
+			return last, fmt.Errorf("kernel: job %s: progress line %q: %w", id, sc.Text(), err)
+		}
+		last = p
+		update(p)
+	}
+	if err := sc.Err(); err != nil {
+		return last, fmt.Errorf("kernel: job %s: progress stream: %w", id, err)
+	}
+	return last, nil
+}
+
+// sleep waits d or until ctx ends; false when ctx ended.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}

@@ -1,0 +1,187 @@
+package kernel
+
+import (
+	"context"
+	"fmt"
+	"html"
+	"net/http"
+	"strings"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/ipc"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/janpfeifer/gonb/gonbui"
+
+	"github.com/potato-k3/potato-k3/kernel/api"
+	"github.com/potato-k3/potato-k3/kernel/display"
+)
+
+// Result holds the tables of one finished job as Arrow records, one record per table (the batches the
+// engine sent, concatenated). Columns are documented in package replay/tables; the schema metadata
+// says which model, engine version, precision and backend computed them. Release it when done.
+type Result struct {
+	Status api.JobStatus // the job as it finished: id, wave, options, config hash
+	tables map[string]arrow.RecordBatch
+}
+
+// Tokens is the per-token table: seq_id, pos, token_id, token, message, channel, target_id, logprob,
+// rank, entropy, topk_ids, topk_logprobs. It is never nil.
+func (r *Result) Tokens() arrow.RecordBatch { return r.tables["tokens"] }
+
+// Lens is the logit-lens table (nil unless Lens or LensAll was asked).
+func (r *Result) Lens() arrow.RecordBatch { return r.tables["lens"] }
+
+// Hidden is the hidden-state table (nil unless Hidden was asked).
+func (r *Result) Hidden() arrow.RecordBatch { return r.tables["hidden"] }
+
+// Router is the expert-choice table (nil unless Router was asked).
+func (r *Result) Router() arrow.RecordBatch { return r.tables["router"] }
+
+// AttnRes is the AttnRes mixing-weight table (nil unless AttnRes was asked).
+func (r *Result) AttnRes() arrow.RecordBatch { return r.tables["attnres"] }
+
+// Table is the table called name (one of api.Tables), nil when the job did not capture it.
+func (r *Result) Table(name string) arrow.RecordBatch { return r.tables[name] }
+
+// Release releases every table. It is safe to call more than once.
+func (r *Result) Release() {
+	for name, rec := range r.tables {
+		rec.Release()
+		delete(r.tables, name)
+	}
+}
+
+// Summary is one line about the result: job, sequences, tokens, the wave it shared, precision.
+func (r *Result) Summary() string {
+	st := r.Status
+	s := fmt.Sprintf("job %s · %s · %s · %s", st.ID, count(st.Sequences, "sequence"), count(st.Tokens, "token"), st.Precision)
+	if w := st.Wave; w != nil {
+		s += fmt.Sprintf(" · wave %d", w.ID)
+		if len(w.Jobs) > 1 {
+			s += fmt.Sprintf(" (shared by %d jobs, %s)", len(w.Jobs), count(w.Tokens, "token"))
+		}
+	}
+	var names []string
+	for _, name := range api.Tables {
+		if r.tables[name] != nil {
+			names = append(names, name)
+		}
+	}
+	return s + " · tables: " + strings.Join(names, ", ")
+}
+
+// HTML renders the summary and the first rows of the tokens table, the cell output of Display. It is a
+// pure function of the result, for tests and for writing reports.
+func (r *Result) HTML() string {
+	return fmt.Sprintf(`<div style="font-family:sans-serif;font-size:12px;color:#444;margin:4px 0">%s</div>`,
+		html.EscapeString(r.Summary())) + display.HTMLTable(r.Tokens(), display.DefaultMaxRows)
+}
+
+// Display shows HTML in the current GoNB cell; outside a notebook it does nothing.
+func (r *Result) Display() { gonbui.DisplayHTML(r.HTML()) }
+
+// count is "1 token", "3 tokens".
+func count(n int, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return fmt.Sprintf("%d %ss", n, what)
+}
+
+// Fetch reads every table of a done job (it may have finished long ago, or before a restart of the
+// engine: results wait on the engine's disk until fetched).
+func (c *Client) Fetch(ctx context.Context, id string) (*Result, error) {
+	st, err := c.Status(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if st.State != api.StateDone {
+		return nil, fmt.Errorf("kernel: job %s is %s, not done: %s", id, st.State, st.Error)
+	}
+	r := &Result{Status: st, tables: map[string]arrow.RecordBatch{}}
+	for _, name := range st.Tables {
+		rec, err := c.fetchTable(ctx, id, name)
+		if err != nil {
+			r.Release()
+			return nil, err
+		}
+		r.tables[name] = rec
+	}
+	if r.Tokens() == nil {
+		r.Release()
+		return nil, fmt.Errorf("kernel: job %s: the engine sent no tokens table", id)
+	}
+	return r, nil
+}
+
+// fetchTable reads one table's Arrow IPC stream into one record.
+func (c *Client) fetchTable(ctx context.Context, id, name string) (arrow.RecordBatch, error) {
+	resp, err := c.request(ctx, http.MethodGet, api.TablePath(id, name), nil)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	rd, err := ipc.NewReader(resp.Body)
+	if err != nil {
+		return nil, fmt.Errorf("kernel: job %s: table %s: %w", id, name, err)
+	}
+	defer rd.Release()
+	var recs []arrow.RecordBatch
+	defer func() {
+		for _, r := range recs {
+			r.Release()
+		}
+	}()
+	for rd.Next() {
+		rec := rd.RecordBatch()
+		rec.Retain() // the reader releases its batch on the next call
+		recs = append(recs, rec)
+	}
+	if err := rd.Err(); err != nil {
+		return nil, fmt.Errorf("kernel: job %s: table %s: %w", id, name, err)
+	}
+	rec, err := concat(rd.Schema(), recs)
+	if err != nil {
+		return nil, fmt.Errorf("kernel: job %s: table %s: %w", id, name, err)
+	}
+	return rec, nil
+}
+
+// concat joins record batches of one schema into one record, so that a cell indexes columns directly.
+func concat(schema *arrow.Schema, recs []arrow.RecordBatch) (arrow.RecordBatch, error) {
+	if len(recs) == 1 {
+		recs[0].Retain()
+		return recs[0], nil
+	}
+	mem := memory.DefaultAllocator
+	if len(recs) == 0 {
+		b := array.NewRecordBuilder(mem, schema)
+		defer b.Release()
+		return b.NewRecordBatch(), nil
+	}
+	cols := make([]arrow.Array, schema.NumFields())
+	defer func() {
+		for _, c := range cols {
+			if c != nil {
+				c.Release()
+			}
+		}
+	}()
+	var rows int64
+	for _, r := range recs {
+		rows += r.NumRows()
+	}
+	for i := range cols {
+		parts := make([]arrow.Array, len(recs))
+		for k, r := range recs {
+			parts[k] = r.Column(i)
+		}
+		col, err := array.Concatenate(parts, mem)
+		if err != nil {
+			return nil, fmt.Errorf("column %s: %w", schema.Field(i).Name, err)
+		}
+		cols[i] = col
+	}
+	return array.NewRecordBatch(schema, cols, rows), nil
+}

@@ -1,0 +1,228 @@
+package kernel
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/potato-k3/potato-k3/kernel/api"
+)
+
+// The background engine's files, in the kernel directory of the cache.
+const (
+	stateName = "serve.json" // api.State, written by the server once it listens
+	logName   = "serve.log"  // the server's output, truncated at each start
+	sockName  = "serve.sock" // its unix socket (private to the user)
+	lockName  = "start.lock" // held while a cell looks for or starts the engine
+	spillName = "spill"      // its results (its own, so it never contends with a potato serve you run)
+)
+
+// maxSocketPath is a safe bound on a unix socket path (the kernel's limit is 104 to 108 bytes); past it
+// the background engine listens on a free loopback port instead.
+const maxSocketPath = 100
+
+// connectBackground reuses the background engine or starts one. Cells that run at once take turns
+// through a lock, so that they start one engine between them.
+func connectBackground(o options) (*Client, error) {
+	dir, err := stateDir()
+	if err != nil {
+		return nil, err
+	}
+	unlock, err := lockFile(filepath.Join(dir, lockName))
+	if err != nil {
+		return nil, fmt.Errorf("kernel: %w", err)
+	}
+	defer unlock()
+	if c, err := reuse(dir, o); c != nil || err != nil {
+		return c, err
+	}
+	if o.noStart {
+		return nil, fmt.Errorf("kernel: no engine is running: set %s, or let Connect start one", EnvAddr)
+	}
+	return start(dir, o)
+}
+
+// readState reads the state file of the kernel directory dir.
+func readState(dir string) (api.State, error) {
+	var st api.State
+	data, err := os.ReadFile(filepath.Join(dir, stateName))
+	if err != nil {
+		return st, err
+	}
+	if err := json.Unmarshal(data, &st); err != nil {
+		return st, fmt.Errorf("kernel: state file: %w", err)
+	}
+	return st, nil
+}
+
+// answering returns a client of the engine st describes if it answers with st's pid (a pid alone may
+// have been reused by another program since).
+func answering(st api.State, o options) *Client {
+	c, err := newClient(st.Addr, "", o.progress)
+	if err != nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), healthTimeout)
+	defer cancel()
+	if h, err := c.Health(ctx); err != nil || h.PID != st.PID || h.Status != "ok" {
+		return nil
+	}
+	return c
+}
+
+// reuse returns a client of the running background engine; nil and no error when there is none (a
+// stale state file is removed).
+func reuse(dir string, o options) (*Client, error) {
+	st, err := readState(dir)
+	if err != nil {
+		return nil, nil
+	}
+	c := answering(st, o)
+	if c == nil {
+		os.Remove(filepath.Join(dir, stateName))
+		return nil, nil
+	}
+	if o.model != "" && !sameDir(o.model, st.Model) {
+		c.Close()
+		return nil, fmt.Errorf("kernel: the background engine (pid %d) runs %s, not %s: call kernel.Shutdown() first", st.PID, st.Model, o.model)
+	}
+	return c, nil
+}
+
+// sameDir reports whether two paths name one directory.
+func sameDir(a, b string) bool {
+	fa, errA := os.Stat(a)
+	fb, errB := os.Stat(b)
+	return errA == nil && errB == nil && os.SameFile(fa, fb)
+}
+
+// start runs `potato serve` detached in its own session (it outlives the cell), its output to the log
+// file, and waits until it answers.
+func start(dir string, o options) (*Client, error) {
+	bin, args, err := findPotato()
+	if err != nil {
+		return nil, err
+	}
+	statePath, logPath := filepath.Join(dir, stateName), filepath.Join(dir, logName)
+	listen := "unix:" + filepath.Join(dir, sockName)
+	if len(listen) > maxSocketPath {
+		listen = "127.0.0.1:0"
+	}
+	args = append(args, "serve", "--listen", listen, "--state-file", statePath, "--spill", filepath.Join(dir, spillName))
+	if o.model != "" {
+		abs, err := filepath.Abs(o.model)
+		if err != nil {
+			return nil, fmt.Errorf("kernel: %w", err)
+		}
+		args = append(args, "--model", abs)
+	}
+	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("kernel: %w", err)
+	}
+	fmt.Fprintf(logf, "# %s %s\n# started by pid %d at %s\n", bin, strings.Join(args, " "), os.Getpid(), time.Now().Format(time.RFC3339))
+	os.Remove(statePath)
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = detached()
+	err = cmd.Start()
+	logf.Close() // the child has its own descriptor
+	if err != nil {
+		return nil, fmt.Errorf("kernel: starting %s: %w", bin, err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }() // reaps it if it dies while this process lives
+	deadline := time.NewTimer(o.startTimeout)
+	defer deadline.Stop()
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case err := <-exited:
+			return nil, fmt.Errorf("kernel: potato serve exited (%v) before it answered; %s", err, logTail(logPath))
+		case <-deadline.C:
+			terminateGroup(cmd.Process.Pid)
+			return nil, fmt.Errorf("kernel: potato serve did not answer within %s; %s", o.startTimeout, logTail(logPath))
+		case <-tick.C:
+		}
+		if st, err := readState(dir); err == nil {
+			if c := answering(st, o); c != nil {
+				return c, nil
+			}
+		}
+	}
+}
+
+// findPotato finds the potato command: $POTATO_BIN, a potato next to the running executable, potato on
+// PATH, or else `go run github.com/potato-k3/potato-k3/cmd/potato` (which needs go on PATH and the
+// module in the current module or workspace, as a GoNB cell with --go_work has it; it compiles first,
+// so the first start is slow).
+func findPotato() (string, []string, error) {
+	if bin := os.Getenv(EnvBin); bin != "" {
+		return bin, nil, nil
+	}
+	if exe, err := os.Executable(); err == nil {
+		next := filepath.Join(filepath.Dir(exe), "potato")
+		if fi, err := os.Stat(next); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 && next != exe {
+			return next, nil, nil
+		}
+	}
+	if bin, err := exec.LookPath("potato"); err == nil {
+		return bin, nil, nil
+	}
+	if gobin, err := exec.LookPath("go"); err == nil {
+		return gobin, []string{"run", "github.com/potato-k3/potato-k3/cmd/potato"}, nil
+	}
+	return "", nil, fmt.Errorf("kernel: no potato command: set %s, put potato on PATH, or install go", EnvBin)
+}
+
+// logTail is the last lines of the log at path, for an error message.
+func logTail(path string) string {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return "no log: " + err.Error()
+	}
+	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+	if len(lines) > 20 {
+		lines = lines[len(lines)-20:]
+	}
+	return "last lines of " + path + ":\n" + strings.Join(lines, "\n")
+}
+
+// Shutdown stops the background engine that Connect started (found through its state file), after the
+// wave in flight; its finished results stay on disk for the next one. It does nothing when none runs,
+// and never signals a process that does not answer as that engine.
+func Shutdown() error {
+	dir, err := stateDir()
+	if err != nil {
+		return err
+	}
+	st, err := readState(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if answering(st, options{}) == nil {
+		os.Remove(filepath.Join(dir, stateName))
+		return nil
+	}
+	if err := terminate(st.PID); err != nil {
+		return fmt.Errorf("kernel: stopping the engine (pid %d): %w", st.PID, err)
+	}
+	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); {
+		if !alive(st.PID) {
+			return nil
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return fmt.Errorf("kernel: the engine (pid %d) is still finishing its wave; it stops after it; %s", st.PID, logTail(filepath.Join(dir, logName)))
+}
