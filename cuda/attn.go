@@ -1,0 +1,246 @@
+package cuda
+
+import (
+	"math"
+
+	"github.com/potato-k3/potato-k3/replay/ops"
+)
+
+// checkLayout verifies that l covers exactly rows rows with non-decreasing starts.
+func checkLayout(op string, l ops.Layout, rows int) error {
+	if len(l.Starts) == 0 || l.Starts[0] != 0 || l.Tokens() != rows {
+		return shapeErr(op, "layout %v does not cover the %d rows from 0", l.Starts, rows)
+	}
+	for s := 1; s < len(l.Starts); s++ {
+		if l.Starts[s] < l.Starts[s-1] {
+			return shapeErr(op, "layout %v: sequence %d ends before it starts", l.Starts, s-1)
+		}
+	}
+	return nil
+}
+
+// ShortConvSiLU is KDA's causal depthwise convolution with SiLU per sequence of l (k_shortconv, one
+// thread per element, grid-stride):
+//
+//	out[t,c] = rounded(silu(sum_{i<K} float32(w[c,i] * x[t-K+1+i,c])))   // ascending i, rows before t's sequence skipped
+//
+// the CPU backend's statements, so the two agree bit for bit.
+func (b *Backend) ShortConvSiLU(x, w ops.Tensor, l ops.Layout) (ops.Tensor, error) {
+	const op = "ShortConvSiLU"
+	ts, err := b.tensors(op, []string{"x", "w"}, x, w)
+	if err != nil {
+		return nil, err
+	}
+	xt, wt := ts[0], ts[1]
+	if wt.rows != xt.cols || wt.cols == 0 {
+		return nil, shapeErr(op, "x %v with taps %v: want %d x K taps", xt, wt, xt.cols)
+	}
+	if err := checkLayout(op, l, xt.rows); err != nil {
+		return nil, err
+	}
+	start := make([]int32, xt.rows) // the first row of each row's sequence
+	for s := range l.Sequences() {
+		for t := l.Starts[s]; t < l.Starts[s+1]; t++ {
+			start[t] = int32(l.Starts[s])
+		}
+	}
+	var out *Tensor
+	err = b.run(op, func(c *opCtx) error {
+		xp, err := c.f32(xt)
+		if err != nil {
+			return err
+		}
+		wp, err := c.f32(wt)
+		if err != nil {
+			return err
+		}
+		if out, err = c.out(xt.rows, xt.cols); err != nil || out.n() == 0 {
+			return err
+		}
+		sp, err := uploadTemp(c, start)
+		if err != nil {
+			return err
+		}
+		return c.launch1D("k_shortconv", out.n(), out.ptr, xp, wp, sp, int64(xt.rows), int32(xt.cols), int32(wt.cols), b.bf)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// KDA runs the gated delta rule per sequence and head (kda.cu version 1) with the CPU backend's loop:
+//
+//	qinv := float32(1/sqrt(sum_i q[t,c]^2 + 1e-6)); qn[i] = float32(q[t,c]*qinv) * float32(1/sqrt(d))
+//	kinv := float32(1/sqrt(sum_i k[t,c]^2 + 1e-6)); kn[i] = k[t,c]*kinv
+//	dec[i] = exp(lower * sigmoid(exp(aLog[h]) * (graw[t,c] + dtBias[c]))); beta := sigmoid(braw[t,h])
+//	for i: for j: S[i,j] *= dec[i]; ks[j] += float32(S[i,j] * kn[i])                   // ascending i
+//	u[j] = beta * (v[t,h*d+j] - ks[j])
+//	for i: for j: S[i,j] += float32(kn[i] * u[j]); o[j] += float32(S[i,j] * qn[i])   // ascending i
+//	out[t,h*d+j] = rounded(o[j])
+//
+// so the two backends agree bit for bit (up to the rare double-precision libm difference in exp and
+// sigmoid). Launches: k_kda_prep with d threads per (row, head) block; k_kda with d threads per
+// (sequence, head) block and (d*d + 3d) * 4 bytes of dynamic shared memory (d <= 128 for K3: 66 KiB).
+func (b *Backend) KDA(q, k, v, graw, braw ops.Tensor, aLog, dtBias ops.Tensor, heads int, lower float32, l ops.Layout) (ops.Tensor, error) {
+	const op = "KDA"
+	ts, err := b.tensors(op, []string{"q", "k", "v", "graw", "braw", "aLog", "dtBias"}, q, k, v, graw, braw, aLog, dtBias)
+	if err != nil {
+		return nil, err
+	}
+	qt, kt, vt, gt, bt, at, dt := ts[0], ts[1], ts[2], ts[3], ts[4], ts[5], ts[6]
+	rows, ch := qt.rows, qt.cols
+	if heads <= 0 || ch%heads != 0 {
+		return nil, shapeErr(op, "q %v cannot be split into %d heads", qt, heads)
+	}
+	for i, t := range []*Tensor{kt, vt, gt} {
+		if t.rows != rows || t.cols != ch {
+			return nil, shapeErr(op, "%s %v differs from q %v", []string{"k", "v", "graw"}[i], t, qt)
+		}
+	}
+	switch {
+	case bt.rows != rows || bt.cols != heads:
+		return nil, shapeErr(op, "braw %v: want %dx%d", bt, rows, heads)
+	case at.n() < heads:
+		return nil, shapeErr(op, "aLog %v has fewer than %d entries", at, heads)
+	case dt.rows != 1 || dt.cols != ch:
+		return nil, shapeErr(op, "dtBias %v: want 1x%d", dt, ch)
+	}
+	if err := checkLayout(op, l, rows); err != nil {
+		return nil, err
+	}
+	d := ch / heads
+	shmem := 4 * (d*d + 3*d)
+	if d > 1024 || shmem > b.info.MaxSharedOptin {
+		return nil, shapeErr(op, "head width %d: the state needs %d bytes of shared memory, the device allows %d (and at most 1024 threads)",
+			d, shmem, b.info.MaxSharedOptin)
+	}
+	scale := float32(1 / math.Sqrt(float64(d)))
+	starts := make([]int32, len(l.Starts))
+	for i, s := range l.Starts {
+		starts[i] = int32(s)
+	}
+	var out *Tensor
+	err = b.run(op, func(c *opCtx) error {
+		var in [7]uint64
+		for i, t := range ts {
+			p, err := c.f32(t)
+			if err != nil {
+				return err
+			}
+			in[i] = p
+		}
+		var err error
+		if out, err = c.out(rows, ch); err != nil || out.n() == 0 {
+			return err
+		}
+		n := rows * ch
+		qn, err := c.temp(4 * n)
+		if err != nil {
+			return err
+		}
+		kn, err := c.temp(4 * n)
+		if err != nil {
+			return err
+		}
+		dec, err := c.temp(4 * n)
+		if err != nil {
+			return err
+		}
+		beta, err := c.temp(4 * rows * heads)
+		if err != nil {
+			return err
+		}
+		if err := c.launch("k_kda_prep", d1(rows*heads), d1(d), 0,
+			qn, kn, dec, beta, in[0], in[1], in[3], in[4], in[5], in[6], int32(heads), int32(d), lower, scale); err != nil {
+			return err
+		}
+		sp, err := uploadTemp(c, starts)
+		if err != nil {
+			return err
+		}
+		return c.launch("k_kda", d2(l.Sequences(), heads), d1(d), shmem,
+			out.ptr, qn, kn, dec, beta, in[2], sp, int32(heads), int32(d), b.bf)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// Launch parameters of mla.cu (version 1): a block of 128 threads per (query tile of up to mlaQB rows of
+// one sequence, head); keys in chunks of mlaKC rows anchored at the sequence start.
+const (
+	mlaQB      = 16
+	mlaKC      = 32
+	mlaThreads = 128
+)
+
+// MLA is causal softmax attention per sequence and head without positions (K3_SPEC.md 5.3; k_mla). With
+// qk = nope + shared, per row t of a sequence starting at t0 and per head, in float32:
+//
+//	score[s] = (sum_i float32(query[i] * key_s[i])) / float32(sqrt(qk))   // ascending i, s in [t0, t]
+//	online softmax over key chunks of 32 rows from t0: per chunk, m' = max(m, chunk max),
+//	l = l*exp(m-m') + sum e_s, acc = acc*exp(m-m') + sum e_s v_s (e_s = exp(score[s]-m'), ascending s)
+//	out[t, h*vdim + j] = rounded(acc[j] / l)
+//
+// The chunk grid is anchored at the sequence start, so a row's bits never depend on the wave; against
+// the CPU backend's two-pass softmax the results differ at float32 rounding level.
+func (b *Backend) MLA(q, kv, ks ops.Tensor, heads, nope, shared, vdim int, l ops.Layout) (ops.Tensor, error) {
+	const op = "MLA"
+	ts, err := b.tensors(op, []string{"q", "kv", "ks"}, q, kv, ks)
+	if err != nil {
+		return nil, err
+	}
+	qt, kvt, kst := ts[0], ts[1], ts[2]
+	rows, qk, kvw := qt.rows, nope+shared, nope+vdim
+	switch {
+	case heads <= 0 || nope < 0 || shared < 0 || vdim <= 0 || qk == 0:
+		return nil, shapeErr(op, "heads %d, nope %d, shared %d, vdim %d", heads, nope, shared, vdim)
+	case qt.cols != heads*qk:
+		return nil, shapeErr(op, "q %v: want %d columns (%d heads x (%d + %d))", qt, heads*qk, heads, nope, shared)
+	case kvt.rows != rows || kvt.cols != heads*kvw:
+		return nil, shapeErr(op, "kv %v: want %dx%d (%d heads x (%d + %d))", kvt, rows, heads*kvw, heads, nope, vdim)
+	case kst.rows != rows || kst.cols != shared:
+		return nil, shapeErr(op, "ks %v: want %dx%d", kst, rows, shared)
+	}
+	if err := checkLayout(op, l, rows); err != nil {
+		return nil, err
+	}
+	shmem := 4 * (mlaQB*qk + mlaKC*(qk+1) + mlaKC*vdim + mlaQB*mlaKC + mlaQB*vdim + 3*mlaQB)
+	if shmem > b.info.MaxSharedOptin {
+		return nil, shapeErr(op, "head sizes qk %d, vdim %d need %d bytes of shared memory, the device allows %d", qk, vdim, shmem, b.info.MaxSharedOptin)
+	}
+	var tasks []int32 // (sequence start, t0, t1) per query tile
+	for s := range l.Sequences() {
+		for t := l.Starts[s]; t < l.Starts[s+1]; t += mlaQB {
+			tasks = append(tasks, int32(l.Starts[s]), int32(t), int32(min(t+mlaQB, l.Starts[s+1])))
+		}
+	}
+	div := float32(math.Sqrt(float64(qk)))
+	var out *Tensor
+	err = b.run(op, func(c *opCtx) error {
+		var in [3]uint64
+		for i, t := range ts {
+			p, err := c.f32(t)
+			if err != nil {
+				return err
+			}
+			in[i] = p
+		}
+		var err error
+		if out, err = c.out(rows, heads*vdim); err != nil || len(tasks) == 0 {
+			return err
+		}
+		tp, err := uploadTemp(c, tasks)
+		if err != nil {
+			return err
+		}
+		return c.launch("k_mla", d2(len(tasks)/3, heads), d1(mlaThreads), shmem,
+			out.ptr, in[0], in[1], in[2], tp, int32(heads), int32(nope), int32(shared), int32(vdim), div, b.bf)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}

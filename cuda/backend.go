@@ -1,0 +1,314 @@
+package cuda
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"unsafe"
+
+	"github.com/potato-k3/potato-k3/replay/ops"
+)
+
+// Sentinels for errors.Is; every error the backend returns wraps one of them (or is an *Error, which
+// matches ErrCUDA).
+var (
+	// ErrUnavailable marks a missing driver library, NVRTC library or device (Available says which).
+	ErrUnavailable = errors.New("cuda: not available")
+	// ErrCUDA marks a failed CUDA driver or NVRTC call (*Error carries the call and code).
+	ErrCUDA = errors.New("cuda: call failed")
+	// ErrShape marks an op called with shapes it cannot combine (the message names the op and the shapes).
+	ErrShape = errors.New("cuda: bad shape")
+	// ErrArgument marks another bad argument: a foreign tensor, an id out of range, a bad MXFP4 scale.
+	ErrArgument = errors.New("cuda: bad argument")
+	// ErrFreed marks the use of a tensor or expert after Free.
+	ErrFreed = errors.New("cuda: use after free")
+	// ErrClosed marks a call on a closed Backend.
+	ErrClosed = errors.New("cuda: backend closed")
+	// ErrInternal marks a bug in this package (a recovered panic on the CUDA thread).
+	ErrInternal = errors.New("cuda: internal error")
+)
+
+// Environment variables read by this package.
+const (
+	// archEnv overrides the NVRTC target (e.g. "sm_90" or "compute_90"); by default it comes from the
+	// device's compute capability (sm_90a on an H100 or H200).
+	archEnv = "POTATO_CUDA_ARCH"
+)
+
+// Options configure a Backend.
+type Options struct {
+	// Precision is where activations are rounded: ops.BF16 (the reference points) or ops.FP32 (nowhere).
+	Precision ops.Precision
+	// Device is the CUDA device ordinal.
+	Device int
+	// Sync makes every op wait for its kernels, so that an asynchronous fault is reported by the op that
+	// caused it (for debugging; slower).
+	Sync bool
+	// CacheDir overrides the kernel cache directory ($POTATO_CUDA_CACHE, else the user cache directory).
+	CacheDir string
+}
+
+// DeviceInfo describes the device a Backend runs on.
+type DeviceInfo struct {
+	Name             string
+	Ordinal          int
+	Major, Minor     int    // compute capability
+	Arch             string // the NVRTC target the kernels were built for
+	Multiprocessors  int
+	TotalMemory      int64
+	MaxSharedOptin   int // bytes of shared memory a block may use after opting in
+	Driver           string
+	DriverLib, NVRTC string // the libraries that were opened
+	NVRTCVersion     string
+	KernelsCompiled  int // kernel files NVRTC compiled at New
+	KernelsCached    int // kernel files read from the disk cache at New
+}
+
+// Backend is the CUDA implementation of ops.Backend. It is safe for concurrent use: every call runs on
+// its one CUDA thread, in order. A tensor must not be freed while another call uses it. Close releases
+// the device; tensors of a closed backend are gone.
+type Backend struct {
+	prec  ops.Precision
+	bf    int32 // 1 in BF16 precision: kernels round at the contract's points
+	opts  Options
+	drv   *driver
+	ex    *executor
+	info  DeviceInfo
+	dev   int32   // CUdevice
+	ctx   uintptr // the device's primary context
+	strm  uintptr // the backend's stream: every kernel and copy is ordered on it
+	async bool    // stream-ordered allocation (cuMemAllocAsync) is available
+
+	mods  []uintptr
+	fns   map[string]uintptr
+	stage unsafe.Pointer // pinned staging buffer for host transfers
+	nstg  int
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+var _ ops.Backend = (*Backend)(nil)
+
+// Available reports whether a CUDA backend can be made on this machine: nil, or an error wrapping
+// ErrUnavailable that says what is missing (the driver library, a device, or NVRTC).
+func Available() error {
+	if _, err := loadDriver(); err != nil {
+		return err
+	}
+	_, err := loadNVRTC()
+	return err
+}
+
+// New makes a backend on device o.Device: it loads the driver and NVRTC, compiles the kernels for the
+// device's architecture (or reads them from the disk cache), and starts the CUDA thread with the
+// device's primary context current. Close releases it.
+func New(o Options) (*Backend, error) {
+	drv, err := loadDriver()
+	if err != nil {
+		return nil, err
+	}
+	nv, err := loadNVRTC()
+	if err != nil {
+		return nil, err
+	}
+	if o.Device < 0 || o.Device >= drv.devices {
+		return nil, fmt.Errorf("%w: device %d: %d CUDA devices present", ErrArgument, o.Device, drv.devices)
+	}
+	b := &Backend{prec: o.Precision, opts: o, drv: drv, fns: map[string]uintptr{}}
+	if o.Precision == ops.BF16 {
+		b.bf = 1
+	}
+	if err := b.queryDevice(nv); err != nil {
+		return nil, err
+	}
+	images, err := b.compileKernels(nv)
+	if err != nil {
+		return nil, err
+	}
+	b.ex, err = newExecutor(func() error { return b.start(images) })
+	if err != nil {
+		return nil, fmt.Errorf("cuda: device %d (%s): %w", o.Device, b.info.Name, err)
+	}
+	return b, nil
+}
+
+// queryDevice fills b.info (attributes need cuInit only, no context).
+func (b *Backend) queryDevice(nv *nvrtcLib) error {
+	d := b.drv
+	if err := d.check("cuDeviceGet", ccall(d.cuDeviceGet, uintptr(unsafe.Pointer(&b.dev)), uintptr(b.opts.Device))); err != nil {
+		return err
+	}
+	attr := func(a int) (int, error) {
+		var v int32
+		err := d.check(fmt.Sprintf("cuDeviceGetAttribute(%d)", a), ccall(d.cuDeviceGetAttribute, uintptr(unsafe.Pointer(&v)), uintptr(a), uintptr(b.dev)))
+		return int(v), err
+	}
+	var err error
+	info := &b.info
+	info.Ordinal = b.opts.Device
+	name := make([]byte, cuDeviceNameLen)
+	if err = d.check("cuDeviceGetName", ccall(d.cuDeviceGetName, uintptr(unsafe.Pointer(&name[0])), uintptr(len(name)), uintptr(b.dev))); err != nil {
+		return err
+	}
+	info.Name = goString(&name[0])
+	if info.Major, err = attr(cuDevAttrComputeCapabilityMajor); err != nil {
+		return err
+	}
+	if info.Minor, err = attr(cuDevAttrComputeCapabilityMinor); err != nil {
+		return err
+	}
+	if info.Multiprocessors, err = attr(cuDevAttrMultiprocessorCount); err != nil {
+		return err
+	}
+	if info.MaxSharedOptin, err = attr(cuDevAttrMaxSharedPerBlockOptin); err != nil {
+		return err
+	}
+	pools, err := attr(cuDevAttrMemoryPoolsSupported)
+	if err != nil {
+		return err
+	}
+	b.async = pools != 0 && d.cuMemAllocAsync != 0 && d.cuMemFreeAsync != 0 && d.cuDeviceGetDefaultMemPool != 0 && d.cuMemPoolSetAttribute != 0
+	var total uintptr
+	if err := d.check("cuDeviceTotalMem", ccall(d.cuDeviceTotalMem, uintptr(unsafe.Pointer(&total)), uintptr(b.dev))); err != nil {
+		return err
+	}
+	info.TotalMemory = int64(total)
+	info.Driver = versionString(d.version)
+	info.DriverLib, info.NVRTC = d.path, nv.path
+	info.NVRTCVersion = fmt.Sprintf("%d.%d", nv.major, nv.minor)
+	info.Arch = archFor(info.Major, info.Minor)
+	if a := os.Getenv(archEnv); a != "" {
+		info.Arch = a
+	}
+	return nil
+}
+
+// archFor is the NVRTC target for a compute capability: sm_90a on Hopper (the "a" target admits wgmma
+// and setmaxnreg for later kernel versions), sm_XY elsewhere.
+func archFor(major, minor int) string {
+	if major == 9 && minor == 0 {
+		return "sm_90a"
+	}
+	return fmt.Sprintf("sm_%d%d", major, minor)
+}
+
+// start runs on the CUDA thread: it makes the primary context current, creates the stream, keeps freed
+// pool memory cached, and loads the kernel modules.
+func (b *Backend) start(images map[string][]byte) error {
+	d := b.drv
+	if err := d.check("cuDevicePrimaryCtxRetain", ccall(d.cuDevicePrimaryCtxRetain, uintptr(unsafe.Pointer(&b.ctx)), uintptr(b.dev))); err != nil {
+		return err
+	}
+	if err := d.check("cuCtxSetCurrent", ccall(d.cuCtxSetCurrent, b.ctx)); err != nil {
+		b.release()
+		return err
+	}
+	if err := d.check("cuStreamCreate", ccall(d.cuStreamCreate, uintptr(unsafe.Pointer(&b.strm)), cuStreamNonBlocking)); err != nil {
+		b.release()
+		return err
+	}
+	if b.async {
+		var pool uintptr
+		if err := d.check("cuDeviceGetDefaultMemPool", ccall(d.cuDeviceGetDefaultMemPool, uintptr(unsafe.Pointer(&pool)), uintptr(b.dev))); err != nil {
+			b.release()
+			return err
+		}
+		threshold := ^uint64(0) // keep freed blocks in the pool instead of returning them at each sync
+		if err := d.check("cuMemPoolSetAttribute(release threshold)", ccall(d.cuMemPoolSetAttribute, pool, cuMempoolAttrReleaseThreshold, uintptr(unsafe.Pointer(&threshold)))); err != nil {
+			b.release()
+			return err
+		}
+	}
+	for _, kf := range kernelFiles {
+		var mod uintptr
+		img := images[kf.file]
+		if err := d.check("cuModuleLoadData("+kf.file+")", ccall(d.cuModuleLoadData, uintptr(unsafe.Pointer(&mod)), uintptr(unsafe.Pointer(&img[0])))); err != nil {
+			b.release()
+			return err
+		}
+		b.mods = append(b.mods, mod)
+		for _, k := range kf.kernels {
+			var f uintptr
+			cname := cString(k)
+			if err := d.check("cuModuleGetFunction("+k+")", ccall(d.cuModuleGetFunction, uintptr(unsafe.Pointer(&f)), mod, uintptr(unsafe.Pointer(&cname[0])))); err != nil {
+				b.release()
+				return err
+			}
+			b.fns[k] = f
+		}
+	}
+	// Kernels with more than 48 KiB of dynamic shared memory must opt in.
+	for _, k := range []string{"k_kda", "k_mla"} {
+		if err := d.check("cuFuncSetAttribute("+k+", max dynamic shared memory)",
+			ccall(d.cuFuncSetAttribute, b.fns[k], cuFuncAttrMaxDynamicSharedBytes, uintptr(b.info.MaxSharedOptin))); err != nil {
+			b.release()
+			return err
+		}
+	}
+	return nil
+}
+
+// release undoes start (on the CUDA thread); errors are joined.
+func (b *Backend) release() error {
+	d := b.drv
+	var errs []error
+	if b.strm != 0 {
+		errs = append(errs, d.check("cuStreamSynchronize", ccall(d.cuStreamSynchronize, b.strm)))
+	}
+	if b.stage != nil {
+		errs = append(errs, d.check("cuMemFreeHost", ccall(d.cuMemFreeHost, uintptr(b.stage))))
+		b.stage, b.nstg = nil, 0
+	}
+	for _, m := range b.mods {
+		errs = append(errs, d.check("cuModuleUnload", ccall(d.cuModuleUnload, m)))
+	}
+	b.mods = nil
+	if b.strm != 0 {
+		errs = append(errs, d.check("cuStreamDestroy", ccall(d.cuStreamDestroy, b.strm)))
+		b.strm = 0
+	}
+	if b.ctx != 0 {
+		errs = append(errs, d.check("cuDevicePrimaryCtxRelease", ccall(d.cuDevicePrimaryCtxRelease, uintptr(b.dev))))
+		b.ctx = 0
+	}
+	return errors.Join(errs...)
+}
+
+// Close waits for the device, releases the stream, modules and context, and stops the CUDA thread.
+// Tensors not freed are released with the context's memory only when no other backend holds it. A second
+// Close is a no-op.
+func (b *Backend) Close() error {
+	b.closeOnce.Do(func() {
+		if b.ex != nil {
+			b.closeErr = b.ex.close(b.release)
+		}
+	})
+	return b.closeErr
+}
+
+// Name returns "cuda".
+func (b *Backend) Name() string { return "cuda" }
+
+// Precision returns the rounding mode the backend was made with.
+func (b *Backend) Precision() ops.Precision { return b.prec }
+
+// Device describes the device and how the kernels were built.
+func (b *Backend) Device() DeviceInfo { return b.info }
+
+// Synchronize waits until every op issued so far has finished on the device and reports any fault.
+func (b *Backend) Synchronize() error {
+	return b.ex.do(func() error { return b.drv.check("cuStreamSynchronize", ccall(b.drv.cuStreamSynchronize, b.strm)) })
+}
+
+// MemInfo returns the device's free and total memory in bytes.
+func (b *Backend) MemInfo() (free, total int64, err error) {
+	err = b.ex.do(func() error {
+		var f, t uintptr
+		err := b.drv.check("cuMemGetInfo", ccall(b.drv.cuMemGetInfo, uintptr(unsafe.Pointer(&f)), uintptr(unsafe.Pointer(&t))))
+		free, total = int64(f), int64(t)
+		return err
+	})
+	return free, total, err
+}

@@ -1,0 +1,63 @@
+// Package cuda is the GPU implementation of ops.Backend: the K3 forward pass of replay/model running on
+// an NVIDIA GPU, from Go without cgo.
+//
+// # Using it
+//
+//	if err := cuda.Available(); err != nil {
+//		log.Printf("no GPU (%v): using the CPU backend", err)
+//		b = cpu.New(cpu.Options{Precision: ops.BF16})
+//	} else {
+//		g, err := cuda.New(cuda.Options{Precision: ops.BF16, Device: 0})
+//		if err != nil { ... }
+//		defer g.Close()
+//		b = g
+//	}
+//	e, _, err := replay.Open(ctx, dir, b, replay.EngineOptions{})
+//
+// Available says what is missing when there is no GPU (the driver library, a device or NVRTC), so the
+// CPU backend stays the fallback. Binaries build with CGO_ENABLED=0 anywhere and find the libraries at
+// run time.
+//
+// # How it is built
+//
+// Bindings: libcuda.so.1 (the driver API) and libnvrtc.so.13 (run-time compilation) are opened with
+// dlopen through github.com/ebitengine/purego (driver.go, nvrtc.go); every call's return code is checked
+// and a failure is an *Error naming the call (errors.Is(err, ErrCUDA)). $POTATO_LIBCUDA and
+// $POTATO_NVRTC name the libraries when they are not on the loader's path.
+//
+// Kernels: the .cu files under kernels/ are embedded with go:embed and compiled by NVRTC at New for the
+// device's compute capability (sm_90a on an H100 or H200), with --fmad=false and without fast math. The
+// machine code is cached under the user cache directory (potato-k3/cuda, or $POTATO_CUDA_CACHE), keyed by
+// the SHA-256 of the source and its header, the options, the NVRTC version and the architecture, so a
+// second start loads it in milliseconds. Each .cu file opens with its list of versions and why; the Go
+// file that launches a kernel documents its launch shape.
+//
+// Threads: a CUDA context is current per OS thread, so every CUDA call of a Backend runs on one
+// goroutine locked to its thread (executor.go): an op validates its arguments, then submits one closure
+// and waits. A panic on that thread is recovered and returned as an error wrapping ErrInternal.
+//
+// Memory: tensors live in device memory, allocated stream-ordered (cuMemAllocAsync) from the device's
+// pool; activations are float32 (bfloat16 values in BF16 precision), weights stay as uploaded (raw
+// bfloat16 or float32, no host decoding), and routed experts stay MXFP4-packed and are decoded inside the
+// matmul kernel as it stages each tile. Host transfers go through a pinned staging buffer.
+//
+// # Numerics
+//
+// Each op computes the loop its ops.Backend doc comment states, with every reduction in a fixed order
+// that depends on the shapes of one sequence only, never on the number of rows, the other sequences of
+// the wave, the grid or the block that runs it: a sequence's results are bit-identical alone or in any
+// wave and for any expert chunking (DESIGN.md, Numerics). cuBLAS(Lt) is not used for that reason: it picks
+// algorithms and split-K by shape. Where practical the kernels replay the CPU backend's statements
+// exactly (products rounded before the add, transcendentals in double rounded once): MatMul, the router,
+// the experts, ShortConvSiLU, KDA and the elementwise ops then equal replay/cpu bit for bit; RMSNorm and
+// AttnResMix (warp sums), MLA (online softmax) and TokenStats (parallel double sums) differ from it at
+// rounding level and are compared with a tolerance (package ops/opstest).
+//
+// # Performance
+//
+// Version 1 of every kernel is the simple correct one: the matmul runs on the CUDA cores in float32 (no
+// tensor cores yet), KDA steps token by token. The later versions (mma/wgmma matmuls with a fixed k-chunk
+// order, the chunked KDA, a fused lm_head and log-softmax, the streaming pipeline through pinned buffers)
+// are listed in the .cu files and in NOTES.md; cuBLASLt can only come with a fixed algorithm and no split-K
+// and a test that proves its invariance.
+package cuda

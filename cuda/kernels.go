@@ -1,0 +1,103 @@
+package cuda
+
+import (
+	"embed"
+	"fmt"
+	"sync"
+)
+
+// The kernels: .cu files embedded in the binary, each compiled by NVRTC into its own module. Each file
+// lists its versions at the top (llm.c style); the launch parameters are documented where the Go side
+// launches them (the op files).
+
+//go:embed kernels/*.cu kernels/*.cuh
+var kernelFS embed.FS
+
+// kernelFile is one .cu file and the extern "C" kernels it defines.
+type kernelFile struct {
+	file    string
+	kernels []string
+}
+
+var kernelFiles = []kernelFile{
+	{"elementwise.cu", []string{"k_round", "k_widen_bf16", "k_add", "k_mul_sigmoid", "k_situ", "k_slice", "k_gather", "k_scatter_add"}},
+	{"norm.cu", []string{"k_rmsnorm", "k_attnres"}},
+	{"matmul.cu", []string{"k_matmul_f32", "k_matmul_bf16", "k_matmul_mxfp4"}},
+	{"kda.cu", []string{"k_shortconv", "k_kda_prep", "k_kda"}},
+	{"mla.cu", []string{"k_mla"}},
+	{"route.cu", []string{"k_route_topk"}},
+	{"tokenstats.cu", []string{"k_token_stats"}},
+}
+
+// nvrtcOptions are the options every kernel file is compiled with (the architecture is added per device).
+// --fmad=false: no multiply-add contraction anywhere, so every product is rounded before its add as in
+// the CPU backend (the kernels also write __fmul_rn / __fadd_rn where it matters). No --use_fast_math:
+// division, square root and the double-precision exp/tanh/log stay IEEE-accurate.
+var nvrtcOptions = []string{"--std=c++17", "--fmad=false", "-default-device"}
+
+// kernelSources reads the embedded files.
+func kernelSources() ([]kernelSource, error) {
+	header, err := kernelFS.ReadFile("kernels/common.cuh")
+	if err != nil {
+		return nil, fmt.Errorf("%w: embedded common.cuh: %w", ErrInternal, err)
+	}
+	out := make([]kernelSource, len(kernelFiles))
+	for i, kf := range kernelFiles {
+		src, err := kernelFS.ReadFile("kernels/" + kf.file)
+		if err != nil {
+			return nil, fmt.Errorf("%w: embedded %s: %w", ErrInternal, kf.file, err)
+		}
+		out[i] = kernelSource{name: kf.file, src: string(src), headers: map[string]string{"common.cuh": string(header)}}
+	}
+	return out, nil
+}
+
+// compileAll compiles (or reads from the cache in dir) every kernel file for arch, in parallel, and
+// returns the images by file name and how many came from the cache.
+func compileAll(nv *nvrtcLib, arch, dir string) (map[string][]byte, int, error) {
+	srcs, err := kernelSources()
+	if err != nil {
+		return nil, 0, err
+	}
+	res := make([]compileResult, len(srcs))
+	errs := make([]error, len(srcs))
+	var wg sync.WaitGroup
+	for i := range srcs {
+		wg.Go(func() {
+			defer func() {
+				if p := recover(); p != nil {
+					errs[i] = fmt.Errorf("%w: compiling %s: panic: %v", ErrInternal, srcs[i].name, p)
+				}
+			}()
+			res[i], errs[i] = nv.compile(srcs[i], arch, nvrtcOptions, dir)
+		})
+	}
+	wg.Wait()
+	images := map[string][]byte{}
+	cached := 0
+	for i, s := range srcs {
+		if errs[i] != nil {
+			return nil, 0, fmt.Errorf("cuda: kernels for %s: %w", arch, errs[i])
+		}
+		images[s.name] = res[i].image
+		if res[i].cached {
+			cached++
+		}
+	}
+	return images, cached, nil
+}
+
+// compileKernels compiles the kernels for the backend's device, recording the cache statistics.
+func (b *Backend) compileKernels(nv *nvrtcLib) (map[string][]byte, error) {
+	dir := b.opts.CacheDir
+	if dir == "" {
+		dir = cacheDir()
+	}
+	images, cached, err := compileAll(nv, b.info.Arch, dir)
+	if err != nil {
+		return nil, err
+	}
+	b.info.KernelsCached = cached
+	b.info.KernelsCompiled = len(images) - cached
+	return images, nil
+}

@@ -1,0 +1,102 @@
+// common.cuh: helpers shared by every kernel file of package cuda.
+//
+// Numerics (the ops contract, replay/ops): every activation is float32; in BF16 precision a value is
+// rounded to bfloat16 (nearest even) exactly where the contract says "rounded" (rnd below, flag bf).
+// Products that the CPU backend rounds to float32 before adding are written __fmul_rn / __fadd_rn, which
+// the compiler never fuses into an FMA (the module is also built with --fmad=false). Transcendentals are
+// evaluated in double and rounded to float once, as the CPU backend does with package math: within half a
+// float ulp of the exact value, so the two backends agree bit for bit but in rare near-ties.
+//
+// Every kernel that reduces computes each output from a fixed set of threads in a fixed order that does
+// not depend on the grid, the number of rows or which block runs it (DESIGN.md, Numerics).
+#pragma once
+
+typedef unsigned int u32;
+typedef unsigned short u16;
+typedef unsigned char u8;
+typedef long long i64;
+typedef unsigned long long u64;
+
+// bf16_round is replay/bf16.Round: round to nearest even; NaN stays NaN, made quiet.
+__device__ __forceinline__ float bf16_round(float x) {
+    u32 u = __float_as_uint(x);
+    if ((u & 0x7fffffffu) > 0x7f800000u) {
+        return __uint_as_float((u & 0xffff0000u) | 0x00400000u);
+    }
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return __uint_as_float(u & 0xffff0000u);
+}
+
+// rnd is the contract's "rounded": bfloat16 when bf is set (BF16 precision), the identity in FP32.
+__device__ __forceinline__ float rnd(float x, int bf) { return bf ? bf16_round(x) : x; }
+
+// bf16 weights are stored as raw 16-bit patterns; widening is exact.
+__device__ __forceinline__ float bf16_to_f32(u16 h) { return __uint_as_float(((u32)h) << 16); }
+
+// Weight storage types, as the Go side passes them (Tensor.dt).
+#define DT_F32 0
+#define DT_BF16 1
+
+// ld_w reads element i of a weight stored as dt.
+__device__ __forceinline__ float ld_w(const void* p, int dt, i64 i) {
+    return dt == DT_BF16 ? bf16_to_f32(((const u16*)p)[i]) : ((const float*)p)[i];
+}
+
+// Scalar functions, each float(f(double(x))) as in replay/cpu/mathf.go.
+__device__ __forceinline__ float sigmoid_f(float x) { return (float)(1.0 / (1.0 + exp(-(double)x))); }
+__device__ __forceinline__ float exp_f(float x) { return (float)exp((double)x); }
+__device__ __forceinline__ float tanh_f(float x) { return (float)tanh((double)x); }
+__device__ __forceinline__ float rsqrt_f(float x) { return (float)(1.0 / sqrt((double)x)); }
+__device__ __forceinline__ float silu_f(float x) { return __fmul_rn(x, sigmoid_f(x)); }
+
+// situ_f is one SiTU-GLU element (K3_SPEC.md 5.4), float32 left to right as replay/cpu situ:
+// (beta * tanh(a/beta)) * sigmoid(a) * (linBeta * tanh(b/linBeta)).
+__device__ __forceinline__ float situ_f(float a, float b, float beta, float linBeta) {
+    float gate = __fmul_rn(__fmul_rn(beta, tanh_f(__fdiv_rn(a, beta))), sigmoid_f(a));
+    float lin = __fmul_rn(linBeta, tanh_f(__fdiv_rn(b, linBeta)));
+    return __fmul_rn(gate, lin);
+}
+
+// warp_sum returns the sum of v over the 32 lanes of a full warp, the same bits in every lane: a fixed
+// butterfly (xor 16, 8, 4, 2, 1); each step adds two partial sums, and a + b == b + a exactly, so both
+// lanes of a pair hold the same value after every step.
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+__device__ __forceinline__ double warp_sum_d(double v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = __dadd_rn(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+__device__ __forceinline__ int warp_sum_i(int v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+// lane_sum_sq returns, in every lane, sum_i x[i]^2 over n floats: lane l adds x[l], x[l+32], ... in
+// ascending order (products rounded first), then warp_sum. The order depends on n only.
+__device__ __forceinline__ float lane_sum_sq(const float* x, int n, int lane) {
+    float s = 0.0f;
+    for (int i = lane; i < n; i += 32) s = __fadd_rn(s, __fmul_rn(x[i], x[i]));
+    return warp_sum(s);
+}
+
+// MXFP4 (K3_SPEC.md section 4): code c of E2M1 times 2^(scale byte - 127), exact in float32.
+__device__ __constant__ float e2m1_values[16] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f,
+                                                 -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
+
+// e8m0 returns 2^(s-127) as a float (s < 255; 2^-127 is a float32 subnormal, exact).
+__device__ __forceinline__ float e8m0(u32 s) {
+    return s == 0 ? __uint_as_float(0x00400000u) : __uint_as_float(s << 23);
+}

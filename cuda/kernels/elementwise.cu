@@ -1,0 +1,72 @@
+// elementwise.cu: the ops that compute each output element from the same element of their inputs (Add,
+// Round, MulSigmoid, SiTUGLU), the data movement ops (Slice, Gather, bf16 widening) and the scatter-add
+// of routed expert outputs.
+//
+// Versions:
+//   1. one thread per element in a grid-stride loop, 256 threads a block. Each element is computed on its
+//      own, so the grid never changes a bit. The arithmetic is replay/cpu's, statement for statement
+//      (products rounded, transcendentals in double): outputs equal the CPU backend's bit for bit.
+//      Memory-bound; 4-byte accesses (16-byte vector accesses are a later, measured step).
+#include "common.cuh"
+
+// k_round: out[i] = rnd(x[i]) (out may be x).
+extern "C" __global__ void k_round(float* out, const float* x, i64 n, int bf) {
+    for (i64 i = blockIdx.x * (i64)blockDim.x + threadIdx.x; i < n; i += (i64)gridDim.x * blockDim.x)
+        out[i] = rnd(x[i], bf);
+}
+
+// k_widen_bf16: out[i] = float(x[i]) for raw bfloat16 x (exact).
+extern "C" __global__ void k_widen_bf16(float* out, const u16* x, i64 n) {
+    for (i64 i = blockIdx.x * (i64)blockDim.x + threadIdx.x; i < n; i += (i64)gridDim.x * blockDim.x)
+        out[i] = bf16_to_f32(x[i]);
+}
+
+// k_add: out[i] = rnd(a[i] + b[i]).
+extern "C" __global__ void k_add(float* out, const float* a, const float* b, i64 n, int bf) {
+    for (i64 i = blockIdx.x * (i64)blockDim.x + threadIdx.x; i < n; i += (i64)gridDim.x * blockDim.x)
+        out[i] = rnd(__fadd_rn(a[i], b[i]), bf);
+}
+
+// k_mul_sigmoid: out[i] = rnd(x[i] * sigmoid(g[i])).
+extern "C" __global__ void k_mul_sigmoid(float* out, const float* x, const float* g, i64 n, int bf) {
+    for (i64 i = blockIdx.x * (i64)blockDim.x + threadIdx.x; i < n; i += (i64)gridDim.x * blockDim.x)
+        out[i] = rnd(__fmul_rn(x[i], sigmoid_f(g[i])), bf);
+}
+
+// k_situ: out[i] = rnd(situ(gate[i], up[i])) (out may be gate).
+extern "C" __global__ void k_situ(float* out, const float* gate, const float* up, i64 n, float beta, float linBeta, int bf) {
+    for (i64 i = blockIdx.x * (i64)blockDim.x + threadIdx.x; i < n; i += (i64)gridDim.x * blockDim.x)
+        out[i] = rnd(situ_f(gate[i], up[i], beta, linBeta), bf);
+}
+
+// k_slice: out[r, j] = x[r, from + j] for j < w (x has cols columns).
+extern "C" __global__ void k_slice(float* out, const float* x, i64 rows, int cols, int from, int w) {
+    i64 n = rows * w;
+    for (i64 i = blockIdx.x * (i64)blockDim.x + threadIdx.x; i < n; i += (i64)gridDim.x * blockDim.x) {
+        i64 r = i / w;
+        int j = (int)(i - r * w);
+        out[i] = x[r * cols + from + j];
+    }
+}
+
+// k_gather: out[r, :] = table[ids[r], :] for a table stored as dt (ids checked on the host).
+extern "C" __global__ void k_gather(float* out, const void* table, int dt, const int* ids, i64 rows, int cols) {
+    i64 n = rows * cols;
+    for (i64 i = blockIdx.x * (i64)blockDim.x + threadIdx.x; i < n; i += (i64)gridDim.x * blockDim.x) {
+        i64 r = i / cols;
+        int c = (int)(i - r * cols);
+        out[i] = ld_w(table, dt, (i64)ids[r] * cols + c);
+    }
+}
+
+// k_scatter_add: acc[rows[i], d] += w[i] * h[i, d], the product rounded to float32 first (replay/cpu
+// runExperts). rows holds distinct indices, so no two threads touch one element.
+extern "C" __global__ void k_scatter_add(float* acc, const float* h, const int* rows, const float* w, i64 n, int cols) {
+    i64 total = n * cols;
+    for (i64 i = blockIdx.x * (i64)blockDim.x + threadIdx.x; i < total; i += (i64)gridDim.x * blockDim.x) {
+        i64 r = i / cols;
+        int d = (int)(i - r * cols);
+        float* a = acc + (i64)rows[r] * cols + d;
+        *a = __fadd_rn(*a, __fmul_rn(w[r], h[i]));
+    }
+}

@@ -1,0 +1,127 @@
+// mla.cu: causal softmax attention per sequence and head without positions (K3_SPEC.md 5.3), the
+// MLA op of replay/ops: the key of head h at row s is [kv[s, h*(nope+vdim) : +nope] ; ks[s, :]], the
+// value kv[s, h*(nope+vdim)+nope : +vdim], the query q[t, h*qk : (h+1)*qk] with qk = nope + shared.
+//
+// Versions:
+//   1. one block of 128 threads per (query tile, head): a tile is up to QB = 16 consecutive rows of one
+//      sequence; keys are walked in chunks of KC = 32 rows aligned to the sequence start, with an online
+//      softmax (no T x T matrix): per query, chunk c updates the running max m, the running sum l and
+//      the accumulator acc once (rescaled by exp(m_old - m_new)), then out = rnd(acc / l). Each score is
+//      one float32 dot in ascending dimension order, divided by sqrt(qk) (the CPU backend's score); p and
+//      p*v sums run in ascending key order inside a chunk. A query's arithmetic depends only on its own
+//      row, its sequence's keys and the chunk grid anchored at the sequence start, never on the tile it
+//      shares or the wave, so results are batch invariant. Against the CPU backend (two passes: max,
+//      then exp / sum) it differs at float32 rounding level. Shared memory rows of keys are padded by one
+//      word (qk + 1) so that the 32 lanes scoring one query read 32 banks.
+//      Next (not done): tensor cores for q.k and p.v, a larger query tile, the absorbed form.
+#include "common.cuh"
+
+#define QB 16
+#define KC 32
+#define MLA_THREADS 128
+
+// k_mla: tasks[3*b .. 3*b+2] = (sequence start row, first query row t0, end row t1) of tile b =
+// blockIdx.x; head h = blockIdx.y.
+// Launch: blockDim 128, gridDim (tiles, heads), dynamic shared memory
+// (QB*qk + KC*(qk+1) + KC*vdim + QB*KC + QB*vdim + 3*QB) * 4 bytes.
+extern "C" __global__ void __launch_bounds__(MLA_THREADS) k_mla(float* out, const float* q, const float* kv,
+                                                                const float* ks, const int* tasks, int heads,
+                                                                int nope, int shared, int vdim, float div, int bf) {
+    extern __shared__ float smem[];
+    int qk = nope + shared, kvw = nope + vdim, kst = qk + 1;
+    float* Qs = smem;                // QB x qk
+    float* Ks = Qs + QB * qk;        // KC x (qk+1)
+    float* Vs = Ks + KC * kst;       // KC x vdim
+    float* Sc = Vs + KC * vdim;      // QB x KC: scores, then exp(score - m)
+    float* Acc = Sc + QB * KC;       // QB x vdim
+    float* M = Acc + QB * vdim;      // QB: running max
+    float* L = M + QB;               // QB: running sum
+    float* Scale = L + QB;           // QB: this chunk's rescale factor; < 0: the query skips the chunk
+
+    int tid = threadIdx.x;
+    int h = blockIdx.y;
+    i64 start = tasks[3 * blockIdx.x], t0 = tasks[3 * blockIdx.x + 1], t1 = tasks[3 * blockIdx.x + 2];
+    int nq = (int)(t1 - t0);
+    i64 qcols = (i64)heads * qk, kvcols = (i64)heads * kvw, ocols = (i64)heads * vdim;
+
+    for (int idx = tid; idx < QB * qk; idx += MLA_THREADS) {
+        int qi = idx / qk, i = idx - qi * qk;
+        Qs[idx] = qi < nq ? q[(t0 + qi) * qcols + (i64)h * qk + i] : 0.0f;
+    }
+    for (int idx = tid; idx < QB * vdim; idx += MLA_THREADS) Acc[idx] = 0.0f;
+    __syncthreads();
+
+    for (i64 c0 = start; c0 < t1; c0 += KC) {
+        int nk = (int)min((i64)KC, t1 - c0);  // keys of this chunk that some query of the tile can see
+        bool first = c0 == start;
+        for (int idx = tid; idx < KC * qk; idx += MLA_THREADS) {
+            int si = idx / qk, i = idx - si * qk;
+            float x = 0.0f;
+            if (si < nk) {
+                i64 s = c0 + si;
+                x = i < nope ? kv[s * kvcols + (i64)h * kvw + i] : ks[s * shared + (i - nope)];
+            }
+            Ks[si * kst + i] = x;
+        }
+        for (int idx = tid; idx < KC * vdim; idx += MLA_THREADS) {
+            int si = idx / vdim, j = idx - si * vdim;
+            Vs[idx] = si < nk ? kv[(c0 + si) * kvcols + (i64)h * kvw + nope + j] : 0.0f;
+        }
+        __syncthreads();
+        // scores of the visible keys: s <= t
+        for (int idx = tid; idx < QB * KC; idx += MLA_THREADS) {
+            int qi = idx / KC, si = idx - qi * KC;
+            i64 t = t0 + qi, s = c0 + si;
+            float sc = 0.0f;
+            if (qi < nq && si < nk && s <= t) {
+                const float* qr = Qs + qi * qk;
+                const float* kr = Ks + si * kst;
+                float acc = 0.0f;
+                for (int i = 0; i < qk; i++) acc = __fadd_rn(acc, __fmul_rn(qr[i], kr[i]));
+                sc = __fdiv_rn(acc, div);
+            }
+            Sc[idx] = sc;
+        }
+        __syncthreads();
+        // per query: the chunk's max, the new running max, exp(score - max) in ascending key order
+        if (tid < QB) {
+            int qi = tid;
+            i64 t = t0 + qi;
+            float scale = -1.0f;
+            if (qi < nq && c0 <= t) {
+                int last = (int)min((i64)nk - 1, t - c0);  // the last visible key of the chunk
+                float* sr = Sc + qi * KC;
+                float cm = sr[0];
+                for (int si = 1; si <= last; si++) cm = fmaxf(cm, sr[si]);
+                float mnew = first ? cm : fmaxf(M[qi], cm);
+                scale = first ? 0.0f : exp_f(__fsub_rn(M[qi], mnew));
+                float psum = 0.0f;
+                for (int si = 0; si <= last; si++) {
+                    float e = exp_f(__fsub_rn(sr[si], mnew));
+                    sr[si] = e;
+                    psum = __fadd_rn(psum, e);
+                }
+                L[qi] = first ? psum : __fadd_rn(__fmul_rn(L[qi], scale), psum);
+                M[qi] = mnew;
+            }
+            Scale[qi] = scale;
+        }
+        __syncthreads();
+        for (int idx = tid; idx < QB * vdim; idx += MLA_THREADS) {
+            int qi = idx / vdim, j = idx - qi * vdim;
+            float scale = Scale[qi];
+            if (scale < 0.0f) continue;
+            i64 t = t0 + qi;
+            int last = (int)min((i64)nk - 1, t - c0);
+            const float* pr = Sc + qi * KC;
+            float pv = 0.0f;
+            for (int si = 0; si <= last; si++) pv = __fadd_rn(pv, __fmul_rn(pr[si], Vs[si * vdim + j]));
+            Acc[idx] = first ? pv : __fadd_rn(__fmul_rn(Acc[idx], scale), pv);
+        }
+        __syncthreads();
+    }
+    for (int idx = tid; idx < QB * vdim; idx += MLA_THREADS) {
+        int qi = idx / vdim, j = idx - qi * vdim;
+        if (qi < nq) out[(t0 + qi) * ocols + (i64)h * vdim + j] = rnd(__fdiv_rn(Acc[idx], L[qi]), bf);
+    }
+}

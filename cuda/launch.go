@@ -1,0 +1,255 @@
+package cuda
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"runtime"
+	"unsafe"
+)
+
+// The op machinery: every op validates its arguments on the caller's goroutine, then runs one closure
+// on the CUDA thread with an opCtx that allocates device memory, stages host data and launches kernels.
+// Temporaries are freed (stream-ordered) when the closure returns; outputs are freed too if it fails.
+
+// opCtx is the state of one op on the CUDA thread.
+type opCtx struct {
+	b     *Backend
+	op    string
+	temps []uint64  // device buffers freed when the op ends
+	outs  []*Tensor // tensors returned to the caller, freed if the op fails
+}
+
+// run executes fn on the CUDA thread as op, then frees the temporaries (and on error the outputs) and,
+// with Options.Sync, waits for the device. Errors are prefixed with the op's name.
+func (b *Backend) run(op string, fn func(c *opCtx) error) error {
+	if b == nil || b.ex == nil {
+		return fmt.Errorf("%w: %s", ErrClosed, op)
+	}
+	err := b.ex.do(func() error {
+		c := &opCtx{b: b, op: op}
+		err := fn(c)
+		if err == nil && b.opts.Sync {
+			err = b.drv.check("cuStreamSynchronize", ccall(b.drv.cuStreamSynchronize, b.strm))
+		}
+		var ferrs []error
+		for _, p := range c.temps {
+			ferrs = append(ferrs, b.free(p))
+		}
+		if err != nil {
+			for _, t := range c.outs {
+				ferrs = append(ferrs, b.free(t.ptr))
+				t.ptr, t.freed = 0, true
+			}
+		}
+		return errors.Join(err, errors.Join(ferrs...))
+	})
+	if err != nil {
+		return fmt.Errorf("cuda: %s: %w", op, err)
+	}
+	return nil
+}
+
+// malloc allocates n bytes on the device, ordered on the backend's stream (0 for n == 0).
+func (b *Backend) malloc(n int) (uint64, error) {
+	if n <= 0 {
+		return 0, nil
+	}
+	var p uint64
+	d := b.drv
+	if b.async {
+		err := d.check(fmt.Sprintf("cuMemAllocAsync(%d bytes)", n), ccall(d.cuMemAllocAsync, uintptr(unsafe.Pointer(&p)), uintptr(n), b.strm))
+		return p, err
+	}
+	err := d.check(fmt.Sprintf("cuMemAlloc(%d bytes)", n), ccall(d.cuMemAlloc, uintptr(unsafe.Pointer(&p)), uintptr(n)))
+	return p, err
+}
+
+// free releases a device buffer after the work queued on the stream (0 is a no-op).
+func (b *Backend) free(p uint64) error {
+	if p == 0 {
+		return nil
+	}
+	d := b.drv
+	if b.async {
+		return d.check("cuMemFreeAsync", ccall(d.cuMemFreeAsync, uintptr(p), b.strm))
+	}
+	if err := d.check("cuStreamSynchronize", ccall(d.cuStreamSynchronize, b.strm)); err != nil {
+		return err
+	}
+	return d.check("cuMemFree", ccall(d.cuMemFree, uintptr(p)))
+}
+
+// temp allocates a device buffer of n bytes freed when the op ends.
+func (c *opCtx) temp(n int) (uint64, error) {
+	p, err := c.b.malloc(n)
+	if err == nil && p != 0 {
+		c.temps = append(c.temps, p)
+	}
+	return p, err
+}
+
+// out allocates a rows x cols float32 activation returned by the op.
+func (c *opCtx) out(rows, cols int) (*Tensor, error) {
+	p, err := c.b.malloc(4 * rows * cols)
+	if err != nil {
+		return nil, err
+	}
+	t := &Tensor{b: c.b, ptr: p, rows: rows, cols: cols, dt: dtF32}
+	c.outs = append(c.outs, t)
+	return t, nil
+}
+
+// stagingMax bounds the pinned staging buffer; larger transfers go through it in pieces.
+const stagingMax = 64 << 20
+
+// staging returns the pinned host buffer with at least min(n, stagingMax) bytes.
+func (b *Backend) staging(n int) ([]byte, error) {
+	n = min(n, stagingMax)
+	if b.nstg < n {
+		d := b.drv
+		if b.stage != nil {
+			if err := d.check("cuStreamSynchronize", ccall(d.cuStreamSynchronize, b.strm)); err != nil {
+				return nil, err
+			}
+			if err := d.check("cuMemFreeHost", ccall(d.cuMemFreeHost, uintptr(b.stage))); err != nil {
+				return nil, err
+			}
+			b.stage, b.nstg = nil, 0
+		}
+		size := max(n, 1<<20)
+		var p unsafe.Pointer
+		if err := d.check(fmt.Sprintf("cuMemHostAlloc(%d bytes)", size), ccall(d.cuMemHostAlloc, uintptr(unsafe.Pointer(&p)), uintptr(size), cuMemHostAllocPortable)); err != nil {
+			return nil, err
+		}
+		b.stage, b.nstg = p, size
+	}
+	return unsafe.Slice((*byte)(b.stage), b.nstg), nil
+}
+
+// toDevice copies src to device address dst through the pinned staging buffer, waiting for each piece.
+func (b *Backend) toDevice(dst uint64, src []byte) error {
+	d := b.drv
+	for len(src) > 0 {
+		buf, err := b.staging(len(src))
+		if err != nil {
+			return err
+		}
+		n := copy(buf, src)
+		if err := d.check("cuMemcpyHtoDAsync", ccall(d.cuMemcpyHtoDAsync, uintptr(dst), uintptr(b.stage), uintptr(n), b.strm)); err != nil {
+			return err
+		}
+		if err := d.check("cuStreamSynchronize", ccall(d.cuStreamSynchronize, b.strm)); err != nil {
+			return err
+		}
+		dst += uint64(n)
+		src = src[n:]
+	}
+	return nil
+}
+
+// toHost copies len(dst) bytes from device address src into dst through the staging buffer, after all
+// work queued on the stream (which it waits for: any asynchronous fault is reported here).
+func (b *Backend) toHost(dst []byte, src uint64) error {
+	d := b.drv
+	for len(dst) > 0 {
+		buf, err := b.staging(len(dst))
+		if err != nil {
+			return err
+		}
+		n := min(len(buf), len(dst))
+		if err := d.check("cuMemcpyDtoHAsync", ccall(d.cuMemcpyDtoHAsync, uintptr(b.stage), uintptr(src), uintptr(n), b.strm)); err != nil {
+			return err
+		}
+		if err := d.check("cuStreamSynchronize", ccall(d.cuStreamSynchronize, b.strm)); err != nil {
+			return err
+		}
+		copy(dst[:n], buf[:n])
+		src += uint64(n)
+		dst = dst[n:]
+	}
+	return nil
+}
+
+// upload copies a host slice of 4-byte values (int32 or float32) to a new temporary device buffer.
+func uploadTemp[T int32 | float32 | uint64](c *opCtx, v []T) (uint64, error) {
+	if len(v) == 0 {
+		return 0, nil
+	}
+	size := int(unsafe.Sizeof(v[0])) * len(v)
+	p, err := c.temp(size)
+	if err != nil {
+		return 0, err
+	}
+	return p, c.b.toDevice(p, unsafe.Slice((*byte)(unsafe.Pointer(&v[0])), size))
+}
+
+// download copies a device buffer of len(v) values into v.
+func download[T int32 | float32](b *Backend, v []T, src uint64) error {
+	if len(v) == 0 {
+		return nil
+	}
+	return b.toHost(unsafe.Slice((*byte)(unsafe.Pointer(&v[0])), int(unsafe.Sizeof(v[0]))*len(v)), src)
+}
+
+// dim3 is a grid or block shape.
+type dim3 struct{ x, y, z uint32 }
+
+func d1(x int) dim3    { return dim3{uint32(x), 1, 1} }
+func d2(x, y int) dim3 { return dim3{uint32(x), uint32(y), 1} }
+
+// Kernel argument types: device pointers are uint64, C int is int32, long long is int64, float is float32.
+
+// launch runs kernel name with the given grid, block, dynamic shared memory and arguments, on the
+// backend's stream. Arguments are marshalled into one heap buffer of 8-byte slots; the driver reads each
+// with the width of the kernel's parameter (little-endian: an int32 or float32 sits in the low half).
+func (c *opCtx) launch(name string, grid, block dim3, shmem int, args ...any) error {
+	b := c.b
+	f, ok := b.fns[name]
+	if !ok {
+		return fmt.Errorf("%w: no kernel %s", ErrInternal, name)
+	}
+	if grid.x == 0 || grid.y == 0 || grid.z == 0 {
+		return nil // nothing to do
+	}
+	vals := make([]uint64, len(args))
+	ptrs := make([]unsafe.Pointer, len(args)+1)
+	for i, a := range args {
+		switch v := a.(type) {
+		case uint64:
+			vals[i] = v
+		case int32:
+			vals[i] = uint64(uint32(v))
+		case int64:
+			vals[i] = uint64(v)
+		case float32:
+			vals[i] = uint64(math.Float32bits(v))
+		default:
+			return fmt.Errorf("%w: kernel %s argument %d has unsupported type %T", ErrInternal, name, i, a)
+		}
+		ptrs[i] = unsafe.Pointer(&vals[i])
+	}
+	rc := ccall(b.drv.cuLaunchKernel, f, uintptr(grid.x), uintptr(grid.y), uintptr(grid.z),
+		uintptr(block.x), uintptr(block.y), uintptr(block.z), uintptr(shmem), b.strm, uintptr(unsafe.Pointer(&ptrs[0])), 0)
+	runtime.KeepAlive(vals)
+	runtime.KeepAlive(ptrs)
+	return b.drv.check(fmt.Sprintf("cuLaunchKernel(%s, grid %v, block %v, shared %d)", name, grid, block, shmem), rc)
+}
+
+// Launch shapes of the grid-stride kernels (elementwise.cu, k_shortconv): 256 threads a block, at most
+// maxGrid blocks (the loop covers the rest; the results do not depend on the grid).
+const (
+	ewThreads = 256
+	maxGrid   = 1 << 20
+)
+
+// ewGrid is the number of blocks of 256 threads for n elements.
+func ewGrid(n int) int { return min((n+ewThreads-1)/ewThreads, maxGrid) }
+
+// launch1D runs a grid-stride kernel over n elements.
+func (c *opCtx) launch1D(name string, n int, args ...any) error {
+	if n == 0 {
+		return nil
+	}
+	return c.launch(name, d1(ewGrid(n)), d1(ewThreads), 0, args...)
+}

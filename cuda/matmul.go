@@ -1,0 +1,88 @@
+package cuda
+
+import (
+	"github.com/potato-k3/potato-k3/replay/ops"
+)
+
+// Launch parameters of matmul.cu (version 1): 256 threads a block, each block one 64 x 64 tile of the
+// output, gridDim (ceil(m/64), ceil(n/64)); gridDim.y is at most 65535, so one launch covers at most
+// mmMaxRows rows and larger n is split into launches of whole tiles (rows are independent, so the split
+// changes no bit).
+const (
+	mmTile    = 64
+	mmThreads = 256
+	mmMaxRows = 65535 * mmTile
+)
+
+// weightRef is a weight operand of the matmul kernels: its device address, storage and, for MXFP4, the
+// scales and the bytes per row of each part.
+type weightRef struct {
+	kernel         string // k_matmul_f32, k_matmul_bf16 or k_matmul_mxfp4
+	ptr, scales    uint64
+	rows, k        int
+	packRow, scRow int
+}
+
+// weightOf describes a Tensor as a matmul weight.
+func weightOf(t *Tensor) weightRef {
+	k := "k_matmul_f32"
+	if t.dt == dtBF16 {
+		k = "k_matmul_bf16"
+	}
+	return weightRef{kernel: k, ptr: t.ptr, rows: t.rows, k: t.cols}
+}
+
+// gemm launches out (n x m float32) = x (n x k float32) times w^T, rounding the outputs when round is set.
+func (c *opCtx) gemm(out, x uint64, n int, w weightRef, round bool) error {
+	var bf int32
+	if round {
+		bf = c.b.bf
+	}
+	m, k := w.rows, w.k
+	for r0 := 0; r0 < n; r0 += mmMaxRows {
+		rn := min(mmMaxRows, n-r0)
+		err := c.launch(w.kernel, d2((m+mmTile-1)/mmTile, (rn+mmTile-1)/mmTile), d1(mmThreads), 0,
+			out+uint64(4*r0*m), x+uint64(4*r0*k), w.ptr, w.scales, int64(rn), int32(m), int32(k), int32(w.packRow), int32(w.scRow), bf)
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// MatMul returns x times w transposed, out[i,j] = rounded(sum_k x[i,k] * w[j,k]): one float32
+// accumulator per element over k in ascending order, products rounded before the add (matmul.cu
+// version 1), so the result equals the CPU backend's bit for bit and never depends on the number of rows.
+// w may be a bfloat16 or float32 weight (read as stored) or an activation.
+func (b *Backend) MatMul(x, w ops.Tensor) (ops.Tensor, error) {
+	const op = "MatMul"
+	ts, err := b.tensors(op, []string{"x", "w"}, x, w)
+	if err != nil {
+		return nil, err
+	}
+	xt, wt := ts[0], ts[1]
+	if xt.cols != wt.cols {
+		return nil, shapeErr(op, "x %v times w %v transposed: inner sizes %d and %d differ", xt, wt, xt.cols, wt.cols)
+	}
+	if err := checkDims(op, xt.rows, wt.rows); err != nil {
+		return nil, err
+	}
+	var out *Tensor
+	err = b.run(op, func(c *opCtx) error {
+		xp, err := c.f32(xt)
+		if err != nil {
+			return err
+		}
+		if out, err = c.out(xt.rows, wt.rows); err != nil || out.n() == 0 {
+			return err
+		}
+		if xt.cols == 0 { // an empty sum: zeros
+			return b.drv.check("cuMemsetD32Async", ccall(b.drv.cuMemsetD32Async, uintptr(out.ptr), 0, uintptr(out.n()), b.strm))
+		}
+		return c.gemm(out.ptr, xp, xt.rows, weightOf(wt), true)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}

@@ -1,0 +1,337 @@
+package cuda
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/potato-k3/potato-k3/replay/checkpoint"
+	"github.com/potato-k3/potato-k3/replay/ops"
+)
+
+// Expert is the CUDA backend's ops.Expert: one routed expert's three MXFP4 matrices kept packed in one
+// device buffer (w1, w3, w2 packed bytes, then their scales), decoded by the matmul kernel as it stages
+// each tile (k_matmul_mxfp4): 0.53 bytes a weight on the device instead of 2 for bfloat16.
+type Expert struct {
+	b           *Backend
+	id          int
+	latent, ffn int
+	ptr         uint64
+	off         [6]int // byte offsets of w1 packed, w1 scales, w3 packed, w3 scales, w2 packed, w2 scales
+	freed       bool
+}
+
+// ID is the expert's index in its layer.
+func (e *Expert) ID() int { return e.id }
+
+// matrix returns expert matrix i (0: w1, 1: w3, 2: w2) as a matmul weight.
+func (e *Expert) matrix(i int) weightRef {
+	rows, cols := e.ffn, e.latent
+	if i == 2 {
+		rows, cols = e.latent, e.ffn
+	}
+	pw, sw := checkpoint.MXFP4RowBytes(cols)
+	return weightRef{kernel: "k_matmul_mxfp4", ptr: e.ptr + uint64(e.off[2*i]), scales: e.ptr + uint64(e.off[2*i+1]),
+		rows: rows, k: cols, packRow: pw, scRow: sw}
+}
+
+// UploadExpert copies expert id's MXFP4 matrices (K3_SPEC.md section 4) to the device packed: w1 and w3
+// are ffn x latent, w2 is latent x ffn. The bytes are checked on the host first: sizes, scale byte 255
+// (NaN) and, for the rare groups with scale 253 or 254, codes whose value overflows float32, each an
+// error naming the matrix, as the CPU backend's decoder reports them.
+func (b *Backend) UploadExpert(id, latent, ffn int, w1Packed, w1Scale, w3Packed, w3Scale, w2Packed, w2Scale []byte) (ops.Expert, error) {
+	const op = "UploadExpert"
+	if id < 0 || latent <= 0 || ffn <= 0 || latent%2 != 0 || ffn%2 != 0 {
+		return nil, shapeErr(op, "expert %d: latent %d, ffn %d: want positive even sizes", id, latent, ffn)
+	}
+	mats := []struct {
+		name           string
+		packed, scales []byte
+		rows, cols     int
+	}{
+		{"w1", w1Packed, w1Scale, ffn, latent},
+		{"w3", w3Packed, w3Scale, ffn, latent},
+		{"w2", w2Packed, w2Scale, latent, ffn},
+	}
+	e := &Expert{b: b, id: id, latent: latent, ffn: ffn}
+	var blob []byte
+	for i, m := range mats {
+		if err := checkMXFP4(m.packed, m.scales, m.rows, m.cols); err != nil {
+			return nil, fmt.Errorf("%w: %s: expert %d %s (%dx%d): %w", ErrArgument, op, id, m.name, m.rows, m.cols, err)
+		}
+		e.off[2*i] = len(blob)
+		blob = append(blob, m.packed...)
+		e.off[2*i+1] = len(blob)
+		blob = append(blob, m.scales...)
+	}
+	err := b.run(op, func(c *opCtx) error {
+		p, err := b.malloc(len(blob))
+		if err != nil {
+			return err
+		}
+		if err := b.toDevice(p, blob); err != nil {
+			return fmt.Errorf("%w (freeing: %v)", err, b.free(p))
+		}
+		e.ptr = p
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+// checkMXFP4 validates one packed matrix without decoding it: byte counts, no scale 255, and for groups
+// with scale >= 253 (where a large code overflows float32) the row is decoded to find an overflow.
+func checkMXFP4(packed, scales []byte, rows, cols int) error {
+	pw, sw := checkpoint.MXFP4RowBytes(cols)
+	if len(packed) != rows*pw || len(scales) != rows*sw {
+		return fmt.Errorf("%w: MXFP4 matrix %d x %d: got %d packed and %d scale bytes, want %d and %d",
+			checkpoint.ErrArgument, rows, cols, len(packed), len(scales), rows*pw, rows*sw)
+	}
+	var row []float32
+	for r := range rows {
+		for g, s := range scales[r*sw : (r+1)*sw] {
+			if s < 253 {
+				continue
+			}
+			if s == 255 {
+				return fmt.Errorf("%w: row %d group %d: scale byte 255 is NaN", checkpoint.ErrMXFP4, r, g)
+			}
+			if row == nil {
+				row = make([]float32, cols)
+			}
+			if err := checkpoint.DecodeMXFP4Row(row, packed[r*pw:(r+1)*pw], scales[r*sw:(r+1)*sw], r); err != nil {
+				return err
+			}
+			break // the whole row was checked
+		}
+	}
+	return nil
+}
+
+// Launch parameters of route.cu (version 1): one thread per row, 128 a block. Rows are routed routeChunk
+// at a time so that the chunk's logits (routeChunk x experts float32) stay small.
+const (
+	routeThreads = 128
+	routeChunk   = 16384
+)
+
+// Route runs the router in float32 (K3_SPEC.md 5.5 steps 1-3): logits = x w^T unrounded (the matmul
+// kernel, ascending k), then per row in k_route_topk, the CPU backend's statements:
+//
+//	s[e] = sigmoid(logit[e]); the k largest s[e] + bias[e], by that value descending, ties to the lower id
+//	weight = (s[e] / (sum of chosen s in selection order + 1e-20)) * scale
+//
+// so ids and weights equal the CPU backend's bit for bit.
+func (b *Backend) Route(x, w, bias ops.Tensor, k int, scale float32) (ops.Routing, error) {
+	const op = "Route"
+	ts, err := b.tensors(op, []string{"x", "w", "bias"}, x, w, bias)
+	if err != nil {
+		return ops.Routing{}, err
+	}
+	xt, wt, bt := ts[0], ts[1], ts[2]
+	experts := wt.rows
+	switch {
+	case xt.cols != wt.cols:
+		return ops.Routing{}, shapeErr(op, "x %v against router %v: inner sizes differ", xt, wt)
+	case bt.rows != 1 || bt.cols != experts:
+		return ops.Routing{}, shapeErr(op, "bias %v: want 1x%d", bt, experts)
+	case k < 1 || k > experts:
+		return ops.Routing{}, argErr(op, "k = %d outside 1..%d experts", k, experts)
+	}
+	rows := xt.rows
+	rt := ops.Routing{K: k, IDs: make([]int32, rows*k), Weights: make([]float32, rows*k)}
+	if rows == 0 {
+		return rt, nil
+	}
+	err = b.run(op, func(c *opCtx) error {
+		xp, err := c.f32(xt)
+		if err != nil {
+			return err
+		}
+		bp, err := c.f32(bt)
+		if err != nil {
+			return err
+		}
+		chunk := min(routeChunk, rows)
+		logits, err := c.temp(4 * chunk * experts)
+		if err != nil {
+			return err
+		}
+		ids, err := c.temp(4 * chunk * k)
+		if err != nil {
+			return err
+		}
+		ws, err := c.temp(4 * chunk * k)
+		if err != nil {
+			return err
+		}
+		for r0 := 0; r0 < rows; r0 += chunk {
+			n := min(chunk, rows-r0)
+			if err := c.gemm(logits, xp+uint64(4*r0*xt.cols), n, weightOf(wt), false); err != nil {
+				return err
+			}
+			if err := c.launch("k_route_topk", d1((n+routeThreads-1)/routeThreads), d1(routeThreads), 0,
+				ids, ws, logits, bp, int64(n), int32(experts), int32(k), scale); err != nil {
+				return err
+			}
+			if err := download(b, rt.IDs[r0*k:(r0+n)*k], ids); err != nil {
+				return err
+			}
+			if err := download(b, rt.Weights[r0*k:(r0+n)*k], ws); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return ops.Routing{}, err
+	}
+	return rt, nil
+}
+
+// expertRows are the rows (ascending) that chose one expert, and their routing weights.
+type expertRows struct {
+	rows    []int32
+	weights []float32
+}
+
+// ExpertsAccumulate adds the weighted outputs of the given experts into acc (see ops.Backend), experts in
+// ascending id, one after another on the stream. For expert e and the rows R that chose it:
+//
+//	zr = z[R]                                      // k_gather
+//	a = rounded(zr W1_e^T); c = rounded(zr W3_e^T)   // k_matmul_mxfp4, as MatMul
+//	h = rounded(rounded(situ(a, c)) W2_e^T)          // k_situ, k_matmul_mxfp4
+//	acc[R[i], :] += float32(weight_i * h[i, :])      // k_scatter_add, float32, never rounded
+//
+// Each output row depends on its own z row only, and each acc row receives its experts in ascending id,
+// so the result equals MatMul, MatMul, SiTUGLU, MatMul and the CPU backend's float32 accumulation bit
+// for bit, and calls on disjoint ascending expert subsets equal one call.
+func (b *Backend) ExpertsAccumulate(acc, z ops.Tensor, rt ops.Routing, experts []ops.Expert, beta, linBeta float32) error {
+	const op = "ExpertsAccumulate"
+	ts, err := b.tensors(op, []string{"acc", "z"}, acc, z)
+	if err != nil {
+		return err
+	}
+	at, zt := ts[0], ts[1]
+	rows, latent := zt.rows, zt.cols
+	switch {
+	case at.rows != rows || at.cols != latent:
+		return shapeErr(op, "acc %v differs from z %v", at, zt)
+	case at.dt != dtF32:
+		return argErr(op, "acc %v is a weight, not an activation", at)
+	case rt.K < 0 || len(rt.IDs) != rows*rt.K || len(rt.Weights) != rows*rt.K:
+		return shapeErr(op, "routing K %d with %d ids and %d weights for %d rows", rt.K, len(rt.IDs), len(rt.Weights), rows)
+	case beta == 0 || linBeta == 0:
+		return argErr(op, "beta %g and linBeta %g must be non-zero", beta, linBeta)
+	}
+	es := make([]*Expert, len(experts))
+	for i, x := range experts {
+		e, ok := x.(*Expert)
+		switch {
+		case !ok || e == nil:
+			return argErr(op, "experts[%d] is a %T, not a cuda expert", i, x)
+		case e.b != b:
+			return argErr(op, "experts[%d] (id %d) belongs to another cuda backend", i, e.id)
+		case e.freed:
+			return fmt.Errorf("%w: %s: expert %d", ErrFreed, op, e.id)
+		case e.latent != latent:
+			return shapeErr(op, "expert %d has latent width %d, z %v", e.id, e.latent, zt)
+		}
+		es[i] = e
+	}
+	slices.SortFunc(es, func(p, q *Expert) int { return p.id - q.id })
+	for i := 1; i < len(es); i++ {
+		if es[i].id == es[i-1].id {
+			return argErr(op, "expert %d given twice", es[i].id)
+		}
+	}
+	work, err := assign(op, es, rt, rows)
+	if err != nil {
+		return err
+	}
+	return b.run(op, func(c *opCtx) error {
+		zp, err := c.f32(zt)
+		if err != nil {
+			return err
+		}
+		for i, e := range es {
+			if len(work[i].rows) > 0 {
+				if err := c.expert(e, at.ptr, zp, latent, work[i], beta, linBeta); err != nil {
+					return fmt.Errorf("expert %d (%d rows): %w", e.id, len(work[i].rows), err)
+				}
+			}
+		}
+		return nil
+	})
+}
+
+// expert runs one expert over its rows and adds the weighted outputs into acc (see ExpertsAccumulate).
+func (c *opCtx) expert(e *Expert, acc, z uint64, latent int, w expertRows, beta, linBeta float32) error {
+	n, ffn := len(w.rows), e.ffn
+	idx, err := uploadTemp(c, w.rows)
+	if err != nil {
+		return err
+	}
+	wts, err := uploadTemp(c, w.weights)
+	if err != nil {
+		return err
+	}
+	zr, err := c.temp(4 * n * latent)
+	if err != nil {
+		return err
+	}
+	if err := c.launch1D("k_gather", n*latent, zr, z, dtF32, idx, int64(n), int32(latent)); err != nil {
+		return err
+	}
+	gate, err := c.temp(4 * n * ffn)
+	if err != nil {
+		return err
+	}
+	up, err := c.temp(4 * n * ffn)
+	if err != nil {
+		return err
+	}
+	if err := c.gemm(gate, zr, n, e.matrix(0), true); err != nil {
+		return err
+	}
+	if err := c.gemm(up, zr, n, e.matrix(1), true); err != nil {
+		return err
+	}
+	if err := c.launch1D("k_situ", n*ffn, gate, gate, up, int64(n*ffn), beta, linBeta, c.b.bf); err != nil {
+		return err
+	}
+	h, err := c.temp(4 * n * latent)
+	if err != nil {
+		return err
+	}
+	if err := c.gemm(h, gate, n, e.matrix(2), true); err != nil {
+		return err
+	}
+	return c.launch1D("k_scatter_add", n*latent, acc, h, idx, wts, int64(n), int32(latent))
+}
+
+// assign lists, for each expert of es (sorted by id), the rows that chose it in ascending order, with
+// their weights. A row that lists one of them twice is an error.
+func assign(op string, es []*Expert, rt ops.Routing, rows int) ([]expertRows, error) {
+	index := make(map[int32]int, len(es))
+	for i, e := range es {
+		index[int32(e.id)] = i
+	}
+	work := make([]expertRows, len(es))
+	for r := range rows {
+		for j := range rt.K {
+			i, ok := index[rt.IDs[r*rt.K+j]]
+			if !ok {
+				continue
+			}
+			w := &work[i]
+			if n := len(w.rows); n > 0 && w.rows[n-1] == int32(r) {
+				return nil, argErr(op, "row %d chose expert %d twice", r, es[i].id)
+			}
+			w.rows = append(w.rows, int32(r))
+			w.weights = append(w.weights, rt.Weights[r*rt.K+j])
+		}
+	}
+	return work, nil
+}

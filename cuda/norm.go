@@ -1,0 +1,152 @@
+package cuda
+
+import (
+	"fmt"
+
+	"github.com/potato-k3/potato-k3/replay/ops"
+)
+
+// Launch parameters of norm.cu (version 1): one warp per group (k_rmsnorm) or row (k_attnres), 8 warps
+// a block of 256 threads, ceil(groups / 8) blocks. The warp count per block only places the work: each
+// group's sums run in the same lanes in the same order whatever block it falls in.
+const (
+	normThreads = 256
+	normWarps   = normThreads / 32
+)
+
+// RMSNorm normalises each group of g = w.Cols() columns (k_rmsnorm): per group, in float32,
+//
+//	inv = float32(1 / sqrt(sumsq / g + eps))   // sumsq: lane-strided partial sums, then a fixed butterfly
+//	out[d] = rounded(rounded(v[d] * inv) * w[d])
+//
+// The norm factor's float32 sum order differs from the CPU backend's single ascending sum (rounding
+// level); it depends on g only, never on the rows or the wave.
+func (b *Backend) RMSNorm(x, w ops.Tensor, eps float32) (ops.Tensor, error) {
+	return b.norm("RMSNorm", x, w, nil, eps)
+}
+
+// GatedRMSNorm is RMSNorm followed by rounded(out * sigmoid(gate)) in the same kernel, with the same
+// statements as MulSigmoid: equal to MulSigmoid(RMSNorm(x, w, eps), gate) bit for bit.
+func (b *Backend) GatedRMSNorm(x, w, gate ops.Tensor, eps float32) (ops.Tensor, error) {
+	if gate == nil {
+		return nil, argErr("GatedRMSNorm", "gate is nil")
+	}
+	return b.norm("GatedRMSNorm", x, w, gate, eps)
+}
+
+func (b *Backend) norm(op string, x, w, gate ops.Tensor, eps float32) (ops.Tensor, error) {
+	names, args := []string{"x", "w"}, []ops.Tensor{x, w}
+	if gate != nil {
+		names, args = append(names, "gate"), append(args, gate)
+	}
+	ts, err := b.tensors(op, names, args...)
+	if err != nil {
+		return nil, err
+	}
+	xt, wt := ts[0], ts[1]
+	g := wt.cols
+	if wt.rows != 1 || g == 0 || xt.cols%g != 0 {
+		return nil, shapeErr(op, "x %v with weight %v: want a 1 x g weight with g dividing %d", xt, wt, xt.cols)
+	}
+	var gt *Tensor
+	if gate != nil {
+		gt = ts[2]
+		if gt.rows != xt.rows || gt.cols != xt.cols {
+			return nil, shapeErr(op, "gate %v differs from x %v", gt, xt)
+		}
+	}
+	groups := xt.rows * (xt.cols / g)
+	var out *Tensor
+	err = b.run(op, func(c *opCtx) error {
+		xp, err := c.f32(xt)
+		if err != nil {
+			return err
+		}
+		wp, err := c.f32(wt)
+		if err != nil {
+			return err
+		}
+		var gp uint64
+		if gt != nil {
+			if gp, err = c.f32(gt); err != nil {
+				return err
+			}
+		}
+		if out, err = c.out(xt.rows, xt.cols); err != nil || groups == 0 {
+			return err
+		}
+		return c.launch("k_rmsnorm", d1((groups+normWarps-1)/normWarps), d1(normThreads), 0,
+			out.ptr, xp, wp, gp, int64(groups), int32(g), eps, b.bf)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// AttnResMix mixes vs per row with softmax weights (K3_SPEC.md 5.1; k_attnres). Per row, in float32:
+//
+//	inv_i = float32(1 / sqrt(sumsq(v_i) / cols + 1e-5)); score_i = dot(wg, v_i) * inv_i
+//	p = softmax(score)   // max shift, e_i = float32(exp(score_i - max)), ascending sum, e_i / sum
+//	out[d] = rounded(sum_i p_i * v_i[d])   // ascending i
+//
+// sumsq and dot are lane-strided sums with a fixed butterfly (see RMSNorm). It returns p, rows x len(vs).
+func (b *Backend) AttnResMix(vs []ops.Tensor, wg ops.Tensor) (ops.Tensor, []float32, error) {
+	const op = "AttnResMix"
+	if len(vs) == 0 {
+		return nil, nil, shapeErr(op, "no vectors to mix")
+	}
+	wt, err := b.tensor(op, "wg", wg)
+	if err != nil {
+		return nil, nil, err
+	}
+	v := make([]*Tensor, len(vs))
+	for i, x := range vs {
+		if v[i], err = b.tensor(op, fmt.Sprintf("vs[%d]", i), x); err != nil {
+			return nil, nil, err
+		}
+		if v[i].rows != v[0].rows || v[i].cols != v[0].cols {
+			return nil, nil, shapeErr(op, "vs[%d] %v differs from vs[0] %v", i, v[i], v[0])
+		}
+	}
+	rows, cols, n := v[0].rows, v[0].cols, len(v)
+	if wt.rows != 1 || wt.cols != cols {
+		return nil, nil, shapeErr(op, "wg %v: want 1x%d", wt, cols)
+	}
+	var out *Tensor
+	weights := make([]float32, rows*n)
+	err = b.run(op, func(c *opCtx) error {
+		ptrs := make([]uint64, n)
+		for i, t := range v {
+			p, err := c.f32(t)
+			if err != nil {
+				return err
+			}
+			ptrs[i] = p
+		}
+		wp, err := c.f32(wt)
+		if err != nil {
+			return err
+		}
+		if out, err = c.out(rows, cols); err != nil || rows == 0 {
+			return err
+		}
+		vsp, err := uploadTemp(c, ptrs)
+		if err != nil {
+			return err
+		}
+		pp, err := c.temp(4 * rows * n)
+		if err != nil {
+			return err
+		}
+		if err := c.launch("k_attnres", d1((rows+normWarps-1)/normWarps), d1(normThreads), 0,
+			out.ptr, pp, vsp, int32(n), wp, int64(rows), int32(cols), b.bf); err != nil {
+			return err
+		}
+		return download(b, weights, pp)
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return out, weights, nil
+}

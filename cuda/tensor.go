@@ -1,0 +1,398 @@
+package cuda
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+
+	"github.com/potato-k3/potato-k3/replay/ops"
+)
+
+// Storage types of a Tensor's device buffer.
+const (
+	dtF32  int32 = 0 // float32: every activation, and F32 weights
+	dtBF16 int32 = 1 // raw bfloat16: BF16 weights, uploaded as stored
+)
+
+// Tensor is the CUDA backend's ops.Tensor: rows x cols values in device memory, row-major. Activations are
+// float32 (bfloat16-representable in BF16 precision); weights keep their checkpoint type (bfloat16 or
+// float32), decoded by the kernels that read them.
+type Tensor struct {
+	b          *Backend
+	ptr        uint64 // device address (0 for an empty tensor)
+	rows, cols int
+	dt         int32
+	wide       uint64 // a float32 copy of a bfloat16 weight, made on first use by an op that needs one
+	freed      bool
+}
+
+// Rows is the number of rows.
+func (t *Tensor) Rows() int { return t.rows }
+
+// Cols is the number of columns.
+func (t *Tensor) Cols() int { return t.cols }
+
+// String describes the shape, for error messages.
+func (t *Tensor) String() string {
+	if t.dt == dtBF16 {
+		return fmt.Sprintf("%dx%d bf16", t.rows, t.cols)
+	}
+	return fmt.Sprintf("%dx%d", t.rows, t.cols)
+}
+
+func (t *Tensor) n() int { return t.rows * t.cols }
+
+// tensor checks that x is a live tensor of this backend; op and name go into the error.
+func (b *Backend) tensor(op, name string, x ops.Tensor) (*Tensor, error) {
+	t, ok := x.(*Tensor)
+	switch {
+	case x == nil || (ok && t == nil):
+		return nil, argErr(op, "%s is nil", name)
+	case !ok:
+		return nil, argErr(op, "%s is a %T, not a cuda tensor", name, x)
+	case t.b != b:
+		return nil, argErr(op, "%s belongs to another cuda backend", name)
+	case t.freed:
+		return nil, fmt.Errorf("%w: %s: %s (%v)", ErrFreed, op, name, t)
+	}
+	return t, nil
+}
+
+// tensors checks several tensors at once: names and xs pair up.
+func (b *Backend) tensors(op string, names []string, xs ...ops.Tensor) ([]*Tensor, error) {
+	out := make([]*Tensor, len(xs))
+	for i, x := range xs {
+		t, err := b.tensor(op, names[i], x)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = t
+	}
+	return out, nil
+}
+
+// f32 returns the device address of t's values as float32: t itself, or for a bfloat16 weight a widened
+// copy made once and kept with the tensor (weights never change).
+func (c *opCtx) f32(t *Tensor) (uint64, error) {
+	if t.dt == dtF32 {
+		return t.ptr, nil
+	}
+	if t.wide == 0 && t.n() > 0 {
+		p, err := c.b.malloc(4 * t.n())
+		if err != nil {
+			return 0, err
+		}
+		if err := c.launch1D("k_widen_bf16", t.n(), p, t.ptr, int64(t.n())); err != nil {
+			return 0, fmt.Errorf("%w (freeing: %v)", err, c.b.free(p))
+		}
+		t.wide = p
+	}
+	return t.wide, nil
+}
+
+// checkDims refuses negative sizes and sizes whose element count overflows int.
+func checkDims(op string, rows, cols int) error {
+	if rows < 0 || cols < 0 || (cols > 0 && rows > math.MaxInt32/cols) {
+		return shapeErr(op, "bad size %dx%d (at most 2^31-1 elements)", rows, cols)
+	}
+	return nil
+}
+
+// Upload copies little-endian BF16 or F32 bytes to the device as they are (no host decoding): a BF16
+// weight stays bfloat16 in device memory and kernels widen it exactly as they read it.
+func (b *Backend) Upload(dt ops.DType, rows, cols int, raw []byte) (ops.Tensor, error) {
+	const op = "Upload"
+	if err := checkDims(op, rows, cols); err != nil {
+		return nil, err
+	}
+	var st int32
+	var size int
+	switch dt {
+	case ops.WeightBF16:
+		st, size = dtBF16, 2*rows*cols
+	case ops.WeightF32:
+		st, size = dtF32, 4*rows*cols
+	default:
+		return nil, argErr(op, "unknown dtype %d", dt)
+	}
+	if len(raw) != size {
+		return nil, shapeErr(op, "%s %dx%d needs %d bytes, got %d", map[int32]string{dtBF16: "bf16", dtF32: "f32"}[st], rows, cols, size, len(raw))
+	}
+	t := &Tensor{b: b, rows: rows, cols: cols, dt: st}
+	err := b.run(op, func(c *opCtx) error {
+		p, err := b.malloc(size)
+		if err != nil {
+			return err
+		}
+		t.ptr = p
+		if err := b.toDevice(p, raw); err != nil {
+			t.ptr = 0
+			return fmt.Errorf("%w (freeing: %v)", err, b.free(p))
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// FromHost copies rows x cols float32 values to a new activation, rounded in BF16 precision.
+func (b *Backend) FromHost(rows, cols int, data []float32) (ops.Tensor, error) {
+	const op = "FromHost"
+	if err := checkDims(op, rows, cols); err != nil {
+		return nil, err
+	}
+	if len(data) != rows*cols {
+		return nil, shapeErr(op, "%dx%d needs %d values, got %d", rows, cols, rows*cols, len(data))
+	}
+	var out *Tensor
+	err := b.run(op, func(c *opCtx) error {
+		var err error
+		if out, err = c.out(rows, cols); err != nil {
+			return err
+		}
+		raw := make([]byte, 4*len(data))
+		for i, v := range data {
+			binary.LittleEndian.PutUint32(raw[4*i:], math.Float32bits(v))
+		}
+		if err := b.toDevice(out.ptr, raw); err != nil {
+			return err
+		}
+		if b.bf == 1 {
+			return c.launch1D("k_round", out.n(), out.ptr, out.ptr, int64(out.n()), b.bf)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// ToHost copies a tensor's values out as float32, row-major (a bfloat16 weight is widened on the host,
+// exactly). It waits for every op queued before it.
+func (b *Backend) ToHost(x ops.Tensor) ([]float32, error) {
+	const op = "ToHost"
+	t, err := b.tensor(op, "x", x)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]float32, t.n())
+	err = b.run(op, func(c *opCtx) error {
+		if t.dt == dtBF16 {
+			raw := make([]byte, 2*t.n())
+			if err := b.toHost(raw, t.ptr); err != nil {
+				return err
+			}
+			for i := range out {
+				out[i] = math.Float32frombits(uint32(binary.LittleEndian.Uint16(raw[2*i:])) << 16)
+			}
+			return nil
+		}
+		return download(b, out, t.ptr)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// Free releases a *Tensor's or *Expert's device memory (stream-ordered: after the work already queued);
+// later use is an ErrFreed error. nil, a second Free, another backend's objects and objects of a closed
+// backend are ignored.
+func (b *Backend) Free(x any) {
+	var ptrs []uint64
+	switch t := x.(type) {
+	case *Tensor:
+		if t == nil || t.freed || t.b != b {
+			return
+		}
+		ptrs = []uint64{t.ptr, t.wide}
+		t.ptr, t.wide, t.freed = 0, 0, true
+	case *Expert:
+		if t == nil || t.freed || t.b != b {
+			return
+		}
+		ptrs = []uint64{t.ptr}
+		t.ptr, t.freed = 0, true
+	default:
+		return
+	}
+	_ = b.run("Free", func(c *opCtx) error {
+		for _, p := range ptrs {
+			if err := b.free(p); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// Zeros returns a rows x cols float32 tensor of zeros.
+func (b *Backend) Zeros(rows, cols int) (ops.Tensor, error) {
+	const op = "Zeros"
+	if err := checkDims(op, rows, cols); err != nil {
+		return nil, err
+	}
+	var out *Tensor
+	err := b.run(op, func(c *opCtx) error {
+		var err error
+		if out, err = c.out(rows, cols); err != nil || out.n() == 0 {
+			return err
+		}
+		return b.drv.check("cuMemsetD32Async", ccall(b.drv.cuMemsetD32Async, uintptr(out.ptr), 0, uintptr(out.n()), b.strm))
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// unary runs a grid-stride kernel name(out, x, n, args...) into a new activation shaped like x.
+func (b *Backend) unary(op, name string, x ops.Tensor, args ...any) (ops.Tensor, error) {
+	t, err := b.tensor(op, "x", x)
+	if err != nil {
+		return nil, err
+	}
+	var out *Tensor
+	err = b.run(op, func(c *opCtx) error {
+		xp, err := c.f32(t)
+		if err != nil {
+			return err
+		}
+		if out, err = c.out(t.rows, t.cols); err != nil {
+			return err
+		}
+		return c.launch1D(name, t.n(), append([]any{out.ptr, xp, int64(t.n())}, args...)...)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// binary runs a grid-stride kernel name(out, x, y, n, args...) over two tensors of one shape.
+func (b *Backend) binary(op, name string, xn, yn string, x, y ops.Tensor, args ...any) (ops.Tensor, error) {
+	ts, err := b.tensors(op, []string{xn, yn}, x, y)
+	if err != nil {
+		return nil, err
+	}
+	p, q := ts[0], ts[1]
+	if p.rows != q.rows || p.cols != q.cols {
+		return nil, shapeErr(op, "%s %v and %s %v differ", xn, p, yn, q)
+	}
+	var out *Tensor
+	err = b.run(op, func(c *opCtx) error {
+		pp, err := c.f32(p)
+		if err != nil {
+			return err
+		}
+		qp, err := c.f32(q)
+		if err != nil {
+			return err
+		}
+		if out, err = c.out(p.rows, p.cols); err != nil {
+			return err
+		}
+		return c.launch1D(name, p.n(), append([]any{out.ptr, pp, qp, int64(p.n())}, args...)...)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// Round returns rounded(x): a copy in FP32 precision.
+func (b *Backend) Round(x ops.Tensor) (ops.Tensor, error) {
+	return b.unary("Round", "k_round", x, b.bf)
+}
+
+// Add returns rounded(a + b) elementwise (k_add).
+func (b *Backend) Add(x, y ops.Tensor) (ops.Tensor, error) {
+	return b.binary("Add", "k_add", "a", "b", x, y, b.bf)
+}
+
+// MulSigmoid returns rounded(x * sigmoid(gate)) elementwise (k_mul_sigmoid; sigmoid in double).
+func (b *Backend) MulSigmoid(x, gate ops.Tensor) (ops.Tensor, error) {
+	return b.binary("MulSigmoid", "k_mul_sigmoid", "x", "gate", x, gate, b.bf)
+}
+
+// SiTUGLU returns rounded(situ(gate, up)) elementwise (k_situ), the CPU backend's float32 expression.
+func (b *Backend) SiTUGLU(gate, up ops.Tensor, beta, linBeta float32) (ops.Tensor, error) {
+	if beta == 0 || linBeta == 0 {
+		return nil, argErr("SiTUGLU", "beta %g and linBeta %g must be non-zero", beta, linBeta)
+	}
+	return b.binary("SiTUGLU", "k_situ", "gate", "up", gate, up, beta, linBeta, b.bf)
+}
+
+// Slice returns columns from .. to-1 of x, a copy without rounding (k_slice).
+func (b *Backend) Slice(x ops.Tensor, from, to int) (ops.Tensor, error) {
+	const op = "Slice"
+	t, err := b.tensor(op, "x", x)
+	if err != nil {
+		return nil, err
+	}
+	if from < 0 || to > t.cols || from > to {
+		return nil, shapeErr(op, "columns [%d, %d) of x %v", from, to, t)
+	}
+	w := to - from
+	var out *Tensor
+	err = b.run(op, func(c *opCtx) error {
+		xp, err := c.f32(t)
+		if err != nil {
+			return err
+		}
+		if out, err = c.out(t.rows, w); err != nil {
+			return err
+		}
+		return c.launch1D("k_slice", t.rows*w, out.ptr, xp, int64(t.rows), int32(t.cols), int32(from), int32(w))
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// Gather returns out[i,:] = table[ids[i],:], unrounded (k_gather reads a bfloat16 table as stored).
+func (b *Backend) Gather(table ops.Tensor, ids []int32) (ops.Tensor, error) {
+	const op = "Gather"
+	t, err := b.tensor(op, "table", table)
+	if err != nil {
+		return nil, err
+	}
+	for i, id := range ids {
+		if id < 0 || int(id) >= t.rows {
+			return nil, argErr(op, "ids[%d] = %d outside the table's %d rows", i, id, t.rows)
+		}
+	}
+	if err := checkDims(op, len(ids), t.cols); err != nil {
+		return nil, err
+	}
+	var out *Tensor
+	err = b.run(op, func(c *opCtx) error {
+		var err error
+		if out, err = c.out(len(ids), t.cols); err != nil || out.n() == 0 {
+			return err
+		}
+		idp, err := uploadTemp(c, ids)
+		if err != nil {
+			return err
+		}
+		return c.launch1D("k_gather", out.n(), out.ptr, t.ptr, t.dt, idp, int64(len(ids)), int32(t.cols))
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// shapeErr builds an ErrShape error naming the op.
+func shapeErr(op, format string, args ...any) error {
+	return fmt.Errorf("%w: %s: %s", ErrShape, op, fmt.Sprintf(format, args...))
+}
+
+// argErr builds an ErrArgument error naming the op.
+func argErr(op, format string, args ...any) error {
+	return fmt.Errorf("%w: %s: %s", ErrArgument, op, fmt.Sprintf(format, args...))
+}
