@@ -81,6 +81,17 @@ func openNVRTC() (*nvrtcLib, error) {
 	if err != nil {
 		return nil, err
 	}
+	// NVRTC opens its builtins library by name at the first compilation; when libnvrtc came from a
+	// directory the loader does not search, load the builtins beside it now so that name resolves.
+	if filepath.IsAbs(path) {
+		builtins, _ := filepath.Glob(filepath.Join(filepath.Dir(path), "libnvrtc-builtins.so.*"))
+		sort.Strings(builtins)
+		for _, bl := range builtins {
+			if _, err := purego.Dlopen(bl, purego.RTLD_NOW|purego.RTLD_GLOBAL); err == nil {
+				break
+			}
+		}
+	}
 	n := &nvrtcLib{path: path}
 	err = symbols(path, h, map[string]*uintptr{
 		"nvrtcVersion":           &n.version,
