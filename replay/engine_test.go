@@ -80,6 +80,23 @@ func TestBatchInvariance(t *testing.T) {
 	}
 }
 
+// TestOptionsDoNotLeak: a request gets what it asked for and nothing another request in the same wave
+// asked for (lens readouts add output mixes; hidden, router and top-k are per request).
+func TestOptionsDoNotLeak(t *testing.T) {
+	seqs := randomSequences(12, 3328, 20, 9)
+	a := Request{Sequences: seqs[:1], Options: Options{TopK: 2, AttnRes: true}}
+	b := Request{Sequences: seqs[1:], Options: Options{TopK: 6, Lens: []int{1, 4}, Hidden: []int{3}, Router: true}}
+	e := openTiny(t, ops.BF16, EngineOptions{})
+	aloneA, aloneB := runOne(t, e, a)[0], runOne(t, e, b)[0]
+	both := runOne(t, e, a, b)
+	if !reflect.DeepEqual(both[0], aloneA) {
+		t.Errorf("request a differs when it shares a wave with b (mixes %d vs %d alone)", len(both[0][0].Mixes), len(aloneA[0].Mixes))
+	}
+	if !reflect.DeepEqual(both[1], aloneB) {
+		t.Error("request b differs when it shares a wave with a")
+	}
+}
+
 // TestSplitWaves: a request larger than MaxWaveTokens runs as several waves with results identical to one
 // wave, and a sequence larger than the bound is refused with the bound named.
 func TestSplitWaves(t *testing.T) {

@@ -1,13 +1,16 @@
 package replay
 
 import (
+	"slices"
+
+	"github.com/potato-k3/potato-k3/replay/model"
 	"github.com/potato-k3/potato-k3/replay/ops"
 )
 
 // split cuts a wave's outputs into per-request, per-sequence results, keeping only what each request
 // asked for (a wave computes the union of its requests' options).
 func split(reqs []Request, layout ops.Layout, seqs []Sequence, targets []int32, final []ops.TokenStats,
-	w *waveOut, obs *capture, hiddenDim int) [][]Result {
+	w *waveOut, obs *capture, hiddenDim, lastLayer int) [][]Result {
 	out := make([][]Result, len(reqs))
 	s := 0
 	for ri, req := range reqs {
@@ -39,6 +42,11 @@ func split(reqs []Request, layout ops.Layout, seqs []Sequence, targets []int32, 
 			}
 			if o.AttnRes {
 				for _, m := range obs.mixList {
+					// a lens readout after layer L takes the output mix at L: keep only this request's
+					// lens layers and the model's own output, as when it is replayed alone
+					if m.site == model.SiteOutput && m.layer != lastLayer && !slices.Contains(o.Lens, m.layer) {
+						continue
+					}
 					r.Mixes = append(r.Mixes, Mix{Layer: m.layer, Site: string(m.site), N: m.n,
 						Weights: m.weights[lo*m.n : hi*m.n]})
 				}

@@ -196,7 +196,7 @@ func (e *Engine) runWave(ctx context.Context, reqs []Request) ([][]Result, WaveS
 		return nil, stats, err
 	}
 	stats.Seconds = time.Since(start).Seconds()
-	return split(reqs, layout, seqs, targets, final, w, obs, e.Model.Dims.Hidden), stats, nil
+	return split(reqs, layout, seqs, targets, final, w, obs, e.Model.Dims.Hidden, layers-1), stats, nil
 }
 
 // waveOut holds the per-layer captures of the whole wave before they are split per sequence.
