@@ -47,6 +47,10 @@ type Options struct {
 	Sync bool
 	// CacheDir overrides the kernel cache directory ($POTATO_CUDA_CACHE, else the user cache directory).
 	CacheDir string
+	// NoTensorCores keeps every matmul on the CUDA cores (kernel version 1): bit-identical to the CPU
+	// backend in both precisions, and much slower. By default BF16 precision runs the matmuls with bfloat16
+	// or MXFP4 weights on the tensor cores (version 2), batch invariant as well.
+	NoTensorCores bool
 }
 
 // DeviceInfo describes the device a Backend runs on.

@@ -225,11 +225,63 @@ func TestTiming(t *testing.T) {
 	}
 
 	x, w := act(4096, 7168, 1), weight(7168, 7168, 0.01)
-	timeIt("MatMul 4096x7168 by 7168x7168 (bf16 weight)", 2*4096*7168*7168, func() error { return free(b.MatMul(x, w)) })
+	timeIt("MatMul 4096x7168 by 7168x7168 (bf16 weight, tensor cores)", 2*4096*7168*7168, func() error { return free(b.MatMul(x, w)) })
 	x1 := act(1, 7168, 1)
-	timeIt("MatMul 1x7168 by 7168x7168 (a matrix-vector product)", 2*7168*7168, func() error { return free(b.MatMul(x1, w)) })
+	timeIt("MatMul 1x7168 by 7168x7168 (tensor cores)", 2*7168*7168, func() error { return free(b.MatMul(x1, w)) })
 	b.Free(x)
 	b.Free(w)
+	{ // the same on the CUDA cores (kernel version 1)
+		b0 := b
+		b, err = cuda.New(cuda.Options{Precision: ops.BF16, NoTensorCores: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		x, w, x1 := act(4096, 7168, 1), weight(7168, 7168, 0.01), act(1, 7168, 1)
+		timeIt("MatMul 4096x7168 by 7168x7168 (bf16 weight, CUDA cores)", 2*4096*7168*7168, func() error { return free(b.MatMul(x, w)) })
+		timeIt("MatMul 1x7168 by 7168x7168 (CUDA cores)", 2*7168*7168, func() error { return free(b.MatMul(x1, w)) })
+		b.Close()
+		b = b0
+	}
+
+	// 16 routed experts of K3's size (latent 3584, ffn 3072, MXFP4), 1024 rows choosing 4 of them each
+	const latent, ffn, rows, chosen = 3584, 3072, 1024, 4
+	var experts []ops.Expert
+	for id := range 16 {
+		var packed, scales [3][]byte
+		for i := range 3 {
+			r, c := ffn, latent
+			if i == 2 {
+				r, c = latent, ffn
+			}
+			packed[i], scales[i] = make([]byte, r*c/2), make([]byte, r*c/32)
+			for j := range packed[i] {
+				packed[i][j] = byte(j*131 + id*7 + j>>9)
+			}
+			for j := range scales[i] {
+				scales[i][j] = byte(118 + (j+id)%4)
+			}
+		}
+		e, err := b.UploadExpert(id, latent, ffn, packed[0], scales[0], packed[1], scales[1], packed[2], scales[2])
+		if err != nil {
+			t.Fatal(err)
+		}
+		experts = append(experts, e)
+	}
+	rt := ops.Routing{K: chosen, IDs: make([]int32, rows*chosen), Weights: make([]float32, rows*chosen)}
+	for r := range rows {
+		for j, e := range rng.Perm(16)[:chosen] {
+			rt.IDs[r*chosen+j], rt.Weights[r*chosen+j] = int32(e), 0.25
+		}
+	}
+	z, acc := act(rows, latent, 1), act(rows, latent, 0)
+	timeIt("ExpertsAccumulate 16 MXFP4 experts (3584/3072), 1024 rows x 4", rows*chosen*3*2*latent*ffn, func() error {
+		return b.ExpertsAccumulate(acc, z, rt, experts, 4, 25)
+	})
+	for _, e := range experts {
+		b.Free(e)
+	}
+	b.Free(z)
+	b.Free(acc)
 
 	const T, H, D = 1024, 96, 128
 	q, k, v, g := act(T, H*D, 1), act(T, H*D, 1), act(T, H*D, 1), act(T, H*D, 1)

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/potato-k3/potato-k3/cuda"
 	"github.com/potato-k3/potato-k3/replay/bf16"
 	"github.com/potato-k3/potato-k3/replay/cpu"
 	"github.com/potato-k3/potato-k3/replay/ops"
@@ -25,8 +26,9 @@ type pair struct {
 	bf  bool
 }
 
-func newPair(t *testing.T, p ops.Precision) *pair {
-	return &pair{t: t, g: newBackend(t, p), c: cpu.New(cpu.Options{Precision: p}), rng: rand.New(rand.NewPCG(7, uint64(p))), bf: p == ops.BF16}
+func newPair(t *testing.T, o cuda.Options) *pair {
+	return &pair{t: t, g: newBackendWith(t, o), c: cpu.New(cpu.Options{Precision: o.Precision}),
+		rng: rand.New(rand.NewPCG(7, uint64(o.Precision))), bf: o.Precision == ops.BF16}
 }
 
 // both holds one tensor per backend.
@@ -129,11 +131,12 @@ func (p *pair) near(what string, g, c []float32, maxFrac, maxRel float64) {
 	}
 }
 
-// TestAgainstCPU compares every op with the CPU backend in both precisions.
+// TestAgainstCPU compares every op with the CPU backend in both precisions, with every matmul on the
+// CUDA cores (kernel version 1, which replays the CPU backend's loop).
 func TestAgainstCPU(t *testing.T) {
 	for _, prec := range []ops.Precision{ops.BF16, ops.FP32} {
 		t.Run(prec.String(), func(t *testing.T) {
-			p := newPair(t, prec)
+			p := newPair(t, cuda.Options{Precision: prec, Sync: true, NoTensorCores: true})
 			g, c := p.g, p.c
 			// near-equality bounds for the ops with another summation order: one bf16 ulp in BF16 (on a
 			// value's rounding boundary), float32 rounding in FP32
@@ -223,14 +226,32 @@ func TestAgainstCPU(t *testing.T) {
 			}
 			p.exact("Route weights", grt.Weights, crt.Weights)
 
-			p.experts(prec)
-			p.tokenStats()
+			p.experts(prec, true)
+			p.tokenStats(true)
 		})
 	}
 }
 
-// experts compares ExpertsAccumulate on random MXFP4 experts.
-func (p *pair) experts(prec ops.Precision) {
+// TestTensorCoresAgainstCPU: in BF16 precision the tensor-core matmul (version 2) sums k in chunks of 16,
+// so its outputs differ from the CPU backend's where a float32 difference crosses a bfloat16 rounding
+// boundary: rarely, by one bfloat16 ulp.
+func TestTensorCoresAgainstCPU(t *testing.T) {
+	p := newPair(t, cuda.Options{Precision: ops.BF16, Sync: true})
+	for _, shape := range [][3]int{{130, 1100, 67}, {1, 7168, 300}, {200, 64, 129}} {
+		n, k, m := shape[0], shape[1], shape[2]
+		x, w := p.act(n, k, 1), p.weight(ops.WeightBF16, m, k, 1/math.Sqrt(float64(k)))
+		gy, ge := p.g.MatMul(x.g, w.g)
+		cy, ce := p.c.MatMul(x.c, w.c)
+		gv, cv := p.host(both{gy, cy}, ge, ce)
+		p.near(fmt.Sprintf("tensor-core MatMul %dx%d by %dx%d", n, k, m, k), gv, cv, 0.02, 1.0/64)
+	}
+	p.experts(ops.BF16, false)
+	p.tokenStats(false)
+}
+
+// experts compares ExpertsAccumulate on random MXFP4 experts: bit for bit when exact, else to a bf16 ulp
+// on a few values.
+func (p *pair) experts(prec ops.Precision, exact bool) {
 	const latent, ffn, n, k = 64, 96, 150, 3
 	var ge, ce []ops.Expert
 	for id := range 6 {
@@ -273,12 +294,17 @@ func (p *pair) experts(prec ops.Precision) {
 		p.t.Fatal(err)
 	}
 	gv, cv := p.host(acc, nil, nil)
-	p.exact(fmt.Sprintf("ExpertsAccumulate (%v)", prec), gv, cv)
+	if exact {
+		p.exact(fmt.Sprintf("ExpertsAccumulate (%v)", prec), gv, cv)
+	} else {
+		p.near(fmt.Sprintf("ExpertsAccumulate (%v, tensor cores)", prec), gv, cv, 0.05, 1.0/32)
+	}
 }
 
-// tokenStats compares TokenStats: ranks and top ids exactly (they compare the same logits), logprobs
-// and entropies to float32 rounding.
-func (p *pair) tokenStats() {
+// tokenStats compares TokenStats: when exact (the same logits), ranks and top ids exactly and logprobs
+// and entropies to float32 rounding; else (tensor cores: a logit may sit one bfloat16 ulp away) the
+// statistics to a few hundredths of a nat and the ranks to within a few places.
+func (p *pair) tokenStats(exact bool) {
 	const rows, cols, vocab, k = 70, 64, 5000, 8
 	h, w := p.act(rows, cols, 1), p.weight(ops.WeightBF16, vocab, cols, 0.5)
 	targets := make([]int32, rows)
@@ -292,10 +318,20 @@ func (p *pair) tokenStats() {
 		p.t.Fatalf("TokenStats: cuda %v, cpu %v", ge, ce)
 	}
 	var maxLP, maxH float64
+	rankOff, topOff := 0, 0
 	for r := range cs {
 		g, c := gs[r], cs[r]
-		if g.Rank != c.Rank || fmt.Sprint(g.TopIDs) != fmt.Sprint(c.TopIDs) {
+		if g.Rank != c.Rank {
+			rankOff++
+		}
+		if fmt.Sprint(g.TopIDs) != fmt.Sprint(c.TopIDs) {
+			topOff++
+		}
+		if exact && (g.Rank != c.Rank || fmt.Sprint(g.TopIDs) != fmt.Sprint(c.TopIDs)) {
 			p.t.Errorf("TokenStats row %d: rank %d, top %v; cpu: rank %d, top %v", r, g.Rank, g.TopIDs, c.Rank, c.TopIDs)
+		}
+		if !exact && math.Abs(float64(g.Rank-c.Rank)) > 3 {
+			p.t.Errorf("TokenStats row %d: rank %d, cpu %d", r, g.Rank, c.Rank)
 		}
 		maxLP = max(maxLP, math.Abs(float64(g.Logprob-c.Logprob)))
 		maxH = max(maxH, math.Abs(float64(g.Entropy-c.Entropy)))
@@ -303,8 +339,13 @@ func (p *pair) tokenStats() {
 			maxLP = max(maxLP, math.Abs(float64(g.TopLogp[j]-c.TopLogp[j])))
 		}
 	}
-	p.t.Logf("TokenStats %d rows x %d vocab: ranks and top ids equal; max |dlogprob| %.3g, max |dentropy| %.3g", rows, vocab, maxLP, maxH)
-	if maxLP > 1e-5 || maxH > 1e-5 {
-		p.t.Errorf("TokenStats: max |dlogprob| %.3g, max |dentropy| %.3g: want <= 1e-5 (double sums, float32 outputs)", maxLP, maxH)
+	p.t.Logf("TokenStats %d rows x %d vocab: %d ranks and %d top-id lists differ from the CPU backend's; max |dlogprob| %.3g, max |dentropy| %.3g",
+		rows, vocab, rankOff, topOff, maxLP, maxH)
+	bound := 1e-5 // double sums, float32 outputs
+	if !exact {
+		bound = 0.05 // logits one bfloat16 ulp (up to 2^-8 of their size) apart
+	}
+	if maxLP > bound || maxH > bound {
+		p.t.Errorf("TokenStats: max |dlogprob| %.3g, max |dentropy| %.3g: want <= %g", maxLP, maxH, bound)
 	}
 }

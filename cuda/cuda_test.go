@@ -12,12 +12,18 @@ import (
 // op wait for its kernels, so a fault is reported by the op that caused it.
 func newBackend(t testing.TB, p ops.Precision) *cuda.Backend {
 	t.Helper()
+	return newBackendWith(t, cuda.Options{Precision: p, Sync: true})
+}
+
+// newBackendWith is newBackend with other options.
+func newBackendWith(t testing.TB, o cuda.Options) *cuda.Backend {
+	t.Helper()
 	if err := cuda.Available(); err != nil {
 		t.Skipf("CUDA backend not available on this machine (the CPU backend is the fallback): %v", err)
 	}
-	b, err := cuda.New(cuda.Options{Precision: p, Sync: true})
+	b, err := cuda.New(o)
 	if err != nil {
-		t.Fatalf("cuda.New(%v): %v", p, err)
+		t.Fatalf("cuda.New(%+v): %v", o, err)
 	}
 	t.Cleanup(func() {
 		if err := b.Close(); err != nil {
@@ -25,6 +31,19 @@ func newBackend(t testing.TB, p ops.Precision) *cuda.Backend {
 		}
 	})
 	return b
+}
+
+// TestConformanceCUDACores runs the shared suite with every matmul on the CUDA cores (kernel version 1;
+// TestConformance covers the tensor-core matmul of BF16 precision).
+func TestConformanceCUDACores(t *testing.T) {
+	if err := cuda.Available(); err != nil {
+		t.Skipf("CUDA backend not available on this machine (the CPU backend is the fallback): %v", err)
+	}
+	backends := map[ops.Precision]*cuda.Backend{}
+	for _, p := range []ops.Precision{ops.BF16, ops.FP32} {
+		backends[p] = newBackendWith(t, cuda.Options{Precision: p, Sync: true, NoTensorCores: true})
+	}
+	opstest.RunAll(t, func(p ops.Precision) ops.Backend { return backends[p] })
 }
 
 // TestConformance runs the shared suite on the CUDA backend in both precisions.

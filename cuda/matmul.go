@@ -4,20 +4,23 @@ import (
 	"github.com/potato-k3/potato-k3/replay/ops"
 )
 
-// Launch parameters of matmul.cu (version 1): 256 threads a block, each block one 64 x 64 tile of the
-// output, gridDim (ceil(m/64), ceil(n/64)); gridDim.y is at most 65535, so one launch covers at most
-// mmMaxRows rows and larger n is split into launches of whole tiles (rows are independent, so the split
-// changes no bit).
+// Launch parameters. matmul.cu (version 1, CUDA cores): 256 threads a block, each block one 64 x 64 tile
+// of the output, gridDim (ceil(m/64), ceil(n/64)). matmul_tc.cu (version 2, tensor cores): 256 threads a
+// block, 128 x 128 tiles, gridDim (ceil(m/128), ceil(n/128)). gridDim.y is at most 65535, so one launch
+// covers at most 65535 tiles of rows and larger n is split into launches of whole tiles (rows are
+// independent, so the split changes no bit).
 const (
 	mmTile    = 64
+	tcTile    = 128
 	mmThreads = 256
-	mmMaxRows = 65535 * mmTile
+	maxGridY  = 65535
 )
 
 // weightRef is a weight operand of the matmul kernels: its device address, storage and, for MXFP4, the
 // scales and the bytes per row of each part.
 type weightRef struct {
 	kernel         string // k_matmul_f32, k_matmul_bf16 or k_matmul_mxfp4
+	tc             string // the tensor-core kernel for this weight type, or "" (float32 weights)
 	ptr, scales    uint64
 	rows, k        int
 	packRow, scRow int
@@ -25,23 +28,29 @@ type weightRef struct {
 
 // weightOf describes a Tensor as a matmul weight.
 func weightOf(t *Tensor) weightRef {
-	k := "k_matmul_f32"
 	if t.dt == dtBF16 {
-		k = "k_matmul_bf16"
+		return weightRef{kernel: "k_matmul_bf16", tc: "k_matmul_tc_bf16", ptr: t.ptr, rows: t.rows, k: t.cols}
 	}
-	return weightRef{kernel: k, ptr: t.ptr, rows: t.rows, k: t.cols}
+	return weightRef{kernel: "k_matmul_f32", ptr: t.ptr, rows: t.rows, k: t.cols}
 }
 
 // gemm launches out (n x m float32) = x (n x k float32) times w^T, rounding the outputs when round is set.
+// Rounded products in BF16 precision with a bfloat16 or MXFP4 weight run on the tensor cores (version 2)
+// unless Options.NoTensorCores; everything else on the CUDA cores (version 1). The choice depends on the
+// precision, the weight and the options only, never on n.
 func (c *opCtx) gemm(out, x uint64, n int, w weightRef, round bool) error {
 	var bf int32
 	if round {
 		bf = c.b.bf
 	}
+	kernel, tile := w.kernel, mmTile
+	if bf == 1 && w.tc != "" && !c.b.opts.NoTensorCores {
+		kernel, tile = w.tc, tcTile
+	}
 	m, k := w.rows, w.k
-	for r0 := 0; r0 < n; r0 += mmMaxRows {
-		rn := min(mmMaxRows, n-r0)
-		err := c.launch(w.kernel, d2((m+mmTile-1)/mmTile, (rn+mmTile-1)/mmTile), d1(mmThreads), 0,
+	for r0 := 0; r0 < n; r0 += maxGridY * tile {
+		rn := min(maxGridY*tile, n-r0)
+		err := c.launch(kernel, d2((m+tile-1)/tile, (rn+tile-1)/tile), d1(mmThreads), 0,
 			out+uint64(4*r0*m), x+uint64(4*r0*k), w.ptr, w.scales, int64(rn), int32(m), int32(k), int32(w.packRow), int32(w.scRow), bf)
 		if err != nil {
 			return err
@@ -50,10 +59,13 @@ func (c *opCtx) gemm(out, x uint64, n int, w weightRef, round bool) error {
 	return nil
 }
 
-// MatMul returns x times w transposed, out[i,j] = rounded(sum_k x[i,k] * w[j,k]): one float32
-// accumulator per element over k in ascending order, products rounded before the add (matmul.cu
-// version 1), so the result equals the CPU backend's bit for bit and never depends on the number of rows.
-// w may be a bfloat16 or float32 weight (read as stored) or an activation.
+// MatMul returns x times w transposed, out[i,j] = rounded(sum_k x[i,k] * w[j,k]), one float32 accumulator
+// per element. In FP32 precision, and for float32 weights, it runs on the CUDA cores over k in ascending
+// order with products rounded before the add (matmul.cu version 1): the CPU backend's loop, bit for bit.
+// In BF16 precision with a bfloat16 weight it runs on the tensor cores (matmul_tc.cu version 2): exact
+// bf16 products summed in k chunks of 16 in ascending order, which differs from the CPU backend at float32
+// rounding level (Options.NoTensorCores keeps version 1). Either way no element depends on the number of
+// rows. w may be a bfloat16 or float32 weight (read as stored) or an activation.
 func (b *Backend) MatMul(x, w ops.Tensor) (ops.Tensor, error) {
 	const op = "MatMul"
 	ts, err := b.tensors(op, []string{"x", "w"}, x, w)

@@ -30,7 +30,7 @@ func (e *Expert) matrix(i int) weightRef {
 		rows, cols = e.latent, e.ffn
 	}
 	pw, sw := checkpoint.MXFP4RowBytes(cols)
-	return weightRef{kernel: "k_matmul_mxfp4", ptr: e.ptr + uint64(e.off[2*i]), scales: e.ptr + uint64(e.off[2*i+1]),
+	return weightRef{kernel: "k_matmul_mxfp4", tc: "k_matmul_tc_mxfp4", ptr: e.ptr + uint64(e.off[2*i]), scales: e.ptr + uint64(e.off[2*i+1]),
 		rows: rows, k: cols, packRow: pw, scRow: sw}
 }
 

@@ -15,14 +15,14 @@ import (
 
 // newCUDA makes a CUDA backend closed at the end of the test (after the engines opened on it, whose
 // cleanups run first), or skips the test.
-func newCUDA(t *testing.T, prec ops.Precision) *cuda.Backend {
+func newCUDA(t *testing.T, o cuda.Options) *cuda.Backend {
 	t.Helper()
 	if err := cuda.Available(); err != nil {
 		t.Skipf("CUDA backend not available on this machine: %v", err)
 	}
-	b, err := cuda.New(cuda.Options{Precision: prec})
+	b, err := cuda.New(o)
 	if err != nil {
-		t.Fatalf("cuda.New(%v): %v", prec, err)
+		t.Fatalf("cuda.New(%+v): %v", o, err)
 	}
 	t.Cleanup(func() {
 		if err := b.Close(); err != nil {
@@ -56,7 +56,8 @@ func hiddenLayerRelErr(a, b []Result) []float64 {
 // TestCUDAAgreement replays the tiny and small presets on the CUDA and CPU backends at the same
 // precision: in fp32 the running sum after every layer agrees to a relative error <= 1e-4; in bf16 the
 // top-1 predictions agree at >= 99% of positions and the mean |delta logprob| is <= 0.01 nats
-// (DESIGN.md, Tests and oracles).
+// (DESIGN.md, Tests and oracles). bf16 runs twice: with the tensor-core matmuls (the default) and with
+// every matmul on the CUDA cores.
 func TestCUDAAgreement(t *testing.T) {
 	presets := []struct {
 		name    string
@@ -68,8 +69,15 @@ func TestCUDAAgreement(t *testing.T) {
 	}
 	for _, p := range presets {
 		t.Run(p.name, func(t *testing.T) {
-			for _, prec := range []ops.Precision{ops.FP32, ops.BF16} {
-				g := newCUDA(t, prec)
+			for _, o := range []cuda.Options{{Precision: ops.FP32}, {Precision: ops.BF16}, {Precision: ops.BF16, NoTensorCores: true}} {
+				prec := o.Precision
+				cfg := prec.String()
+				if prec == ops.BF16 && o.NoTensorCores {
+					cfg += " (CUDA-core matmuls)"
+				} else if prec == ops.BF16 {
+					cfg += " (tensor-core matmuls)"
+				}
+				g := newCUDA(t, o)
 				ref := openPreset(t, p.name, 1, cpu.New(cpu.Options{Precision: prec}), EngineOptions{})
 				all := make([]int, len(ref.Plan.Layers))
 				for i := range all {
@@ -85,15 +93,15 @@ func TestCUDAAgreement(t *testing.T) {
 					maxRel = max(maxRel, r)
 				}
 				t.Logf("%s %s: %d positions: top-1 agreement %.4f, mean |dlogprob| %.2e nats (max %.2e), expert sets differing %.4f of %d; hidden rel err per layer %.2e (max %.2e)",
-					p.name, prec, ag.positions, ag.top1(), ag.meanAbs(), ag.maxAbs, ag.flips(), ag.routed, rel, maxRel)
+					p.name, cfg, ag.positions, ag.top1(), ag.meanAbs(), ag.maxAbs, ag.flips(), ag.routed, rel, maxRel)
 				switch prec {
 				case ops.FP32:
 					if maxRel > 1e-4 {
-						t.Errorf("%s fp32: hidden relative error up to %.3g, want <= 1e-4", p.name, maxRel)
+						t.Errorf("%s %s: hidden relative error up to %.3g, want <= 1e-4", p.name, cfg, maxRel)
 					}
 				case ops.BF16:
 					if ag.top1() < 0.99 || ag.meanAbs() > 0.01 {
-						t.Errorf("%s bf16: top-1 %.4f (want >= 0.99), mean |dlogprob| %.4f (want <= 0.01)", p.name, ag.top1(), ag.meanAbs())
+						t.Errorf("%s %s: top-1 %.4f (want >= 0.99), mean |dlogprob| %.4f (want <= 0.01)", p.name, cfg, ag.top1(), ag.meanAbs())
 					}
 				}
 			}
@@ -107,7 +115,7 @@ func TestCUDABatchInvariance(t *testing.T) {
 	seqs := randomSequences(3, 3328, 1, 17, 64, 65, 5)
 	opts := Options{TopK: 5, Hidden: []int{0, 4, 7}, Lens: []int{2, 7}, Router: true, AttnRes: true}
 	for _, prec := range []ops.Precision{ops.BF16, ops.FP32} {
-		g := newCUDA(t, prec)
+		g := newCUDA(t, cuda.Options{Precision: prec})
 		alone := openPreset(t, "tiny", 1, g, EngineOptions{})
 		var want []Result
 		for _, s := range seqs {
