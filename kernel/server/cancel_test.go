@@ -46,33 +46,47 @@ func TestCancelQueued(t *testing.T) {
 	}
 }
 
-// waveGate holds, at layer 1, the first wave that carries job `target`, until released.
+// waveGate holds the next wave to start after arm, at layer 1, until released, and records the last
+// layer each held wave reported. Arming before the submission makes the held wave certain.
 type waveGate struct {
 	mu       sync.Mutex
-	target   string
-	current  []string
-	maxLayer map[string]int // per target: the last layer reported in its wave
+	armed    bool
+	target   int // the held wave, counted from 1 among the waves the gate saw start
+	waves    int
+	maxLayer map[int]int
 	held     chan struct{}
 	release  chan struct{}
 }
 
-func newWaveGate() *waveGate {
-	return &waveGate{maxLayer: map[string]int{}}
+func newWaveGate() *waveGate { return &waveGate{maxLayer: map[int]int{}} }
+
+// arm makes the gate hold the next wave to start; it returns that wave's key for lastLayer.
+func (g *waveGate) arm() {
+	g.mu.Lock()
+	g.armed, g.held, g.release = true, make(chan struct{}), make(chan struct{})
+	g.mu.Unlock()
 }
 
-// arm makes the gate hold the wave of job id.
-func (g *waveGate) arm(id string) {
+// lastLayer is the last layer the most recently held wave reported.
+func (g *waveGate) lastLayer() int {
 	g.mu.Lock()
-	g.target, g.held, g.release = id, make(chan struct{}), make(chan struct{})
-	g.mu.Unlock()
+	defer g.mu.Unlock()
+	return g.maxLayer[g.target]
 }
 
 func (g *waveGate) hooks() testHooks {
 	return testHooks{
-		beforeWave: func(ids []string) { g.mu.Lock(); g.current = ids; g.mu.Unlock() },
+		beforeWave: func([]string) {
+			g.mu.Lock()
+			g.waves++
+			if g.armed {
+				g.armed, g.target = false, g.waves
+			}
+			g.mu.Unlock()
+		},
 		afterLayer: func(p replay.Progress) {
 			g.mu.Lock()
-			in := slices.Contains(g.current, g.target)
+			in := g.waves == g.target
 			if in {
 				g.maxLayer[g.target] = p.Layer
 			}
@@ -102,7 +116,7 @@ func TestCancelRunning(t *testing.T) {
 	cancelled := ts.submit(t, api.Request{Inputs: []api.Input{{Tokens: []int32{7, 8, 9}}}}).ID
 	kept := api.Request{Inputs: []api.Input{api.TextInput("the one that stays")}, Options: api.Options{TopK: 2}}
 	keptID := ts.submit(t, kept).ID
-	gate.arm(cancelled)
+	gate.arm() // the wave after the blocker's
 	close(firstRelease)
 	<-gate.held
 	if code, body := ts.do(t, "POST", api.CancelPath(cancelled), ""); code != http.StatusOK {
@@ -116,10 +130,7 @@ func TestCancelRunning(t *testing.T) {
 	if !slices.Contains(st.Wave.Jobs, cancelled) {
 		t.Fatalf("the two jobs did not share a wave: %v", st.Wave.Jobs)
 	}
-	gate.mu.Lock()
-	shared := gate.maxLayer[cancelled]
-	gate.mu.Unlock()
-	if shared != 8 {
+	if shared := gate.lastLayer(); shared != 8 {
 		t.Errorf("the shared wave stopped at layer %d; the other job needed all 8", shared)
 	}
 	sameTable(t, keptID, ts.table(t, keptID, "tokens"), solo(t, ts.request(t, kept), 0, false).Tokens)
@@ -130,16 +141,13 @@ func TestCancelRunning(t *testing.T) {
 		t.Errorf("a cancelled job's tables were written: %v", files)
 	}
 
+	gate.arm()
 	alone := ts.submit(t, api.Request{Inputs: []api.Input{{Tokens: []int32{4, 4, 4}}}}).ID
-	gate.arm(alone)
 	<-gate.held
 	ts.do(t, "POST", api.CancelPath(alone), "")
 	close(gate.release)
 	after := ts.waitState(t, ts.submit(t, api.Request{Inputs: []api.Input{{Tokens: []int32{5}}}}).ID, api.StateDone)
-	gate.mu.Lock()
-	stopped := gate.maxLayer[alone]
-	gate.mu.Unlock()
-	if stopped >= 8 {
+	if stopped := gate.lastLayer(); stopped >= 8 {
 		t.Errorf("a wave whose only job was cancelled ran all %d layers", stopped)
 	}
 	if after.Wave.ID <= 2 {
