@@ -2,6 +2,7 @@ package kernel
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -71,7 +72,11 @@ func Connect(opts ...Option) (*Client, error) {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), healthTimeout)
 		defer cancel()
-		if _, err := c.Health(ctx); err != nil {
+		var se *ServerError
+		switch _, err := c.Health(ctx); {
+		case errors.As(err, &se):
+			return nil, fmt.Errorf("kernel: the engine at %s refused us (check %s): %w", o.addr, EnvToken, err)
+		case err != nil:
 			return nil, fmt.Errorf("kernel: the engine at %s does not answer: %w", o.addr, err)
 		}
 		return c, nil

@@ -137,7 +137,8 @@ func TestConnectEnvAddr(t *testing.T) {
 func TestConnectToken(t *testing.T) {
 	const token = "a-token-of-some-length"
 	addr := startServer(t, "127.0.0.1:0", server.Config{Token: token})
-	if _, err := Connect(WithAddr(addr)); err == nil || !strings.Contains(err.Error(), "401") {
+	if _, err := Connect(WithAddr(addr)); err == nil || !strings.Contains(err.Error(), "refused us (check POTATO_TOKEN)") ||
+		!strings.Contains(err.Error(), "401") {
 		t.Errorf("without the token: %v", err)
 	}
 	t.Setenv(EnvToken, token)

@@ -62,19 +62,20 @@ func readState(dir string) (api.State, error) {
 	return st, nil
 }
 
-// answering returns a client of the engine st describes if it answers with st's pid (a pid alone may
-// have been reused by another program since).
-func answering(st api.State, o options) *Client {
+// answering returns a client of the engine st describes and its health if it answers with st's pid (a
+// pid alone may have been reused by another program since); nil when it does not.
+func answering(st api.State, o options) (*Client, api.Health) {
 	c, err := newClient(st.Addr, "", o.progress)
 	if err != nil {
-		return nil
+		return nil, api.Health{}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), healthTimeout)
 	defer cancel()
-	if h, err := c.Health(ctx); err != nil || h.PID != st.PID || h.Status != "ok" {
-		return nil
+	h, err := c.Health(ctx)
+	if err != nil || h.PID != st.PID {
+		return nil, h
 	}
-	return c
+	return c, h
 }
 
 // reuse returns a client of the running background engine; nil and no error when there is none (a
@@ -84,10 +85,13 @@ func reuse(dir string, o options) (*Client, error) {
 	if err != nil {
 		return nil, nil
 	}
-	c := answering(st, o)
+	c, h := answering(st, o)
 	if c == nil {
 		os.Remove(filepath.Join(dir, stateName))
 		return nil, nil
+	}
+	if h.Status != "ok" { // it holds its spill directory until it exits: a second one could not start
+		return nil, fmt.Errorf("kernel: the background engine (pid %d) is stopping; connect again once it has", st.PID)
 	}
 	if o.model != "" && !sameDir(o.model, st.Model) {
 		c.Close()
@@ -153,7 +157,7 @@ func start(dir string, o options) (*Client, error) {
 		case <-tick.C:
 		}
 		if st, err := readState(dir); err == nil {
-			if c := answering(st, o); c != nil {
+			if c, _ := answering(st, o); c != nil {
 				return c, nil
 			}
 		}
@@ -211,7 +215,7 @@ func Shutdown() error {
 	if err != nil {
 		return err
 	}
-	if answering(st, options{}) == nil {
+	if c, _ := answering(st, options{}); c == nil {
 		os.Remove(filepath.Join(dir, stateName))
 		return nil
 	}

@@ -1,0 +1,93 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/potato-k3/potato-k3/kernel/api"
+)
+
+// tinyModel writes the tiny synthetic model with `potato synth`.
+func tinyModel(t *testing.T) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "tiny")
+	if err := run(context.Background(), []string{"synth", "-q", "--preset", "tiny", "--out", dir}, &bytes.Buffer{}); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// potato serve refuses to listen beyond loopback without a token, and refuses a weak token.
+func TestServeRefusals(t *testing.T) {
+	model := tinyModel(t)
+	short := filepath.Join(t.TempDir(), "token")
+	os.WriteFile(short, []byte("letmein\n"), 0o600)
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--listen", "0.0.0.0:0"}, "is reachable from other machines: give a bearer token (--token-file)"},
+		{[]string{"--token-file", short}, "the token has 7 characters, want at least 16"},
+		{[]string{"--precision", "fp8"}, "fp8"},
+	} {
+		args := append([]string{"serve", "--model", model, "--spill", t.TempDir()}, tt.args...)
+		err := run(context.Background(), args, &bytes.Buffer{})
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("potato %v: %v, want …%s…", tt.args, err, tt.want)
+		}
+	}
+}
+
+// potato serve writes its state file once it listens, answers, and on a signal (here the context's
+// end) stops cleanly and removes the state file.
+func TestServeUntilSignal(t *testing.T) {
+	model := tinyModel(t)
+	state := filepath.Join(t.TempDir(), "serve.json")
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error)
+	var out bytes.Buffer
+	go func() {
+		done <- run(ctx, []string{"serve", "--model", model, "--listen", "127.0.0.1:0", "--spill", t.TempDir(),
+			"--state-file", state, "--gather", "0"}, &out)
+	}()
+	var st api.State
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		data, err := os.ReadFile(state)
+		if err == nil && json.Unmarshal(data, &st) == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			stop()
+			t.Fatalf("no state file after 30s: %v", <-done)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if st.PID != os.Getpid() || !strings.HasPrefix(st.Addr, "http://127.0.0.1:") || st.Model != model {
+		t.Errorf("state: %+v", st)
+	}
+	resp, err := http.Get(st.Addr + api.PathHealth)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("health: %d", resp.StatusCode)
+	}
+	stop()
+	if err := <-done; err != nil {
+		t.Fatalf("serve after its signal: %v", err)
+	}
+	if _, err := os.Stat(state); !os.IsNotExist(err) {
+		t.Errorf("state file after exit: %v", err)
+	}
+	if !strings.Contains(out.String(), "listening on "+st.Addr) {
+		t.Errorf("output: %q", out.String())
+	}
+}
