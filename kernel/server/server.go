@@ -163,7 +163,8 @@ func (s *Server) Serve(l net.Listener) error {
 	if !LocalAddr(l.Addr()) && s.cfg.Token == "" {
 		return fmt.Errorf("server: %s is reachable from other machines: give a bearer token (--token-file) or listen on loopback or a unix socket", l.Addr())
 	}
-	hs := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second,
+	// No write timeout: progress streams and large tables take as long as they take.
+	hs := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
 		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)}
 	s.mu.Lock()
 	if s.closing {
