@@ -230,6 +230,10 @@ func TestTiming(t *testing.T) {
 	timeIt("MatMul 1x7168 by 7168x7168 (tensor cores)", 2*7168*7168, func() error { return free(b.MatMul(x1, w)) })
 	b.Free(x)
 	b.Free(w)
+	x, w = act(8192, 7168, 1), weight(12288, 7168, 0.01)
+	timeIt("MatMul 8192x7168 by 12288x7168 (K3's q_proj, tensor cores)", 2*8192*7168*12288, func() error { return free(b.MatMul(x, w)) })
+	b.Free(x)
+	b.Free(w)
 	{ // the same on the CUDA cores (kernel version 1)
 		b0 := b
 		b, err = cuda.New(cuda.Options{Precision: ops.BF16, NoTensorCores: true})

@@ -21,6 +21,8 @@ const (
 type weightRef struct {
 	kernel         string // k_matmul_f32, k_matmul_bf16 or k_matmul_mxfp4
 	tc             string // the tensor-core kernel for this weight type, or "" (float32 weights)
+	tcVec          string // its vectorised form (version 3), for k a multiple of vecK and aligned operands
+	vecK           int
 	ptr, scales    uint64
 	rows, k        int
 	packRow, scRow int
@@ -29,7 +31,8 @@ type weightRef struct {
 // weightOf describes a Tensor as a matmul weight.
 func weightOf(t *Tensor) weightRef {
 	if t.dt == dtBF16 {
-		return weightRef{kernel: "k_matmul_bf16", tc: "k_matmul_tc_bf16", ptr: t.ptr, rows: t.rows, k: t.cols}
+		return weightRef{kernel: "k_matmul_bf16", tc: "k_matmul_tc_bf16", tcVec: "k_matmul_tc_bf16_vec", vecK: 8,
+			ptr: t.ptr, rows: t.rows, k: t.cols}
 	}
 	return weightRef{kernel: "k_matmul_f32", ptr: t.ptr, rows: t.rows, k: t.cols}
 }
@@ -46,7 +49,15 @@ func (c *opCtx) gemm(out, x uint64, n int, w weightRef, round bool) error {
 	kernel, tile := w.kernel, mmTile
 	if bf == 1 && w.tc != "" && !c.b.opts.NoTensorCores {
 		kernel, tile = w.tc, tcTile
+		if w.tcVec != "" && w.k%w.vecK == 0 && x%16 == 0 && w.ptr%16 == 0 {
+			kernel = w.tcVec // version 3: the same bits as version 2, faster
+		}
 	}
+	return c.gemmKernel(kernel, tile, out, x, n, w, bf)
+}
+
+// gemmKernel launches one matmul kernel (tile: its rows and columns per block) over n rows.
+func (c *opCtx) gemmKernel(kernel string, tile int, out, x uint64, n int, w weightRef, bf int32) error {
 	m, k := w.rows, w.k
 	for r0 := 0; r0 < n; r0 += maxGridY * tile {
 		rn := min(maxGridY*tile, n-r0)
@@ -62,10 +73,11 @@ func (c *opCtx) gemm(out, x uint64, n int, w weightRef, round bool) error {
 // MatMul returns x times w transposed, out[i,j] = rounded(sum_k x[i,k] * w[j,k]), one float32 accumulator
 // per element. In FP32 precision, and for float32 weights, it runs on the CUDA cores over k in ascending
 // order with products rounded before the add (matmul.cu version 1): the CPU backend's loop, bit for bit.
-// In BF16 precision with a bfloat16 weight it runs on the tensor cores (matmul_tc.cu version 2): exact
-// bf16 products summed in k chunks of 16 in ascending order, which differs from the CPU backend at float32
-// rounding level (Options.NoTensorCores keeps version 1). Either way no element depends on the number of
-// rows. w may be a bfloat16 or float32 weight (read as stored) or an activation.
+// In BF16 precision with a bfloat16 weight it runs on the tensor cores (matmul_tc.cu versions 2 and 3,
+// which give the same bits): exact bf16 products summed in k chunks of 16 in ascending order, which
+// differs from the CPU backend at float32 rounding level (Options.NoTensorCores keeps version 1). Either
+// way no element depends on the number of rows. w may be a bfloat16 or float32 weight (read as stored) or
+// an activation.
 func (b *Backend) MatMul(x, w ops.Tensor) (ops.Tensor, error) {
 	const op = "MatMul"
 	ts, err := b.tensors(op, []string{"x", "w"}, x, w)

@@ -30,7 +30,7 @@ func (e *Expert) matrix(i int) weightRef {
 		rows, cols = e.latent, e.ffn
 	}
 	pw, sw := checkpoint.MXFP4RowBytes(cols)
-	return weightRef{kernel: "k_matmul_mxfp4", tc: "k_matmul_tc_mxfp4", ptr: e.ptr + uint64(e.off[2*i]), scales: e.ptr + uint64(e.off[2*i+1]),
+	return weightRef{kernel: "k_matmul_mxfp4", tc: "k_matmul_tc_mxfp4", tcVec: "k_matmul_tc_mxfp4_vec", vecK: 32, ptr: e.ptr + uint64(e.off[2*i]), scales: e.ptr + uint64(e.off[2*i+1]),
 		rows: rows, k: cols, packRow: pw, scRow: sw}
 }
 
@@ -54,14 +54,21 @@ func (b *Backend) UploadExpert(id, latent, ffn int, w1Packed, w1Scale, w3Packed,
 	}
 	e := &Expert{b: b, id: id, latent: latent, ffn: ffn}
 	var blob []byte
+	align := func() { // each part starts 256-byte aligned: the matmul kernels read 16 bytes at a time
+		for len(blob)%256 != 0 {
+			blob = append(blob, 0)
+		}
+	}
 	for i, m := range mats {
 		if err := checkMXFP4(m.packed, m.scales, m.rows, m.cols); err != nil {
 			return nil, fmt.Errorf("%w: %s: expert %d %s (%dx%d): %w", ErrArgument, op, id, m.name, m.rows, m.cols, err)
 		}
 		e.off[2*i] = len(blob)
 		blob = append(blob, m.packed...)
+		align()
 		e.off[2*i+1] = len(blob)
 		blob = append(blob, m.scales...)
+		align()
 	}
 	err := b.run(op, func(c *opCtx) error {
 		p, err := b.malloc(len(blob))
