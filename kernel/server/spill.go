@@ -7,12 +7,10 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"slices"
 	"time"
 
 	"github.com/potato-k3/potato-k3/kernel/api"
 	"github.com/potato-k3/potato-k3/replay"
-	"github.com/potato-k3/potato-k3/replay/model"
 	"github.com/potato-k3/potato-k3/replay/ops"
 	"github.com/potato-k3/potato-k3/replay/tables"
 )
@@ -111,9 +109,7 @@ func (s *Server) spill(j *job, results []replay.Result) {
 		tables.MetaConfigHash: j.config, tables.MetaEngine: replay.Version,
 		tables.MetaPrecision: j.prec.String(), tables.MetaBackend: s.info.Backend,
 	}}
-	lens := j.req.Options.Lens
 	s.mu.Unlock()
-	trimMixes(results, lens, s.info.Layers)
 	names, err := writeResults(filepath.Join(s.jobDir(j.id), "result.parquet"), results, opts)
 	j.persist.Lock()
 	defer j.persist.Unlock()
@@ -262,23 +258,4 @@ func jobOf(m manifest) *job {
 		j.fetched[name] = true
 	}
 	return j
-}
-
-// trimMixes drops, from the results of a job that asked for AttnRes weights, the output-site mixes that
-// another job's logit lens added to the shared wave: a lens readout after layer L takes the output mix
-// at L, and replay's split (as of engine 0.1.0) hands every mix of the wave to every request that asked
-// for AttnRes. A job keeps the output mixes of its own lens layers and of the last layer, exactly what
-// it gets when replayed alone. It does nothing once the engine splits mixes per request.
-func trimMixes(results []replay.Result, lens []int, layers int) {
-	for i := range results {
-		r := &results[i]
-		kept := r.Mixes[:0:0]
-		for _, m := range r.Mixes {
-			if m.Site == string(model.SiteOutput) && m.Layer != layers-1 && !slices.Contains(lens, m.Layer) {
-				continue
-			}
-			kept = append(kept, m)
-		}
-		r.Mixes = kept
-	}
 }
