@@ -48,16 +48,22 @@
 // the wave, the grid or the block that runs it: a sequence's results are bit-identical alone or in any
 // wave and for any expert chunking (DESIGN.md, Numerics). cuBLAS(Lt) is not used for that reason: it picks
 // algorithms and split-K by shape. Where practical the kernels replay the CPU backend's statements
-// exactly (products rounded before the add, transcendentals in double rounded once): MatMul, the router,
-// the experts, ShortConvSiLU, KDA and the elementwise ops then equal replay/cpu bit for bit; RMSNorm and
-// AttnResMix (warp sums), MLA (online softmax) and TokenStats (parallel double sums) differ from it at
-// rounding level and are compared with a tolerance (package ops/opstest).
+// exactly (products rounded before the add, transcendentals in double rounded once): the CUDA-core
+// MatMul, the router, the experts, ShortConvSiLU, KDA and the elementwise ops then equal replay/cpu bit
+// for bit; RMSNorm and AttnResMix (warp sums), MLA (online softmax), TokenStats (parallel double sums) and
+// the tensor-core matmuls (k chunks of 16) differ from it at rounding level and are compared with a
+// tolerance (package ops/opstest).
 //
 // # Performance
 //
-// Version 1 of every kernel is the simple correct one: the matmul runs on the CUDA cores in float32 (no
-// tensor cores yet), KDA steps token by token. The later versions (mma/wgmma matmuls with a fixed k-chunk
-// order, the chunked KDA, a fused lm_head and log-softmax, the streaming pipeline through pinned buffers)
-// are listed in the .cu files and in NOTES.md; cuBLASLt can only come with a fixed algorithm and no split-K
-// and a test that proves its invariance.
+// In BF16 precision the matmuls with bfloat16 or MXFP4 weights run on the tensor cores (matmul_tc.cu:
+// mma.sync bf16 -> f32, each element summing k chunks of 16 in ascending order, so still batch invariant;
+// about 170-180 TFLOP/s at K3's sizes on an H200, a quarter of the chip's bf16 rate); FP32 precision, f32
+// weights and the router's unrounded logits use the CUDA-core kernel (matmul.cu), which replays the CPU
+// backend's loop bit for bit (Options.NoTensorCores selects it everywhere). The other kernels are the
+// simple correct first versions: KDA steps token by token, MLA scores on the CUDA cores, each routed
+// expert is six launches. The next versions (cp.async/ldmatrix then wgmma matmuls, the chunked KDA, a
+// tensor-core MLA, a fused lm_head and log-softmax, a grouped expert GEMM, the streaming pipeline through
+// pinned buffers) are listed in the .cu files and in NOTES.md; cuBLASLt can only come with a pinned
+// algorithm, no split-K and a test that proves its invariance.
 package cuda
