@@ -33,7 +33,7 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 	var f benchFlags
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(os.Stderr)
-	fs.StringVar(&f.backend, "backend", "cpu", "backend: cpu")
+	fs.StringVar(&f.backend, "backend", "cpu", "backend: cpu or cuda")
 	fs.StringVar(&f.preset, "preset", "small", "synthetic preset to bench (written to the cache on first use), unless --model")
 	fs.Uint64Var(&f.seed, "seed", 1, "seed of the synthetic preset")
 	fs.StringVar(&f.model, "model", "", "bench this model directory instead of a preset")

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 
+	"github.com/potato-k3/potato-k3/cuda"
 	"github.com/potato-k3/potato-k3/replay"
 	"github.com/potato-k3/potato-k3/replay/checkpoint"
 	"github.com/potato-k3/potato-k3/replay/cpu"
@@ -23,11 +24,31 @@ type loaded struct {
 	ckpt      *checkpoint.Dir
 	backend   string
 	precision ops.Precision
+	closeB    func() // releases the backend (the GPU context); nil for the CPU
 }
 
 func (l *loaded) Close() {
 	l.engine.Close()
 	l.ckpt.Close()
+	if l.closeB != nil {
+		l.closeB()
+	}
+}
+
+// newBackend makes the named backend: "cpu" (pure Go, everywhere) or "cuda" (an NVIDIA GPU with the CUDA
+// 13 driver and NVRTC; the error says what is missing where there is none).
+func newBackend(name string, prec ops.Precision) (ops.Backend, func(), error) {
+	switch name {
+	case "cpu":
+		return cpu.New(cpu.Options{Precision: prec}), nil, nil
+	case "cuda":
+		b, err := cuda.New(cuda.Options{Precision: prec})
+		if err != nil {
+			return nil, nil, fmt.Errorf("backend cuda: %w (use --backend cpu on a machine without a GPU)", err)
+		}
+		return b, func() { b.Close() }, nil
+	}
+	return nil, nil, fmt.Errorf("backend %q: want cpu or cuda", name)
 }
 
 // modelDir is the --model flag's value, or the embedded default model (written to the cache on first use).
@@ -35,7 +56,7 @@ func modelDir(ctx context.Context, dir string) (string, error) {
 	if dir != "" {
 		return dir, nil
 	}
-	fmt.Fprintln(os.Stderr, "no --model: using the embedded default (synthetic preset tiny, seed 1, on the CPU)")
+	fmt.Fprintln(os.Stderr, "no --model: using the embedded default (the synthetic preset tiny, seed 1)")
 	return synth.Default(ctx)
 }
 
@@ -45,25 +66,25 @@ func openEngine(ctx context.Context, dir, backend, precision string, opts replay
 	if err != nil {
 		return nil, err
 	}
-	var b ops.Backend
-	switch backend {
-	case "cpu":
-		b = cpu.New(cpu.Options{Precision: prec})
-	default:
-		return nil, fmt.Errorf("backend %q: this build has the cpu backend only", backend)
-	}
 	if dir, err = modelDir(ctx, dir); err != nil {
 		return nil, err
 	}
-	e, d, err := replay.Open(ctx, dir, b, opts)
+	b, closeB, err := newBackend(backend, prec)
 	if err != nil {
 		return nil, err
 	}
-	tok, err := tokenizer.Load(dir)
-	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		e.Close()
-		d.Close()
+	l := &loaded{dir: dir, backend: b.Name(), precision: prec, closeB: closeB}
+	l.engine, l.ckpt, err = replay.Open(ctx, dir, b, opts)
+	if err != nil {
+		if closeB != nil {
+			closeB()
+		}
 		return nil, err
 	}
-	return &loaded{dir: dir, engine: e, tok: tok, ckpt: d, backend: b.Name(), precision: prec}, nil
+	l.tok, err = tokenizer.Load(dir)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		l.Close()
+		return nil, err
+	}
+	return l, nil
 }
