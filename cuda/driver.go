@@ -268,6 +268,7 @@ type Error struct {
 	Text string // the library's description
 }
 
+// Error formats the call, the code's name and number, and the description.
 func (e *Error) Error() string {
 	return fmt.Sprintf("cuda: %s: %s (%d): %s", e.Call, e.Name, e.Code, e.Text)
 }

@@ -205,7 +205,7 @@ func (n *nvrtcLib) compile(k kernelSource, arch string, extra []string, dir stri
 
 // build runs NVRTC on k with opts and returns the image of the given kind. A compilation error carries
 // NVRTC's log.
-func (n *nvrtcLib) build(k kernelSource, opts []string, kind string) ([]byte, error) {
+func (n *nvrtcLib) build(k kernelSource, opts []string, kind string) (img []byte, err error) {
 	src, name := cString(k.src), cString(k.name)
 	hnames := make([]string, 0, len(k.headers))
 	for h := range k.headers {
@@ -234,7 +234,11 @@ func (n *nvrtcLib) build(k kernelSource, opts []string, kind string) ([]byte, er
 	if err := n.check("nvrtcCreateProgram("+k.name+")", rc); err != nil {
 		return nil, err
 	}
-	defer ccall(n.destroy, uintptr(unsafe.Pointer(&prog)))
+	defer func() {
+		if derr := n.check("nvrtcDestroyProgram("+k.name+")", ccall(n.destroy, uintptr(unsafe.Pointer(&prog)))); derr != nil && err == nil {
+			img, err = nil, derr
+		}
+	}()
 	rc = ccall(n.compileProgram, prog, uintptr(len(opts)), uintptr(unsafe.Pointer(&optp[0])))
 	runtime.KeepAlive(keep)
 	runtime.KeepAlive(hdrs)
@@ -254,7 +258,7 @@ func (n *nvrtcLib) build(k kernelSource, opts []string, kind string) ([]byte, er
 	if size == 0 {
 		return nil, fmt.Errorf("%w: NVRTC produced an empty %s for %s", ErrCompile, kind, k.name)
 	}
-	img := make([]byte, size)
+	img = make([]byte, size)
 	if err := n.check("nvrtcGet"+strings.ToUpper(kind)+"("+k.name+")", ccall(getFn, prog, uintptr(unsafe.Pointer(&img[0])))); err != nil {
 		return nil, err
 	}
