@@ -26,7 +26,8 @@ func init() {
 type benchFlags struct {
 	backend, preset, precision, model, waves string
 	seed                                     uint64
-	seqLen, repeat                           int
+	seqLen, repeat, expertChunk              int
+	boundFlops, boundBandwidth               float64
 }
 
 func runBench(ctx context.Context, args []string, stdout io.Writer) error {
@@ -41,6 +42,9 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.StringVar(&f.waves, "tokens", "256,1024", "wave sizes in tokens, comma-separated")
 	fs.IntVar(&f.seqLen, "seq-len", 256, "tokens per sequence in a wave")
 	fs.IntVar(&f.repeat, "repeat", 3, "timed runs per wave size (the median is reported)")
+	fs.IntVar(&f.expertChunk, "expert-chunk", 0, "routed experts resident at once per MoE layer (0: all chosen)")
+	fs.Float64Var(&f.boundFlops, "bound-flops", 0, "arithmetic rate of the bound in FLOP/s (0: measure the backend's MatMul); an H200's bf16 rate is about 790e12")
+	fs.Float64Var(&f.boundBandwidth, "bound-bandwidth", 0, "weight bandwidth of the bound in bytes/s (0: measure reading the checkpoint); pinned host-to-device on an H200 is about 55e9")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -60,17 +64,24 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 		}
 		sizes = append(sizes, n)
 	}
-	l, err := openEngine(ctx, dir, f.backend, f.precision, replay.EngineOptions{})
+	l, err := openEngine(ctx, dir, f.backend, f.precision, replay.EngineOptions{ExpertChunk: f.expertChunk})
 	if err != nil {
 		return err
 	}
 	defer l.Close()
-	bound, err := measureBound(ctx, l)
+	bound, err := measureBound(ctx, l, f.boundBandwidth == 0, f.boundFlops == 0)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "bench: %s, %s on %s; read bandwidth %.2f GB/s (measured over the checkpoint), matmul %.1f GFLOP/s (measured)\n",
-		dir, l.precision, l.backend, bound.readBps/1e9, bound.flops/1e9)
+	src := [2]string{"measured over the checkpoint", "measured: the backend's MatMul"}
+	if f.boundBandwidth > 0 {
+		bound.readBps, src[0] = f.boundBandwidth, "given"
+	}
+	if f.boundFlops > 0 {
+		bound.flops, src[1] = f.boundFlops, "given"
+	}
+	fmt.Fprintf(stdout, "bench %s: %s, %s on %s; bound: weight bandwidth %.2f GB/s (%s), matmul %.1f GFLOP/s (%s)\n",
+		time.Now().Format("2006-01-02"), dir, l.precision, l.backend, bound.readBps/1e9, src[0], bound.flops/1e9, src[1])
 	for _, n := range sizes {
 		if err := benchWave(ctx, stdout, l, bound, n, f.seqLen, f.repeat); err != nil {
 			return err
@@ -85,25 +96,59 @@ type bound struct{ readBps, flops float64 }
 // measureBound reads every tensor of the checkpoint once (read bandwidth; after the engine opened it the
 // page cache may hold it, which is what a wave sees too) and times the backend's MatMul on a square
 // problem of the model's width (arithmetic rate).
-func measureBound(ctx context.Context, l *loaded) (bound, error) {
+func measureBound(ctx context.Context, l *loaded, bandwidth, arithmetic bool) (bound, error) {
+	var bd bound
+	if bandwidth {
+		var err error
+		if bd.readBps, err = measureRead(ctx, l); err != nil {
+			return bd, err
+		}
+	}
+	if arithmetic {
+		var err error
+		if bd.flops, err = measureMatMul(l); err != nil {
+			return bd, err
+		}
+	}
+	return bd, nil
+}
+
+// measureRead reads every tensor of the checkpoint once, in batches of about 1 GiB so that memory stays
+// bounded for any model size.
+func measureRead(ctx context.Context, l *loaded) (float64, error) {
 	var reqs []checkpoint.ReadRequest
-	var total int64
+	var total, batch int64
+	var elapsed time.Duration
+	flush := func() error {
+		start := time.Now()
+		err := l.ckpt.ReadBatch(ctx, reqs)
+		elapsed += time.Since(start)
+		reqs, batch = nil, 0
+		return err
+	}
 	for _, t := range l.ckpt.Tensors() {
 		reqs = append(reqs, checkpoint.ReadRequest{Tensor: t, Dst: make([]byte, t.Size)})
 		total += t.Size
+		if batch += t.Size; batch >= 1<<30 {
+			if err := flush(); err != nil {
+				return 0, err
+			}
+		}
 	}
-	start := time.Now()
-	if err := l.ckpt.ReadBatch(ctx, reqs); err != nil {
-		return bound{}, err
+	if err := flush(); err != nil {
+		return 0, err
 	}
-	readBps := float64(total) / time.Since(start).Seconds()
+	return float64(total) / elapsed.Seconds(), nil
+}
 
+// measureMatMul times the backend's MatMul on 256 rows by the model's width squared: its best of three.
+func measureMatMul(l *loaded) (float64, error) {
 	b := l.engine.Model.Ops
 	h := l.engine.Model.Dims.Hidden
 	rows := 256
 	x, err := b.FromHost(rows, h, randomFloats(rows*h))
 	if err != nil {
-		return bound{}, err
+		return 0, err
 	}
 	defer b.Free(x)
 	raw := make([]byte, 2*h*h)
@@ -115,7 +160,7 @@ func measureBound(ctx context.Context, l *loaded) (bound, error) {
 	}
 	w, err := b.Upload(ops.WeightBF16, h, h, raw)
 	if err != nil {
-		return bound{}, err
+		return 0, err
 	}
 	defer b.Free(w)
 	var best float64
@@ -123,15 +168,15 @@ func measureBound(ctx context.Context, l *loaded) (bound, error) {
 		start := time.Now()
 		y, err := b.MatMul(x, w)
 		if err != nil {
-			return bound{}, err
+			return 0, err
 		}
 		if _, err := b.ToHost(y); err != nil { // a device backend finishes its work here
-			return bound{}, err
+			return 0, err
 		}
 		b.Free(y)
 		best = max(best, 2*float64(rows)*float64(h)*float64(h)/time.Since(start).Seconds())
 	}
-	return bound{readBps: readBps, flops: best}, nil
+	return best, nil
 }
 
 func randomFloats(n int) []float32 {
