@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"slices"
 
@@ -41,10 +42,14 @@ func decodeRequest(w http.ResponseWriter, r *http.Request, limit int64) (api.Req
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, limit))
 	dec.DisallowUnknownFields()
 	err := dec.Decode(&req)
-	if err == nil && dec.More() {
-		err = errors.New("data after the request object")
-	}
 	var mbe *http.MaxBytesError
+	if err == nil { // only white space may follow (dec.More would let a stray '}' or ']' through)
+		if _, err = dec.Token(); err == io.EOF {
+			err = nil
+		} else if !errors.As(err, &mbe) {
+			err = errors.New("data after the request object")
+		}
+	}
 	switch {
 	case errors.As(err, &mbe):
 		return req, tooLarge("--max-body-bytes", limit, "request body too large")
