@@ -7,6 +7,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -28,6 +29,7 @@ type benchFlags struct {
 	seed                                     uint64
 	seqLen, repeat, expertChunk              int
 	boundFlops, boundBandwidth               float64
+	cpuProfile                               string
 }
 
 func runBench(ctx context.Context, args []string, stdout io.Writer) error {
@@ -45,8 +47,20 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.IntVar(&f.expertChunk, "expert-chunk", 0, "routed experts resident at once per MoE layer (0: all chosen)")
 	fs.Float64Var(&f.boundFlops, "bound-flops", 0, "arithmetic rate of the bound in FLOP/s (0: measure the backend's MatMul); an H200's bf16 rate is about 790e12")
 	fs.Float64Var(&f.boundBandwidth, "bound-bandwidth", 0, "weight bandwidth of the bound in bytes/s (0: measure reading the checkpoint); pinned host-to-device on an H200 is about 55e9")
+	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "write a Go CPU profile of the timed waves to this file")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if f.cpuProfile != "" {
+		pf, err := os.Create(f.cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer pf.Close()
+		if err := pprof.StartCPUProfile(pf); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
 	}
 	dir := f.model
 	if dir == "" {
