@@ -36,7 +36,7 @@ func LoadParquet(path string) ([]tokenizer.Conversation, error) {
 func ReadParquet(r parquet.ReaderAtSeeker, name string) ([]tokenizer.Conversation, error) {
 	var convs []tokenizer.Conversation
 	row := 0
-	_, err := eachParquetBatch(r, memory.DefaultAllocator, func(rec arrow.RecordBatch) error {
+	_, err := eachParquetBatch(r, memory.DefaultAllocator, false, func(rec arrow.RecordBatch) error {
 		cols, err := findColumns(rec.Schema())
 		if err != nil {
 			return &Error{File: name, Err: err}

@@ -21,10 +21,23 @@ import (
 // readBatchSize is the rows per record batch read back from Parquet.
 const readBatchSize = 64 << 10
 
+// storedSchemaKey is the file metadata key under which Arrow writers store the Arrow schema.
+const storedSchemaKey = "ARROW:schema"
+
 // eachParquetBatch calls fn with every record batch of the Parquet data in r, in order, and returns the
 // file's Arrow schema. fn must Retain a batch it keeps. A panic inside the Arrow reader (possible on
 // malformed files) comes back as an error: no panic leaves this package.
-func eachParquetBatch(r parquet.ReaderAtSeeker, mem memory.Allocator, fn func(arrow.RecordBatch) error) (schema *arrow.Schema, err error) {
+//
+// trusted is true only for files this package wrote. An untrusted file (a dataset) is read so that no
+// length in it can make arrow-go allocate what the file does not hold, since a runtime out-of-memory is
+// no panic and nothing recovers it (the fuzzer found both, in files of under 1 kB):
+//   - the Arrow schema a writer stored in the file is not decoded: its decoder makes slices as long as
+//     the bytes claim (153 GB asked). The types come from the Parquet schema, which holds everything a
+//     conversation needs;
+//   - every column chunk must lie inside the file (checkChunks): arrow-go reads a chunk whole into a
+//     buffer of the size the footer claims (16 GB asked for a chunk of a 1 kB file), and a negative size
+//     panics on one of its own goroutines, where no recover reaches.
+func eachParquetBatch(r parquet.ReaderAtSeeker, mem memory.Allocator, trusted bool, fn func(arrow.RecordBatch) error) (schema *arrow.Schema, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("parquet reader failed: %v", p)
@@ -35,6 +48,16 @@ func eachParquetBatch(r parquet.ReaderAtSeeker, mem memory.Allocator, fn func(ar
 		return nil, err
 	}
 	defer pf.Close()
+	if !trusted {
+		if err := checkChunks(pf, r); err != nil {
+			return nil, err
+		}
+		for _, kv := range pf.MetaData().KeyValueMetadata() {
+			if kv != nil && kv.Key == storedSchemaKey {
+				kv.Key += " (not decoded)" // pqarrow then reads the Parquet schema only
+			}
+		}
+	}
 	fr, err := pqarrow.NewFileReader(pf, pqarrow.ArrowReadProperties{BatchSize: readBatchSize}, mem)
 	if err != nil {
 		return nil, err
@@ -68,6 +91,34 @@ func eachParquetBatch(r parquet.ReaderAtSeeker, mem memory.Allocator, fn func(ar
 		return origin, nil
 	}
 	return rr.Schema(), nil
+}
+
+// checkChunks refuses a file whose footer places a column chunk outside the file, naming the row group
+// and column. The chunk's start is computed as arrow-go's RowGroupReader.GetColumnPageReader does.
+func checkChunks(pf *file.Reader, r io.Seeker) error {
+	size, err := r.Seek(0, io.SeekEnd)
+	if err != nil {
+		return err
+	}
+	md := pf.MetaData()
+	for g := range md.NumRowGroups() {
+		rg := md.RowGroup(g)
+		for c := range rg.NumColumns() {
+			col, err := rg.ColumnChunk(c)
+			if err != nil {
+				return fmt.Errorf("row group %d column %d: %w", g, c, err)
+			}
+			start, n := col.DataPageOffset(), col.TotalCompressedSize()
+			if col.HasDictionaryPage() && col.DictionaryPageOffset() > 0 && start > col.DictionaryPageOffset() {
+				start = col.DictionaryPageOffset()
+			}
+			if start < 0 || n < 0 || start > size || n > size-start {
+				return fmt.Errorf("row group %d column %d: chunk of %d bytes at offset %d does not fit in the file (%d bytes)",
+					g, c, n, start, size)
+			}
+		}
+	}
+	return nil
 }
 
 // sameTypes reports whether the schema read back has the stored schema's field names and types. The read
@@ -140,7 +191,7 @@ func retype(d arrow.ArrayData, dt arrow.DataType) arrow.ArrayData {
 // file with no rows gives one empty batch, so that its schema is not lost.
 func readParquetBatches(r parquet.ReaderAtSeeker, mem memory.Allocator) ([]arrow.RecordBatch, error) {
 	var recs []arrow.RecordBatch
-	schema, err := eachParquetBatch(r, mem, func(rec arrow.RecordBatch) error {
+	schema, err := eachParquetBatch(r, mem, true, func(rec arrow.RecordBatch) error {
 		rec.Retain()
 		recs = append(recs, rec)
 		return nil
