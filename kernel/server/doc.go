@@ -65,7 +65,9 @@
 // the weights together, in arrival order up to --max-wave-tokens (a larger job runs alone); a wave holds
 // jobs of one precision. Each job's results are exactly those of replaying it alone (the wave computes
 // the union of the options and hands each job its own). A job's status names its wave and the jobs that
-// shared it. The default precision's engine opens at start; the other (bf16 or fp32) opens on the first
+// shared it. A wave of several jobs that fails (a damaged tensor that one job's tokens read, an I/O
+// error) is retried one job at a time, so that each job fails or succeeds as it would alone. The
+// default precision's engine opens at start; the other (bf16 or fp32) opens on the first
 // job that asks for it and stays open, and waves of the two run one at a time.
 //
 // # Results outlive clients and restarts

@@ -55,11 +55,13 @@ func (s *Server) take() *wave {
 	s.waves++
 	w := &wave{id: s.waves, prec: s.pending[0].prec, started: now}
 	var rest []*job
+	alone := false // the wave holds a job retried alone: no other joins it
 	for _, j := range s.pending {
-		if j.prec != w.prec || (len(w.jobs) > 0 && w.tokens+j.tokens > s.cfg.Limits.MaxWaveTokens) {
+		if alone || j.prec != w.prec || (len(w.jobs) > 0 && (j.alone || w.tokens+j.tokens > s.cfg.Limits.MaxWaveTokens)) {
 			rest = append(rest, j)
 			continue
 		}
+		alone = j.alone
 		w.jobs = append(w.jobs, j)
 		w.reqs = append(w.reqs, j.req)
 		w.tokens += j.tokens
@@ -104,7 +106,7 @@ func (s *Server) run(w *wave) {
 			err = context.Cause(ctx)
 		}
 	}
-	s.finish(w, results, stats, err)
+	s.finish(w, results, stats, err, ctx.Err() == nil)
 }
 
 // onProgress is every engine's per-layer report; it belongs to the wave in flight (one at a time).
@@ -126,15 +128,29 @@ func (s *Server) onProgress(p replay.Progress) {
 
 // finish records the end of wave w: failed jobs are marked so, the others' results are spilled in the
 // background while the next wave runs, and cancelled jobs' results are dropped.
-func (s *Server) finish(w *wave, results [][]replay.Result, stats replay.WaveStats, err error) {
+//
+// A wave of several jobs that failed on its own (not cancelled: retry is true) is retried one job at a
+// time, at the head of the queue: the failure may belong to one job only (its tokens routed to a damaged
+// expert, which the others never read), and each job must get what it would have got alone.
+func (s *Server) finish(w *wave, results [][]replay.Result, stats replay.WaveStats, err error, retry bool) {
 	now := time.Now()
-	var failed []*job
+	var failed, again []*job
 	s.mu.Lock()
 	s.current = nil
 	w.stats = stats
+	running := 0
+	for _, j := range w.jobs {
+		if j.state == api.StateRunning {
+			running++
+		}
+	}
 	for i, j := range w.jobs {
 		switch {
 		case j.state != api.StateRunning: // cancelled during the wave
+		case err != nil && retry && running > 1:
+			j.state, j.wave, j.started, j.alone = api.StateQueued, nil, time.Time{}, true
+			j.progress = replay.Progress{Layers: s.info.Layers}
+			again = append(again, j)
 		case err != nil:
 			j.terminal(api.StateFailed, waveError(err, j.progress), now)
 			failed = append(failed, j)
@@ -144,10 +160,11 @@ func (s *Server) finish(w *wave, results [][]replay.Result, stats replay.WaveSta
 			go s.spill(j, results[i])
 		}
 	}
+	s.pending = append(again, s.pending...)
 	s.broadcast()
 	s.mu.Unlock()
 	if err != nil {
-		s.log.Warn("wave failed", "wave", w.id, "err", err)
+		s.log.Warn("wave failed", "wave", w.id, "err", err, "retried_alone", len(again))
 	} else {
 		s.log.Info("wave done", "wave", w.id, "seconds", stats.Seconds, "bytes_read", stats.BytesRead())
 	}
