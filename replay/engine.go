@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"os"
 	"path/filepath"
 	"sync/atomic"
@@ -21,7 +22,8 @@ type Engine struct {
 	reader  Reader
 	globals *model.Globals
 	opts    EngineOptions
-	held    atomic.Int64 // host bytes of layers read ahead and not yet released
+	held    atomic.Int64 // host bytes of weights read and not yet uploaded (layers read ahead, expert batches)
+	pool    *hostPool    // the host buffers weights are read into, reused across layers and waves
 	// ConfigSHA256 is the hex SHA-256 of the model directory's config.json (empty for engines made with
 	// NewEngine): results carry it so that a cache or a reader can tell models apart.
 	ConfigSHA256 string
@@ -44,10 +46,15 @@ type EngineOptions struct {
 // NewEngine binds a plan and a tensor reader to a backend and uploads the global weights.
 func NewEngine(ctx context.Context, plan *model.Plan, r Reader, b ops.Backend, opts EngineOptions) (*Engine, error) {
 	m := model.New(plan, b)
-	e := &Engine{Plan: plan, Model: m, reader: r, opts: opts}
-	src := readAhead(ctx, r, plan.GlobalTensors(), &e.held)
+	e := &Engine{Plan: plan, Model: m, reader: r, opts: opts, pool: newHostPool(b)}
+	src := readAhead(ctx, r, plan.GlobalTensors(), e.pool, &e.held)
 	g, err := m.LoadGlobals(ctx, src)
-	src.release(&e.held)
+	src.release(e.pool, &e.held)
+	// The globals (the embedding and lm_head) are read once and are larger than any layer: keep no
+	// buffer of their size.
+	if terr := e.pool.trim(); err == nil && terr != nil {
+		err = fmt.Errorf("releasing host buffers: %w", terr)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -84,8 +91,9 @@ func Open(ctx context.Context, dir string, b ops.Backend, opts EngineOptions, ck
 	return e, d, nil
 }
 
-// Close frees the resident weights.
+// Close frees the resident weights and the host buffers.
 func (e *Engine) Close() {
+	_ = e.pool.trim() // a backend that fails to free host memory releases it when it closes
 	if e.globals != nil {
 		for _, t := range []ops.Tensor{e.globals.Embed, e.globals.Norm, e.globals.OutputMix, e.globals.LMHead} {
 			e.Model.Ops.Free(t)
@@ -97,8 +105,13 @@ func (e *Engine) Close() {
 // SetProgress replaces the progress callback (nil: none). Not safe while a wave runs.
 func (e *Engine) SetProgress(f func(Progress)) { e.opts.Progress = f }
 
-// HeldBytes is the host memory currently held by layers read ahead (for tests of the two-layer bound).
+// HeldBytes is the host memory currently holding weights read and not yet uploaded: layers read ahead
+// and batches of experts (for tests of the two-layer bound).
 func (e *Engine) HeldBytes() int64 { return e.held.Load() }
+
+// HostBufferBytes is the host memory of the engine's read buffers, in use or kept for the next layer or
+// wave (page-locked memory on a backend with ops.HostMemory). It is at most a few layers' worth.
+func (e *Engine) HostBufferBytes() int64 { return e.pool.bytes() }
 
 // Progress reports a wave's advance after each layer.
 type Progress struct {

@@ -18,34 +18,60 @@ type Reader interface {
 	ReadBatch(ctx context.Context, reqs []checkpoint.ReadRequest) error
 }
 
-// bundle is a set of tensors read ahead into host memory: one layer's non-expert weights. It implements
-// model.Source for those tensors only, so a layer's upload never touches the disk.
+// bundle is a set of tensors read ahead into one host arena of the pool: one layer's non-expert weights.
+// It implements model.Source for those tensors only, so a layer's upload never touches the disk, and
+// model.Prechecked: the read-ahead goroutine scans the BF16 and F32 tensors for NaN and Inf right after
+// reading them, while the previous layer still computes, instead of the loader doing it on the way to
+// the device.
 type bundle struct {
 	done  chan struct{}
 	bytes map[string][]byte
-	size  int64
+	bad   map[string]error // tensors that are not finite: their *model.NonFiniteError
+	size  int64            // tensor bytes (what HeldBytes counts while the bundle is held)
+	held  int64            // what this bundle added to the engine's held counter
+	arena []byte           // from the pool; nil before it is taken or after release
 	err   error
 }
 
-// readAhead starts reading specs in the background and returns at once; Read waits for it.
-func readAhead(ctx context.Context, r Reader, specs []checkpoint.Spec, held *atomic.Int64) *bundle {
+// readAhead starts reading specs into an arena of pool in the background and returns at once; Read
+// waits for it.
+func readAhead(ctx context.Context, r Reader, specs []checkpoint.Spec, pool *hostPool, held *atomic.Int64) *bundle {
 	b := &bundle{done: make(chan struct{}), bytes: make(map[string][]byte, len(specs))}
 	go func() {
 		defer close(b.done)
-		reqs := make([]checkpoint.ReadRequest, 0, len(specs))
-		for _, s := range specs {
+		ts := make([]checkpoint.Tensor, len(specs))
+		for i, s := range specs {
 			t, err := lookup(r, s)
 			if err != nil {
 				b.err = err
 				return
 			}
-			buf := make([]byte, t.Size)
-			b.bytes[s.Name] = buf
+			ts[i] = t
 			b.size += t.Size
-			reqs = append(reqs, checkpoint.ReadRequest{Tensor: t, Dst: buf})
 		}
-		held.Add(b.size)
-		b.err = r.ReadBatch(ctx, reqs)
+		l := layout(ts)
+		if b.arena, b.err = pool.get(l.size); b.err != nil {
+			return
+		}
+		b.held = b.size
+		held.Add(b.held)
+		reqs := make([]checkpoint.ReadRequest, len(specs))
+		for i, s := range specs {
+			buf := l.slice(b.arena, ts, i)
+			b.bytes[s.Name] = buf
+			reqs[i] = checkpoint.ReadRequest{Tensor: ts[i], Dst: buf}
+		}
+		if b.err = r.ReadBatch(ctx, reqs); b.err != nil {
+			return
+		}
+		for _, s := range specs {
+			if err := model.CheckFinite(s.DType, b.bytes[s.Name]); err != nil {
+				if b.bad == nil {
+					b.bad = map[string]error{}
+				}
+				b.bad[s.Name] = err
+			}
+		}
 	}()
 	return b
 }
@@ -78,6 +104,9 @@ func (b *bundle) Read(ctx context.Context, s checkpoint.Spec) ([]byte, error) {
 	if err := b.wait(ctx); err != nil {
 		return nil, err
 	}
+	if err := b.bad[s.Name]; err != nil {
+		return nil, err
+	}
 	raw, ok := b.bytes[s.Name]
 	if !ok {
 		return nil, fmt.Errorf("tensor %s: not read ahead with its layer", s.Name)
@@ -85,57 +114,137 @@ func (b *bundle) Read(ctx context.Context, s checkpoint.Spec) ([]byte, error) {
 	return raw, nil
 }
 
-// release drops the host copy once the layer is uploaded.
-func (b *bundle) release(held *atomic.Int64) {
+// FiniteChecked implements model.Prechecked: Read returns only bytes already scanned for NaN and Inf.
+func (b *bundle) FiniteChecked() {}
+
+// release gives the arena back to the pool once the layer is uploaded (backends keep no reference to
+// the bytes they upload, ops.Backend's contract).
+func (b *bundle) release(pool *hostPool, held *atomic.Int64) {
 	<-b.done
-	held.Add(-b.size)
-	b.bytes = nil
+	held.Add(-b.held)
+	b.held = 0
+	pool.put(b.arena)
+	b.arena, b.bytes = nil, nil
 }
 
-// expertReader implements model.ExpertSource on a Reader: it reads the chosen experts' MXFP4 tensors
-// concurrently, uploads them and counts the bytes.
+// expertBatch is how many experts one ReadBatch reads: enough tensors to keep the checkpoint reader's
+// parallel preads busy (16 experts of K3 are 96 tensors, 280 MB), few enough that uploading one batch
+// overlaps reading the next and the host memory stays small.
+const expertBatch = 16
+
+// expertReader implements model.ExpertSource on a Reader: it reads the chosen experts' MXFP4 tensors in
+// batches into arenas of the pool, uploads each batch while the next is read, and counts the bytes.
 type expertReader struct {
 	r     Reader
 	m     *model.Model
-	bytes atomic.Int64 // expert bytes read
-	count atomic.Int64 // experts read
+	pool  *hostPool
+	held  *atomic.Int64 // the engine's count of host bytes in use for layers
+	bytes atomic.Int64  // expert bytes read
+	count atomic.Int64  // experts read
 }
 
-// Experts implements model.ExpertSource.
+// expertRead is one batch of experts read into an arena.
+type expertRead struct {
+	ids   []int
+	srcs  []mapSource // per expert: its tensors' bytes inside arena
+	arena []byte
+	size  int64
+	err   error
+}
+
+// Experts implements model.ExpertSource. Every tensor is looked up before anything is read; then a
+// goroutine reads batch after batch (one batch ahead) while this one uploads, in ascending order.
 func (x *expertReader) Experts(ctx context.Context, layer int, ids []int) ([]ops.Expert, error) {
-	var reqs []checkpoint.ReadRequest
-	bufs := make([]map[string][]byte, len(ids))
-	var size int64
+	specs := make([][]checkpoint.Spec, len(ids))
+	ts := make([][]checkpoint.Tensor, len(ids))
 	for i, e := range ids {
-		bufs[i] = make(map[string][]byte, 6)
-		for _, s := range x.m.Plan.ExpertTensors(layer, e) {
+		specs[i] = x.m.Plan.ExpertTensors(layer, e)
+		for _, s := range specs[i] {
 			t, err := lookup(x.r, s)
 			if err != nil {
 				return nil, err
 			}
-			buf := make([]byte, t.Size)
-			bufs[i][s.Name] = buf
-			size += t.Size
-			reqs = append(reqs, checkpoint.ReadRequest{Tensor: t, Dst: buf})
+			ts[i] = append(ts[i], t)
 		}
 	}
-	if err := x.r.ReadBatch(ctx, reqs); err != nil {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	reads := make(chan *expertRead, 1) // one batch read ahead of the upload
+	go x.readBatches(ctx, ids, specs, ts, reads)
+	out := make([]ops.Expert, 0, len(ids))
+	var err error
+	for rd := range reads { // drained to the end: every arena goes back to the pool
+		if err == nil {
+			err = rd.err
+		}
+		for i := 0; err == nil && i < len(rd.ids); i++ {
+			// Uploads run on this goroutine: backends do not promise concurrent uploads.
+			var ex ops.Expert
+			if ex, err = x.m.LoadExpert(ctx, layer, rd.ids[i], rd.srcs[i]); err == nil {
+				out = append(out, ex)
+			}
+		}
+		x.held.Add(-rd.size)
+		x.pool.put(rd.arena)
+		if err != nil {
+			cancel()
+		}
+	}
+	if err == nil && len(out) < len(ids) { // the reader stopped early: only a cancelled context does that
+		err = fmt.Errorf("experts of layer %d: %w", layer, context.Cause(ctx))
+	}
+	if err != nil {
+		for _, done := range out {
+			x.m.Ops.Free(done)
+		}
 		return nil, err
 	}
-	x.bytes.Add(size)
-	x.count.Add(int64(len(ids)))
-	out := make([]ops.Expert, 0, len(ids))
-	for i, e := range ids { // uploads run on this goroutine: backends do not promise concurrent uploads
-		ex, err := x.m.LoadExpert(ctx, layer, e, mapSource(bufs[i]))
-		if err != nil {
-			for _, done := range out {
-				x.m.Ops.Free(done)
-			}
-			return nil, err
-		}
-		out = append(out, ex)
-	}
 	return out, nil
+}
+
+// readBatches reads the experts in batches of expertBatch into arenas and sends each batch, stopping
+// after the first failure (sent with its error) or when ctx is cancelled. It closes out when done.
+func (x *expertReader) readBatches(ctx context.Context, ids []int, specs [][]checkpoint.Spec, ts [][]checkpoint.Tensor, out chan<- *expertRead) {
+	defer close(out)
+	for start := 0; start < len(ids); start += expertBatch {
+		end := min(start+expertBatch, len(ids))
+		rd := &expertRead{ids: ids[start:end], srcs: make([]mapSource, end-start)}
+		if rd.err = ctx.Err(); rd.err != nil {
+			out <- rd
+			return
+		}
+		var flat []checkpoint.Tensor
+		for i := start; i < end; i++ {
+			flat = append(flat, ts[i]...)
+		}
+		l := layout(flat)
+		if rd.arena, rd.err = x.pool.get(l.size); rd.err != nil {
+			out <- rd
+			return
+		}
+		reqs := make([]checkpoint.ReadRequest, len(flat))
+		k := 0
+		for i := start; i < end; i++ {
+			src := make(mapSource, len(specs[i]))
+			for _, s := range specs[i] {
+				buf := l.slice(rd.arena, flat, k)
+				src[s.Name] = buf
+				reqs[k] = checkpoint.ReadRequest{Tensor: flat[k], Dst: buf}
+				rd.size += flat[k].Size
+				k++
+			}
+			rd.srcs[i-start] = src
+		}
+		x.held.Add(rd.size)
+		if rd.err = x.r.ReadBatch(ctx, reqs); rd.err == nil {
+			x.bytes.Add(rd.size)
+			x.count.Add(int64(end - start))
+		}
+		out <- rd
+		if rd.err != nil {
+			return
+		}
+	}
 }
 
 // mapSource serves tensor bytes already in memory.

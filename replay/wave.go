@@ -145,7 +145,7 @@ func (e *Engine) runWave(ctx context.Context, reqs []Request) ([][]Result, WaveS
 	stats := WaveStats{Sequences: len(seqs), Tokens: len(ids), LayerBytes: make([]int64, layers),
 		ExpertBytes: make([]int64, layers), ExpertsRead: make([]int, layers)}
 	obs := &capture{router: wantRouter, mixes: wMix}
-	experts := &expertReader{r: e.reader, m: e.Model}
+	experts := &expertReader{r: e.reader, m: e.Model, pool: e.pool, held: &e.held}
 	pass := &model.Pass{Ctx: ctx, Model: e.Model, Layout: layout, Experts: experts, Obs: obs,
 		ExpertChunk: e.opts.ExpertChunk}
 	w := &waveOut{lens: map[int][]ops.TokenStats{}, hidden: map[int][]float32{}}
@@ -155,25 +155,25 @@ func (e *Engine) runWave(ctx context.Context, reqs []Request) ([][]Result, WaveS
 		return nil, stats, err
 	}
 	defer st.Free(e.Model.Ops)
-	next := readAhead(ctx, e.reader, e.Plan.LayerTensors(0), &e.held)
+	next := readAhead(ctx, e.reader, e.Plan.LayerTensors(0), e.pool, &e.held)
 	for i := 0; i < layers; i++ {
 		cur := next
 		lw, err := e.Model.LoadLayer(ctx, i, cur)
-		cur.release(&e.held)
+		cur.release(e.pool, &e.held)
 		if err != nil {
 			return nil, stats, err
 		}
 		stats.LayerBytes[i] = cur.size
 		// Read the next layer while this one computes: at most two layers of weights are held.
 		if i+1 < layers {
-			next = readAhead(ctx, e.reader, e.Plan.LayerTensors(i+1), &e.held)
+			next = readAhead(ctx, e.reader, e.Plan.LayerTensors(i+1), e.pool, &e.held)
 		}
 		b0, n0 := experts.bytes.Load(), experts.count.Load()
 		err = pass.Layer(st, lw)
 		e.Model.FreeLayer(lw)
 		if err != nil {
 			if i+1 < layers {
-				next.release(&e.held)
+				next.release(e.pool, &e.held)
 			}
 			return nil, stats, err
 		}
@@ -181,7 +181,7 @@ func (e *Engine) runWave(ctx context.Context, reqs []Request) ([][]Result, WaveS
 		stats.ExpertsRead[i] = int(experts.count.Load() - n0)
 		if err := e.captureLayer(pass, st, i, hidden, lens, targets, topK, w); err != nil {
 			if i+1 < layers {
-				next.release(&e.held)
+				next.release(e.pool, &e.held)
 			}
 			return nil, stats, err
 		}

@@ -46,33 +46,13 @@ func (ld *loader) bytes(s checkpoint.Spec) []byte {
 		ld.err = fmt.Errorf("tensor %s: read %d bytes, want %d for %s", s.Name, len(raw), s.Bytes(), s)
 		return nil
 	}
-	if i := firstNonFinite(s.DType, raw); i >= 0 {
-		ld.err = fmt.Errorf("tensor %s: element %d is NaN or Inf: a damaged or wrongly converted checkpoint", s.Name, i)
-		return nil
+	if _, checked := ld.src.(Prechecked); !checked {
+		if err := CheckFinite(s.DType, raw); err != nil {
+			ld.err = fmt.Errorf("tensor %s: %w", s.Name, err)
+			return nil
+		}
 	}
 	return raw
-}
-
-// firstNonFinite returns the index of the first NaN or Inf element of little-endian BF16 or F32 bytes, or
-// -1. A trained checkpoint has none; one would silently poison every token downstream of it, so it is
-// refused at load with the tensor named. (MXFP4 codes are always finite; their scales are checked when
-// decoded.)
-func firstNonFinite(dt checkpoint.DType, raw []byte) int {
-	switch dt {
-	case checkpoint.BF16:
-		for i := 0; i+1 < len(raw); i += 2 {
-			if binary.LittleEndian.Uint16(raw[i:])&0x7f80 == 0x7f80 { // exponent all ones
-				return i / 2
-			}
-		}
-	case checkpoint.F32:
-		for i := 0; i+3 < len(raw); i += 4 {
-			if binary.LittleEndian.Uint32(raw[i:])&0x7f800000 == 0x7f800000 {
-				return i / 4
-			}
-		}
-	}
-	return -1
 }
 
 // tensor uploads s as a 2-D tensor: the first dimension is the rows, the rest flattened into columns

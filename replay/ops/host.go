@@ -1,0 +1,19 @@
+package ops
+
+// HostMemory is an optional interface of a Backend: host memory that its Upload and UploadExpert copy from
+// fastest. The CUDA backend hands out page-locked (pinned) memory, which the device's copy engine reads
+// directly at the full host-to-device rate; from ordinary memory every byte first goes through a staging
+// copy on the CPU. The engine reads weights from the checkpoint straight into such buffers when its
+// backend implements HostMemory, and into ordinary Go memory otherwise.
+//
+// Contract: Upload and UploadExpert give bit for bit the same results (and the same errors) for bytes in
+// this memory as for the same bytes anywhere else, and, as for any source, keep no reference to the bytes
+// once they return: the caller may overwrite or free the buffer at once.
+type HostMemory interface {
+	// AllocHost returns n bytes of host memory (contents undefined) that stays valid until FreeHost or
+	// the backend's Close. The slice must not be grown with append.
+	AllocHost(n int) ([]byte, error)
+	// FreeHost releases a buffer AllocHost returned (the same slice, or one with the same first byte).
+	// Freeing anything else is an error; so is using the buffer afterwards.
+	FreeHost(b []byte) error
+}

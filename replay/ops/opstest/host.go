@@ -1,0 +1,146 @@
+package opstest
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+
+	"github.com/potato-k3/potato-k3/replay/bf16"
+	"github.com/potato-k3/potato-k3/replay/ops"
+)
+
+// hostTests cover uploads from the backend's own host memory (ops.HostMemory) and the contract that an
+// upload keeps no reference to its bytes.
+var hostTests = []test{
+	{"HostMemory", testHostMemory},
+}
+
+// hostBufs hands out buffers from the backend's ops.HostMemory, or ordinary memory for a backend without.
+type hostBufs struct {
+	s   *suite
+	mem ops.HostMemory
+}
+
+func (h hostBufs) alloc(n int) []byte {
+	h.s.Helper()
+	if h.mem == nil {
+		return make([]byte, n)
+	}
+	b, err := h.mem.AllocHost(n)
+	h.s.must(err, fmt.Sprintf("AllocHost(%d)", n))
+	if len(b) < n {
+		h.s.Fatalf("AllocHost(%d) returned %d bytes", n, len(b))
+	}
+	return b
+}
+
+func (h hostBufs) free(b []byte) {
+	h.s.Helper()
+	if h.mem != nil {
+		h.s.must(h.mem.FreeHost(b), "FreeHost")
+	}
+}
+
+// scribble overwrites a buffer with 0xff bytes (NaN bfloat16s and float32s, scale bytes 255), as the
+// engine's next read would overwrite it.
+func scribble(b []byte) {
+	for i := range b {
+		b[i] = 0xff
+	}
+}
+
+// testHostMemory: weights and experts uploaded from the backend's host memory (at unaligned offsets
+// inside one buffer, as the engine's read arenas place them) equal those uploaded from ordinary memory
+// bit for bit, although the buffer is overwritten as soon as each upload returns; bad expert bytes there
+// are refused as anywhere; FreeHost refuses what AllocHost did not hand out.
+func testHostMemory(s *suite) {
+	mem, _ := s.b.(ops.HostMemory)
+	h := hostBufs{s: s, mem: mem}
+	shapes := [][2]int{{1, 1}, {65, 129}}
+	if mem != nil {
+		shapes = append(shapes, [2]int{4100, 8200}) // 67 MB: more than one piece of a 64 MiB staging buffer
+	}
+	for _, sh := range shapes {
+		rows, cols := sh[0], sh[1]
+		v := make([]float32, rows*cols)
+		for i := range v {
+			v[i] = float32(s.rng.NormFloat64())
+		}
+		rawB := make([]byte, 2*len(v))
+		bf16.Encode(rawB, v)
+		rawF := make([]byte, 4*len(v))
+		for i, x := range v {
+			binary.LittleEndian.PutUint32(rawF[4*i:], math.Float32bits(x))
+		}
+		for _, c := range []struct {
+			dt  ops.DType
+			raw []byte
+		}{{ops.WeightBF16, rawB}, {ops.WeightF32, rawF}} {
+			what := fmt.Sprintf("Upload %dx%d dtype %d from host memory", rows, cols, c.dt)
+			buf := h.alloc(len(c.raw) + 3)
+			src := buf[3 : 3+len(c.raw)]
+			copy(src, c.raw)
+			wh, err := s.b.Upload(c.dt, rows, cols, src)
+			s.must(err, what)
+			scribble(buf)
+			wg, err := s.b.Upload(c.dt, rows, cols, c.raw)
+			s.must(err, what+": from ordinary memory")
+			s.same(what, s.host(wh, rows, cols), s.host(wg, rows, cols), cols)
+			s.free(wh, wg)
+			h.free(buf)
+		}
+	}
+
+	const latent, ffn, n, beta, linBeta = 64, 96, 33, 4, 25
+	e := s.randExpert(0, latent, ffn)
+	parts := [][]byte{e.w1.packed, e.w1.scales, e.w3.packed, e.w3.scales, e.w2.packed, e.w2.scales}
+	total := 0
+	for _, p := range parts {
+		total += len(p) + 5
+	}
+	buf := h.alloc(total + 5)
+	place := func() [][]byte { // the parts at odd offsets inside buf, 5 bytes apart
+		out := make([][]byte, len(parts))
+		off := 5
+		for i, p := range parts {
+			out[i] = buf[off : off+len(p) : off+len(p)]
+			copy(out[i], p)
+			off += len(p) + 5
+		}
+		return out
+	}
+	in := place()
+	xh, err := s.b.UploadExpert(e.id, latent, ffn, in[0], in[1], in[2], in[3], in[4], in[5])
+	s.must(err, "UploadExpert from host memory")
+	scribble(buf)
+	xg := s.upload(e)
+	z, _ := s.randAct(n, latent, 1)
+	rt := s.randRouting(n, 1, 1) // every row chooses expert 0
+	var got [2][]float32
+	for i, x := range []ops.Expert{xh, xg} {
+		acc, err := s.b.Zeros(n, latent)
+		s.must(err, "Zeros")
+		s.must(s.b.ExpertsAccumulate(acc, z, rt, []ops.Expert{x}, beta, linBeta), "ExpertsAccumulate")
+		got[i] = s.host(acc, n, latent)
+		s.free(acc)
+	}
+	s.same("expert uploaded from host memory vs ordinary memory", got[0], got[1], latent)
+	s.free(z)
+	s.b.Free(xh)
+	s.b.Free(xg)
+
+	in = place()
+	in[5][len(in[5])-1] = 255 // the last w2 scale byte: NaN
+	s.fails("UploadExpert from host memory with a w2 scale byte 255", func() error {
+		x, err := s.b.UploadExpert(e.id, latent, ffn, in[0], in[1], in[2], in[3], in[4], in[5])
+		s.b.Free(x)
+		return err
+	})
+	h.free(buf)
+	if mem != nil {
+		s.fails("FreeHost of ordinary memory", func() error { return mem.FreeHost(make([]byte, 8)) })
+		b := h.alloc(64)
+		h.free(b)
+		s.fails("FreeHost twice", func() error { return mem.FreeHost(b) })
+	}
+}
