@@ -81,13 +81,15 @@ type Backend struct {
 	info  DeviceInfo
 	dev   int32   // CUdevice
 	ctx   uintptr // the device's primary context
-	strm  uintptr // the backend's stream: every kernel and copy is ordered on it
+	strm  uintptr // the backend's stream: every kernel, and every copy of an op's inputs and outputs
+	cstrm uintptr // the copy stream: weight uploads (host.go), beside the kernels on strm
 	async bool    // stream-ordered allocation (cuMemAllocAsync) is available
 
 	mods  []uintptr
 	fns   map[string]uintptr
 	stage unsafe.Pointer // pinned staging buffer for host transfers
 	nstg  int
+	hosts hostAllocs // pinned buffers handed out by AllocHost
 
 	closeOnce sync.Once
 	closeErr  error
@@ -213,6 +215,10 @@ func (b *Backend) start(images map[string][]byte) error {
 		b.release()
 		return err
 	}
+	if err := d.check("cuStreamCreate(copy)", ccall(d.cuStreamCreate, uintptr(unsafe.Pointer(&b.cstrm)), cuStreamNonBlocking)); err != nil {
+		b.release()
+		return err
+	}
 	if b.async {
 		var pool uintptr
 		if err := d.check("cuDeviceGetDefaultMemPool", ccall(d.cuDeviceGetDefaultMemPool, uintptr(unsafe.Pointer(&pool)), uintptr(b.dev))); err != nil {
@@ -261,6 +267,10 @@ func (b *Backend) release() error {
 	if b.strm != 0 {
 		errs = append(errs, d.check("cuStreamSynchronize", ccall(d.cuStreamSynchronize, b.strm)))
 	}
+	if b.cstrm != 0 {
+		errs = append(errs, d.check("cuStreamSynchronize(copy)", ccall(d.cuStreamSynchronize, b.cstrm)))
+	}
+	errs = append(errs, b.releaseHosts())
 	if b.stage != nil {
 		errs = append(errs, d.check("cuMemFreeHost", ccall(d.cuMemFreeHost, uintptr(b.stage))))
 		b.stage, b.nstg = nil, 0
@@ -272,6 +282,10 @@ func (b *Backend) release() error {
 	if b.strm != 0 {
 		errs = append(errs, d.check("cuStreamDestroy", ccall(d.cuStreamDestroy, b.strm)))
 		b.strm = 0
+	}
+	if b.cstrm != 0 {
+		errs = append(errs, d.check("cuStreamDestroy(copy)", ccall(d.cuStreamDestroy, b.cstrm)))
+		b.cstrm = 0
 	}
 	if b.ctx != 0 {
 		errs = append(errs, d.check("cuDevicePrimaryCtxRelease", ccall(d.cuDevicePrimaryCtxRelease, uintptr(b.dev))))

@@ -135,7 +135,7 @@ func (b *Backend) toDevice(dst uint64, src []byte) error {
 		if err != nil {
 			return err
 		}
-		n := copy(buf, src)
+		n := parallelCopy(buf, src)
 		if err := d.check("cuMemcpyHtoDAsync", ccall(d.cuMemcpyHtoDAsync, uintptr(dst), uintptr(b.stage), uintptr(n), b.strm)); err != nil {
 			return err
 		}
@@ -164,7 +164,7 @@ func (b *Backend) toHost(dst []byte, src uint64) error {
 		if err := d.check("cuStreamSynchronize", ccall(d.cuStreamSynchronize, b.strm)); err != nil {
 			return err
 		}
-		copy(dst[:n], buf[:n])
+		parallelCopy(dst[:n], buf[:n])
 		src += uint64(n)
 		dst = dst[n:]
 	}

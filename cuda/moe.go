@@ -1,8 +1,11 @@
 package cuda
 
 import (
+	"encoding/binary"
+	"errors"
 	"fmt"
 	"slices"
+	"sync"
 
 	"github.com/potato-k3/potato-k3/replay/checkpoint"
 	"github.com/potato-k3/potato-k3/replay/ops"
@@ -35,48 +38,41 @@ func (e *Expert) matrix(i int) weightRef {
 }
 
 // UploadExpert copies expert id's MXFP4 matrices (K3_SPEC.md section 4) to the device packed: w1 and w3
-// are ffn x latent, w2 is latent x ffn. The bytes are checked on the host first: sizes, scale byte 255
-// (NaN) and, for the rare groups with scale 253 or 254, codes whose value overflows float32, each an
-// error naming the matrix, as the CPU backend's decoder reports them.
+// are ffn x latent, w2 is latent x ffn, each part at a 256-byte aligned offset of one buffer (the padding
+// zeroed). The bytes are checked on the host: sizes, scale byte 255 (NaN) and, for the rare groups with
+// scale 253 or 254, codes whose value overflows float32, each an error naming the matrix, as the CPU
+// backend's decoder reports them. When all six parts lie in buffers from AllocHost the copies go straight
+// from them on the copy stream and the checks run while the bytes are in flight (the expert is freed if
+// one fails); otherwise the checks come first and the bytes go through the staging buffer.
 func (b *Backend) UploadExpert(id, latent, ffn int, w1Packed, w1Scale, w3Packed, w3Scale, w2Packed, w2Scale []byte) (ops.Expert, error) {
 	const op = "UploadExpert"
 	if id < 0 || latent <= 0 || ffn <= 0 || latent%2 != 0 || ffn%2 != 0 {
 		return nil, shapeErr(op, "expert %d: latent %d, ffn %d: want positive even sizes", id, latent, ffn)
 	}
-	mats := []struct {
-		name           string
-		packed, scales []byte
-		rows, cols     int
-	}{
-		{"w1", w1Packed, w1Scale, ffn, latent},
-		{"w3", w3Packed, w3Scale, ffn, latent},
-		{"w2", w2Packed, w2Scale, latent, ffn},
-	}
+	parts := [6][]byte{w1Packed, w1Scale, w3Packed, w3Scale, w2Packed, w2Scale}
 	e := &Expert{b: b, id: id, latent: latent, ffn: ffn}
-	var blob []byte
-	align := func() { // each part starts 256-byte aligned: the matmul kernels read 16 bytes at a time
-		for len(blob)%256 != 0 {
-			blob = append(blob, 0)
-		}
+	size, padded, direct := 0, false, true
+	for i, part := range parts { // each part starts 256-byte aligned: the matmul kernels read 16 bytes at a time
+		e.off[i] = size
+		size = (size + len(part) + 255) &^ 255
+		padded = padded || len(part)%256 != 0
+		direct = direct && b.pinned(part)
 	}
-	for i, m := range mats {
-		if err := checkMXFP4(m.packed, m.scales, m.rows, m.cols); err != nil {
-			return nil, fmt.Errorf("%w: %s: expert %d %s (%dx%d): %w", ErrArgument, op, id, m.name, m.rows, m.cols, err)
+	check := func() error { return checkExpert(op, id, latent, ffn, parts) }
+	if !direct {
+		if err := check(); err != nil {
+			return nil, err
 		}
-		e.off[2*i] = len(blob)
-		blob = append(blob, m.packed...)
-		align()
-		e.off[2*i+1] = len(blob)
-		blob = append(blob, m.scales...)
-		align()
 	}
 	err := b.run(op, func(c *opCtx) error {
-		p, err := b.malloc(len(blob))
+		p, err := b.mallocCopy(size)
 		if err != nil {
 			return err
 		}
-		if err := b.toDevice(p, blob); err != nil {
-			return fmt.Errorf("%w (freeing: %v)", err, b.free(p))
+		err = b.fillExpert(p, size, padded, direct, parts, e.off)
+		if err != nil {
+			// The copy stream is waited for first: the block was allocated on it and copies may be queued.
+			return fmt.Errorf("%w (freeing: %v)", err, errors.Join(b.syncCopy(), b.free(p)))
 		}
 		e.ptr = p
 		return nil
@@ -84,7 +80,80 @@ func (b *Backend) UploadExpert(id, latent, ffn int, w1Packed, w1Scale, w3Packed,
 	if err != nil {
 		return nil, err
 	}
+	if !direct {
+		return e, nil
+	}
+	cerr := check() // while the copies run
+	err = b.run(op, func(c *opCtx) error {
+		err := b.syncCopy()
+		if err != nil || cerr != nil {
+			err = errors.Join(err, b.free(e.ptr))
+			e.ptr, e.freed = 0, true
+		}
+		return err
+	})
+	if cerr != nil {
+		if err != nil {
+			return nil, errors.Join(cerr, err)
+		}
+		return nil, cerr
+	}
+	if err != nil {
+		return nil, err
+	}
 	return e, nil
+}
+
+// fillExpert queues (direct: from pinned buffers, left in flight) or performs (staged) the copies of an
+// expert's parts to device buffer p of size bytes, after zeroing it when some part leaves padding. On
+// the CUDA thread.
+func (b *Backend) fillExpert(p uint64, size int, padded, direct bool, parts [6][]byte, off [6]int) error {
+	if padded { // size is a multiple of 256, so of 4
+		d := b.drv
+		if err := d.check("cuMemsetD32Async(copy)", ccall(d.cuMemsetD32Async, uintptr(p), 0, uintptr(size/4), b.cstrm)); err != nil {
+			return err
+		}
+	}
+	for i, part := range parts {
+		var err error
+		if direct {
+			err = b.copyAsync(p+uint64(off[i]), part)
+		} else {
+			err = b.stageCopy(p+uint64(off[i]), part)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if !direct {
+		return b.syncCopy() // the memset, when there was one
+	}
+	return nil
+}
+
+// checkExpert checks an expert's three matrices (w1, w3, w2) at once, one goroutine each, and returns the
+// first failure in that order (what checking them one after another returns).
+func checkExpert(op string, id, latent, ffn int, parts [6][]byte) error {
+	mats := []struct {
+		name       string
+		rows, cols int
+	}{{"w1", ffn, latent}, {"w3", ffn, latent}, {"w2", latent, ffn}}
+	var errs [3]error
+	var wg sync.WaitGroup
+	for i, m := range mats {
+		wg.Go(func() {
+			if err := checkMXFP4(parts[2*i], parts[2*i+1], m.rows, m.cols); err != nil {
+				errs[i] = fmt.Errorf("%w: %s: expert %d %s (%dx%d): %w", ErrArgument, op, id, m.name, m.rows, m.cols, err)
+			}
+		})
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // checkMXFP4 validates one packed matrix without decoding it: byte counts, no scale 255, and for groups
@@ -94,6 +163,9 @@ func checkMXFP4(packed, scales []byte, rows, cols int) error {
 	if len(packed) != rows*pw || len(scales) != rows*sw {
 		return fmt.Errorf("%w: MXFP4 matrix %d x %d: got %d packed and %d scale bytes, want %d and %d",
 			checkpoint.ErrArgument, rows, cols, len(packed), len(scales), rows*pw, rows*sw)
+	}
+	if !anyScaleAbove252(scales) { // the common case, eight bytes at a time
+		return nil
 	}
 	var row []float32
 	for r := range rows {
@@ -114,6 +186,26 @@ func checkMXFP4(packed, scales []byte, rows, cols int) error {
 		}
 	}
 	return nil
+}
+
+// anyScaleAbove252 reports whether some byte of s is 253, 254 or 255. Per byte b of a word, b >= 0xfd
+// exactly when its top bit is set and (b & 0x7f) + 3 reaches 0x80; that sum is at most 0x82, so it never
+// carries into the next byte.
+func anyScaleAbove252(s []byte) bool {
+	const low7, three, tops = 0x7f7f7f7f7f7f7f7f, 0x0303030303030303, 0x8080808080808080
+	i := 0
+	for ; i+8 <= len(s); i += 8 {
+		w := binary.LittleEndian.Uint64(s[i:])
+		if ((w&low7)+three)&w&tops != 0 {
+			return true
+		}
+	}
+	for ; i < len(s); i++ {
+		if s[i] >= 253 {
+			return true
+		}
+	}
+	return false
 }
 
 // Launch parameters of route.cu (version 1): one thread per row, 128 a block. Rows are routed routeChunk
@@ -257,15 +349,34 @@ func (b *Backend) ExpertsAccumulate(acc, z ops.Tensor, rt ops.Routing, experts [
 	if err != nil {
 		return err
 	}
+	// Every expert's rows and weights go to the device in one upload each: an upload waits for the
+	// stream, and one wait per call (instead of two per expert) lets the caller queue the whole call and
+	// read the next experts while it runs.
+	var rows32 []int32
+	var weights []float32
+	first := make([]int, len(es))
+	for i := range es {
+		first[i] = len(rows32)
+		rows32 = append(rows32, work[i].rows...)
+		weights = append(weights, work[i].weights...)
+	}
 	return b.run(op, func(c *opCtx) error {
 		zp, err := c.f32(zt)
 		if err != nil {
 			return err
 		}
+		idx, err := uploadTemp(c, rows32)
+		if err != nil {
+			return err
+		}
+		wts, err := uploadTemp(c, weights)
+		if err != nil {
+			return err
+		}
 		for i, e := range es {
-			if len(work[i].rows) > 0 {
-				if err := c.expert(e, at.ptr, zp, latent, work[i], beta, linBeta); err != nil {
-					return fmt.Errorf("expert %d (%d rows): %w", e.id, len(work[i].rows), err)
+			if n := len(work[i].rows); n > 0 {
+				if err := c.expert(e, at.ptr, zp, latent, n, idx+uint64(4*first[i]), wts+uint64(4*first[i]), beta, linBeta); err != nil {
+					return fmt.Errorf("expert %d (%d rows): %w", e.id, n, err)
 				}
 			}
 		}
@@ -273,17 +384,10 @@ func (b *Backend) ExpertsAccumulate(acc, z ops.Tensor, rt ops.Routing, experts [
 	})
 }
 
-// expert runs one expert over its rows and adds the weighted outputs into acc (see ExpertsAccumulate).
-func (c *opCtx) expert(e *Expert, acc, z uint64, latent int, w expertRows, beta, linBeta float32) error {
-	n, ffn := len(w.rows), e.ffn
-	idx, err := uploadTemp(c, w.rows)
-	if err != nil {
-		return err
-	}
-	wts, err := uploadTemp(c, w.weights)
-	if err != nil {
-		return err
-	}
+// expert runs one expert over its n rows (device arrays idx: row ids, wts: routing weights) and adds the
+// weighted outputs into acc (see ExpertsAccumulate).
+func (c *opCtx) expert(e *Expert, acc, z uint64, latent, n int, idx, wts uint64, beta, linBeta float32) error {
+	ffn := e.ffn
 	zr, err := c.temp(4 * n * latent)
 	if err != nil {
 		return err

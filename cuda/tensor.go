@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math"
 
@@ -99,7 +100,9 @@ func checkDims(op string, rows, cols int) error {
 }
 
 // Upload copies little-endian BF16 or F32 bytes to the device as they are (no host decoding): a BF16
-// weight stays bfloat16 in device memory and kernels widen it exactly as they read it.
+// weight stays bfloat16 in device memory and kernels widen it exactly as they read it. The copy runs on
+// the copy stream, directly from raw when it lies in a buffer from AllocHost (host.go), and Upload
+// returns once it is done.
 func (b *Backend) Upload(dt ops.DType, rows, cols int, raw []byte) (ops.Tensor, error) {
 	const op = "Upload"
 	if err := checkDims(op, rows, cols); err != nil {
@@ -120,14 +123,15 @@ func (b *Backend) Upload(dt ops.DType, rows, cols int, raw []byte) (ops.Tensor, 
 	}
 	t := &Tensor{b: b, rows: rows, cols: cols, dt: st}
 	err := b.run(op, func(c *opCtx) error {
-		p, err := b.malloc(size)
+		p, err := b.mallocCopy(size)
 		if err != nil {
 			return err
 		}
 		t.ptr = p
-		if err := b.toDevice(p, raw); err != nil {
+		if err := b.uploadBytes(p, raw); err != nil {
 			t.ptr = 0
-			return fmt.Errorf("%w (freeing: %v)", err, b.free(p))
+			// The copy stream is waited for first: the block was allocated on it.
+			return fmt.Errorf("%w (freeing: %v)", err, errors.Join(b.syncCopy(), b.free(p)))
 		}
 		return nil
 	})

@@ -1,0 +1,203 @@
+package cuda
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"unsafe"
+
+	"github.com/potato-k3/potato-k3/replay/ops"
+)
+
+// The weight upload path. A weight is copied to the device on the backend's copy stream, not on the
+// compute stream: the copy engine then fills it while kernels queued earlier still run, and the upload
+// waits for its own copy only (the host buffer may be reused once Upload returns). Its device memory is
+// allocated on the copy stream as well; the stream-ordered allocator makes a block freed on the compute
+// stream safe to reuse there, and every weight's copy has finished (the upload waited for it) before a
+// kernel that reads it is queued.
+//
+// From pinned memory (AllocHost) the copy engine reads the caller's buffer directly, at the full
+// host-to-device rate. From ordinary memory each piece is first copied into the pinned staging buffer,
+// by all CPUs at once.
+
+var _ ops.HostMemory = (*Backend)(nil)
+
+// hostAllocs is the registry of pinned host buffers handed out by AllocHost, to recognise them by
+// address (an Upload's bytes anywhere inside one are copied from directly).
+type hostAllocs struct {
+	mu sync.Mutex
+	m  map[uintptr]int // first byte -> length
+}
+
+// AllocHost returns n bytes of page-locked host memory (cuMemHostAlloc, portable), which Upload and
+// UploadExpert copy from without staging. FreeHost releases it; Close releases what is left.
+func (b *Backend) AllocHost(n int) ([]byte, error) {
+	const op = "AllocHost"
+	if n <= 0 {
+		return nil, argErr(op, "%d bytes", n)
+	}
+	var p unsafe.Pointer
+	err := b.run(op, func(c *opCtx) error {
+		if err := b.drv.check(fmt.Sprintf("cuMemHostAlloc(%d bytes)", n),
+			ccall(b.drv.cuMemHostAlloc, uintptr(unsafe.Pointer(&p)), uintptr(n), cuMemHostAllocPortable)); err != nil {
+			return err
+		}
+		b.hosts.mu.Lock() // registered on the CUDA thread, so that Close frees it if FreeHost never comes
+		if b.hosts.m == nil {
+			b.hosts.m = map[uintptr]int{}
+		}
+		b.hosts.m[uintptr(p)] = n
+		b.hosts.mu.Unlock()
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return unsafe.Slice((*byte)(p), n), nil
+}
+
+// FreeHost releases a buffer AllocHost returned (identified by its first byte), after the copies
+// already queued.
+func (b *Backend) FreeHost(buf []byte) error {
+	const op = "FreeHost"
+	if len(buf) == 0 {
+		return argErr(op, "empty buffer")
+	}
+	p := uintptr(unsafe.Pointer(unsafe.SliceData(buf)))
+	// Looked up and removed on the CUDA thread: a Close that came first has freed it with the rest.
+	return b.run(op, func(c *opCtx) error {
+		b.hosts.mu.Lock()
+		_, ok := b.hosts.m[p]
+		delete(b.hosts.m, p)
+		b.hosts.mu.Unlock()
+		if !ok {
+			return fmt.Errorf("%w: %#x is not a buffer from AllocHost (or was freed)", ErrArgument, p)
+		}
+		return b.freeHost(p)
+	})
+}
+
+// freeHost waits for the copy stream (a copy may still read the buffer) and frees it; on the CUDA thread.
+func (b *Backend) freeHost(p uintptr) error {
+	d := b.drv
+	return errors.Join(d.check("cuStreamSynchronize(copy)", ccall(d.cuStreamSynchronize, b.cstrm)),
+		d.check("cuMemFreeHost", ccall(d.cuMemFreeHost, p)))
+}
+
+// releaseHosts frees every pinned buffer still registered (at Close; on the CUDA thread).
+func (b *Backend) releaseHosts() error {
+	b.hosts.mu.Lock()
+	m := b.hosts.m
+	b.hosts.m = nil
+	b.hosts.mu.Unlock()
+	var errs []error
+	for p := range m {
+		errs = append(errs, b.drv.check("cuMemFreeHost", ccall(b.drv.cuMemFreeHost, p)))
+	}
+	return errors.Join(errs...)
+}
+
+// pinned reports whether all of src lies inside one buffer from AllocHost.
+func (b *Backend) pinned(src []byte) bool {
+	if len(src) == 0 {
+		return false
+	}
+	lo := uintptr(unsafe.Pointer(unsafe.SliceData(src)))
+	hi := lo + uintptr(len(src))
+	b.hosts.mu.Lock()
+	defer b.hosts.mu.Unlock()
+	for p, n := range b.hosts.m { // a handful of buffers: the engine's pool reuses them
+		if lo >= p && hi <= p+uintptr(n) {
+			return true
+		}
+	}
+	return false
+}
+
+// mallocCopy allocates n device bytes ordered on the copy stream (0 for n == 0).
+func (b *Backend) mallocCopy(n int) (uint64, error) {
+	if n <= 0 {
+		return 0, nil
+	}
+	var p uint64
+	d := b.drv
+	if b.async {
+		err := d.check(fmt.Sprintf("cuMemAllocAsync(%d bytes, copy stream)", n), ccall(d.cuMemAllocAsync, uintptr(unsafe.Pointer(&p)), uintptr(n), b.cstrm))
+		return p, err
+	}
+	err := d.check(fmt.Sprintf("cuMemAlloc(%d bytes)", n), ccall(d.cuMemAlloc, uintptr(unsafe.Pointer(&p)), uintptr(n)))
+	return p, err
+}
+
+// copyAsync queues the copy of pinned src to device address dst on the copy stream; the caller waits
+// with syncCopy before src may change.
+func (b *Backend) copyAsync(dst uint64, src []byte) error {
+	if len(src) == 0 {
+		return nil
+	}
+	d := b.drv
+	return d.check("cuMemcpyHtoDAsync(copy)", ccall(d.cuMemcpyHtoDAsync, uintptr(dst), uintptr(unsafe.Pointer(unsafe.SliceData(src))), uintptr(len(src)), b.cstrm))
+}
+
+// syncCopy waits for every copy queued on the copy stream.
+func (b *Backend) syncCopy() error {
+	return b.drv.check("cuStreamSynchronize(copy)", ccall(b.drv.cuStreamSynchronize, b.cstrm))
+}
+
+// stageCopy copies ordinary host memory src to dst on the copy stream through the pinned staging buffer,
+// waiting for each piece (the staging buffer is reused).
+func (b *Backend) stageCopy(dst uint64, src []byte) error {
+	for len(src) > 0 {
+		buf, err := b.staging(len(src))
+		if err != nil {
+			return err
+		}
+		n := parallelCopy(buf, src)
+		if err := b.copyAsync(dst, buf[:n]); err != nil {
+			return err
+		}
+		if err := b.syncCopy(); err != nil {
+			return err
+		}
+		dst += uint64(n)
+		src = src[n:]
+	}
+	return nil
+}
+
+// uploadBytes copies src to dst on the copy stream and waits for it: directly from a pinned buffer, else
+// through staging. On the CUDA thread.
+func (b *Backend) uploadBytes(dst uint64, src []byte) error {
+	if !b.pinned(src) {
+		return b.stageCopy(dst, src)
+	}
+	if err := b.copyAsync(dst, src); err != nil {
+		return err
+	}
+	return b.syncCopy()
+}
+
+// Copies of at least parallelCopyMin bytes are split over the CPUs in parts of at least copyPart bytes:
+// one core's memmove reaches a fraction of the host's memory bandwidth.
+const (
+	parallelCopyMin = 4 << 20
+	copyPart        = 1 << 20
+)
+
+// parallelCopy is copy(dst, src), large copies spread over GOMAXPROCS goroutines.
+func parallelCopy(dst, src []byte) int {
+	n := min(len(dst), len(src))
+	if n < parallelCopyMin {
+		return copy(dst, src)
+	}
+	parts := min(runtime.GOMAXPROCS(0), n/copyPart)
+	per := (n + parts - 1) / parts
+	var wg sync.WaitGroup
+	for lo := 0; lo < n; lo += per {
+		hi := min(lo+per, n)
+		wg.Go(func() { copy(dst[lo:hi], src[lo:hi]) })
+	}
+	wg.Wait()
+	return n
+}
