@@ -47,7 +47,7 @@ func runServe(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.IntVar(&f.limits.MaxRequestTokens, "max-request-tokens", d.MaxRequestTokens, "most tokens of one request")
 	fs.IntVar(&f.limits.MaxSequences, "max-sequences", d.MaxSequences, "most sequences of one request")
 	fs.IntVar(&f.limits.MaxTopK, "max-top-k", d.MaxTopK, "largest top_k")
-	fs.IntVar(&f.limits.MaxWaveTokens, "max-wave-tokens", d.MaxWaveTokens, "a wave takes queued requests up to this many tokens (a larger request runs alone)")
+	fs.IntVar(&f.limits.MaxWaveTokens, "max-wave-tokens", d.MaxWaveTokens, "a wave takes queued requests up to this many tokens (a larger request runs alone, in passes of at most this many; a longer sequence is refused)")
 	fs.DurationVar(&f.keep, "keep", 30*time.Minute, "how long results stay after they were fetched, and failed jobs' status")
 	fs.DurationVar(&f.gather, "gather", 50*time.Millisecond, "wait this long after a request reaches an idle engine, so that requests sent together share a wave")
 	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 10*time.Minute, "on SIGTERM, how long the wave in flight may take to finish before it is failed")

@@ -43,7 +43,7 @@ type Limits struct {
 	MaxRequestTokens  int   `json:"max_request_tokens"`  // --max-request-tokens
 	MaxSequences      int   `json:"max_sequences"`       // --max-sequences
 	MaxTopK           int   `json:"max_top_k"`           // --max-top-k
-	MaxWaveTokens     int   `json:"max_wave_tokens"`     // --max-wave-tokens (a larger request runs alone)
+	MaxWaveTokens     int   `json:"max_wave_tokens"`     // --max-wave-tokens (a larger request runs alone, in passes of at most this; a longer sequence is refused)
 }
 
 // Error is the body of every 4xx and 5xx answer.

@@ -56,13 +56,14 @@
 // conversation, tokens, an empty sequence, a token id outside the vocabulary, a layer outside the model,
 // a top_k past --max-top-k or the vocabulary, an unknown precision, a conversation without thinking mode:
 // 400, the message naming the field ("inputs[2].tokens[7]: token id 170000 outside the vocabulary
-// 0..163839"). Past --max-body-bytes, --max-tokens (one sequence), --max-request-tokens or
-// --max-sequences: 413, with "limit" naming the flag.
+// 0..163839"). Past --max-body-bytes, --max-tokens or --max-wave-tokens (one sequence),
+// --max-request-tokens or --max-sequences: 413, with "limit" naming the flag.
 //
 // # Waves
 //
 // Jobs queued while the engine is busy, or within --gather of each other at an idle engine, go through
-// the weights together, in arrival order up to --max-wave-tokens (a larger job runs alone); a wave holds
+// the weights together, in arrival order up to --max-wave-tokens (a larger job runs alone, split by the
+// engine into passes of at most --max-wave-tokens, which bounds the memory a pass holds); a wave holds
 // jobs of one precision. Each job's results are exactly those of replaying it alone (the wave computes
 // the union of the options and hands each job its own). A job's status names its wave and the jobs that
 // shared it. A wave of several jobs that fails (a damaged tensor that one job's tokens read, an I/O

@@ -87,6 +87,9 @@ func (s *Server) build(req api.Request) (replay.Request, ops.Precision, error) {
 		if n := len(seq.Tokens); n > lim.MaxSequenceTokens {
 			return out, prec, tooLarge("--max-tokens", int64(lim.MaxSequenceTokens), "inputs[%d] has %d tokens", i, n)
 		}
+		if n := len(seq.Tokens); n > lim.MaxWaveTokens { // no wave could hold it: the engine would refuse it
+			return out, prec, tooLarge("--max-wave-tokens", int64(lim.MaxWaveTokens), "inputs[%d] has %d tokens", i, n)
+		}
 		total += len(seq.Tokens)
 		if total > lim.MaxRequestTokens {
 			return out, prec, tooLarge("--max-request-tokens", int64(lim.MaxRequestTokens),
