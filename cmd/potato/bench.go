@@ -101,6 +101,8 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 			return err
 		}
 	}
+	// The read buffers the engine keeps between waves (pinned memory on the GPU backend).
+	fmt.Fprintf(stdout, "\nhost read buffers kept between waves: %.2f GB\n", float64(l.engine.HostBufferBytes())/1e9)
 	return nil
 }
 
