@@ -1,0 +1,228 @@
+package notebooks_test
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/potato-k3/potato-k3/kernel"
+)
+
+var update = flag.Bool("update", false, "write the executed notebooks back over the committed ones")
+
+// h is the harness TestMain prepared; nil with setupErr when the notebooks cannot run here.
+var (
+	h        *harness
+	setupErr error
+)
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	os.Exit(func() int {
+		if testing.Short() && os.Getenv(EnvRequire) != "1" {
+			setupErr = fmt.Errorf("%w: -short (executing the notebooks takes minutes)", errMissing)
+			return m.Run()
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+		defer cancel()
+		var err error
+		h, err = newHarness(ctx)
+		if h != nil {
+			defer os.RemoveAll(h.tmp)
+			defer kernel.Shutdown() // the engine the last notebook started, if it is still up
+		}
+		if err != nil {
+			h, setupErr = nil, err
+		}
+		return m.Run()
+	}())
+}
+
+// order runs quickstart first: it is the notebook a newcomer opens.
+var order = []string{"quickstart.ipynb", "entropy_per_layer.ipynb", "hidden_states.ipynb", "routing_and_attnres.ipynb"}
+
+// maxNotebookBytes bounds a committed notebook: outputs are SVG plots and tables cut to ~20 rows.
+const maxNotebookBytes = 400 << 10
+
+// TestNotebooks executes every notebook headless in a fresh kernel and checks its outputs against the
+// committed ones: no cell error, every code cell that had output has output of the same kinds, and the
+// content each notebook exists to show. With -update it writes the executed notebooks back.
+func TestNotebooks(t *testing.T) {
+	if setupErr != nil {
+		if errors.Is(setupErr, errMissing) && os.Getenv(EnvRequire) != "1" {
+			t.Skipf("%v (set %s=1 to make this a failure)", setupErr, EnvRequire)
+		}
+		t.Fatal(setupErr)
+	}
+	paths, err := filepath.Glob("*.ipynb")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range paths {
+		paths[i] = filepath.Base(paths[i])
+	}
+	slices.SortFunc(paths, func(a, b string) int {
+		ia, ib := slices.Index(order, a), slices.Index(order, b)
+		if ia < 0 {
+			ia = len(order)
+		}
+		if ib < 0 {
+			ib = len(order)
+		}
+		if ia != ib {
+			return ia - ib
+		}
+		return strings.Compare(a, b)
+	})
+	for _, name := range order {
+		if !slices.Contains(paths, name) {
+			t.Errorf("notebook %s is missing", name)
+		}
+	}
+	for _, name := range paths {
+		t.Run(strings.TrimSuffix(name, ".ipynb"), func(t *testing.T) { testNotebook(t, name) })
+	}
+}
+
+// testNotebook executes one notebook and checks it.
+func testNotebook(t *testing.T, name string) {
+	path, err := filepath.Abs(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	committed, err := readNotebook(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if d, ok := t.Deadline(); ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, d.Add(-30*time.Second))
+		defer cancel()
+	}
+	// Each notebook starts its own engine, as it would for a newcomer.
+	defer func() {
+		if err := kernel.Shutdown(); err != nil {
+			t.Errorf("stopping the engine after %s: %v", name, err)
+		}
+	}()
+	start := time.Now()
+	outPath, log, err := h.execute(ctx, path)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, tail(string(log), 40))
+	}
+	t.Logf("%s executed in %s", name, time.Since(start).Round(100*time.Millisecond))
+	got, err := readNotebook(outPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Cells) != len(committed.Cells) {
+		t.Fatalf("executed notebook has %d cells, committed %d", len(got.Cells), len(committed.Cells))
+	}
+	failed := false
+	for i, c := range got.Cells {
+		for _, o := range c.Outputs {
+			if o.OutputType == "error" {
+				failed = true
+				t.Errorf("cell %d failed: %s: %s\n%s\n--- cell output ---\n%s\n--- cell source ---\n%s", i, o.EName, o.EValue,
+					stripANSI(strings.Join(o.Traceback, "\n")), c.report(), head(string(c.Source), 12))
+			}
+			if o.OutputType == "stream" && o.Name == "stderr" {
+				t.Logf("cell %d wrote to stderr: %s", i, head(string(o.Text), 10))
+			}
+		}
+	}
+	if !*update {
+		for i, c := range committed.Cells {
+			if c.CellType != "code" || len(c.Outputs) == 0 {
+				continue
+			}
+			if want, have := c.kinds(), got.Cells[i].kinds(); !slices.Equal(want, have) {
+				t.Errorf("cell %d: output kinds %v, the committed notebook has %v (refresh it with go test ./notebooks -update if the change is intended)\n--- cell source ---\n%s",
+					i, have, want, head(string(c.Source), 12))
+			}
+		}
+	}
+	checkContent(t, name, got)
+	data, err := os.ReadFile(outPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(data) > maxNotebookBytes {
+		t.Errorf("executed %s is %d kB, want at most %d kB: the notebooks are committed with their outputs", name, len(data)>>10, maxNotebookBytes>>10)
+	}
+	if *update && !failed && !t.Failed() {
+		if err := os.WriteFile(path, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("wrote %s (%d kB)", path, len(data)>>10)
+	}
+}
+
+// want is one thing a notebook must show: at least min outputs of the mime type that contain every string.
+type want struct {
+	what     string
+	mime     string
+	contains []string
+	min      int
+}
+
+// wants lists what each notebook exists to show. gonbui sends SVG plots as text/html on purpose, so
+// that the HTML export of a notebook shows them.
+var wants = map[string][]want{
+	"quickstart.ipynb": {
+		{"engine description", "stdout", []string{"layers", "hidden size", "vocabulary"}, 1},
+		{"tokens table", "text/html", []string{"rows ×", "seq_id", "token_id", "channel", "target_id", "logprob", "rank", "entropy", "topk_ids", "topk_logprobs"}, 1},
+		{"logprob strip", "text/html", []string{"data-surprise=", "surprise −log p"}, 1},
+		{"means by channel", "stdout", []string{"mean -logprob", "response"}, 1},
+	},
+	"entropy_per_layer.ipynb": {
+		{"lens table", "text/html", []string{"rows ×", "layer", "entropy", "target_rank"}, 1},
+		{"entropy plots", "text/html", []string{"<svg", "Logit-lens entropy"}, 2},
+		{"last layer equals the output", "stdout", []string{" 0 differ from the model's output"}, 1},
+	},
+	"hidden_states.ipynb": {
+		{"hidden table", "text/html", []string{"rows ×", "vector", "fixed_size_list&lt;float32&gt;"}, 1},
+		{"norm plot", "text/html", []string{"<svg", "L2 norm by layer"}, 1},
+	},
+	"routing_and_attnres.ipynb": {
+		{"router table", "text/html", []string{"rows ×", "expert_ids", "expert_weights"}, 1},
+		{"attnres table", "text/html", []string{"rows ×", "site", "weights"}, 1},
+		{"plots (experts, AttnRes, top-k)", "text/html", []string{"<svg"}, 3},
+	},
+}
+
+// checkContent checks nb against wants[name].
+func checkContent(t *testing.T, name string, nb *notebook) {
+	t.Helper()
+	for _, w := range wants[name] {
+		n := 0
+		for _, c := range nb.Cells {
+			for _, o := range c.Outputs {
+				if text, ok := o.text(w.mime); ok && containsAll(text, w.contains) {
+					n++
+				}
+			}
+		}
+		if n < w.min {
+			t.Errorf("%s: %d %s outputs hold %q, want at least %d", w.what, n, w.mime, w.contains, w.min)
+		}
+	}
+}
+
+// containsAll reports whether s contains every one of subs.
+func containsAll(s string, subs []string) bool {
+	for _, sub := range subs {
+		if !strings.Contains(s, sub) {
+			return false
+		}
+	}
+	return true
+}

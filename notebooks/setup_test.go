@@ -1,0 +1,180 @@
+package notebooks_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// EnvRequire makes the notebook test fail, instead of skipping, when jupyter or gonb is missing (CI sets it).
+const EnvRequire = "POTATO_REQUIRE_NOTEBOOKS"
+
+// harness is what TestMain prepares for the notebook runs.
+type harness struct {
+	root      string   // the module root (the checkout)
+	tmp       string   // everything the runs write: binaries, cache, Jupyter directories, outputs
+	nbconvert []string // the command that runs jupyter nbconvert
+	env       []string // the environment of nbconvert, hence of the kernel and of each cell
+}
+
+// errMissing wraps the reasons the notebooks cannot run on this machine (a skip unless EnvRequire).
+var errMissing = errors.New("notebooks cannot run here")
+
+// newHarness checks the tools, builds potato, and registers the GoNB kernel in a temporary Jupyter data
+// directory whose go.work uses the checkout. The caller removes h.tmp.
+func newHarness(ctx context.Context) (*harness, error) {
+	root, err := filepath.Abs("..")
+	if err != nil {
+		return nil, err
+	}
+	nbconvert, err := findNbconvert()
+	if err != nil {
+		return nil, err
+	}
+	gonb, err := exec.LookPath("gonb")
+	if err != nil {
+		return nil, fmt.Errorf("%w: gonb is not on PATH (run `go run ./cmd/potato notebook install`)", errMissing)
+	}
+	goimports, err := exec.LookPath("goimports")
+	if err != nil {
+		return nil, fmt.Errorf("%w: goimports is not on PATH, and GoNB runs it on every cell (run `go run ./cmd/potato notebook install`)", errMissing)
+	}
+	goCmd, err := exec.LookPath("go")
+	if err != nil {
+		return nil, fmt.Errorf("%w: go is not on PATH, and GoNB compiles every cell with it", errMissing)
+	}
+	tmp, err := os.MkdirTemp("", "potato-notebooks-")
+	if err != nil {
+		return nil, err
+	}
+	h := &harness{root: root, tmp: tmp, nbconvert: nbconvert}
+	if err := h.makeEnv(ctx, goCmd, gonb, goimports); err != nil {
+		return h, err
+	}
+
+	// One potato for every notebook, so that no cell falls back to `go run`; and the packages the cells
+	// import, so that the compile cost (and any module download) lands here rather than in a cell.
+	bin := filepath.Join(tmp, "bin", "potato")
+	if out, err := h.run(ctx, root, goCmd, "build", "-o", bin, "./cmd/potato"); err != nil {
+		return h, fmt.Errorf("building potato: %w\n%s", err, out)
+	}
+	if out, err := h.run(ctx, root, goCmd, "build", "./kernel/...", "./plotting", "./datasets", "gonum.org/v1/plot/plotutil"); err != nil {
+		return h, fmt.Errorf("building the packages the notebooks import: %w\n%s", err, out)
+	}
+	h.env = append(h.env, "POTATO_BIN="+bin)
+
+	// The kernel spec, with --go_work: every notebook starts with a go.work that uses the checkout.
+	if out, err := h.run(ctx, root, gonb, "--install", "--force_deps", "--go_work="+root); err != nil {
+		return h, fmt.Errorf("gonb --install: %w\n%s", err, out)
+	}
+	return h, nil
+}
+
+// makeEnv builds the environment of the runs: a temporary cache for the engine (it writes the tiny
+// model fresh), private Jupyter directories, go and goimports on PATH, and HOME, GOCACHE, GOPATH and
+// GOMODCACHE set (without them `go build` in a cell has no cache).
+func (h *harness) makeEnv(ctx context.Context, goCmd, gonb, goimports string) error {
+	env := map[string]string{}
+	var order []string
+	set := func(k, v string) {
+		if _, ok := env[k]; !ok {
+			order = append(order, k)
+		}
+		env[k] = v
+	}
+	for _, kv := range os.Environ() {
+		k, v, _ := strings.Cut(kv, "=")
+		set(k, v)
+	}
+	if env["HOME"] == "" {
+		home, err := os.UserHomeDir()
+		if err != nil {
+			home = filepath.Join(h.tmp, "home")
+		}
+		set("HOME", home)
+	}
+	for _, k := range []string{"GOCACHE", "GOPATH", "GOMODCACHE"} {
+		if env[k] != "" {
+			continue
+		}
+		cmd := exec.CommandContext(ctx, goCmd, "env", k)
+		cmd.Env = append(os.Environ(), "HOME="+env["HOME"])
+		out, err := cmd.Output()
+		if v := strings.TrimSpace(string(out)); err == nil && v != "" {
+			set(k, v)
+		} else {
+			set(k, filepath.Join(h.tmp, strings.ToLower(k)))
+		}
+	}
+	path := []string{filepath.Dir(gonb), filepath.Dir(goimports), filepath.Dir(goCmd)}
+	if p := env["PATH"]; p != "" {
+		path = append(path, p)
+	}
+	set("PATH", strings.Join(path, string(os.PathListSeparator)))
+	set("POTATO_CACHE", filepath.Join(h.tmp, "cache"))
+	delete(env, "POTATO_ADDR") // always the background engine on the embedded default
+	delete(env, "POTATO_BIN")  // set to the potato built here
+	set("JUPYTER_DATA_DIR", filepath.Join(h.tmp, "jupyter", "data"))
+	set("JUPYTER_CONFIG_DIR", filepath.Join(h.tmp, "jupyter", "config"))
+	set("JUPYTER_RUNTIME_DIR", filepath.Join(h.tmp, "jupyter", "runtime"))
+	delete(env, "JUPYTER_PATH") // only the kernel spec registered here
+	h.env = nil
+	for _, k := range order {
+		if v, ok := env[k]; ok {
+			h.env = append(h.env, k+"="+v)
+		}
+	}
+	// kernel.Shutdown in this process must find the engine the notebooks started.
+	return os.Setenv("POTATO_CACHE", env["POTATO_CACHE"])
+}
+
+// findNbconvert returns the command that runs jupyter nbconvert. Debian's jupyter runs Debian's own
+// python3; another python3 first on PATH (pyenv, a virtualenv) often lacks nbformat, so Debian's is
+// tried first.
+func findNbconvert() ([]string, error) {
+	if _, err := os.Stat("/usr/bin/python3"); err == nil {
+		if exec.Command("/usr/bin/python3", "-c", "import nbconvert, nbclient").Run() == nil {
+			return []string{"/usr/bin/python3", "-m", "nbconvert"}, nil
+		}
+	}
+	if jupyter, err := exec.LookPath("jupyter"); err == nil {
+		if exec.Command(jupyter, "nbconvert", "--version").Run() == nil {
+			return []string{jupyter, "nbconvert"}, nil
+		}
+	}
+	return nil, fmt.Errorf("%w: jupyter nbconvert is not installed (Debian: apt-get install --no-install-recommends "+
+		"jupyter-nbconvert python3-nbclient jupyter-client)", errMissing)
+}
+
+// run runs name with args in dir with the harness environment, and returns its combined output.
+func (h *harness) run(ctx context.Context, dir, name string, args ...string) ([]byte, error) {
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Dir = dir
+	cmd.Env = h.env
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	return out.Bytes(), err
+}
+
+// execute runs the notebook at path top to bottom in a fresh kernel and returns the path of the executed
+// copy. Cell errors do not stop the run (--allow-errors): the caller reports every one of them.
+func (h *harness) execute(ctx context.Context, path string) (string, []byte, error) {
+	outDir := filepath.Join(h.tmp, "out")
+	name := filepath.Base(path)
+	args := append(h.nbconvert[1:], "--to", "notebook", "--execute", "--allow-errors",
+		"--ExecutePreprocessor.timeout=600", "--ExecutePreprocessor.record_timing=False",
+		"--output-dir", outDir, "--output", name, path)
+	start := time.Now()
+	out, err := h.run(ctx, filepath.Dir(path), h.nbconvert[0], args...)
+	if err != nil {
+		return "", out, fmt.Errorf("nbconvert %s (after %s): %w", name, time.Since(start).Round(time.Second), err)
+	}
+	return filepath.Join(outDir, name), out, nil
+}
