@@ -74,8 +74,8 @@
 // # Results outlive clients and restarts
 //
 // A finished job's tables are written to SPILL/ID/result.NAME.parquet (each file atomically) and then
-// its manifest SPILL/ID/job.json says done; the manifest is first written when the job is queued. A
-// client that drops its connection or its progress stream cancels nothing: it fetches by id later. Only
+// its manifest SPILL/ID/job.json says done; the manifest is first written when the job is queued, and
+// again when its wave starts. A client that drops its connection or its progress stream cancels nothing: it fetches by id later. Only
 // the cancel endpoint (or DELETE) cancels; a cancelled job in a shared wave drops out and the wave goes
 // on for the others, and a wave whose jobs are all cancelled stops. Results stay until every table has
 // been fetched once, then for --keep; failed and cancelled jobs' status stays for --keep. A server

@@ -84,6 +84,12 @@ func (s *Server) run(w *wave) {
 	reqs := w.reqs
 	w.reqs = nil // the engine holds them; the wave need not
 	s.log.Info("wave start", "wave", w.id, "precision", w.prec.String(), "jobs", ids, "sequences", w.seqs, "tokens", w.tokens)
+	// The manifests say running, with the wave, so that a server started after a crash reports what the
+	// job was doing (it said queued). Written beside the wave: persist orders each job's writes.
+	for _, j := range w.jobs {
+		s.spills.Add(1)
+		go func() { defer s.spills.Done(); s.persist(j) }()
+	}
 	if h := s.hooks.beforeWave; h != nil {
 		h(ids)
 	}

@@ -20,8 +20,8 @@ import (
 //	SPILL/0123456789abcdef/job.json               the manifest: the job's status, rewritten atomically
 //	SPILL/0123456789abcdef/result.tokens.parquet  one Parquet file per captured table (tables.WriteSet)
 //
-// The manifest is written when the job is queued, and again when it is done (after its tables), fails,
-// is cancelled or has been fetched in full; so after a crash a manifest that still says queued or
+// The manifest is written when the job is queued, when its wave starts, and again when it is done (after
+// its tables), fails, is cancelled or has been fetched in full; so after a crash a manifest that still says queued or
 // running is a job whose results were never written.
 
 const manifestName = "job.json"
