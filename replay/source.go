@@ -133,7 +133,8 @@ func (b *bundle) release(pool *hostPool, held *atomic.Int64) {
 const expertBatch = 16
 
 // expertReader implements model.ExpertSource on a Reader: it reads the chosen experts' MXFP4 tensors in
-// batches into arenas of the pool, uploads each batch while the next is read, and counts the bytes.
+// batches into arenas of the pool, several batches at once (readsAhead), uploads each batch as soon as
+// it is read while the next ones are, and counts the bytes.
 type expertReader struct {
 	r     Reader
 	m     *model.Model
@@ -143,12 +144,19 @@ type expertReader struct {
 	count atomic.Int64  // experts read
 }
 
-// expertRead is one batch of experts read into an arena.
+// readsAhead is how many batches may be read while one is uploaded. One ReadBatch at a time leaves the
+// reader's workers idle while its last segments finish; overlapping batches keeps them busy. Each batch
+// holds an arena, so this also bounds the host memory: readsAhead+2 batches at most.
+const readsAhead = 2
+
+// expertRead is one batch of experts read into an arena. done is closed when the read is over; err and
+// the bytes may be looked at only after that.
 type expertRead struct {
 	ids   []int
 	srcs  []mapSource // per expert: its tensors' bytes inside arena
 	arena []byte
 	size  int64
+	done  chan struct{}
 	err   error
 }
 
@@ -169,11 +177,12 @@ func (x *expertReader) Experts(ctx context.Context, layer int, ids []int) ([]ops
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	reads := make(chan *expertRead, 1) // one batch read ahead of the upload
+	reads := make(chan *expertRead, readsAhead)
 	go x.readBatches(ctx, ids, specs, ts, reads)
 	out := make([]ops.Expert, 0, len(ids))
 	var err error
 	for rd := range reads { // drained to the end: every arena goes back to the pool
+		<-rd.done
 		if err == nil {
 			err = rd.err
 		}
@@ -202,14 +211,17 @@ func (x *expertReader) Experts(ctx context.Context, layer int, ids []int) ([]ops
 	return out, nil
 }
 
-// readBatches reads the experts in batches of expertBatch into arenas and sends each batch, stopping
-// after the first failure (sent with its error) or when ctx is cancelled. It closes out when done.
+// readBatches starts the read of each batch of expertBatch experts in its own arena and goroutine and
+// sends the batch at once, in order: sending blocks while readsAhead batches wait for their upload, which
+// bounds the reads in flight. It stops at an arena it cannot get (sent with its error) or when ctx is
+// cancelled (the consumer cancels it at its first failure), and closes out when done.
 func (x *expertReader) readBatches(ctx context.Context, ids []int, specs [][]checkpoint.Spec, ts [][]checkpoint.Tensor, out chan<- *expertRead) {
 	defer close(out)
 	for start := 0; start < len(ids); start += expertBatch {
 		end := min(start+expertBatch, len(ids))
-		rd := &expertRead{ids: ids[start:end], srcs: make([]mapSource, end-start)}
+		rd := &expertRead{ids: ids[start:end], srcs: make([]mapSource, end-start), done: make(chan struct{})}
 		if rd.err = ctx.Err(); rd.err != nil {
+			close(rd.done)
 			out <- rd
 			return
 		}
@@ -219,6 +231,7 @@ func (x *expertReader) readBatches(ctx context.Context, ids []int, specs [][]che
 		}
 		l := layout(flat)
 		if rd.arena, rd.err = x.pool.get(l.size); rd.err != nil {
+			close(rd.done)
 			out <- rd
 			return
 		}
@@ -236,14 +249,14 @@ func (x *expertReader) readBatches(ctx context.Context, ids []int, specs [][]che
 			rd.srcs[i-start] = src
 		}
 		x.held.Add(rd.size)
-		if rd.err = x.r.ReadBatch(ctx, reqs); rd.err == nil {
-			x.bytes.Add(rd.size)
-			x.count.Add(int64(end - start))
-		}
+		go func() {
+			defer close(rd.done)
+			if rd.err = x.r.ReadBatch(ctx, reqs); rd.err == nil {
+				x.bytes.Add(rd.size)
+				x.count.Add(int64(len(rd.ids)))
+			}
+		}()
 		out <- rd
-		if rd.err != nil {
-			return
-		}
 	}
 }
 
