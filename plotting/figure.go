@@ -64,7 +64,17 @@ func (f *Figure) SVG() ([]byte, error) {
 	if _, err := c.WriteTo(&b); err != nil {
 		return nil, fmt.Errorf("plotting: writing SVG: %w", err)
 	}
-	return b.Bytes(), nil
+	return fixRasters(b.Bytes()), nil
+}
+
+// fixRasters repairs the raster images gonum's SVG canvas embeds (the heatmaps' cells): it writes them
+// without preserveAspectRatio, so browsers keep the raster's own aspect and draw it in the middle of its
+// axes, and labels PNG data as image/jpg. Stretching to the given box and the right MIME type is what the
+// plot meant.
+func fixRasters(svg []byte) []byte {
+	svg = bytes.ReplaceAll(svg, []byte("<image "), []byte(`<image preserveAspectRatio="none" `))
+	// a PNG's base64 always starts with iVBOR (its signature), whatever the label says
+	return bytes.ReplaceAll(svg, []byte("data:image/jpg;base64,iVBOR"), []byte("data:image/png;base64,iVBOR"))
 }
 
 // PNG renders the figure as a PNG image at 96 dpi (800 px wide at the default width).

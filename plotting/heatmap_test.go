@@ -199,3 +199,13 @@ func TestViridis(t *testing.T) {
 		t.Errorf("viridis(1) = %v, want #fde725", hi)
 	}
 }
+
+// TestHeatmapRasterStretches: the embedded raster of a heatmap fills its axes in a browser
+// (preserveAspectRatio="none") and is labelled as the PNG it is.
+func TestHeatmapRasterStretches(t *testing.T) {
+	svg := fixRasters([]byte(`<svg><image x="1" href="data:image/jpg;base64,iVBORw0KG"/></svg>`))
+	want := `<svg><image preserveAspectRatio="none" x="1" href="data:image/png;base64,iVBORw0KG"/></svg>`
+	if string(svg) != want {
+		t.Errorf("fixRasters = %s, want %s", svg, want)
+	}
+}
