@@ -27,7 +27,7 @@ func init() {
 type benchFlags struct {
 	backend, preset, precision, model, waves string
 	seed                                     uint64
-	seqLen, repeat, expertChunk              int
+	seqLen, repeat, expertChunk, readWorkers int
 	boundFlops, boundBandwidth               float64
 	cpuProfile                               string
 }
@@ -47,6 +47,7 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.IntVar(&f.expertChunk, "expert-chunk", 0, "routed experts resident at once per MoE layer (0: all chosen)")
 	fs.Float64Var(&f.boundFlops, "bound-flops", 0, "arithmetic rate of the bound in FLOP/s (0: measure the backend's MatMul); an H200's bf16 rate is about 790e12")
 	fs.Float64Var(&f.boundBandwidth, "bound-bandwidth", 0, "weight bandwidth of the bound in bytes/s (0: measure reading the checkpoint); pinned host-to-device on an H200 is about 55e9")
+	fs.IntVar(&f.readWorkers, "read-workers", 0, "positioned reads of the checkpoint in flight at most (0: the reader's default, max(16, 4 x GOMAXPROCS))")
 	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "write a Go CPU profile of the timed waves to this file")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -78,7 +79,8 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 		}
 		sizes = append(sizes, n)
 	}
-	l, err := openEngine(ctx, dir, f.backend, f.precision, replay.EngineOptions{ExpertChunk: f.expertChunk})
+	l, err := openEngine(ctx, dir, f.backend, f.precision, replay.EngineOptions{ExpertChunk: f.expertChunk},
+		checkpoint.WithReadConcurrency(f.readWorkers))
 	if err != nil {
 		return err
 	}

@@ -60,8 +60,8 @@ func modelDir(ctx context.Context, dir string) (string, error) {
 	return synth.Default(ctx)
 }
 
-// openEngine opens dir (or the default model) on the named backend.
-func openEngine(ctx context.Context, dir, backend, precision string, opts replay.EngineOptions) (*loaded, error) {
+// openEngine opens dir (or the default model) on the named backend; ckpt tunes the checkpoint reader.
+func openEngine(ctx context.Context, dir, backend, precision string, opts replay.EngineOptions, ckpt ...checkpoint.Option) (*loaded, error) {
 	prec, err := ops.ParsePrecision(precision)
 	if err != nil {
 		return nil, err
@@ -74,7 +74,7 @@ func openEngine(ctx context.Context, dir, backend, precision string, opts replay
 		return nil, err
 	}
 	l := &loaded{dir: dir, backend: b.Name(), precision: prec, closeB: closeB}
-	l.engine, l.ckpt, err = replay.Open(ctx, dir, b, opts)
+	l.engine, l.ckpt, err = replay.Open(ctx, dir, b, opts, ckpt...)
 	if err != nil {
 		if closeB != nil {
 			closeB()
