@@ -209,7 +209,7 @@ func TestNonFiniteWeightOnDisk(t *testing.T) {
 	for _, bits := range []uint16{0x7fc0, 0xff80} { // NaN, -Inf
 		repair := damage(t, dir, tn.File, tn.Offset+2*3, binary.LittleEndian.AppendUint16(nil, bits))
 		_, _, err := e.Run(context.Background(), req)
-		wantNamed(t, e, err, "", tn.Name, "NaN or Inf")
+		wantNamed(t, e, err, tn.File, tn.Name, "NaN or Inf")
 		repair()
 	}
 	if got := runOne(t, e, req...); !reflect.DeepEqual(got, want) {
@@ -263,12 +263,12 @@ func TestBadExpertScaleOnDisk(t *testing.T) {
 	tn := locate(t, dir, name)
 	repair := damage(t, dir, tn.File, tn.Offset+5, []byte{255})
 	_, _, err := e.Run(context.Background(), hitReq)
-	wantNamed(t, e, err, "", model.ExpertPrefix(layer, expert), "255")
+	wantNamed(t, e, err, tn.File, name, "255")
 	if got := runOne(t, e, missReq...); !reflect.DeepEqual(got, wantMiss) {
 		t.Error("a wave that does not route to the damaged expert differs from before the damage")
 	}
 	_, _, err = e.Run(context.Background(), append(missReq, hitReq...)) // together: the wave reads it
-	wantNamed(t, e, err, "", model.ExpertPrefix(layer, expert), "255")
+	wantNamed(t, e, err, tn.File, name, "255")
 	repair()
 	if got := runOne(t, e, hitReq...); !reflect.DeepEqual(got, wantHit) {
 		t.Error("after the repair the results differ from before the damage")

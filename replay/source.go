@@ -1,9 +1,11 @@
 package replay
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync/atomic"
 
 	"github.com/potato-k3/potato-k3/replay/checkpoint"
@@ -64,12 +66,12 @@ func readAhead(ctx context.Context, r Reader, specs []checkpoint.Spec, pool *hos
 		if b.err = r.ReadBatch(ctx, reqs); b.err != nil {
 			return
 		}
-		for _, s := range specs {
+		for i, s := range specs {
 			if err := model.CheckFinite(s.DType, b.bytes[s.Name]); err != nil {
 				if b.bad == nil {
 					b.bad = map[string]error{}
 				}
-				b.bad[s.Name] = err
+				b.bad[s.Name] = fmt.Errorf("in %s: %w", ts[i].File, err) // the loader names the tensor
 			}
 		}
 	}()
@@ -252,12 +254,33 @@ func (x *expertReader) readBatches(ctx context.Context, ids []int, specs [][]che
 		go func() {
 			defer close(rd.done)
 			if rd.err = x.r.ReadBatch(ctx, reqs); rd.err == nil {
+				rd.err = checkScales(reqs)
+			}
+			if rd.err == nil {
 				x.bytes.Add(rd.size)
 				x.count.Add(int64(len(rd.ids)))
 			}
 		}()
 		out <- rd
 	}
+}
+
+// checkScales refuses an MXFP4 scale tensor (U8, named *weight_scale) holding the E8M0 byte 255, which is
+// NaN (OCP MX spec), naming the shard file, the tensor, and the row and group. The backends refuse it
+// too when they decode, but they know only the matrix; this runs in the read goroutine, off the upload.
+func checkScales(reqs []checkpoint.ReadRequest) error {
+	for _, r := range reqs {
+		t := r.Tensor
+		if t.DType != checkpoint.U8 || len(t.Shape) != 2 || !strings.HasSuffix(t.Name, "weight_scale") {
+			continue
+		}
+		if k := bytes.IndexByte(r.Dst, 255); k >= 0 {
+			return &checkpoint.FileError{File: t.File, Tensor: t.Name, Kind: checkpoint.ErrMXFP4,
+				Msg: fmt.Sprintf("scale byte %d (row %d, group %d) is 255, the E8M0 NaN: a damaged checkpoint",
+					k, int64(k)/t.Shape[1], int64(k)%t.Shape[1])}
+		}
+	}
+	return nil
 }
 
 // mapSource serves tensor bytes already in memory.

@@ -187,13 +187,13 @@ func TestServerBadExpertScale(t *testing.T) {
 	wg.Wait()
 	close(release)
 	ts.waitState(t, blocker, api.StateDone)
-	failed := ts.failedNaming(t, ids[0], model.ExpertPrefix(layer, expert), "255")
+	failed := ts.failedNaming(t, ids[0], tn.File, name, "255")
 	done := ts.doneAsSolo(t, ids[1], missReq)
 	if !slices.Contains(failed.Wave.Jobs, ids[0]) || done.Wave == nil {
 		t.Errorf("waves: failed job %v, done job %v", failed.Wave, done.Wave)
 	}
 	ts.doneAsSolo(t, ts.submit(t, missReq).ID, missReq) // a later wave that does not read it
-	ts.failedNaming(t, ts.submit(t, hitReq).ID, model.ExpertPrefix(layer, expert), "255")
+	ts.failedNaming(t, ts.submit(t, hitReq).ID, tn.File, name, "255")
 
 	repair()
 	ts.doneAsSolo(t, ts.submit(t, hitReq).ID, hitReq)
@@ -211,7 +211,7 @@ func TestServerDamagedLayer(t *testing.T) {
 	nanName := model.LayerPrefix(5) + "self_attention_res_proj.weight"
 	nan := tensorIn(t, dir, nanName)
 	repair := overwrite(t, dir, nan.File, nan.Offset+4, binary.LittleEndian.AppendUint16(nil, 0x7fc0))
-	st := ts.failedNaming(t, ts.submit(t, req).ID, nanName, "NaN")
+	st := ts.failedNaming(t, ts.submit(t, req).ID, nan.File, nanName, "NaN")
 	if !strings.Contains(st.Error, "after layer 5 of 8") {
 		t.Errorf("the failure does not say where the wave was: %q", st.Error)
 	}
