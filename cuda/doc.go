@@ -39,7 +39,9 @@
 // Memory: tensors live in device memory, allocated stream-ordered (cuMemAllocAsync) from the device's
 // pool; activations are float32 (bfloat16 values in BF16 precision), weights stay as uploaded (raw
 // bfloat16 or float32, no host decoding), and routed experts stay MXFP4-packed and are decoded inside the
-// matmul kernel as it stages each tile. Host transfers go through a pinned staging buffer.
+// matmul kernel as it stages each tile. Weights are copied on a second stream, straight from the caller's
+// bytes when they lie in pinned memory from AllocHost (the engine reads the checkpoint into such buffers:
+// ops.HostMemory), else through a pinned staging buffer; the other host transfers use the staging buffer.
 //
 // # Numerics
 //
@@ -63,7 +65,7 @@
 // backend's loop bit for bit (Options.NoTensorCores selects it everywhere). The other kernels are the
 // simple correct first versions: KDA steps token by token, MLA scores on the CUDA cores, each routed
 // expert is six launches. The next versions (cp.async/ldmatrix then wgmma matmuls, the chunked KDA, a
-// tensor-core MLA, a fused lm_head and log-softmax, a grouped expert GEMM, the streaming pipeline through
-// pinned buffers) are listed in the .cu files and in NOTES.md; cuBLASLt can only come with a pinned
+// tensor-core MLA, a fused lm_head and log-softmax, a grouped expert GEMM, reads that bypass the CPU copy)
+// are listed in the .cu files and in NOTES.md; cuBLASLt can only come with a pinned
 // algorithm, no split-K and a test that proves its invariance.
 package cuda
