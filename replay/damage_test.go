@@ -183,6 +183,9 @@ func TestDamagedShardAfterOpen(t *testing.T) {
 				t.Errorf("the error names %s in %s, which the cut at %d of %s does not reach", re.Tensor, re.File, tt.cut, victim.File)
 			}
 			wantNamed(t, e, err, victim.File, re.Tensor, "unexpected EOF")
+			if n := strings.Count(err.Error(), "tensor "); n != 1 { // only the one whose read failed
+				t.Errorf("the error names %d tensors: %q", n, err)
+			}
 			repair()
 			if got := runOne(t, e, req...); !reflect.DeepEqual(got, want) {
 				t.Error("after the repair the results differ from before the damage")

@@ -3,6 +3,7 @@ package model
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math"
 
@@ -38,7 +39,12 @@ func (ld *loader) bytes(s checkpoint.Spec) []byte {
 		return nil
 	}
 	raw, err := ld.src.Read(ld.ctx, s)
-	if err != nil {
+	var re *checkpoint.ReadError
+	switch {
+	case errors.As(err, &re): // it names the file and the tensor whose read failed, which may be another
+		ld.err = err // tensor of the layer read ahead with s: prefixing s would point at the wrong one
+		return nil
+	case err != nil:
 		ld.err = fmt.Errorf("tensor %s: %w", s.Name, err)
 		return nil
 	}
