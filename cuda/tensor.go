@@ -400,3 +400,6 @@ func shapeErr(op, format string, args ...any) error {
 func argErr(op, format string, args ...any) error {
 	return fmt.Errorf("%w: %s: %s", ErrArgument, op, fmt.Sprintf(format, args...))
 }
+
+// MaxElements implements ops.ElementLimit: kernels index elements with 32-bit integers.
+func (b *Backend) MaxElements() int64 { return math.MaxInt32 }

@@ -46,6 +46,12 @@ type EngineOptions struct {
 // NewEngine binds a plan and a tensor reader to a backend and uploads the global weights.
 func NewEngine(ctx context.Context, plan *model.Plan, r Reader, b ops.Backend, opts EngineOptions) (*Engine, error) {
 	m := model.New(plan, b)
+	if l, ok := b.(ops.ElementLimit); ok { // keep every activation within what the backend can index
+		most := int(min(l.MaxElements()/int64(plan.WidestActivation()), 1<<40))
+		if opts.MaxWaveTokens == 0 || opts.MaxWaveTokens > most {
+			opts.MaxWaveTokens = most
+		}
+	}
 	e := &Engine{Plan: plan, Model: m, reader: r, opts: opts, pool: newHostPool(b)}
 	src := readAhead(ctx, r, plan.GlobalTensors(), e.pool, &e.held)
 	g, err := m.LoadGlobals(ctx, src)

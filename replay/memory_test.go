@@ -2,6 +2,8 @@ package replay
 
 import (
 	"context"
+	"reflect"
+	"strings"
 	"sync"
 	"testing"
 
@@ -89,5 +91,29 @@ func TestAtMostTwoLayersHeld(t *testing.T) {
 	}
 	if acc.held != 0 || e.HeldBytes() != 0 {
 		t.Errorf("after the wave: %d bytes still uploaded, %d read ahead; want 0 (a leak)", acc.held, e.HeldBytes())
+	}
+}
+
+// limitedBackend is a CPU backend that claims a small element limit, as the CUDA backend's is 2^31-1.
+type limitedBackend struct{ ops.Backend }
+
+func (limitedBackend) MaxElements() int64 { return 40 * 256 }
+
+// TestElementLimitBoundsWaves: on a backend with an element limit the engine splits waves so that no
+// activation passes it (tiny's widest activation is 256 columns: 40 tokens a wave), with the results
+// of one wave.
+func TestElementLimitBoundsWaves(t *testing.T) {
+	e := openPreset(t, "tiny", 1, limitedBackend{cpu.New(cpu.Options{Precision: ops.BF16})}, EngineOptions{})
+	if w := e.Plan.WidestActivation(); w != 256 {
+		t.Fatalf("tiny's widest activation: %d columns, want 256 (the test's limit assumes it)", w)
+	}
+	req := Request{Sequences: randomSequences(21, 3328, 30, 30, 20), Options: Options{TopK: 2}}
+	got := runOne(t, e, req)
+	want := runOne(t, openTiny(t, ops.BF16, EngineOptions{}), req)
+	if !reflect.DeepEqual(got, want) {
+		t.Error("results under the element limit differ from one wave")
+	}
+	if _, _, err := e.Run(context.Background(), []Request{{Sequences: randomSequences(22, 3328, 41)}}); err == nil || !strings.Contains(err.Error(), "41 tokens, more than the 40") {
+		t.Errorf("a sequence past the limit: %v", err)
 	}
 }

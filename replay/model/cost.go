@@ -63,3 +63,12 @@ func (p *Plan) OutputFLOPs(tokens int) float64 {
 	d := p.Dims()
 	return 2 * float64(d.Vocab) * float64(d.Hidden) * float64(tokens)
 }
+
+// WidestActivation is the most columns any activation of a wave has per token: the dense FFN's hidden
+// width, the attention projections', and (counted conservatively as one row per token) every chosen
+// expert's FFN activations together. Bounding rows x WidestActivation bounds every tensor of a wave.
+func (p *Plan) WidestActivation() int {
+	d := p.Dims()
+	return max(d.Hidden, d.KDAWidth, d.DenseFFN, d.SharedWidth, d.Latent,
+		d.MLAHeads*(d.QKNope+d.QKShared), d.MLAHeads*(d.QKNope+d.VHead), d.TopK*d.ExpertFFN)
+}

@@ -1,0 +1,9 @@
+package ops
+
+// ElementLimit is implemented by a backend whose tensors hold a bounded number of elements (the CUDA
+// kernels index with 32 bits). The engine bounds its waves so that no activation passes the limit: a
+// larger request runs as several waves, with the same results.
+type ElementLimit interface {
+	// MaxElements is the largest rows x cols a tensor may have.
+	MaxElements() int64
+}
