@@ -289,12 +289,6 @@ func (b *Backend) Route(x, w, bias ops.Tensor, k int, scale float32) (ops.Routin
 	return rt, nil
 }
 
-// expertRows are the rows (ascending) that chose one expert, and their routing weights.
-type expertRows struct {
-	rows    []int32
-	weights []float32
-}
-
 // ExpertsAccumulate adds the weighted outputs of the given experts into acc (see ops.Backend), experts in
 // ascending id, one after another on the stream. For expert e and the rows R that chose it:
 //
@@ -340,14 +334,13 @@ func (b *Backend) ExpertsAccumulate(acc, z ops.Tensor, rt ops.Routing, experts [
 		es[i] = e
 	}
 	slices.SortFunc(es, func(p, q *Expert) int { return p.id - q.id })
-	for i := 1; i < len(es); i++ {
-		if es[i].id == es[i-1].id {
-			return argErr(op, "expert %d given twice", es[i].id)
-		}
+	ids := make([]int, len(es))
+	for i, e := range es {
+		ids[i] = e.id
 	}
-	work, err := assign(op, es, rt, rows)
+	work, err := rt.AssignRows(ids, rows)
 	if err != nil {
-		return err
+		return argErr(op, "%v", err)
 	}
 	// Every expert's rows and weights go to the device in one upload each: an upload waits for the
 	// stream, and one wait per call (instead of two per expert) lets the caller queue the whole call and
@@ -357,8 +350,8 @@ func (b *Backend) ExpertsAccumulate(acc, z ops.Tensor, rt ops.Routing, experts [
 	first := make([]int, len(es))
 	for i := range es {
 		first[i] = len(rows32)
-		rows32 = append(rows32, work[i].rows...)
-		weights = append(weights, work[i].weights...)
+		rows32 = append(rows32, work[i].Rows...)
+		weights = append(weights, work[i].Weights...)
 	}
 	return b.run(op, func(c *opCtx) error {
 		zp, err := c.f32(zt)
@@ -374,7 +367,7 @@ func (b *Backend) ExpertsAccumulate(acc, z ops.Tensor, rt ops.Routing, experts [
 			return err
 		}
 		for i, e := range es {
-			if n := len(work[i].rows); n > 0 {
+			if n := len(work[i].Rows); n > 0 {
 				if err := c.expert(e, at.ptr, zp, latent, n, idx+uint64(4*first[i]), wts+uint64(4*first[i]), beta, linBeta); err != nil {
 					return fmt.Errorf("expert %d (%d rows): %w", e.id, n, err)
 				}
@@ -420,29 +413,4 @@ func (c *opCtx) expert(e *Expert, acc, z uint64, latent, n int, idx, wts uint64,
 		return err
 	}
 	return c.launch1D("k_scatter_add", n*latent, acc, h, idx, wts, int64(n), int32(latent))
-}
-
-// assign lists, for each expert of es (sorted by id), the rows that chose it in ascending order, with
-// their weights. A row that lists one of them twice is an error.
-func assign(op string, es []*Expert, rt ops.Routing, rows int) ([]expertRows, error) {
-	index := make(map[int32]int, len(es))
-	for i, e := range es {
-		index[int32(e.id)] = i
-	}
-	work := make([]expertRows, len(es))
-	for r := range rows {
-		for j := range rt.K {
-			i, ok := index[rt.IDs[r*rt.K+j]]
-			if !ok {
-				continue
-			}
-			w := &work[i]
-			if n := len(w.rows); n > 0 && w.rows[n-1] == int32(r) {
-				return nil, argErr(op, "row %d chose expert %d twice", r, es[i].id)
-			}
-			w.rows = append(w.rows, int32(r))
-			w.weights = append(w.weights, rt.Weights[r*rt.K+j])
-		}
-	}
-	return work, nil
 }

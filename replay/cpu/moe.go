@@ -172,14 +172,13 @@ func (b *Backend) ExpertsAccumulate(acc, z ops.Tensor, rt ops.Routing, experts [
 		es[i] = e
 	}
 	slices.SortFunc(es, func(p, q *Expert) int { return p.id - q.id })
-	for i := 1; i < len(es); i++ {
-		if es[i].id == es[i-1].id {
-			return argErr(op, "expert %d given twice", es[i].id)
-		}
+	ids := make([]int, len(es))
+	for i, e := range es {
+		ids[i] = e.id
 	}
-	work, err := assign(op, es, rt, rows)
+	work, err := rt.AssignRows(ids, rows)
 	if err != nil {
-		return err
+		return argErr(op, "%v", err)
 	}
 	b.runExperts(at.data, zt.data, latent, es, work, beta, linBeta)
 	return nil
