@@ -6,19 +6,6 @@ import (
 	"github.com/potato-k3/potato-k3/replay/ops"
 )
 
-// checkLayout verifies that l covers exactly rows rows with non-decreasing starts.
-func checkLayout(op string, l ops.Layout, rows int) error {
-	if len(l.Starts) == 0 || l.Starts[0] != 0 || l.Tokens() != rows {
-		return shapeErr(op, "layout %v does not cover the %d rows from 0", l.Starts, rows)
-	}
-	for s := 1; s < len(l.Starts); s++ {
-		if l.Starts[s] < l.Starts[s-1] {
-			return shapeErr(op, "layout %v: sequence %d ends before it starts", l.Starts, s-1)
-		}
-	}
-	return nil
-}
-
 // ShortConvSiLU is KDA's causal depthwise convolution with SiLU per sequence of l (k_shortconv, one
 // thread per element, grid-stride):
 //
@@ -35,7 +22,7 @@ func (b *Backend) ShortConvSiLU(x, w ops.Tensor, l ops.Layout) (ops.Tensor, erro
 	if wt.rows != xt.cols || wt.cols == 0 {
 		return nil, shapeErr(op, "x %v with taps %v: want %d x K taps", xt, wt, xt.cols)
 	}
-	if err := checkLayout(op, l, xt.rows); err != nil {
+	if err := ops.CheckLayout(op, l, xt.rows); err != nil {
 		return nil, err
 	}
 	start := make([]int32, xt.rows) // the first row of each row's sequence
@@ -88,27 +75,11 @@ func (b *Backend) KDA(q, k, v, graw, braw ops.Tensor, aLog, dtBias ops.Tensor, h
 	if err != nil {
 		return nil, err
 	}
-	qt, kt, vt, gt, bt, at, dt := ts[0], ts[1], ts[2], ts[3], ts[4], ts[5], ts[6]
-	rows, ch := qt.rows, qt.cols
-	if heads <= 0 || ch%heads != 0 {
-		return nil, shapeErr(op, "q %v cannot be split into %d heads", qt, heads)
-	}
-	for i, t := range []*Tensor{kt, vt, gt} {
-		if t.rows != rows || t.cols != ch {
-			return nil, shapeErr(op, "%s %v differs from q %v", []string{"k", "v", "graw"}[i], t, qt)
-		}
-	}
-	switch {
-	case bt.rows != rows || bt.cols != heads:
-		return nil, shapeErr(op, "braw %v: want %dx%d", bt, rows, heads)
-	case at.n() < heads:
-		return nil, shapeErr(op, "aLog %v has fewer than %d entries", at, heads)
-	case dt.rows != 1 || dt.cols != ch:
-		return nil, shapeErr(op, "dtBias %v: want 1x%d", dt, ch)
-	}
-	if err := checkLayout(op, l, rows); err != nil {
+	qt := ts[0]
+	if err := ops.CheckKDA(q, k, v, graw, braw, aLog, dtBias, heads, l); err != nil {
 		return nil, err
 	}
+	rows, ch := qt.rows, qt.cols
 	d := ch / heads
 	shmem := 4 * (d*d + 3*d)
 	if d > 1024 || shmem > b.info.MaxSharedOptin {
@@ -192,21 +163,11 @@ func (b *Backend) MLA(q, kv, ks ops.Tensor, heads, nope, shared, vdim int, l ops
 	if err != nil {
 		return nil, err
 	}
-	qt, kvt, kst := ts[0], ts[1], ts[2]
-	rows, qk, kvw := qt.rows, nope+shared, nope+vdim
-	switch {
-	case heads <= 0 || nope < 0 || shared < 0 || vdim <= 0 || qk == 0:
-		return nil, shapeErr(op, "heads %d, nope %d, shared %d, vdim %d", heads, nope, shared, vdim)
-	case qt.cols != heads*qk:
-		return nil, shapeErr(op, "q %v: want %d columns (%d heads x (%d + %d))", qt, heads*qk, heads, nope, shared)
-	case kvt.rows != rows || kvt.cols != heads*kvw:
-		return nil, shapeErr(op, "kv %v: want %dx%d (%d heads x (%d + %d))", kvt, rows, heads*kvw, heads, nope, vdim)
-	case kst.rows != rows || kst.cols != shared:
-		return nil, shapeErr(op, "ks %v: want %dx%d", kst, rows, shared)
-	}
-	if err := checkLayout(op, l, rows); err != nil {
+	qt := ts[0]
+	if err := ops.CheckMLA(q, kv, ks, heads, nope, shared, vdim, l); err != nil {
 		return nil, err
 	}
+	rows, qk := qt.rows, nope+shared
 	shmem := 4 * (mlaQB*qk + mlaKC*(qk+1) + mlaKC*vdim + mlaQB*mlaKC + mlaQB*vdim + 3*mlaQB)
 	if shmem > b.info.MaxSharedOptin {
 		return nil, shapeErr(op, "head sizes qk %d, vdim %d need %d bytes of shared memory, the device allows %d", qk, vdim, shmem, b.info.MaxSharedOptin)

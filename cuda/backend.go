@@ -18,9 +18,11 @@ var (
 	// ErrCUDA marks a failed CUDA driver or NVRTC call (*Error carries the call and code).
 	ErrCUDA = errors.New("cuda: call failed")
 	// ErrShape marks an op called with shapes it cannot combine (the message names the op and the shapes).
-	ErrShape = errors.New("cuda: bad shape")
+	// It is ops.ErrShape: the checks shared by every backend (ops.CheckKDA, ...) return it too.
+	ErrShape = ops.ErrShape
 	// ErrArgument marks another bad argument: a foreign tensor, an id out of range, a bad MXFP4 scale.
-	ErrArgument = errors.New("cuda: bad argument")
+	// It is ops.ErrArgument, like ErrShape.
+	ErrArgument = ops.ErrArgument
 	// ErrFreed marks the use of a tensor or expert after Free.
 	ErrFreed = errors.New("cuda: use after free")
 	// ErrClosed marks a call on a closed Backend.

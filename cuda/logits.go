@@ -28,22 +28,10 @@ func (b *Backend) TokenStats(h, w ops.Tensor, targets []int32, k int) ([]ops.Tok
 		return nil, err
 	}
 	ht, wt := ts[0], ts[1]
+	if err := ops.CheckTokenStats(h, w, targets, k); err != nil {
+		return nil, err
+	}
 	rows, vocab := ht.rows, wt.rows
-	switch {
-	case vocab == 0:
-		return nil, shapeErr(op, "lm_head %v has no vocabulary", wt)
-	case ht.cols != wt.cols:
-		return nil, shapeErr(op, "h %v against lm_head %v: inner sizes differ", ht, wt)
-	case len(targets) != rows:
-		return nil, shapeErr(op, "%d targets for %d rows", len(targets), rows)
-	case k < 0 || k > vocab:
-		return nil, argErr(op, "top k = %d outside 0..%d", k, vocab)
-	}
-	for r, t := range targets {
-		if int(t) >= vocab {
-			return nil, argErr(op, "targets[%d] = %d outside the vocabulary of %d", r, t, vocab)
-		}
-	}
 	stats := make([]ops.TokenStats, rows)
 	if rows == 0 {
 		return stats, nil

@@ -14,9 +14,11 @@ import (
 // Sentinels for errors.Is; every error the backend returns wraps one of them.
 var (
 	// ErrShape marks an op called with shapes it cannot combine (the message names the op and the shapes).
-	ErrShape = errors.New("cpu: bad shape")
+	// It is ops.ErrShape: the checks shared by every backend (ops.CheckKDA, ...) return it too.
+	ErrShape = ops.ErrShape
 	// ErrArgument marks another bad argument: a foreign tensor, an id out of range, a bad MXFP4 scale.
-	ErrArgument = errors.New("cpu: bad argument")
+	// It is ops.ErrArgument, like ErrShape.
+	ErrArgument = ops.ErrArgument
 	// ErrFreed marks the use of a tensor or expert after Free.
 	ErrFreed = errors.New("cpu: use after free")
 )

@@ -6,19 +6,6 @@ import (
 	"github.com/potato-k3/potato-k3/replay/ops"
 )
 
-// checkLayout verifies that l covers exactly rows rows with non-decreasing starts.
-func checkLayout(op string, l ops.Layout, rows int) error {
-	if len(l.Starts) == 0 || l.Starts[0] != 0 || l.Tokens() != rows {
-		return shapeErr(op, "layout %v does not cover the %d rows from 0", l.Starts, rows)
-	}
-	for s := 1; s < len(l.Starts); s++ {
-		if l.Starts[s] < l.Starts[s-1] {
-			return shapeErr(op, "layout %v: sequence %d ends before it starts", l.Starts, s-1)
-		}
-	}
-	return nil
-}
-
 // ShortConvSiLU is KDA's causal depthwise convolution with SiLU (K3_SPEC.md 5.2 step 2), per sequence of l:
 //
 //	out[t,c] = rounded(silu(sum_{i<K} float32(w[c,i] * x[t-K+1+i,c])))   // ascending i, silu in float32
@@ -35,7 +22,7 @@ func (b *Backend) ShortConvSiLU(x, w ops.Tensor, l ops.Layout) (ops.Tensor, erro
 	if wt.rows != xt.cols || wt.cols == 0 {
 		return nil, shapeErr(op, "x %v with taps %v: want %d x K taps", xt, wt, xt.cols)
 	}
-	if err := checkLayout(op, l, xt.rows); err != nil {
+	if err := ops.CheckLayout(op, l, xt.rows); err != nil {
 		return nil, err
 	}
 	ch, kk := xt.cols, wt.cols
@@ -85,26 +72,10 @@ func (b *Backend) KDA(q, k, v, graw, braw ops.Tensor, aLog, dtBias ops.Tensor, h
 		return nil, err
 	}
 	qt, kt, vt, gt, bt, at, dt := ts[0], ts[1], ts[2], ts[3], ts[4], ts[5], ts[6]
-	rows, ch := qt.rows, qt.cols
-	if heads <= 0 || ch%heads != 0 {
-		return nil, shapeErr(op, "q %v cannot be split into %d heads", qt, heads)
-	}
-	for i, t := range []*Tensor{kt, vt, gt} {
-		if t.rows != rows || t.cols != ch {
-			return nil, shapeErr(op, "%s %v differs from q %v", []string{"k", "v", "graw"}[i], t, qt)
-		}
-	}
-	switch {
-	case bt.rows != rows || bt.cols != heads:
-		return nil, shapeErr(op, "braw %v: want %dx%d", bt, rows, heads)
-	case len(at.data) < heads:
-		return nil, shapeErr(op, "aLog %v has fewer than %d entries", at, heads)
-	case dt.rows != 1 || dt.cols != ch:
-		return nil, shapeErr(op, "dtBias %v: want 1x%d", dt, ch)
-	}
-	if err := checkLayout(op, l, rows); err != nil {
+	if err := ops.CheckKDA(q, k, v, graw, braw, aLog, dtBias, heads, l); err != nil {
 		return nil, err
 	}
+	rows, ch := qt.rows, qt.cols
 	d := ch / heads
 	scale := float32(1 / math.Sqrt(float64(d)))
 	out := newTensor(rows, ch)

@@ -29,20 +29,10 @@ func (b *Backend) MLA(q, kv, ks ops.Tensor, heads, nope, shared, vdim int, l ops
 		return nil, err
 	}
 	qt, kvt, kst := ts[0], ts[1], ts[2]
-	rows, qk, kvw := qt.rows, nope+shared, nope+vdim
-	switch {
-	case heads <= 0 || nope < 0 || shared < 0 || vdim <= 0 || qk == 0:
-		return nil, shapeErr(op, "heads %d, nope %d, shared %d, vdim %d", heads, nope, shared, vdim)
-	case qt.cols != heads*qk:
-		return nil, shapeErr(op, "q %v: want %d columns (%d heads x (%d + %d))", qt, heads*qk, heads, nope, shared)
-	case kvt.rows != rows || kvt.cols != heads*kvw:
-		return nil, shapeErr(op, "kv %v: want %dx%d (%d heads x (%d + %d))", kvt, rows, heads*kvw, heads, nope, vdim)
-	case kst.rows != rows || kst.cols != shared:
-		return nil, shapeErr(op, "ks %v: want %dx%d", kst, rows, shared)
-	}
-	if err := checkLayout(op, l, rows); err != nil {
+	if err := ops.CheckMLA(q, kv, ks, heads, nope, shared, vdim, l); err != nil {
 		return nil, err
 	}
+	rows, qk, kvw := qt.rows, nope+shared, nope+vdim
 	div := float32(math.Sqrt(float64(qk)))
 	out := newTensor(rows, heads*vdim)
 	type task struct{ s, h, t0, t1 int }

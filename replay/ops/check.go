@@ -1,0 +1,105 @@
+package ops
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Sentinels of the shape and argument checks every backend runs before an op (the functions below), so
+// that an op refuses the same inputs with the same message on every backend. Backends wrap them.
+var (
+	// ErrShape marks tensors whose shapes an op cannot combine; the message names the op and the shapes.
+	ErrShape = errors.New("bad shape")
+	// ErrArgument marks another bad argument (a count, an id out of range).
+	ErrArgument = errors.New("bad argument")
+)
+
+func shapeErr(op, format string, args ...any) error {
+	return fmt.Errorf("%w: %s: %s", ErrShape, op, fmt.Sprintf(format, args...))
+}
+
+func argErr(op, format string, args ...any) error {
+	return fmt.Errorf("%w: %s: %s", ErrArgument, op, fmt.Sprintf(format, args...))
+}
+
+// dims renders a tensor's shape as rows x cols.
+func dims(t Tensor) string { return fmt.Sprintf("%dx%d", t.Rows(), t.Cols()) }
+
+// CheckLayout verifies that l covers rows 0..rows-1 with sequences in order.
+func CheckLayout(op string, l Layout, rows int) error {
+	if len(l.Starts) == 0 || l.Starts[0] != 0 || l.Tokens() != rows {
+		return shapeErr(op, "layout %v does not cover the %d rows from 0", l.Starts, rows)
+	}
+	for s := 1; s < len(l.Starts); s++ {
+		if l.Starts[s] < l.Starts[s-1] {
+			return shapeErr(op, "layout %v: sequence %d ends before it starts", l.Starts, s-1)
+		}
+	}
+	return nil
+}
+
+// CheckKDA verifies the shapes of Backend.KDA's arguments: q, k, v, graw rows x channels with channels a
+// multiple of heads; braw rows x heads; aLog with at least heads entries; dtBias 1 x channels; l covering
+// the rows.
+func CheckKDA(q, k, v, graw, braw, aLog, dtBias Tensor, heads int, l Layout) error {
+	const op = "KDA"
+	rows, ch := q.Rows(), q.Cols()
+	if heads <= 0 || ch%heads != 0 {
+		return shapeErr(op, "q %s cannot be split into %d heads", dims(q), heads)
+	}
+	for i, t := range []Tensor{k, v, graw} {
+		if t.Rows() != rows || t.Cols() != ch {
+			return shapeErr(op, "%s %s differs from q %s", []string{"k", "v", "graw"}[i], dims(t), dims(q))
+		}
+	}
+	switch {
+	case braw.Rows() != rows || braw.Cols() != heads:
+		return shapeErr(op, "braw %s: want %dx%d", dims(braw), rows, heads)
+	case aLog.Rows()*aLog.Cols() < heads:
+		return shapeErr(op, "aLog %s has fewer than %d entries", dims(aLog), heads)
+	case dtBias.Rows() != 1 || dtBias.Cols() != ch:
+		return shapeErr(op, "dtBias %s: want 1x%d", dims(dtBias), ch)
+	}
+	return CheckLayout(op, l, rows)
+}
+
+// CheckMLA verifies the shapes of Backend.MLA's arguments: q rows x heads*(nope+shared), kv rows x
+// heads*(nope+vdim), ks rows x shared, l covering the rows.
+func CheckMLA(q, kv, ks Tensor, heads, nope, shared, vdim int, l Layout) error {
+	const op = "MLA"
+	rows, qk, kvw := q.Rows(), nope+shared, nope+vdim
+	switch {
+	case heads <= 0 || nope < 0 || shared < 0 || vdim <= 0 || qk == 0:
+		return shapeErr(op, "heads %d, nope %d, shared %d, vdim %d", heads, nope, shared, vdim)
+	case q.Cols() != heads*qk:
+		return shapeErr(op, "q %s: want %d columns (%d heads x (%d + %d))", dims(q), heads*qk, heads, nope, shared)
+	case kv.Rows() != rows || kv.Cols() != heads*kvw:
+		return shapeErr(op, "kv %s: want %dx%d (%d heads x (%d + %d))", dims(kv), rows, heads*kvw, heads, nope, vdim)
+	case ks.Rows() != rows || ks.Cols() != shared:
+		return shapeErr(op, "ks %s: want %dx%d", dims(ks), rows, shared)
+	}
+	return CheckLayout(op, l, rows)
+}
+
+// CheckTokenStats verifies Backend.TokenStats's arguments: h rows x cols against an lm_head of vocab x
+// cols, one target per row (negative: none; else below vocab), 0 <= k <= vocab.
+func CheckTokenStats(h, w Tensor, targets []int32, k int) error {
+	const op = "TokenStats"
+	rows, vocab := h.Rows(), w.Rows()
+	switch {
+	case vocab == 0:
+		return shapeErr(op, "lm_head %s has no vocabulary", dims(w))
+	case h.Cols() != w.Cols():
+		return shapeErr(op, "h %s against lm_head %s: inner sizes differ", dims(h), dims(w))
+	case len(targets) != rows:
+		return shapeErr(op, "%d targets for %d rows", len(targets), rows)
+	case k < 0 || k > vocab:
+		return argErr(op, "top k = %d outside 0..%d", k, vocab)
+	}
+	for r, t := range targets {
+		if int(t) >= vocab {
+			return argErr(op, "targets[%d] = %d outside the vocabulary of %d", r, t, vocab)
+		}
+	}
+	return nil
+}
