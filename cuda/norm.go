@@ -43,17 +43,14 @@ func (b *Backend) norm(op string, x, w, gate ops.Tensor, eps float32) (ops.Tenso
 	if err != nil {
 		return nil, err
 	}
+	if err := ops.CheckNorm(op, x, w, gate); err != nil {
+		return nil, err
+	}
 	xt, wt := ts[0], ts[1]
 	g := wt.cols
-	if wt.rows != 1 || g == 0 || xt.cols%g != 0 {
-		return nil, shapeErr(op, "x %v with weight %v: want a 1 x g weight with g dividing %d", xt, wt, xt.cols)
-	}
 	var gt *Tensor
 	if gate != nil {
 		gt = ts[2]
-		if gt.rows != xt.rows || gt.cols != xt.cols {
-			return nil, shapeErr(op, "gate %v differs from x %v", gt, xt)
-		}
 	}
 	groups := xt.rows * (xt.cols / g)
 	var out *Tensor
@@ -93,9 +90,6 @@ func (b *Backend) norm(op string, x, w, gate ops.Tensor, eps float32) (ops.Tenso
 // sumsq and dot are lane-strided sums with a fixed butterfly (see RMSNorm). It returns p, rows x len(vs).
 func (b *Backend) AttnResMix(vs []ops.Tensor, wg ops.Tensor) (ops.Tensor, []float32, error) {
 	const op = "AttnResMix"
-	if len(vs) == 0 {
-		return nil, nil, shapeErr(op, "no vectors to mix")
-	}
 	wt, err := b.tensor(op, "wg", wg)
 	if err != nil {
 		return nil, nil, err
@@ -105,14 +99,11 @@ func (b *Backend) AttnResMix(vs []ops.Tensor, wg ops.Tensor) (ops.Tensor, []floa
 		if v[i], err = b.tensor(op, fmt.Sprintf("vs[%d]", i), x); err != nil {
 			return nil, nil, err
 		}
-		if v[i].rows != v[0].rows || v[i].cols != v[0].cols {
-			return nil, nil, shapeErr(op, "vs[%d] %v differs from vs[0] %v", i, v[i], v[0])
-		}
+	}
+	if err := ops.CheckAttnResMix(vs, wg); err != nil {
+		return nil, nil, err
 	}
 	rows, cols, n := v[0].rows, v[0].cols, len(v)
-	if wt.rows != 1 || wt.cols != cols {
-		return nil, nil, shapeErr(op, "wg %v: want 1x%d", wt, cols)
-	}
 	var out *Tensor
 	weights := make([]float32, rows*n)
 	err = b.run(op, func(c *opCtx) error {

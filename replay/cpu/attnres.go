@@ -17,9 +17,6 @@ import (
 // The returned weights are p, rows x n row-major (p of row r and vector i at r*n+i).
 func (b *Backend) AttnResMix(vs []ops.Tensor, wg ops.Tensor) (ops.Tensor, []float32, error) {
 	const op = "AttnResMix"
-	if len(vs) == 0 {
-		return nil, nil, shapeErr(op, "no vectors to mix")
-	}
 	wt, err := tensor(op, "wg", wg)
 	if err != nil {
 		return nil, nil, err
@@ -29,14 +26,11 @@ func (b *Backend) AttnResMix(vs []ops.Tensor, wg ops.Tensor) (ops.Tensor, []floa
 		if v[i], err = tensor(op, fmt.Sprintf("vs[%d]", i), x); err != nil {
 			return nil, nil, err
 		}
-		if v[i].rows != v[0].rows || v[i].cols != v[0].cols {
-			return nil, nil, shapeErr(op, "vs[%d] %v differs from vs[0] %v", i, v[i], v[0])
-		}
+	}
+	if err := ops.CheckAttnResMix(vs, wg); err != nil {
+		return nil, nil, err
 	}
 	rows, cols, n := v[0].rows, v[0].cols, len(v)
-	if wt.rows != 1 || wt.cols != cols {
-		return nil, nil, shapeErr(op, "wg %v: want 1x%d", wt, cols)
-	}
 	out := newTensor(rows, cols)
 	weights := make([]float32, rows*n)
 	b.parallelRange(rows, max(1, 2048/max(cols, 1)), func(lo, hi int) {

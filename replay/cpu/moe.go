@@ -63,16 +63,11 @@ func (b *Backend) Route(x, w, bias ops.Tensor, k int, scale float32) (ops.Routin
 	if err != nil {
 		return ops.Routing{}, err
 	}
+	if err := ops.CheckRoute(x, w, bias, k); err != nil {
+		return ops.Routing{}, err
+	}
 	xt, wt, bt := ts[0], ts[1], ts[2]
 	experts := wt.rows
-	switch {
-	case xt.cols != wt.cols:
-		return ops.Routing{}, shapeErr(op, "x %v against router %v: inner sizes differ", xt, wt)
-	case bt.rows != 1 || bt.cols != experts:
-		return ops.Routing{}, shapeErr(op, "bias %v: want 1x%d", bt, experts)
-	case k < 1 || k > experts:
-		return ops.Routing{}, argErr(op, "k = %d outside 1..%d experts", k, experts)
-	}
 	rows := xt.rows
 	rt := ops.Routing{K: k, IDs: make([]int32, rows*k), Weights: make([]float32, rows*k)}
 	logits := make([]float32, min(routeChunk, rows)*experts) // bounded: a chunk of rows at a time

@@ -34,18 +34,14 @@ func (b *Backend) norm(op string, x, w, gate ops.Tensor, eps float32) (ops.Tenso
 	if err != nil {
 		return nil, err
 	}
+	if err := ops.CheckNorm(op, x, w, gate); err != nil {
+		return nil, err
+	}
 	xt, wt := ts[0], ts[1]
 	g := wt.cols
-	if wt.rows != 1 || g == 0 || xt.cols%g != 0 {
-		return nil, shapeErr(op, "x %v with weight %v: want a 1 x g weight with g dividing %d", xt, wt, xt.cols)
-	}
 	var gd []float32
 	if gate != nil {
-		gt := ts[2]
-		if gt.rows != xt.rows || gt.cols != xt.cols {
-			return nil, shapeErr(op, "gate %v differs from x %v", gt, xt)
-		}
-		gd = gt.data
+		gd = ts[2].data
 	}
 	out := newTensor(xt.rows, xt.cols)
 	groups := xt.rows * (xt.cols / g)

@@ -103,3 +103,50 @@ func CheckTokenStats(h, w Tensor, targets []int32, k int) error {
 	}
 	return nil
 }
+
+// CheckRoute verifies Backend.Route's arguments: x rows x cols against a router of experts x cols, bias
+// 1 x experts, 1 <= k <= experts.
+func CheckRoute(x, w, bias Tensor, k int) error {
+	const op = "Route"
+	experts := w.Rows()
+	switch {
+	case x.Cols() != w.Cols():
+		return shapeErr(op, "x %s against router %s: inner sizes differ", dims(x), dims(w))
+	case bias.Rows() != 1 || bias.Cols() != experts:
+		return shapeErr(op, "bias %s: want 1x%d", dims(bias), experts)
+	case k < 1 || k > experts:
+		return argErr(op, "k = %d outside 1..%d experts", k, experts)
+	}
+	return nil
+}
+
+// CheckNorm verifies the arguments of RMSNorm (gate nil) and GatedRMSNorm (op names which): a 1 x g
+// weight with g dividing x's columns, and a gate of x's shape.
+func CheckNorm(op string, x, w, gate Tensor) error {
+	g := w.Cols()
+	if w.Rows() != 1 || g == 0 || x.Cols()%g != 0 {
+		return shapeErr(op, "x %s with weight %s: want a 1 x g weight with g dividing %d", dims(x), dims(w), x.Cols())
+	}
+	if gate != nil && (gate.Rows() != x.Rows() || gate.Cols() != x.Cols()) {
+		return shapeErr(op, "gate %s differs from x %s", dims(gate), dims(x))
+	}
+	return nil
+}
+
+// CheckAttnResMix verifies Backend.AttnResMix's arguments: at least one vector, all of one shape, and a
+// 1 x cols score vector.
+func CheckAttnResMix(vs []Tensor, wg Tensor) error {
+	const op = "AttnResMix"
+	if len(vs) == 0 {
+		return shapeErr(op, "no vectors to mix")
+	}
+	for i, v := range vs {
+		if v.Rows() != vs[0].Rows() || v.Cols() != vs[0].Cols() {
+			return shapeErr(op, "vs[%d] %s differs from vs[0] %s", i, dims(v), dims(vs[0]))
+		}
+	}
+	if wg.Rows() != 1 || wg.Cols() != vs[0].Cols() {
+		return shapeErr(op, "wg %s: want 1x%d", dims(wg), vs[0].Cols())
+	}
+	return nil
+}
