@@ -24,6 +24,7 @@ type Engine struct {
 	opts    EngineOptions
 	held    atomic.Int64 // host bytes of weights read and not yet uploaded (layers read ahead, expert batches)
 	pool    *hostPool    // the host buffers weights are read into, reused across layers and waves
+	cache   *hostCache   // weights kept in host memory across waves (EngineOptions.HostCacheBytes); nil: none
 	// ConfigSHA256 is the hex SHA-256 of the model directory's config.json (empty for engines made with
 	// NewEngine): results carry it so that a cache or a reader can tell models apart.
 	ConfigSHA256 string
@@ -39,6 +40,11 @@ type EngineOptions struct {
 	// MaxWaveTokens bounds the tokens of one wave (0: no bound): larger requests run as several waves,
 	// which bounds the per-token state and activations a wave holds. Results do not depend on it.
 	MaxWaveTokens int
+	// HostCacheBytes is how much host memory may keep the layers' weights (their own tensors and routed
+	// experts) between waves, so that later waves read them from memory instead of the checkpoint (0: none;
+	// the engine then holds only a few layers' read buffers). On the CUDA backend it is page-locked memory,
+	// which the GPU copies from at its full host-to-device rate. The first layers read fill it and stay.
+	HostCacheBytes int64
 	// Progress, when set, is called after every layer of a wave.
 	Progress func(Progress)
 }
@@ -52,10 +58,10 @@ func NewEngine(ctx context.Context, plan *model.Plan, r Reader, b ops.Backend, o
 			opts.MaxWaveTokens = most
 		}
 	}
-	e := &Engine{Plan: plan, Model: m, reader: r, opts: opts, pool: newHostPool(b)}
-	src := readAhead(ctx, r, plan.GlobalTensors(), e.pool, &e.held)
+	e := &Engine{Plan: plan, Model: m, reader: r, opts: opts, pool: newHostPool(b), cache: newHostCache(opts.HostCacheBytes)}
+	src := readAhead(ctx, r, plan.GlobalTensors(), e.pool, &e.held, nil, -1)
 	g, err := m.LoadGlobals(ctx, src)
-	src.release(e.pool, &e.held)
+	src.release(e.pool, &e.held, nil)
 	// The globals (the embedding and lm_head) are read once and are larger than any layer: keep no
 	// buffer of their size.
 	if terr := e.pool.trim(); err == nil && terr != nil {
@@ -97,9 +103,11 @@ func Open(ctx context.Context, dir string, b ops.Backend, opts EngineOptions, ck
 	return e, d, nil
 }
 
-// Close frees the resident weights and the host buffers.
+// Close frees the resident weights, the host cache and the host buffers.
 func (e *Engine) Close() {
-	_ = e.pool.trim() // a backend that fails to free host memory releases it when it closes
+	// A backend that fails to free host memory releases it when it closes.
+	_ = e.cache.clear(e.pool)
+	_ = e.pool.trim()
 	if e.globals != nil {
 		for _, t := range []ops.Tensor{e.globals.Embed, e.globals.Norm, e.globals.OutputMix, e.globals.LMHead} {
 			e.Model.Ops.Free(t)
@@ -118,6 +126,10 @@ func (e *Engine) HeldBytes() int64 { return e.held.Load() }
 // HostBufferBytes is the host memory of the engine's read buffers, in use or kept for the next layer or
 // wave (page-locked memory on a backend with ops.HostMemory). It is at most a few layers' worth.
 func (e *Engine) HostBufferBytes() int64 { return e.pool.bytes() }
+
+// HostCacheBytes is the host memory the host cache holds (EngineOptions.HostCacheBytes), not counted in
+// HostBufferBytes.
+func (e *Engine) HostCacheBytes() int64 { return e.cache.bytes() }
 
 // Progress reports a wave's advance after each layer.
 type Progress struct {

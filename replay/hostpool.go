@@ -118,11 +118,19 @@ func (p *hostPool) trim() error {
 
 // release frees one arena.
 func (p *hostPool) release(a []byte) error {
-	p.total.Add(-int64(len(a)))
+	p.disown(a)
+	return p.free(a)
+}
+
+// disown stops counting arena a as the pool's: the host cache has taken it (and frees it with free).
+func (p *hostPool) disown(a []byte) { p.total.Add(-int64(cap(a))) }
+
+// free returns arena a's memory to the backend (the garbage collector's without ops.HostMemory).
+func (p *hostPool) free(a []byte) error {
 	if p.mem == nil {
-		return nil // the garbage collector's
+		return nil
 	}
-	return p.mem.FreeHost(a)
+	return p.mem.FreeHost(a[:cap(a)])
 }
 
 // bytes is the host memory the pool holds, idle or in use.

@@ -33,12 +33,23 @@ type bundle struct {
 	held  int64            // what this bundle added to the engine's held counter
 	arena []byte           // from the pool; nil before it is taken or after release
 	err   error
+	layer int  // the layer these tensors belong to; -1 for the globals (never cached)
+	hit   bool // served from the host cache: no arena, nothing read, nothing held
 }
 
-// readAhead starts reading specs into an arena of pool in the background and returns at once; Read
-// waits for it.
-func readAhead(ctx context.Context, r Reader, specs []checkpoint.Spec, pool *hostPool, held *atomic.Int64) *bundle {
-	b := &bundle{done: make(chan struct{}), bytes: make(map[string][]byte, len(specs))}
+// readAhead starts reading specs (the tensors of layer, or of the globals when layer is -1) into an arena
+// of pool in the background and returns at once; Read waits for it. A layer the host cache holds is
+// served from there, read from nothing.
+func readAhead(ctx context.Context, r Reader, specs []checkpoint.Spec, pool *hostPool, held *atomic.Int64, cache *hostCache, layer int) *bundle {
+	b := &bundle{done: make(chan struct{}), bytes: make(map[string][]byte, len(specs)), layer: layer}
+	if src, ok := cache.layer(layer); ok && layer >= 0 {
+		b.bytes, b.hit = src, true
+		for _, s := range specs {
+			b.size += int64(len(src[s.Name]))
+		}
+		close(b.done)
+		return b
+	}
 	go func() {
 		defer close(b.done)
 		ts := make([]checkpoint.Tensor, len(specs))
@@ -120,12 +131,21 @@ func (b *bundle) Read(ctx context.Context, s checkpoint.Spec) ([]byte, error) {
 func (b *bundle) FiniteChecked() {}
 
 // release gives the arena back to the pool once the layer is uploaded (backends keep no reference to
-// the bytes they upload, ops.Backend's contract).
-func (b *bundle) release(pool *hostPool, held *atomic.Int64) {
+// the bytes they upload, ops.Backend's contract), or to the host cache when it has room and every tensor
+// was read and checked.
+func (b *bundle) release(pool *hostPool, held *atomic.Int64, cache *hostCache) {
 	<-b.done
 	held.Add(-b.held)
 	b.held = 0
-	pool.put(b.arena)
+	if b.hit {
+		b.bytes = nil
+		return
+	}
+	if b.layer >= 0 && b.err == nil && b.bad == nil && cache.keepLayer(b.layer, b.arena, b.bytes) {
+		pool.disown(b.arena)
+	} else {
+		pool.put(b.arena)
+	}
 	b.arena, b.bytes = nil, nil
 }
 
@@ -138,12 +158,14 @@ const expertBatch = 16
 // batches into arenas of the pool, several batches at once (readsAhead), uploads each batch as soon as
 // it is read while the next ones are, and counts the bytes.
 type expertReader struct {
-	r     Reader
-	m     *model.Model
-	pool  *hostPool
-	held  *atomic.Int64 // the engine's count of host bytes in use for layers
-	bytes atomic.Int64  // expert bytes read
-	count atomic.Int64  // experts read
+	r      Reader
+	m      *model.Model
+	pool   *hostPool
+	cache  *hostCache    // experts kept in host memory across waves; nil: none
+	held   *atomic.Int64 // the engine's count of host bytes in use for layers
+	bytes  atomic.Int64  // expert bytes sent to the backend (read, or from the host cache)
+	count  atomic.Int64  // experts sent to the backend
+	cached atomic.Int64  // of bytes, those served from the host cache
 }
 
 // readsAhead is how many batches may be read while one is uploaded. One ReadBatch at a time leaves the
@@ -162,9 +184,19 @@ type expertRead struct {
 	err   error
 }
 
-// Experts implements model.ExpertSource. Every tensor is looked up before anything is read; then a
-// goroutine reads batch after batch (one batch ahead) while this one uploads, in ascending order.
-func (x *expertReader) Experts(ctx context.Context, layer int, ids []int) ([]ops.Expert, error) {
+// Experts implements model.ExpertSource. Experts the host cache holds are uploaded from there first,
+// while a goroutine reads the others batch after batch (every tensor looked up before anything is read);
+// each batch is uploaded as soon as it is read, in ascending order.
+func (x *expertReader) Experts(ctx context.Context, layer int, all []int) ([]ops.Expert, error) {
+	var ids []int // those to read
+	hits := map[int]mapSource{}
+	for _, e := range all {
+		if src, ok := x.cache.expert(layer, e); ok {
+			hits[e] = src
+		} else {
+			ids = append(ids, e)
+		}
+	}
 	specs := make([][]checkpoint.Spec, len(ids))
 	ts := make([][]checkpoint.Tensor, len(ids))
 	for i, e := range ids {
@@ -181,27 +213,47 @@ func (x *expertReader) Experts(ctx context.Context, layer int, ids []int) ([]ops
 	defer cancel()
 	reads := make(chan *expertRead, readsAhead)
 	go x.readBatches(ctx, ids, specs, ts, reads)
-	out := make([]ops.Expert, 0, len(ids))
+	out := make([]ops.Expert, 0, len(all))
 	var err error
-	for rd := range reads { // drained to the end: every arena goes back to the pool
+	// Uploads run on this goroutine: backends do not promise concurrent uploads.
+	for _, e := range all {
+		src, ok := hits[e]
+		if !ok {
+			continue
+		}
+		var ex ops.Expert
+		if ex, err = x.m.LoadExpert(ctx, layer, e, src); err != nil {
+			cancel()
+			break
+		}
+		out = append(out, ex)
+		n := src.size()
+		x.bytes.Add(n)
+		x.cached.Add(n)
+		x.count.Add(1)
+	}
+	for rd := range reads { // drained to the end: every arena goes back to the pool or to the cache
 		<-rd.done
 		if err == nil {
 			err = rd.err
 		}
 		for i := 0; err == nil && i < len(rd.ids); i++ {
-			// Uploads run on this goroutine: backends do not promise concurrent uploads.
 			var ex ops.Expert
 			if ex, err = x.m.LoadExpert(ctx, layer, rd.ids[i], rd.srcs[i]); err == nil {
 				out = append(out, ex)
 			}
 		}
 		x.held.Add(-rd.size)
-		x.pool.put(rd.arena)
+		if err == nil && x.cache.keepExperts(layer, rd.ids, rd.srcs, rd.arena) {
+			x.pool.disown(rd.arena)
+		} else {
+			x.pool.put(rd.arena)
+		}
 		if err != nil {
 			cancel()
 		}
 	}
-	if err == nil && len(out) < len(ids) { // the reader stopped early: only a cancelled context does that
+	if err == nil && len(out) < len(all) { // the reader stopped early: only a cancelled context does that
 		err = fmt.Errorf("experts of layer %d: %w", layer, context.Cause(ctx))
 	}
 	if err != nil {
@@ -285,6 +337,15 @@ func checkScales(reqs []checkpoint.ReadRequest) error {
 
 // mapSource serves tensor bytes already in memory.
 type mapSource map[string][]byte
+
+// size is the bytes of all its tensors.
+func (m mapSource) size() int64 {
+	var n int64
+	for _, b := range m {
+		n += int64(len(b))
+	}
+	return n
+}
 
 // Read implements model.Source.
 func (m mapSource) Read(_ context.Context, s checkpoint.Spec) ([]byte, error) {

@@ -13,13 +13,17 @@ import (
 // WaveStats account for one wave's pass over the weights.
 type WaveStats struct {
 	Sequences, Tokens int
-	LayerBytes        []int64 // per layer: non-expert weight bytes read
-	ExpertBytes       []int64 // per layer: routed expert bytes read
-	ExpertsRead       []int   // per layer: routed experts read (only those some token chose)
-	Seconds           float64
+	LayerBytes        []int64 // per layer: non-expert weight bytes sent to the backend
+	ExpertBytes       []int64 // per layer: routed expert bytes sent to the backend
+	ExpertsRead       []int   // per layer: routed experts sent (only those some token chose)
+	// CachedBytes per layer: of LayerBytes + ExpertBytes, the bytes that came from the host cache
+	// (EngineOptions.HostCacheBytes) rather than from the checkpoint.
+	CachedBytes []int64
+	Seconds     float64
 }
 
-// BytesRead is the total of weight bytes the wave read (global weights are resident and not counted).
+// BytesRead is the total of weight bytes the wave sent to the backend, from the checkpoint or the host
+// cache (global weights are resident and not counted).
 func (s WaveStats) BytesRead() int64 {
 	var n int64
 	for i := range s.LayerBytes {
@@ -110,6 +114,7 @@ func (s WaveStats) add(o WaveStats) WaveStats {
 		s.LayerBytes[i] += o.LayerBytes[i]
 		s.ExpertBytes[i] += o.ExpertBytes[i]
 		s.ExpertsRead[i] += o.ExpertsRead[i]
+		s.CachedBytes[i] += o.CachedBytes[i]
 	}
 	return s
 }
@@ -143,9 +148,9 @@ func (e *Engine) runWave(ctx context.Context, reqs []Request) ([][]Result, WaveS
 		}
 	}
 	stats := WaveStats{Sequences: len(seqs), Tokens: len(ids), LayerBytes: make([]int64, layers),
-		ExpertBytes: make([]int64, layers), ExpertsRead: make([]int, layers)}
+		ExpertBytes: make([]int64, layers), ExpertsRead: make([]int, layers), CachedBytes: make([]int64, layers)}
 	obs := &capture{router: wantRouter, mixes: wMix}
-	experts := &expertReader{r: e.reader, m: e.Model, pool: e.pool, held: &e.held}
+	experts := &expertReader{r: e.reader, m: e.Model, pool: e.pool, cache: e.cache, held: &e.held}
 	pass := &model.Pass{Ctx: ctx, Model: e.Model, Layout: layout, Experts: experts, Obs: obs,
 		ExpertChunk: e.opts.ExpertChunk}
 	w := &waveOut{lens: map[int][]ops.TokenStats{}, hidden: map[int][]float32{}}
@@ -155,33 +160,37 @@ func (e *Engine) runWave(ctx context.Context, reqs []Request) ([][]Result, WaveS
 		return nil, stats, err
 	}
 	defer st.Free(e.Model.Ops)
-	next := readAhead(ctx, e.reader, e.Plan.LayerTensors(0), e.pool, &e.held)
+	next := readAhead(ctx, e.reader, e.Plan.LayerTensors(0), e.pool, &e.held, e.cache, 0)
 	for i := 0; i < layers; i++ {
 		cur := next
 		lw, err := e.Model.LoadLayer(ctx, i, cur)
-		cur.release(e.pool, &e.held)
+		cur.release(e.pool, &e.held, e.cache)
 		if err != nil {
 			return nil, stats, err
 		}
 		stats.LayerBytes[i] = cur.size
+		if cur.hit {
+			stats.CachedBytes[i] = cur.size
+		}
 		// Read the next layer while this one computes: at most two layers of weights are held.
 		if i+1 < layers {
-			next = readAhead(ctx, e.reader, e.Plan.LayerTensors(i+1), e.pool, &e.held)
+			next = readAhead(ctx, e.reader, e.Plan.LayerTensors(i+1), e.pool, &e.held, e.cache, i+1)
 		}
-		b0, n0 := experts.bytes.Load(), experts.count.Load()
+		b0, n0, c0 := experts.bytes.Load(), experts.count.Load(), experts.cached.Load()
 		err = pass.Layer(st, lw)
 		e.Model.FreeLayer(lw)
 		if err != nil {
 			if i+1 < layers {
-				next.release(e.pool, &e.held)
+				next.release(e.pool, &e.held, e.cache)
 			}
 			return nil, stats, err
 		}
 		stats.ExpertBytes[i] = experts.bytes.Load() - b0
 		stats.ExpertsRead[i] = int(experts.count.Load() - n0)
+		stats.CachedBytes[i] += experts.cached.Load() - c0
 		if err := e.captureLayer(pass, st, i, hidden, lens, targets, topK, w); err != nil {
 			if i+1 < layers {
-				next.release(e.pool, &e.held)
+				next.release(e.pool, &e.held, e.cache)
 			}
 			return nil, stats, err
 		}

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"runtime/pprof"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -30,6 +31,8 @@ type benchFlags struct {
 	seqLen, repeat, expertChunk, readWorkers int
 	boundFlops, boundBandwidth               float64
 	cpuProfile                               string
+	hostCache                                byteSize
+	directIO                                 bool
 }
 
 func runBench(ctx context.Context, args []string, stdout io.Writer) error {
@@ -49,6 +52,8 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.Float64Var(&f.boundBandwidth, "bound-bandwidth", 0, "weight bandwidth of the bound in bytes/s (0: measure reading the checkpoint); pinned host-to-device on an H200 is about 55e9")
 	fs.IntVar(&f.readWorkers, "read-workers", 0, "positioned reads of the checkpoint in flight at most (0: the reader's default, max(16, 4 x GOMAXPROCS))")
 	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "write a Go CPU profile of the timed waves to this file")
+	fs.Var(&f.hostCache, "host-cache", "keep weights in host memory between waves, up to this size (e.g. 40GB; page-locked on cuda): an untimed first wave fills it, and the timed waves stream the weights from memory instead of the checkpoint")
+	fs.BoolVar(&f.directIO, "direct-io", false, "read the checkpoint with O_DIRECT, bypassing the page cache (from the disk itself)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -79,17 +84,21 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 		}
 		sizes = append(sizes, n)
 	}
-	l, err := openEngine(ctx, dir, f.backend, f.precision, replay.EngineOptions{ExpertChunk: f.expertChunk},
-		checkpoint.WithReadConcurrency(f.readWorkers))
+	l, err := openEngine(ctx, dir, f.backend, f.precision, replay.EngineOptions{ExpertChunk: f.expertChunk, HostCacheBytes: int64(f.hostCache)},
+		checkpoint.WithReadConcurrency(f.readWorkers), checkpoint.WithDirectIO(f.directIO))
 	if err != nil {
 		return err
 	}
 	defer l.Close()
-	bound, err := measureBound(ctx, l, f.boundBandwidth == 0, f.boundFlops == 0)
+	cached := f.hostCache > 0
+	bound, err := measureBound(ctx, l, f.boundBandwidth == 0, f.boundFlops == 0, cached)
 	if err != nil {
 		return err
 	}
 	src := [2]string{"measured over the checkpoint", "measured: the backend's MatMul"}
+	if cached {
+		src[0] = "measured: uploads from host memory"
+	}
 	if f.boundBandwidth > 0 {
 		bound.readBps, src[0] = f.boundBandwidth, "given"
 	}
@@ -98,6 +107,14 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "bench %s: %s, %s on %s; bound: weight bandwidth %.2f GB/s (%s), matmul %.1f GFLOP/s (%s)\n",
 		time.Now().Format("2006-01-02"), dir, l.precision, l.backend, bound.readBps/1e9, src[0], bound.flops/1e9, src[1])
+	if cached { // fill the host cache with an untimed wave of the largest size (it chooses the most experts)
+		start := time.Now()
+		if _, err := runBenchWave(ctx, l, slices.Max(sizes), f.seqLen); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "warm-up wave of %d tokens: %.2fs; host cache holds %.2f GB (budget %.2f GB)\n",
+			slices.Max(sizes), time.Since(start).Seconds(), float64(l.engine.HostCacheBytes())/1e9, float64(f.hostCache)/1e9)
+	}
 	for _, n := range sizes {
 		if err := benchWave(ctx, stdout, l, bound, n, f.seqLen, f.repeat); err != nil {
 			return err
@@ -111,14 +128,20 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 // bound is the measured ceilings the results are divided by.
 type bound struct{ readBps, flops float64 }
 
-// measureBound reads every tensor of the checkpoint once (read bandwidth; after the engine opened it the
-// page cache may hold it, which is what a wave sees too) and times the backend's MatMul on a square
-// problem of the model's width (arithmetic rate).
-func measureBound(ctx context.Context, l *loaded, bandwidth, arithmetic bool) (bound, error) {
+// measureBound measures the weight bandwidth, when asked: with the host cache, the backend's uploads from
+// its host memory (what a cached wave does); else reading every tensor of the checkpoint once (after the
+// engine opened it the page cache may hold it, which is what a wave sees too). It times the backend's
+// MatMul on a square problem of the model's width (arithmetic rate).
+func measureBound(ctx context.Context, l *loaded, bandwidth, arithmetic, cached bool) (bound, error) {
 	var bd bound
 	if bandwidth {
 		var err error
-		if bd.readBps, err = measureRead(ctx, l); err != nil {
+		if cached {
+			bd.readBps, err = measureUpload(l)
+		} else {
+			bd.readBps, err = measureRead(ctx, l)
+		}
+		if err != nil {
 			return bd, err
 		}
 	}
@@ -206,10 +229,9 @@ func randomFloats(n int) []float32 {
 	return out
 }
 
-// benchWave times waves of n tokens and prints per-layer-kind times against the bound.
-func benchWave(ctx context.Context, w io.Writer, l *loaded, bd bound, n, seqLen, repeat int) error {
-	plan := l.engine.Plan
-	vocab := l.engine.Model.Dims.Vocab
+// benchRequest is a request of n random tokens in sequences of seqLen (the last one shorter), and the
+// sequences' lengths.
+func benchRequest(n, seqLen, vocab int) (replay.Request, []int) {
 	r := rand.New(rand.NewPCG(uint64(n), 9))
 	var req replay.Request
 	var lens []int
@@ -222,6 +244,49 @@ func benchWave(ctx context.Context, w io.Writer, l *loaded, bd bound, n, seqLen,
 		req.Sequences = append(req.Sequences, replay.Sequence{Tokens: ids})
 		lens = append(lens, t)
 	}
+	return req, lens
+}
+
+// runBenchWave runs one wave of benchRequest(n, seqLen) and returns its accounting.
+func runBenchWave(ctx context.Context, l *loaded, n, seqLen int) (replay.WaveStats, error) {
+	req, _ := benchRequest(n, seqLen, l.engine.Model.Dims.Vocab)
+	_, st, err := l.engine.Run(ctx, []replay.Request{req})
+	return st, err
+}
+
+// measureUpload times the backend's upload of a 512 MiB bfloat16 weight from host memory, its own when
+// it has some (the CUDA backend's pinned buffers, as the host cache holds them): the best of three.
+func measureUpload(l *loaded) (float64, error) {
+	b := l.engine.Model.Ops
+	const rows, cols = 1 << 14, 1 << 14
+	raw := make([]byte, 2*rows*cols)
+	if mem, ok := b.(ops.HostMemory); ok {
+		var err error
+		if raw, err = mem.AllocHost(2 * rows * cols); err != nil {
+			return 0, err
+		}
+		defer mem.FreeHost(raw)
+	}
+	for i := range raw {
+		raw[i] = byte(i*7+3) & 0x3f // finite bf16 patterns
+	}
+	var best float64
+	for range 3 {
+		start := time.Now()
+		w, err := b.Upload(ops.WeightBF16, rows, cols, raw[:2*rows*cols])
+		if err != nil {
+			return 0, err
+		}
+		best = max(best, float64(2*rows*cols)/time.Since(start).Seconds())
+		b.Free(w)
+	}
+	return best, nil
+}
+
+// benchWave times waves of n tokens and prints per-layer-kind times against the bound.
+func benchWave(ctx context.Context, w io.Writer, l *loaded, bd bound, n, seqLen, repeat int) error {
+	plan := l.engine.Plan
+	req, lens := benchRequest(n, seqLen, l.engine.Model.Dims.Vocab)
 	var runs []replay.WaveStats
 	var layerTimes [][]float64
 	for range max(repeat, 1) {
@@ -249,8 +314,12 @@ func benchWave(ctx context.Context, w io.Writer, l *loaded, bd bound, n, seqLen,
 	}
 	flops += plan.OutputFLOPs(n)
 	boundS := max(float64(st.BytesRead())/bd.readBps, flops/bd.flops)
-	fmt.Fprintf(w, "\nwave of %d tokens (%d sequences of up to %d): %.3fs median of %d, %.0f tokens/s, %.1f MB read per pass, %.2f GFLOP; bound %.3fs: ratio %.2f\n",
-		n, len(lens), seqLen, st.Seconds, len(runs), float64(n)/st.Seconds, float64(st.BytesRead())/1e6, flops/1e9, boundS, st.Seconds/boundS)
+	var cachedB int64
+	for _, c := range st.CachedBytes {
+		cachedB += c
+	}
+	fmt.Fprintf(w, "\nwave of %d tokens (%d sequences of up to %d): %.3fs median of %d, %.0f tokens/s, %.1f MB of weights per pass (%.1f MB from the host cache), %.2f GFLOP; bound %.3fs: ratio %.2f\n",
+		n, len(lens), seqLen, st.Seconds, len(runs), float64(n)/st.Seconds, float64(st.BytesRead())/1e6, float64(cachedB)/1e6, flops/1e9, boundS, st.Seconds/boundS)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "layer kind\tlayers\tmean s\tMB read\tGFLOP\tbound s\tratio\t")
 	type acc struct {

@@ -46,6 +46,9 @@ type Config struct {
 	ShutdownTimeout time.Duration
 	// ExpertChunk is passed to the engines (replay.EngineOptions.ExpertChunk).
 	ExpertChunk int
+	// HostCacheBytes is passed to the engines (replay.EngineOptions.HostCacheBytes): host memory that
+	// keeps weights between waves. Each precision's engine has its own.
+	HostCacheBytes int64
 	// Logger receives one line per job and wave; nil means slog.Default().
 	Logger *slog.Logger
 }

@@ -1,0 +1,127 @@
+package replay
+
+import (
+	"context"
+	"reflect"
+	"sync/atomic"
+	"testing"
+
+	"github.com/potato-k3/potato-k3/replay/checkpoint"
+	"github.com/potato-k3/potato-k3/replay/model"
+	"github.com/potato-k3/potato-k3/replay/ops"
+)
+
+// countingReader counts the tensor bytes read through it.
+type countingReader struct {
+	*checkpoint.Dir
+	bytes atomic.Int64
+}
+
+func (c *countingReader) ReadBatch(ctx context.Context, reqs []checkpoint.ReadRequest) error {
+	for _, r := range reqs {
+		c.bytes.Add(r.Tensor.Size)
+	}
+	return c.Dir.ReadBatch(ctx, reqs)
+}
+
+// pinnedBackend is hostMemBackend without the scribble over uploaded bytes: the host cache hands the
+// same bytes to every wave, so it relies on backends reading, never writing, what they upload.
+type pinnedBackend struct{ *hostMemBackend }
+
+func (p pinnedBackend) Upload(dt ops.DType, rows, cols int, raw []byte) (ops.Tensor, error) {
+	return p.hostMemBackend.Backend.Upload(dt, rows, cols, raw)
+}
+
+// TestHostCache: with a host cache as large as the model, the second wave reads nothing from the
+// checkpoint and every byte it sends to the backend comes from the cache; with a budget of a few layers,
+// the first layers are cached and the rest read again; the results equal an engine without a cache bit
+// for bit in every case, no cache grows past its budget, and Close frees every host buffer.
+func TestHostCache(t *testing.T) {
+	dir := synthModel(t, "tiny", 1)
+	plan, err := model.ReadFile(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var total int64 // the layers' tensors and experts: what a full cache holds at least
+	dims := plan.Dims()
+	for i, ly := range plan.Layers {
+		for _, s := range plan.LayerTensors(i) {
+			total += s.Bytes()
+		}
+		if ly.FFN != model.MoE {
+			continue
+		}
+		for e := range dims.Experts {
+			for _, s := range plan.ExpertTensors(i, e) {
+				total += s.Bytes()
+			}
+		}
+	}
+	seqs := randomSequences(5, 3328, 300, 41, 7) // enough tokens that every layer chooses every expert
+	opts := Options{TopK: 3, Hidden: []int{2}, Lens: []int{1}, Router: true}
+	want := runOne(t, openTiny(t, ops.BF16, EngineOptions{}), Request{Sequences: seqs, Options: opts})
+	for _, tc := range []struct {
+		name   string
+		budget int64
+		chunk  int
+		full   bool // every byte of the second wave from the cache
+	}{
+		{"whole model", 4 * total, 0, true},
+		{"whole model, chunks of 3", 4 * total, 3, true},
+		{"a fifth", total / 5, 4, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d, err := checkpoint.Open(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer d.Close()
+			r := &countingReader{Dir: d}
+			h := pinnedBackend{newHostMemBackend(ops.BF16)}
+			e, err := NewEngine(context.Background(), plan, r, h, EngineOptions{HostCacheBytes: tc.budget, ExpertChunk: tc.chunk})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for wave := range 3 {
+				before := r.bytes.Load()
+				got, st, err := e.Run(context.Background(), []Request{{Sequences: seqs, Options: opts}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !reflect.DeepEqual(got, want) {
+					t.Fatalf("wave %d: results differ from the engine without a host cache", wave)
+				}
+				read, cached := r.bytes.Load()-before, sum(st.CachedBytes)
+				t.Logf("wave %d: %d bytes sent, %d from the cache, %d read; cache %d of %d", wave, st.BytesRead(), cached, read, e.HostCacheBytes(), tc.budget)
+				switch {
+				case e.HostCacheBytes() > tc.budget:
+					t.Errorf("wave %d: the cache holds %d bytes, past its budget of %d", wave, e.HostCacheBytes(), tc.budget)
+				case wave == 0 && cached != 0:
+					t.Errorf("wave 0: %d bytes from an empty cache", cached)
+				case wave > 0 && tc.full && (read != 0 || cached != st.BytesRead()):
+					t.Errorf("wave %d: %d bytes read and %d of %d from the cache; want 0 read, all cached", wave, read, cached, st.BytesRead())
+				case wave > 0 && !tc.full && (cached == 0 || read == 0 || read+cached != st.BytesRead()):
+					t.Errorf("wave %d: %d bytes read and %d from the cache for %d sent; want some of each, adding up", wave, read, cached, st.BytesRead())
+				}
+				if !tc.full && wave > 0 && st.CachedBytes[0] == 0 {
+					t.Errorf("wave %d: layer 0 not from the cache; the first layers read should stay", wave)
+				}
+				if e.HeldBytes() != 0 {
+					t.Errorf("wave %d: %d bytes held after the wave", wave, e.HeldBytes())
+				}
+			}
+			e.Close()
+			if n := len(h.live); n != 0 || e.HostCacheBytes() != 0 {
+				t.Errorf("after Close: %d host buffers live, cache %d bytes", n, e.HostCacheBytes())
+			}
+		})
+	}
+}
+
+func sum(xs []int64) int64 {
+	var n int64
+	for _, x := range xs {
+		n += x
+	}
+	return n
+}
