@@ -22,9 +22,10 @@ type Engine struct {
 	reader  Reader
 	globals *model.Globals
 	opts    EngineOptions
-	held    atomic.Int64 // host bytes of weights read and not yet uploaded (layers read ahead, expert batches)
-	pool    *hostPool    // the host buffers weights are read into, reused across layers and waves
-	cache   *hostCache   // weights kept in host memory across waves (EngineOptions.HostCacheBytes); nil: none
+	held    atomic.Int64    // host bytes of weights read and not yet uploaded (layers read ahead, expert batches)
+	pool    *hostPool       // the host buffers weights are read into, reused across layers and waves
+	cache   *hostCache      // weights kept in host memory across waves (EngineOptions.HostCacheBytes); nil: none
+	kept    *residentLayers // layers' own weights kept on the backend (EngineOptions.ResidentBytes); nil: none
 	// ConfigSHA256 is the hex SHA-256 of the model directory's config.json (empty for engines made with
 	// NewEngine): results carry it so that a cache or a reader can tell models apart.
 	ConfigSHA256 string
@@ -45,6 +46,11 @@ type EngineOptions struct {
 	// the engine then holds only a few layers' read buffers). On the CUDA backend it is page-locked memory,
 	// which the GPU copies from at its full host-to-device rate. The first layers read fill it and stay.
 	HostCacheBytes int64
+	// ResidentBytes is how many checkpoint bytes of the layers' own weights (all but the routed experts)
+	// may stay uploaded on the backend between waves (0: none, every layer is uploaded each wave). A layer
+	// kept is neither read nor uploaded again; the first layers uploaded stay. On the CUDA backend this is
+	// device memory, taken from what the activations and experts of a wave can use.
+	ResidentBytes int64
 	// Progress, when set, is called after every layer of a wave.
 	Progress func(Progress)
 }
@@ -58,7 +64,8 @@ func NewEngine(ctx context.Context, plan *model.Plan, r Reader, b ops.Backend, o
 			opts.MaxWaveTokens = most
 		}
 	}
-	e := &Engine{Plan: plan, Model: m, reader: r, opts: opts, pool: newHostPool(b), cache: newHostCache(opts.HostCacheBytes)}
+	e := &Engine{Plan: plan, Model: m, reader: r, opts: opts, pool: newHostPool(b), cache: newHostCache(opts.HostCacheBytes),
+		kept: newResidentLayers(opts.ResidentBytes)}
 	src := readAhead(ctx, r, plan.GlobalTensors(), e.pool, &e.held, nil, -1)
 	g, err := m.LoadGlobals(ctx, src)
 	src.release(e.pool, &e.held, nil)
@@ -105,6 +112,7 @@ func Open(ctx context.Context, dir string, b ops.Backend, opts EngineOptions, ck
 
 // Close frees the resident weights, the host cache and the host buffers.
 func (e *Engine) Close() {
+	e.kept.free(e.Model)
 	// A backend that fails to free host memory releases it when it closes.
 	_ = e.cache.clear(e.pool)
 	_ = e.pool.trim()
@@ -126,6 +134,10 @@ func (e *Engine) HeldBytes() int64 { return e.held.Load() }
 // HostBufferBytes is the host memory of the engine's read buffers, in use or kept for the next layer or
 // wave (page-locked memory on a backend with ops.HostMemory). It is at most a few layers' worth.
 func (e *Engine) HostBufferBytes() int64 { return e.pool.bytes() }
+
+// ResidentBytes is the checkpoint bytes of the layers whose own weights stay on the backend between waves
+// (EngineOptions.ResidentBytes).
+func (e *Engine) ResidentBytes() int64 { return e.kept.bytes() }
 
 // HostCacheBytes is the host memory the host cache holds (EngineOptions.HostCacheBytes), not counted in
 // HostBufferBytes.

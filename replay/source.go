@@ -134,6 +134,9 @@ func (b *bundle) FiniteChecked() {}
 // the bytes they upload, ops.Backend's contract), or to the host cache when it has room and every tensor
 // was read and checked.
 func (b *bundle) release(pool *hostPool, held *atomic.Int64, cache *hostCache) {
+	if b == nil { // a resident layer: nothing was read
+		return
+	}
 	<-b.done
 	held.Add(-b.held)
 	b.held = 0

@@ -160,25 +160,39 @@ func (e *Engine) runWave(ctx context.Context, reqs []Request) ([][]Result, WaveS
 		return nil, stats, err
 	}
 	defer st.Free(e.Model.Ops)
-	next := readAhead(ctx, e.reader, e.Plan.LayerTensors(0), e.pool, &e.held, e.cache, 0)
+	// read starts reading layer i's own weights, unless they are resident (nil then).
+	read := func(i int) *bundle {
+		if e.kept.get(i) != nil {
+			return nil
+		}
+		return readAhead(ctx, e.reader, e.Plan.LayerTensors(i), e.pool, &e.held, e.cache, i)
+	}
+	next := read(0)
 	for i := 0; i < layers; i++ {
 		cur := next
-		lw, err := e.Model.LoadLayer(ctx, i, cur)
-		cur.release(e.pool, &e.held, e.cache)
-		if err != nil {
-			return nil, stats, err
-		}
-		stats.LayerBytes[i] = cur.size
-		if cur.hit {
-			stats.CachedBytes[i] = cur.size
+		lw := e.kept.get(i)
+		resident := lw != nil
+		if !resident {
+			var err error
+			lw, err = e.Model.LoadLayer(ctx, i, cur)
+			cur.release(e.pool, &e.held, e.cache)
+			if err != nil {
+				return nil, stats, err
+			}
+			stats.LayerBytes[i] = cur.size
+			if cur.hit {
+				stats.CachedBytes[i] = cur.size
+			}
 		}
 		// Read the next layer while this one computes: at most two layers of weights are held.
 		if i+1 < layers {
-			next = readAhead(ctx, e.reader, e.Plan.LayerTensors(i+1), e.pool, &e.held, e.cache, i+1)
+			next = read(i + 1)
 		}
 		b0, n0, c0 := experts.bytes.Load(), experts.count.Load(), experts.cached.Load()
-		err = pass.Layer(st, lw)
-		e.Model.FreeLayer(lw)
+		err := pass.Layer(st, lw)
+		if !resident && (err != nil || !e.kept.keep(i, lw, stats.LayerBytes[i])) {
+			e.Model.FreeLayer(lw)
+		}
 		if err != nil {
 			if i+1 < layers {
 				next.release(e.pool, &e.held, e.cache)

@@ -31,7 +31,7 @@ type benchFlags struct {
 	seqLen, repeat, expertChunk, readWorkers int
 	boundFlops, boundBandwidth               float64
 	cpuProfile                               string
-	hostCache                                byteSize
+	hostCache, resident                      byteSize
 	directIO                                 bool
 }
 
@@ -53,6 +53,7 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.IntVar(&f.readWorkers, "read-workers", 0, "positioned reads of the checkpoint in flight at most (0: the reader's default, max(16, 4 x GOMAXPROCS))")
 	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "write a Go CPU profile of the timed waves to this file")
 	fs.Var(&f.hostCache, "host-cache", "keep weights in host memory between waves, up to this size (e.g. 40GB; page-locked on cuda): an untimed first wave fills it, and the timed waves stream the weights from memory instead of the checkpoint")
+	fs.Var(&f.resident, "resident", "keep the layers' own weights (all but routed experts) on the backend between waves, up to this many checkpoint bytes (e.g. 10GB; device memory on cuda): the timed waves then move only the experts of the layers kept")
 	fs.BoolVar(&f.directIO, "direct-io", false, "read the checkpoint with O_DIRECT, bypassing the page cache (from the disk itself)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -84,7 +85,8 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 		}
 		sizes = append(sizes, n)
 	}
-	l, err := openEngine(ctx, dir, f.backend, f.precision, replay.EngineOptions{ExpertChunk: f.expertChunk, HostCacheBytes: int64(f.hostCache)},
+	l, err := openEngine(ctx, dir, f.backend, f.precision, replay.EngineOptions{ExpertChunk: f.expertChunk,
+		HostCacheBytes: int64(f.hostCache), ResidentBytes: int64(f.resident)},
 		checkpoint.WithReadConcurrency(f.readWorkers), checkpoint.WithDirectIO(f.directIO))
 	if err != nil {
 		return err
@@ -107,13 +109,14 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "bench %s: %s, %s on %s; bound: weight bandwidth %.2f GB/s (%s), matmul %.1f GFLOP/s (%s)\n",
 		time.Now().Format("2006-01-02"), dir, l.precision, l.backend, bound.readBps/1e9, src[0], bound.flops/1e9, src[1])
-	if cached { // fill the host cache with an untimed wave of the largest size (it chooses the most experts)
+	if cached || f.resident > 0 { // fill the host cache and the resident layers with an untimed wave of the largest size (it chooses the most experts)
 		start := time.Now()
 		if _, err := runBenchWave(ctx, l, slices.Max(sizes), f.seqLen); err != nil {
 			return err
 		}
-		fmt.Fprintf(stdout, "warm-up wave of %d tokens: %.2fs; host cache holds %.2f GB (budget %.2f GB)\n",
-			slices.Max(sizes), time.Since(start).Seconds(), float64(l.engine.HostCacheBytes())/1e9, float64(f.hostCache)/1e9)
+		fmt.Fprintf(stdout, "warm-up wave of %d tokens: %.2fs; host cache holds %.2f GB (budget %.2f GB), resident layers %.2f GB (budget %.2f GB)\n",
+			slices.Max(sizes), time.Since(start).Seconds(), float64(l.engine.HostCacheBytes())/1e9, float64(f.hostCache)/1e9,
+			float64(l.engine.ResidentBytes())/1e9, float64(f.resident)/1e9)
 	}
 	for _, n := range sizes {
 		if err := benchWave(ctx, stdout, l, bound, n, f.seqLen, f.repeat); err != nil {

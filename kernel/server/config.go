@@ -49,6 +49,9 @@ type Config struct {
 	// HostCacheBytes is passed to the engines (replay.EngineOptions.HostCacheBytes): host memory that
 	// keeps weights between waves. Each precision's engine has its own.
 	HostCacheBytes int64
+	// ResidentBytes is passed to the engines (replay.EngineOptions.ResidentBytes): layers' own weights
+	// kept on the backend between waves.
+	ResidentBytes int64
 	// Logger receives one line per job and wave; nil means slog.Default().
 	Logger *slog.Logger
 }
