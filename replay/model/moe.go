@@ -62,6 +62,13 @@ func (w *MoEWeights) Forward(f *Pass, x ops.Tensor) (ops.Tensor, error) {
 	}
 	r := newRun(b)
 	defer r.free()
+	// The shared experts go first: they do not depend on the routed ones, and on a device backend their
+	// kernels then run while the routed experts' weights are still being fetched.
+	shared, err := w.Shared.Forward(f, x)
+	if err != nil {
+		return nil, fmt.Errorf("shared experts: %w", err)
+	}
+	r.temps = append(r.temps, shared)
 	z := r.mm(x, w.DownLatent, "routed_expert_down_proj") // [tokens, latent] bf16
 	acc := r.do("expert accumulator", func() (ops.Tensor, error) { return b.Zeros(x.Rows(), m.Dims.Latent) })
 	if r.err != nil {
@@ -73,14 +80,6 @@ func (w *MoEWeights) Forward(f *Pass, x ops.Tensor) (ops.Tensor, error) {
 	sum := r.do("expert sum", func() (ops.Tensor, error) { return b.Round(acc) })
 	normed := r.do("routed_expert_norm", func() (ops.Tensor, error) { return b.RMSNorm(sum, w.Norm, m.eps) })
 	up := r.mm(normed, w.UpLatent, "routed_expert_up_proj")
-	if r.err != nil {
-		return nil, r.err
-	}
-	shared, err := w.Shared.Forward(f, x)
-	if err != nil {
-		return nil, fmt.Errorf("shared experts: %w", err)
-	}
-	r.temps = append(r.temps, shared)
 	y := r.result("routed + shared", func() (ops.Tensor, error) { return b.Add(up, shared) })
 	return y, r.err
 }
