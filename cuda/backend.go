@@ -86,6 +86,10 @@ type Backend struct {
 	strm  uintptr // the backend's stream: every kernel, and every copy of an op's inputs and outputs
 	cstrm uintptr // the copy stream: weight uploads (host.go), beside the kernels on strm
 	async bool    // stream-ordered allocation (cuMemAllocAsync) is available
+	cev   uintptr // an event on the copy stream that the compute stream waits for (joinCopies)
+	// copyPending: copies were queued on the copy stream that nothing has waited for (asynchronous
+	// expert uploads from stable host memory); the compute stream must join them before using them.
+	copyPending bool
 
 	mods  []uintptr
 	fns   map[string]uintptr
@@ -217,6 +221,10 @@ func (b *Backend) start(images map[string][]byte) error {
 		b.release()
 		return err
 	}
+	if err := d.check("cuEventCreate", ccall(d.cuEventCreate, uintptr(unsafe.Pointer(&b.cev)), cuEventDisableTiming)); err != nil {
+		b.release()
+		return err
+	}
 	if err := d.check("cuStreamCreate(copy)", ccall(d.cuStreamCreate, uintptr(unsafe.Pointer(&b.cstrm)), cuStreamNonBlocking)); err != nil {
 		b.release()
 		return err
@@ -288,6 +296,10 @@ func (b *Backend) release() error {
 	if b.cstrm != 0 {
 		errs = append(errs, d.check("cuStreamDestroy(copy)", ccall(d.cuStreamDestroy, b.cstrm)))
 		b.cstrm = 0
+	}
+	if b.cev != 0 {
+		errs = append(errs, d.check("cuEventDestroy", ccall(d.cuEventDestroy, b.cev)))
+		b.cev = 0
 	}
 	if b.ctx != 0 {
 		errs = append(errs, d.check("cuDevicePrimaryCtxRelease", ccall(d.cuDevicePrimaryCtxRelease, uintptr(b.dev))))

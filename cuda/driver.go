@@ -28,6 +28,7 @@ const (
 	cuStreamNonBlocking             = 1
 	cuMemHostAllocPortable          = 1
 	cuMempoolAttrReleaseThreshold   = 4
+	cuEventDisableTiming            = 2 // CU_EVENT_DISABLE_TIMING
 	cudaSuccess                     = 0
 	cuDeviceNameLen                 = 256
 	cuLibcudaEnv                    = "POTATO_LIBCUDA"
@@ -45,6 +46,7 @@ type driver struct {
 	cuDeviceGetDefaultMemPool, cuMemPoolSetAttribute                                                 uintptr
 	cuStreamCreate, cuStreamDestroy, cuStreamSynchronize                                             uintptr
 	cuEventCreate, cuEventRecord, cuEventSynchronize, cuEventElapsedTime, cuEventDestroy             uintptr
+	cuStreamWaitEvent                                                                                uintptr
 	cuModuleLoadData, cuModuleUnload, cuModuleGetFunction, cuFuncSetAttribute, cuLaunchKernel        uintptr
 	cuGetErrorString, cuGetErrorName                                                                 uintptr
 	cuMemGetInfo                                                                                     uintptr
@@ -173,6 +175,7 @@ func openDriver() (*driver, error) {
 		"cuEventSynchronize":                       &d.cuEventSynchronize,
 		"cuEventElapsedTime_v2|cuEventElapsedTime": &d.cuEventElapsedTime,
 		"cuEventDestroy_v2":                        &d.cuEventDestroy,
+		"cuStreamWaitEvent":                        &d.cuStreamWaitEvent,
 		"cuModuleLoadData":                         &d.cuModuleLoadData,
 		"cuModuleUnload":                           &d.cuModuleUnload,
 		"cuModuleGetFunction":                      &d.cuModuleGetFunction,

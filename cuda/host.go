@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"sync"
 	"unsafe"
 
@@ -26,8 +27,51 @@ var _ ops.HostMemory = (*Backend)(nil)
 // hostAllocs is the registry of pinned host buffers handed out by AllocHost, to recognise them by
 // address (an Upload's bytes anywhere inside one are copied from directly).
 type hostAllocs struct {
-	mu sync.Mutex
-	m  map[uintptr]int // first byte -> length
+	mu     sync.Mutex
+	m      map[uintptr]int  // first byte -> length
+	starts []uintptr        // the keys of m, ascending: a host cache holds thousands of buffers
+	stable map[uintptr]bool // buffers marked immutable (stable.go)
+}
+
+// add registers buffer p of n bytes. Under mu.
+func (h *hostAllocs) add(p uintptr, n int) {
+	if h.m == nil {
+		h.m = map[uintptr]int{}
+	}
+	h.m[p] = n
+	i, _ := slices.BinarySearch(h.starts, p)
+	h.starts = slices.Insert(h.starts, i, p)
+}
+
+// remove unregisters buffer p and reports whether it was registered. Under mu.
+func (h *hostAllocs) remove(p uintptr) bool {
+	if _, ok := h.m[p]; !ok {
+		return false
+	}
+	delete(h.m, p)
+	delete(h.stable, p)
+	if i, ok := slices.BinarySearch(h.starts, p); ok {
+		h.starts = slices.Delete(h.starts, i, i+1)
+	}
+	return true
+}
+
+// find returns the first byte of the registered buffer that holds all of src, or false. Under mu.
+func (h *hostAllocs) find(src []byte) (uintptr, bool) {
+	if len(src) == 0 {
+		return 0, false
+	}
+	lo := uintptr(unsafe.Pointer(unsafe.SliceData(src)))
+	hi := lo + uintptr(len(src))
+	i, ok := slices.BinarySearch(h.starts, lo) // the buffer starting at lo, or i-1 the last before it
+	if !ok {
+		i--
+	}
+	if i < 0 {
+		return 0, false
+	}
+	p := h.starts[i]
+	return p, hi <= p+uintptr(h.m[p])
 }
 
 // AllocHost returns n bytes of page-locked host memory (cuMemHostAlloc, portable), which Upload and
@@ -44,10 +88,7 @@ func (b *Backend) AllocHost(n int) ([]byte, error) {
 			return err
 		}
 		b.hosts.mu.Lock() // registered on the CUDA thread, so that Close frees it if FreeHost never comes
-		if b.hosts.m == nil {
-			b.hosts.m = map[uintptr]int{}
-		}
-		b.hosts.m[uintptr(p)] = n
+		b.hosts.add(uintptr(p), n)
 		b.hosts.mu.Unlock()
 		return nil
 	})
@@ -68,8 +109,7 @@ func (b *Backend) FreeHost(buf []byte) error {
 	// Looked up and removed on the CUDA thread: a Close that came first has freed it with the rest.
 	return b.run(op, func(c *opCtx) error {
 		b.hosts.mu.Lock()
-		_, ok := b.hosts.m[p]
-		delete(b.hosts.m, p)
+		ok := b.hosts.remove(p)
 		b.hosts.mu.Unlock()
 		if !ok {
 			return fmt.Errorf("%w: %#x is not a buffer from AllocHost (or was freed)", ErrArgument, p)
@@ -89,7 +129,7 @@ func (b *Backend) freeHost(p uintptr) error {
 func (b *Backend) releaseHosts() error {
 	b.hosts.mu.Lock()
 	m := b.hosts.m
-	b.hosts.m = nil
+	b.hosts.m, b.hosts.stable, b.hosts.starts = nil, nil, nil
 	b.hosts.mu.Unlock()
 	var errs []error
 	for p := range m {
@@ -100,19 +140,10 @@ func (b *Backend) releaseHosts() error {
 
 // pinned reports whether all of src lies inside one buffer from AllocHost.
 func (b *Backend) pinned(src []byte) bool {
-	if len(src) == 0 {
-		return false
-	}
-	lo := uintptr(unsafe.Pointer(unsafe.SliceData(src)))
-	hi := lo + uintptr(len(src))
 	b.hosts.mu.Lock()
 	defer b.hosts.mu.Unlock()
-	for p, n := range b.hosts.m { // a handful of buffers: the engine's pool reuses them
-		if lo >= p && hi <= p+uintptr(n) {
-			return true
-		}
-	}
-	return false
+	_, ok := b.hosts.find(src)
+	return ok
 }
 
 // mallocCopy allocates n device bytes ordered on the copy stream (0 for n == 0).

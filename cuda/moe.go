@@ -59,7 +59,10 @@ func (b *Backend) UploadExpert(id, latent, ffn int, w1Packed, w1Scale, w3Packed,
 		direct = direct && b.pinned(part)
 	}
 	check := func() error { return checkExpert(op, id, latent, ffn, parts) }
-	if !direct {
+	// From stable memory (stable.go) the bytes never change: checked first, the copies are queued and not
+	// waited for; the compute stream joins them before it uses or frees the expert.
+	async := direct && b.stableHost(parts[:]...)
+	if !direct || async {
 		if err := check(); err != nil {
 			return nil, err
 		}
@@ -75,12 +78,15 @@ func (b *Backend) UploadExpert(id, latent, ffn int, w1Packed, w1Scale, w3Packed,
 			return fmt.Errorf("%w (freeing: %v)", err, errors.Join(b.syncCopy(), b.free(p)))
 		}
 		e.ptr = p
+		if async {
+			b.copyPending = true
+		}
 		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	if !direct {
+	if !direct || async {
 		return e, nil
 	}
 	cerr := check() // while the copies run
@@ -349,6 +355,9 @@ func (b *Backend) ExpertsAccumulate(acc, z ops.Tensor, rt ops.Routing, experts [
 		weights = append(weights, work[i].Weights...)
 	}
 	return b.run(op, func(c *opCtx) error {
+		if err := b.joinCopies(); err != nil { // the experts' copies, when they were not waited for
+			return err
+		}
 		zp, err := c.f32(zt)
 		if err != nil {
 			return err

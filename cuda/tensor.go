@@ -224,6 +224,11 @@ func (b *Backend) Free(x any) {
 		return
 	}
 	_ = b.run("Free", func(c *opCtx) error {
+		// An expert's copy may still be in flight (an asynchronous upload, stable.go): the block is
+		// freed on the compute stream, after it.
+		if err := b.joinCopies(); err != nil {
+			return err
+		}
 		for _, p := range ptrs {
 			if err := b.free(p); err != nil {
 				return err

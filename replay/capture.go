@@ -1,6 +1,8 @@
 package replay
 
 import (
+	"time"
+
 	"github.com/potato-k3/potato-k3/replay/model"
 	"github.com/potato-k3/potato-k3/replay/ops"
 )
@@ -12,6 +14,7 @@ type capture struct {
 	routing       []layerRouting
 	mixList       []waveMix
 	seen          map[mixKey]bool
+	routedAt      time.Time // when the last router returned (for Progress.RoutedSeconds)
 }
 
 type layerRouting struct {
@@ -32,6 +35,7 @@ type waveMix struct {
 
 // Routing implements model.Observer.
 func (c *capture) Routing(layer int, r ops.Routing) {
+	c.routedAt = time.Now()
 	if c.router {
 		c.routing = append(c.routing, layerRouting{layer, r})
 	}

@@ -51,6 +51,11 @@ type EngineOptions struct {
 	// kept is neither read nor uploaded again; the first layers uploaded stay. On the CUDA backend this is
 	// device memory, taken from what the activations and experts of a wave can use.
 	ResidentBytes int64
+	// PrefetchExperts is how many routed experts of an MoE layer (the first ids, in the order the chunks
+	// are fetched) are uploaded from the host cache before the layer's router runs, when the wave is
+	// large enough that nearly every expert is chosen (tokens x top-k >= 4 x experts): on the CUDA backend
+	// their copies then overlap the layer's attention. 0: none. Results do not depend on it.
+	PrefetchExperts int
 	// Progress, when set, is called after every layer of a wave.
 	Progress func(Progress)
 }
@@ -150,4 +155,8 @@ type Progress struct {
 	BytesRead     int64 // weight bytes read so far in this wave
 	Seconds       float64
 	ETASeconds    float64 // naive: remaining layers at the mean time per layer so far
+	// RoutedSeconds is how long after the layer started its router returned (0 in a dense layer): on a
+	// device backend the router's result is the first wait for the device, so this is the time of the
+	// layer's upload, attention and router, before any routed expert could be fetched.
+	RoutedSeconds float64
 }

@@ -3,6 +3,8 @@ package replay
 import (
 	"errors"
 	"sync"
+
+	"github.com/potato-k3/potato-k3/replay/ops"
 )
 
 // hostCache keeps weights read from the checkpoint in host memory across waves, up to a byte budget
@@ -57,15 +59,24 @@ func (c *hostCache) expert(i, e int) (mapSource, bool) {
 	return s, ok
 }
 
-// keepLayer takes arena (holding src, layer i's tensors) when the budget has room for it and reports
-// whether it did; the caller then must not give the arena back to the pool.
-func (c *hostCache) keepLayer(i int, arena []byte, src mapSource) bool {
+// stable marks arena immutable on a backend with ops.StableHostMemory (uploads from it then need not wait
+// for their copies) and reports whether the cache may take it: always, unless marking failed.
+func stable(pool *hostPool, arena []byte) bool {
+	if s, ok := pool.mem.(ops.StableHostMemory); ok {
+		return s.MarkStable(arena[:cap(arena)]) == nil
+	}
+	return true
+}
+
+// keepLayer takes arena (holding src, layer i's tensors; from pool) when the budget has room for it and
+// reports whether it did; the caller then must not give the arena back to the pool, nor write it again.
+func (c *hostCache) keepLayer(pool *hostPool, i int, arena []byte, src mapSource) bool {
 	if c == nil || cap(arena) == 0 {
 		return false
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if _, dup := c.layers[i]; dup || !c.fits(arena) {
+	if _, dup := c.layers[i]; dup || !c.fits(arena) || !stable(pool, arena) {
 		return false
 	}
 	c.layers[i] = src
@@ -75,7 +86,7 @@ func (c *hostCache) keepLayer(i int, arena []byte, src mapSource) bool {
 
 // keepExperts takes arena (holding srcs, the tensors of experts ids of layer i) when the budget has room
 // for it and reports whether it did.
-func (c *hostCache) keepExperts(i int, ids []int, srcs []mapSource, arena []byte) bool {
+func (c *hostCache) keepExperts(pool *hostPool, i int, ids []int, srcs []mapSource, arena []byte) bool {
 	if c == nil || cap(arena) == 0 {
 		return false
 	}
@@ -86,7 +97,7 @@ func (c *hostCache) keepExperts(i int, ids []int, srcs []mapSource, arena []byte
 			return false // read again by a concurrent miss: keep the first copy only
 		}
 	}
-	if !c.fits(arena) {
+	if !c.fits(arena) || !stable(pool, arena) {
 		return false
 	}
 	for k, e := range ids {

@@ -2,9 +2,11 @@ package replay
 
 import (
 	"context"
+	"errors"
 	"reflect"
 	"sync/atomic"
 	"testing"
+	"unsafe"
 
 	"github.com/potato-k3/potato-k3/replay/checkpoint"
 	"github.com/potato-k3/potato-k3/replay/model"
@@ -24,12 +26,47 @@ func (c *countingReader) ReadBatch(ctx context.Context, reqs []checkpoint.ReadRe
 	return c.Dir.ReadBatch(ctx, reqs)
 }
 
-// pinnedBackend is hostMemBackend without the scribble over uploaded bytes: the host cache hands the
-// same bytes to every wave, so it relies on backends reading, never writing, what they upload.
-type pinnedBackend struct{ *hostMemBackend }
+// pinnedBackend is hostMemBackend without the scribble over uploaded bytes (the host cache hands the
+// same bytes to every wave, so it relies on backends reading, never writing, what they upload), with
+// ops.StableHostMemory, and counting the experts uploaded and freed.
+type pinnedBackend struct {
+	*hostMemBackend
+	stable         map[uintptr]bool
+	experts, freed atomic.Int64
+}
 
-func (p pinnedBackend) Upload(dt ops.DType, rows, cols int, raw []byte) (ops.Tensor, error) {
+func newPinnedBackend() *pinnedBackend {
+	return &pinnedBackend{hostMemBackend: newHostMemBackend(ops.BF16), stable: map[uintptr]bool{}}
+}
+
+func (p *pinnedBackend) Upload(dt ops.DType, rows, cols int, raw []byte) (ops.Tensor, error) {
 	return p.hostMemBackend.Backend.Upload(dt, rows, cols, raw)
+}
+
+func (p *pinnedBackend) UploadExpert(id, latent, ffn int, w1p, w1s, w3p, w3s, w2p, w2s []byte) (ops.Expert, error) {
+	x, err := p.hostMemBackend.UploadExpert(id, latent, ffn, w1p, w1s, w3p, w3s, w2p, w2s)
+	if err == nil {
+		p.experts.Add(1)
+	}
+	return x, err
+}
+
+func (p *pinnedBackend) Free(t any) {
+	if _, ok := t.(ops.Expert); ok {
+		p.freed.Add(1)
+	}
+	p.hostMemBackend.Free(t)
+}
+
+func (p *pinnedBackend) MarkStable(b []byte) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	a := uintptr(unsafe.Pointer(&b[0]))
+	if p.live[a] != len(b) {
+		return errors.New("MarkStable: not a whole live buffer")
+	}
+	p.stable[a] = true
+	return nil
 }
 
 // TestHostCache: with a host cache as large as the model, the second wave reads nothing from the
@@ -61,14 +98,17 @@ func TestHostCache(t *testing.T) {
 	opts := Options{TopK: 3, Hidden: []int{2}, Lens: []int{1}, Router: true}
 	want := runOne(t, openTiny(t, ops.BF16, EngineOptions{}), Request{Sequences: seqs, Options: opts})
 	for _, tc := range []struct {
-		name   string
-		budget int64
-		chunk  int
-		full   bool // every byte of the second wave from the cache
+		name           string
+		budget         int64
+		chunk, prefech int
+		full           bool // every byte of the second wave from the cache
 	}{
-		{"whole model", 4 * total, 0, true},
-		{"whole model, chunks of 3", 4 * total, 3, true},
-		{"a fifth", total / 5, 4, false},
+		{"whole model", 4 * total, 0, 0, true},
+		{"whole model, chunks of 3", 4 * total, 3, 0, true},
+		{"whole model, chunks of 3, 4 fetched ahead", 4 * total, 3, 4, true},
+		{"whole model, all fetched ahead", 4 * total, 0, 1 << 20, true},
+		{"a fifth", total / 5, 4, 0, false},
+		{"a fifth, 5 fetched ahead", total / 5, 4, 5, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			d, err := checkpoint.Open(dir)
@@ -77,8 +117,8 @@ func TestHostCache(t *testing.T) {
 			}
 			defer d.Close()
 			r := &countingReader{Dir: d}
-			h := pinnedBackend{newHostMemBackend(ops.BF16)}
-			e, err := NewEngine(context.Background(), plan, r, h, EngineOptions{HostCacheBytes: tc.budget, ExpertChunk: tc.chunk})
+			h := newPinnedBackend()
+			e, err := NewEngine(context.Background(), plan, r, h, EngineOptions{HostCacheBytes: tc.budget, ExpertChunk: tc.chunk, PrefetchExperts: tc.prefech})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -109,6 +149,12 @@ func TestHostCache(t *testing.T) {
 				if e.HeldBytes() != 0 {
 					t.Errorf("wave %d: %d bytes held after the wave", wave, e.HeldBytes())
 				}
+			}
+			if up, freed := h.experts.Load(), h.freed.Load(); up != freed {
+				t.Errorf("%d experts uploaded, %d freed: the difference leaked", up, freed)
+			}
+			if len(h.stable) == 0 {
+				t.Error("no cached buffer was marked stable")
 			}
 			e.Close()
 			if n := len(h.live); n != 0 || e.HostCacheBytes() != 0 {

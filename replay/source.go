@@ -144,7 +144,7 @@ func (b *bundle) release(pool *hostPool, held *atomic.Int64, cache *hostCache) {
 		b.bytes = nil
 		return
 	}
-	if b.layer >= 0 && b.err == nil && b.bad == nil && cache.keepLayer(b.layer, b.arena, b.bytes) {
+	if b.layer >= 0 && b.err == nil && b.bad == nil && cache.keepLayer(pool, b.layer, b.arena, b.bytes) {
 		pool.disown(b.arena)
 	} else {
 		pool.put(b.arena)
@@ -169,6 +169,45 @@ type expertReader struct {
 	bytes  atomic.Int64  // expert bytes sent to the backend (read, or from the host cache)
 	count  atomic.Int64  // experts sent to the backend
 	cached atomic.Int64  // of bytes, those served from the host cache
+	// pre holds experts of layer preLayer fetched ahead of the router (Prefetch) and not yet handed out.
+	pre      map[int]ops.Expert
+	preLayer int
+}
+
+// Prefetch implements model.ExpertPrefetcher: it uploads those of ids the host cache holds (an upload
+// from there never waits for the disk; on the CUDA backend it does not even wait for its copy) and keeps
+// them for the Experts calls of the layer.
+func (x *expertReader) Prefetch(ctx context.Context, layer int, ids []int) error {
+	x.Unused(x.preLayer)
+	x.pre, x.preLayer = map[int]ops.Expert{}, layer
+	for _, e := range ids {
+		src, ok := x.cache.expert(layer, e)
+		if !ok {
+			continue
+		}
+		ex, err := x.m.LoadExpert(ctx, layer, e, src)
+		if err != nil {
+			return err
+		}
+		x.pre[e] = ex
+		n := src.size()
+		x.bytes.Add(n)
+		x.cached.Add(n)
+		x.count.Add(1)
+	}
+	return nil
+}
+
+// Unused implements model.ExpertPrefetcher: it frees the experts of layer fetched ahead and not handed
+// out.
+func (x *expertReader) Unused(layer int) {
+	if layer != x.preLayer {
+		return
+	}
+	for _, ex := range x.pre {
+		x.m.Ops.Free(ex)
+	}
+	x.pre = nil
 }
 
 // readsAhead is how many batches may be read while one is uploaded. One ReadBatch at a time leaves the
@@ -193,8 +232,12 @@ type expertRead struct {
 func (x *expertReader) Experts(ctx context.Context, layer int, all []int) ([]ops.Expert, error) {
 	var ids []int // those to read
 	hits := map[int]mapSource{}
+	out := make([]ops.Expert, 0, len(all))
 	for _, e := range all {
-		if src, ok := x.cache.expert(layer, e); ok {
+		if ex, ok := x.pre[e]; ok && layer == x.preLayer { // fetched ahead of the router
+			out = append(out, ex)
+			delete(x.pre, e)
+		} else if src, ok := x.cache.expert(layer, e); ok {
 			hits[e] = src
 		} else {
 			ids = append(ids, e)
@@ -216,7 +259,6 @@ func (x *expertReader) Experts(ctx context.Context, layer int, all []int) ([]ops
 	defer cancel()
 	reads := make(chan *expertRead, readsAhead)
 	go x.readBatches(ctx, ids, specs, ts, reads)
-	out := make([]ops.Expert, 0, len(all))
 	var err error
 	// Uploads run on this goroutine: backends do not promise concurrent uploads.
 	for _, e := range all {
@@ -247,7 +289,7 @@ func (x *expertReader) Experts(ctx context.Context, layer int, all []int) ([]ops
 			}
 		}
 		x.held.Add(-rd.size)
-		if err == nil && x.cache.keepExperts(layer, rd.ids, rd.srcs, rd.arena) {
+		if err == nil && x.cache.keepExperts(x.pool, layer, rd.ids, rd.srcs, rd.arena) {
 			x.pool.disown(rd.arena)
 		} else {
 			x.pool.put(rd.arena)
@@ -265,6 +307,8 @@ func (x *expertReader) Experts(ctx context.Context, layer int, all []int) ([]ops
 		}
 		return nil, err
 	}
+	// In the order of ids (ascending): prefetched, cached and read experts were uploaded in that order.
+	slices.SortFunc(out, func(a, b ops.Expert) int { return a.ID() - b.ID() })
 	return out, nil
 }
 

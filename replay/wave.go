@@ -152,7 +152,7 @@ func (e *Engine) runWave(ctx context.Context, reqs []Request) ([][]Result, WaveS
 	obs := &capture{router: wantRouter, mixes: wMix}
 	experts := &expertReader{r: e.reader, m: e.Model, pool: e.pool, cache: e.cache, held: &e.held}
 	pass := &model.Pass{Ctx: ctx, Model: e.Model, Layout: layout, Experts: experts, Obs: obs,
-		ExpertChunk: e.opts.ExpertChunk}
+		ExpertChunk: e.opts.ExpertChunk, PrefetchExperts: e.opts.PrefetchExperts}
 	w := &waveOut{lens: map[int][]ops.TokenStats{}, hidden: map[int][]float32{}}
 
 	st, err := pass.Embed(e.globals, ids)
@@ -169,6 +169,7 @@ func (e *Engine) runWave(ctx context.Context, reqs []Request) ([][]Result, WaveS
 	}
 	next := read(0)
 	for i := 0; i < layers; i++ {
+		layerStart := time.Now()
 		cur := next
 		lw := e.kept.get(i)
 		resident := lw != nil
@@ -210,8 +211,12 @@ func (e *Engine) runWave(ctx context.Context, reqs []Request) ([][]Result, WaveS
 		}
 		if e.opts.Progress != nil {
 			el := time.Since(start).Seconds()
-			e.opts.Progress(Progress{Layer: i + 1, Layers: layers, Tokens: len(ids),
-				BytesRead: stats.BytesRead(), Seconds: el, ETASeconds: el / float64(i+1) * float64(layers-i-1)})
+			p := Progress{Layer: i + 1, Layers: layers, Tokens: len(ids),
+				BytesRead: stats.BytesRead(), Seconds: el, ETASeconds: el / float64(i+1) * float64(layers-i-1)}
+			if obs.routedAt.After(layerStart) {
+				p.RoutedSeconds = obs.routedAt.Sub(layerStart).Seconds()
+			}
+			e.opts.Progress(p)
 		}
 	}
 	final, err := e.readout(pass, st, targets, topK)

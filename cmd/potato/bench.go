@@ -29,6 +29,7 @@ type benchFlags struct {
 	backend, preset, precision, model, waves string
 	seed                                     uint64
 	seqLen, repeat, expertChunk, readWorkers int
+	prefetch                                 int
 	boundFlops, boundBandwidth               float64
 	cpuProfile                               string
 	hostCache, resident                      byteSize
@@ -54,6 +55,7 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "write a Go CPU profile of the timed waves to this file")
 	fs.Var(&f.hostCache, "host-cache", "keep weights in host memory between waves, up to this size (e.g. 40GB; page-locked on cuda): an untimed first wave fills it, and the timed waves stream the weights from memory instead of the checkpoint")
 	fs.Var(&f.resident, "resident", "keep the layers' own weights (all but routed experts) on the backend between waves, up to this many checkpoint bytes (e.g. 10GB; device memory on cuda): the timed waves then move only the experts of the layers kept")
+	fs.IntVar(&f.prefetch, "prefetch-experts", 0, "routed experts of an MoE layer uploaded from the host cache before its router runs, in large waves (needs --host-cache)")
 	fs.BoolVar(&f.directIO, "direct-io", false, "read the checkpoint with O_DIRECT, bypassing the page cache (from the disk itself)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -86,7 +88,7 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 		sizes = append(sizes, n)
 	}
 	l, err := openEngine(ctx, dir, f.backend, f.precision, replay.EngineOptions{ExpertChunk: f.expertChunk,
-		HostCacheBytes: int64(f.hostCache), ResidentBytes: int64(f.resident)},
+		HostCacheBytes: int64(f.hostCache), ResidentBytes: int64(f.resident), PrefetchExperts: f.prefetch},
 		checkpoint.WithReadConcurrency(f.readWorkers), checkpoint.WithDirectIO(f.directIO))
 	if err != nil {
 		return err
@@ -291,15 +293,16 @@ func benchWave(ctx context.Context, w io.Writer, l *loaded, bd bound, n, seqLen,
 	plan := l.engine.Plan
 	req, lens := benchRequest(n, seqLen, l.engine.Model.Dims.Vocab)
 	var runs []replay.WaveStats
-	var layerTimes [][]float64
+	var layerTimes, routedTimes [][]float64
 	for range max(repeat, 1) {
-		times := make([]float64, len(plan.Layers))
+		times, routed := make([]float64, len(plan.Layers)), make([]float64, len(plan.Layers))
 		last := 0.0
 		l.engine.SetProgress(func(p replay.Progress) {
 			if p.Layer == 1 { // a request split over waves (the backend's element limit) starts again
 				last = 0
 			}
 			times[p.Layer-1] += p.Seconds - last
+			routed[p.Layer-1] += p.RoutedSeconds
 			last = p.Seconds
 		})
 		_, st, err := l.engine.Run(ctx, []replay.Request{req})
@@ -307,10 +310,10 @@ func benchWave(ctx context.Context, w io.Writer, l *loaded, bd bound, n, seqLen,
 		if err != nil {
 			return err
 		}
-		runs, layerTimes = append(runs, st), append(layerTimes, times)
+		runs, layerTimes, routedTimes = append(runs, st), append(layerTimes, times), append(routedTimes, routed)
 	}
 	mid := medianIndex(runs)
-	st, times := runs[mid], layerTimes[mid]
+	st, times, routed := runs[mid], layerTimes[mid], routedTimes[mid]
 	var flops float64
 	for i := range plan.Layers {
 		flops += plan.LayerFLOPs(i, lens)
@@ -324,10 +327,12 @@ func benchWave(ctx context.Context, w io.Writer, l *loaded, bd bound, n, seqLen,
 	fmt.Fprintf(w, "\nwave of %d tokens (%d sequences of up to %d): %.3fs median of %d, %.0f tokens/s, %.1f MB of weights per pass (%.1f MB from the host cache), %.2f GFLOP; bound %.3fs: ratio %.2f\n",
 		n, len(lens), seqLen, st.Seconds, len(runs), float64(n)/st.Seconds, float64(st.BytesRead())/1e6, float64(cachedB)/1e6, flops/1e9, boundS, st.Seconds/boundS)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "layer kind\tlayers\tmean s\tMB read\tGFLOP\tbound s\tratio\t")
+	// "to router s": the part of a layer before its router returned (its upload, attention and router),
+	// during which no routed expert can be fetched.
+	fmt.Fprintln(tw, "layer kind\tlayers\tmean s\tto router s\tMB moved\tGFLOP\tbound s\tratio\t")
 	type acc struct {
-		n                  int
-		secs, bytes, flops float64
+		n                          int
+		secs, routed, bytes, flops float64
 	}
 	kinds := map[string]*acc{}
 	var order []string
@@ -340,6 +345,7 @@ func benchWave(ctx context.Context, w io.Writer, l *loaded, bd bound, n, seqLen,
 		a := kinds[k]
 		a.n++
 		a.secs += times[i]
+		a.routed += routed[i]
 		a.bytes += float64(st.LayerBytes[i] + st.ExpertBytes[i])
 		a.flops += plan.LayerFLOPs(i, lens)
 	}
@@ -347,7 +353,7 @@ func benchWave(ctx context.Context, w io.Writer, l *loaded, bd bound, n, seqLen,
 		a := kinds[k]
 		m := float64(a.n)
 		b := max(a.bytes/m/bd.readBps, a.flops/m/bd.flops)
-		fmt.Fprintf(tw, "%s\t%d\t%.4f\t%.2f\t%.2f\t%.4f\t%.2f\t\n", k, a.n, a.secs/m, a.bytes/m/1e6, a.flops/m/1e9, b, a.secs/m/b)
+		fmt.Fprintf(tw, "%s\t%d\t%.4f\t%.4f\t%.2f\t%.2f\t%.4f\t%.2f\t\n", k, a.n, a.secs/m, a.routed/m, a.bytes/m/1e6, a.flops/m/1e9, b, a.secs/m/b)
 	}
 	return tw.Flush()
 }

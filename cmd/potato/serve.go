@@ -27,7 +27,7 @@ type serveFlags struct {
 	model, backend, precision, listen, tokenFile, spill, stateFile string
 	limits                                                         api.Limits
 	keep, gather, shutdownTimeout                                  time.Duration
-	expertChunk                                                    int
+	expertChunk, prefetch                                          int
 	hostCache, resident                                            byteSize
 }
 
@@ -55,6 +55,7 @@ func runServe(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.IntVar(&f.expertChunk, "expert-chunk", 0, "routed experts resident at once per MoE layer (0: all chosen); results do not depend on it")
 	fs.Var(&f.hostCache, "host-cache", "host memory that keeps weights between waves, e.g. 200GB (page-locked on cuda; 0: read every wave from the checkpoint); results do not depend on it")
 	fs.Var(&f.resident, "resident", "checkpoint bytes of the layers' own weights (all but routed experts) kept on the backend between waves, e.g. 100GB (device memory on cuda; 0: upload every wave); results do not depend on it")
+	fs.IntVar(&f.prefetch, "prefetch-experts", 0, "routed experts of an MoE layer uploaded from the host cache before its router runs, in large waves (overlaps their copy with attention on cuda; needs --host-cache); results do not depend on it")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -99,7 +100,7 @@ func runServe(ctx context.Context, args []string, stdout io.Writer) error {
 // config turns the flags into a server.Config, the model and spill directories defaulting to the cache.
 func (f *serveFlags) config(ctx context.Context) (server.Config, error) {
 	cfg := server.Config{Backend: f.backend, Precision: f.precision, SpillDir: f.spill, Limits: f.limits,
-		Keep: f.keep, Gather: f.gather, ShutdownTimeout: f.shutdownTimeout, ExpertChunk: f.expertChunk, HostCacheBytes: int64(f.hostCache), ResidentBytes: int64(f.resident),
+		Keep: f.keep, Gather: f.gather, ShutdownTimeout: f.shutdownTimeout, ExpertChunk: f.expertChunk, HostCacheBytes: int64(f.hostCache), ResidentBytes: int64(f.resident), PrefetchExperts: f.prefetch,
 		Logger: slog.New(slog.NewTextHandler(os.Stderr, nil))}
 	var err error
 	if cfg.ModelDir, err = modelDir(ctx, f.model); err != nil {

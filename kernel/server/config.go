@@ -52,6 +52,8 @@ type Config struct {
 	// ResidentBytes is passed to the engines (replay.EngineOptions.ResidentBytes): layers' own weights
 	// kept on the backend between waves.
 	ResidentBytes int64
+	// PrefetchExperts is passed to the engines (replay.EngineOptions.PrefetchExperts).
+	PrefetchExperts int
 	// Logger receives one line per job and wave; nil means slog.Default().
 	Logger *slog.Logger
 }

@@ -107,7 +107,7 @@ func (s *Server) engine(ctx context.Context, p ops.Precision) (*Opened, error) {
 	// never exceeds it, but a single job may hold --max-request-tokens).
 	opts := replay.EngineOptions{ExpertChunk: s.cfg.ExpertChunk, Progress: s.onProgress,
 		MaxWaveTokens: s.cfg.Limits.MaxWaveTokens, HostCacheBytes: s.cfg.HostCacheBytes,
-		ResidentBytes: s.cfg.ResidentBytes}
+		ResidentBytes: s.cfg.ResidentBytes, PrefetchExperts: s.cfg.PrefetchExperts}
 	o, err := s.cfg.Open(ctx, s.cfg.ModelDir, p, opts)
 	if err != nil {
 		return nil, fmt.Errorf("server: opening %s at %s: %w", s.cfg.ModelDir, p, err)

@@ -49,7 +49,12 @@ type Pass struct {
 	// ExpertChunk is how many routed experts are uploaded at once in an MoE layer (0: all chosen at once).
 	// Results do not depend on it.
 	ExpertChunk int
-	layer       int
+	// PrefetchExperts is how many routed experts of an MoE layer may be fetched before its router runs,
+	// when the wave is large enough that nearly every expert will be chosen and the source is an
+	// ExpertPrefetcher (0: none). Results do not depend on it.
+	PrefetchExperts int
+	layer           int
+	lastChosen      int // distinct experts the last MoE layer of this pass chose
 }
 
 // State is the per-token state a wave carries between layers (K3_SPEC.md 5.1): the completed AttnRes block
@@ -104,7 +109,14 @@ func (f *Pass) Layer(st *State, w *LayerWeights) error {
 		return err
 	}
 	f.layer = w.Layer.Index
-	if err := f.layerSteps(st, w); err != nil {
+	release, err := f.prefetch(w)
+	if release != nil {
+		defer release()
+	}
+	if err == nil {
+		err = f.layerSteps(st, w)
+	}
+	if err != nil {
 		return fmt.Errorf("layer %d (%s+%s): %w", w.Layer.Index, w.Layer.Attn, w.Layer.FFN, err)
 	}
 	return nil

@@ -89,6 +89,7 @@ func (w *MoEWeights) Forward(f *Pass, x ops.Tensor) (ops.Tensor, error) {
 // ascending id order either way.
 func (w *MoEWeights) experts(f *Pass, acc, z ops.Tensor, routing ops.Routing, beta, linBeta float32) error {
 	ids := Chosen(routing)
+	f.lastChosen = len(ids)
 	chunk := f.ExpertChunk
 	if chunk <= 0 {
 		chunk = len(ids)

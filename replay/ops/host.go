@@ -17,3 +17,18 @@ type HostMemory interface {
 	// Freeing anything else is an error; so is using the buffer afterwards.
 	FreeHost(b []byte) error
 }
+
+// StableHostMemory is an optional interface of a Backend with HostMemory: a buffer may be declared
+// immutable, so that uploads from it need not wait for their copy. The engine's host cache declares the
+// buffers it keeps (they hold weights for the engine's lifetime); a device backend then queues an expert's
+// copy from them and returns at once, and the copies of a whole layer's experts stream on the copy engine
+// while the layer's attention still computes.
+//
+// Contract: after MarkStable(buf) the caller never writes buf again; it may still FreeHost it. Results
+// are the same bits as from any other memory; errors in the bytes (an MXFP4 scale byte 255) are still
+// reported by the upload that reads them.
+type StableHostMemory interface {
+	HostMemory
+	// MarkStable declares buf (a buffer from AllocHost, whole) immutable until FreeHost.
+	MarkStable(buf []byte) error
+}

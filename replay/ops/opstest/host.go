@@ -13,6 +13,7 @@ import (
 // upload keeps no reference to its bytes.
 var hostTests = []test{
 	{"HostMemory", testHostMemory},
+	{"StableHostMemory", testStableHostMemory},
 }
 
 // hostBufs hands out buffers from the backend's ops.HostMemory, or ordinary memory for a backend without.
@@ -143,4 +144,87 @@ func testHostMemory(s *suite) {
 		h.free(b)
 		s.fails("FreeHost twice", func() error { return mem.FreeHost(b) })
 	}
+}
+
+// testStableHostMemory (backends with ops.StableHostMemory): experts uploaded from buffers marked stable,
+// several queued before any is used and one freed before it is ever used, give the same bits in
+// ExpertsAccumulate as experts from ordinary memory; a scale byte 255 in a stable buffer is refused;
+// MarkStable refuses a part of a buffer and ordinary memory.
+func testStableHostMemory(s *suite) {
+	mem, ok := s.b.(ops.StableHostMemory)
+	if !ok {
+		return
+	}
+	h := hostBufs{s: s, mem: mem}
+	const latent, ffn, n, beta, linBeta = 64, 96, 47, 4, 25
+	type placed struct {
+		buf   []byte
+		parts [][]byte
+	}
+	// place copies an expert's six parts into a new buffer at odd offsets, lets edit change them, and
+	// marks the buffer stable.
+	place := func(e expert, edit func([][]byte)) placed {
+		parts := [][]byte{e.w1.packed, e.w1.scales, e.w3.packed, e.w3.scales, e.w2.packed, e.w2.scales}
+		total := 7
+		for _, p := range parts {
+			total += len(p) + 7
+		}
+		pl := placed{buf: h.alloc(total)}
+		off := 7
+		for _, p := range parts {
+			dst := pl.buf[off : off+len(p) : off+len(p)]
+			copy(dst, p)
+			pl.parts = append(pl.parts, dst)
+			off += len(p) + 7
+		}
+		if edit != nil {
+			edit(pl.parts)
+		}
+		s.must(mem.MarkStable(pl.buf), "MarkStable")
+		return pl
+	}
+	es := []expert{s.randExpert(0, latent, ffn), s.randExpert(1, latent, ffn), s.randExpert(2, latent, ffn)}
+	var bufs []placed
+	var fromStable, fromGo []ops.Expert
+	for _, e := range es { // every upload queued before any expert is used
+		pl := place(e, nil)
+		bufs = append(bufs, pl)
+		p := pl.parts
+		x, err := s.b.UploadExpert(e.id, latent, ffn, p[0], p[1], p[2], p[3], p[4], p[5])
+		s.must(err, fmt.Sprintf("UploadExpert %d from stable memory", e.id))
+		fromStable = append(fromStable, x)
+	}
+	s.b.Free(fromStable[1]) // freed before it is ever used: its copy may still be in flight
+	for _, i := range []int{0, 2} {
+		fromGo = append(fromGo, s.upload(es[i]))
+	}
+	z, _ := s.randAct(n, latent, 1)
+	rt := s.randRouting(n, 2, 3) // two of experts 0, 1, 2 a row; 1 is not in the call
+	var got [2][]float32
+	for i, xs := range [][]ops.Expert{{fromStable[0], fromStable[2]}, fromGo} {
+		acc, err := s.b.Zeros(n, latent)
+		s.must(err, "Zeros")
+		s.must(s.b.ExpertsAccumulate(acc, z, rt, xs, beta, linBeta), "ExpertsAccumulate")
+		got[i] = s.host(acc, n, latent)
+		s.free(acc)
+	}
+	s.same("experts uploaded from stable host memory vs ordinary memory", got[0], got[1], latent)
+	s.free(z)
+	for _, x := range append([]ops.Expert{fromStable[0], fromStable[2]}, fromGo...) {
+		s.b.Free(x)
+	}
+	bad := place(es[0], func(p [][]byte) { p[3][0] = 255 }) // w3's first scale byte: NaN
+	s.fails("UploadExpert from stable memory with a w3 scale byte 255", func() error {
+		p := bad.parts
+		x, err := s.b.UploadExpert(es[0].id, latent, ffn, p[0], p[1], p[2], p[3], p[4], p[5])
+		s.b.Free(x)
+		return err
+	})
+	for _, pl := range append(bufs, bad) {
+		h.free(pl.buf)
+	}
+	part := h.alloc(64)
+	s.fails("MarkStable of part of a buffer", func() error { return mem.MarkStable(part[8:]) })
+	s.fails("MarkStable of ordinary memory", func() error { return mem.MarkStable(make([]byte, 64)) })
+	h.free(part)
 }

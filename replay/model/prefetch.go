@@ -1,0 +1,50 @@
+package model
+
+import (
+	"context"
+	"fmt"
+)
+
+// ExpertPrefetcher is an ExpertSource that can fetch some of a layer's experts before the router has
+// chosen any: on a device backend their copies then run while the layer's attention computes, instead of
+// after it. An Experts call for the same layer hands out the prefetched experts it asks for without
+// fetching them again; Unused frees the ones no call took. Results never depend on it: the same experts
+// reach ExpertsAccumulate in the same calls either way.
+type ExpertPrefetcher interface {
+	ExpertSource
+	// Prefetch fetches experts ids (ascending) of layer `layer`, or those of them the source can fetch
+	// without delaying the caller (the engine fetches only experts it holds in host memory).
+	Prefetch(ctx context.Context, layer int, ids []int) error
+	// Unused frees the experts of layer `layer` prefetched and not handed out.
+	Unused(layer int)
+}
+
+// minCoverage is the share of a layer's experts that a wave must be expected to choose before the pass
+// fetches experts ahead of the router: with T tokens choosing k of E experts each, an expert is left out
+// with probability about exp(-T k / E), so a wave with T k >= 4 E leaves out under 2% of those fetched.
+const minCoverage = 4
+
+// prefetch fetches the first PrefetchExperts experts of MoE layer w ahead of its router when the wave is
+// large enough that nearly all of them will be chosen (and the previous MoE layer of this pass did choose
+// at least 90% of its experts), and returns the function that frees those left unused (nil when nothing
+// was fetched).
+func (f *Pass) prefetch(w *LayerWeights) (func(), error) {
+	pf, ok := f.Experts.(ExpertPrefetcher)
+	if !ok || f.PrefetchExperts <= 0 || w.Layer.FFN != MoE {
+		return nil, nil
+	}
+	d := f.Model.Dims
+	if f.Layout.Tokens()*d.TopK < minCoverage*d.Experts || (f.lastChosen > 0 && 10*f.lastChosen < 9*d.Experts) {
+		return nil, nil
+	}
+	ids := make([]int, min(f.PrefetchExperts, d.Experts))
+	for i := range ids {
+		ids[i] = i // the ascending order the chunks of the routed experts are fetched in
+	}
+	layer := w.Layer.Index
+	if err := pf.Prefetch(f.Ctx, layer, ids); err != nil {
+		pf.Unused(layer)
+		return nil, fmt.Errorf("experts fetched ahead of the router: %w", err)
+	}
+	return func() { pf.Unused(layer) }, nil
+}
