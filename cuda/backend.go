@@ -51,9 +51,26 @@ type Options struct {
 	CacheDir string
 	// NoTensorCores keeps every matmul on the CUDA cores (kernel version 1): bit-identical to the CPU
 	// backend in both precisions, and much slower. By default BF16 precision runs the matmuls with bfloat16
-	// or MXFP4 weights on the tensor cores (version 2), batch invariant as well.
+	// or MXFP4 weights on the tensor cores (cuBLASLt or version 2), batch invariant as well.
 	NoTensorCores bool
+	// CuBLASLt selects where the matmuls of BF16 precision with a bfloat16 weight run: by default on
+	// cuBLASLt with an algorithm pinned per weight shape when the library loads (cublaslt_plan.go), else on
+	// the project's tensor-core kernel. MXFP4 experts, FP32 precision and the router never use it.
+	CuBLASLt CuBLASLtMode
 }
+
+// CuBLASLtMode is Options.CuBLASLt.
+type CuBLASLtMode int
+
+const (
+	// CuBLASLtAuto uses cuBLASLt when libcublasLt loads; without it the backend works as with
+	// CuBLASLtOff and DeviceInfo.CuBLASLtMissing says why.
+	CuBLASLtAuto CuBLASLtMode = iota
+	// CuBLASLtOff keeps the bfloat16 matmuls on the project's tensor-core kernel (matmul_tc.cu).
+	CuBLASLtOff
+	// CuBLASLtRequire is CuBLASLtAuto, but New fails (ErrUnavailable) when libcublasLt cannot be used.
+	CuBLASLtRequire
+)
 
 // DeviceInfo describes the device a Backend runs on.
 type DeviceInfo struct {
@@ -69,6 +86,11 @@ type DeviceInfo struct {
 	NVRTCVersion     string
 	KernelsCompiled  int // kernel files NVRTC compiled at New
 	KernelsCached    int // kernel files read from the disk cache at New
+	// CuBLASLt is the libcublasLt the bfloat16 matmuls run on, and CuBLASLtVersion its version; both
+	// empty when they do not use it (CuBLASLtOff, FP32 precision, NoTensorCores, or no library).
+	CuBLASLt, CuBLASLtVersion string
+	// CuBLASLtMissing says why cuBLASLt is not used under CuBLASLtAuto ("" when it is, or was not asked).
+	CuBLASLtMissing string
 }
 
 // Backend is the CUDA implementation of ops.Backend. It is safe for concurrent use: every call runs on
@@ -96,6 +118,7 @@ type Backend struct {
 	stage unsafe.Pointer // pinned staging buffer for host transfers
 	nstg  int
 	hosts hostAllocs // pinned buffers handed out by AllocHost
+	lt    *ltHandle  // cuBLASLt for the bfloat16 matmuls, nil when not used (matmul.go gemm)
 
 	closeOnce sync.Once
 	closeErr  error
@@ -139,7 +162,16 @@ func New(o Options) (*Backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	b.ex, err = newExecutor(func() error { return b.start(images) })
+	var lt *ltLib
+	if o.CuBLASLt != CuBLASLtOff && o.Precision == ops.BF16 && !o.NoTensorCores {
+		if lt, err = loadCuBLASLt(); err != nil {
+			if o.CuBLASLt == CuBLASLtRequire {
+				return nil, fmt.Errorf("cuda: Options.CuBLASLt is CuBLASLtRequire: %w", err)
+			}
+			b.info.CuBLASLtMissing = err.Error()
+		}
+	}
+	b.ex, err = newExecutor(func() error { return b.start(images, lt) })
 	if err != nil {
 		return nil, fmt.Errorf("cuda: device %d (%s): %w", o.Device, b.info.Name, err)
 	}
@@ -207,8 +239,8 @@ func archFor(major, minor int) string {
 }
 
 // start runs on the CUDA thread: it makes the primary context current, creates the stream, keeps freed
-// pool memory cached, and loads the kernel modules.
-func (b *Backend) start(images map[string][]byte) error {
+// pool memory cached, loads the kernel modules and, given lt, creates the cuBLASLt handle.
+func (b *Backend) start(images map[string][]byte, lt *ltLib) error {
 	d := b.drv
 	if err := d.check("cuDevicePrimaryCtxRetain", ccall(d.cuDevicePrimaryCtxRetain, uintptr(unsafe.Pointer(&b.ctx)), uintptr(b.dev))); err != nil {
 		return err
@@ -267,6 +299,24 @@ func (b *Backend) start(images map[string][]byte) error {
 			return err
 		}
 	}
+	if lt != nil {
+		h, err := newLtHandle(lt)
+		if err == nil {
+			if err = d.check("cuMemAlloc(cuBLASLt workspace)", ccall(d.cuMemAlloc, uintptr(unsafe.Pointer(&h.ws)), ltWorkspaceAlloc)); err != nil {
+				err = errors.Join(err, h.close())
+			}
+		}
+		switch {
+		case err == nil:
+			b.lt = h
+			b.info.CuBLASLt, b.info.CuBLASLtVersion = lt.path, lt.versionString()
+		case b.opts.CuBLASLt == CuBLASLtRequire:
+			b.release()
+			return fmt.Errorf("%w: %s: %w", ErrUnavailable, lt.path, err)
+		default:
+			b.info.CuBLASLtMissing = fmt.Sprintf("%s: %v", lt.path, err)
+		}
+	}
 	return nil
 }
 
@@ -281,6 +331,13 @@ func (b *Backend) release() error {
 		errs = append(errs, d.check("cuStreamSynchronize(copy)", ccall(d.cuStreamSynchronize, b.cstrm)))
 	}
 	errs = append(errs, b.releaseHosts())
+	if b.lt != nil {
+		if b.lt.ws != 0 {
+			errs = append(errs, d.check("cuMemFree(cuBLASLt workspace)", ccall(d.cuMemFree, uintptr(b.lt.ws))))
+		}
+		errs = append(errs, b.lt.close())
+		b.lt = nil
+	}
 	if b.stage != nil {
 		errs = append(errs, d.check("cuMemFreeHost", ccall(d.cuMemFreeHost, uintptr(b.stage))))
 		b.stage, b.nstg = nil, 0

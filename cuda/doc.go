@@ -16,14 +16,16 @@
 //
 // Available says what is missing when there is no GPU (the driver library, a device or NVRTC), so the
 // CPU backend stays the fallback. Binaries build with CGO_ENABLED=0 anywhere and find the libraries at
-// run time.
+// run time. libcublasLt is optional: without it the bfloat16 matmuls run on the package's own kernel and
+// DeviceInfo.CuBLASLtMissing says why (Options.CuBLASLt: CuBLASLtRequire makes it an error).
 //
 // # How it is built
 //
-// Bindings: libcuda.so.1 (the driver API) and libnvrtc.so.13 (run-time compilation) are opened with
-// dlopen through github.com/ebitengine/purego (driver.go, nvrtc.go); every call's return code is checked
-// and a failure is an *Error naming the call (errors.Is(err, ErrCUDA)). $POTATO_LIBCUDA and
-// $POTATO_NVRTC name the libraries when they are not on the loader's path.
+// Bindings: libcuda.so.1 (the driver API), libnvrtc.so.13 (run-time compilation) and libcublasLt.so.13
+// (the dense bfloat16 matmuls) are opened with dlopen through github.com/ebitengine/purego (driver.go,
+// nvrtc.go, cublaslt.go); every call's return code is checked and a failure is an *Error naming the call
+// (errors.Is(err, ErrCUDA)). $POTATO_LIBCUDA, $POTATO_NVRTC and $POTATO_CUBLASLT name the libraries when
+// they are not on the loader's path.
 //
 // Kernels: the .cu files under kernels/ are embedded with go:embed and compiled by NVRTC at New for the
 // device's compute capability (sm_90a on an H100 or H200), with --fmad=false and without fast math. The
@@ -48,24 +50,34 @@
 // Each op computes the loop its ops.Backend doc comment states, with every reduction in a fixed order
 // that depends on the shapes of one sequence only, never on the number of rows, the other sequences of
 // the wave, the grid or the block that runs it: a sequence's results are bit-identical alone or in any
-// wave and for any expert chunking (DESIGN.md, Numerics). cuBLAS(Lt) is not used for that reason: it picks
-// algorithms and split-K by shape. Where practical the kernels replay the CPU backend's statements
-// exactly (products rounded before the add, transcendentals in double rounded once): the CUDA-core
-// MatMul, the router, the experts, ShortConvSiLU, KDA and the elementwise ops then equal replay/cpu bit
-// for bit; RMSNorm and AttnResMix (warp sums), MLA (online softmax), TokenStats (parallel double sums) and
-// the tensor-core matmuls (k chunks of 16) differ from it at rounding level and are compared with a
-// tolerance (package ops/opstest).
+// wave and for any expert chunking (DESIGN.md, Numerics). cuBLASLt is used on those terms only
+// (cublaslt_plan.go): its heuristic picks kernels, tiles and splits of k by problem size, so the
+// algorithm is chosen once per weight shape at a fixed n, forced to split-K 1 with no reduction scheme,
+// allowed no workspace beyond a few bytes of counters (too little for any tile of partial sums), checked
+// valid for every n from 1 to the largest a tensor allows, and then used for every n; a shape that no
+// algorithm fits always runs the package's kernel (a choice by shape, never by n), and a test on the H200
+// finds rows bit-identical alone and at any offset of waves of up to 20,000 rows. Where practical the
+// kernels replay the CPU backend's statements exactly (products rounded before the add, transcendentals
+// in double rounded once): the CUDA-core MatMul, the router, the experts, ShortConvSiLU, KDA and the
+// elementwise ops then equal replay/cpu bit for bit; RMSNorm and AttnResMix (warp sums), MLA (online
+// softmax), TokenStats (parallel double sums) and the tensor-core matmuls (k chunks of 16 in the
+// package's kernel, the pinned algorithm's order in cuBLASLt) differ from it at rounding level and are
+// compared with a tolerance (package ops/opstest).
 //
 // # Performance
 //
-// In BF16 precision the matmuls with bfloat16 or MXFP4 weights run on the tensor cores (matmul_tc.cu:
-// mma.sync bf16 -> f32, each element summing k chunks of 16 in ascending order, so still batch invariant;
-// about 170-180 TFLOP/s at K3's sizes on an H200, a quarter of the chip's bf16 rate); FP32 precision, f32
-// weights and the router's unrounded logits use the CUDA-core kernel (matmul.cu), which replays the CPU
-// backend's loop bit for bit (Options.NoTensorCores selects it everywhere). The other kernels are the
+// In BF16 precision the matmuls with a bfloat16 weight (the dense projections, shared experts, latent
+// projections, the lm_head of TokenStats) run on cuBLASLt with the pinned algorithm (Options.CuBLASLt,
+// on by default): x is converted to a bfloat16 copy (convert.cu), the product is accumulated in float32
+// and the outputs are rounded to bfloat16 in place, about 535-620 TFLOP/s at K3's 12288x7168 shapes for
+// 4096-65536 rows on an H200 (the GEMM alone 680-770; the chip's bf16 rate is about 790). The routed
+// experts (MXFP4), and every bfloat16 weight under CuBLASLtOff or in a shape no algorithm fits, run on the
+// tensor cores in the package's kernel (matmul_tc.cu: mma.sync bf16 -> f32, each element summing k
+// chunks of 16 in ascending order, so batch invariant as well; about 170-180 TFLOP/s). FP32 precision,
+// f32 weights and the router's unrounded logits use the CUDA-core kernel (matmul.cu), which replays the
+// CPU backend's loop bit for bit (Options.NoTensorCores selects it everywhere). The other kernels are the
 // simple correct first versions: KDA steps token by token, MLA scores on the CUDA cores, each routed
-// expert is six launches. The next versions (cp.async/ldmatrix then wgmma matmuls, the chunked KDA, a
-// tensor-core MLA, a fused lm_head and log-softmax, a grouped expert GEMM, reads that bypass the CPU copy)
-// are listed in the .cu files and in NOTES.md; cuBLASLt can only come with a pinned
-// algorithm, no split-K and a test that proves its invariance.
+// expert is six launches. The next versions (wgmma matmuls for the experts, the chunked KDA, a
+// tensor-core MLA, a fused lm_head and log-softmax, a grouped expert GEMM, reads that bypass the CPU
+// copy) are listed in the .cu files and in NOTES.md.
 package cuda

@@ -28,6 +28,7 @@ var kernelFiles = []kernelFile{
 	{"mla.cu", []string{"k_mla"}},
 	{"route.cu", []string{"k_route_topk"}},
 	{"tokenstats.cu", []string{"k_token_stats"}},
+	{"convert.cu", []string{"k_to_bf16"}},
 }
 
 // nvrtcOptions are the options every kernel file is compiled with (the architecture is added per device).

@@ -1,6 +1,8 @@
 package cuda
 
 import (
+	"fmt"
+
 	"github.com/potato-k3/potato-k3/replay/ops"
 )
 
@@ -23,6 +25,7 @@ type weightRef struct {
 	tc             string // the tensor-core kernel for this weight type, or "" (float32 weights)
 	tcVec          string // its vectorised form (version 3), for k a multiple of vecK and aligned operands
 	vecK           int
+	lt             bool // a bfloat16 weight: cuBLASLt may run it (cublaslt_plan.go)
 	ptr, scales    uint64
 	rows, k        int
 	packRow, scRow int
@@ -31,16 +34,18 @@ type weightRef struct {
 // weightOf describes a Tensor as a matmul weight.
 func weightOf(t *Tensor) weightRef {
 	if t.dt == dtBF16 {
-		return weightRef{kernel: "k_matmul_bf16", tc: "k_matmul_tc_bf16", tcVec: "k_matmul_tc_bf16_vec", vecK: 8,
+		return weightRef{kernel: "k_matmul_bf16", tc: "k_matmul_tc_bf16", tcVec: "k_matmul_tc_bf16_vec", vecK: 8, lt: true,
 			ptr: t.ptr, rows: t.rows, k: t.cols}
 	}
 	return weightRef{kernel: "k_matmul_f32", ptr: t.ptr, rows: t.rows, k: t.cols}
 }
 
 // gemm launches out (n x m float32) = x (n x k float32) times w^T, rounding the outputs when round is set.
-// Rounded products in BF16 precision with a bfloat16 or MXFP4 weight run on the tensor cores (version 2)
+// Rounded products in BF16 precision with a bfloat16 weight run on cuBLASLt with the weight shape's pinned
+// algorithm when the backend has cuBLASLt and the shape has one (cublaslt_plan.go); the other rounded
+// products in BF16 precision with a bfloat16 or MXFP4 weight run on the tensor cores (versions 2 and 3)
 // unless Options.NoTensorCores; everything else on the CUDA cores (version 1). The choice depends on the
-// precision, the weight and the options only, never on n.
+// precision, the weight, its shape and the options only, never on n.
 func (c *opCtx) gemm(out, x uint64, n int, w weightRef, round bool) error {
 	var bf int32
 	if round {
@@ -48,12 +53,48 @@ func (c *opCtx) gemm(out, x uint64, n int, w weightRef, round bool) error {
 	}
 	kernel, tile := w.kernel, mmTile
 	if bf == 1 && w.tc != "" && !c.b.opts.NoTensorCores {
+		if w.lt && c.b.lt != nil {
+			s, err := c.b.lt.shape(w.rows, w.k)
+			if err != nil {
+				return err
+			}
+			if s.ok {
+				return c.gemmLt(s, out, x, n, w)
+			}
+		}
 		kernel, tile = w.tc, tcTile
 		if w.tcVec != "" && w.k%w.vecK == 0 && x%16 == 0 && w.ptr%16 == 0 {
 			kernel = w.tcVec // version 3: the same bits as version 2, faster
 		}
 	}
 	return c.gemmKernel(kernel, tile, out, x, n, w, bf)
+}
+
+// gemmLt runs gemm on cuBLASLt: x converted to a bfloat16 temporary (convert.cu), out = x_bf16 w^T with
+// float32 accumulation by the shape's pinned algorithm, then every output rounded to bfloat16 in place
+// (k_round), so the contract holds: bfloat16 values in float32 storage. cuBLASLt is column-major: it
+// computes out^T (m x n, ld m) = W (k x m column-major, transposed) times x^T (k x n, ld ldb).
+func (c *opCtx) gemmLt(s *ltShape, out, x uint64, n int, w weightRef) error {
+	m, k := w.rows, w.k
+	if n == 0 {
+		return nil
+	}
+	if out%ltAlign != 0 || w.ptr%ltAlign != 0 {
+		// never: outputs and weights are pool allocations; a misaligned one is a bug, not a reason to
+		// switch kernels (which would change a row's bits)
+		return fmt.Errorf("%w: cuBLASLt operands not %d-byte aligned (out %#x, weight %#x)", ErrInternal, ltAlign, out, w.ptr)
+	}
+	xb, err := c.temp(2 * s.ldb * n)
+	if err != nil {
+		return err
+	}
+	if err := c.launch1D("k_to_bf16", s.ldb*n, xb, x, int64(n), int32(k), int32(s.ldb)); err != nil {
+		return err
+	}
+	if err := c.b.lt.matmul(s, c.b.strm, out, xb, w.ptr, n, m, k); err != nil {
+		return err
+	}
+	return c.launch1D("k_round", n*m, out, out, int64(n*m), int32(1))
 }
 
 // gemmKernel launches one matmul kernel (tile: its rows and columns per block) over n rows.
@@ -73,11 +114,12 @@ func (c *opCtx) gemmKernel(kernel string, tile int, out, x uint64, n int, w weig
 // MatMul returns x times w transposed, out[i,j] = rounded(sum_k x[i,k] * w[j,k]), one float32 accumulator
 // per element. In FP32 precision, and for float32 weights, it runs on the CUDA cores over k in ascending
 // order with products rounded before the add (matmul.cu version 1): the CPU backend's loop, bit for bit.
-// In BF16 precision with a bfloat16 weight it runs on the tensor cores (matmul_tc.cu versions 2 and 3,
-// which give the same bits): exact bf16 products summed in k chunks of 16 in ascending order, which
-// differs from the CPU backend at float32 rounding level (Options.NoTensorCores keeps version 1). Either
-// way no element depends on the number of rows. w may be a bfloat16 or float32 weight (read as stored) or
-// an activation.
+// In BF16 precision with a bfloat16 weight it runs on cuBLASLt (Options.CuBLASLt) with the algorithm
+// pinned for the weight's shape: exact bf16 products summed in float32 in that kernel's fixed order, no
+// split of k; shapes no algorithm fits for every n, and CuBLASLtOff, run on the tensor cores (matmul_tc.cu
+// versions 2 and 3, which give the same bits: k chunks of 16 in ascending order). Both differ from the
+// CPU backend at float32 rounding level (Options.NoTensorCores keeps version 1). Either way no element
+// depends on the number of rows. w may be a bfloat16 or float32 weight (read as stored) or an activation.
 func (b *Backend) MatMul(x, w ops.Tensor) (ops.Tensor, error) {
 	const op = "MatMul"
 	ts, err := b.tensors(op, []string{"x", "w"}, x, w)
