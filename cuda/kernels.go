@@ -26,6 +26,7 @@ var kernelFiles = []kernelFile{
 	{"matmul_tc.cu", []string{"k_matmul_tc_bf16", "k_matmul_tc_mxfp4", "k_matmul_tc_bf16_vec", "k_matmul_tc_mxfp4_vec"}},
 	{"kda.cu", []string{"k_shortconv", "k_kda_prep", "k_kda"}},
 	{"mla.cu", []string{"k_mla"}},
+	{"mla_tc.cu", []string{"k_mla_prep", "k_mla_tc_64_64", "k_mla_tc_128_128", "k_mla_tc_192_128"}},
 	{"route.cu", []string{"k_route_topk"}},
 	{"tokenstats.cu", []string{"k_token_stats"}},
 	{"convert.cu", []string{"k_to_bf16"}},

@@ -13,7 +13,8 @@
 //      shares or the wave, so results are batch invariant. Against the CPU backend (two passes: max,
 //      then exp / sum) it differs at float32 rounding level. Shared memory rows of keys are padded by one
 //      word (qk + 1) so that the 32 lanes scoring one query read 32 banks.
-//      Next (not done): tensor cores for q.k and p.v, a larger query tile, the absorbed form.
+//      Version 2 (tensor cores, BF16 precision) is mla_tc.cu; this version stays for FP32 precision,
+//      Options.NoTensorCores and head sizes mla_tc.cu has no instantiation for.
 #include "common.cuh"
 
 #define QB 16

@@ -1,0 +1,130 @@
+package cuda
+
+import (
+	"fmt"
+	"math"
+	"slices"
+
+	"github.com/potato-k3/potato-k3/replay/ops"
+)
+
+// Launch parameters of mla_tc.cu (version 2): a block of 128 threads (4 warps of 16 query rows) per
+// (query tile of up to 64 rows of one sequence, head); keys in blocks of 64 rows anchored at the sequence
+// start, staged two blocks at a time with rows padded by 8 halves.
+const (
+	mlaTCTile    = 64
+	mlaTCThreads = 128
+	mlaTCPad     = 8
+)
+
+// mlaTCTempMax bounds the bfloat16 key and value copies (k_mla_prep) of one launch group, in bytes: heads
+// are processed in groups small enough for it (every head is computed alone, so grouping changes no bit;
+// a variable so that a test can force small groups).
+var mlaTCTempMax = 1 << 30
+
+// mlaTCKernel is one instantiation of mla_tc.cu: qk <= qkp, vdim <= vp, zero-padded.
+type mlaTCKernel struct {
+	name    string
+	qkp, vp int
+}
+
+// mlaTCKernels in the order tried: the smallest that fits is used (a choice by head shape, never by n).
+var mlaTCKernels = []mlaTCKernel{
+	{"k_mla_tc_64_64", 64, 64},
+	{"k_mla_tc_128_128", 128, 128},
+	{"k_mla_tc_192_128", 192, 128},
+}
+
+// mlaTCFor returns the version 2 kernel for the head sizes, if one covers them.
+func mlaTCFor(qk, vdim int) (mlaTCKernel, bool) {
+	for _, k := range mlaTCKernels {
+		if qk <= k.qkp && vdim <= k.vp {
+			return k, true
+		}
+	}
+	return mlaTCKernel{}, false
+}
+
+// mlaTCTasks lists the query tiles of l as (sequence start, t0, t1), tiles of mlaTCTile rows from each
+// sequence start, the longest (most key blocks) first so that the tail of the grid is short ones. The
+// order decides only which block runs a tile, never a bit of it.
+func mlaTCTasks(l ops.Layout) []int32 {
+	type tile struct{ start, t0, t1 int }
+	var tiles []tile
+	for s := range l.Sequences() {
+		for t := l.Starts[s]; t < l.Starts[s+1]; t += mlaTCTile {
+			tiles = append(tiles, tile{l.Starts[s], t, min(t+mlaTCTile, l.Starts[s+1])})
+		}
+	}
+	slices.SortStableFunc(tiles, func(a, b tile) int { return (b.t0 - b.start) - (a.t0 - a.start) })
+	tasks := make([]int32, 0, 3*len(tiles))
+	for _, t := range tiles {
+		tasks = append(tasks, int32(t.start), int32(t.t0), int32(t.t1))
+	}
+	return tasks
+}
+
+// mlaTC launches version 2 (BF16 precision): per group of heads, k_mla_prep (bfloat16 keys and values)
+// then the kernel k.
+func (b *Backend) mlaTC(k mlaTCKernel, ts []*Tensor, heads, nope, shared, vdim int, l ops.Layout) (ops.Tensor, error) {
+	const op = "MLA"
+	rows, qk := ts[0].rows, nope+shared
+	shmem := 2 * mlaTCTile * (k.qkp + mlaTCPad + k.vp + mlaTCPad) * 2
+	if shmem > b.info.MaxSharedOptin {
+		return nil, shapeErr(op, "head sizes qk %d, vdim %d need %d bytes of shared memory on the tensor cores, the device allows %d", qk, vdim, shmem, b.info.MaxSharedOptin)
+	}
+	tasks := mlaTCTasks(l)
+	perHead := rows * (k.qkp + k.vp) * 2
+	group := max(1, min(heads, mlaTCTempMax/max(perHead, 1)))
+	scale := float32(math.Log2E / math.Sqrt(float64(qk)))
+	var out *Tensor
+	err := b.run(op, func(c *opCtx) error {
+		var in [3]uint64
+		for i, t := range ts {
+			p, err := c.f32(t)
+			if err != nil {
+				return err
+			}
+			in[i] = p
+		}
+		var err error
+		if out, err = c.out(rows, heads*vdim); err != nil || len(tasks) == 0 {
+			return err
+		}
+		tp, err := uploadTemp(c, tasks)
+		if err != nil {
+			return err
+		}
+		kb, err := c.temp(group * rows * k.qkp * 2)
+		if err != nil {
+			return err
+		}
+		vb, err := c.temp(group * rows * k.vp * 2)
+		if err != nil {
+			return err
+		}
+		// above 48 KiB a kernel's dynamic shared memory must be opted into (backend.go does it at start
+		// for the other kernels)
+		d := b.drv
+		if err := d.check(fmt.Sprintf("cuFuncSetAttribute(%s, max dynamic shared memory)", k.name),
+			ccall(d.cuFuncSetAttribute, b.fns[k.name], cuFuncAttrMaxDynamicSharedBytes, uintptr(shmem))); err != nil {
+			return err
+		}
+		for h0 := 0; h0 < heads; h0 += group {
+			hg := min(group, heads-h0)
+			if err := c.launch("k_mla_prep", d1((hg*rows+7)/8), d1(256), 0, kb, vb, in[1], in[2], int64(rows), int32(heads),
+				int32(h0), int32(hg), int32(nope), int32(shared), int32(vdim), int32(k.qkp), int32(k.vp)); err != nil {
+				return err
+			}
+			if err := c.launch(k.name, d2(len(tasks)/3, hg), d1(mlaTCThreads), shmem,
+				out.ptr, in[0], kb, vb, tp, int32(heads), int32(h0), int64(rows), int32(qk), int32(vdim), scale, b.bf); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
