@@ -103,15 +103,12 @@ type Backend struct {
 	drv   *driver
 	ex    *executor
 	info  DeviceInfo
-	dev   int32   // CUdevice
-	ctx   uintptr // the device's primary context
-	strm  uintptr // the backend's stream: every kernel, and every copy of an op's inputs and outputs
-	cstrm uintptr // the copy stream: weight uploads (host.go), beside the kernels on strm
-	async bool    // stream-ordered allocation (cuMemAllocAsync) is available
-	cev   uintptr // an event on the copy stream that the compute stream waits for (joinCopies)
-	// copyPending: copies were queued on the copy stream that nothing has waited for (asynchronous
-	// expert uploads from stable host memory); the compute stream must join them before using them.
-	copyPending bool
+	dev   int32      // CUdevice
+	ctx   uintptr    // the device's primary context
+	strm  uintptr    // the backend's stream: every kernel, and every copy of an op's inputs and outputs
+	cstrm uintptr    // the copy stream: weight uploads (host.go), beside the kernels on strm
+	async bool       // stream-ordered allocation (cuMemAllocAsync) is available
+	evs   copyEvents // events of the asynchronous expert uploads (stable.go); on the CUDA thread
 
 	mods  []uintptr
 	fns   map[string]uintptr
@@ -253,10 +250,6 @@ func (b *Backend) start(images map[string][]byte, lt *ltLib) error {
 		b.release()
 		return err
 	}
-	if err := d.check("cuEventCreate", ccall(d.cuEventCreate, uintptr(unsafe.Pointer(&b.cev)), cuEventDisableTiming)); err != nil {
-		b.release()
-		return err
-	}
 	if err := d.check("cuStreamCreate(copy)", ccall(d.cuStreamCreate, uintptr(unsafe.Pointer(&b.cstrm)), cuStreamNonBlocking)); err != nil {
 		b.release()
 		return err
@@ -354,10 +347,7 @@ func (b *Backend) release() error {
 		errs = append(errs, d.check("cuStreamDestroy(copy)", ccall(d.cuStreamDestroy, b.cstrm)))
 		b.cstrm = 0
 	}
-	if b.cev != 0 {
-		errs = append(errs, d.check("cuEventDestroy", ccall(d.cuEventDestroy, b.cev)))
-		b.cev = 0
-	}
+	errs = append(errs, b.evs.destroy(d))
 	if b.ctx != 0 {
 		errs = append(errs, d.check("cuDevicePrimaryCtxRelease", ccall(d.cuDevicePrimaryCtxRelease, uintptr(b.dev))))
 		b.ctx = 0

@@ -436,7 +436,11 @@ func TestCuBLASLtVersusTensorCoreKernel(t *testing.T) {
 				if i == 0 {
 					err = c.gemmLt(s, out, xp, n, wr)
 				} else {
-					err = c.gemmKernel(wr.tcVec, tcTile, out, xp, n, wr, 1)
+					kernel := wr.tc // what gemm picks without cuBLASLt: version 3 only where its loads fit
+					if k%wr.vecK == 0 && xp%16 == 0 && wr.ptr%16 == 0 {
+						kernel = wr.tcVec
+					}
+					err = c.gemmKernel(kernel, tcTile, out, xp, n, wr, 1)
 				}
 				if err != nil {
 					return err

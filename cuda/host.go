@@ -31,6 +31,49 @@ type hostAllocs struct {
 	m      map[uintptr]int  // first byte -> length
 	starts []uintptr        // the keys of m, ascending: a host cache holds thousands of buffers
 	stable map[uintptr]bool // buffers marked immutable (stable.go)
+	// checked: per stable buffer, the experts (their six parts' addresses and lengths) whose bytes were
+	// checked once: the bytes of a stable buffer never change, so a second upload skips the check.
+	checked map[uintptr]map[[6][2]uintptr]bool
+}
+
+// partsKey identifies an expert's six parts by address and length.
+func partsKey(parts [6][]byte) [6][2]uintptr {
+	var k [6][2]uintptr
+	for i, p := range parts {
+		k[i] = [2]uintptr{uintptr(unsafe.Pointer(unsafe.SliceData(p))), uintptr(len(p))}
+	}
+	return k
+}
+
+// checkedBefore reports whether the expert made of parts (all in stable buffers) was checked before.
+func (h *hostAllocs) checkedBefore(parts [6][]byte) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	p, ok := h.find(parts[0])
+	return ok && h.checked[p][partsKey(parts)]
+}
+
+// markChecked records that the expert made of parts (all in stable buffers) passed its checks, when all
+// six lie in one buffer (whose release forgets the record).
+func (h *hostAllocs) markChecked(parts [6][]byte) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	p, ok := h.find(parts[0])
+	if !ok {
+		return
+	}
+	for _, part := range parts[1:] {
+		if q, ok := h.find(part); !ok || q != p {
+			return
+		}
+	}
+	if h.checked == nil {
+		h.checked = map[uintptr]map[[6][2]uintptr]bool{}
+	}
+	if h.checked[p] == nil {
+		h.checked[p] = map[[6][2]uintptr]bool{}
+	}
+	h.checked[p][partsKey(parts)] = true
 }
 
 // add registers buffer p of n bytes. Under mu.
@@ -50,6 +93,7 @@ func (h *hostAllocs) remove(p uintptr) bool {
 	}
 	delete(h.m, p)
 	delete(h.stable, p)
+	delete(h.checked, p)
 	if i, ok := slices.BinarySearch(h.starts, p); ok {
 		h.starts = slices.Delete(h.starts, i, i+1)
 	}
@@ -129,7 +173,7 @@ func (b *Backend) freeHost(p uintptr) error {
 func (b *Backend) releaseHosts() error {
 	b.hosts.mu.Lock()
 	m := b.hosts.m
-	b.hosts.m, b.hosts.stable, b.hosts.starts = nil, nil, nil
+	b.hosts.m, b.hosts.stable, b.hosts.starts, b.hosts.checked = nil, nil, nil, nil
 	b.hosts.mu.Unlock()
 	var errs []error
 	for p := range m {

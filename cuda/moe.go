@@ -21,6 +21,10 @@ type Expert struct {
 	ptr         uint64
 	off         [6]int // byte offsets of w1 packed, w1 scales, w3 packed, w3 scales, w2 packed, w2 scales
 	freed       bool
+	// ev, seq: an asynchronous upload's event on the copy stream and its place in the upload order
+	// (stable.go); ev is 0 once the upload was waited for.
+	ev  uintptr
+	seq uint64
 }
 
 // ID is the expert's index in its layer.
@@ -62,9 +66,12 @@ func (b *Backend) UploadExpert(id, latent, ffn int, w1Packed, w1Scale, w3Packed,
 	// From stable memory (stable.go) the bytes never change: checked first, the copies are queued and not
 	// waited for; the compute stream joins them before it uses or frees the expert.
 	async := direct && b.stableHost(parts[:]...)
-	if !direct || async {
+	if !direct || (async && !b.hosts.checkedBefore(parts)) {
 		if err := check(); err != nil {
 			return nil, err
+		}
+		if async {
+			b.hosts.markChecked(parts)
 		}
 	}
 	err := b.run(op, func(c *opCtx) error {
@@ -77,10 +84,12 @@ func (b *Backend) UploadExpert(id, latent, ffn int, w1Packed, w1Scale, w3Packed,
 			// The copy stream is waited for first: the block was allocated on it and copies may be queued.
 			return fmt.Errorf("%w (freeing: %v)", err, errors.Join(b.syncCopy(), b.free(p)))
 		}
-		e.ptr = p
 		if async {
-			b.copyPending = true
+			if err := b.recordUpload(e); err != nil {
+				return fmt.Errorf("%w (freeing: %v)", err, errors.Join(b.syncCopy(), b.free(p)))
+			}
 		}
+		e.ptr = p
 		return nil
 	})
 	if err != nil {
@@ -355,7 +364,7 @@ func (b *Backend) ExpertsAccumulate(acc, z ops.Tensor, rt ops.Routing, experts [
 		weights = append(weights, work[i].Weights...)
 	}
 	return b.run(op, func(c *opCtx) error {
-		if err := b.joinCopies(); err != nil { // the experts' copies, when they were not waited for
+		if err := b.joinExperts(es); err != nil { // the experts' copies, when they were not waited for
 			return err
 		}
 		zp, err := c.f32(zt)

@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"errors"
 	"fmt"
 	"unsafe"
 
@@ -14,8 +15,8 @@ import (
 // queues the copy on the copy stream and returns: the engine can queue a whole layer's experts while the
 // layer's attention is still running on the compute stream, and the copy engine never waits for the Go
 // side. The compute stream is ordered after those copies where it first touches such an expert:
-// ExpertsAccumulate and Free call joinCopies, which records an event on the copy stream and makes the
-// compute stream wait for it (cuStreamWaitEvent: the device waits, the host does not).
+// each upload records an event on the copy stream, and ExpertsAccumulate and Free make the compute
+// stream wait for their experts' events (cuStreamWaitEvent: the device waits, the host does not).
 
 var _ ops.StableHostMemory = (*Backend)(nil)
 
@@ -54,19 +55,83 @@ func (b *Backend) stableHost(parts ...[]byte) bool {
 	return true
 }
 
-// joinCopies makes the compute stream wait (on the device) for every copy queued so far without a host
-// wait: the asynchronous expert uploads. On the CUDA thread.
-func (b *Backend) joinCopies() error {
-	if !b.copyPending {
+// copyEvents are the events of asynchronous expert uploads: one recorded on the copy stream after each
+// upload's copies, so that an ExpertsAccumulate waits for its own experts only, not for the experts queued
+// after them (a whole layer may be queued at once). The copy stream runs its copies in order, so waiting
+// for the latest upload among an op's experts covers the earlier ones too. Used on the CUDA thread.
+type copyEvents struct {
+	idle   []uintptr // events free for the next upload
+	all    []uintptr // every event created, destroyed at Close
+	seq    uint64    // asynchronous uploads queued so far
+	joined uint64    // the compute stream waits for every upload up to this one
+}
+
+// destroy releases every event (at Close, on the CUDA thread).
+func (ev *copyEvents) destroy(d *driver) error {
+	var errs []error
+	for _, e := range ev.all {
+		errs = append(errs, d.check("cuEventDestroy", ccall(d.cuEventDestroy, e)))
+	}
+	*ev = copyEvents{}
+	return errors.Join(errs...)
+}
+
+// recordUpload records an event on the copy stream after expert e's copies and numbers the upload.
+func (b *Backend) recordUpload(e *Expert) error {
+	d := b.drv
+	var ev uintptr
+	if n := len(b.evs.idle); n > 0 {
+		ev, b.evs.idle = b.evs.idle[n-1], b.evs.idle[:n-1]
+	} else {
+		if err := d.check("cuEventCreate", ccall(d.cuEventCreate, uintptr(unsafe.Pointer(&ev)), cuEventDisableTiming)); err != nil {
+			return err
+		}
+		b.evs.all = append(b.evs.all, ev)
+	}
+	if err := d.check("cuEventRecord(copy)", ccall(d.cuEventRecord, ev, b.cstrm)); err != nil {
+		b.evs.idle = append(b.evs.idle, ev)
+		return err
+	}
+	b.evs.seq++
+	e.ev, e.seq = ev, b.evs.seq
+	return nil
+}
+
+// wait makes the compute stream wait (on the device, not the host) for upload seq, whose event is ev.
+func (b *Backend) wait(ev uintptr, seq uint64) error {
+	if seq <= b.evs.joined {
 		return nil
 	}
-	d := b.drv
-	if err := d.check("cuEventRecord(copy)", ccall(d.cuEventRecord, b.cev, b.cstrm)); err != nil {
+	if err := b.drv.check("cuStreamWaitEvent", ccall(b.drv.cuStreamWaitEvent, b.strm, ev, 0)); err != nil {
 		return err
 	}
-	if err := d.check("cuStreamWaitEvent", ccall(d.cuStreamWaitEvent, b.strm, b.cev, 0)); err != nil {
-		return err
-	}
-	b.copyPending = false
+	b.evs.joined = seq
 	return nil
+}
+
+// joinExperts orders the compute stream after the copies of es (those uploaded asynchronously): one wait,
+// for the latest of them.
+func (b *Backend) joinExperts(es []*Expert) error {
+	var last *Expert
+	for _, e := range es {
+		if e.ev != 0 && (last == nil || e.seq > last.seq) {
+			last = e
+		}
+	}
+	if last == nil {
+		return nil
+	}
+	return b.wait(last.ev, last.seq)
+}
+
+// joinExpertFree orders the compute stream, where an expert's block is freed, after its copies, and
+// gives its event back (a wait already queued keeps what it captured). e may be nil.
+func (b *Backend) joinExpertFree(e *Expert) error {
+	if e == nil || e.ev == 0 {
+		return nil
+	}
+	err := b.wait(e.ev, e.seq)
+	b.evs.idle = append(b.evs.idle, e.ev)
+	e.ev = 0
+	return err
 }

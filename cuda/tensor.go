@@ -207,6 +207,7 @@ func (b *Backend) ToHost(x ops.Tensor) ([]float32, error) {
 // backend are ignored.
 func (b *Backend) Free(x any) {
 	var ptrs []uint64
+	var ex *Expert
 	switch t := x.(type) {
 	case *Tensor:
 		if t == nil || t.freed || t.b != b {
@@ -220,13 +221,14 @@ func (b *Backend) Free(x any) {
 		}
 		ptrs = []uint64{t.ptr}
 		t.ptr, t.freed = 0, true
+		ex = t
 	default:
 		return
 	}
 	_ = b.run("Free", func(c *opCtx) error {
 		// An expert's copy may still be in flight (an asynchronous upload, stable.go): the block is
 		// freed on the compute stream, after it.
-		if err := b.joinCopies(); err != nil {
+		if err := b.joinExpertFree(ex); err != nil {
 			return err
 		}
 		for _, p := range ptrs {

@@ -109,14 +109,7 @@ func (f *Pass) Layer(st *State, w *LayerWeights) error {
 		return err
 	}
 	f.layer = w.Layer.Index
-	release, err := f.prefetch(w)
-	if release != nil {
-		defer release()
-	}
-	if err == nil {
-		err = f.layerSteps(st, w)
-	}
-	if err != nil {
+	if err := f.layerSteps(st, w); err != nil {
 		return fmt.Errorf("layer %d (%s+%s): %w", w.Layer.Index, w.Layer.Attn, w.Layer.FFN, err)
 	}
 	return nil
@@ -148,6 +141,16 @@ func (f *Pass) layerSteps(st *State, w *LayerWeights) error {
 	b.Free(x)
 	if err != nil {
 		return fmt.Errorf("%s: %w", w.Layer.Attn, err)
+	}
+	// Experts fetched ahead of the router go now: the attention's work is queued, so on a device backend
+	// their copies run beside it (the AttnRes mix below is the first wait for the device).
+	release, err := f.prefetch(w)
+	if release != nil {
+		defer release()
+	}
+	if err != nil {
+		b.Free(a)
+		return err
 	}
 	if err := f.accumulate(st, a); err != nil {
 		return err
