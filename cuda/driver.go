@@ -49,6 +49,7 @@ type driver struct {
 	cuStreamWaitEvent                                                                                uintptr
 	cuModuleLoadData, cuModuleUnload, cuModuleGetFunction, cuFuncSetAttribute, cuLaunchKernel        uintptr
 	cuGetErrorString, cuGetErrorName                                                                 uintptr
+	cuFuncGetAttribute                                                                               uintptr
 	cuMemGetInfo                                                                                     uintptr
 	version                                                                                          int // cuDriverGetVersion, e.g. 13000
 	devices                                                                                          int // cuDeviceGetCount after cuInit
@@ -180,6 +181,7 @@ func openDriver() (*driver, error) {
 		"cuModuleUnload":                           &d.cuModuleUnload,
 		"cuModuleGetFunction":                      &d.cuModuleGetFunction,
 		"cuFuncSetAttribute":                       &d.cuFuncSetAttribute,
+		"cuFuncGetAttribute":                       &d.cuFuncGetAttribute,
 		"cuLaunchKernel":                           &d.cuLaunchKernel,
 		"cuGetErrorString":                         &d.cuGetErrorString,
 		"cuGetErrorName":                           &d.cuGetErrorName,

@@ -300,17 +300,30 @@ func (b *Backend) Route(x, w, bias ops.Tensor, k int, scale float32) (ops.Routin
 }
 
 // ExpertsAccumulate adds the weighted outputs of the given experts into acc (see ops.Backend), experts in
-// ascending id, one after another on the stream. For expert e and the rows R that chose it:
+// ascending id. For expert e and the rows R that chose it:
 //
-//	zr = z[R]                                      // k_gather
-//	a = rounded(zr W1_e^T); c = rounded(zr W3_e^T)   // k_matmul_mxfp4, as MatMul
-//	h = rounded(rounded(situ(a, c)) W2_e^T)          // k_situ, k_matmul_mxfp4
-//	acc[R[i], :] += float32(weight_i * h[i, :])      // k_scatter_add, float32, never rounded
+//	zr = z[R]                                        // gathered
+//	a = rounded(zr W1_e^T); c = rounded(zr W3_e^T)   // as MatMul
+//	h = rounded(rounded(situ(a, c)) W2_e^T)          // SiTUGLU, MatMul
+//	acc[R[i], :] += float32(weight_i * h[i, :])      // float32, never rounded, experts in ascending id
 //
-// Each output row depends on its own z row only, and each acc row receives its experts in ascending id,
-// so the result equals MatMul, MatMul, SiTUGLU, MatMul and the CPU backend's float32 accumulation bit
-// for bit, and calls on disjoint ascending expert subsets equal one call.
+// In BF16 precision on the tensor cores (and latent, ffn multiples of 32) it runs grouped (experts.go,
+// kernels/experts.cu): the rows gathered expert by expert, one launch for every expert's gate and up
+// GEMMs with SiTU in the epilogue, one for the w2 GEMMs, one that adds each acc row's expert outputs in
+// ascending id. Otherwise (FP32 precision, Options.NoTensorCores, other shapes) it runs expert after
+// expert: k_gather, two matmuls, k_situ, a matmul, k_scatter_add. Both paths run each dot product as
+// MatMul does (the tensor-core k chunks of 16 ascending, or the CUDA-core loop) with the same rounding
+// points and the same float32 accumulation order, so they give the same bits; each output row depends on
+// its own z row only, so the result equals MatMul, MatMul, SiTUGLU, MatMul and the CPU backend's float32
+// accumulation (bit for bit on the CUDA cores), and calls on disjoint ascending expert subsets equal one
+// call.
 func (b *Backend) ExpertsAccumulate(acc, z ops.Tensor, rt ops.Routing, experts []ops.Expert, beta, linBeta float32) error {
+	return b.expertsAccumulate(acc, z, rt, experts, beta, linBeta, expertsAuto)
+}
+
+// expertsAccumulate is ExpertsAccumulate on the path mode picks (tests force one; expertsGrouped where
+// groupedOK refuses is an error).
+func (b *Backend) expertsAccumulate(acc, z ops.Tensor, rt ops.Routing, experts []ops.Expert, beta, linBeta float32, mode expertsMode) error {
 	const op = "ExpertsAccumulate"
 	ts, err := b.tensors(op, []string{"acc", "z"}, acc, z)
 	if err != nil {
@@ -351,6 +364,27 @@ func (b *Backend) ExpertsAccumulate(acc, z ops.Tensor, rt ops.Routing, experts [
 	work, err := rt.AssignRows(ids, rows)
 	if err != nil {
 		return argErr(op, "%v", err)
+	}
+	grouped := b.groupedOK(latent, es)
+	switch {
+	case mode == expertsPerExpert:
+		grouped = false
+	case mode >= expertsGrouped && !grouped:
+		return argErr(op, "the grouped path does not take precision %v, latent %d and these experts", b.prec, latent)
+	}
+	if grouped {
+		kernels := ""
+		if mode == expertsGroupedF32 {
+			kernels = "_f32"
+		}
+		plan := planGrouped(es, work, rows) // here, not on the CUDA thread: earlier ops' closures need not wait
+		return b.run(op, func(c *opCtx) error {
+			zp, err := c.f32(zt)
+			if err != nil {
+				return err
+			}
+			return c.expertsGrouped(&plan, at.ptr, zp, latent, es[0].ffn, beta, linBeta, kernels)
+		})
 	}
 	// Every expert's rows and weights go to the device in one upload each: an upload waits for the
 	// stream, and one wait per call (instead of two per expert) lets the caller queue the whole call and

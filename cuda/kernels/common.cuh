@@ -51,10 +51,14 @@ __device__ __forceinline__ float silu_f(float x) { return __fmul_rn(x, sigmoid_f
 
 // situ_f is one SiTU-GLU element (K3_SPEC.md 5.4), float32 left to right as replay/cpu situ:
 // (beta * tanh(a/beta)) * sigmoid(a) * (linBeta * tanh(b/linBeta)).
+// It is situ_gate(a) * situ_lin(b): each factor depends on one input only (experts.cu tabulates them
+// over the 65,536 bfloat16 inputs).
+__device__ __forceinline__ float situ_gate(float a, float beta) {
+    return __fmul_rn(__fmul_rn(beta, tanh_f(__fdiv_rn(a, beta))), sigmoid_f(a));
+}
+__device__ __forceinline__ float situ_lin(float b, float linBeta) { return __fmul_rn(linBeta, tanh_f(__fdiv_rn(b, linBeta))); }
 __device__ __forceinline__ float situ_f(float a, float b, float beta, float linBeta) {
-    float gate = __fmul_rn(__fmul_rn(beta, tanh_f(__fdiv_rn(a, beta))), sigmoid_f(a));
-    float lin = __fmul_rn(linBeta, tanh_f(__fdiv_rn(b, linBeta)));
-    return __fmul_rn(gate, lin);
+    return __fmul_rn(situ_gate(a, beta), situ_lin(b, linBeta));
 }
 
 // warp_sum returns the sum of v over the 32 lanes of a full warp, the same bits in every lane: a fixed

@@ -1,0 +1,253 @@
+package cuda
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/potato-k3/potato-k3/replay/ops"
+)
+
+// The grouped expert path of ExpertsAccumulate (kernels/experts.cu): in BF16 precision on the tensor
+// cores, one launch for the gate and up GEMMs of every expert of the call (SiTU in its epilogue), one for
+// the w2 GEMMs and one that adds each accumulator row's expert outputs in ascending expert id (and two
+// small ones: the gather of the rows, SiTU's tables), instead of six launches per expert. Its result equals the per-expert path (moe.go) bit for bit; the test
+// experts_grouped_test.go holds it to that.
+
+// Launch parameters of experts.cu (version 1): 256 threads a block, tiles of 128 rows by 64 gate/up
+// columns (128 weight rows: 64 of w1, 64 of w3) or 128 w2 columns, 92,160 bytes of dynamic shared memory
+// (three 128 x 72 bfloat16 activation panels, two weight panels), two blocks an SM.
+const (
+	xTileRows   = 128
+	xGateCols   = 64
+	xDownCols   = 128
+	xThreads    = 256
+	xSmemBytes  = (3*128 + 2*128) * 72 * 2
+	xCombThread = 256
+	// cuFuncAttrPreferredSharedCarveout is CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT: the share
+	// of the L1/shared array asked for as shared memory, in percent.
+	cuFuncAttrPreferredSharedCarveout = 9
+)
+
+// expertsMode picks the path of expertsAccumulate: by precision, options and shapes, or forced (tests).
+type expertsMode int
+
+const (
+	expertsAuto expertsMode = iota
+	expertsPerExpert
+	expertsGrouped
+	expertsGroupedF32 // the grouped path with the float32-multiply decoder (k_experts_*_f32)
+)
+
+// groupedOK reports whether the grouped kernels take this call: BF16 precision on the tensor cores, and
+// latent and one common ffn multiples of 32 (whole MXFP4 scale groups, 16-byte aligned rows). The choice
+// depends on the backend and the shapes only, never on the rows.
+func (b *Backend) groupedOK(latent int, es []*Expert) bool {
+	if b.bf != 1 || b.opts.NoTensorCores || latent%32 != 0 || len(es) == 0 {
+		return false
+	}
+	for _, e := range es {
+		if e.ffn != es[0].ffn || e.ffn%32 != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// groupedPlan is the host side of one grouped call: every table the kernels read, in one int32 buffer
+// uploaded at once (an upload waits for the stream; one per call).
+type groupedPlan struct {
+	experts int // experts in the call (the pointer table's length)
+	rows    int // rows of the gathered buffer: the sum of the experts' rows
+	tiles   int // row tiles: ceil(rows_e / 128) summed over the experts
+	touched int // accumulator rows that receive at least one expert output
+	entries int // (row, expert) pairs, = rows
+	buf     []int32
+	// int32 offsets into buf: the pointer table (6 uint64 an expert), the tile table (int4: expert index,
+	// first row, rows, 0), the gathered rows' indices into z, and the combine's CSR: rowptr (touched+1),
+	// rowid (touched), pos (entries) and weights (entries, float32 bits)
+	offTiles, offRows, offRowPtr, offRowID, offPos, offW int
+}
+
+// planGrouped lays out the call: expert i (ascending id) owns gathered rows first_i .. first_i+n_i-1 in
+// the order work[i] lists them; each accumulator row's entries are listed in ascending expert id, so the
+// combine adds them in the per-expert path's order.
+func planGrouped(es []*Expert, work []ops.ExpertRows, accRows int) groupedPlan {
+	p := groupedPlan{experts: len(es)}
+	n := 0
+	for i := range work {
+		n += len(work[i].Rows)
+		p.tiles += (len(work[i].Rows) + xTileRows - 1) / xTileRows
+	}
+	p.rows, p.entries = n, n
+	count := make([]int32, accRows)
+	for i := range work {
+		for _, r := range work[i].Rows {
+			count[r]++
+		}
+	}
+	for _, c := range count {
+		if c > 0 {
+			p.touched++
+		}
+	}
+	size := 12*len(es) + 4*p.tiles + n + (p.touched + 1) + p.touched + 2*n
+	buf := make([]int32, 0, size)
+	for _, e := range es {
+		for j := range 6 {
+			v := e.ptr + uint64(e.off[j])
+			buf = append(buf, int32(uint32(v)), int32(uint32(v>>32)))
+		}
+	}
+	p.offTiles = len(buf) // 12 * experts: a multiple of 4, so the int4 table is 16-byte aligned
+	first := 0
+	for i := range work {
+		m := len(work[i].Rows)
+		for t0 := 0; t0 < m; t0 += xTileRows {
+			buf = append(buf, int32(i), int32(first+t0), int32(min(xTileRows, m-t0)), 0)
+		}
+		first += m
+	}
+	p.offRows = len(buf)
+	for i := range work {
+		buf = append(buf, work[i].Rows...)
+	}
+	// CSR by accumulator row: next[r] is the slot of row r's next entry.
+	p.offRowPtr = len(buf)
+	next := make([]int32, accRows)
+	at := int32(0)
+	buf = append(buf, 0)
+	for r, c := range count {
+		if c > 0 {
+			next[r] = at
+			at += c
+			buf = append(buf, at)
+		}
+	}
+	p.offRowID = len(buf)
+	for r, c := range count {
+		if c > 0 {
+			buf = append(buf, int32(r))
+		}
+	}
+	p.offPos = len(buf)
+	buf = append(buf, make([]int32, 2*n)...)
+	p.offW = p.offPos + n
+	pos, wts := buf[p.offPos:p.offW], buf[p.offW:]
+	first = 0
+	for i := range work { // ascending expert id: each row's entries come out in that order
+		for j, r := range work[i].Rows {
+			s := next[r]
+			next[r]++
+			pos[s] = int32(first + j)
+			wts[s] = int32(math.Float32bits(work[i].Weights[j]))
+		}
+		first += len(work[i].Rows)
+	}
+	p.buf = buf
+	return p
+}
+
+// groupedDev is a grouped call on the device: the uploaded plan and the temporaries.
+type groupedDev struct {
+	plan               *groupedPlan
+	tab                uint64 // the plan's buffer
+	zs, h              uint64 // gathered rows (bfloat16, rows x latent; reused for the w2 outputs), SiTU (rows x ffn)
+	situ               uint64 // the SiTU factor tables (2 x 65,536 float32)
+	acc, z             uint64
+	latent, ffn        int
+	beta, linBeta      float32
+	gateNCol, downNCol int
+	kernels            string // "" (the kernels of X_DEC), or "_f32" or "_nodec": the other forms, for tests
+}
+
+// at returns the device address of int32 offset off of the plan's buffer.
+func (d *groupedDev) at(off int) uint64 { return d.tab + 4*uint64(off) }
+
+// prepareGrouped uploads the plan and allocates the temporaries (freed when the op ends): 2 bytes a
+// value of rows x (latent + ffn), proportional to the call.
+func (c *opCtx) prepareGrouped(p *groupedPlan, acc, z uint64, latent, ffn int, beta, linBeta float32) (*groupedDev, error) {
+	d := &groupedDev{plan: p, acc: acc, z: z, latent: latent, ffn: ffn, beta: beta, linBeta: linBeta,
+		gateNCol: (ffn + xGateCols - 1) / xGateCols, downNCol: (latent + xDownCols - 1) / xDownCols}
+	if int64(p.tiles)*int64(max(d.gateNCol, d.downNCol)) > math.MaxInt32 {
+		return nil, fmt.Errorf("%w: %s: %d row tiles x %d column tiles exceed a grid", ErrArgument, c.op, p.tiles, max(d.gateNCol, d.downNCol))
+	}
+	var err error
+	if d.tab, err = uploadTemp(c, p.buf); err != nil {
+		return nil, err
+	}
+	if d.zs, err = c.temp(2 * p.rows * latent); err != nil {
+		return nil, err
+	}
+	if d.h, err = c.temp(2 * p.rows * ffn); err != nil {
+		return nil, err
+	}
+	if d.situ, err = c.temp(4 * 2 * 65536); err != nil {
+		return nil, err
+	}
+	b, drv := c.b, c.b.drv
+	for _, k := range []string{"k_experts_gateup", "k_experts_down", "k_experts_gateup_f32", "k_experts_down_f32",
+		"k_experts_gateup_nodec", "k_experts_down_nodec"} {
+		// Above 48 KiB a kernel must opt in; asking for all of the carveout lets two blocks share an SM.
+		// Set per call: cheap, and it keeps the setting beside the launches that need it.
+		if err := drv.check("cuFuncSetAttribute("+k+", max dynamic shared memory)",
+			ccall(drv.cuFuncSetAttribute, b.fns[k], cuFuncAttrMaxDynamicSharedBytes, xSmemBytes)); err != nil {
+			return nil, err
+		}
+		if err := drv.check("cuFuncSetAttribute("+k+", shared carveout)",
+			ccall(drv.cuFuncSetAttribute, b.fns[k], cuFuncAttrPreferredSharedCarveout, 100)); err != nil {
+			return nil, err
+		}
+	}
+	return d, nil
+}
+
+// gather launches k_experts_gather: the call's rows of z, expert by expert, as bfloat16.
+func (c *opCtx) groupedGather(d *groupedDev) error {
+	return c.launch1D("k_experts_gather", d.plan.rows*d.latent/4, d.zs, d.z, d.at(d.plan.offRows), int64(d.plan.rows), int32(d.latent))
+}
+
+// groupedSiTUTables launches k_experts_situ_tables: SiTU's two factors over the 65,536 bfloat16 inputs.
+func (c *opCtx) groupedSiTUTables(d *groupedDev) error {
+	return c.launch("k_experts_situ_tables", d1(2*65536/xThreads), d1(xThreads), 0, d.situ, d.beta, d.linBeta)
+}
+
+// groupedGateUp launches k_experts_gateup: h = rounded SiTU of the rounded gate and up GEMMs.
+func (c *opCtx) groupedGateUp(d *groupedDev) error {
+	return c.launch("k_experts_gateup"+d.kernels, d1(d.plan.tiles*d.gateNCol), d1(xThreads), xSmemBytes,
+		d.h, d.zs, d.at(d.plan.offTiles), d.tab, int32(d.gateNCol), int32(d.ffn), int32(d.latent), d.situ)
+}
+
+// groupedDown launches k_experts_down: the rounded w2 GEMMs, written over the gathered rows.
+func (c *opCtx) groupedDown(d *groupedDev) error {
+	return c.launch("k_experts_down"+d.kernels, d1(d.plan.tiles*d.downNCol), d1(xThreads), xSmemBytes,
+		d.zs, d.h, d.at(d.plan.offTiles), d.tab, int32(d.downNCol), int32(d.latent), int32(d.ffn))
+}
+
+// groupedCombine launches k_experts_combine: acc rows += their weighted expert outputs, ascending id.
+func (c *opCtx) groupedCombine(d *groupedDev) error {
+	return c.launch("k_experts_combine", d1(d.plan.touched), d1(xCombThread), 0,
+		d.acc, d.zs, d.at(d.plan.offRowPtr), d.at(d.plan.offRowID), d.at(d.plan.offPos), d.at(d.plan.offW), int32(d.latent))
+}
+
+// expertsGrouped runs one planned grouped call (planGrouped, on the caller's goroutine): one upload, five
+// launches (kernels: see groupedDev).
+func (c *opCtx) expertsGrouped(p *groupedPlan, acc, z uint64, latent, ffn int, beta, linBeta float32, kernels string) error {
+	if p.rows == 0 {
+		return nil
+	}
+	d, err := c.prepareGrouped(p, acc, z, latent, ffn, beta, linBeta)
+	if err != nil {
+		return err
+	}
+	d.kernels = kernels
+	for _, step := range []struct {
+		name string
+		fn   func(*groupedDev) error
+	}{{"gather", c.groupedGather}, {"SiTU tables", c.groupedSiTUTables}, {"gate/up", c.groupedGateUp},
+		{"down", c.groupedDown}, {"combine", c.groupedCombine}} {
+		if err := step.fn(d); err != nil {
+			return fmt.Errorf("grouped experts (%d experts, %d rows): %s: %w", p.experts, p.rows, step.name, err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,401 @@
+// experts.cu: the routed experts of one ExpertsAccumulate call as grouped GEMMs on the tensor cores, for
+// BF16 precision (cuda/experts.go launches them; moe.go's per-expert path stays for FP32 precision,
+// Options.NoTensorCores and shapes these kernels do not take, and is their test oracle).
+//
+// The call's rows are laid out expert by expert (ascending id; each expert's rows ascending), so every
+// expert owns a contiguous run of the gathered buffer. A tile table lists every (expert, run of at most
+// 128 rows); one launch covers every (row tile, column tile) of every expert of the call:
+//
+//	k_experts_gather       zs[i, :] = bf16(z[rows[i], :])
+//	k_experts_situ_tables  SiTU's two factors over the 65,536 bfloat16 inputs (see situ_tab)
+//	k_experts_gateup       h[i, c] = rnd(situ(rnd(zs[i] . w1_e[c]), rnd(zs[i] . w3_e[c])))   stored as bfloat16
+//	k_experts_down         h2[i, c] = rnd(h[i] . w2_e[c])                                    stored as bfloat16
+//	k_experts_combine      for each acc row r, its (i, weight) in ascending expert id:
+//	                       acc[r, :] += float32(weight * h2[i, :])
+//
+// Bits: each dot product is matmul_tc.cu's: one float32 accumulator per element, starting at 0, receiving
+// the products of k chunks of 16 in ascending order, one mma.sync.m16n8k16 (bf16 x bf16 -> f32) per chunk,
+// with the operands in the same fragment registers (ldmatrix loads what matmul_tc.cu's 32-bit loads load;
+// the MXFP4 values are decoded exactly, as there). The rounding points are the per-expert path's (gate and
+// up rounded, SiTU rounded, the w2 output rounded; bfloat16 storage of a rounded value is exact), and the
+// combine adds each expert's float32 product in ascending expert id, as k_scatter_add does expert after
+// expert. So the result equals the per-expert path bit for bit, whatever the tiles, grid or other experts
+// (batch invariant), and calls on ascending expert subsets equal one call.
+//
+// Versions:
+//   1. block tile 128 rows x 128 weight rows (gate/up: 64 columns of w1 and the same 64 of w3, so one
+//      thread holds a gate and its up value and SiTU runs in the epilogue: no SiTU launch and no float32
+//      gate/up buffers), k panels of 64, 8 warps each 64 x 32 (4 x 4 mma tiles), two blocks an SM. The
+//      activations (bfloat16) reach shared memory by cp.async, three stages; the MXFP4 weights are loaded
+//      16 bytes (32 codes) a thread one panel ahead into registers and decoded into a double-buffered
+//      bfloat16 panel before the barrier; fragments by ldmatrix (rows padded by 8 halves: conflict-free).
+//      Warps skip the mma of 16-row groups past the end of an expert's last tile (an expert of 300 rows
+//      costs 19 groups, not 24). Two exact decoders (decode32_f32: shifts and float32 multiplies, any
+//      scale; decode32_prmt: PRMT table lookups and one bfloat16x2 fma a pair, scales 2..252) give the
+//      same bits; the tests compare and time both, and a form without decoding that bounds its cost.
+//      H200, K3 sizes, 128 experts x 300 rows: gate/up 151 TFLOP/s, down 174 (without decoding 177 and
+//      219; decode32_f32 within 2% of decode32_prmt); SiTU's three double-precision transcendentals in
+//      the epilogue cost gate/up about as much as the decoding.
+//   2. (this file) SiTU by table (situ_tab: the two factors of situ_f tabulated over the bfloat16 inputs
+//      once a call, the same float32 values), and the next weight panel decoded after the mma of this one
+//      are issued (they drain while it decodes) instead of before the barrier. Same bits as version 1.
+//      Needs latent % 32 == 0 and ffn % 32 == 0 (whole scale groups; 16-byte aligned rows).
+//      Next: wgmma (sm_90a) would change the accumulation inside a k chunk, so it needs a proof that its
+//      chunk sum equals mma.sync's, or a new oracle; 64 x 64 warp tiles (fewer ldmatrix bytes an mma); a
+//      persistent tile scheduler; 64-row tiles for tails.
+#include "common.cuh"
+
+#define XBM 128  // rows of a block tile
+#define XBN 128  // weight rows of a block tile (output columns; gate/up: 64 of w1 then the same 64 of w3)
+#define XBK 64   // k panel
+#define XLD (XBK + 8)  // shared row length in halves (144 bytes: ldmatrix and the staging stores hit 32 banks)
+#define XSTAGES 3      // cp.async stages of the activation panel
+#define X_THREADS 256
+// dynamic shared memory: XSTAGES activation panels and two weight panels of bfloat16 (92,160 bytes)
+#define X_SMEM_BYTES ((XSTAGES * XBM + 2 * XBN) * XLD * 2)
+
+// bf16_bits returns the bfloat16 bit pattern of rnd(x) (exact when x is a bfloat16 value).
+__device__ __forceinline__ u32 bf16_bits(float x) { return __float_as_uint(bf16_round(x)) >> 16; }
+
+__device__ __forceinline__ u32 smem_u32(const void* p) { return (u32)__cvta_generic_to_shared(p); }
+
+// cp_async16 copies 16 bytes from global src to shared dst, or writes 16 zero bytes when !in (src is then
+// not read).
+__device__ __forceinline__ void cp_async16(u32 dst, const void* src, bool in) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(in ? 16 : 0) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+__device__ __forceinline__ void ldsm_x4(u32* r, u32 addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr)
+                 : "memory");
+}
+
+// mma_bf16 is matmul_tc.cu's: c += a b, m16n8k16, bf16 inputs, f32 accumulators. Not volatile: each
+// accumulator's chain of mma is ordered by its data dependences, the rest may be scheduled freely.
+__device__ __forceinline__ void mma_bf16(float* c, const u32* a, const u32* b) {
+    asm(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// fp4x2 decodes the two E2M1 codes of byte v (bits 0-7; the low nibble is the lower k) into a bfloat16
+// pair (low half: the low nibble). A code's magnitude bits placed at float32 bits 22-24 and its sign at
+// bit 31 are a float32 equal to its E2M1 value times 2^-126 (code 1 is the subnormal 2^-127): times s1 =
+// 2^(scale-1) (BIG: s1 = 2^126, then s2 = 2^(scale-127)) it is the value times 2^(scale-127), exact, so
+// the same float32 as matmul_tc.cu's e2m1_values[code] * e8m0(scale), whose bfloat16 bits are its top half.
+template <bool BIG>
+__device__ __forceinline__ u32 fp4x2(u32 v, float s1, float s2) {
+    float lo = __fmul_rn(__uint_as_float(((v & 7u) << 22) | ((v & 8u) << 28)), s1);
+    float hi = __fmul_rn(__uint_as_float(((v & 0x70u) << 18) | ((v & 0x80u) << 24)), s1);
+    if (BIG) {
+        lo = __fmul_rn(lo, s2);
+        hi = __fmul_rn(hi, s2);
+    }
+    return __byte_perm(__float_as_uint(lo), __float_as_uint(hi), 0x7632);
+}
+
+// decode32_f32 writes the 32 bfloat16 values of 32 MXFP4 codes (16 bytes, scale byte s) to dst (16-byte
+// aligned) with fp4x2: any scale byte but 255.
+__device__ __forceinline__ void decode32_f32(u16* dst, uint4 raw, u32 s) {
+    u32 words[4] = {raw.x, raw.y, raw.z, raw.w};
+    const bool big = s > 128u;
+    const float s1 = __uint_as_float((big ? 253u : s + 126u) << 23), s2 = __uint_as_float(s << 23);
+#pragma unroll
+    for (int q = 0; q < 4; q++) {
+        u32 h[4];
+        if (big) {
+#pragma unroll
+            for (int e = 0; e < 4; e++) h[e] = fp4x2<true>(words[q] >> (8 * e), s1, s2);
+        } else {
+#pragma unroll
+            for (int e = 0; e < 4; e++) h[e] = fp4x2<false>(words[q] >> (8 * e), s1, s2);
+        }
+        *(uint4*)(dst + 8 * q) = make_uint4(h[0], h[1], h[2], h[3]);
+    }
+}
+
+// The bfloat16 bits of the E2M1 magnitudes 0, 0.5, 1, 1.5, 2, 3, 4, 6 (0x0000, 0x3f00, 0x3f80, 0x3fc0,
+// 0x4000, 0x4040, 0x4080, 0x40c0), split into high and low bytes: two 8-entry tables for PRMT (byte i of
+// the pair (X0, X1) is entry i).
+#define E2M1_HI0 0x3f3f3f00u
+#define E2M1_HI1 0x40404040u
+#define E2M1_LO0 0xc0800000u
+#define E2M1_LO1 0xc0804000u
+
+// bf16x2_mul returns a * b per bfloat16 half, rounded to nearest even: an fma with -0 as the addend, which
+// leaves every product, zeros with their sign included, as it is.
+__device__ __forceinline__ u32 bf16x2_mul(u32 a, u32 b) {
+    u32 d;
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(0x80008000u));
+    return d;
+}
+
+// decode32_prmt is decode32_f32 in fewer instructions, for scale bytes 2..252 (where every decoded value
+// and 2^(s-127) are normal bfloat16s): the magnitudes of 4 codes are looked up at once by PRMT (the
+// nibbles of the word are the selectors), the pairs interleaved by PRMT, the sign bits moved into place,
+// and each pair multiplied by 2^(s-127) in one bfloat16x2 fma. The products are exact (2 significant bits
+// times a power of two, in range), so the bits equal decode32_f32's.
+__device__ __forceinline__ void decode32_prmt(u16* dst, uint4 raw, u32 s) {
+    u32 words[4] = {raw.x, raw.y, raw.z, raw.w};
+    const u32 sc = (s << 7) | (s << 23);  // 2^(s-127) in both halves
+#pragma unroll
+    for (int q = 0; q < 4; q++) {
+        const u32 w = words[q];  // codes 8q .. 8q+7, code j in nibble j
+        const u32 m0 = w & 0x7777u, m1 = (w >> 16) & 0x7777u;
+        const u32 h0 = __byte_perm(E2M1_HI0, E2M1_HI1, m0), l0 = __byte_perm(E2M1_LO0, E2M1_LO1, m0);
+        const u32 h1 = __byte_perm(E2M1_HI0, E2M1_HI1, m1), l1 = __byte_perm(E2M1_LO0, E2M1_LO1, m1);
+        // pair e: codes 2e (low half) and 2e+1; their signs are bits 8e+3 and 8e+7 of w, wanted at 15 and 31
+        u32 p0 = __byte_perm(l0, h0, 0x5140) | ((w << 12) & 0x8000u) | ((w << 24) & 0x80000000u);
+        u32 p1 = __byte_perm(l0, h0, 0x7362) | ((w << 4) & 0x8000u) | ((w << 16) & 0x80000000u);
+        u32 p2 = __byte_perm(l1, h1, 0x5140) | ((w >> 4) & 0x8000u) | ((w << 8) & 0x80000000u);
+        u32 p3 = __byte_perm(l1, h1, 0x7362) | ((w >> 12) & 0x8000u) | (w & 0x80000000u);
+        *(uint4*)(dst + 8 * q) = make_uint4(bf16x2_mul(p0, sc), bf16x2_mul(p1, sc), bf16x2_mul(p2, sc), bf16x2_mul(p3, sc));
+    }
+}
+
+// Weight decoders of experts_gemm (DEC): the production kernels use X_DEC.
+#define DEC_F32 0   // decode32_f32 for every scale
+#define DEC_PRMT 1  // decode32_prmt, decode32_f32 for scale bytes 0, 1, 253, 254
+#define DEC_NONE 2  // no decoding: the raw bytes go to the mma as they are (wrong values; timing only)
+#define X_DEC DEC_PRMT
+
+template <int DEC>
+__device__ __forceinline__ void decode32(u16* dst, uint4 raw, u32 s) {
+    if (DEC == DEC_NONE) {
+#pragma unroll
+        for (int q = 0; q < 4; q++) *(uint4*)(dst + 8 * q) = raw;
+    } else if (DEC == DEC_PRMT && s - 2u <= 250u) {
+        decode32_prmt(dst, raw, s);
+    } else {
+        decode32_f32(dst, raw, s);
+    }
+}
+
+// SiTU by table: gate and up are rounded to bfloat16 before SiTU, so situ_f(a, b) = situ_gate(a) *
+// situ_lin(b) (common.cuh) takes 65,536 values of each factor; k_experts_situ_tables evaluates them once a
+// call with situ_f's own statements (tab[0:65536]: situ_gate of the bfloat16 with those bits, tab[65536:]:
+// situ_lin), so a lookup gives the same float32 as evaluating it, NaN and infinities included. This moves
+// three double-precision transcendentals an element out of the GEMM's epilogue.
+__device__ __forceinline__ float situ_tab(const float* __restrict__ tab, float gate, float up) {
+    float g = __ldg(tab + bf16_bits(gate)), l = __ldg(tab + 65536 + bf16_bits(up));
+    return bf16_round(__fmul_rn(g, l));
+}
+
+// k_experts_situ_tables fills the 2 x 65,536 float32 SiTU factors for beta and linBeta. Launch: 131,072
+// threads (gridDim 512, blockDim 256).
+extern "C" __global__ void k_experts_situ_tables(float* tab, float beta, float linBeta) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= 2 * 65536) return;
+    float x = __uint_as_float((u32)(i & 65535) << 16);
+    tab[i] = i < 65536 ? situ_gate(x, beta) : situ_lin(x, linBeta);
+}
+
+// experts_gemm is one block tile of a grouped GEMM: out[row0 + r, c] for the tile's rows r < rows and
+// the block's columns c, from the bfloat16 rows a[row0 + r, 0:k] and an expert's MXFP4 matrices (wp: six
+// device addresses an expert: w1 packed, w1 scales, w3 packed, w3 scales, w2 packed, w2 scales). GATEUP:
+// m = ffn columns of SiTU(w1, w3); else m = latent columns of w2. out has m columns (bfloat16).
+template <bool GATEUP, int DEC>
+__device__ __forceinline__ void experts_gemm(u16* out, const u16* a, const int4* tiles, const u64* wp, int ncol,
+                                             int m, int k, const float* __restrict__ situ) {
+    extern __shared__ __align__(16) u16 xsm[];
+    u16* As = xsm;                        // [XSTAGES][XBM][XLD]
+    u16* Bs = xsm + XSTAGES * XBM * XLD;  // [2][XBN][XLD]
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int wm = warp >> 2, wn = warp & 3;  // the warp's 64-row half and 32-column quarter
+    const int g = lane >> 2, t = lane & 3;    // mma fragment coordinates
+    const int tile = (int)(blockIdx.x / (u32)ncol), ct = (int)(blockIdx.x - (u32)tile * (u32)ncol);
+    const int4 tl = tiles[tile];  // expert index, first row, rows
+    const int nrows = tl.z;
+    const u64* w = wp + 6 * tl.x;
+    const int col0 = ct * (GATEUP ? XBN / 2 : XBN);
+    const int pw = k >> 1, sw = k >> 5;
+
+    // The weight row this thread stages (two threads a row, 32 codes each of a 64-wide panel).
+    const int br = tid >> 1, bh = tid & 1;
+    const int wrow = GATEUP ? col0 + (br & 63) : col0 + br;
+    const bool bin = wrow < m;
+    const int mat = GATEUP ? (br < 64 ? 0 : 1) : 2;
+    const u8* bpk = (const u8*)w[2 * mat] + (i64)(bin ? wrow : 0) * pw + 16 * bh;
+    const u8* bsc = (const u8*)w[2 * mat + 1] + (i64)(bin ? wrow : 0) * sw + bh;
+
+    const u16* abase = a + (i64)tl.y * k;
+    const int np = (k + XBK - 1) / XBK;
+
+    auto issue_a = [&](int p) {
+        u16* dst = As + (p % XSTAGES) * XBM * XLD;
+        const int p0 = p * XBK;
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            int c = tid + X_THREADS * j;
+            int r = c >> 3, kc = (c & 7) * 8;
+            bool in = r < nrows && p0 + kc < k;
+            cp_async16(smem_u32(dst + r * XLD + kc), in ? abase + (i64)r * k + p0 + kc : abase, in);
+        }
+    };
+    uint4 braw = make_uint4(0, 0, 0, 0);
+    u32 bscale = 127;
+    auto load_b = [&](int p) {
+        bool in = bin && p * XBK + 32 * bh < k;
+        braw = in ? *(const uint4*)(bpk + (i64)p * (XBK / 2)) : make_uint4(0, 0, 0, 0);
+        bscale = in ? bsc[(i64)p * (XBK / 32)] : 127u;
+    };
+    auto store_b = [&](int p) { decode32<DEC>(Bs + ((p & 1) * XBN + br) * XLD + 32 * bh, braw, bscale); };
+
+    float acc[4][4][4];
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) acc[i][j][e] = 0.0f;
+
+#pragma unroll
+    for (int s = 0; s < XSTAGES - 1; s++) {
+        if (s < np) issue_a(s);
+        cp_async_commit();
+    }
+    load_b(0);
+    store_b(0);
+    if (np > 1) load_b(1);
+    for (int p = 0; p < np; p++) {
+        cp_async_wait<XSTAGES - 2>();  // this thread's copies of panel p have landed
+        __syncthreads();               // everyone's, every weight panel p is decoded, every warp is done with p-1
+        if (p + XSTAGES - 1 < np) issue_a(p + XSTAGES - 1);
+        cp_async_commit();
+        const int kk = min(XBK, k - p * XBK);
+        const u16* as = As + (p % XSTAGES) * XBM * XLD;
+        const u16* bs = Bs + (p & 1) * XBN * XLD;
+#pragma unroll
+        for (int ks = 0; ks < XBK; ks += 16) {
+            if (ks < kk) {  // k % 32 == 0: a last panel of 32 has two chunks, never a zero chunk
+                u32 bf[4][2];
+#pragma unroll
+                for (int q = 0; q < 2; q++) {
+                    int nb = GATEUP ? q * (XBN / 2) + wn * 16 : wn * 32 + q * 16;
+                    int n = nb + (lane & 7) + ((lane >> 4) << 3);
+                    u32 r[4];
+                    ldsm_x4(r, smem_u32(bs + n * XLD + ks + ((lane >> 3) & 1) * 8));
+                    bf[2 * q][0] = r[0];
+                    bf[2 * q][1] = r[1];
+                    bf[2 * q + 1][0] = r[2];
+                    bf[2 * q + 1][1] = r[3];
+                }
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    if (wm * 64 + i * 16 < nrows) {  // uniform per warp: 16-row groups past the tile's rows are skipped
+                        u32 af[4];
+                        ldsm_x4(af, smem_u32(as + (wm * 64 + i * 16 + (lane & 15)) * XLD + ks + (lane >> 4) * 8));
+#pragma unroll
+                        for (int j = 0; j < 4; j++) mma_bf16(acc[i][j], af, bf[j]);
+                    }
+                }
+            }
+        }
+        // The next weight panel is decoded into the other buffer while this panel's mma drain (its readers,
+        // the mma of panel p-1, are past the barrier above); its raw bytes were loaded a panel ago.
+        if (p + 1 < np) {
+            store_b(p + 1);
+            if (p + 2 < np) load_b(p + 2);
+        }
+    }
+
+    const i64 orow0 = tl.y;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+#pragma unroll
+        for (int hf = 0; hf < 2; hf++) {
+            int r = wm * 64 + i * 16 + g + hf * 8;
+            if (r >= nrows) continue;
+            u16* orow = out + (orow0 + r) * m;
+            if (GATEUP) {
+#pragma unroll
+                for (int j = 0; j < 2; j++) {
+                    int c = col0 + wn * 16 + j * 8 + 2 * t;
+                    if (c < m) {  // m even, c even: c + 1 < m too
+                        float h0 = situ_tab(situ, acc[i][j][2 * hf], acc[i][j + 2][2 * hf]);
+                        float h1 = situ_tab(situ, acc[i][j][2 * hf + 1], acc[i][j + 2][2 * hf + 1]);
+                        *(u32*)(orow + c) = (__float_as_uint(h0) >> 16) | (__float_as_uint(h1) & 0xffff0000u);
+                    }
+                }
+            } else {
+#pragma unroll
+                for (int j = 0; j < 4; j++) {
+                    int c = col0 + wn * 32 + j * 8 + 2 * t;
+                    if (c < m) {
+                        float h0 = bf16_round(acc[i][j][2 * hf]), h1 = bf16_round(acc[i][j][2 * hf + 1]);
+                        *(u32*)(orow + c) = (__float_as_uint(h0) >> 16) | (__float_as_uint(h1) & 0xffff0000u);
+                    }
+                }
+            }
+        }
+    }
+}
+
+// Launch (k_experts_gateup, k_experts_down): blockDim 256, X_SMEM_BYTES of dynamic shared memory, gridDim
+// tiles * ncol blocks (block b: row tile b / ncol, column tile b % ncol; ncol = ceil(ffn / 64) for
+// gate/up, ceil(latent / 128) for down). tiles: int4 (expert index into wp, first row, rows <= 128, 0).
+// The _f32 forms decode with float32 multiplies only (the same bits; compared and timed by the tests),
+// the _nodec forms skip decoding (wrong values: they time the rest of the kernel).
+#define X_GATEUP(name, dec)                                                                                      \
+    extern "C" __global__ void __launch_bounds__(X_THREADS, 2)                                                  \
+        name(u16* h, const u16* zs, const int4* tiles, const u64* wp, int ncol, int ffn, int latent,             \
+             const float* situ) {                                                                                \
+        experts_gemm<true, dec>(h, zs, tiles, wp, ncol, ffn, latent, situ);                                      \
+    }
+#define X_DOWN(name, dec)                                                                                     \
+    extern "C" __global__ void __launch_bounds__(X_THREADS, 2)                                               \
+        name(u16* h2, const u16* h, const int4* tiles, const u64* wp, int ncol, int latent, int ffn) {        \
+        experts_gemm<false, dec>(h2, h, tiles, wp, ncol, latent, ffn, nullptr);                               \
+    }
+X_GATEUP(k_experts_gateup, X_DEC)
+X_DOWN(k_experts_down, X_DEC)
+X_GATEUP(k_experts_gateup_f32, DEC_F32)
+X_DOWN(k_experts_down_f32, DEC_F32)
+X_GATEUP(k_experts_gateup_nodec, DEC_NONE)
+X_DOWN(k_experts_down_nodec, DEC_NONE)
+
+// k_experts_gather: out[r, :] = bf16(z[rows[r], :]) for r < n (cols % 4 == 0, z 16-byte aligned).
+// Grid-stride, 4 values a thread.
+extern "C" __global__ void k_experts_gather(u16* out, const float* z, const int* rows, i64 n, int cols) {
+    const int c4 = cols >> 2;
+    const i64 total = n * c4;
+    for (i64 i = blockIdx.x * (i64)blockDim.x + threadIdx.x; i < total; i += (i64)gridDim.x * blockDim.x) {
+        i64 r = i / c4;
+        int c = (int)(i - r * c4) * 4;
+        float4 v = *(const float4*)(z + (i64)rows[r] * cols + c);
+        uint2 o;
+        o.x = bf16_bits(v.x) | (bf16_bits(v.y) << 16);
+        o.y = bf16_bits(v.z) | (bf16_bits(v.w) << 16);
+        *(uint2*)(out + r * cols + c) = o;
+    }
+}
+
+// k_experts_combine: block b adds to acc row rowid[b] the entries rowptr[b] .. rowptr[b+1]-1 in order
+// (the host lists them by ascending expert id): acc[r, d] += w[e] * h2[pos[e], d], the product rounded
+// to float32 first, as k_scatter_add. Each element is one thread's sequential sum; cols is even.
+// Launch: gridDim = rows touched, blockDim 256.
+extern "C" __global__ void k_experts_combine(float* acc, const u16* h2, const int* rowptr, const int* rowid,
+                                             const int* pos, const float* w, int cols) {
+    const int b = blockIdx.x;
+    const int e0 = rowptr[b], e1 = rowptr[b + 1];
+    float* a = acc + (i64)rowid[b] * cols;
+    for (int d = 2 * threadIdx.x; d < cols; d += 2 * blockDim.x) {
+        float2 v = *(float2*)(a + d);
+        for (int e = e0; e < e1; e++) {
+            u32 hv = *(const u32*)(h2 + (i64)pos[e] * cols + d);
+            float we = w[e];
+            v.x = __fadd_rn(v.x, __fmul_rn(we, __uint_as_float(hv << 16)));
+            v.y = __fadd_rn(v.y, __fmul_rn(we, __uint_as_float(hv & 0xffff0000u)));
+        }
+        *(float2*)(a + d) = v;
+    }
+}
