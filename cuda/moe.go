@@ -379,6 +379,9 @@ func (b *Backend) expertsAccumulate(acc, z ops.Tensor, rt ops.Routing, experts [
 		}
 		plan := planGrouped(es, work, rows) // here, not on the CUDA thread: earlier ops' closures need not wait
 		return b.run(op, func(c *opCtx) error {
+			if err := b.joinExperts(es); err != nil { // the experts' copies, when they were not waited for
+				return err
+			}
 			zp, err := c.f32(zt)
 			if err != nil {
 				return err
