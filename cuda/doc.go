@@ -79,7 +79,13 @@
 // runs flash-attention style on the tensor cores (mla_tc.cu: q.k exact on mma.sync bf16 -> f32, p split
 // into two bfloat16 parts for p.v, online softmax over 64-key blocks anchored at each sequence start, no
 // T x T matrix): about 180 TFLOP/s of causal attention at K3's sizes (11.4 ms for 4 x 4,096 tokens, 96
-// heads, against 0.60 s for the CUDA-core version 1, which stays for FP32 and NoTensorCores). KDA still
-// steps token by token. The next versions (wgmma matmuls for the experts, the chunked KDA, wgmma for MLA,
-// a fused lm_head and log-softmax) are listed in the .cu files and in NOTES.md.
+// heads, against 0.60 s for the CUDA-core version 1, which stays for FP32 and NoTensorCores). The routed
+// experts of an ExpertsAccumulate call run grouped in BF16 precision (experts.cu: the rows gathered
+// expert by expert, one launch for every expert's gate and up GEMMs with SiTU in the epilogue, one for
+// the w2 GEMMs, one that adds each row's expert outputs in ascending id; cp.async, ldmatrix, MXFP4
+// decoded into shared memory, the same mma sequence as matmul_tc.cu, so bit-identical to the per-expert
+// path that FP32 precision and NoTensorCores keep): 146-179 TFLOP/s at K3's sizes, where the per-expert
+// path (six launches an expert) gave 18-34. KDA still steps token by token. The next versions (wgmma for
+// the experts and MLA, the chunked KDA, a fused lm_head and log-softmax) are listed in the .cu files and
+// in NOTES.md.
 package cuda

@@ -13,7 +13,7 @@ import (
 // small ones: the gather of the rows, SiTU's tables), instead of six launches per expert. Its result equals the per-expert path (moe.go) bit for bit; the test
 // experts_grouped_test.go holds it to that.
 
-// Launch parameters of experts.cu (version 1): 256 threads a block, tiles of 128 rows by 64 gate/up
+// Launch parameters of experts.cu (versions 1 and 2): 256 threads a block, tiles of 128 rows by 64 gate/up
 // columns (128 weight rows: 64 of w1, 64 of w3) or 128 w2 columns, 92,160 bytes of dynamic shared memory
 // (three 128 x 72 bfloat16 activation panels, two weight panels), two blocks an SM.
 const (
