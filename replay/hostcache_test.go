@@ -31,8 +31,8 @@ func (c *countingReader) ReadBatch(ctx context.Context, reqs []checkpoint.ReadRe
 // ops.StableHostMemory, and counting the experts uploaded and freed.
 type pinnedBackend struct {
 	*hostMemBackend
-	stable         map[uintptr]bool
-	experts, freed atomic.Int64
+	stable                  map[uintptr]bool
+	experts, freed, batches atomic.Int64
 }
 
 func newPinnedBackend() *pinnedBackend {
@@ -49,6 +49,23 @@ func (p *pinnedBackend) UploadExpert(id, latent, ffn int, w1p, w1s, w3p, w3s, w2
 		p.experts.Add(1)
 	}
 	return x, err
+}
+
+// UploadExperts makes the engine take its batch path (model.LoadExperts); it counts the batches.
+func (p *pinnedBackend) UploadExperts(latent, ffn int, parts []ops.ExpertParts) ([]ops.Expert, error) {
+	p.batches.Add(1)
+	var out []ops.Expert
+	for _, x := range parts {
+		e, err := p.UploadExpert(x.ID, latent, ffn, x.W1Packed, x.W1Scale, x.W3Packed, x.W3Scale, x.W2Packed, x.W2Scale)
+		if err != nil {
+			for _, done := range out {
+				p.Free(done)
+			}
+			return nil, err
+		}
+		out = append(out, e)
+	}
+	return out, nil
 }
 
 func (p *pinnedBackend) Free(t any) {
@@ -155,6 +172,9 @@ func TestHostCache(t *testing.T) {
 			}
 			if len(h.stable) == 0 {
 				t.Error("no cached buffer was marked stable")
+			}
+			if tc.full && h.batches.Load() == 0 {
+				t.Error("no expert was uploaded from the cache in a batch")
 			}
 			e.Close()
 			if n := len(h.live); n != 0 || e.HostCacheBytes() != 0 {

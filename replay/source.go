@@ -180,22 +180,37 @@ type expertReader struct {
 func (x *expertReader) Prefetch(ctx context.Context, layer int, ids []int) error {
 	x.Unused(x.preLayer)
 	x.pre, x.preLayer = map[int]ops.Expert{}, layer
+	var hits []int
+	var srcs []model.Source
 	for _, e := range ids {
-		src, ok := x.cache.expert(layer, e)
-		if !ok {
-			continue
+		if src, ok := x.cache.expert(layer, e); ok {
+			hits, srcs = append(hits, e), append(srcs, src)
 		}
-		ex, err := x.m.LoadExpert(ctx, layer, e, src)
-		if err != nil {
-			return err
-		}
-		x.pre[e] = ex
-		n := src.size()
-		x.bytes.Add(n)
-		x.cached.Add(n)
-		x.count.Add(1)
+	}
+	exs, err := x.uploadCached(ctx, layer, hits, srcs)
+	if err != nil {
+		return err
+	}
+	for _, ex := range exs {
+		x.pre[ex.ID()] = ex
 	}
 	return nil
+}
+
+// uploadCached uploads experts ids of layer from the host cache (srcs, their tensors) in one batch and
+// counts them.
+func (x *expertReader) uploadCached(ctx context.Context, layer int, ids []int, srcs []model.Source) ([]ops.Expert, error) {
+	exs, err := x.m.LoadExperts(ctx, layer, ids, srcs)
+	if err != nil {
+		return nil, err
+	}
+	for _, s := range srcs {
+		n := s.(mapSource).size()
+		x.bytes.Add(n)
+		x.cached.Add(n)
+	}
+	x.count.Add(int64(len(ids)))
+	return exs, nil
 }
 
 // Unused implements model.ExpertPrefetcher: it frees the experts of layer fetched ahead and not handed
@@ -261,21 +276,18 @@ func (x *expertReader) Experts(ctx context.Context, layer int, all []int) ([]ops
 	go x.readBatches(ctx, ids, specs, ts, reads)
 	var err error
 	// Uploads run on this goroutine: backends do not promise concurrent uploads.
+	var hitIDs []int
+	var hitSrcs []model.Source
 	for _, e := range all {
-		src, ok := hits[e]
-		if !ok {
-			continue
+		if src, ok := hits[e]; ok {
+			hitIDs, hitSrcs = append(hitIDs, e), append(hitSrcs, src)
 		}
-		var ex ops.Expert
-		if ex, err = x.m.LoadExpert(ctx, layer, e, src); err != nil {
-			cancel()
-			break
-		}
-		out = append(out, ex)
-		n := src.size()
-		x.bytes.Add(n)
-		x.cached.Add(n)
-		x.count.Add(1)
+	}
+	if exs, herr := x.uploadCached(ctx, layer, hitIDs, hitSrcs); herr != nil {
+		err = herr
+		cancel()
+	} else {
+		out = append(out, exs...)
 	}
 	for rd := range reads { // drained to the end: every arena goes back to the pool or to the cache
 		<-rd.done

@@ -43,6 +43,45 @@ func (f *Pass) Stats(g *Globals, readout ops.Tensor, targets []int32, k int) ([]
 	return st, nil
 }
 
+// LoadExperts reads routed experts ids of layer `layer` (srcs[i] holds expert ids[i]'s tensors) and
+// uploads them in one call when the backend is an ops.ExpertBatchUploader, else one by one; on an error
+// none stays uploaded. The result is in the order of ids.
+func (m *Model) LoadExperts(ctx context.Context, layer int, ids []int, srcs []Source) ([]ops.Expert, error) {
+	up, ok := m.Ops.(ops.ExpertBatchUploader)
+	if !ok || len(ids) < 2 {
+		out := make([]ops.Expert, 0, len(ids))
+		for i, e := range ids {
+			x, err := m.LoadExpert(ctx, layer, e, srcs[i])
+			if err != nil {
+				for _, done := range out {
+					m.Ops.Free(done)
+				}
+				return nil, err
+			}
+			out = append(out, x)
+		}
+		return out, nil
+	}
+	parts := make([]ops.ExpertParts, len(ids))
+	for i, e := range ids {
+		specs := m.Plan.ExpertTensors(layer, e) // w1 packed, scale; w3 packed, scale; w2 packed, scale
+		ld := &loader{ctx: ctx, b: m.Ops, src: srcs[i]}
+		raw := make([][]byte, len(specs))
+		for j, s := range specs {
+			raw[j] = ld.bytes(s)
+		}
+		if ld.err != nil {
+			return nil, fmt.Errorf("layer %d expert %d: %w", layer, e, ld.err)
+		}
+		parts[i] = ops.ExpertParts{ID: e, W1Packed: raw[0], W1Scale: raw[1], W3Packed: raw[2], W3Scale: raw[3], W2Packed: raw[4], W2Scale: raw[5]}
+	}
+	xs, err := up.UploadExperts(m.Dims.Latent, m.Dims.ExpertFFN, parts)
+	if err != nil {
+		return nil, fmt.Errorf("layer %d experts %d-%d: %w", layer, ids[0], ids[len(ids)-1], err)
+	}
+	return xs, nil
+}
+
 // LoadExpert reads routed expert e of layer `layer` and uploads it.
 func (m *Model) LoadExpert(ctx context.Context, layer, e int, src Source) (ops.Expert, error) {
 	specs := m.Plan.ExpertTensors(layer, e) // w1 packed, scale; w3 packed, scale; w2 packed, scale

@@ -32,3 +32,17 @@ type StableHostMemory interface {
 	// MarkStable declares buf (a buffer from AllocHost, whole) immutable until FreeHost.
 	MarkStable(buf []byte) error
 }
+
+// ExpertParts are one routed expert's six MXFP4 tensors, as UploadExpert takes them.
+type ExpertParts struct {
+	ID                                                       int
+	W1Packed, W1Scale, W3Packed, W3Scale, W2Packed, W2Scale []byte
+}
+
+// ExpertBatchUploader is an optional interface of a Backend: UploadExperts uploads several experts in one
+// call, which a device backend turns into one round trip to its device thread instead of one an expert.
+// Contract: the same experts, bits and errors as UploadExpert called for each in order; on an error none
+// of the batch is left allocated.
+type ExpertBatchUploader interface {
+	UploadExperts(latent, ffn int, parts []ExpertParts) ([]Expert, error)
+}

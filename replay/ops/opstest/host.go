@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"strings"
 
 	"github.com/potato-k3/potato-k3/replay/bf16"
 	"github.com/potato-k3/potato-k3/replay/ops"
@@ -14,6 +15,7 @@ import (
 var hostTests = []test{
 	{"HostMemory", testHostMemory},
 	{"StableHostMemory", testStableHostMemory},
+	{"UploadExperts", testUploadExperts},
 }
 
 // hostBufs hands out buffers from the backend's ops.HostMemory, or ordinary memory for a backend without.
@@ -227,4 +229,106 @@ func testStableHostMemory(s *suite) {
 	s.fails("MarkStable of part of a buffer", func() error { return mem.MarkStable(part[8:]) })
 	s.fails("MarkStable of ordinary memory", func() error { return mem.MarkStable(make([]byte, 64)) })
 	h.free(part)
+}
+
+// testUploadExperts (backends with ops.ExpertBatchUploader): a batch from ordinary memory, and one from
+// stable host memory when the backend has it, gives experts whose ExpertsAccumulate equals that of
+// experts uploaded one by one, bit for bit; a batch with a scale byte 255 in its third expert fails
+// naming that expert.
+func testUploadExperts(s *suite) {
+	up, ok := s.b.(ops.ExpertBatchUploader)
+	if !ok {
+		return
+	}
+	const latent, ffn, n, beta, linBeta = 64, 96, 41, 4, 25
+	es := []expert{s.randExpert(2, latent, ffn), s.randExpert(5, latent, ffn), s.randExpert(6, latent, ffn), s.randExpert(9, latent, ffn)}
+	parts := func(e expert) ops.ExpertParts {
+		return ops.ExpertParts{ID: e.id, W1Packed: e.w1.packed, W1Scale: e.w1.scales, W3Packed: e.w3.packed,
+			W3Scale: e.w3.scales, W2Packed: e.w2.packed, W2Scale: e.w2.scales}
+	}
+	var one []ops.Expert
+	for _, e := range es {
+		one = append(one, s.upload(e))
+	}
+	z, _ := s.randAct(n, latent, 1)
+	rt := s.randRouting(n, 3, 10)
+	run := func(xs []ops.Expert) []float32 {
+		acc, err := s.b.Zeros(n, latent)
+		s.must(err, "Zeros")
+		s.must(s.b.ExpertsAccumulate(acc, z, rt, xs, beta, linBeta), "ExpertsAccumulate")
+		out := s.host(acc, n, latent)
+		s.free(acc)
+		return out
+	}
+	want := run(one)
+	batches := map[string][]ops.ExpertParts{}
+	for _, e := range es {
+		batches["ordinary memory"] = append(batches["ordinary memory"], parts(e))
+	}
+	var bufs [][]byte
+	if mem, ok := s.b.(ops.StableHostMemory); ok {
+		h := hostBufs{s: s, mem: mem}
+		for _, e := range es { // each expert in a stable buffer of its own, at odd offsets
+			p := parts(e)
+			src := [][]byte{p.W1Packed, p.W1Scale, p.W3Packed, p.W3Scale, p.W2Packed, p.W2Scale}
+			total := 3
+			for _, b := range src {
+				total += len(b) + 3
+			}
+			buf := h.alloc(total)
+			var dst [6][]byte
+			off := 3
+			for i, b := range src {
+				dst[i] = buf[off : off+len(b) : off+len(b)]
+				copy(dst[i], b)
+				off += len(b) + 3
+			}
+			s.must(mem.MarkStable(buf), "MarkStable")
+			bufs = append(bufs, buf)
+			batches["stable memory"] = append(batches["stable memory"], ops.ExpertParts{ID: e.id, W1Packed: dst[0],
+				W1Scale: dst[1], W3Packed: dst[2], W3Scale: dst[3], W2Packed: dst[4], W2Scale: dst[5]})
+		}
+	}
+	for what, batch := range batches {
+		xs, err := up.UploadExperts(latent, ffn, batch)
+		s.must(err, "UploadExperts from "+what)
+		if len(xs) != len(es) {
+			s.Fatalf("UploadExperts from %s: %d experts for %d", what, len(xs), len(es))
+		}
+		for i, x := range xs {
+			if x.ID() != es[i].id {
+				s.Errorf("UploadExperts from %s: expert %d has id %d, want %d", what, i, x.ID(), es[i].id)
+			}
+		}
+		s.same("UploadExperts from "+what+" vs UploadExpert one by one", run(xs), want, latent)
+		for _, x := range xs {
+			s.b.Free(x)
+		}
+	}
+	bad := make([]ops.ExpertParts, len(es))
+	for i, e := range es {
+		bad[i] = parts(e)
+	}
+	w2s := append([]byte(nil), bad[2].W2Scale...)
+	w2s[len(w2s)-1] = 255
+	bad[2].W2Scale = w2s
+	s.fails("UploadExperts with a w2 scale byte 255 in the third expert", func() error {
+		xs, err := up.UploadExperts(latent, ffn, bad)
+		for _, x := range xs {
+			s.b.Free(x)
+		}
+		if err != nil && !strings.Contains(err.Error(), "expert 6") {
+			s.Errorf("UploadExperts error %q does not name expert 6", err)
+		}
+		return err
+	})
+	s.free(z)
+	for _, x := range one {
+		s.b.Free(x)
+	}
+	if mem, ok := s.b.(ops.StableHostMemory); ok {
+		for _, b := range bufs {
+			s.must(mem.FreeHost(b), "FreeHost")
+		}
+	}
 }
