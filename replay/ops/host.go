@@ -35,7 +35,7 @@ type StableHostMemory interface {
 
 // ExpertParts are one routed expert's six MXFP4 tensors, as UploadExpert takes them.
 type ExpertParts struct {
-	ID                                                       int
+	ID                                                      int
 	W1Packed, W1Scale, W3Packed, W3Scale, W2Packed, W2Scale []byte
 }
 
