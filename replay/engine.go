@@ -54,7 +54,8 @@ type EngineOptions struct {
 	// PrefetchExperts is how many routed experts of an MoE layer (the first ids, in the order the chunks
 	// are fetched) are uploaded from the host cache before the layer's router runs, when the wave is
 	// large enough that nearly every expert is chosen (tokens x top-k >= 4 x experts): on the CUDA backend
-	// their copies then overlap the layer's attention. 0: none. Results do not depend on it.
+	// their copies then overlap the layer's attention. 0: none; negative: all of a layer's experts. Results
+	// do not depend on it.
 	PrefetchExperts int
 	// Progress, when set, is called after every layer of a wave.
 	Progress func(Progress)

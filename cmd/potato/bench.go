@@ -55,7 +55,7 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "write a Go CPU profile of the timed waves to this file")
 	fs.Var(&f.hostCache, "host-cache", "keep weights in host memory between waves, up to this size (e.g. 40GB; page-locked on cuda): an untimed first wave fills it, and the timed waves stream the weights from memory instead of the checkpoint")
 	fs.Var(&f.resident, "resident", "keep the layers' own weights (all but routed experts) on the backend between waves, up to this many checkpoint bytes (e.g. 10GB; device memory on cuda): the timed waves then move only the experts of the layers kept")
-	fs.IntVar(&f.prefetch, "prefetch-experts", 0, "routed experts of an MoE layer uploaded from the host cache before its router runs, in large waves (needs --host-cache)")
+	fs.IntVar(&f.prefetch, "prefetch-experts", -1, "routed experts of an MoE layer uploaded from the host cache before its router runs, in large waves (-1: all) (needs --host-cache)")
 	fs.BoolVar(&f.directIO, "direct-io", false, "read the checkpoint with O_DIRECT, bypassing the page cache (from the disk itself)")
 	if err := fs.Parse(args); err != nil {
 		return err

@@ -51,7 +51,7 @@ type Pass struct {
 	ExpertChunk int
 	// PrefetchExperts is how many routed experts of an MoE layer may be fetched before its router runs,
 	// when the wave is large enough that nearly every expert will be chosen and the source is an
-	// ExpertPrefetcher (0: none). Results do not depend on it.
+	// ExpertPrefetcher (0: none; negative: all of them). Results do not depend on it.
 	PrefetchExperts int
 	layer           int
 	lastChosen      int // distinct experts the last MoE layer of this pass chose

@@ -24,20 +24,24 @@ type ExpertPrefetcher interface {
 // with probability about exp(-T k / E), so a wave with T k >= 4 E leaves out under 2% of those fetched.
 const minCoverage = 4
 
-// prefetch fetches the first PrefetchExperts experts of MoE layer w ahead of its router when the wave is
+// prefetch fetches the first PrefetchExperts experts (all when negative) of MoE layer w ahead of its router when the wave is
 // large enough that nearly all of them will be chosen (and the previous MoE layer of this pass did choose
 // at least 90% of its experts), and returns the function that frees those left unused (nil when nothing
 // was fetched).
 func (f *Pass) prefetch(w *LayerWeights) (func(), error) {
 	pf, ok := f.Experts.(ExpertPrefetcher)
-	if !ok || f.PrefetchExperts <= 0 || w.Layer.FFN != MoE {
+	if !ok || f.PrefetchExperts == 0 || w.Layer.FFN != MoE {
 		return nil, nil
 	}
 	d := f.Model.Dims
 	if f.Layout.Tokens()*d.TopK < minCoverage*d.Experts || (f.lastChosen > 0 && 10*f.lastChosen < 9*d.Experts) {
 		return nil, nil
 	}
-	ids := make([]int, min(f.PrefetchExperts, d.Experts))
+	n := f.PrefetchExperts
+	if n < 0 || n > d.Experts {
+		n = d.Experts
+	}
+	ids := make([]int, n)
 	for i := range ids {
 		ids[i] = i // the ascending order the chunks of the routed experts are fetched in
 	}
