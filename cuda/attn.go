@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"fmt"
 	"math"
 
 	"github.com/potato-k3/potato-k3/replay/ops"
@@ -67,8 +68,9 @@ func (b *Backend) ShortConvSiLU(x, w ops.Tensor, l ops.Layout) (ops.Tensor, erro
 //	out[t,h*d+j] = rounded(o[j])
 //
 // so the two backends agree bit for bit (up to the rare double-precision libm difference in exp and
-// sigmoid). Launches: k_kda_prep with d threads per (row, head) block; k_kda with d threads per
-// (sequence, head) block and (d*d + 3d) * 4 bytes of dynamic shared memory (d <= 128 for K3: 66 KiB).
+// sigmoid). Launches: k_kda_prep with d threads per (row, head) block; for the recurrence, d threads per
+// (sequence, head) block: k_kda_r32, k_kda_r64 or k_kda_r128 (version 2, the state in registers) for those
+// widths (K3's is 128), else k_kda (version 1) with (d*d + 3d) * 4 bytes of dynamic shared memory.
 func (b *Backend) KDA(q, k, v, graw, braw ops.Tensor, aLog, dtBias ops.Tensor, heads int, lower float32, l ops.Layout) (ops.Tensor, error) {
 	const op = "KDA"
 	ts, err := b.tensors(op, []string{"q", "k", "v", "graw", "braw", "aLog", "dtBias"}, q, k, v, graw, braw, aLog, dtBias)
@@ -129,6 +131,11 @@ func (b *Backend) KDA(q, k, v, graw, braw ops.Tensor, aLog, dtBias ops.Tensor, h
 		sp, err := uploadTemp(c, starts)
 		if err != nil {
 			return err
+		}
+		switch d { // version 2: the state in registers, for the widths it is built for
+		case 32, 64, 128:
+			return c.launch(fmt.Sprintf("k_kda_r%d", d), d2(l.Sequences(), heads), d1(d), 0,
+				out.ptr, qn, kn, dec, beta, in[2], sp, int32(heads), b.bf)
 		}
 		return c.launch("k_kda", d2(l.Sequences(), heads), d1(d), shmem,
 			out.ptr, qn, kn, dec, beta, in[2], sp, int32(heads), int32(d), b.bf)

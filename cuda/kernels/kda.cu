@@ -12,6 +12,12 @@
 //      (products rounded): outputs equal replay/cpu bit for bit. A sequence's blocks read only its own
 //      rows, so waves cannot change a bit. The recurrence is latency-bound: one token at a time, d
 //      threads a block, sequences x heads blocks.
+//   2. k_kda_r32/64/128 (head width d of 32, 64 or 128; others stay on version 1): thread j keeps column j
+//      of S in registers instead of shared memory (version 1 read and wrote all d*d words of S from
+//      shared memory twice a token: the shared-memory traffic, not the arithmetic, bounded it), and the
+//      next row's qn, kn and dec are loaded while this row computes, into the other half of a double
+//      buffer, so a token costs one barrier. The statements per column are version 1's, in the same
+//      order, so the bits are the same (and equal the CPU backend's).
 //      Next (not done): the chunked form (chunks of 64, intra-chunk triangular solve on tensor cores),
 //      documented as equal to the step loop up to rounding, with its own fixed order.
 #include "common.cuh"
@@ -109,4 +115,80 @@ extern "C" __global__ void k_kda(float* out, const float* qn, const float* kn, c
         out[base + j] = rnd(o, bf);
         __syncthreads();
     }
+}
+
+// kda_reg is version 2 of k_kda for a head width of D: the same per-column statements, the column in
+// registers. Launch: blockDim D, gridDim (sequences, heads), no dynamic shared memory.
+template <int D>
+__device__ __forceinline__ void kda_reg(float* out, const float* qn, const float* kn, const float* dec,
+                                        const float* beta, const float* v, const int* starts, int heads, int bf) {
+    __shared__ float buf[2][3][D];  // [which half][qn, kn, dec][i]: this row's inputs and the next row's
+    int s = blockIdx.x, h = blockIdx.y, j = threadIdx.x;
+    i64 ch = (i64)heads * D;
+    i64 t0 = starts[s], t1 = starts[s + 1];
+    if (t0 >= t1) return;
+    float S[D];
+#pragma unroll
+    for (int i = 0; i < D; i++) S[i] = 0.0f;
+    {
+        i64 base = t0 * ch + (i64)h * D;
+        buf[0][0][j] = qn[base + j];
+        buf[0][1][j] = kn[base + j];
+        buf[0][2][j] = dec[base + j];
+    }
+    __syncthreads();
+    int cur = 0;
+    for (i64 t = t0; t < t1; t++) {
+        i64 base = t * ch + (i64)h * D;
+        float nq = 0.0f, nk = 0.0f, nd = 0.0f;  // the next row's inputs, in flight during this row's math
+        if (t + 1 < t1) {
+            nq = qn[base + ch + j];
+            nk = kn[base + ch + j];
+            nd = dec[base + ch + j];
+        }
+        float bt = beta[t * heads + h], vj = v[base + j];
+        const float* sq = buf[cur][0];
+        const float* sk = buf[cur][1];
+        const float* sd = buf[cur][2];
+        float ks = 0.0f;
+#pragma unroll
+        for (int i = 0; i < D; i++) {
+            float x = __fmul_rn(S[i], sd[i]);
+            S[i] = x;
+            ks = __fadd_rn(ks, __fmul_rn(x, sk[i]));
+        }
+        float u = __fmul_rn(bt, __fsub_rn(vj, ks));
+        float o = 0.0f;
+#pragma unroll
+        for (int i = 0; i < D; i++) {
+            float x = __fadd_rn(S[i], __fmul_rn(sk[i], u));
+            S[i] = x;
+            o = __fadd_rn(o, __fmul_rn(x, sq[i]));
+        }
+        out[base + j] = rnd(o, bf);
+        // The other half was last read in the row before, and every thread passed the barrier since.
+        buf[cur ^ 1][0][j] = nq;
+        buf[cur ^ 1][1][j] = nk;
+        buf[cur ^ 1][2][j] = nd;
+        __syncthreads();
+        cur ^= 1;
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(32) k_kda_r32(float* out, const float* qn, const float* kn,
+                                                           const float* dec, const float* beta, const float* v,
+                                                           const int* starts, int heads, int bf) {
+    kda_reg<32>(out, qn, kn, dec, beta, v, starts, heads, bf);
+}
+
+extern "C" __global__ void __launch_bounds__(64) k_kda_r64(float* out, const float* qn, const float* kn,
+                                                           const float* dec, const float* beta, const float* v,
+                                                           const int* starts, int heads, int bf) {
+    kda_reg<64>(out, qn, kn, dec, beta, v, starts, heads, bf);
+}
+
+extern "C" __global__ void __launch_bounds__(128) k_kda_r128(float* out, const float* qn, const float* kn,
+                                                             const float* dec, const float* beta, const float* v,
+                                                             const int* starts, int heads, int bf) {
+    kda_reg<128>(out, qn, kn, dec, beta, v, starts, heads, bf);
 }
