@@ -16,6 +16,13 @@ func TestAssignRows(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("AssignRows = %+v, want %+v", got, want)
 	}
+	// Ids of the routing outside ids (negative, past the largest, between) are another call's.
+	odd := Routing{K: 3, IDs: []int32{-4, 2, 900, 7, 2, 4}, Weights: []float32{1, 2, 3, 4, 5, 6}}
+	got, err = odd.AssignRows([]int{2, 4}, 2)
+	want = []ExpertRows{{Rows: []int32{0, 1}, Weights: []float32{2, 5}}, {Rows: []int32{1}, Weights: []float32{6}}}
+	if err != nil || !reflect.DeepEqual(got, want) {
+		t.Errorf("AssignRows with other experts' ids = %+v, %v; want %+v", got, err, want)
+	}
 	for _, tc := range []struct {
 		r    Routing
 		ids  []int
@@ -25,6 +32,7 @@ func TestAssignRows(t *testing.T) {
 		{r, []int{3, 1}, "not ascending"},
 		{r, []int{1, 1}, "expert 1 given twice"},
 		{Routing{K: 2, IDs: []int32{1}}, []int{1}, "routing of 1 ids"},
+		{r, []int{-1, 3}, "expert id -1 is negative"},
 	} {
 		if _, err := tc.r.AssignRows(tc.ids, 1); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("AssignRows(%v) = %v, want an error containing %q", tc.ids, err, tc.want)
