@@ -22,8 +22,14 @@ import (
 //     CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME NONE: each output element is one block's float32 accumulator
 //     over k in the kernel's fixed order, whatever n, the tile the row falls in or the grid;
 //   - cublasLtMatmulAlgoCheck must accept it, within that workspace, at every n of ltProbeN and at the largest
-//     n a tensor of this shape can have; else the shape never uses cuBLASLt (a choice by shape, never by
-//     n: a per-n fallback to the project's kernel would give a row other bits in another wave).
+//     n of one call (ltCallRows); else the shape never uses cuBLASLt (a choice by shape, never by n: a
+//     per-n fallback to the project's kernel would give a row other bits in another wave).
+//
+// One cublasLtMatmul call covers at most ltCallRows(m, k) rows, so that none of its operands holds more
+// than 2^31-1 elements: tensors may hold up to 2^34 (maxElements), and gemmLt runs a larger n as calls
+// of whole row blocks. The plan's checks then cover every call as they did when a tensor held at most
+// 2^31-1 elements, and since each row's sum is the pinned algorithm's whatever n and the row's place
+// (the invariance below), splitting changes no bit.
 //
 // TestCuBLASLtBatchInvariance checks the result on the H200: a block of rows alone and inside waves of
 // 64 to 20,000 rows at several offsets, bit for bit, at K3's shapes.
@@ -109,6 +115,10 @@ func (h *ltHandle) ioLayouts(m, k, ldb, n int) (bdesc, ddesc uintptr, err error)
 // above.
 func (h *ltHandle) plan(m, k int) (*ltShape, error) {
 	s := &ltShape{ldb: (k + 7) &^ 7}
+	if n := ltCallRows(m, k); n < 4 {
+		s.why = fmt.Sprintf("one call holds at most %d rows: the outputs of the next calls would not start 16-byte aligned", n)
+		return s, nil
+	}
 	var err error
 	if s.adesc, err = h.layout(cudaR16BF, k, m, k); err != nil {
 		return nil, err
@@ -139,10 +149,25 @@ func (h *ltHandle) plan(m, k int) (*ltShape, error) {
 	return s, nil
 }
 
-// ltProbes returns ltProbeN up to the largest n a MatMul of this shape can have (its tensors hold at most
-// 2^31-1 elements), and that n.
+// ltMaxCallElements bounds each operand of one cublasLtMatmul call: the range the pinned algorithms are
+// checked for (the bound tensors had before they could hold 2^34 elements).
+const ltMaxCallElements = math.MaxInt32
+
+// ltCallRows is the most rows of one cublasLtMatmul call for weight shape (m, k): x (n x k, padded to
+// ldb <= k + 7 as bfloat16) and out (n x m) within ltMaxCallElements, rounded down to a multiple of 4
+// when it is 4 or more, so that the output of every call after the first starts 16-byte aligned
+// (4 rows of m float32 are 16m bytes).
+func ltCallRows(m, k int) int {
+	n := ltMaxCallElements / max(m, (k+7)&^7)
+	if n >= 4 {
+		n &^= 3
+	}
+	return n
+}
+
+// ltProbes returns ltProbeN up to the largest n of one call (ltCallRows), and that n.
 func ltProbes(m, k int) []int {
-	nMax := math.MaxInt32 / max(m, k)
+	nMax := ltCallRows(m, k)
 	var out []int
 	for _, n := range ltProbeN {
 		if n < nMax {

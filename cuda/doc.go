@@ -38,6 +38,11 @@
 // goroutine locked to its thread (executor.go): an op validates its arguments, then submits one closure
 // and waits. A panic on that thread is recovered and returned as an error wrapping ErrInternal.
 //
+// Sizes: a tensor holds up to 2^34 elements (64 GiB of float32; MaxElements, ops.ElementLimit), with
+// fewer than 2^31 rows and columns. Every kernel indexes elements with 64-bit integers, and launch checks
+// each grid against the device's limits, so a wave of 65,536 K3 tokens (3.2e9 elements at the routed
+// experts' widest activation) runs as one wave.
+//
 // Memory: tensors live in device memory, allocated stream-ordered (cuMemAllocAsync) from the device's
 // pool; activations are float32 (bfloat16 values in BF16 precision), weights stay as uploaded (raw
 // bfloat16 or float32, no host decoding), and routed experts stay MXFP4-packed and are decoded inside the
@@ -54,7 +59,8 @@
 // (cublaslt_plan.go): its heuristic picks kernels, tiles and splits of k by problem size, so the
 // algorithm is chosen once per weight shape at a fixed n, forced to split-K 1 with no reduction scheme,
 // allowed no workspace beyond a few bytes of counters (too little for any tile of partial sums), checked
-// valid for every n from 1 to the largest a tensor allows, and then used for every n; a shape that no
+// valid for every n from 1 to the largest of one call (2^31-1 elements an operand; a larger n runs as
+// calls of whole row blocks, which changes no bit), and then used for every n; a shape that no
 // algorithm fits always runs the package's kernel (a choice by shape, never by n), and a test on the H200
 // finds rows bit-identical alone and at any offset of waves of up to 20,000 rows. Where practical the
 // kernels replay the CPU backend's statements exactly (products rounded before the add, transcendentals

@@ -171,6 +171,9 @@ func (c *opCtx) prepareGrouped(p *groupedPlan, acc, z uint64, latent, ffn int, b
 	if int64(p.tiles)*int64(max(d.gateNCol, d.downNCol)) > math.MaxInt32 {
 		return nil, fmt.Errorf("%w: %s: %d row tiles x %d column tiles exceed a grid", ErrArgument, c.op, p.tiles, max(d.gateNCol, d.downNCol))
 	}
+	if p.rows > math.MaxInt32 { // the tables index gathered rows with int32 (element offsets are 64-bit)
+		return nil, fmt.Errorf("%w: %s: %d gathered rows, more than the tables' 2^31-1", ErrArgument, c.op, p.rows)
+	}
 	var err error
 	if d.tab, err = uploadTemp(c, p.buf); err != nil {
 		return nil, err

@@ -192,11 +192,18 @@ func download[T int32 | float32](b *Backend, v []T, src uint64) error {
 	return b.toHost(unsafe.Slice((*byte)(unsafe.Pointer(&v[0])), int(unsafe.Sizeof(v[0]))*len(v)), src)
 }
 
-// dim3 is a grid or block shape.
-type dim3 struct{ x, y, z uint32 }
+// dim3 is a grid or block shape. The sizes are ints, checked against the device's limits by launch
+// (never truncated to the driver's 32-bit fields).
+type dim3 struct{ x, y, z int }
 
-func d1(x int) dim3    { return dim3{uint32(x), 1, 1} }
-func d2(x, y int) dim3 { return dim3{uint32(x), uint32(y), 1} }
+func d1(x int) dim3    { return dim3{x, 1, 1} }
+func d2(x, y int) dim3 { return dim3{x, y, 1} }
+
+// Grid limits of every device this package runs on (compute capability 3.0 and later).
+const (
+	maxGridX  = 1<<31 - 1
+	maxGridYZ = 65535
+)
 
 // Kernel argument types: device pointers are uint64, C int is int32, long long is int64, float is float32.
 
@@ -211,6 +218,11 @@ func (c *opCtx) launch(name string, grid, block dim3, shmem int, args ...any) er
 	}
 	if grid.x == 0 || grid.y == 0 || grid.z == 0 {
 		return nil // nothing to do
+	}
+	if grid.x < 0 || grid.y < 0 || grid.z < 0 || grid.x > maxGridX || grid.y > maxGridYZ || grid.z > maxGridYZ {
+		// a shape too large for this kernel's launch shape: an error, where a truncated grid would
+		// silently leave work undone
+		return fmt.Errorf("%w: kernel %s: grid %v past the device's limits (x at most 2^31-1, y and z at most 65535)", ErrShape, name, grid)
 	}
 	vals := make([]uint64, len(args))
 	ptrs := make([]unsafe.Pointer, len(args)+1)

@@ -73,7 +73,9 @@ func (c *opCtx) gemm(out, x uint64, n int, w weightRef, round bool) error {
 // gemmLt runs gemm on cuBLASLt: x converted to a bfloat16 temporary (convert.cu), out = x_bf16 w^T with
 // float32 accumulation by the shape's pinned algorithm, then every output rounded to bfloat16 in place
 // (k_round), so the contract holds: bfloat16 values in float32 storage. cuBLASLt is column-major: it
-// computes out^T (m x n, ld m) = W (k x m column-major, transposed) times x^T (k x n, ld ldb).
+// computes out^T (m x n, ld m) = W (k x m column-major, transposed) times x^T (k x n, ld ldb). n is
+// covered by calls of at most ltCallRows(m, k) rows (operands within the range the plan was checked
+// for; cublaslt_plan.go), which changes no bit: a row's sum does not depend on the call it falls in.
 func (c *opCtx) gemmLt(s *ltShape, out, x uint64, n int, w weightRef) error {
 	m, k := w.rows, w.k
 	if n == 0 {
@@ -91,8 +93,12 @@ func (c *opCtx) gemmLt(s *ltShape, out, x uint64, n int, w weightRef) error {
 	if err := c.launch1D("k_to_bf16", s.ldb*n, xb, x, int64(n), int32(k), int32(s.ldb)); err != nil {
 		return err
 	}
-	if err := c.b.lt.matmul(s, c.b.strm, out, xb, w.ptr, n, m, k); err != nil {
-		return err
+	step := ltCallRows(m, k) // a multiple of 4 (plan refuses shapes where it is not): every call's out is 16-byte aligned
+	for r0 := 0; r0 < n; r0 += step {
+		rn := min(step, n-r0)
+		if err := c.b.lt.matmul(s, c.b.strm, out+uint64(4*r0*m), xb+uint64(2*r0*s.ldb), w.ptr, rn, m, k); err != nil {
+			return err
+		}
 	}
 	return c.launch1D("k_round", n*m, out, out, int64(n*m), int32(1))
 }

@@ -91,10 +91,23 @@ func (c *opCtx) f32(t *Tensor) (uint64, error) {
 	return t.wide, nil
 }
 
-// checkDims refuses negative sizes and sizes whose element count overflows int.
+// maxElements is the most elements a tensor may hold: 2^34, 64 GiB of float32. Every kernel indexes
+// elements with 64-bit integers (i64 offsets; element and row counts passed as long long), so the bound
+// is not an index width. It is what a tensor can be used for: an op's input and output of 64 GiB each
+// (128 GiB) still fit the largest device this targets (an H200, about 139 GiB), so a larger bound would
+// admit no op that could run. Below it the grids stay within the hardware's limits: grid-stride kernels
+// launch at most maxGrid blocks, the matmuls split n into launches of at most 65535 row tiles
+// (gridDim.y), and the one-warp-per-group kernels launch ceil(groups / 8) blocks, at most 2^30 for groups
+// of two or more values. launch checks every grid anyway: a shape past a limit (an RMSNorm of 2^34 groups
+// of one value) fails with an error, never wraps. Rows and columns stay below 2^31 (checkDims): kernels take
+// a column count as int, and row indices travel in int32 tables (sequence starts, routing rows, MLA
+// tasks). cuBLASLt sees at most 2^31-1 elements an operand a call (ltCallRows).
+const maxElements = 1 << 34
+
+// checkDims refuses negative sizes, more than 2^31-1 rows or columns, and more than maxElements elements.
 func checkDims(op string, rows, cols int) error {
-	if rows < 0 || cols < 0 || (cols > 0 && rows > math.MaxInt32/cols) {
-		return shapeErr(op, "bad size %dx%d (at most 2^31-1 elements)", rows, cols)
+	if rows < 0 || cols < 0 || rows > math.MaxInt32 || cols > math.MaxInt32 || (cols > 0 && rows > maxElements/cols) {
+		return shapeErr(op, "bad size %dx%d (at most 2^31-1 rows, 2^31-1 columns and 2^34 elements)", rows, cols)
 	}
 	return nil
 }
@@ -408,5 +421,6 @@ func argErr(op, format string, args ...any) error {
 	return fmt.Errorf("%w: %s: %s", ErrArgument, op, fmt.Sprintf(format, args...))
 }
 
-// MaxElements implements ops.ElementLimit: kernels index elements with 32-bit integers.
-func (b *Backend) MaxElements() int64 { return math.MaxInt32 }
+// MaxElements implements ops.ElementLimit: 2^34 elements (maxElements says why), so a wave of 65,536
+// K3 tokens (65,536 x 49,152 = 3.2e9 elements at its widest activation) runs as one wave.
+func (b *Backend) MaxElements() int64 { return maxElements }
