@@ -94,7 +94,7 @@ func TestAtMostTwoLayersHeld(t *testing.T) {
 	}
 }
 
-// limitedBackend is a CPU backend that claims a small element limit, as the CUDA backend's is 2^31-1.
+// limitedBackend is a CPU backend that claims a small element limit, as the CUDA backend has one (2^34).
 type limitedBackend struct{ ops.Backend }
 
 func (limitedBackend) MaxElements() int64 { return 40 * 256 }
