@@ -2,9 +2,9 @@ package cuda
 
 import (
 	"errors"
-	"fmt"
 	"runtime"
 	"sync"
+	"unsafe"
 
 	"github.com/potato-k3/potato-k3/replay/ops"
 )
@@ -29,44 +29,7 @@ func (b *Backend) UploadExperts(latent, ffn int, parts []ops.ExpertParts) ([]ops
 	if err := b.checkExperts(op, latent, ffn, parts, all); err != nil {
 		return nil, err
 	}
-	es := make([]*Expert, len(parts))
-	sizes := make([]int, len(parts))
-	padded := make([]bool, len(parts))
-	for i, p := range parts {
-		e := &Expert{b: b, id: p.ID, latent: latent, ffn: ffn}
-		for j, part := range all[i] { // UploadExpert's layout: each part 256-byte aligned
-			e.off[j] = sizes[i]
-			sizes[i] = (sizes[i] + len(part) + 255) &^ 255
-			padded[i] = padded[i] || len(part)%256 != 0
-		}
-		es[i] = e
-	}
-	err := b.run(op, func(c *opCtx) error {
-		for i, e := range es {
-			p, err := b.mallocCopy(sizes[i])
-			if err == nil {
-				if err = b.fillExpert(p, sizes[i], padded[i], true, all[i], e.off); err == nil {
-					e.ptr = p
-					err = b.recordUpload(e)
-				} else {
-					err = errors.Join(err, b.syncCopy(), b.free(p))
-				}
-			}
-			if err != nil { // free the batch's experts so far, after their copies
-				errs := []error{b.syncCopy()}
-				for _, done := range es[:i+1] {
-					errs = append(errs, b.joinExpertFree(done))
-					if done.ptr != 0 {
-						errs = append(errs, b.free(done.ptr))
-						done.ptr = 0
-					}
-					done.freed = true
-				}
-				return fmt.Errorf("expert %d: %w (freeing the batch: %v)", e.id, err, errors.Join(errs...))
-			}
-		}
-		return nil
-	})
+	es, err := b.uploadStable(op, latent, ffn, parts, all)
 	if err != nil {
 		return nil, err
 	}
@@ -128,4 +91,175 @@ func firstErr(errs []error) error {
 		}
 	}
 	return nil
+}
+
+// sharedBlock is one device allocation holding the bytes of several experts of a batch, copied in one
+// piece from the stable host buffer that held them all; each expert is a view into it. It is freed,
+// and its event reused, when the last of its experts is freed.
+type sharedBlock struct {
+	ptr  uint64
+	ev   uintptr
+	refs int
+}
+
+// releaseBlock drops one expert's reference to blk and frees it with the last. On the CUDA thread.
+func (b *Backend) releaseBlock(blk *sharedBlock) error {
+	if blk.refs--; blk.refs > 0 {
+		return nil
+	}
+	b.evs.idle = append(b.evs.idle, blk.ev)
+	p := blk.ptr
+	blk.ptr, blk.ev = 0, 0
+	return b.free(p)
+}
+
+// stableGroup is the experts of a batch whose parts all lie in one stable buffer, with the span of that
+// buffer that covers them.
+type stableGroup struct {
+	idx    []int   // into the batch
+	lo, hi uintptr // the span's first and past-the-last byte
+	first  []byte  // the part that starts at lo
+	host   []byte  // the span
+}
+
+// uploadStable queues the copies of a batch from stable memory: per host buffer, when every part there
+// starts at a multiple of 16 bytes from the span that covers them (the kernels read 16 bytes at a time;
+// true for a checkpoint whose MXFP4 tensors are all multiples of 16 bytes long), one copy of the span
+// into one device block and one event; else each expert as UploadExpert lays it out. On an error nothing
+// of the batch stays allocated.
+func (b *Backend) uploadStable(op string, latent, ffn int, parts []ops.ExpertParts, all [][6][]byte) ([]*Expert, error) {
+	groups, loose := groupByBuffer(&b.hosts, all)
+	es := make([]*Expert, len(parts))
+	for i, p := range parts {
+		es[i] = &Expert{b: b, id: p.ID, latent: latent, ffn: ffn}
+	}
+	err := b.run(op, func(c *opCtx) error {
+		var blocks []*sharedBlock
+		undo := func(err error) error { // free what was made, after the copies already queued
+			errs := []error{err, b.syncCopy()}
+			for _, blk := range blocks {
+				errs = append(errs, b.free(blk.ptr))
+				b.evs.idle = append(b.evs.idle, blk.ev)
+			}
+			for _, e := range es {
+				if e.block == nil && e.ptr != 0 {
+					errs = append(errs, b.free(e.ptr))
+					if e.ev != 0 {
+						b.evs.idle = append(b.evs.idle, e.ev)
+					}
+				}
+				e.ptr, e.ev, e.block, e.freed = 0, 0, nil, true
+			}
+			return errors.Join(errs...)
+		}
+		for _, g := range groups {
+			p, err := b.mallocCopy(int(g.hi - g.lo))
+			if err != nil {
+				return undo(err)
+			}
+			blk := &sharedBlock{ptr: p, refs: len(g.idx)}
+			blocks = append(blocks, blk)
+			if err := b.copyAsync(p, g.host); err != nil {
+				return undo(err)
+			}
+			view := &Expert{}
+			if err := b.recordUpload(view); err != nil {
+				return undo(err)
+			}
+			blk.ev = view.ev
+			for _, i := range g.idx {
+				e := es[i]
+				base := addr(all[i][0])
+				for _, part := range all[i] {
+					base = min(base, addr(part))
+				}
+				e.ptr = p + uint64(base-g.lo)
+				for j, part := range all[i] {
+					e.off[j] = int(addr(part) - base)
+				}
+				e.block, e.ev, e.seq = blk, view.ev, view.seq
+			}
+		}
+		for _, i := range loose {
+			e := es[i]
+			size, padded := 0, false
+			for j, part := range all[i] { // UploadExpert's layout: each part 256-byte aligned
+				e.off[j] = size
+				size = (size + len(part) + 255) &^ 255
+				padded = padded || len(part)%256 != 0
+			}
+			p, err := b.mallocCopy(size)
+			if err != nil {
+				return undo(err)
+			}
+			e.ptr = p
+			if err := b.fillExpert(p, size, padded, true, all[i], e.off); err != nil {
+				return undo(err)
+			}
+			if err := b.recordUpload(e); err != nil {
+				return undo(err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return es, nil
+}
+
+// addr is the address of a slice's first byte.
+func addr(p []byte) uintptr { return uintptr(unsafe.Pointer(unsafe.SliceData(p))) }
+
+// groupByBuffer sorts the experts of a batch (all parts in stable buffers) into groups that share a host
+// buffer and can be copied as one span, and the loose rest.
+func groupByBuffer(h *hostAllocs, all [][6][]byte) ([]stableGroup, []int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	byBuf := map[uintptr]*stableGroup{}
+	var order []uintptr
+	var loose []int
+	for i, ps := range all {
+		buf, ok := h.find(ps[0])
+		for _, part := range ps[1:] {
+			if q, in := h.find(part); !in || q != buf {
+				ok = false
+			}
+		}
+		if !ok {
+			loose = append(loose, i)
+			continue
+		}
+		g := byBuf[buf]
+		if g == nil {
+			g = &stableGroup{lo: ^uintptr(0)}
+			byBuf[buf] = g
+			order = append(order, buf)
+		}
+		g.idx = append(g.idx, i)
+		for _, part := range ps {
+			if addr(part) < g.lo {
+				g.lo, g.first = addr(part), part
+			}
+			g.hi = max(g.hi, addr(part)+uintptr(len(part)))
+		}
+	}
+	var groups []stableGroup
+	for _, buf := range order {
+		g := byBuf[buf]
+		aligned := true
+		for _, i := range g.idx {
+			for _, part := range all[i] {
+				aligned = aligned && (addr(part)-g.lo)%16 == 0
+			}
+		}
+		if !aligned {
+			loose = append(loose, g.idx...)
+			continue
+		}
+		// The span runs on from its first part inside the same host buffer.
+		g.host = unsafe.Slice(unsafe.SliceData(g.first), g.hi-g.lo)
+		groups = append(groups, *g)
+	}
+	return groups, loose
 }

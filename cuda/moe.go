@@ -25,6 +25,9 @@ type Expert struct {
 	// (stable.go); ev is 0 once the upload was waited for.
 	ev  uintptr
 	seq uint64
+	// block: when not nil, the expert is a view into a device block shared with the other experts of a
+	// batch copied in one piece (experts_upload.go); ptr is inside it, ev belongs to it.
+	block *sharedBlock
 }
 
 // ID is the expert's index in its layer.

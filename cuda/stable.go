@@ -131,7 +131,9 @@ func (b *Backend) joinExpertFree(e *Expert) error {
 		return nil
 	}
 	err := b.wait(e.ev, e.seq)
-	b.evs.idle = append(b.evs.idle, e.ev)
+	if e.block == nil { // a shared block's event goes back when the block is freed
+		b.evs.idle = append(b.evs.idle, e.ev)
+	}
 	e.ev = 0
 	return err
 }

@@ -232,7 +232,9 @@ func (b *Backend) Free(x any) {
 		if t == nil || t.freed || t.b != b {
 			return
 		}
-		ptrs = []uint64{t.ptr}
+		if t.block == nil {
+			ptrs = []uint64{t.ptr}
+		}
 		t.ptr, t.freed = 0, true
 		ex = t
 	default:
@@ -243,6 +245,11 @@ func (b *Backend) Free(x any) {
 		// freed on the compute stream, after it.
 		if err := b.joinExpertFree(ex); err != nil {
 			return err
+		}
+		if ex != nil && ex.block != nil {
+			if err := b.releaseBlock(ex.block); err != nil {
+				return err
+			}
 		}
 		for _, p := range ptrs {
 			if err := b.free(p); err != nil {

@@ -288,6 +288,32 @@ func testUploadExperts(s *suite) {
 			batches["stable memory"] = append(batches["stable memory"], ops.ExpertParts{ID: e.id, W1Packed: dst[0],
 				W1Scale: dst[1], W3Packed: dst[2], W3Scale: dst[3], W2Packed: dst[4], W2Scale: dst[5]})
 		}
+		// All experts in one stable buffer, every part 16 bytes after a multiple of 16 (a device backend
+		// may copy such a batch as one piece), 48 bytes of another tensor between experts.
+		total := 16
+		for _, e := range es {
+			p := parts(e)
+			for _, b := range [][]byte{p.W1Packed, p.W1Scale, p.W3Packed, p.W3Scale, p.W2Packed, p.W2Scale} {
+				total += (len(b)+15)&^15 + 16
+			}
+			total += 48
+		}
+		buf := h.alloc(total)
+		off := 16
+		for _, e := range es {
+			p := parts(e)
+			var dst [6][]byte
+			for i, b := range [][]byte{p.W1Packed, p.W1Scale, p.W3Packed, p.W3Scale, p.W2Packed, p.W2Scale} {
+				dst[i] = buf[off : off+len(b) : off+len(b)]
+				copy(dst[i], b)
+				off += (len(b)+15)&^15 + 16
+			}
+			off += 48
+			batches["one stable buffer"] = append(batches["one stable buffer"], ops.ExpertParts{ID: e.id, W1Packed: dst[0],
+				W1Scale: dst[1], W3Packed: dst[2], W3Scale: dst[3], W2Packed: dst[4], W2Scale: dst[5]})
+		}
+		s.must(mem.MarkStable(buf), "MarkStable")
+		bufs = append(bufs, buf)
 	}
 	for what, batch := range batches {
 		xs, err := up.UploadExperts(latent, ffn, batch)
@@ -301,7 +327,11 @@ func testUploadExperts(s *suite) {
 			}
 		}
 		s.same("UploadExperts from "+what+" vs UploadExpert one by one", run(xs), want, latent)
-		for _, x := range xs {
+		// Freed one at a time, the rest still used in between: experts sharing device memory keep it.
+		s.b.Free(xs[1])
+		s.same("UploadExperts from "+what+", experts 0 and 3 after expert 1 was freed",
+			run([]ops.Expert{xs[0], xs[3]}), run([]ops.Expert{one[0], one[3]}), latent)
+		for _, x := range []ops.Expert{xs[0], xs[2], xs[3]} {
 			s.b.Free(x)
 		}
 	}
