@@ -169,20 +169,29 @@ type expertReader struct {
 	bytes  atomic.Int64  // expert bytes sent to the backend (read, or from the host cache)
 	count  atomic.Int64  // experts sent to the backend
 	cached atomic.Int64  // of bytes, those served from the host cache
-	// pre holds experts of layer preLayer fetched ahead of the router (Prefetch) and not yet handed out.
-	pre      map[int]ops.Expert
-	preLayer int
+	// pre holds, per layer, experts fetched ahead of the router (Prefetch) and not yet handed out: at
+	// most two layers, the one computing and the next.
+	pre map[int]map[int]ops.Expert
 }
 
-// Prefetch implements model.ExpertPrefetcher: it uploads those of ids the host cache holds (an upload
-// from there never waits for the disk; on the CUDA backend it does not even wait for its copy) and keeps
-// them for the Experts calls of the layer.
+// Prefetch implements model.ExpertPrefetcher: it uploads those of ids the host cache holds and that are
+// not held already (an upload from there never waits for the disk; on the CUDA backend it does not even
+// wait for its copy) and keeps them for the Experts calls of the layer.
 func (x *expertReader) Prefetch(ctx context.Context, layer int, ids []int) error {
-	x.Unused(x.preLayer)
-	x.pre, x.preLayer = map[int]ops.Expert{}, layer
+	if x.pre == nil {
+		x.pre = map[int]map[int]ops.Expert{}
+	}
+	held := x.pre[layer]
+	if held == nil {
+		held = map[int]ops.Expert{}
+		x.pre[layer] = held
+	}
 	var hits []int
 	var srcs []model.Source
 	for _, e := range ids {
+		if _, done := held[e]; done {
+			continue
+		}
 		if src, ok := x.cache.expert(layer, e); ok {
 			hits, srcs = append(hits, e), append(srcs, src)
 		}
@@ -192,9 +201,25 @@ func (x *expertReader) Prefetch(ctx context.Context, layer int, ids []int) error
 		return err
 	}
 	for _, ex := range exs {
-		x.pre[ex.ID()] = ex
+		held[ex.ID()] = ex
 	}
 	return nil
+}
+
+// Unused implements model.ExpertPrefetcher: it frees the experts of layer fetched ahead and not handed
+// out.
+func (x *expertReader) Unused(layer int) {
+	for _, ex := range x.pre[layer] {
+		x.m.Ops.Free(ex)
+	}
+	delete(x.pre, layer)
+}
+
+// unusedAll frees every expert fetched ahead and not handed out (at the end of a wave, however it ended).
+func (x *expertReader) unusedAll() {
+	for layer := range x.pre {
+		x.Unused(layer)
+	}
 }
 
 // uploadCached uploads experts ids of layer from the host cache (srcs, their tensors) in one batch and
@@ -211,18 +236,6 @@ func (x *expertReader) uploadCached(ctx context.Context, layer int, ids []int, s
 	}
 	x.count.Add(int64(len(ids)))
 	return exs, nil
-}
-
-// Unused implements model.ExpertPrefetcher: it frees the experts of layer fetched ahead and not handed
-// out.
-func (x *expertReader) Unused(layer int) {
-	if layer != x.preLayer {
-		return
-	}
-	for _, ex := range x.pre {
-		x.m.Ops.Free(ex)
-	}
-	x.pre = nil
 }
 
 // readsAhead is how many batches may be read while one is uploaded. One ReadBatch at a time leaves the
@@ -249,9 +262,9 @@ func (x *expertReader) Experts(ctx context.Context, layer int, all []int) ([]ops
 	hits := map[int]mapSource{}
 	out := make([]ops.Expert, 0, len(all))
 	for _, e := range all {
-		if ex, ok := x.pre[e]; ok && layer == x.preLayer { // fetched ahead of the router
+		if ex, ok := x.pre[layer][e]; ok { // fetched ahead of the router
 			out = append(out, ex)
-			delete(x.pre, e)
+			delete(x.pre[layer], e)
 		} else if src, ok := x.cache.expert(layer, e); ok {
 			hits[e] = src
 		} else {

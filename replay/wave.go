@@ -151,6 +151,7 @@ func (e *Engine) runWave(ctx context.Context, reqs []Request) ([][]Result, WaveS
 		ExpertBytes: make([]int64, layers), ExpertsRead: make([]int, layers), CachedBytes: make([]int64, layers)}
 	obs := &capture{router: wantRouter, mixes: wMix}
 	experts := &expertReader{r: e.reader, m: e.Model, pool: e.pool, cache: e.cache, held: &e.held}
+	defer experts.unusedAll() // the next layer's experts, fetched ahead, when a layer failed
 	pass := &model.Pass{Ctx: ctx, Model: e.Model, Layout: layout, Experts: experts, Obs: obs,
 		ExpertChunk: e.opts.ExpertChunk, PrefetchExperts: e.opts.PrefetchExperts}
 	w := &waveOut{lens: map[int][]ops.TokenStats{}, hidden: map[int][]float32{}}

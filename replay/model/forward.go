@@ -109,6 +109,7 @@ func (f *Pass) Layer(st *State, w *LayerWeights) error {
 		return err
 	}
 	f.layer = w.Layer.Index
+	defer f.unused(w.Layer.Index)
 	if err := f.layerSteps(st, w); err != nil {
 		return fmt.Errorf("layer %d (%s+%s): %w", w.Layer.Index, w.Layer.Attn, w.Layer.FFN, err)
 	}
@@ -144,11 +145,7 @@ func (f *Pass) layerSteps(st *State, w *LayerWeights) error {
 	}
 	// Experts fetched ahead of the router go now: the attention's work is queued, so on a device backend
 	// their copies run beside it (the AttnRes mix below is the first wait for the device).
-	release, err := f.prefetch(w)
-	if release != nil {
-		defer release()
-	}
-	if err != nil {
+	if err := f.prefetch(w.Layer.Index); err != nil {
 		b.Free(a)
 		return err
 	}

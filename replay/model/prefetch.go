@@ -24,13 +24,12 @@ type ExpertPrefetcher interface {
 // with probability about exp(-T k / E), so a wave with T k >= 4 E leaves out under 2% of those fetched.
 const minCoverage = 4
 
-// prefetch fetches the first PrefetchExperts experts (all when negative) of MoE layer w ahead of its router when the wave is
-// large enough that nearly all of them will be chosen (and the previous MoE layer of this pass did choose
-// at least 90% of its experts), and returns the function that frees those left unused (nil when nothing
-// was fetched).
-func (f *Pass) prefetch(w *LayerWeights) (func(), error) {
+// prefetchIDs are the experts of an MoE layer to fetch ahead of its router: the first PrefetchExperts
+// (all when negative), when the source can and the wave is large enough that nearly all of them will be
+// chosen (and the last MoE layer of this pass did choose at least 90% of its experts); else nil.
+func (f *Pass) prefetchIDs() (ExpertPrefetcher, []int) {
 	pf, ok := f.Experts.(ExpertPrefetcher)
-	if !ok || f.PrefetchExperts == 0 || w.Layer.FFN != MoE {
+	if !ok || f.PrefetchExperts == 0 {
 		return nil, nil
 	}
 	d := f.Model.Dims
@@ -45,10 +44,31 @@ func (f *Pass) prefetch(w *LayerWeights) (func(), error) {
 	for i := range ids {
 		ids[i] = i // the ascending order the chunks of the routed experts are fetched in
 	}
-	layer := w.Layer.Index
-	if err := pf.Prefetch(f.Ctx, layer, ids); err != nil {
-		pf.Unused(layer)
-		return nil, fmt.Errorf("experts fetched ahead of the router: %w", err)
+	return pf, ids
+}
+
+// prefetch fetches experts of MoE layer `layer` ahead of its router (prefetchIDs), if any. It runs twice
+// a layer: once the previous layer has fetched its last experts (so the copies of this layer's experts
+// follow those on a device backend, while the previous layer still computes), and once this layer's
+// attention is queued (the source skips the experts it already holds).
+func (f *Pass) prefetch(layer int) error {
+	if layer >= len(f.Model.Plan.Layers) || f.Model.Plan.Layers[layer].FFN != MoE {
+		return nil
 	}
-	return func() { pf.Unused(layer) }, nil
+	pf, ids := f.prefetchIDs()
+	if pf == nil {
+		return nil
+	}
+	if err := pf.Prefetch(f.Ctx, layer, ids); err != nil {
+		return fmt.Errorf("experts of layer %d fetched ahead of the router: %w", layer, err)
+	}
+	return nil
+}
+
+// unused frees the experts of layer fetched ahead and never used (at the end of the layer, however it
+// ended).
+func (f *Pass) unused(layer int) {
+	if pf, ok := f.Experts.(ExpertPrefetcher); ok {
+		pf.Unused(layer)
+	}
 }
