@@ -161,17 +161,24 @@ const expertBatch = 16
 // batches into arenas of the pool, several batches at once (readsAhead), uploads each batch as soon as
 // it is read while the next ones are, and counts the bytes.
 type expertReader struct {
-	r      Reader
-	m      *model.Model
-	pool   *hostPool
-	cache  *hostCache    // experts kept in host memory across waves; nil: none
-	held   *atomic.Int64 // the engine's count of host bytes in use for layers
-	bytes  atomic.Int64  // expert bytes sent to the backend (read, or from the host cache)
-	count  atomic.Int64  // experts sent to the backend
-	cached atomic.Int64  // of bytes, those served from the host cache
+	r     Reader
+	m     *model.Model
+	pool  *hostPool
+	cache *hostCache    // experts kept in host memory across waves; nil: none
+	held  *atomic.Int64 // the engine's count of host bytes in use for layers
+	// counts, per layer, of the experts sent to the backend: counted for the layer they belong to,
+	// also when they were fetched ahead during the layer before.
+	counts []expertCounts
 	// pre holds, per layer, experts fetched ahead of the router (Prefetch) and not yet handed out: at
 	// most two layers, the one computing and the next.
 	pre map[int]map[int]ops.Expert
+}
+
+// expertCounts are one layer's expert traffic.
+type expertCounts struct {
+	bytes  atomic.Int64 // expert bytes sent to the backend (read, or from the host cache)
+	count  atomic.Int64 // experts sent to the backend
+	cached atomic.Int64 // of bytes, those served from the host cache
 }
 
 // Prefetch implements model.ExpertPrefetcher: it uploads those of ids the host cache holds and that are
@@ -231,10 +238,10 @@ func (x *expertReader) uploadCached(ctx context.Context, layer int, ids []int, s
 	}
 	for _, s := range srcs {
 		n := s.(mapSource).size()
-		x.bytes.Add(n)
-		x.cached.Add(n)
+		x.counts[layer].bytes.Add(n)
+		x.counts[layer].cached.Add(n)
 	}
-	x.count.Add(int64(len(ids)))
+	x.counts[layer].count.Add(int64(len(ids)))
 	return exs, nil
 }
 
@@ -286,7 +293,7 @@ func (x *expertReader) Experts(ctx context.Context, layer int, all []int) ([]ops
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	reads := make(chan *expertRead, readsAhead)
-	go x.readBatches(ctx, ids, specs, ts, reads)
+	go x.readBatches(ctx, &x.counts[layer], ids, specs, ts, reads)
 	var err error
 	// Uploads run on this goroutine: backends do not promise concurrent uploads.
 	var hitIDs []int
@@ -341,7 +348,7 @@ func (x *expertReader) Experts(ctx context.Context, layer int, all []int) ([]ops
 // sends the batch at once, in order: sending blocks while readsAhead batches wait for their upload, which
 // bounds the reads in flight. It stops at an arena it cannot get (sent with its error) or when ctx is
 // cancelled (the consumer cancels it at its first failure), and closes out when done.
-func (x *expertReader) readBatches(ctx context.Context, ids []int, specs [][]checkpoint.Spec, ts [][]checkpoint.Tensor, out chan<- *expertRead) {
+func (x *expertReader) readBatches(ctx context.Context, counts *expertCounts, ids []int, specs [][]checkpoint.Spec, ts [][]checkpoint.Tensor, out chan<- *expertRead) {
 	defer close(out)
 	for start := 0; start < len(ids); start += expertBatch {
 		end := min(start+expertBatch, len(ids))
@@ -381,8 +388,8 @@ func (x *expertReader) readBatches(ctx context.Context, ids []int, specs [][]che
 				rd.err = checkScales(reqs)
 			}
 			if rd.err == nil {
-				x.bytes.Add(rd.size)
-				x.count.Add(int64(len(rd.ids)))
+				counts.bytes.Add(rd.size)
+				counts.count.Add(int64(len(rd.ids)))
 			}
 		}()
 		out <- rd

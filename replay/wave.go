@@ -150,7 +150,8 @@ func (e *Engine) runWave(ctx context.Context, reqs []Request) ([][]Result, WaveS
 	stats := WaveStats{Sequences: len(seqs), Tokens: len(ids), LayerBytes: make([]int64, layers),
 		ExpertBytes: make([]int64, layers), ExpertsRead: make([]int, layers), CachedBytes: make([]int64, layers)}
 	obs := &capture{router: wantRouter, mixes: wMix}
-	experts := &expertReader{r: e.reader, m: e.Model, pool: e.pool, cache: e.cache, held: &e.held}
+	experts := &expertReader{r: e.reader, m: e.Model, pool: e.pool, cache: e.cache, held: &e.held,
+		counts: make([]expertCounts, layers)}
 	defer experts.unusedAll() // the next layer's experts, fetched ahead, when a layer failed
 	pass := &model.Pass{Ctx: ctx, Model: e.Model, Layout: layout, Experts: experts, Obs: obs,
 		ExpertChunk: e.opts.ExpertChunk, PrefetchExperts: e.opts.PrefetchExperts}
@@ -190,7 +191,6 @@ func (e *Engine) runWave(ctx context.Context, reqs []Request) ([][]Result, WaveS
 		if i+1 < layers {
 			next = read(i + 1)
 		}
-		b0, n0, c0 := experts.bytes.Load(), experts.count.Load(), experts.cached.Load()
 		err := pass.Layer(st, lw)
 		if !resident && (err != nil || !e.kept.keep(i, lw, stats.LayerBytes[i])) {
 			e.Model.FreeLayer(lw)
@@ -201,9 +201,9 @@ func (e *Engine) runWave(ctx context.Context, reqs []Request) ([][]Result, WaveS
 			}
 			return nil, stats, err
 		}
-		stats.ExpertBytes[i] = experts.bytes.Load() - b0
-		stats.ExpertsRead[i] = int(experts.count.Load() - n0)
-		stats.CachedBytes[i] += experts.cached.Load() - c0
+		stats.ExpertBytes[i] = experts.counts[i].bytes.Load()
+		stats.ExpertsRead[i] = int(experts.counts[i].count.Load())
+		stats.CachedBytes[i] += experts.counts[i].cached.Load()
 		if err := e.captureLayer(pass, st, i, hidden, lens, targets, topK, w); err != nil {
 			if i+1 < layers {
 				next.release(e.pool, &e.held, e.cache)

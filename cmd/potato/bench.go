@@ -14,6 +14,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/potato-k3/potato-k3/cuda"
 	"github.com/potato-k3/potato-k3/replay"
 	"github.com/potato-k3/potato-k3/replay/checkpoint"
 	"github.com/potato-k3/potato-k3/replay/ops"
@@ -111,6 +112,15 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "bench %s: %s, %s on %s; bound: weight bandwidth %.2f GB/s (%s), matmul %.1f GFLOP/s (%s)\n",
 		time.Now().Format("2006-01-02"), dir, l.precision, l.backend, bound.readBps/1e9, src[0], bound.flops/1e9, src[1])
+	if cb, ok := l.engine.Model.Ops.(*cuda.Backend); ok {
+		info := cb.Device()
+		fmt.Fprintf(stdout, "device: %s (%d SMs, %.1f GiB), driver %s, cuBLASLt %q", info.Name, info.Multiprocessors,
+			float64(info.TotalMemory)/(1<<30), info.Driver, info.CuBLASLtVersion)
+		if info.PoolDependencies != "" {
+			fmt.Fprintf(stdout, "; the memory pool may order copies after kernels: %s", info.PoolDependencies)
+		}
+		fmt.Fprintln(stdout)
+	}
 	if cached || f.resident > 0 { // fill the host cache and the resident layers with an untimed wave of the largest size (it chooses the most experts)
 		start := time.Now()
 		if _, err := runBenchWave(ctx, l, slices.Max(sizes), f.seqLen); err != nil {
