@@ -91,9 +91,6 @@ type DeviceInfo struct {
 	CuBLASLt, CuBLASLtVersion string
 	// CuBLASLtMissing says why cuBLASLt is not used under CuBLASLtAuto ("" when it is, or was not asked).
 	CuBLASLtMissing string
-	// PoolDependencies says why the device memory pool may still make the weight stream wait for
-	// kernels ("" when it cannot: the pool adds no cross-stream dependencies of its own).
-	PoolDependencies string
 }
 
 // Backend is the CUDA implementation of ops.Backend. It is safe for concurrent use: every call runs on
@@ -112,9 +109,6 @@ type Backend struct {
 	cstrm uintptr    // the copy stream: weight uploads (host.go), beside the kernels on strm
 	async bool       // stream-ordered allocation (cuMemAllocAsync) is available
 	evs   copyEvents // events of the asynchronous expert uploads (stable.go); on the CUDA thread
-	// internalDeps is why the memory pool still adds cross-stream dependencies of its own (nil: it
-	// does not), for DeviceInfo. Set once by start.
-	internalDeps error
 
 	mods  []uintptr
 	fns   map[string]uintptr
@@ -271,15 +265,6 @@ func (b *Backend) start(images map[string][]byte, lt *ltLib) error {
 			b.release()
 			return err
 		}
-		// No reuse across streams through dependencies the pool would add itself: a weight allocated on
-		// the copy stream could otherwise be given a block freed on the compute stream, and the copy
-		// stream made to wait for the kernels before that free, which serialises the weight stream
-		// behind the compute it should overlap. Blocks whose free has completed are still reused
-		// (REUSE_ALLOW_OPPORTUNISTIC); the pool grows by the copies in flight instead. Not fatal: the
-		// default only costs overlap.
-		var off int32
-		b.internalDeps = d.check("cuMemPoolSetAttribute(reuse allow internal dependencies)",
-			ccall(d.cuMemPoolSetAttribute, pool, cuMempoolAttrReuseAllowInternalDeps, uintptr(unsafe.Pointer(&off))))
 	}
 	for _, kf := range kernelFiles {
 		var mod uintptr
@@ -389,13 +374,7 @@ func (b *Backend) Name() string { return "cuda" }
 func (b *Backend) Precision() ops.Precision { return b.prec }
 
 // Device describes the device and how the kernels were built.
-func (b *Backend) Device() DeviceInfo {
-	info := b.info
-	if b.internalDeps != nil {
-		info.PoolDependencies = b.internalDeps.Error()
-	}
-	return info
-}
+func (b *Backend) Device() DeviceInfo { return b.info }
 
 // Synchronize waits until every op issued so far has finished on the device and reports any fault.
 func (b *Backend) Synchronize() error {

@@ -28,14 +28,11 @@ const (
 	cuStreamNonBlocking             = 1
 	cuMemHostAllocPortable          = 1
 	cuMempoolAttrReleaseThreshold   = 4
-	// CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES (CUmemPool_attribute: 1 follow event dependencies,
-	// 2 allow opportunistic, 3 allow internal dependencies, 4 release threshold).
-	cuMempoolAttrReuseAllowInternalDeps = 3
-	cuEventDisableTiming                = 2 // CU_EVENT_DISABLE_TIMING
-	cudaSuccess                         = 0
-	cuDeviceNameLen                     = 256
-	cuLibcudaEnv                        = "POTATO_LIBCUDA"
-	cuDefaultLibName                    = "libcuda.so.1"
+	cuEventDisableTiming            = 2 // CU_EVENT_DISABLE_TIMING
+	cudaSuccess                     = 0
+	cuDeviceNameLen                 = 256
+	cuLibcudaEnv                    = "POTATO_LIBCUDA"
+	cuDefaultLibName                = "libcuda.so.1"
 )
 
 // driver holds libcuda's entry points. It is loaded once per process (loadDriver) and never changes after.

@@ -116,9 +116,6 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 		info := cb.Device()
 		fmt.Fprintf(stdout, "device: %s (%d SMs, %.1f GiB), driver %s, cuBLASLt %q", info.Name, info.Multiprocessors,
 			float64(info.TotalMemory)/(1<<30), info.Driver, info.CuBLASLtVersion)
-		if info.PoolDependencies != "" {
-			fmt.Fprintf(stdout, "; the memory pool may order copies after kernels: %s", info.PoolDependencies)
-		}
 		fmt.Fprintln(stdout)
 	}
 	if cached || f.resident > 0 { // fill the host cache and the resident layers with an untimed wave of the largest size (it chooses the most experts)
