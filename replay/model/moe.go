@@ -100,14 +100,7 @@ func (w *MoEWeights) experts(f *Pass, acc, z ops.Tensor, routing ops.Routing, be
 		if err != nil {
 			return fmt.Errorf("experts %v: %w", part, err)
 		}
-		if start+chunk >= len(ids) {
-			// This layer's last experts are fetched: the next layer's may follow them now, while this
-			// layer still computes, so that a device's copy engine does not wait at the layer boundary.
-			err = f.prefetch(w.layer + 1)
-		}
-		if err == nil {
-			err = f.Model.Ops.ExpertsAccumulate(acc, z, routing, experts, beta, linBeta)
-		}
+		err = f.Model.Ops.ExpertsAccumulate(acc, z, routing, experts, beta, linBeta)
 		for _, e := range experts {
 			f.Model.Ops.Free(e)
 		}

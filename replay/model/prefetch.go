@@ -47,10 +47,10 @@ func (f *Pass) prefetchIDs() (ExpertPrefetcher, []int) {
 	return pf, ids
 }
 
-// prefetch fetches experts of MoE layer `layer` ahead of its router (prefetchIDs), if any. It runs twice
-// a layer: once the previous layer has fetched its last experts (so the copies of this layer's experts
-// follow those on a device backend, while the previous layer still computes), and once this layer's
-// attention is queued (the source skips the experts it already holds).
+// prefetch fetches experts of MoE layer `layer` ahead of its router (prefetchIDs), if any, once the
+// layer's attention is queued. (Fetching them earlier, as soon as the layer before had fetched its last
+// experts, was measured on the H200 and gained nothing: cuda/NOTES.md, run 10.) The source skips experts
+// it already holds, so calling it again is cheap.
 func (f *Pass) prefetch(layer int) error {
 	if layer >= len(f.Model.Plan.Layers) || f.Model.Plan.Layers[layer].FFN != MoE {
 		return nil
