@@ -15,7 +15,8 @@ type Backend interface {
 
 	// Upload makes a rows x cols weight tensor from little-endian raw bytes of dtype dt, decoded exactly.
 	// Upload and UploadExpert keep no reference to their byte slices once they return (the engine reuses
-	// its read buffers from layer to layer).
+	// its read buffers from layer to layer) and never write to them (the engine's host cache hands the
+	// same bytes to every wave).
 	Upload(dt DType, rows, cols int, raw []byte) (Tensor, error)
 	// UploadExpert makes routed expert id from its MXFP4 matrices (K3_SPEC.md section 4): w1 (gate) and
 	// w3 (up) are ffn x latent, w2 (down) is latent x ffn; packed holds two 4-bit codes a byte, scale one
