@@ -10,6 +10,8 @@ import (
 	"unsafe"
 
 	"github.com/ebitengine/purego"
+
+	"github.com/potato-k3/potato-k3/replay/ops"
 )
 
 // The CUDA driver API, bound at run time through purego (no cgo): libcuda.so.1 is opened with dlopen and
@@ -278,5 +280,8 @@ func (e *Error) Error() string {
 	return fmt.Sprintf("cuda: %s: %s (%d): %s", e.Call, e.Name, e.Code, e.Text)
 }
 
-// Is makes errors.Is(err, ErrCUDA) true for every *Error.
-func (e *Error) Is(target error) bool { return target == ErrCUDA }
+// Is makes errors.Is(err, ErrCUDA) true for every *Error, and errors.Is(err, ops.ErrOutOfMemory) for an
+// allocation the device could not satisfy (not a sticky error: the context stays usable).
+func (e *Error) Is(target error) bool {
+	return target == ErrCUDA || (target == ops.ErrOutOfMemory && e.Name == "CUDA_ERROR_OUT_OF_MEMORY")
+}

@@ -26,6 +26,8 @@ type Engine struct {
 	pool    *hostPool       // the host buffers weights are read into, reused across layers and waves
 	cache   *hostCache      // weights kept in host memory across waves (EngineOptions.HostCacheBytes); nil: none
 	kept    *residentLayers // layers' own weights kept on the backend (EngineOptions.ResidentBytes); nil: none
+	// fitTokens, when not 0, bounds the engine's waves below one that ran out of device memory.
+	fitTokens int
 	// ConfigSHA256 is the hex SHA-256 of the model directory's config.json (empty for engines made with
 	// NewEngine): results carry it so that a cache or a reader can tell models apart.
 	ConfigSHA256 string

@@ -2,6 +2,7 @@ package replay
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -48,10 +49,39 @@ func (e *Engine) Run(ctx context.Context, reqs []Request) ([][]Result, WaveStats
 			total += len(s.Tokens)
 		}
 	}
+	if e.fitTokens > 0 && (limit <= 0 || e.fitTokens < limit) {
+		// A larger wave ran out of device memory before: keep below it (a longer sequence runs alone).
+		limit = e.fitTokens
+	}
 	if limit <= 0 || total <= limit {
-		return e.runWave(ctx, reqs)
+		return e.runFitted(ctx, reqs, total)
 	}
 	return e.runSplit(ctx, reqs, limit)
+}
+
+// runFitted runs reqs (total tokens) as one wave, and when the backend runs out of device memory for it,
+// as waves of half the tokens (and so on, down to one sequence a wave): the results are the same bits,
+// since a sequence's results do not depend on its wave. The engine then keeps its waves below the size
+// that failed. A single sequence that does not fit fails with the backend's error.
+func (e *Engine) runFitted(ctx context.Context, reqs []Request, total int) ([][]Result, WaveStats, error) {
+	res, st, err := e.runWave(ctx, reqs)
+	if err == nil || !errors.Is(err, ops.ErrOutOfMemory) || ctx.Err() != nil {
+		return res, st, err
+	}
+	longest, seqs := 0, 0
+	for _, r := range reqs {
+		for _, s := range r.Sequences {
+			longest, seqs = max(longest, len(s.Tokens)), seqs+1
+		}
+	}
+	if seqs < 2 {
+		return nil, st, fmt.Errorf("a sequence of %d tokens alone does not fit in the device's memory: %w", total, err)
+	}
+	half := max(total/2, longest) // < total: there are two sequences or more
+	if e.fitTokens == 0 || half < e.fitTokens {
+		e.fitTokens = half
+	}
+	return e.runSplit(ctx, reqs, half)
 }
 
 // runSplit runs the sequences of reqs in waves of at most limit tokens, in order, and reassembles them.
@@ -66,7 +96,7 @@ func (e *Engine) runSplit(ctx context.Context, reqs []Request, limit int) ([][]R
 		if len(wave) == 0 {
 			return nil
 		}
-		res, st, err := e.runWave(ctx, wave)
+		res, st, err := e.runFitted(ctx, wave, tokens)
 		if err != nil {
 			return err
 		}
