@@ -49,6 +49,14 @@
 // matmul kernel as it stages each tile. Weights are copied on a second stream, straight from the caller's
 // bytes when they lie in pinned memory from AllocHost (the engine reads the checkpoint into such buffers:
 // ops.HostMemory), else through a pinned staging buffer; the other host transfers use the staging buffer.
+// An upload from ordinary pinned memory waits for its own copy (the caller may reuse the buffer); from a
+// buffer marked immutable (MarkStable, ops.StableHostMemory: the engine's host cache) an expert's copy
+// is only queued, with an event after it, and ExpertsAccumulate and Free make the compute stream wait for
+// their experts' events, so a layer's experts stream while its attention runs (stable.go). UploadExperts
+// (ops.ExpertBatchUploader) takes a batch in one trip to the CUDA thread and copies the experts of one
+// stable buffer as one span into one device block, of which they are views (experts_upload.go). An
+// allocation the device cannot satisfy is an *Error matching ops.ErrOutOfMemory; the engine then runs the
+// wave as smaller waves.
 //
 // # Numerics
 //
