@@ -166,11 +166,9 @@ type expertReader struct {
 	pool  *hostPool
 	cache *hostCache    // experts kept in host memory across waves; nil: none
 	held  *atomic.Int64 // the engine's count of host bytes in use for layers
-	// counts, per layer, of the experts sent to the backend: counted for the layer they belong to,
-	// also when they were fetched ahead during the layer before.
+	// counts, per layer, of the experts sent to the backend, those fetched ahead of the router included.
 	counts []expertCounts
-	// pre holds, per layer, experts fetched ahead of the router (Prefetch) and not yet handed out: at
-	// most two layers, the one computing and the next.
+	// pre holds, per layer, experts fetched ahead of the router (Prefetch) and not yet handed out.
 	pre map[int]map[int]ops.Expert
 }
 
@@ -285,6 +283,9 @@ func (x *expertReader) Experts(ctx context.Context, layer int, all []int) ([]ops
 		for _, s := range specs[i] {
 			t, err := lookup(x.r, s)
 			if err != nil {
+				for _, done := range out { // taken from those fetched ahead
+					x.m.Ops.Free(done)
+				}
 				return nil, err
 			}
 			ts[i] = append(ts[i], t)
