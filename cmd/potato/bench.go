@@ -17,6 +17,7 @@ import (
 	"github.com/potato-k3/potato-k3/cuda"
 	"github.com/potato-k3/potato-k3/replay"
 	"github.com/potato-k3/potato-k3/replay/checkpoint"
+	"github.com/potato-k3/potato-k3/replay/model"
 	"github.com/potato-k3/potato-k3/replay/ops"
 	"github.com/potato-k3/potato-k3/replay/synth"
 )
@@ -363,13 +364,59 @@ func benchWave(ctx context.Context, w io.Writer, l *loaded, bd bound, n, seqLen,
 		a.bytes += float64(st.LayerBytes[i] + st.ExpertBytes[i])
 		a.flops += plan.LayerFLOPs(i, lens)
 	}
+	perLayer := map[string][2]float64{} // kind -> mean seconds and bound seconds of one layer
 	for _, k := range order {
 		a := kinds[k]
 		m := float64(a.n)
 		b := max(a.bytes/m/bd.readBps, a.flops/m/bd.flops)
+		perLayer[k] = [2]float64{a.secs / m, b}
 		fmt.Fprintf(tw, "%s\t%d\t%.4f\t%.4f\t%.2f\t%.2f\t%.4f\t%.2f\t\n", k, a.n, a.secs/m, a.routed/m, a.bytes/m/1e6, a.flops/m/1e9, b, a.secs/m/b)
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	var layerSecs float64
+	for _, t := range times {
+		layerSecs += t
+	}
+	return extrapolate(w, plan, perLayer, st.Seconds-layerSecs)
+}
+
+// extrapolate prints the time of a full K3 pass at this wave's rates, when the benched model has K3's
+// widths (the k3-layer preset): each of K3's 93 layers at the mean of its kind here, plus this wave's
+// time outside the layers (embedding and readout), against the same sum of bounds.
+func extrapolate(w io.Writer, plan *model.Plan, perLayer map[string][2]float64, rest float64) error {
+	k3, err := model.NewPlan(model.K3TextConfig())
+	if err != nil {
+		return err
+	}
+	if plan.Dims() != k3.Dims() || len(plan.Layers) == len(k3.Layers) {
+		return nil // another model's widths, or K3 itself: nothing to extrapolate
+	}
+	counts := map[string]int{}
+	var kinds []string
+	for _, ly := range k3.Layers {
+		k := ly.Attn.String() + "+" + ly.FFN.String()
+		if counts[k] == 0 {
+			kinds = append(kinds, k)
+		}
+		counts[k]++
+	}
+	total, bound := rest, 0.0
+	var parts []string
+	for _, k := range kinds {
+		t, ok := perLayer[k]
+		if !ok {
+			_, err := fmt.Fprintf(w, "a full K3 pass: no %s layer benched, not extrapolated\n", k)
+			return err
+		}
+		total += float64(counts[k]) * t[0]
+		bound += float64(counts[k]) * t[1]
+		parts = append(parts, fmt.Sprintf("%d %s", counts[k], k))
+	}
+	_, err = fmt.Fprintf(w, "a full K3 pass at these rates (%s, plus %.3fs outside the layers): %.1fs; the layers' bound %.1fs\n",
+		strings.Join(parts, ", "), rest, total, bound)
+	return err
 }
 
 // medianIndex returns the index of the run with the median time.
