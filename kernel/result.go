@@ -26,7 +26,7 @@ type Result struct {
 }
 
 // Tokens is the per-token table: seq_id, pos, token_id, token, message, channel, target_id, logprob,
-// rank, entropy, topk_ids, topk_logprobs. It is never nil.
+// rank, entropy, topk_ids, topk_tokens (the text of each top-k id), topk_logprobs. It is never nil.
 func (r *Result) Tokens() arrow.RecordBatch { return r.tables["tokens"] }
 
 // Lens is the logit-lens table (nil unless Lens or LensAll was asked).

@@ -179,12 +179,12 @@ type want struct {
 var wants = map[string][]want{
 	"quickstart.ipynb": {
 		{"engine description", "stdout", []string{"layers", "hidden size", "vocabulary"}, 1},
-		{"tokens table", "text/html", []string{"rows ×", "seq_id", "token_id", "channel", "target_id", "logprob", "rank", "entropy", "topk_ids", "topk_logprobs"}, 1},
+		{"tokens table", "text/html", []string{"rows ×", "seq_id", "token_id", "channel", "target_id", "logprob", "rank", "entropy", "topk_ids", "topk_tokens", "topk_logprobs"}, 1},
 		{"logprob strip", "text/html", []string{"data-surprise=", "surprise −log p"}, 1},
 		{"means by channel", "stdout", []string{"mean -logprob", "response"}, 1},
 	},
 	"entropy_per_layer.ipynb": {
-		{"lens table", "text/html", []string{"rows ×", "layer", "entropy", "target_rank"}, 1},
+		{"lens table", "text/html", []string{"rows ×", "layer", "entropy", "target_rank", "topk_tokens"}, 1},
 		{"entropy plots", "text/html", []string{"<svg", "Logit-lens entropy"}, 2},
 		{"last layer equals the output", "stdout", []string{" 0 differ from the model's output"}, 1},
 	},
@@ -196,6 +196,7 @@ var wants = map[string][]want{
 		{"router table", "text/html", []string{"rows ×", "expert_ids", "expert_weights"}, 1},
 		{"attnres table", "text/html", []string{"rows ×", "site", "weights"}, 1},
 		{"plots (experts, AttnRes, top-k)", "text/html", []string{"<svg"}, 3},
+		{"expert counts from Info", "stdout", []string{"16 routed experts per MoE layer, 4 chosen per token"}, 1},
 	},
 }
 
@@ -225,4 +226,32 @@ func containsAll(s string, subs []string) bool {
 		}
 	}
 	return true
+}
+
+// TestOnlyTheEngine checks that no notebook reads the model directory the engine reports (Info.ModelDir):
+// it is a path on the engine's machine, which with $POTATO_ADDR is another one. The engine names the top-k
+// ids (topk_tokens) and reports the model's shape (Info), so a cell needs nothing else. Printing the
+// directory's name is fine. This runs without jupyter.
+func TestOnlyTheEngine(t *testing.T) {
+	paths, err := filepath.Glob("*.ipynb")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range paths {
+		nb, err := readNotebook(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, c := range nb.Cells {
+			if c.CellType != "code" {
+				continue
+			}
+			src := strings.ReplaceAll(string(c.Source), "filepath.Base(info.ModelDir)", "")
+			for _, bad := range []string{"ModelDir", "tokenizer.Load("} {
+				if strings.Contains(src, bad) {
+					t.Errorf("%s cell %d uses %s: a notebook talking to an engine on another machine cannot read its files", path, i, bad)
+				}
+			}
+		}
+	}
 }

@@ -179,6 +179,36 @@ func floatListColumn(rec arrow.RecordBatch, table, name string) (func(i int) []f
 	}, nil
 }
 
+// stringListColumn reads a list<utf8> column; a null list reads as empty.
+func stringListColumn(rec arrow.RecordBatch, table, name string) (func(i int) []string, error) {
+	l, values, err := listColumn(rec, table, name, "list<utf8>")
+	if err != nil {
+		return nil, err
+	}
+	var value func(int) string
+	switch v := values.(type) {
+	case *array.String:
+		value = v.Value
+	case *array.LargeString:
+		value = v.Value
+	case *array.StringView:
+		value = v.Value
+	default:
+		return nil, columnError(table, name, "is %s, want list<utf8>", l.DataType())
+	}
+	return func(i int) []string {
+		if l.IsNull(i) {
+			return nil
+		}
+		start, end := l.ValueOffsets(i)
+		out := make([]string, end-start)
+		for k := range out {
+			out[k] = value(int(start) + k)
+		}
+		return out
+	}, nil
+}
+
 // hasColumn reports whether rec has a column called name (for optional columns).
 func hasColumn(rec arrow.RecordBatch, name string) bool {
 	return len(rec.Schema().FieldIndices(name)) > 0

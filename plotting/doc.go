@@ -28,6 +28,11 @@
 //     partial sum of the current block; weights averaged over the chosen positions.
 //   - CountExperts and ExpertUsageHeatmap: how many tokens chose each routed expert, per layer.
 //
+// LogprobStrip and TopKAt name the alternatives with the pieces the engine put in the tokens table
+// (topk_tokens), so a cell needs no tokenizer; a decoder (StripOptions.Decode, TopKAt's decode) overrides
+// them, and rows without pieces show ids. CountExperts takes the number of routed experts, which the
+// engine reports (kernel/api Info.Experts).
+//
 // Heatmaps share one viridis colour scale with a colour bar, and show cells without a value in grey.
 // Bad input (nothing selected, lengths that disagree, ids out of range) is an error matching ErrInput; a
 // missing or mistyped column matches ErrColumn. Nothing here panics: a panic inside gonum/plot while

@@ -22,6 +22,7 @@ type TokenRow struct {
 	Entropy      float64 // of the next-token distribution, nats; NaN when the table has no entropy column
 	TopKIDs      []int32 // the most likely next tokens, most likely first
 	TopKLogprobs []float64
+	TopKTokens   []string // the text pieces of TopKIDs (topk_tokens); empty when the engine had no tokenizer
 }
 
 // LensRow is one logit-lens readout: the entropy of the next-token distribution read from the output of
@@ -47,7 +48,8 @@ type AttnResRow struct {
 }
 
 // TokenRows reads the tokens table. Required columns: seq_id, pos, token_id, token, target_id, logprob,
-// rank. Optional: entropy, topk_ids, topk_logprobs (their fields stay NaN or empty when absent).
+// rank. Optional: entropy, topk_ids, topk_logprobs, topk_tokens (their fields stay NaN or empty when
+// absent; a topk_tokens list is either empty or as long as topk_ids).
 func TokenRows(recs ...arrow.RecordBatch) ([]TokenRow, error) {
 	var rows []TokenRow
 	for _, rec := range recs {
@@ -65,6 +67,7 @@ func TokenRows(recs ...arrow.RecordBatch) ([]TokenRow, error) {
 		var entropy func(int) float64
 		var topIDs func(int) []int32
 		var topLPs func(int) []float64
+		var topPieces func(int) []string
 		if hasColumn(rec, "entropy") {
 			if entropy, err1 = floatColumn(rec, t, "entropy"); err1 != nil {
 				return nil, err1
@@ -75,6 +78,11 @@ func TokenRows(recs ...arrow.RecordBatch) ([]TokenRow, error) {
 			topLPs, err2 = floatListColumn(rec, t, "topk_logprobs")
 			if err := firstError(err1, err2); err != nil {
 				return nil, err
+			}
+		}
+		if hasColumn(rec, "topk_tokens") {
+			if topPieces, err1 = stringListColumn(rec, t, "topk_tokens"); err1 != nil {
+				return nil, err1
 			}
 		}
 		for i := 0; i < int(rec.NumRows()); i++ {
@@ -88,6 +96,13 @@ func TokenRows(recs ...arrow.RecordBatch) ([]TokenRow, error) {
 				if len(r.TopKIDs) != len(r.TopKLogprobs) {
 					return nil, fmt.Errorf("plotting: tokens table: seq %d pos %d: %d topk_ids but %d topk_logprobs",
 						r.SeqID, r.Pos, len(r.TopKIDs), len(r.TopKLogprobs))
+				}
+			}
+			if topPieces != nil {
+				r.TopKTokens = topPieces(i)
+				if len(r.TopKTokens) > 0 && len(r.TopKTokens) != len(r.TopKIDs) {
+					return nil, fmt.Errorf("plotting: tokens table: seq %d pos %d: %d topk_ids but %d topk_tokens",
+						r.SeqID, r.Pos, len(r.TopKIDs), len(r.TopKTokens))
 				}
 			}
 			rows = append(rows, r)

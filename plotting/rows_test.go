@@ -39,7 +39,8 @@ func TestTokenRows(t *testing.T) {
 	fields := []arrow.Field{i32("seq_id"), i32("pos"), i32("token_id"), {Name: "token", Type: arrow.BinaryTypes.String},
 		{Name: "channel", Type: arrow.BinaryTypes.String}, i32("target_id"), f32("logprob", true), i32("rank"),
 		f32("entropy", false), {Name: "topk_ids", Type: arrow.ListOf(arrow.PrimitiveTypes.Int32)},
-		{Name: "topk_logprobs", Type: arrow.ListOf(arrow.PrimitiveTypes.Float32)}}
+		{Name: "topk_logprobs", Type: arrow.ListOf(arrow.PrimitiveTypes.Float32)},
+		{Name: "topk_tokens", Type: arrow.ListOf(arrow.BinaryTypes.String)}}
 	rec := record(t, mem, fields, func(b *array.RecordBuilder) {
 		b.Field(0).(*array.Int32Builder).AppendValues([]int32{0, 0}, nil)
 		b.Field(1).(*array.Int32Builder).AppendValues([]int32{0, 1}, nil)
@@ -52,11 +53,16 @@ func TestTokenRows(t *testing.T) {
 		b.Field(8).(*array.Float32Builder).AppendValues([]float32{1.25, 2}, nil)
 		ids := b.Field(9).(*array.ListBuilder)
 		lps := b.Field(10).(*array.ListBuilder)
+		pieces := b.Field(11).(*array.ListBuilder)
 		for i := 0; i < 2; i++ {
 			ids.Append(true)
 			ids.ValueBuilder().(*array.Int32Builder).AppendValues([]int32{11, 12}, nil)
 			lps.Append(true)
 			lps.ValueBuilder().(*array.Float32Builder).AppendValues([]float32{-0.5, -1}, nil)
+			pieces.Append(true)
+			if i == 0 { // the second row as an engine without a tokenizer writes it: an empty list
+				pieces.ValueBuilder().(*array.StringBuilder).AppendValues([]string{"!", `\n`}, nil)
+			}
 		}
 	})
 	defer rec.Release()
@@ -65,9 +71,12 @@ func TestTokenRows(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := TokenRow{SeqID: 0, Pos: 0, TokenID: 10, Token: "Hi", TargetID: 11, Logprob: -0.5, Rank: 2, Entropy: 1.25,
-		TopKIDs: []int32{11, 12}, TopKLogprobs: []float64{-0.5, -1}}
+		TopKIDs: []int32{11, 12}, TopKLogprobs: []float64{-0.5, -1}, TopKTokens: []string{"!", `\n`}}
 	if len(rows) != 4 || !reflect.DeepEqual(rows[0], want) {
 		t.Errorf("(-want +got):\n-%+v\n+%+v", want, rows)
+	}
+	if len(rows[1].TopKTokens) != 0 || len(rows[1].TopKIDs) != 2 {
+		t.Errorf("row without pieces: want 2 ids and no pieces, got %+v", rows[1])
 	}
 	if !math.IsNaN(rows[1].Logprob) || rows[1].TargetID != -1 {
 		t.Errorf("last position: want NaN logprob and target -1, got %+v", rows[1])

@@ -12,7 +12,8 @@ import (
 // StripOptions chooses what LogprobStrip shows.
 type StripOptions struct {
 	Seq int32 // the sequence (seq_id)
-	// Decode gives the text of a token id, for the alternatives in the tooltips; nil shows ids as #123.
+	// Decode gives the text of a token id, for the alternatives in the tooltips; nil names them by the
+	// table's topk_tokens pieces (TokenRow.TopKTokens), or shows ids as #123 where a row has none.
 	Decode func(id int32) string
 	// MaxSurprise is the surprise (nats) shaded fully; larger ones are shaded the same. Default 10.
 	MaxSurprise float64
@@ -111,7 +112,7 @@ func writeToken(b *strings.Builder, r TokenRow, prev *TokenRow, opts StripOption
 func alternatives(r TokenRow, opts StripOptions) string {
 	var parts []string
 	for k := 0; k < len(r.TopKIDs) && k < opts.TopK; k++ {
-		parts = append(parts, fmt.Sprintf("%s %.2f", tokenLabel(r.TopKIDs[k], opts.Decode), r.TopKLogprobs[k]))
+		parts = append(parts, fmt.Sprintf("%s %.2f", topKLabel(r, k, opts.Decode), r.TopKLogprobs[k]))
 	}
 	return strings.Join(parts, ", ")
 }
@@ -122,4 +123,20 @@ func tokenLabel(id int32, decode func(int32) string) string {
 		return fmt.Sprintf("#%d", id)
 	}
 	return strconv.Quote(decode(id))
+}
+
+// topKLabel labels r's k-th alternative: by decode when given, else by the row's piece from the table
+// (topk_tokens), else by id.
+func topKLabel(r TokenRow, k int, decode func(int32) string) string {
+	if decode == nil && len(r.TopKTokens) == len(r.TopKIDs) {
+		return quotePiece(r.TopKTokens[k])
+	}
+	return tokenLabel(r.TopKIDs[k], decode)
+}
+
+// quotePiece quotes a token piece as the tables hold it (the tokenizer's Piece: control characters already
+// escaped Go-style, a backslash doubled, a stray byte as <0xE4>), escaping only the double quote: for the
+// text of most tokens this is strconv.Quote of the raw text, the label a decoder gives.
+func quotePiece(piece string) string {
+	return `"` + strings.ReplaceAll(piece, `"`, `\"`) + `"`
 }

@@ -133,6 +133,23 @@ func escapeXML(s string) string {
 	return r.Replace(s)
 }
 
+// TestLogprobStripPieces checks the tooltips' alternatives without a decoder: named by the table's
+// topk_tokens pieces where a row has them, by id where it has none.
+func TestLogprobStripPieces(t *testing.T) {
+	rows := tokenSeq(0, []string{"a", "b", "c"}, []float64{-1, -2})
+	rows[0].TopKTokens = []string{"b", `\n`} // ids 101 and 7
+	s, err := LogprobStrip(rows, StripOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spans := parseStrip(t, s)
+	for p, want := range map[int]string{1: `top: "b" -1.00, "\n" -2.00`, 2: "top: #102 -2.00, #7 -3.00"} {
+		if !strings.Contains(spans[p].Title, want) {
+			t.Errorf("pos %d tooltip %q lacks %q", p, spans[p].Title, want)
+		}
+	}
+}
+
 func TestLogprobStripErrors(t *testing.T) {
 	good := tokenSeq(0, []string{"a", "b", "c"}, []float64{-1, -2})
 	broken := tokenSeq(0, []string{"a", "b", "c"}, []float64{-1, -2})

@@ -82,7 +82,9 @@ func TopK(alts []Alternative, title string) (*Figure, error) {
 
 // TopKAt draws the top-k predictions stored in the tokens row at (seq, pos): what the model expected after
 // that token. The token that actually came next is orange; when it is not among the top k it is added as
-// a last bar with its rank. decode gives token text for the labels (nil labels by id).
+// a last bar with its rank. decode gives token text for the labels; nil labels them with the table's own
+// pieces (topk_tokens, and the token column of the next row for an added target), or by id where the
+// table has none.
 func TopKAt(rows []TokenRow, seq, pos int32, decode func(int32) string) (*Figure, error) {
 	var row *TokenRow
 	for i := range rows {
@@ -104,15 +106,28 @@ func TopKAt(rows []TokenRow, seq, pos int32, decode func(int32) string) (*Figure
 	alts := make([]Alternative, len(row.TopKIDs))
 	found := false
 	for k, id := range row.TopKIDs {
-		alts[k] = Alternative{Label: tokenLabel(id, decode), Logprob: row.TopKLogprobs[k], Target: id == row.TargetID}
+		alts[k] = Alternative{Label: topKLabel(*row, k, decode), Logprob: row.TopKLogprobs[k], Target: id == row.TargetID}
 		found = found || alts[k].Target
 	}
 	if !found && row.TargetID >= 0 && !math.IsNaN(row.Logprob) {
 		alts = append(alts, Alternative{
-			Label:   fmt.Sprintf("%s (rank %d)", tokenLabel(row.TargetID, decode), row.Rank),
+			Label:   fmt.Sprintf("%s (rank %d)", targetLabel(rows, *row, decode), row.Rank),
 			Logprob: row.Logprob, Target: true,
 		})
 	}
 	title := fmt.Sprintf("Next token after %q (seq %d, pos %d)", row.Token, seq, pos)
 	return TopK(alts, title)
+}
+
+// targetLabel labels the token that came after row: by decode when given, else by the piece of the next
+// row of the sequence (the token column), else by id.
+func targetLabel(rows []TokenRow, row TokenRow, decode func(int32) string) string {
+	if decode == nil {
+		for _, r := range rows {
+			if r.SeqID == row.SeqID && r.Pos == row.Pos+1 && r.TokenID == row.TargetID && r.Token != "" {
+				return quotePiece(r.Token)
+			}
+		}
+	}
+	return tokenLabel(row.TargetID, decode)
 }

@@ -56,6 +56,22 @@ func TestTopKAt(t *testing.T) {
 
 	d = svgOf(t)(TopKAt(rows, 0, 0, nil))
 	checkTexts(t, d, "#101")
+
+	// Without a decoder, the table's own pieces (topk_tokens, already escaped as the token column is) name
+	// the alternatives, and the next row's token the target added at the bottom.
+	rows[1].TopKTokens = []string{` seven`, `\n`}
+	d = svgOf(t)(TopKAt(rows, 0, 1, nil))
+	checkTexts(t, d, `" seven"`, `"\n"`, `"c" (rank 9)`)
+}
+
+func TestQuotePiece(t *testing.T) {
+	// A piece escapes as strconv.Quote does, but for the double quote: quotePiece adds that.
+	for piece, want := range map[string]string{" the": `" the"`, `\n`: `"\n"`, `say "hi"`: `"say \"hi\""`,
+		`<0xE4>`: `"<0xE4>"`, "": `""`} {
+		if got := quotePiece(piece); got != want {
+			t.Errorf("quotePiece(%q): -want %s +got %s", piece, want, got)
+		}
+	}
 }
 
 func TestTopKErrors(t *testing.T) {

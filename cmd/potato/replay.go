@@ -78,12 +78,17 @@ func runReplay(ctx context.Context, args []string, stdout io.Writer) error {
 	return writeTables(stdout, l, res[0], f.out, f.float16)
 }
 
-// writeTables writes results as Arrow or Parquet tables, one file per table, with provenance metadata.
+// writeTables writes results as Arrow or Parquet tables, one file per table, with provenance metadata and
+// the top-k ids named by the tokenizer when the model has one.
 func writeTables(stdout io.Writer, l *loaded, res []replay.Result, out string, float16 bool) error {
-	set, err := tables.Build(res, tables.Options{HiddenFloat16: float16, Metadata: map[string]string{
+	opts := tables.Options{HiddenFloat16: float16, Metadata: map[string]string{
 		tables.MetaConfigHash: l.engine.ConfigSHA256, tables.MetaEngine: replay.Version,
 		tables.MetaPrecision: l.precision.String(), tables.MetaBackend: l.backend,
-	}})
+	}}
+	if l.tok != nil {
+		opts.Piece = l.tok.Piece
+	}
+	set, err := tables.Build(res, opts)
 	if err != nil {
 		return err
 	}

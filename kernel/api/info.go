@@ -12,6 +12,9 @@ type Health struct {
 
 // Info describes the model the server replays and the limits it enforces.
 type Info struct {
+	// ModelDir is the model directory on the engine's machine, which a notebook talking to an engine
+	// elsewhere ($POTATO_ADDR) cannot read: what a notebook needs of the model comes from the engine
+	// (Info's shape fields, the topk_tokens column that names the top-k ids).
 	ModelDir      string `json:"model_dir"`
 	ConfigSHA256  string `json:"config_sha256"`
 	EngineVersion string `json:"engine_version"`
@@ -25,8 +28,14 @@ type Info struct {
 	Vocab      int         `json:"vocab"`
 	Hidden     int         `json:"hidden"`
 	LayerKinds []LayerKind `json:"layer_kinds"`
-	Tokenizer  bool        `json:"tokenizer"` // false: only token ids are accepted
-	Limits     Limits      `json:"limits"`
+	// Experts is the number of routed experts of each MoE layer (text_config.num_experts: 896 on K3), the
+	// range of the router table's expert_ids; ExpertsPerToken how many of them each token is routed to
+	// (num_experts_per_token: 16 on K3), the length of each expert_ids list. Named apart from the top-k
+	// alternatives a request asks for (Limits.MaxTopK), which are next tokens, not experts.
+	Experts         int    `json:"experts"`
+	ExpertsPerToken int    `json:"experts_per_token"`
+	Tokenizer       bool   `json:"tokenizer"` // false: only token ids are accepted, and topk_tokens lists are empty
+	Limits          Limits `json:"limits"`
 }
 
 // LayerKind is one layer's attention ("kda" or "mla") and FFN ("dense" or "moe").

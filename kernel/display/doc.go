@@ -14,7 +14,7 @@
 // The header names each column and its Arrow type (list<int32>, fixed_size_list<float16>[7168]); lists
 // show their first eight elements and their length, floats four significant digits, strings are escaped
 // and their control characters written as \n or \t, so that a token piece " the" or "\n" stays visible.
-// The footer reads "1,024 rows × 12 columns (first 20 shown)". HTMLRecords and HTMLTableOf do the same
+// The footer reads "1,024 rows × 13 columns (first 20 shown)". HTMLRecords and HTMLTableOf do the same
 // for several record batches of one schema and for an arrow.Table.
 //
 // # Progress

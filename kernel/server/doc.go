@@ -21,7 +21,7 @@
 //	GET    /v1/health                      {"status": "ok", "version": "0.1.0", "pid": 1234}
 //	GET    /v1/info                        model dir, config hash, engine version, backend, precisions
 //	                                       (default, accepted, open), layers, vocab, hidden, layer kinds,
-//	                                       tokenizer, limits
+//	                                       experts, experts per token, tokenizer, limits
 //	POST   /v1/jobs                        submit a job: 202, its status, Location: /v1/jobs/ID
 //	GET    /v1/jobs                        every job's status, oldest first
 //	GET    /v1/jobs/ID                     the job's status (state, queue position, wave, progress,
@@ -58,6 +58,10 @@
 // 400, the message naming the field ("inputs[2].tokens[7]: token id 170000 outside the vocabulary
 // 0..163839"). Past --max-body-bytes, --max-tokens or --max-wave-tokens (one sequence),
 // --max-request-tokens or --max-sequences: 413, with "limit" naming the flag.
+//
+// The tables name the top-k ids with the tokenizer's pieces (the topk_tokens column of the tokens and lens
+// tables; empty lists for a model without a tokenizer), and Info gives the model's shape, so that a
+// notebook on another machine never needs the model directory, which is only a path on this one.
 //
 // # Waves
 //

@@ -21,6 +21,7 @@ import (
 	"github.com/potato-k3/potato-k3/replay/ops"
 	"github.com/potato-k3/potato-k3/replay/synth"
 	"github.com/potato-k3/potato-k3/replay/tables"
+	"github.com/potato-k3/potato-k3/replay/tokenizer"
 )
 
 // modelDir is the tiny synthetic model every test serves, written once per test binary.
@@ -174,7 +175,8 @@ func (ts *testServer) table(t *testing.T, id, name string) *tables.Table {
 	return tab
 }
 
-// solo replays r alone on a fresh engine of the tiny model and builds its tables as the server does.
+// solo replays r alone on a fresh engine of the tiny model and builds its tables as the server does, the
+// top-k ids named by the model's tokenizer itself (not the server's table of pieces).
 func solo(t *testing.T, r replay.Request, prec ops.Precision, float16 bool) *tables.Set {
 	t.Helper()
 	o, err := OpenCPU(context.Background(), modelDir, prec, replay.EngineOptions{})
@@ -186,10 +188,14 @@ func solo(t *testing.T, r replay.Request, prec ops.Precision, float16 bool) *tab
 	if err != nil {
 		t.Fatal(err)
 	}
+	tok, err := tokenizer.Load(modelDir)
+	if err != nil {
+		t.Fatal(err)
+	}
 	set, err := tables.Build(res[0], tables.Options{HiddenFloat16: float16, Metadata: map[string]string{
 		tables.MetaConfigHash: o.Engine.ConfigSHA256, tables.MetaEngine: replay.Version,
 		tables.MetaPrecision: prec.String(), tables.MetaBackend: o.Backend,
-	}})
+	}, Piece: tok.Piece})
 	if err != nil {
 		t.Fatal(err)
 	}

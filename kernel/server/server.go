@@ -27,8 +27,9 @@ type Server struct {
 	start time.Time
 	prec  ops.Precision // the default precision
 	tok   *tokenizer.Tokenizer
-	info  api.Info // the static part of Info
-	lock  *os.File // the spill directory's lock, held for the server's life
+	piece func(id int32) string // names the top-k ids of the tables (topk_tokens); nil without a tokenizer
+	info  api.Info              // the static part of Info
+	lock  *os.File              // the spill directory's lock, held for the server's life
 
 	engMu   sync.Mutex
 	engines map[ops.Precision]*Opened
@@ -79,6 +80,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		unlockSpill(s.lock)
 		return nil, fmt.Errorf("server: %w", err)
 	}
+	s.piece = pieceFunc(s.tok)
 	o, err := s.engine(ctx, s.prec)
 	if err != nil {
 		unlockSpill(s.lock)
@@ -134,11 +136,30 @@ func modelInfo(cfg Config, o *Opened, tok bool) api.Info {
 	info := api.Info{ModelDir: cfg.ModelDir, ConfigSHA256: e.ConfigSHA256, EngineVersion: replay.Version,
 		Backend: o.Backend, Precision: cfg.Precision, Precisions: []string{"bf16", "fp32"},
 		Layers: len(e.Plan.Layers), Vocab: e.Model.Dims.Vocab, Hidden: e.Model.Dims.Hidden,
-		Tokenizer: tok, Limits: cfg.Limits}
+		Experts: e.Model.Dims.Experts, ExpertsPerToken: e.Model.Dims.TopK, Tokenizer: tok, Limits: cfg.Limits}
 	for _, l := range e.Plan.Layers {
 		info.LayerKinds = append(info.LayerKinds, api.LayerKind{Layer: l.Index, Attn: l.Attn.String(), FFN: l.FFN.String()})
 	}
 	return info
+}
+
+// pieceFunc returns tok.Piece for the topk_tokens columns, with every id of the vocabulary rendered once up
+// front (a few MB for K3): a wave's lens tables can name millions of ids, and Piece builds a new string
+// each call. nil without a tokenizer.
+func pieceFunc(tok *tokenizer.Tokenizer) func(id int32) string {
+	if tok == nil {
+		return nil
+	}
+	pieces := make([]string, tok.VocabSize())
+	for id := range pieces {
+		pieces[id] = tok.Piece(int32(id))
+	}
+	return func(id int32) string {
+		if id >= 0 && int(id) < len(pieces) {
+			return pieces[id]
+		}
+		return tok.Piece(id) // "<bad id N>"
+	}
 }
 
 // Info describes the model and limits, with the precisions whose engine is open now.

@@ -108,7 +108,7 @@ func (s *Server) spill(j *job, results []replay.Result) {
 	opts := tables.Options{HiddenFloat16: j.opts.Float16, Metadata: map[string]string{
 		tables.MetaConfigHash: j.config, tables.MetaEngine: replay.Version,
 		tables.MetaPrecision: j.prec.String(), tables.MetaBackend: s.info.Backend,
-	}}
+	}, Piece: s.piece}
 	s.mu.Unlock()
 	names, err := writeResults(filepath.Join(s.jobDir(j.id), "result.parquet"), results, opts)
 	j.persist.Lock()

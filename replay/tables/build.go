@@ -36,6 +36,11 @@ type Options struct {
 	// BatchRows is the most rows of one record batch; 0 means DefaultBatchRows. The hidden table also keeps
 	// each batch's vectors under 64 MiB.
 	BatchRows int
+	// Piece names the token ids of the topk_tokens columns (tokens and lens tables): pass the tokenizer's
+	// Piece (tokenizer.Tokenizer.Piece), the rendering of the token column's Result.Pieces, so that a
+	// reader of the tables needs no tokenizer of its own. It is called once per top-k entry, with any id a
+	// top-k list holds. nil leaves every topk_tokens list empty (an engine without a tokenizer).
+	Piece func(id int32) string
 }
 
 // allocator returns the allocator to use.

@@ -2,6 +2,7 @@ package tables
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -34,10 +35,13 @@ func handResults() []replay.Result {
 	}}
 }
 
+// handPiece names ids for the topk_tokens columns, as a tokenizer's Piece would.
+func handPiece(id int32) string { return fmt.Sprintf("p%d", id) }
+
 // TestBuildCells checks chosen cells of every table by column name.
 func TestBuildCells(t *testing.T) {
 	mem := checkedAlloc(t)
-	set, err := Build(handResults(), Options{Allocator: mem})
+	set, err := Build(handResults(), Options{Allocator: mem, Piece: handPiece})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,6 +65,9 @@ func TestBuildCells(t *testing.T) {
 		{TokensTable, "entropy", 2, "0.75"},
 		{TokensTable, "topk_ids", 0, "[200,7]"},
 		{TokensTable, "topk_ids", 1, "[]"},
+		{TokensTable, "topk_tokens", 0, `["p200","p7"]`},
+		{TokensTable, "topk_tokens", 1, "[]"},
+		{TokensTable, "topk_tokens", 2, `["p5"]`},
 		{TokensTable, "topk_logprobs", 0, "[-0.5,-2]"},
 		{LensTable, "layer", 0, "6"},
 		{LensTable, "entropy", 1, "4"},
@@ -69,6 +76,7 @@ func TestBuildCells(t *testing.T) {
 		{LensTable, "target_rank", 1, "3"},
 		{LensTable, "target_rank", 2, array.NullValueStr},
 		{LensTable, "topk_ids", 2, "[]"},
+		{LensTable, "topk_tokens", 2, "[]"},
 		{HiddenTable, "layer", 1, "6"},
 		{HiddenTable, "vector", 1, "[3,4]"},
 		{RouterTable, "layer", 0, "8"},
@@ -93,18 +101,46 @@ func TestBuildCells(t *testing.T) {
 	}
 }
 
+// TestBuildNoPiece checks that without Options.Piece (an engine with no tokenizer) every topk_tokens list
+// is empty, not null, while topk_ids is filled.
+func TestBuildNoPiece(t *testing.T) {
+	in := handResults()
+	in[0].Lens[0].Stats[1].TopIDs, in[0].Lens[0].Stats[1].TopLogp = []int32{3}, []float32{-1}
+	set, err := Build(in, Options{Allocator: checkedAlloc(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer set.Release()
+	for _, tt := range []struct {
+		table string
+		row   int
+		ids   string
+	}{{TokensTable, 0, "[200,7]"}, {LensTable, 1, "[3]"}} {
+		rec := set.Table(tt.table).Records[0]
+		ids, err1 := findColumn(rec, tt.table, "topk_ids")
+		pieces, err2 := findColumn(rec, tt.table, "topk_tokens")
+		if err1 != nil || err2 != nil {
+			t.Fatal(err1, err2)
+		}
+		if ids.ValueStr(tt.row) != tt.ids || pieces.NullN() != 0 || pieces.ValueStr(tt.row) != "[]" {
+			t.Errorf("%s row %d: topk_ids %s (want %s), topk_tokens %s with %d nulls (want [] and none)",
+				tt.table, tt.row, ids.ValueStr(tt.row), tt.ids, pieces.ValueStr(tt.row), pieces.NullN())
+		}
+	}
+}
+
 // TestBuildBatches checks the batch bound: every batch but the last has exactly BatchRows rows, and the
 // batches together equal the table built in one batch.
 func TestBuildBatches(t *testing.T) {
 	in := makeResults(2, 3, spec{seq: 1, tokens: 5}, spec{seq: 2, tokens: 0}, spec{seq: 3, tokens: 8, conv: true})
 	mem := checkedAlloc(t)
-	whole, err := Build(in, Options{Allocator: mem})
+	whole, err := Build(in, Options{Allocator: mem, Piece: handPiece})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer whole.Release()
 	for _, rows := range []int{1, 3, 5, 13, 100} {
-		split, err := Build(in, Options{Allocator: mem, BatchRows: rows})
+		split, err := Build(in, Options{Allocator: mem, BatchRows: rows, Piece: handPiece})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -190,13 +226,13 @@ func TestCaptured(t *testing.T) {
 func TestReaderStreams(t *testing.T) {
 	in := makeResults(4, 2, spec{seq: 1, tokens: 7, conv: true})
 	mem := checkedAlloc(t)
-	set, err := Build(in, Options{Allocator: mem, BatchRows: 3})
+	set, err := Build(in, Options{Allocator: mem, BatchRows: 3, Piece: handPiece})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer set.Release()
 	for _, name := range TableNames {
-		rr, err := NewReader(in, name, Options{Allocator: mem, BatchRows: 3})
+		rr, err := NewReader(in, name, Options{Allocator: mem, BatchRows: 3, Piece: handPiece})
 		if err != nil {
 			t.Fatal(err)
 		}

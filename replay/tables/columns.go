@@ -161,6 +161,29 @@ func float32ListColumn(rec arrow.RecordBatch, table, name string) (float32Lists,
 	return float32Lists{}, wrongType(table, name, "list<float32>", l.DataType())
 }
 
+// checkPieceLists checks the topk_tokens column of rec against its topk_ids. A record without the column
+// (written before schema version 2, such as an older server's spilled Parquet) passes; with it, every row
+// must be a list of strings that is empty (the builder had no tokenizer) or as long as the row's topk_ids.
+// The pieces are not read back: a Result has no place for them, and Build names the ids again.
+func checkPieceLists(rec arrow.RecordBatch, table string, ids int32Lists) error {
+	const name = "topk_tokens"
+	if len(rec.Schema().FieldIndices(name)) == 0 {
+		return nil
+	}
+	l, err := listColumn(rec, table, name, arrow.STRING, arrow.LARGE_STRING, arrow.STRING_VIEW)
+	if err != nil {
+		return err
+	}
+	for i := 0; i < l.Len(); i++ {
+		s, e := l.ValueOffsets(i)
+		is, ie := ids.lists.ValueOffsets(i)
+		if e != s && e-s != ie-is {
+			return fmt.Errorf("tables: %s: column %q: row %d: %d pieces for %d topk_ids", table, name, i, e-s, ie-is)
+		}
+	}
+	return nil
+}
+
 // noNulls fails when a must not hold nulls but does, naming the first null row.
 func noNulls(a arrow.Array, table, name string, nullable bool) error {
 	if nullable || a.NullN() == 0 {

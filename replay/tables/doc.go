@@ -6,16 +6,20 @@
 //
 // Build converts []replay.Result into a Set of up to five tables; schema.go documents every column:
 //
-//	tokens   seq_id pos token_id token message channel target_id logprob rank entropy topk_ids topk_logprobs
-//	lens     seq_id pos layer entropy target_logprob target_rank topk_ids topk_logprobs
+//	tokens   seq_id pos token_id token message channel target_id logprob rank entropy
+//	         topk_ids topk_tokens topk_logprobs
+//	lens     seq_id pos layer entropy target_logprob target_rank topk_ids topk_tokens topk_logprobs
 //	hidden   seq_id pos layer vector (fixed_size_list<float32 or float16>[dim])
 //	router   seq_id pos layer expert_ids expert_weights
 //	attnres  seq_id pos layer site weights
 //
 // tokens is always there; each other table is nil in the Set when no result carries that output. logprob,
-// rank, target_logprob and target_rank are null where a position has no target (the last one). Every
-// schema carries metadata: "potato.table" (the table's name), "potato.schema_version", and whatever the
-// caller passes in Options.Metadata (use MetaConfigHash, MetaEngine, MetaPrecision, MetaBackend).
+// rank, target_logprob and target_rank are null where a position has no target (the last one).
+// topk_tokens names each top-k id with its text piece, rendered as the token column (Options.Piece, from
+// the tokenizer), so that a notebook reading the tables from a remote engine needs no tokenizer; its lists
+// are empty when the builder had none. Every schema carries metadata: "potato.table" (the table's name),
+// "potato.schema_version" (SchemaVersion), and whatever the caller passes in Options.Metadata (use
+// MetaConfigHash, MetaEngine, MetaPrecision, MetaBackend).
 //
 // Rows come in the order of the results, then of each result's captures, then of positions. A table is a
 // slice of record batches of at most Options.BatchRows rows (64k by default; hidden batches are also kept
@@ -58,5 +62,6 @@
 // FromRecords turns tokens records (from Build, a file, or a query that kept the column names and types)
 // back into per-sequence replay.Results; FromSet does the same for a whole Set, lens, hidden, router and
 // attnres included. Columns are found by name; a missing column or a wrong type is an error naming the
-// table and the column.
+// table and the column. topk_tokens is optional there (files written before schema version 2 lack it) and
+// is not read back: Build names the ids again.
 package tables

@@ -27,11 +27,15 @@ func exampleResults() []replay.Result {
 	}}
 }
 
+// examplePieces stands in for a tokenizer: a server passes its tokenizer's Piece.
+var examplePieces = map[int32]string{0: "!", 11: ",", 13: "."}
+
 // Example builds the tables of a replay, sends the tokens table as an Arrow IPC stream (what the server
 // writes to a notebook cell), reads it back and turns it into results again.
 func Example() {
 	set, err := tables.Build(exampleResults(), tables.Options{
 		Metadata: map[string]string{tables.MetaPrecision: "bf16", tables.MetaBackend: "cpu"},
+		Piece:    func(id int32) string { return examplePieces[id] }, // names the top-k ids: topk_tokens
 	})
 	if err != nil {
 		fmt.Println(err)
@@ -53,7 +57,7 @@ func Example() {
 	fmt.Println(tokens.Name, tokens.NumRows(), "rows")
 	rec := tokens.Records[0]
 	for i, f := range rec.Schema().Fields() {
-		if f.Name == "token" || f.Name == "logprob" || f.Name == "topk_ids" {
+		if f.Name == "token" || f.Name == "logprob" || f.Name == "topk_ids" || f.Name == "topk_tokens" {
 			fmt.Printf("%s: %s, %s\n", f.Name, rec.Column(i).ValueStr(0), rec.Column(i).ValueStr(1))
 		}
 	}
@@ -69,6 +73,7 @@ func Example() {
 	// token: Hello,  world
 	// logprob: -2.5, (null)
 	// topk_ids: [11,13], [0]
+	// topk_tokens: [",","."], ["!"]
 	// logprob of  world after Hello: -2.5
 }
 
@@ -107,5 +112,5 @@ func ExampleWriteSet() {
 	// Output:
 	// results.tokens.parquet
 	// results.lens.parquet
-	// lens rows: 2 schema version: 1
+	// lens rows: 2 schema version: 2
 }

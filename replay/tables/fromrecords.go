@@ -12,11 +12,13 @@ import (
 // FromRecords turns records of the tokens table back into one Result per sequence, the inverse of the
 // tokens part of Build: SeqID, Tokens, Pieces, Messages, Channels, Targets and Stats are filled (Pieces,
 // Messages and Channels always have one entry per token; a null logprob or rank becomes 0 as in
-// ops.TokenStats). Columns are found by name, so extra columns and any column order are fine; string and
-// list columns may also be large_string/string_view and large_list (what polars or DuckDB write back).
-// Rows may come in any order (a query may have shuffled them): sequences are returned in order of first
-// appearance and each sequence's positions must be exactly 0..n-1. A sequence without tokens has no rows
-// and so does not come back. The results share no memory with recs.
+// ops.TokenStats). topk_tokens is checked against topk_ids when present but not read back (Build names the
+// ids again); a table without it, written before schema version 2, reads as well. Columns are found by
+// name, so extra columns and any column order are fine; string and list columns may also be
+// large_string/string_view and large_list (what polars or DuckDB write back). Rows may come in any order
+// (a query may have shuffled them): sequences are returned in order of first appearance and each
+// sequence's positions must be exactly 0..n-1. A sequence without tokens has no rows and so does not come
+// back. The results share no memory with recs.
 func FromRecords(recs ...arrow.RecordBatch) ([]replay.Result, error) {
 	var out []replay.Result
 	var pos [][]int32 // per result, the pos of each row as read
@@ -104,6 +106,9 @@ func tokenColumns(rec arrow.RecordBatch) (c tokenCols, err error) {
 		return c, err
 	}
 	if c.topIDs, err = int32ListColumn(rec, t, "topk_ids"); err != nil {
+		return c, err
+	}
+	if err = checkPieceLists(rec, t, c.topIDs); err != nil {
 		return c, err
 	}
 	c.topLogp, err = float32ListColumn(rec, t, "topk_logprobs")

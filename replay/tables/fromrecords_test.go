@@ -71,6 +71,20 @@ func TestFromRecordsErrors(t *testing.T) {
 		b.AppendValues(v, []bool{true, true, v[2] >= 0})
 		return b.NewArray()
 	}
+	// pieces are topk_tokens lists of the given lengths (handResults' topk_ids have 2, 0 and 1).
+	pieces := func(lens ...int) func() arrow.Array {
+		return func() arrow.Array {
+			b := array.NewListBuilder(mem, arrow.BinaryTypes.String)
+			defer b.Release()
+			for _, n := range lens {
+				b.Append(true)
+				for range n {
+					b.ValueBuilder().(*array.StringBuilder).Append("x")
+				}
+			}
+			return b.NewArray()
+		}
+	}
 	largeStrings := func() arrow.Array {
 		b := array.NewLargeStringBuilder(mem)
 		defer b.Release()
@@ -90,6 +104,10 @@ func TestFromRecordsErrors(t *testing.T) {
 		{"duplicate position", "pos", func() arrow.Array { return int32s(0, 1, 1) }, "sequence 11: position 1 appears twice"},
 		{"position past end", "pos", func() arrow.Array { return int32s(0, 1, 3) }, "position 3 out of range for 3 rows"},
 		{"large_string pieces", "token", largeStrings, ""},
+		{"no topk_tokens (schema version 1)", "topk_tokens", nil, ""},
+		{"topk_tokens named", "topk_tokens", pieces(2, 0, 1), ""},
+		{"topk_tokens short", "topk_tokens", pieces(2, 0, 2), `column "topk_tokens": row 2: 2 pieces for 1 topk_ids`},
+		{"topk_tokens of ids", "topk_tokens", int64s, `column "topk_tokens": want list<string>, got int64`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

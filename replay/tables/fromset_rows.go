@@ -8,7 +8,8 @@ import (
 // The per-table halves of FromSet: each reads one record's payload columns and appends every row's
 // payload to the capture gather.rows assigned it.
 
-// addLensRows reads a lens record: entropy, target_logprob, target_rank and the top-k lists.
+// addLensRows reads a lens record: entropy, target_logprob, target_rank and the top-k lists (topk_tokens
+// only checked, as in FromRecords).
 func addLensRows(g *gather, rec arrow.RecordBatch) error {
 	caps, err := g.rows(rec, nil)
 	if err != nil {
@@ -28,6 +29,9 @@ func addLensRows(g *gather, rec arrow.RecordBatch) error {
 	}
 	ids, err := int32ListColumn(rec, g.table, "topk_ids")
 	if err != nil {
+		return err
+	}
+	if err := checkPieceLists(rec, g.table, ids); err != nil {
 		return err
 	}
 	logp, err := float32ListColumn(rec, g.table, "topk_logprobs")

@@ -21,7 +21,10 @@ type kind struct {
 func kindOf(name string, opts Options) kind {
 	switch name {
 	case LensTable:
-		return kind{func(r *replay.Result) int { return len(r.Lens) }, appendLens}
+		return kind{func(r *replay.Result) int { return len(r.Lens) },
+			func(b *array.RecordBuilder, r *replay.Result, part, from, to int) {
+				appendLens(b, r, part, from, to, opts.Piece)
+			}}
 	case HiddenTable:
 		app := appendHidden32
 		if opts.HiddenFloat16 {
@@ -33,7 +36,10 @@ func kindOf(name string, opts Options) kind {
 	case AttnResTable:
 		return kind{func(r *replay.Result) int { return len(r.Mixes) }, appendAttnRes}
 	}
-	return kind{func(*replay.Result) int { return 1 }, appendTokens}
+	return kind{func(*replay.Result) int { return 1 },
+		func(b *array.RecordBuilder, r *replay.Result, part, from, to int) {
+			appendTokens(b, r, part, from, to, opts.Piece)
+		}}
 }
 
 // NewReader validates results and returns a RecordReader that builds table name one batch at a time, so

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 )
 
@@ -85,7 +86,7 @@ func TestRoundTrip(t *testing.T) {
 	meta := map[string]string{MetaConfigHash: "abc123", MetaPrecision: "bf16", MetaBackend: "cpu", "note": "ünïcode"}
 	for _, opts := range []Options{
 		{Metadata: meta},
-		{Metadata: meta, BatchRows: 4}, // sequences and captures split across batches
+		{Metadata: meta, BatchRows: 4, Piece: handPiece}, // sequences and captures split across batches
 	} {
 		for _, rt := range roundTrips {
 			t.Run(rt.name, func(t *testing.T) {
@@ -121,6 +122,20 @@ func TestRoundTrip(t *testing.T) {
 				}
 				if d := diff(expectAfterRoundTrip(in), results); d != "" {
 					t.Errorf("results after the round trip differ: %s", d)
+				}
+				// The pieces are not read back, but Build names the ids again: the tables come back whole.
+				again, err := Build(results, opts)
+				if err != nil {
+					t.Fatalf("Build of the results read back: %v", err)
+				}
+				defer again.Release()
+				for _, name := range []string{TokensTable, LensTable} {
+					a, b := set.Table(name).ArrowTable(), again.Table(name).ArrowTable()
+					if !array.TableEqual(a, b) {
+						t.Errorf("table %s built again from the results read back differs", name)
+					}
+					a.Release()
+					b.Release()
 				}
 			})
 		}

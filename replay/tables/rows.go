@@ -12,19 +12,19 @@ import (
 // The row writers: each appends rows [from, to) of one part of one validated result to a builder made
 // from that table's schema. Field indices follow the field lists in schema.go.
 
-// appendTokens appends the tokens rows of r; part is always 0.
-func appendTokens(b *array.RecordBuilder, r *replay.Result, _ int, from, to int) {
+// appendTokens appends the tokens rows of r; part is always 0. piece names the top-k ids (nil: none).
+func appendTokens(b *array.RecordBuilder, r *replay.Result, _ int, from, to int, piece func(int32) string) {
 	appendKeys(b, r.SeqID, -1, from, to)
 	b.Field(2).(*array.Int32Builder).AppendValues(r.Tokens[from:to], nil)
-	piece := b.Field(3).(*array.StringBuilder)
+	token := b.Field(3).(*array.StringBuilder)
 	message := b.Field(4).(*array.Int32Builder)
 	channel := b.Field(5).(*array.StringBuilder)
 	for t := from; t < to; t++ {
 		// Empty Pieces/Messages/Channels mean "not available" (a request of raw ids or text).
 		if len(r.Pieces) > 0 {
-			piece.Append(r.Pieces[t])
+			token.Append(r.Pieces[t])
 		} else {
-			piece.Append("")
+			token.Append("")
 		}
 		if len(r.Messages) > 0 {
 			message.Append(r.Messages[t])
@@ -38,11 +38,11 @@ func appendTokens(b *array.RecordBuilder, r *replay.Result, _ int, from, to int)
 		}
 	}
 	b.Field(6).(*array.Int32Builder).AppendValues(r.Targets[from:to], nil)
-	appendStats(b, 7, r.Stats[from:to], r.Targets[from:to])
+	appendStats(b, 7, r.Stats[from:to], r.Targets[from:to], piece)
 }
 
-// appendLens appends the rows of r.Lens[part].
-func appendLens(b *array.RecordBuilder, r *replay.Result, part, from, to int) {
+// appendLens appends the rows of r.Lens[part]; piece names the top-k ids (nil: none).
+func appendLens(b *array.RecordBuilder, r *replay.Result, part, from, to int, piece func(int32) string) {
 	l := &r.Lens[part]
 	appendKeys(b, r.SeqID, l.Layer, from, to)
 	// lens columns are tokens' stats columns in another order: entropy first, then the target's numbers.
@@ -51,17 +51,20 @@ func appendLens(b *array.RecordBuilder, r *replay.Result, part, from, to int) {
 		entropy.Append(st.Entropy)
 	}
 	appendTarget(b.Field(4).(*array.Float32Builder), b.Field(5).(*array.Int32Builder), l.Stats[from:to], r.Targets[from:to])
-	appendTopK(b.Field(6).(*array.ListBuilder), b.Field(7).(*array.ListBuilder), l.Stats[from:to])
+	appendTopK(b.Field(6).(*array.ListBuilder), b.Field(7).(*array.ListBuilder), b.Field(8).(*array.ListBuilder),
+		l.Stats[from:to], piece)
 }
 
-// appendStats appends logprob, rank, entropy, topk_ids and topk_logprobs starting at field first.
-func appendStats(b *array.RecordBuilder, first int, stats []ops.TokenStats, targets []int32) {
+// appendStats appends logprob, rank, entropy, topk_ids, topk_tokens and topk_logprobs starting at field
+// first.
+func appendStats(b *array.RecordBuilder, first int, stats []ops.TokenStats, targets []int32, piece func(int32) string) {
 	appendTarget(b.Field(first).(*array.Float32Builder), b.Field(first+1).(*array.Int32Builder), stats, targets)
 	entropy := b.Field(first + 2).(*array.Float32Builder)
 	for _, st := range stats {
 		entropy.Append(st.Entropy)
 	}
-	appendTopK(b.Field(first+3).(*array.ListBuilder), b.Field(first+4).(*array.ListBuilder), stats)
+	appendTopK(b.Field(first+3).(*array.ListBuilder), b.Field(first+4).(*array.ListBuilder),
+		b.Field(first+5).(*array.ListBuilder), stats, piece)
 }
 
 // appendTarget appends the target's log probability and rank, null where there is no target: the Result
@@ -78,14 +81,21 @@ func appendTarget(logprob *array.Float32Builder, rank *array.Int32Builder, stats
 	}
 }
 
-// appendTopK appends one topk_ids and one topk_logprobs list per position; an empty top-k is an empty
-// list, not a null.
-func appendTopK(ids, logp *array.ListBuilder, stats []ops.TokenStats) {
+// appendTopK appends one topk_ids, topk_tokens and topk_logprobs list per position; an empty top-k is an
+// empty list, not a null, and so is every topk_tokens list when piece is nil.
+func appendTopK(ids, pieces, logp *array.ListBuilder, stats []ops.TokenStats, piece func(int32) string) {
 	idv := ids.ValueBuilder().(*array.Int32Builder)
+	pv := pieces.ValueBuilder().(*array.StringBuilder)
 	lpv := logp.ValueBuilder().(*array.Float32Builder)
 	for _, st := range stats {
 		ids.Append(true)
 		idv.AppendValues(st.TopIDs, nil)
+		pieces.Append(true)
+		if piece != nil {
+			for _, id := range st.TopIDs {
+				pv.Append(piece(id))
+			}
+		}
 		logp.Append(true)
 		lpv.AppendValues(st.TopLogp, nil)
 	}

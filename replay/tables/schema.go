@@ -34,8 +34,8 @@ const (
 )
 
 // SchemaVersion is bumped whenever a column is added, removed, renamed or changes type, so that a reader
-// of old files can tell which layout it holds.
-const SchemaVersion = 1
+// of old files can tell which layout it holds. Version 2 added topk_tokens to the tokens and lens tables.
+const SchemaVersion = 2
 
 // Column types shared by several tables. Lists use arrow's default element field ("item", nullable), the
 // same type pyarrow.list_(pyarrow.int32()) builds, so that schemas compare equal across languages; the
@@ -46,6 +46,7 @@ var (
 	stringType  = arrow.BinaryTypes.String
 	idsType     = arrow.ListOf(arrow.PrimitiveTypes.Int32)
 	logpType    = arrow.ListOf(arrow.PrimitiveTypes.Float32)
+	piecesType  = arrow.ListOf(arrow.BinaryTypes.String)
 )
 
 // Key columns: every table starts with seq_id and pos; per-layer tables add the 0-indexed layer.
@@ -54,6 +55,7 @@ var (
 	posField   = arrow.Field{Name: "pos", Type: int32Type}          // 0-indexed token position in the sequence
 	layerField = arrow.Field{Name: "layer", Type: int32Type}        // 0-indexed decoder layer
 	topIDs     = arrow.Field{Name: "topk_ids", Type: idsType}       // the k most probable next ids, descending
+	topPieces  = arrow.Field{Name: "topk_tokens", Type: piecesType} // their text pieces (Options.Piece), same order
 	topLogp    = arrow.Field{Name: "topk_logprobs", Type: logpType} // their log probabilities, same order
 )
 
@@ -72,7 +74,10 @@ var tokensFields = []arrow.Field{
 	{Name: "logprob", Type: float32Type, Nullable: true},
 	{Name: "rank", Type: int32Type, Nullable: true},
 	{Name: "entropy", Type: float32Type}, // nats, over the full vocabulary, never a top-k estimate
+	// The top-k: ids, their pieces rendered as the token column's (an empty list when the builder had no
+	// tokenizer, so that a notebook needs no tokenizer of its own to read them), log probabilities.
 	topIDs,
+	topPieces,
 	topLogp,
 }
 
@@ -87,6 +92,7 @@ var lensFields = []arrow.Field{
 	{Name: "target_logprob", Type: float32Type, Nullable: true}, // null without a target, as in tokens
 	{Name: "target_rank", Type: int32Type, Nullable: true},      // null without a target
 	topIDs,
+	topPieces, // as in tokens
 	topLogp,
 }
 

@@ -11,6 +11,7 @@ func TestSchemaColumns(t *testing.T) {
 	const (
 		ids  = "list<item: int32, nullable>"
 		f32s = "list<item: float32, nullable>"
+		strs = "list<item: utf8, nullable>"
 	)
 	tests := []struct {
 		table   string
@@ -19,9 +20,10 @@ func TestSchemaColumns(t *testing.T) {
 	}{
 		{TokensTable, false, []string{"seq_id int32", "pos int32", "token_id int32", "token utf8", "message int32",
 			"channel utf8", "target_id int32", "logprob float32 null", "rank int32 null", "entropy float32",
-			"topk_ids " + ids, "topk_logprobs " + f32s}},
+			"topk_ids " + ids, "topk_tokens " + strs, "topk_logprobs " + f32s}},
 		{LensTable, false, []string{"seq_id int32", "pos int32", "layer int32", "entropy float32",
-			"target_logprob float32 null", "target_rank int32 null", "topk_ids " + ids, "topk_logprobs " + f32s}},
+			"target_logprob float32 null", "target_rank int32 null", "topk_ids " + ids, "topk_tokens " + strs,
+			"topk_logprobs " + f32s}},
 		{HiddenTable, false, []string{"seq_id int32", "pos int32", "layer int32",
 			"vector fixed_size_list<item: float32, nullable>[7168]"}},
 		{HiddenTable, true, []string{"seq_id int32", "pos int32", "layer int32",
@@ -47,7 +49,7 @@ func TestSchemaColumns(t *testing.T) {
 			if strings.Join(got, "\n") != strings.Join(tt.want, "\n") {
 				t.Errorf("columns:\n-want %q\n+got  %q", tt.want, got)
 			}
-			wantMeta := map[string]string{MetaTable: tt.table, MetaSchemaVersion: "1", MetaEngine: "v0.1"}
+			wantMeta := map[string]string{MetaTable: tt.table, MetaSchemaVersion: "2", MetaEngine: "v0.1"}
 			if got := sc.Metadata().ToMap(); len(got) != len(wantMeta) {
 				t.Errorf("metadata: -want %v +got %v", wantMeta, got)
 			}
