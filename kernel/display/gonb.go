@@ -28,8 +28,9 @@ func DisplayTable(tbl arrow.Table, maxRows int) {
 }
 
 // ProgressBar is a progress display that updates in place in a notebook cell. GoNB keeps an output block
-// per display id and replaces its content on each update (gonbui.UpdateHTML); the block is transient, so
-// Finish clears it and leaves the final report in an ordinary output that is saved with the notebook.
+// per display id and replaces its content on each update (gonbui.UpdateHTML); the notebook saves the
+// block with its last content, so Finish writes the final report into it (one output a job, where a
+// cleared bar and a separate report left an empty output before each report).
 //
 // Updates closer together than MinInterval are dropped (the last report before Finish may be too: Finish
 // always shows its own). A ProgressBar is safe for use by several goroutines.
@@ -60,8 +61,7 @@ func (b *ProgressBar) Update(p Progress) {
 	gonbui.UpdateHTML(b.id, ProgressHTML(p))
 }
 
-// Finish clears the transient bar and displays p as a permanent output of the cell.
+// Finish shows p in the bar's block for good (whatever MinInterval says).
 func (b *ProgressBar) Finish(p Progress) {
-	gonbui.UpdateHTML(b.id, "")
-	gonbui.DisplayHTML(ProgressHTML(p))
+	gonbui.UpdateHTML(b.id, ProgressHTML(p))
 }
