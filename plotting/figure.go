@@ -129,6 +129,9 @@ func (f *Figure) draw(c draw.Canvas) (err error) {
 			err = fmt.Errorf("plotting: drawing %q: %v", f.Plot.Title.Text, p)
 		}
 	}()
+	// A margin all round: gonum sizes the axes with its own font metrics, and a browser drawing the SVG
+	// with a wider fallback font would otherwise push the tick labels and the legend past the edges.
+	c = draw.Crop(c, figureMargin, -figureMargin, figureMargin/2, -figureMargin/2)
 	if f.scale == nil {
 		f.Plot.Draw(c)
 		return nil
@@ -140,6 +143,9 @@ func (f *Figure) draw(c draw.Canvas) (err error) {
 	f.scale.Draw(draw.Crop(c, width-colorBarWidth, 0, vg.Length(37), -(titleSize + f.Plot.Title.Padding + 1)))
 	return nil
 }
+
+// figureMargin is the blank space left and right of a figure (half of it above and below).
+const figureMargin = vg.Length(12)
 
 // newPlot returns a plot with this package's title, label and tick sizes.
 func newPlot(title, xLabel, yLabel string) *plot.Plot {

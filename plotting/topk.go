@@ -34,10 +34,15 @@ func TopK(alts []Alternative, title string) (*Figure, error) {
 	}
 	p := newPlot(title, "probability", "")
 	n := len(alts)
+	for _, a := range alts {
+		if a.Target { // said in the axis label: a legend box would cover the shortest bars' labels
+			p.X.Label.Text = "probability (orange: the token that came next)"
+			break
+		}
+	}
 	names := make([]string, n)
 	var labels plotter.XYLabels
 	maxP := 0.0
-	legend := false // one legend entry for the target colour
 	for i, a := range alts {
 		if math.IsNaN(a.Logprob) || a.Logprob > 1e-6 {
 			return nil, inputError("TopK: alternative %d (%s): logprob %v, want <= 0", i, a.Label, a.Logprob)
@@ -53,10 +58,6 @@ func TopK(alts []Alternative, title string) (*Figure, error) {
 		bar.Color, bar.LineStyle.Width = barColor, 0
 		if a.Target {
 			bar.Color = targetColor
-			if !legend {
-				p.Legend.Add("the token that came next", bar)
-				legend = true
-			}
 		}
 		p.Add(bar)
 		names[n-1-i] = a.Label
@@ -74,7 +75,6 @@ func TopK(alts []Alternative, title string) (*Figure, error) {
 	text.Offset = vg.Point{X: vg.Length(4)}
 	p.Add(text)
 	p.NominalY(names...)
-	p.Legend.Top = false                             // bottom right: the least likely bars are the shortest
 	p.X.Min, p.X.Max = 0, math.Min(1, maxP*1.2+0.02) // room for the percentages
 	height := vg.Length(math.Max(200, 90+24*float64(n)))
 	return &Figure{Plot: p, Width: DefaultWidth, Height: height}, nil

@@ -18,17 +18,14 @@ func TestTopK(t *testing.T) {
 		{"no target", []Alternative{{Label: `" the"`, Logprob: math.Log(0.5)}, {Label: `"<a>"`, Logprob: math.Log(0.25)}},
 			2, 0, []string{"Top next-token predictions", "probability", `" the"`, `"<a>"`, "50.0%", "25.0%"}},
 		{"target among", []Alternative{{Label: "x", Logprob: -0.1}, {Label: "y", Logprob: -2, Target: true}, {Label: "z", Logprob: -3}},
-			3, 1, []string{"x", "y", "z", "the token that came next"}},
+			3, 1, []string{"x", "y", "z", "probability (orange: the token that came next)"}},
 		{"one", []Alternative{{Label: "only", Logprob: 0}}, 1, 0, []string{"100.0%"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			d := svgOf(t)(TopK(tt.alts, ""))
 			checkTexts(t, d, tt.wantTexts...)
-			targets := d.fills(targetColor)
-			if tt.wantTargets > 0 {
-				targets-- // the legend's swatch
-			}
+			targets := d.fills(targetColor) // no legend swatch: the axis label explains the colour
 			if got := d.fills(barColor) + targets; got != tt.wantBars || targets != tt.wantTargets {
 				t.Errorf("bars: want %d (%d target), got %d (%d target)", tt.wantBars, tt.wantTargets, got, targets)
 			}
@@ -44,13 +41,13 @@ func TestTopKAt(t *testing.T) {
 
 	d := svgOf(t)(TopKAt(rows, 0, 0, decode))
 	checkTexts(t, d, `Next token after "a" (seq 0, pos 0)`, `"b"`, `" seven"`)
-	if got := d.fills(targetColor) - 1; got != 1 {
+	if got := d.fills(targetColor); got != 1 {
 		t.Errorf("pos 0: want the target bar orange, got %d", got)
 	}
 
 	d = svgOf(t)(TopKAt(rows, 0, 1, decode))
 	checkTexts(t, d, `" seven"`, `"\n"`, `"c" (rank 9)`)
-	if bars, targets := d.fills(barColor), d.fills(targetColor)-1; bars != 2 || targets != 1 {
+	if bars, targets := d.fills(barColor), d.fills(targetColor); bars != 2 || targets != 1 {
 		t.Errorf("pos 1: want 2 bars and the target added, got %d and %d", bars, targets)
 	}
 
