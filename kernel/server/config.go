@@ -46,11 +46,11 @@ type Config struct {
 	ShutdownTimeout time.Duration
 	// ExpertChunk is passed to the engines (replay.EngineOptions.ExpertChunk).
 	ExpertChunk int
-	// HostCacheBytes is passed to the engines (replay.EngineOptions.HostCacheBytes): host memory that
-	// keeps weights between waves. Each precision's engine has its own.
+	// HostCacheBytes is passed to the default precision's engine (replay.EngineOptions.HostCacheBytes):
+	// host memory that keeps weights between waves. The other precision's engine keeps none.
 	HostCacheBytes int64
-	// ResidentBytes is passed to the engines (replay.EngineOptions.ResidentBytes): layers' own weights
-	// kept on the backend between waves.
+	// ResidentBytes is passed to the default precision's engine (replay.EngineOptions.ResidentBytes):
+	// layers' own weights kept on the backend between waves. The other precision's engine keeps none.
 	ResidentBytes int64
 	// PrefetchExperts is passed to the engines (replay.EngineOptions.PrefetchExperts).
 	PrefetchExperts int

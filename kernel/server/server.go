@@ -108,8 +108,12 @@ func (s *Server) engine(ctx context.Context, p ops.Precision) (*Opened, error) {
 	// MaxWaveTokens also bounds the engine: a job larger than a wave runs as several (a gathered wave
 	// never exceeds it, but a single job may hold --max-request-tokens).
 	opts := replay.EngineOptions{ExpertChunk: s.cfg.ExpertChunk, Progress: s.onProgress,
-		MaxWaveTokens: s.cfg.Limits.MaxWaveTokens, HostCacheBytes: s.cfg.HostCacheBytes,
-		ResidentBytes: s.cfg.ResidentBytes, PrefetchExperts: s.cfg.PrefetchExperts}
+		MaxWaveTokens: s.cfg.Limits.MaxWaveTokens, PrefetchExperts: s.cfg.PrefetchExperts}
+	if p == s.prec {
+		// Only the default precision's engine keeps weights: a second one opened on demand would pin as
+		// much host and device memory again, past what the budgets were sized for.
+		opts.HostCacheBytes, opts.ResidentBytes = s.cfg.HostCacheBytes, s.cfg.ResidentBytes
+	}
 	o, err := s.cfg.Open(ctx, s.cfg.ModelDir, p, opts)
 	if err != nil {
 		return nil, fmt.Errorf("server: opening %s at %s: %w", s.cfg.ModelDir, p, err)
