@@ -53,8 +53,8 @@ func runServe(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.DurationVar(&f.gather, "gather", 50*time.Millisecond, "wait this long after a request reaches an idle engine, so that requests sent together share a wave")
 	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 10*time.Minute, "on SIGTERM, how long the wave in flight may take to finish before it is failed")
 	fs.IntVar(&f.expertChunk, "expert-chunk", 0, "routed experts resident at once per MoE layer (0: all chosen); results do not depend on it")
-	fs.Var(&f.hostCache, "host-cache", "host memory that keeps weights between waves, e.g. 200GB (page-locked on cuda; 0: read every wave from the checkpoint); results do not depend on it")
-	fs.Var(&f.resident, "resident", "checkpoint bytes of the layers' own weights (all but routed experts) kept on the backend between waves, e.g. 100GB (device memory on cuda; 0: upload every wave); results do not depend on it")
+	fs.Var(&f.hostCache, "host-cache", "host memory that keeps weights between waves, e.g. 200GB (page-locked on cuda; 0: read every wave from the checkpoint); the default precision's engine only; results do not depend on it")
+	fs.Var(&f.resident, "resident", "checkpoint bytes of the layers' own weights (all but routed experts) kept on the backend between waves, e.g. 100GB (device memory on cuda; 0: upload every wave); the default precision's engine only; results do not depend on it")
 	fs.IntVar(&f.prefetch, "prefetch-experts", -1, "routed experts of an MoE layer uploaded from the host cache before its router runs, in large waves (-1: all) (overlaps their copy with attention on cuda; needs --host-cache); results do not depend on it")
 	if err := fs.Parse(args); err != nil {
 		return err
