@@ -24,6 +24,9 @@ type hostPool struct {
 	mu    sync.Mutex
 	idle  [][]byte // full arenas (len == cap), not in use
 	total atomic.Int64
+	// plain holds the arenas in ordinary memory that stand in for the backend's when AllocHost failed
+	// (page-locked memory is a limited resource: a large host cache may have taken it), by first byte.
+	plain map[*byte]bool
 }
 
 // maxIdle bounds the idle arenas kept: two layer reads in flight plus the expert batches' pipeline.
@@ -61,9 +64,15 @@ func (p *hostPool) get(n int) ([]byte, error) {
 	if p.mem != nil {
 		var err error
 		if a, err = p.mem.AllocHost(size); err != nil {
-			return nil, fmt.Errorf("host buffer of %d bytes: %w", size, err)
-		}
-		if len(a) < size {
+			// Ordinary memory instead: uploads from it are slower (staged), but the wave goes on.
+			a = checkpoint.AlignedBuffer(size, arenaAlign)
+			p.mu.Lock()
+			if p.plain == nil {
+				p.plain = map[*byte]bool{}
+			}
+			p.plain[&a[0]] = true
+			p.mu.Unlock()
+		} else if len(a) < size {
 			return nil, errors.Join(fmt.Errorf("host buffer of %d bytes: the backend returned %d", size, len(a)), p.mem.FreeHost(a))
 		}
 		a = a[:size:size]
@@ -125,12 +134,21 @@ func (p *hostPool) release(a []byte) error {
 // disown stops counting arena a as the pool's: the host cache has taken it (and frees it with free).
 func (p *hostPool) disown(a []byte) { p.total.Add(-int64(cap(a))) }
 
-// free returns arena a's memory to the backend (the garbage collector's without ops.HostMemory).
+// free returns arena a's memory to the backend (the garbage collector's without ops.HostMemory, or when
+// it stood in for the backend's).
 func (p *hostPool) free(a []byte) error {
-	if p.mem == nil {
+	if p.mem == nil || cap(a) == 0 {
 		return nil
 	}
-	return p.mem.FreeHost(a[:cap(a)])
+	a = a[:cap(a)]
+	p.mu.Lock()
+	plain := p.plain[&a[0]]
+	delete(p.plain, &a[0])
+	p.mu.Unlock()
+	if plain {
+		return nil
+	}
+	return p.mem.FreeHost(a)
 }
 
 // bytes is the host memory the pool holds, idle or in use.
