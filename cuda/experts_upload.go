@@ -139,7 +139,9 @@ func (b *Backend) uploadStable(op string, latent, ffn int, parts []ops.ExpertPar
 			errs := []error{err, b.syncCopy()}
 			for _, blk := range blocks {
 				errs = append(errs, b.free(blk.ptr))
-				b.evs.idle = append(b.evs.idle, blk.ev)
+				if blk.ev != 0 { // 0: the block's copy failed before its event was recorded
+					b.evs.idle = append(b.evs.idle, blk.ev)
+				}
 			}
 			for _, e := range es {
 				if e.block == nil && e.ptr != 0 {
