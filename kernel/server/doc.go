@@ -52,12 +52,13 @@
 //	{"id": "…", "state": "running", "wave": 3, "layer": 17, "layers": 93, "tokens": 12345,
 //	 "bytes_read": 281000000000, "bytes_per_second": 41200000000, "elapsed_s": 6.8, "eta_s": 30.4}
 //
-// Refusals: malformed JSON, unknown fields, no inputs, an input with not exactly one of text,
-// conversation, tokens, an empty sequence, a token id outside the vocabulary, a layer outside the model,
-// a top_k past --max-top-k or the vocabulary, an unknown precision, a conversation without thinking mode:
-// 400, the message naming the field ("inputs[2].tokens[7]: token id 170000 outside the vocabulary
-// 0..163839"). Past --max-body-bytes, --max-tokens or --max-wave-tokens (one sequence),
-// --max-request-tokens or --max-sequences: 413, with "limit" naming the flag.
+// Refusals: malformed JSON, unknown fields, a key given twice or in another case than its field's, no
+// inputs, an input with not exactly one of text, conversation, tokens, an empty sequence, a token id
+// outside the vocabulary, a layer outside the model, a top_k past --max-top-k or the vocabulary, an
+// unknown precision, a conversation without thinking mode: 400, the message naming the field
+// ("inputs[2].tokens[7]: token id 170000 outside the vocabulary 0..163839"). Past --max-body-bytes,
+// --max-tokens or --max-wave-tokens (one sequence), --max-request-tokens or --max-sequences: 413, with
+// "limit" naming the flag.
 //
 // The tables name the top-k ids with the tokenizer's pieces (the topk_tokens column of the tokens and lens
 // tables; empty lists for a model without a tokenizer), and Info gives the model's shape, so that a

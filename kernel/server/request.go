@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"reflect"
 	"slices"
 
 	"github.com/potato-k3/potato-k3/datasets"
@@ -36,24 +37,32 @@ func tooLarge(flag string, limit int64, format string, args ...any) *httpError {
 		msg: fmt.Sprintf(format, args...) + fmt.Sprintf(": the limit is %d (%s)", limit, flag)}
 }
 
-// decodeRequest reads one JSON request body, refusing unknown fields and trailing data.
+// decodeRequest reads one JSON request body, refusing unknown fields, keys given twice or in another
+// case than the field's (checkKeys), and trailing data.
 func decodeRequest(w http.ResponseWriter, r *http.Request, limit int64) (api.Request, error) {
 	var req api.Request
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, limit))
-	dec.DisallowUnknownFields()
-	err := dec.Decode(&req)
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) {
+		return req, tooLarge("--max-body-bytes", limit, "request body too large")
+	}
+	if err != nil {
+		return req, badRequest("reading the request: %v", err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	err = dec.Decode(&req)
 	if err == nil { // only white space may follow (dec.More would let a stray '}' or ']' through)
 		if _, err = dec.Token(); err == io.EOF {
 			err = nil
-		} else if !errors.As(err, &mbe) {
+		} else {
 			err = errors.New("data after the request object")
 		}
 	}
-	switch {
-	case errors.As(err, &mbe):
-		return req, tooLarge("--max-body-bytes", limit, "request body too large")
-	case err != nil:
+	if err == nil {
+		err = checkKeys(body, reflect.TypeFor[api.Request]())
+	}
+	if err != nil {
 		return req, badRequest("malformed request JSON: %v", err)
 	}
 	return req, nil
