@@ -75,13 +75,23 @@ func (e *Engine) runFitted(ctx context.Context, reqs []Request, total int) ([][]
 		}
 	}
 	if seqs < 2 {
-		return nil, st, fmt.Errorf("a sequence of %d tokens alone does not fit in the device's memory: %w", total, err)
+		return nil, st, fmt.Errorf("a sequence of %d tokens alone does not fit in the device's memory "+
+			"beside %.1f GB of resident layers and %s routed experts at once (EngineOptions.ResidentBytes "+
+			"and ExpertChunk, --resident and --expert-chunk): %w", total, float64(e.kept.bytes())/1e9, chunkWords(e.opts.ExpertChunk), err)
 	}
 	half := max(total/2, longest) // < total: there are two sequences or more
 	if e.fitTokens == 0 || half < e.fitTokens {
 		e.fitTokens = half
 	}
 	return e.runSplit(ctx, reqs, half)
+}
+
+// chunkWords says how many routed experts a layer holds at once.
+func chunkWords(chunk int) string {
+	if chunk <= 0 {
+		return "all chosen"
+	}
+	return fmt.Sprintf("up to %d", chunk)
 }
 
 // runSplit runs the sequences of reqs in waves of at most limit tokens, in order, and reassembles them.
