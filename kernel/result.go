@@ -79,7 +79,10 @@ func (r *Result) HTML() string {
 }
 
 // Display shows HTML in the current GoNB cell; outside a notebook it does nothing.
-func (r *Result) Display() { gonbui.DisplayHTML(r.HTML()) }
+func (r *Result) Display() {
+	gonbui.DisplayHTML(r.HTML())
+	gonbui.Sync() // delivered before the cell's program can exit (display.Display says why)
+}
 
 // count is "1 token", "3 tokens".
 func count(n int, what string) string {

@@ -203,6 +203,7 @@ var wants = map[string][]want{
 // checkContent checks nb against wants[name].
 func checkContent(t *testing.T, name string, nb *notebook) {
 	t.Helper()
+	missing := false
 	for _, w := range wants[name] {
 		n := 0
 		for _, c := range nb.Cells {
@@ -214,6 +215,14 @@ func checkContent(t *testing.T, name string, nb *notebook) {
 		}
 		if n < w.min {
 			t.Errorf("%s: %d %s outputs hold %q, want at least %d", w.what, n, w.mime, w.contains, w.min)
+			missing = true
+		}
+	}
+	if missing { // what the cells did show, to tell a missing output from a changed one
+		for i, c := range nb.Cells {
+			if c.CellType == "code" {
+				t.Logf("cell %d outputs:\n%s", i, head(c.report(), 20))
+			}
 		}
 	}
 }

@@ -11,10 +11,12 @@ func (f *Figure) Display() error {
 		return err
 	}
 	gonbui.DisplaySvg(string(svg))
+	gonbui.Sync() // delivered before the cell's program can exit, which would lose what is in the pipe
 	return nil
 }
 
 // DisplayHTML shows HTML made by this package (a LogprobStrip) in the current notebook cell.
 func DisplayHTML(html string) {
 	gonbui.DisplayHTML(html)
+	gonbui.Sync()
 }

@@ -12,19 +12,27 @@ import (
 // made by the pure functions of this package; outside a notebook gonbui does nothing, so these are safe
 // to call from tests and programs.
 
+// show displays html and waits until GoNB has taken it (gonbui.Sync): a cell's program that displays
+// and then exits would otherwise lose what was still in the pipe (seen as tables missing from a cell's
+// saved outputs, now and then, when they were its last outputs).
+func show(html string) {
+	gonbui.DisplayHTML(html)
+	gonbui.Sync()
+}
+
 // Display shows the first maxRows rows of rec in the current notebook cell (see HTMLTable).
 func Display(rec arrow.RecordBatch, maxRows int) {
-	gonbui.DisplayHTML(HTMLTable(rec, maxRows))
+	show(HTMLTable(rec, maxRows))
 }
 
 // DisplayRecords shows several record batches of one schema as one table (see HTMLRecords).
 func DisplayRecords(recs []arrow.RecordBatch, maxRows int) {
-	gonbui.DisplayHTML(HTMLRecords(recs, maxRows))
+	show(HTMLRecords(recs, maxRows))
 }
 
 // DisplayTable shows the first maxRows rows of an arrow.Table (see HTMLTableOf).
 func DisplayTable(tbl arrow.Table, maxRows int) {
-	gonbui.DisplayHTML(HTMLTableOf(tbl, maxRows))
+	show(HTMLTableOf(tbl, maxRows))
 }
 
 // ProgressBar is a progress display that updates in place in a notebook cell. GoNB keeps an output block
@@ -64,4 +72,5 @@ func (b *ProgressBar) Update(p Progress) {
 // Finish shows p in the bar's block for good (whatever MinInterval says).
 func (b *ProgressBar) Finish(p Progress) {
 	gonbui.UpdateHTML(b.id, ProgressHTML(p))
+	gonbui.Sync()
 }
