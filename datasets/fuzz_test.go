@@ -27,6 +27,8 @@ func FuzzReadJSONL(f *testing.F) {
 		`[{"role":"assistant","tool_calls":[{"name":"f","arguments":"not json"}]}]`,
 		`{"id":1e400,"thinking":null,"messages":[{"role":"tool","content":null,"tool_call_id":"c"}]}`,
 		"{\"messages\":[{\"role\":\"user\",\"content\":\"\xff\xfe\"}]}\n\n[]",
+		// invalid UTF-8 inside arguments given as an object (found by the fuzzer in CI)
+		"[{\"role\":\"assistant\",\"tool_calls\":[{\"name\":\"f\",\"arguments\":{\"ci\xff\xfe,\xc3ty\":\"L\"}}]}]",
 		`[null]`, `{}`, `[`, `"just a string"`, `{"messages":null}`,
 	} {
 		f.Add([]byte(seed))

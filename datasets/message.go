@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/potato-k3/potato-k3/replay/tokenizer"
 )
@@ -224,8 +225,9 @@ func toolCalls(raw json.RawMessage, path string) ([]tokenizer.ToolCall, error) {
 }
 
 // arguments returns a call's arguments as JSON text. A string is taken verbatim: it is the text the model
-// wrote, and replay must render what the model saw. An object is written as compact JSON. Absent or null
-// arguments are "{}".
+// wrote, and replay must render what the model saw. An object is written as compact JSON, each byte of
+// invalid UTF-8 in it replaced by U+FFFD as encoding/json does in a string (so that the conversation reads
+// back the same from its own JSON). Absent or null arguments are "{}".
 func arguments(raw json.RawMessage, path string) (string, error) {
 	if isNull(raw) {
 		return "{}", nil
@@ -242,7 +244,26 @@ func arguments(raw json.RawMessage, path string) (string, error) {
 	if err := json.Compact(&b, raw); err != nil {
 		return "", errorf(path, "%v", err)
 	}
-	return b.String(), nil
+	return validUTF8(b.Bytes()), nil
+}
+
+// validUTF8 is s with every byte that is not part of valid UTF-8 replaced by U+FFFD, one for one, as
+// encoding/json decodes a string (strings.ToValidUTF8 would merge a run of them into one).
+func validUTF8(s []byte) string {
+	if utf8.Valid(s) {
+		return string(s)
+	}
+	var b strings.Builder
+	for len(s) > 0 {
+		r, n := utf8.DecodeRune(s)
+		if r == utf8.RuneError && n == 1 {
+			b.WriteRune(utf8.RuneError)
+		} else {
+			b.Write(s[:n])
+		}
+		s = s[n:]
+	}
+	return b.String()
 }
 
 // stringField reads o[key] as a string; absent or null is "".
