@@ -1,0 +1,32 @@
+package main
+
+import (
+	"context"
+	"strings"
+	"testing"
+)
+
+// TestBenchCacheFlags: bench on the CPU with the host cache and resident layers warms them with an
+// untimed wave, then times waves that read nothing from the checkpoint; bad sizes are refused.
+func TestBenchCacheFlags(t *testing.T) {
+	dir := tinyModel(t)
+	var out strings.Builder
+	err := runBench(context.Background(), []string{"--model", dir, "--tokens", "96", "--seq-len", "48", "--repeat", "1",
+		"--host-cache", "100MB", "--resident", "1GB", "--bound-flops", "1e10"}, &out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"warm-up wave of 96 tokens", "resident layers", "measured: uploads from host memory",
+		"wave of 96 tokens (2 sequences of up to 48)", "to router s", "kda+moe"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("bench output lacks %q:\n%s", want, out.String())
+		}
+	}
+	// With every layer resident and the experts cached, a timed wave moves only cached bytes.
+	if !strings.Contains(out.String(), "from the host cache") || strings.Contains(out.String(), "(0.0 MB from the host cache)") {
+		t.Errorf("the timed wave did not stream from the host cache:\n%s", out.String())
+	}
+	if err := runBench(context.Background(), []string{"--model", dir, "--host-cache", "lots"}, &out); err == nil {
+		t.Error("--host-cache lots: no error")
+	}
+}
