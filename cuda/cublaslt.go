@@ -3,9 +3,6 @@ package cuda
 import (
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
-	"sort"
 	"sync"
 	"unsafe"
 
@@ -118,31 +115,10 @@ func loadCuBLASLt() (*ltLib, error) {
 	return theLt, ltErr
 }
 
-// ltCandidates lists where libcublasLt is looked for: $POTATO_CUBLASLT, the loader's path, the CUDA
-// toolkit's usual homes and the copies NVIDIA's Python wheels install. Version 13 first (the toolkit of
-// the driver this package is written for), then 12 (which a CUDA 13 driver runs as well; the values used
-// here are the same).
-func ltCandidates() []string {
-	var c []string
-	if p := os.Getenv(ltLibEnv); p != "" {
-		c = append(c, p)
-	}
-	for _, v := range []string{"13", "12"} {
-		lib := "libcublasLt.so." + v
-		c = append(c, lib, "/usr/local/cuda/lib64/"+lib, "/usr/local/cuda/targets/x86_64-linux/lib/"+lib)
-		for _, pattern := range []string{
-			"/usr/local/cuda-" + v + "*/lib64/" + lib,
-			"/opt/*/.venv/lib/python3*/site-packages/nvidia/cu" + v + "/lib/" + lib,
-			"/usr/local/lib/python3*/dist-packages/nvidia/cu" + v + "/lib/" + lib,
-			"/usr/local/lib/python3*/dist-packages/nvidia/cublas/lib/" + lib,
-		} {
-			m, _ := filepath.Glob(pattern)
-			sort.Strings(m)
-			c = append(c, m...)
-		}
-	}
-	return c
-}
+// ltCandidates lists where libcublasLt is looked for (toolkitCandidates): version 13 first (the toolkit
+// of the driver this package is written for), then 12 (which a CUDA 13 driver runs as well; the values
+// used here are the same).
+func ltCandidates() []string { return toolkitCandidates(ltLibEnv, "libcublasLt", "cublas") }
 
 func openCuBLASLt(candidates []string) (*ltLib, error) {
 	h, path, err := dlopenFirst("the cuBLASLt library ("+ltDefaultLib+"; set "+ltLibEnv+" to its path)", candidates)

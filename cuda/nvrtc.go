@@ -44,23 +44,26 @@ var (
 	nvrtcErr  error
 )
 
-// nvrtcCandidates lists where libnvrtc is looked for: $POTATO_NVRTC, the loader's path, the CUDA toolkit's
-// usual homes, and the copy PyTorch's wheels install. Version 13 first (the driver API this package is
-// written for), then 12 (whose sm_90 machine code a CUDA 13 driver runs as well).
-func nvrtcCandidates() []string {
+// nvrtcCandidates lists where libnvrtc is looked for (toolkitCandidates): version 13 first (the driver API
+// this package is written for), then 12 (whose sm_90 machine code a CUDA 13 driver runs as well).
+func nvrtcCandidates() []string { return toolkitCandidates(nvrtcEnv, "libnvrtc", "cuda_nvrtc") }
+
+// toolkitCandidates lists where a CUDA toolkit library (base "libnvrtc", "libcublasLt") is looked for:
+// the path in $env, then for versions 13 and 12 the loader's path, the toolkit's usual homes, and the
+// copies NVIDIA's Python wheels install (nvidia/cuXX/lib, or nvidia/<wheelDir>/lib).
+func toolkitCandidates(env, base, wheelDir string) []string {
 	var c []string
-	if p := os.Getenv(nvrtcEnv); p != "" {
+	if p := os.Getenv(env); p != "" {
 		c = append(c, p)
 	}
 	for _, v := range []string{"13", "12"} {
-		c = append(c, "libnvrtc.so."+v,
-			"/usr/local/cuda/lib64/libnvrtc.so."+v,
-			"/usr/local/cuda/targets/x86_64-linux/lib/libnvrtc.so."+v)
+		lib := base + ".so." + v
+		c = append(c, lib, "/usr/local/cuda/lib64/"+lib, "/usr/local/cuda/targets/x86_64-linux/lib/"+lib)
 		for _, pattern := range []string{
-			"/usr/local/cuda-" + v + "*/lib64/libnvrtc.so." + v,
-			"/opt/*/.venv/lib/python3*/site-packages/nvidia/cu" + v + "/lib/libnvrtc.so." + v,
-			"/usr/local/lib/python3*/dist-packages/nvidia/cu" + v + "/lib/libnvrtc.so." + v,
-			"/usr/local/lib/python3*/dist-packages/nvidia/cuda_nvrtc/lib/libnvrtc.so." + v,
+			"/usr/local/cuda-" + v + "*/lib64/" + lib,
+			"/opt/*/.venv/lib/python3*/site-packages/nvidia/cu" + v + "/lib/" + lib,
+			"/usr/local/lib/python3*/dist-packages/nvidia/cu" + v + "/lib/" + lib,
+			"/usr/local/lib/python3*/dist-packages/nvidia/" + wheelDir + "/lib/" + lib,
 		} {
 			m, _ := filepath.Glob(pattern)
 			sort.Strings(m)
