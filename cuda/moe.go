@@ -334,15 +334,11 @@ func (b *Backend) expertsAccumulate(acc, z ops.Tensor, rt ops.Routing, experts [
 	}
 	at, zt := ts[0], ts[1]
 	rows, latent := zt.rows, zt.cols
-	switch {
-	case at.rows != rows || at.cols != latent:
-		return shapeErr(op, "acc %v differs from z %v", at, zt)
-	case at.dt != dtF32:
+	if err := ops.CheckExpertsAccumulate(acc, z, rt, beta, linBeta); err != nil {
+		return err
+	}
+	if at.dt != dtF32 {
 		return argErr(op, "acc %v is a weight, not an activation", at)
-	case rt.K < 0 || len(rt.IDs) != rows*rt.K || len(rt.Weights) != rows*rt.K:
-		return shapeErr(op, "routing K %d with %d ids and %d weights for %d rows", rt.K, len(rt.IDs), len(rt.Weights), rows)
-	case beta == 0 || linBeta == 0:
-		return argErr(op, "beta %g and linBeta %g must be non-zero", beta, linBeta)
 	}
 	es := make([]*Expert, len(experts))
 	for i, x := range experts {

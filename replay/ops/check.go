@@ -120,6 +120,22 @@ func CheckRoute(x, w, bias Tensor, k int) error {
 	return nil
 }
 
+// CheckExpertsAccumulate verifies Backend.ExpertsAccumulate's arguments other than the experts: acc of
+// z's shape, a routing of K ids and weights for each of z's rows, and non-zero SiTU betas.
+func CheckExpertsAccumulate(acc, z Tensor, rt Routing, beta, linBeta float32) error {
+	const op = "ExpertsAccumulate"
+	rows := z.Rows()
+	switch {
+	case acc.Rows() != rows || acc.Cols() != z.Cols():
+		return shapeErr(op, "acc %s differs from z %s", dims(acc), dims(z))
+	case rt.K < 0 || len(rt.IDs) != rows*rt.K || len(rt.Weights) != rows*rt.K:
+		return shapeErr(op, "routing K %d with %d ids and %d weights for %d rows", rt.K, len(rt.IDs), len(rt.Weights), rows)
+	case beta == 0 || linBeta == 0:
+		return argErr(op, "beta %g and linBeta %g must be non-zero", beta, linBeta)
+	}
+	return nil
+}
+
 // CheckNorm verifies the arguments of RMSNorm (gate nil) and GatedRMSNorm (op names which): a 1 x g
 // weight with g dividing x's columns, and a gate of x's shape.
 func CheckNorm(op string, x, w, gate Tensor) error {
