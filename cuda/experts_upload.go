@@ -184,12 +184,7 @@ func (b *Backend) uploadStable(op string, latent, ffn int, parts []ops.ExpertPar
 		}
 		for _, i := range loose {
 			e := es[i]
-			size, padded := 0, false
-			for j, part := range all[i] { // UploadExpert's layout: each part 256-byte aligned
-				e.off[j] = size
-				size = (size + len(part) + 255) &^ 255
-				padded = padded || len(part)%256 != 0
-			}
+			size, padded := e.layout(all[i])
 			p, err := b.mallocCopy(size)
 			if err != nil {
 				return undo(err)
@@ -222,12 +217,7 @@ func groupByBuffer(h *hostAllocs, all [][6][]byte) ([]stableGroup, []int) {
 	var order []uintptr
 	var loose []int
 	for i, ps := range all {
-		buf, ok := h.find(ps[0])
-		for _, part := range ps[1:] {
-			if q, in := h.find(part); !in || q != buf {
-				ok = false
-			}
-		}
+		buf, ok := h.bufferOf(ps)
 		if !ok {
 			loose = append(loose, i)
 			continue

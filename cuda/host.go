@@ -45,11 +45,23 @@ func partsKey(parts [6][]byte) [6][2]uintptr {
 	return k
 }
 
+// bufferOf returns the registered buffer that holds all six parts of an expert, or false when they are
+// not all in one. Under mu.
+func (h *hostAllocs) bufferOf(parts [6][]byte) (uintptr, bool) {
+	p, ok := h.find(parts[0])
+	for _, part := range parts[1:] {
+		if q, in := h.find(part); !in || q != p {
+			return 0, false
+		}
+	}
+	return p, ok
+}
+
 // checkedBefore reports whether the expert made of parts (all in stable buffers) was checked before.
 func (h *hostAllocs) checkedBefore(parts [6][]byte) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	p, ok := h.find(parts[0])
+	p, ok := h.bufferOf(parts)
 	return ok && h.checked[p][partsKey(parts)]
 }
 
@@ -58,14 +70,9 @@ func (h *hostAllocs) checkedBefore(parts [6][]byte) bool {
 func (h *hostAllocs) markChecked(parts [6][]byte) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	p, ok := h.find(parts[0])
+	p, ok := h.bufferOf(parts)
 	if !ok {
 		return
-	}
-	for _, part := range parts[1:] {
-		if q, ok := h.find(part); !ok || q != p {
-			return
-		}
 	}
 	if h.checked == nil {
 		h.checked = map[uintptr]map[[6][2]uintptr]bool{}

@@ -44,6 +44,18 @@ func (e *Expert) matrix(i int) weightRef {
 		rows: rows, k: cols, packRow: pw, scRow: sw}
 }
 
+// layout places an expert's six parts in one device buffer, each at a 256-byte aligned offset (the matmul
+// kernels read 16 bytes at a time): it sets e.off and returns the buffer's size and whether some part
+// leaves padding (to be zeroed).
+func (e *Expert) layout(parts [6][]byte) (size int, padded bool) {
+	for i, part := range parts {
+		e.off[i] = size
+		size = (size + len(part) + 255) &^ 255
+		padded = padded || len(part)%256 != 0
+	}
+	return size, padded
+}
+
 // UploadExpert copies expert id's MXFP4 matrices (K3_SPEC.md section 4) to the device packed: w1 and w3
 // are ffn x latent, w2 is latent x ffn, each part at a 256-byte aligned offset of one buffer (the padding
 // zeroed). The bytes are checked on the host: sizes, scale byte 255 (NaN) and, for the rare groups with
@@ -58,11 +70,9 @@ func (b *Backend) UploadExpert(id, latent, ffn int, w1Packed, w1Scale, w3Packed,
 	}
 	parts := [6][]byte{w1Packed, w1Scale, w3Packed, w3Scale, w2Packed, w2Scale}
 	e := &Expert{b: b, id: id, latent: latent, ffn: ffn}
-	size, padded, direct := 0, false, true
-	for i, part := range parts { // each part starts 256-byte aligned: the matmul kernels read 16 bytes at a time
-		e.off[i] = size
-		size = (size + len(part) + 255) &^ 255
-		padded = padded || len(part)%256 != 0
+	size, padded := e.layout(parts)
+	direct := true
+	for _, part := range parts {
 		direct = direct && b.pinned(part)
 	}
 	check := func() error { return checkExpert(op, id, latent, ffn, parts) }
