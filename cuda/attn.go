@@ -95,15 +95,10 @@ func (b *Backend) KDA(q, k, v, graw, braw ops.Tensor, aLog, dtBias ops.Tensor, h
 	}
 	var out *Tensor
 	err = b.run(op, func(c *opCtx) error {
-		var in [7]uint64
-		for i, t := range ts {
-			p, err := c.f32(t)
-			if err != nil {
-				return err
-			}
-			in[i] = p
+		in, err := c.f32All(ts)
+		if err != nil {
+			return err
 		}
-		var err error
 		if out, err = c.out(rows, ch); err != nil || out.n() == 0 {
 			return err
 		}
@@ -219,15 +214,10 @@ func (b *Backend) mlaCUDACores(ts []*Tensor, heads, nope, shared, vdim int, l op
 	div := float32(math.Sqrt(float64(qk)))
 	var out *Tensor
 	err := b.run(op, func(c *opCtx) error {
-		var in [3]uint64
-		for i, t := range ts {
-			p, err := c.f32(t)
-			if err != nil {
-				return err
-			}
-			in[i] = p
+		in, err := c.f32All(ts)
+		if err != nil {
+			return err
 		}
-		var err error
 		if out, err = c.out(rows, heads*vdim); err != nil || len(tasks) == 0 {
 			return err
 		}

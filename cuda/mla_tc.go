@@ -79,15 +79,10 @@ func (b *Backend) mlaTC(k mlaTCKernel, ts []*Tensor, heads, nope, shared, vdim i
 	scale := float32(math.Log2E / math.Sqrt(float64(qk)))
 	var out *Tensor
 	err := b.run(op, func(c *opCtx) error {
-		var in [3]uint64
-		for i, t := range ts {
-			p, err := c.f32(t)
-			if err != nil {
-				return err
-			}
-			in[i] = p
+		in, err := c.f32All(ts)
+		if err != nil {
+			return err
 		}
-		var err error
 		if out, err = c.out(rows, heads*vdim); err != nil || len(tasks) == 0 {
 			return err
 		}

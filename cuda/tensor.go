@@ -72,6 +72,19 @@ func (b *Backend) tensors(op string, names []string, xs ...ops.Tensor) ([]*Tenso
 	return out, nil
 }
 
+// f32All is f32 of each of ts, in order.
+func (c *opCtx) f32All(ts []*Tensor) ([]uint64, error) {
+	out := make([]uint64, len(ts))
+	for i, t := range ts {
+		p, err := c.f32(t)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = p
+	}
+	return out, nil
+}
+
 // f32 returns the device address of t's values as float32: t itself, or for a bfloat16 weight a widened
 // copy made once and kept with the tensor (weights never change).
 func (c *opCtx) f32(t *Tensor) (uint64, error) {
