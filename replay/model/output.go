@@ -64,16 +64,10 @@ func (m *Model) LoadExperts(ctx context.Context, layer int, ids []int, srcs []So
 	}
 	parts := make([]ops.ExpertParts, len(ids))
 	for i, e := range ids {
-		specs := m.Plan.ExpertTensors(layer, e) // w1 packed, scale; w3 packed, scale; w2 packed, scale
-		ld := &loader{ctx: ctx, b: m.Ops, src: srcs[i]}
-		raw := make([][]byte, len(specs))
-		for j, s := range specs {
-			raw[j] = ld.bytes(s)
+		var err error
+		if parts[i], err = m.expertParts(ctx, layer, e, srcs[i]); err != nil {
+			return nil, err
 		}
-		if ld.err != nil {
-			return nil, fmt.Errorf("layer %d expert %d: %w", layer, e, ld.err)
-		}
-		parts[i] = ops.ExpertParts{ID: e, W1Packed: raw[0], W1Scale: raw[1], W3Packed: raw[2], W3Scale: raw[3], W2Packed: raw[4], W2Scale: raw[5]}
 	}
 	xs, err := up.UploadExperts(m.Dims.Latent, m.Dims.ExpertFFN, parts)
 	if err != nil {
@@ -82,8 +76,8 @@ func (m *Model) LoadExperts(ctx context.Context, layer int, ids []int, srcs []So
 	return xs, nil
 }
 
-// LoadExpert reads routed expert e of layer `layer` and uploads it.
-func (m *Model) LoadExpert(ctx context.Context, layer, e int, src Source) (ops.Expert, error) {
+// expertParts reads routed expert e of layer `layer` from src.
+func (m *Model) expertParts(ctx context.Context, layer, e int, src Source) (ops.ExpertParts, error) {
 	specs := m.Plan.ExpertTensors(layer, e) // w1 packed, scale; w3 packed, scale; w2 packed, scale
 	ld := &loader{ctx: ctx, b: m.Ops, src: src}
 	raw := make([][]byte, len(specs))
@@ -91,9 +85,18 @@ func (m *Model) LoadExpert(ctx context.Context, layer, e int, src Source) (ops.E
 		raw[i] = ld.bytes(s)
 	}
 	if ld.err != nil {
-		return nil, fmt.Errorf("layer %d expert %d: %w", layer, e, ld.err)
+		return ops.ExpertParts{}, fmt.Errorf("layer %d expert %d: %w", layer, e, ld.err)
 	}
-	x, err := m.Ops.UploadExpert(e, m.Dims.Latent, m.Dims.ExpertFFN, raw[0], raw[1], raw[2], raw[3], raw[4], raw[5])
+	return ops.ExpertParts{ID: e, W1Packed: raw[0], W1Scale: raw[1], W3Packed: raw[2], W3Scale: raw[3], W2Packed: raw[4], W2Scale: raw[5]}, nil
+}
+
+// LoadExpert reads routed expert e of layer `layer` and uploads it.
+func (m *Model) LoadExpert(ctx context.Context, layer, e int, src Source) (ops.Expert, error) {
+	p, err := m.expertParts(ctx, layer, e, src)
+	if err != nil {
+		return nil, err
+	}
+	x, err := m.Ops.UploadExpert(e, m.Dims.Latent, m.Dims.ExpertFFN, p.W1Packed, p.W1Scale, p.W3Packed, p.W3Scale, p.W2Packed, p.W2Scale)
 	if err != nil {
 		return nil, fmt.Errorf("layer %d expert %d (%s): %w", layer, e, ExpertPrefix(layer, e), err)
 	}
