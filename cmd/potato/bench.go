@@ -213,12 +213,7 @@ func measureMatMul(l *loaded) (float64, error) {
 	}
 	defer b.Free(x)
 	raw := make([]byte, 2*h*h)
-	for i := range raw {
-		raw[i] = byte(i*7 + 3) // arbitrary finite bf16 patterns: the high byte stays below the exponent limit
-		if i%2 == 1 {
-			raw[i] &= 0x3f
-		}
-	}
+	fillBF16(raw)
 	w, err := b.Upload(ops.WeightBF16, h, h, raw)
 	if err != nil {
 		return 0, err
@@ -238,6 +233,17 @@ func measureMatMul(l *loaded) (float64, error) {
 		best = max(best, 2*float64(rows)*float64(h)*float64(h)/time.Since(start).Seconds())
 	}
 	return best, nil
+}
+
+// fillBF16 fills raw with arbitrary finite little-endian bfloat16 patterns: the high byte of each stays
+// below the exponent limit.
+func fillBF16(raw []byte) {
+	for i := range raw {
+		raw[i] = byte(i*7 + 3)
+		if i%2 == 1 {
+			raw[i] &= 0x3f
+		}
+	}
 }
 
 func randomFloats(n int) []float32 {
@@ -287,9 +293,7 @@ func measureUpload(l *loaded) (float64, error) {
 		}
 		defer mem.FreeHost(raw)
 	}
-	for i := range raw {
-		raw[i] = byte(i*7+3) & 0x3f // finite bf16 patterns
-	}
+	fillBF16(raw)
 	var best float64
 	for range 3 {
 		start := time.Now()
