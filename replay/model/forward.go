@@ -145,7 +145,7 @@ func (f *Pass) layerSteps(st *State, w *LayerWeights) error {
 	}
 	// Experts fetched ahead of the router go now: the attention's work is queued, so on a device backend
 	// their copies run beside it (the AttnRes mix below is the first wait for the device).
-	if err := f.prefetch(w.Layer.Index); err != nil {
+	if err := f.prefetch(w); err != nil {
 		b.Free(a)
 		return err
 	}

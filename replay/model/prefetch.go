@@ -24,17 +24,19 @@ type ExpertPrefetcher interface {
 // with probability about exp(-T k / E), so a wave with T k >= 4 E leaves out under 2% of those fetched.
 const minCoverage = 4
 
-// prefetchIDs are the experts of an MoE layer to fetch ahead of its router: the first PrefetchExperts
-// (all when negative), when the source can and the wave is large enough that nearly all of them will be
-// chosen (and the last MoE layer of this pass did choose at least 90% of its experts); else nil.
-func (f *Pass) prefetchIDs() (ExpertPrefetcher, []int) {
+// prefetch fetches the first PrefetchExperts experts (all when negative) of MoE layer w ahead of its
+// router, once the layer's attention is queued, when the source can and the wave is large enough that
+// nearly all of them will be chosen (and the last MoE layer of this pass did choose at least 90% of its
+// experts). (Fetching them earlier, as soon as the layer before had fetched its last experts, was
+// measured on the H200 and gained nothing: cuda/NOTES.md, run 10.)
+func (f *Pass) prefetch(w *LayerWeights) error {
 	pf, ok := f.Experts.(ExpertPrefetcher)
-	if !ok || f.PrefetchExperts == 0 {
-		return nil, nil
+	if !ok || f.PrefetchExperts == 0 || w.Layer.FFN != MoE {
+		return nil
 	}
 	d := f.Model.Dims
 	if f.Layout.Tokens()*d.TopK < minCoverage*d.Experts || (f.lastChosen > 0 && 10*f.lastChosen < 9*d.Experts) {
-		return nil, nil
+		return nil
 	}
 	n := f.PrefetchExperts
 	if n < 0 || n > d.Experts {
@@ -44,23 +46,8 @@ func (f *Pass) prefetchIDs() (ExpertPrefetcher, []int) {
 	for i := range ids {
 		ids[i] = i // the ascending order the chunks of the routed experts are fetched in
 	}
-	return pf, ids
-}
-
-// prefetch fetches experts of MoE layer `layer` ahead of its router (prefetchIDs), if any, once the
-// layer's attention is queued. (Fetching them earlier, as soon as the layer before had fetched its last
-// experts, was measured on the H200 and gained nothing: cuda/NOTES.md, run 10.) The source skips experts
-// it already holds, so calling it again is cheap.
-func (f *Pass) prefetch(layer int) error {
-	if layer >= len(f.Model.Plan.Layers) || f.Model.Plan.Layers[layer].FFN != MoE {
-		return nil
-	}
-	pf, ids := f.prefetchIDs()
-	if pf == nil {
-		return nil
-	}
-	if err := pf.Prefetch(f.Ctx, layer, ids); err != nil {
-		return fmt.Errorf("experts of layer %d fetched ahead of the router: %w", layer, err)
+	if err := pf.Prefetch(f.Ctx, w.Layer.Index, ids); err != nil {
+		return fmt.Errorf("experts of layer %d fetched ahead of the router: %w", w.Layer.Index, err)
 	}
 	return nil
 }
