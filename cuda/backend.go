@@ -55,7 +55,9 @@ type Options struct {
 	NoTensorCores bool
 	// CuBLASLt selects where the matmuls of BF16 precision with a bfloat16 weight run: by default on
 	// cuBLASLt with an algorithm pinned per weight shape when the library loads (cublaslt_plan.go), else on
-	// the project's tensor-core kernel. MXFP4 experts, FP32 precision and the router never use it.
+	// the project's tensor-core kernel; the routed experts' GEMMs too, over weights decoded to bfloat16
+	// (experts_lt.go), where both of their shapes get a pinned algorithm. FP32 precision and the router
+	// never use it.
 	CuBLASLt CuBLASLtMode
 }
 

@@ -79,6 +79,7 @@ func TestCuBLASLtPlans(t *testing.T) {
 	}{
 		{12288, 7168, true}, {7168, 12288, true}, {3584, 7168, true}, {7168, 3584, true},
 		{7168, 7168, true}, {163840, 7168, true}, // lm_head (TokenStats)
+		{6144, 3584, true}, {3584, 3072, true}, // routed experts: gate and up together, down (experts_lt.go)
 		{131, 1001, false}, {67, 1100, false}, {300, 7168, false}, {129, 64, false}, {1, 7, false},
 	} {
 		start := time.Now()
@@ -146,7 +147,7 @@ func TestCuBLASLtBatchInvariance(t *testing.T) {
 	b := newLtBackend(t, true)
 	rng := rand.New(rand.NewPCG(11, 12))
 	const block, filler = 7, 20000
-	for _, sh := range [][2]int{{12288, 7168}, {7168, 12288}, {131, 1001}} {
+	for _, sh := range [][2]int{{12288, 7168}, {7168, 12288}, {6144, 3584}, {3584, 3072}, {131, 1001}} {
 		m, k := sh[0], sh[1]
 		t.Run(fmt.Sprintf("%dx%d", m, k), func(t *testing.T) {
 			s := ltPlan(t, b, m, k)
@@ -352,7 +353,8 @@ func TestCuBLASLtTiming(t *testing.T) {
 		return rate
 	}
 	rng := rand.New(rand.NewPCG(21, 22))
-	for _, sh := range [][3]int{{12288, 7168, 4096}, {12288, 7168, 16384}, {12288, 7168, 65536}, {7168, 12288, 16384}, {12288, 7168, 1}, {12288, 7168, 300}} {
+	for _, sh := range [][3]int{{12288, 7168, 4096}, {12288, 7168, 16384}, {12288, 7168, 65536}, {7168, 12288, 16384}, {12288, 7168, 1}, {12288, 7168, 300},
+		{6144, 3584, 1170}, {6144, 3584, 4096}, {3584, 3072, 1170}, {3584, 3072, 4096}} { // experts: 1,170 rows an expert at 65,536 tokens
 		m, k, n := sh[0], sh[1], sh[2]
 		flop := 2 * float64(n) * float64(m) * float64(k)
 		var rates [2]float64

@@ -36,6 +36,7 @@ const (
 	expertsPerExpert
 	expertsGrouped
 	expertsGroupedF32 // the grouped path with the float32-multiply decoder (k_experts_*_f32)
+	expertsLt         // the grouped path's plan with the GEMMs on cuBLASLt (experts_lt.go)
 )
 
 // groupedOK reports whether the grouped kernels take this call: BF16 precision on the tensor cores, and
@@ -61,20 +62,26 @@ type groupedPlan struct {
 	tiles   int // row tiles: ceil(rows_e / 128) summed over the experts
 	touched int // accumulator rows that receive at least one expert output
 	entries int // (row, expert) pairs, = rows
+	counts  []int // rows of each expert, in the call's order (ascending id)
+	nonzero []int // the experts with rows, by index, ascending (the cuBLASLt path's decode list)
 	buf     []int32
 	// int32 offsets into buf: the pointer table (6 uint64 an expert), the tile table (int4: expert index,
 	// first row, rows, 0), the gathered rows' indices into z, and the combine's CSR: rowptr (touched+1),
-	// rowid (touched), pos (entries) and weights (entries, float32 bits)
-	offTiles, offRows, offRowPtr, offRowID, offPos, offW int
+	// rowid (touched), pos (entries) and weights (entries, float32 bits), then the nonzero list
+	offTiles, offRows, offRowPtr, offRowID, offPos, offW, offList int
 }
 
 // planGrouped lays out the call: expert i (ascending id) owns gathered rows first_i .. first_i+n_i-1 in
 // the order work[i] lists them; each accumulator row's entries are listed in ascending expert id, so the
 // combine adds them in the per-expert path's order.
 func planGrouped(es []*Expert, work []ops.ExpertRows, accRows int) groupedPlan {
-	p := groupedPlan{experts: len(es)}
+	p := groupedPlan{experts: len(es), counts: make([]int, len(work))}
 	n := 0
 	for i := range work {
+		p.counts[i] = len(work[i].Rows)
+		if p.counts[i] > 0 {
+			p.nonzero = append(p.nonzero, i)
+		}
 		n += len(work[i].Rows)
 		p.tiles += (len(work[i].Rows) + xTileRows - 1) / xTileRows
 	}
@@ -90,7 +97,7 @@ func planGrouped(es []*Expert, work []ops.ExpertRows, accRows int) groupedPlan {
 			p.touched++
 		}
 	}
-	size := 12*len(es) + 4*p.tiles + n + (p.touched + 1) + p.touched + 2*n
+	size := 12*len(es) + 4*p.tiles + n + (p.touched + 1) + p.touched + 2*n + len(p.nonzero)
 	buf := make([]int32, 0, size)
 	for _, e := range es {
 		for j := range 6 {
@@ -142,6 +149,10 @@ func planGrouped(es []*Expert, work []ops.ExpertRows, accRows int) groupedPlan {
 			wts[s] = int32(math.Float32bits(work[i].Weights[j]))
 		}
 		first += len(work[i].Rows)
+	}
+	p.offList = len(buf)
+	for _, i := range p.nonzero {
+		buf = append(buf, int32(i))
 	}
 	p.buf = buf
 	return p

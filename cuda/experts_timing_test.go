@@ -97,8 +97,12 @@ func TestExpertsGroupedTiming(t *testing.T) {
 			}
 		}
 		sameBits(t, name+": grouped vs per-expert", got[0], got[1], latent)
-		for i, mode := range []expertsMode{expertsGrouped, expertsPerExpert, expertsGroupedF32} {
-			i = min(i, 1) // the float32-decoder run accumulates into the per-expert path's acc
+		modes := []expertsMode{expertsGrouped, expertsPerExpert, expertsGroupedF32}
+		if b.lt != nil {
+			modes = append(modes, expertsLt)
+		}
+		for i, mode := range modes {
+			i = min(i, 1) // the later runs accumulate into the per-expert path's acc
 			runs := 5
 			if mode == expertsPerExpert {
 				runs = c.perExpertRuns
@@ -106,7 +110,7 @@ func TestExpertsGroupedTiming(t *testing.T) {
 			med := medianTime(t, b, runs, func() error {
 				return b.expertsAccumulate(accs[i], z, rt, call, beta, linBeta, mode)
 			})
-			what := map[expertsMode]string{expertsGrouped: "grouped", expertsPerExpert: "per-expert", expertsGroupedF32: "grouped32"}[mode]
+			what := map[expertsMode]string{expertsGrouped: "grouped", expertsPerExpert: "per-expert", expertsGroupedF32: "grouped32", expertsLt: "cuBLASLt"}[mode]
 			t.Logf("TIMING ExpertsAccumulate %-34s %-10s %9.3f ms %8.1f TFLOP/s", name, what, float64(med.Microseconds())/1e3, flop/med.Seconds()/1e12)
 		}
 		kernelBreakdown(t, b, name, accs[0].(*Tensor), z.(*Tensor), rt, call, latent, ffn, flop)

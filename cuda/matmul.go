@@ -81,11 +81,6 @@ func (c *opCtx) gemmLt(s *ltShape, out, x uint64, n int, w weightRef) error {
 	if n == 0 {
 		return nil
 	}
-	if out%ltAlign != 0 || w.ptr%ltAlign != 0 {
-		// never: outputs and weights are pool allocations; a misaligned one is a bug, not a reason to
-		// switch kernels (which would change a row's bits)
-		return fmt.Errorf("%w: cuBLASLt operands not %d-byte aligned (out %#x, weight %#x)", ErrInternal, ltAlign, out, w.ptr)
-	}
 	xb, err := c.temp(2 * s.ldb * n)
 	if err != nil {
 		return err
@@ -93,14 +88,28 @@ func (c *opCtx) gemmLt(s *ltShape, out, x uint64, n int, w weightRef) error {
 	if err := c.launch1D("k_to_bf16", s.ldb*n, xb, x, int64(n), int32(k), int32(s.ldb)); err != nil {
 		return err
 	}
+	if err := c.ltGemm(s, out, xb, w.ptr, n, m, k); err != nil {
+		return err
+	}
+	return c.launch1D("k_round", n*m, out, out, int64(n*m), int32(1))
+}
+
+// ltGemm runs out (n x m float32, unrounded) = xb (n x k bfloat16, rows s.ldb apart) times w^T (m x k
+// bfloat16) with shape s's pinned algorithm, in calls of at most ltCallRows(m, k) rows.
+func (c *opCtx) ltGemm(s *ltShape, out, xb, w uint64, n, m, k int) error {
+	if out%ltAlign != 0 || xb%ltAlign != 0 || w%ltAlign != 0 {
+		// never: operands are pool allocations at aligned offsets; a misaligned one is a bug, not a
+		// reason to switch kernels (which would change a row's bits)
+		return fmt.Errorf("%w: cuBLASLt operands not %d-byte aligned (out %#x, x %#x, weight %#x)", ErrInternal, ltAlign, out, xb, w)
+	}
 	step := ltCallRows(m, k) // a multiple of 4 (plan refuses shapes where it is not): every call's out is 16-byte aligned
 	for r0 := 0; r0 < n; r0 += step {
 		rn := min(step, n-r0)
-		if err := c.b.lt.matmul(s, c.b.strm, out+uint64(4*r0*m), xb+uint64(2*r0*s.ldb), w.ptr, rn, m, k); err != nil {
+		if err := c.b.lt.matmul(s, c.b.strm, out+uint64(4*r0*m), xb+uint64(2*r0*s.ldb), w, rn, m, k); err != nil {
 			return err
 		}
 	}
-	return c.launch1D("k_round", n*m, out, out, int64(n*m), int32(1))
+	return nil
 }
 
 // gemmKernel launches one matmul kernel (tile: its rows and columns per block) over n rows.

@@ -325,11 +325,16 @@ func (b *Backend) Route(x, w, bias ops.Tensor, k int, scale float32) (ops.Routin
 // GEMMs with SiTU in the epilogue, one for the w2 GEMMs, one that adds each acc row's expert outputs in
 // ascending id. Otherwise (FP32 precision, Options.NoTensorCores, other shapes) it runs expert after
 // expert: k_gather, two matmuls, k_situ, a matmul, k_scatter_add. Both paths run each dot product as
-// MatMul does (the tensor-core k chunks of 16 ascending, or the CUDA-core loop) with the same rounding
-// points and the same float32 accumulation order, so they give the same bits; each output row depends on
-// its own z row only, so the result equals MatMul, MatMul, SiTUGLU, MatMul and the CPU backend's float32
-// accumulation (bit for bit on the CUDA cores), and calls on disjoint ascending expert subsets equal one
-// call.
+// MatMul does on our kernels (the tensor-core k chunks of 16 ascending, or the CUDA-core loop) with the
+// same rounding points and the same float32 accumulation order, so they give the same bits; each output
+// row depends on its own z row only, so the result equals MatMul, MatMul, SiTUGLU, MatMul and the CPU
+// backend's float32 accumulation (bit for bit on the CUDA cores), and calls on disjoint ascending expert
+// subsets equal one call.
+//
+// Where cuBLASLt is in use and pins an algorithm for both expert shapes (2 ffn x latent and latent x
+// ffn), the grouped path's GEMMs run on it instead (experts_lt.go): the same plan, decoded values and
+// rounding points, each sum in the pinned algorithm's order (a choice by shape, never by rows), so the
+// result is batch invariant as above and differs from the other paths at float32 rounding level.
 func (b *Backend) ExpertsAccumulate(acc, z ops.Tensor, rt ops.Routing, experts []ops.Expert, beta, linBeta float32) error {
 	return b.expertsAccumulate(acc, z, rt, experts, beta, linBeta, expertsAuto)
 }
@@ -386,6 +391,7 @@ func (b *Backend) expertsAccumulate(acc, z ops.Tensor, rt ops.Routing, experts [
 		if mode == expertsGroupedF32 {
 			kernels = "_f32"
 		}
+		ffn := es[0].ffn
 		plan := planGrouped(es, work, rows) // here, not on the CUDA thread: earlier ops' closures need not wait
 		return b.run(op, func(c *opCtx) error {
 			if err := b.joinExperts(es); err != nil { // the experts' copies, when they were not waited for
@@ -395,7 +401,18 @@ func (b *Backend) expertsAccumulate(acc, z ops.Tensor, rt ops.Routing, experts [
 			if err != nil {
 				return err
 			}
-			return c.expertsGrouped(&plan, at.ptr, zp, latent, es[0].ffn, beta, linBeta, kernels)
+			if mode == expertsAuto || mode == expertsLt { // cuBLASLt where it pins both shapes: a choice by shape
+				gu, dn, why, err := c.ltExpertShapes(latent, ffn)
+				switch {
+				case err != nil:
+					return err
+				case why == "":
+					return c.expertsLt(&plan, gu, dn, at.ptr, zp, latent, ffn, beta, linBeta)
+				case mode == expertsLt:
+					return fmt.Errorf("%w: %s: the cuBLASLt path does not take these experts: %s", ErrArgument, op, why)
+				}
+			}
+			return c.expertsGrouped(&plan, at.ptr, zp, latent, ffn, beta, linBeta, kernels)
 		})
 	}
 	// Every expert's rows and weights go to the device in one upload each: an upload waits for the

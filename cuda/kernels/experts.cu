@@ -36,13 +36,21 @@
 //      H200, K3 sizes, 128 experts x 300 rows: gate/up 151 TFLOP/s, down 174 (without decoding 177 and
 //      219; decode32_f32 within 2% of decode32_prmt); SiTU's three double-precision transcendentals in
 //      the epilogue cost gate/up about as much as the decoding.
-//   2. (this file) SiTU by table (situ_tab: the two factors of situ_f tabulated over the bfloat16 inputs
+//   2. SiTU by table (situ_tab: the two factors of situ_f tabulated over the bfloat16 inputs
 //      once a call, the same float32 values), and the next weight panel decoded after the mma of this one
 //      are issued (they drain while it decodes) instead of before the barrier. Same bits as version 1.
 //      Needs latent % 32 == 0 and ffn % 32 == 0 (whole scale groups; 16-byte aligned rows).
 //      Next: wgmma (sm_90a) would change the accumulation inside a k chunk, so it needs a proof that its
 //      chunk sum equals mma.sync's, or a new oracle; 64 x 64 warp tiles (fewer ldmatrix bytes an mma); a
 //      persistent tile scheduler; 64-row tiles for tails.
+//   3. (experts_lt.go; the kernels at the end of this file) where cuBLASLt pins an algorithm for both of
+//      the experts' shapes, the GEMMs run there: a chunk of experts' weights decoded to bfloat16 by one
+//      launch (k_experts_decode), then per expert and block of rows one cuBLASLt GEMM of the gathered
+//      rows by w1 and w3 together (2 ffn x latent), k_experts_situ_rows, one GEMM by w2 and k_to_bf16 into
+//      the gathered buffer; the gather, the SiTU tables and the combine are versions 1-2's. The decode and
+//      rounding points are those above, the sums cuBLASLt's pinned order (the same for every row whatever
+//      n: batch invariant), so the bits differ from versions 1-2 at float32 rounding level. Versions 1-2
+//      reach 150-180 TFLOP/s on mma.sync; cuBLASLt runs K3's shapes at 535-620 (cuda/NOTES.md, run 6).
 #include "common.cuh"
 
 #define XBM 128  // rows of a block tile
@@ -397,5 +405,41 @@ extern "C" __global__ void k_experts_combine(float* acc, const u16* h2, const in
             v.y = __fadd_rn(v.y, __fmul_rn(we, __uint_as_float(hv & 0xffff0000u)));
         }
         *(float2*)(a + d) = v;
+    }
+}
+
+// Version 3 (the cuBLASLt path, experts_lt.go): the two GEMMs of each expert run on cuBLASLt with the
+// algorithm pinned per shape (cublaslt_plan.go) over weights decoded to bfloat16 first. These two kernels
+// are that path's own; the gather, the SiTU tables and the combine are the ones above.
+
+// k_experts_decode writes the bfloat16 weights of experts list[0 .. gridDim.y) (indices into the pointer
+// table wp) to out, expert j in slot j of 3 * ffn * latent values: w1 (ffn x latent), w3 (ffn x latent),
+// w2 (latent x ffn), row-major, each value decoded exactly (decode32<X_DEC>, as the GEMM kernels above
+// decode). latent % 32 == 0 and ffn % 32 == 0, so each matrix is a dense run of 32-code groups: group g
+// is bytes 16g .. 16g+15 of the packed part and byte g of the scales. Launch: blockDim 256, gridDim
+// (ceil(3 * ffn * latent / 32 / 256), experts); each thread one group (16 bytes in, 64 out).
+extern "C" __global__ void k_experts_decode(u16* out, const u64* wp, const int* list, int ffn, int latent) {
+    const i64 per = (i64)ffn * latent / 32;  // groups a matrix
+    const i64 g = blockIdx.x * (i64)blockDim.x + threadIdx.x;
+    if (g >= 3 * per) return;
+    const int mat = (int)(g / per);
+    const i64 gi = g - (i64)mat * per;
+    const u64* w = wp + 6 * list[blockIdx.y];
+    const uint4 raw = *(const uint4*)((const u8*)w[2 * mat] + 16 * gi);
+    const u32 s = ((const u8*)w[2 * mat + 1])[gi];
+    decode32<X_DEC>(out + (i64)blockIdx.y * 3 * per * 32 + 32 * g, raw, s);
+}
+
+// k_experts_situ_rows: h[r, c] = situ_tab(gu[r, c], gu[r, ffn + c]) as bfloat16 for r < n, c < ffn: gu
+// holds a block of rows of the gate/up GEMM (n x 2 ffn float32: w1's columns, then w3's), so this is
+// k_experts_gateup's epilogue (the gate and up rounded by the lookups, SiTU rounded) on its own.
+// Grid-stride, 256 threads a block.
+extern "C" __global__ void k_experts_situ_rows(u16* h, const float* gu, i64 n, int ffn, const float* __restrict__ tab) {
+    const i64 total = n * ffn;
+    for (i64 i = blockIdx.x * (i64)blockDim.x + threadIdx.x; i < total; i += (i64)gridDim.x * blockDim.x) {
+        const i64 r = i / ffn;
+        const int c = (int)(i - r * ffn);
+        const float* row = gu + r * 2 * ffn;
+        h[i] = (u16)bf16_bits(situ_tab(tab, row[c], row[ffn + c]));
     }
 }

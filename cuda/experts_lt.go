@@ -1,0 +1,141 @@
+package cuda
+
+import "fmt"
+
+// The cuBLASLt path of the grouped experts (kernels/experts.cu, version 3): the call is planned and its
+// rows gathered as on the grouped path (experts.go), then the experts with rows are taken a chunk at a
+// time: one launch decodes the chunk's MXFP4 weights to bfloat16, and each expert's rows, a block at a
+// time, go through two cuBLASLt GEMMs with the algorithm pinned per shape (cublaslt_plan.go):
+//
+//	gu = zs[rows_e] . [w1_e; w3_e]^T                 float32, n x 2 ffn (one GEMM for gate and up)
+//	h[rows_e] = rnd(situ(rnd(gu[:, :ffn]), rnd(gu[:, ffn:])))   k_experts_situ_rows, bfloat16
+//	zs[rows_e] = rnd(h[rows_e] . w2_e^T)             a GEMM into float32, then k_to_bf16
+//
+// and the combine adds each accumulator row's outputs in ascending expert id, as on the grouped path.
+// The rounding points and the decoded values are the grouped path's; each output element is one float32
+// sum in the pinned algorithm's order, which depends on the shape only: a row's result is the same
+// whatever the expert's other rows, the block it falls in, the chunk or the other experts of the call
+// (batch invariant), and calls on ascending expert subsets equal one call. Against the grouped kernels the
+// sums are ordered differently, so the bits differ at float32 rounding level (tests hold both to the CPU
+// backend with a tolerance, and this path to itself bit for bit).
+
+// ltExpertRows is the most rows of one expert that one pair of GEMMs takes: it bounds the float32
+// scratch (4,096 x (2 x 3,072 + 3,584) x 4 bytes = 160 MB at K3's sizes) and keeps every GEMM large
+// enough for cuBLASLt's big tiles. A row's bits do not depend on the block it falls in.
+const ltExpertRows = 4096
+
+// ltDecodeBytes bounds the decoded bfloat16 weights of one chunk of experts (K3: 66 MB an expert, so 16
+// experts a chunk).
+const ltDecodeBytes = 1 << 30
+
+// ltExpertShapes returns the pinned plans of the two expert GEMMs, gate and up together (2 ffn x latent)
+// and down (latent x ffn), and whether both exist and take the operands as the path lays them out (rows
+// of exactly latent and ffn bfloat16 values). A choice by shape only, never by rows. Runs on the CUDA
+// thread (plans are made on first use).
+func (c *opCtx) ltExpertShapes(latent, ffn int) (gu, dn *ltShape, why string, err error) {
+	lt := c.b.lt
+	switch {
+	case lt == nil:
+		return nil, nil, "cuBLASLt is not in use", nil
+	case c.b.bf != 1 || c.b.opts.NoTensorCores:
+		return nil, nil, "not BF16 precision on the tensor cores", nil
+	}
+	if gu, err = lt.shape(2*ffn, latent); err != nil {
+		return nil, nil, "", err
+	}
+	if dn, err = lt.shape(latent, ffn); err != nil {
+		return nil, nil, "", err
+	}
+	switch {
+	case !gu.ok:
+		return nil, nil, fmt.Sprintf("no pinned algorithm for the gate/up shape %dx%d: %s", 2*ffn, latent, gu.why), nil
+	case !dn.ok:
+		return nil, nil, fmt.Sprintf("no pinned algorithm for the down shape %dx%d: %s", latent, ffn, dn.why), nil
+	case gu.ldb != latent || dn.ldb != ffn:
+		return nil, nil, fmt.Sprintf("latent %d and ffn %d are not multiples of 8", latent, ffn), nil
+	}
+	return gu, dn, "", nil
+}
+
+// expertsLt runs one planned call on the cuBLASLt path (gu, dn: ltExpertShapes' plans).
+func (c *opCtx) expertsLt(p *groupedPlan, gu, dn *ltShape, acc, z uint64, latent, ffn int, beta, linBeta float32) error {
+	if p.rows == 0 {
+		return nil
+	}
+	d, err := c.prepareGrouped(p, acc, z, latent, ffn, beta, linBeta)
+	if err != nil {
+		return err
+	}
+	if err := c.groupedGather(d); err != nil {
+		return fmt.Errorf("experts on cuBLASLt (%d experts, %d rows): gather: %w", p.experts, p.rows, err)
+	}
+	if err := c.groupedSiTUTables(d); err != nil {
+		return fmt.Errorf("experts on cuBLASLt: SiTU tables: %w", err)
+	}
+	slot := 3 * ffn * latent // decoded values an expert
+	chunk := max(1, min(len(p.nonzero), ltDecodeBytes/(2*slot)))
+	most := 0
+	for _, n := range p.counts {
+		most = max(most, n)
+	}
+	block := min(most, ltExpertRows)
+	wdec, err := c.temp(2 * slot * chunk)
+	if err != nil {
+		return err
+	}
+	gub, err := c.temp(4 * block * 2 * ffn)
+	if err != nil {
+		return err
+	}
+	dnb, err := c.temp(4 * block * latent)
+	if err != nil {
+		return err
+	}
+	first := make([]int, len(p.counts)) // each expert's first gathered row
+	for i := 1; i < len(p.counts); i++ {
+		first[i] = first[i-1] + p.counts[i-1]
+	}
+	groups := (slot/32 + xThreads - 1) / xThreads
+	for j0 := 0; j0 < len(p.nonzero); j0 += chunk {
+		cnt := min(chunk, len(p.nonzero)-j0)
+		if err := c.launch("k_experts_decode", d2(groups, cnt), d1(xThreads), 0,
+			wdec, d.tab, d.at(p.offList+j0), int32(ffn), int32(latent)); err != nil {
+			return fmt.Errorf("experts on cuBLASLt: decoding experts %d..%d of the call: %w", j0, j0+cnt-1, err)
+		}
+		for j := range cnt {
+			i := p.nonzero[j0+j]
+			w := wdec + uint64(2*slot*j)
+			for r0 := 0; r0 < p.counts[i]; r0 += block {
+				n, row := min(block, p.counts[i]-r0), first[i]+r0
+				if err := c.expertLtRows(d, gu, dn, w, gub, dnb, row, n); err != nil {
+					return fmt.Errorf("experts on cuBLASLt: expert %d of the call (%d rows), rows %d..%d: %w", i, p.counts[i], r0, r0+n-1, err)
+				}
+			}
+		}
+	}
+	if err := c.groupedCombine(d); err != nil {
+		return fmt.Errorf("experts on cuBLASLt: combine: %w", err)
+	}
+	return nil
+}
+
+// expertLtRows runs gathered rows row .. row+n-1 (one expert's, n <= ltExpertRows) through the expert
+// whose decoded weights are at w: the gate/up GEMM into gub, SiTU into d.h, the down GEMM into dnb and
+// its rounded result over the rows' place in d.zs (whose gate/up GEMM has run: same stream).
+func (c *opCtx) expertLtRows(d *groupedDev, gu, dn *ltShape, w, gub, dnb uint64, row, n int) error {
+	latent, ffn := d.latent, d.ffn
+	zs, h := d.zs+uint64(2*row*latent), d.h+uint64(2*row*ffn)
+	if err := c.ltGemm(gu, gub, zs, w, n, 2*ffn, latent); err != nil {
+		return fmt.Errorf("gate/up: %w", err)
+	}
+	if err := c.launch1D("k_experts_situ_rows", n*ffn, h, gub, int64(n), int32(ffn), d.situ); err != nil {
+		return fmt.Errorf("SiTU: %w", err)
+	}
+	if err := c.ltGemm(dn, dnb, h, w+uint64(2*2*ffn*latent), n, latent, ffn); err != nil {
+		return fmt.Errorf("down: %w", err)
+	}
+	if err := c.launch1D("k_to_bf16", n*latent, zs, dnb, int64(n), int32(latent), int32(latent)); err != nil {
+		return fmt.Errorf("rounding the down output: %w", err)
+	}
+	return nil
+}
