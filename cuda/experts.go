@@ -57,11 +57,11 @@ func (b *Backend) groupedOK(latent int, es []*Expert) bool {
 // groupedPlan is the host side of one grouped call: every table the kernels read, in one int32 buffer
 // uploaded at once (an upload waits for the stream; one per call).
 type groupedPlan struct {
-	experts int // experts in the call (the pointer table's length)
-	rows    int // rows of the gathered buffer: the sum of the experts' rows
-	tiles   int // row tiles: ceil(rows_e / 128) summed over the experts
-	touched int // accumulator rows that receive at least one expert output
-	entries int // (row, expert) pairs, = rows
+	experts int   // experts in the call (the pointer table's length)
+	rows    int   // rows of the gathered buffer: the sum of the experts' rows
+	tiles   int   // row tiles: ceil(rows_e / 128) summed over the experts
+	touched int   // accumulator rows that receive at least one expert output
+	entries int   // (row, expert) pairs, = rows
 	counts  []int // rows of each expert, in the call's order (ascending id)
 	nonzero []int // the experts with rows, by index, ascending (the cuBLASLt path's decode list)
 	buf     []int32
