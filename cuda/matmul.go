@@ -41,10 +41,11 @@ func weightOf(t *Tensor) weightRef {
 }
 
 // gemm launches out (n x m float32) = x (n x k float32) times w^T, rounding the outputs when round is set.
-// Rounded products in BF16 precision with a bfloat16 weight run on cuBLASLt with the weight shape's pinned
-// algorithm when the backend has cuBLASLt and the shape has one (cublaslt_plan.go); the other rounded
-// products in BF16 precision with a bfloat16 or MXFP4 weight run on the tensor cores (versions 2 and 3)
-// unless Options.NoTensorCores; everything else on the CUDA cores (version 1). The choice depends on the
+// Products in BF16 precision with a bfloat16 weight, rounded or not, run on cuBLASLt with the weight
+// shape's pinned algorithm when the backend has cuBLASLt and the shape has one (cublaslt_plan.go; x holds
+// bfloat16 values in that precision, so its conversion is exact); the other rounded products in BF16
+// precision with a bfloat16 or MXFP4 weight run on the tensor cores (versions 2 and 3) unless
+// Options.NoTensorCores; everything else on the CUDA cores (version 1). The choice depends on the
 // precision, the weight, its shape and the options only, never on n.
 func (c *opCtx) gemm(out, x uint64, n int, w weightRef, round bool) error {
 	var bf int32
@@ -52,15 +53,20 @@ func (c *opCtx) gemm(out, x uint64, n int, w weightRef, round bool) error {
 		bf = c.b.bf
 	}
 	kernel, tile := w.kernel, mmTile
-	if bf == 1 && w.tc != "" && !c.b.opts.NoTensorCores {
+	if c.b.bf == 1 && w.tc != "" && !c.b.opts.NoTensorCores {
 		if w.lt && c.b.lt != nil {
 			s, err := c.b.lt.shape(w.rows, w.k)
 			if err != nil {
 				return err
 			}
 			if s.ok {
-				return c.gemmLt(s, out, x, n, w)
+				return c.gemmLt(s, out, x, n, w, round)
 			}
+		}
+		if !round {
+			// unrounded sums (the router's logits) without cuBLASLt stay on the CUDA cores' ascending
+			// order, the CPU backend's bits
+			return c.gemmKernel(kernel, tile, out, x, n, w, bf)
 		}
 		kernel, tile = w.tc, tcTile
 		if w.tcVec != "" && w.k%w.vecK == 0 && x%16 == 0 && w.ptr%16 == 0 {
@@ -71,12 +77,12 @@ func (c *opCtx) gemm(out, x uint64, n int, w weightRef, round bool) error {
 }
 
 // gemmLt runs gemm on cuBLASLt: x converted to a bfloat16 temporary (convert.cu), out = x_bf16 w^T with
-// float32 accumulation by the shape's pinned algorithm, then every output rounded to bfloat16 in place
-// (k_round), so the contract holds: bfloat16 values in float32 storage. cuBLASLt is column-major: it
+// float32 accumulation by the shape's pinned algorithm, then, when round is set, every output rounded to
+// bfloat16 in place (k_round), so the contract holds: bfloat16 values in float32 storage. cuBLASLt is column-major: it
 // computes out^T (m x n, ld m) = W (k x m column-major, transposed) times x^T (k x n, ld ldb). n is
 // covered by calls of at most ltCallRows(m, k) rows (operands within the range the plan was checked
 // for; cublaslt_plan.go), which changes no bit: a row's sum does not depend on the call it falls in.
-func (c *opCtx) gemmLt(s *ltShape, out, x uint64, n int, w weightRef) error {
+func (c *opCtx) gemmLt(s *ltShape, out, x uint64, n int, w weightRef, round bool) error {
 	m, k := w.rows, w.k
 	if n == 0 {
 		return nil
@@ -88,7 +94,7 @@ func (c *opCtx) gemmLt(s *ltShape, out, x uint64, n int, w weightRef) error {
 	if err := c.launch1D("k_to_bf16", s.ldb*n, xb, x, int64(n), int32(k), int32(s.ldb)); err != nil {
 		return err
 	}
-	if err := c.ltGemm(s, out, xb, w.ptr, n, m, k); err != nil {
+	if err := c.ltGemm(s, out, xb, w.ptr, n, m, k); err != nil || !round {
 		return err
 	}
 	return c.launch1D("k_round", n*m, out, out, int64(n*m), int32(1))

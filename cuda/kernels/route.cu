@@ -6,8 +6,8 @@
 //      biased scores s + bias in ascending expert order (a value enters only when strictly larger, so
 //      equal scores keep the lower id first), writing the chosen ids straight into the output row, then
 //      the weights s / (sum + 1e-20) * scale with the sum in selection order. Statement for statement the
-//      CPU backend's routeRows: ids and weights equal it bit for bit (given equal logits, which the matmul
-//      guarantees). Each row alone: batch invariant. O(experts * k) per thread; the rows of a wave give
+//      CPU backend's routeRows: ids and weights equal it bit for bit given equal logits (the CUDA-core
+//      matmul's; cuBLASLt's in BF16 precision differ at rounding level: Route in moe.go). Each row alone: batch invariant. O(experts * k) per thread; the rows of a wave give
 //      the parallelism.
 #include "common.cuh"
 
