@@ -436,7 +436,7 @@ func TestCuBLASLtVersusTensorCoreKernel(t *testing.T) {
 					return err
 				}
 				if i == 0 {
-					err = c.gemmLt(s, out, xp, n, wr)
+					err = c.gemmLt(s, out, xp, n, wr, true)
 				} else {
 					kernel := wr.tc // what gemm picks without cuBLASLt: version 3 only where its loads fit
 					if k%wr.vecK == 0 && xp%16 == 0 && wr.ptr%16 == 0 {
