@@ -111,6 +111,7 @@ type Backend struct {
 	cstrm uintptr    // the copy stream: weight uploads (host.go), beside the kernels on strm
 	async bool       // stream-ordered allocation (cuMemAllocAsync) is available
 	evs   copyEvents // events of the asynchronous expert uploads (stable.go); on the CUDA thread
+	prof  opProfile  // op timing (profile.go); on the CUDA thread
 
 	mods  []uintptr
 	fns   map[string]uintptr
@@ -350,6 +351,7 @@ func (b *Backend) release() error {
 		b.cstrm = 0
 	}
 	errs = append(errs, b.evs.destroy(d))
+	errs = append(errs, b.prof.destroy(d))
 	if b.ctx != 0 {
 		errs = append(errs, d.check("cuDevicePrimaryCtxRelease", ccall(d.cuDevicePrimaryCtxRelease, uintptr(b.dev))))
 		b.ctx = 0

@@ -36,7 +36,9 @@
 //
 // Threads: a CUDA context is current per OS thread, so every CUDA call of a Backend runs on one
 // goroutine locked to its thread (executor.go): an op validates its arguments, then submits one closure
-// and waits. A panic on that thread is recovered and returned as an error wrapping ErrInternal.
+// and waits. A panic on that thread is recovered and returned as an error wrapping ErrInternal. Every
+// op passes through one function there (Backend.run), which is where ops.OpProfiler times them: with
+// ProfileOps on, a timing event on the compute stream before and after each op's closure (profile.go).
 //
 // Sizes: a tensor holds up to 2^34 elements (64 GiB of float32; MaxElements, ops.ElementLimit), with
 // fewer than 2^31 rows and columns. Every kernel indexes elements with 64-bit integers, and launch checks

@@ -14,21 +14,35 @@ import (
 
 // opCtx is the state of one op on the CUDA thread.
 type opCtx struct {
-	b     *Backend
-	op    string
-	temps []uint64  // device buffers freed when the op ends
-	outs  []*Tensor // tensors returned to the caller, freed if the op fails
+	b      *Backend
+	op     string
+	detail string    // with op timing on (profiling), what sets this call apart in the profile: a weight shape
+	temps  []uint64  // device buffers freed when the op ends
+	outs   []*Tensor // tensors returned to the caller, freed if the op fails
 }
 
 // run executes fn on the CUDA thread as op, then frees the temporaries (and on error the outputs) and,
-// with Options.Sync, waits for the device. Errors are prefixed with the op's name.
+// with Options.Sync, waits for the device. With op timing on (profile.go) fn is bracketed by two timing
+// events on the stream, kept for OpProfile whether fn fails or not. Errors are prefixed with the op's name.
 func (b *Backend) run(op string, fn func(c *opCtx) error) error {
 	if b == nil || b.ex == nil {
 		return fmt.Errorf("%w: %s", ErrClosed, op)
 	}
 	err := b.ex.do(func() error {
 		c := &opCtx{b: b, op: op}
+		var start uintptr // the op's start event when it is timed
+		if b.prof.on {
+			var err error
+			if start, err = b.prof.begin(b.drv, b.strm); err != nil {
+				return fmt.Errorf("op profile: %w", err)
+			}
+		}
 		err := fn(c)
+		if start != 0 { // before the Sync below: the op's own work, not the wait for it
+			if perr := b.prof.end(b.drv, b.strm, start, c.key()); perr != nil {
+				err = errors.Join(err, fmt.Errorf("op profile: %w", perr))
+			}
+		}
 		if err == nil && b.opts.Sync {
 			err = b.drv.check("cuStreamSynchronize", ccall(b.drv.cuStreamSynchronize, b.strm))
 		}

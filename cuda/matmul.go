@@ -156,6 +156,12 @@ func (b *Backend) MatMul(x, w ops.Tensor) (ops.Tensor, error) {
 	}
 	var out *Tensor
 	err = b.run(op, func(c *opCtx) error {
+		if c.profiling() { // the profile's key: the weight's shape (its dtype unless bfloat16, the common case)
+			c.detail = fmt.Sprintf("%dx%d", wt.rows, wt.cols)
+			if wt.dt != dtBF16 {
+				c.detail += " f32"
+			}
+		}
 		xp, err := c.f32(xt)
 		if err != nil {
 			return err

@@ -400,6 +400,9 @@ func (b *Backend) expertsAccumulate(acc, z ops.Tensor, rt ops.Routing, experts [
 		ffn := es[0].ffn
 		plan := planGrouped(es, work, rows) // here, not on the CUDA thread: earlier ops' closures need not wait
 		return b.run(op, func(c *opCtx) error {
+			if c.profiling() {
+				c.detail = "grouped" + kernels
+			}
 			if err := b.joinExperts(es); err != nil { // the experts' copies, when they were not waited for
 				return err
 			}
@@ -433,6 +436,9 @@ func (b *Backend) expertsAccumulate(acc, z ops.Tensor, rt ops.Routing, experts [
 		weights = append(weights, work[i].Weights...)
 	}
 	return b.run(op, func(c *opCtx) error {
+		if c.profiling() {
+			c.detail = "per-expert"
+		}
 		if err := b.joinExperts(es); err != nil { // the experts' copies, when they were not waited for
 			return err
 		}

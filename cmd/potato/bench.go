@@ -35,7 +35,7 @@ type benchFlags struct {
 	boundFlops, boundBandwidth               float64
 	cpuProfile                               string
 	hostCache, resident                      byteSize
-	directIO                                 bool
+	directIO, opProfile                      bool
 }
 
 func runBench(ctx context.Context, args []string, stdout io.Writer) error {
@@ -59,6 +59,7 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.Var(&f.resident, "resident", "keep the layers' own weights (all but routed experts) on the backend between waves, up to this many checkpoint bytes (e.g. 10GB; device memory on cuda): the timed waves then move only the experts of the layers kept")
 	fs.IntVar(&f.prefetch, "prefetch-experts", -1, "routed experts of an MoE layer uploaded from the host cache before its router runs, in large waves (-1: all) (needs --host-cache)")
 	fs.BoolVar(&f.directIO, "direct-io", false, "read the checkpoint with O_DIRECT, bypassing the page cache (from the disk itself)")
+	fs.BoolVar(&f.opProfile, "op-profile", false, "time every op on the device (CUDA events; cuda backend only) during the timed runs and print, per layer kind, each op's calls and device time (MatMul by weight shape) against the layers' wall time, from the median run")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -128,8 +129,16 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 			slices.Max(sizes), time.Since(start).Seconds(), float64(l.engine.HostCacheBytes())/1e9, float64(f.hostCache)/1e9,
 			float64(l.engine.ResidentBytes())/1e9, float64(f.resident)/1e9)
 	}
+	var prof *benchProfile
+	if f.opProfile {
+		if p, ok := l.engine.Model.Ops.(ops.OpProfiler); ok {
+			prof = &benchProfile{p: p}
+		} else {
+			fmt.Fprintf(stdout, "--op-profile: the %s backend does not time its ops (no ops.OpProfiler); benching without the op profile\n", l.backend)
+		}
+	}
 	for _, n := range sizes {
-		if err := benchWave(ctx, stdout, l, bound, n, f.seqLen, f.repeat); err != nil {
+		if err := benchWave(ctx, stdout, l, bound, n, f.seqLen, f.repeat, prof); err != nil {
 			return err
 		}
 	}
@@ -307,16 +316,26 @@ func measureUpload(l *loaded) (float64, error) {
 	return best, nil
 }
 
-// benchWave times waves of n tokens and prints per-layer-kind times against the bound.
-func benchWave(ctx context.Context, w io.Writer, l *loaded, bd bound, n, seqLen, repeat int) error {
+// benchWave times waves of n tokens and prints per-layer-kind times against the bound; with prof, the op
+// profile of the median run too.
+func benchWave(ctx context.Context, w io.Writer, l *loaded, bd bound, n, seqLen, repeat int, prof *benchProfile) error {
 	plan := l.engine.Plan
 	req, lens := benchRequest(n, seqLen, l.engine.Model.Dims.Vocab)
 	var runs []replay.WaveStats
 	var layerTimes, routedTimes [][]float64
+	var profiles [][]ops.OpSpan
 	for range max(repeat, 1) {
 		times, routed := make([]float64, len(plan.Layers)), make([]float64, len(plan.Layers))
 		last := 0.0
+		if prof != nil {
+			if err := prof.start(); err != nil {
+				return fmt.Errorf("op profile: %w", err)
+			}
+		}
 		l.engine.SetProgress(func(p replay.Progress) {
+			if prof != nil {
+				prof.layerDone(p.Layer - 1)
+			}
 			if p.Layer == 1 { // a request split over waves (the backend's element limit) starts again
 				last = 0
 			}
@@ -328,6 +347,13 @@ func benchWave(ctx context.Context, w io.Writer, l *loaded, bd bound, n, seqLen,
 		l.engine.SetProgress(nil)
 		if err != nil {
 			return err
+		}
+		if prof != nil {
+			spans, err := prof.finish()
+			if err != nil {
+				return err
+			}
+			profiles = append(profiles, spans)
 		}
 		runs, layerTimes, routedTimes = append(runs, st), append(layerTimes, times), append(routedTimes, routed)
 	}
@@ -383,7 +409,14 @@ func benchWave(ctx context.Context, w io.Writer, l *loaded, bd bound, n, seqLen,
 	for _, t := range times {
 		layerSecs += t
 	}
-	return extrapolate(w, plan, perLayer, st.Seconds-layerSecs)
+	if err := extrapolate(w, plan, perLayer, st.Seconds-layerSecs); err != nil {
+		return err
+	}
+	if prof == nil {
+		return nil
+	}
+	which := fmt.Sprintf("the median run: run %d of %d", mid+1, len(runs))
+	return printOpProfile(w, which, layerKinds(plan), times, st.Seconds-layerSecs, profiles[mid])
 }
 
 // extrapolate prints the time of a full K3 pass at this wave's rates, when the benched model has K3's

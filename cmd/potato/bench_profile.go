@@ -1,0 +1,195 @@
+package main
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/potato-k3/potato-k3/replay/model"
+	"github.com/potato-k3/potato-k3/replay/ops"
+)
+
+// The op profile of `potato bench --op-profile`: the backend times every op on the device
+// (ops.OpProfiler); the bench marks the end of each layer from its progress callback (label: the layer's
+// index) and the end of the run ("readout"), and prints, per layer kind, where the device time went.
+
+// opProfileTop is how many ops a kind's table lists; the rest are summed in one "other" row.
+const opProfileTop = 15
+
+// readoutLabel marks the span after the last layer: the output path (final norm, lm_head reductions).
+const readoutLabel = "readout"
+
+// benchProfile drives an ops.OpProfiler through one timed run. A mark's error, which the progress
+// callback cannot return, is kept for finish.
+type benchProfile struct {
+	p   ops.OpProfiler
+	err error
+}
+
+// start turns op timing on (clearing what an earlier run left).
+func (bp *benchProfile) start() error {
+	bp.err = nil
+	return bp.p.ProfileOps(true)
+}
+
+// layerDone ends layer i's span (layer 0's span also holds the embedding, and in a request the engine
+// splits over waves, the previous wave's readout).
+func (bp *benchProfile) layerDone(i int) {
+	if bp.err == nil {
+		bp.err = bp.p.ProfileMark(strconv.Itoa(i))
+	}
+}
+
+// finish ends the readout's span, collects the spans and turns timing off.
+func (bp *benchProfile) finish() ([]ops.OpSpan, error) {
+	err := bp.err
+	if err == nil {
+		err = bp.p.ProfileMark(readoutLabel)
+	}
+	spans, perr := bp.p.OpProfile()
+	if err := errors.Join(err, perr, bp.p.ProfileOps(false)); err != nil {
+		return nil, fmt.Errorf("op profile: %w", err)
+	}
+	return spans, nil
+}
+
+// layerKinds returns each layer's kind as the bench groups them: "kda+moe", "mla+moe", "kda+dense".
+func layerKinds(plan *model.Plan) []string {
+	kinds := make([]string, len(plan.Layers))
+	for i, ly := range plan.Layers {
+		kinds[i] = ly.Attn.String() + "+" + ly.FFN.String()
+	}
+	return kinds
+}
+
+// profileGroup is what printOpProfile sums for one layer kind (or one span label outside the layers).
+type profileGroup struct {
+	name    string
+	layers  int     // layers of the kind (0 for a label outside the layers)
+	wall    float64 // wall seconds of those layers
+	opSecs  float64 // summed device seconds of their ops
+	ops     map[string]*ops.OpTime
+	ordered []ops.OpTime
+}
+
+// printOpProfile prints one run's op profile: for each layer kind (kinds[i] is layer i's) the ops of its
+// layers' spans summed (calls, device ms, share of the kind's op time; the opProfileTop largest, the
+// rest as "other"), and the layers' wall time (wall[i] is layer i's) against the summed op time; their
+// difference is time the compute stream stood idle. The spans labelled "readout" are compared with
+// outside, the wall time after the last layer. Spans with other labels are printed by label, without a
+// wall time. which says which run the numbers come from.
+func printOpProfile(w io.Writer, which string, kinds []string, wall []float64, outside float64, spans []ops.OpSpan) error {
+	groups := map[string]*profileGroup{}
+	var order []string
+	group := func(name string) *profileGroup {
+		g := groups[name]
+		if g == nil {
+			g = &profileGroup{name: name, ops: map[string]*ops.OpTime{}}
+			groups[name] = g
+			order = append(order, name)
+		}
+		return g
+	}
+	for i, k := range kinds { // the kinds first, in the order of their first layer, even when not timed
+		g := group(k)
+		g.layers++
+		if i < len(wall) {
+			g.wall += wall[i]
+		}
+	}
+	for _, s := range spans {
+		name := s.Label
+		if i, err := strconv.Atoi(s.Label); err == nil && i >= 0 && i < len(kinds) {
+			name = kinds[i]
+		} else if name == "" {
+			name = "(after the last mark)"
+		}
+		g := group(name)
+		for _, o := range s.Ops {
+			t := g.ops[o.Op]
+			if t == nil {
+				t = &ops.OpTime{Op: o.Op}
+				g.ops[o.Op] = t
+			}
+			t.Calls += o.Calls
+			t.Seconds += o.Seconds
+			g.opSecs += o.Seconds
+		}
+	}
+	if g := groups[readoutLabel]; g != nil {
+		g.wall = outside
+	}
+	if _, err := fmt.Fprintf(w, "\nop profile (%s): device time of each op on the compute stream, between CUDA events around its work\n", which); err != nil {
+		return err
+	}
+	for _, name := range order {
+		if err := printProfileGroup(w, groups[name]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// printProfileGroup prints one kind's summary line and table.
+func printProfileGroup(w io.Writer, g *profileGroup) error {
+	for _, t := range g.ops {
+		g.ordered = append(g.ordered, *t)
+	}
+	slices.SortFunc(g.ordered, func(x, y ops.OpTime) int {
+		if c := cmp.Compare(y.Seconds, x.Seconds); c != 0 {
+			return c
+		}
+		return cmp.Compare(x.Op, y.Op)
+	})
+	var head string
+	switch {
+	case g.layers > 0:
+		m := float64(g.layers)
+		head = fmt.Sprintf("%s: %d layers, wall %.4fs, ops %.4fs (a layer: wall %.4fs, ops %.4fs); wall - ops %.4fs (%.0f%% of wall: compute stream idle)",
+			g.name, g.layers, g.wall, g.opSecs, g.wall/m, g.opSecs/m, g.wall-g.opSecs, percent(g.wall-g.opSecs, g.wall))
+	case g.name == readoutLabel:
+		head = fmt.Sprintf("%s (after the last layer): wall %.4fs, ops %.4fs; wall - ops %.4fs (%.0f%% of wall: compute stream idle)",
+			g.name, g.wall, g.opSecs, g.wall-g.opSecs, percent(g.wall-g.opSecs, g.wall))
+	default:
+		head = fmt.Sprintf("%s: ops %.4fs", g.name, g.opSecs)
+	}
+	if _, err := fmt.Fprintf(w, "\n%s\n", head); err != nil {
+		return err
+	}
+	if len(g.ordered) == 0 {
+		_, err := fmt.Fprintln(w, "  no ops timed")
+		return err
+	}
+	rows := g.ordered
+	if len(rows) > opProfileTop {
+		other := ops.OpTime{Op: fmt.Sprintf("other (%d ops)", len(rows)-opProfileTop)}
+		for _, t := range rows[opProfileTop:] {
+			other.Calls += t.Calls
+			other.Seconds += t.Seconds
+		}
+		rows = append(rows[:opProfileTop:opProfileTop], other)
+	}
+	width := len("op")
+	for _, t := range rows {
+		width = max(width, len(t.Op))
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "  %-*s %8s %12s %6s\n", width, "op", "calls", "device ms", "%")
+	for _, t := range rows {
+		fmt.Fprintf(&b, "  %-*s %8d %12.3f %6.1f\n", width, t.Op, t.Calls, 1e3*t.Seconds, percent(t.Seconds, g.opSecs))
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// percent is 100 part / whole, 0 for an empty whole.
+func percent(part, whole float64) float64 {
+	if whole == 0 {
+		return 0
+	}
+	return 100 * part / whole
+}

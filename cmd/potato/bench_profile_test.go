@@ -1,0 +1,205 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/potato-k3/potato-k3/replay"
+	"github.com/potato-k3/potato-k3/replay/ops"
+)
+
+// TestPrintOpProfile: the spans of layers of one kind are summed per op, largest first, with their share
+// of the kind's op time, and the kind's wall time against it; the readout span is compared with the time
+// after the last layer; past opProfileTop ops the rest are one "other" row.
+func TestPrintOpProfile(t *testing.T) {
+	span := func(label string, ts ...ops.OpTime) ops.OpSpan {
+		s := ops.OpSpan{Label: label, Ops: ts}
+		for _, o := range ts {
+			s.Seconds += o.Seconds
+		}
+		return s
+	}
+	many := make([]ops.OpTime, 18) // 18 ops of 18, 17, ... 1 ms
+	for i := range many {
+		many[i] = ops.OpTime{Op: fmt.Sprintf("Op%02d", i), Calls: 1, Seconds: float64(18-i) / 1e3}
+	}
+	for _, c := range []struct {
+		name    string
+		kinds   []string
+		wall    []float64
+		outside float64
+		spans   []ops.OpSpan
+		want    []string // lines (or parts of lines, trimmed), in this order
+		notWant []string
+	}{
+		{
+			name:    "two kinds and the readout",
+			kinds:   []string{"kda+dense", "kda+moe", "kda+moe"},
+			wall:    []float64{0.1, 0.5, 0.7},
+			outside: 0.05,
+			spans: []ops.OpSpan{
+				span("0", ops.OpTime{Op: "MatMul 64x32", Calls: 3, Seconds: 0.06}, ops.OpTime{Op: "KDA", Calls: 1, Seconds: 0.02}),
+				span("1", ops.OpTime{Op: "ExpertsAccumulate grouped", Calls: 1, Seconds: 0.3}, ops.OpTime{Op: "MatMul 64x32", Calls: 2, Seconds: 0.1}),
+				span("2", ops.OpTime{Op: "ExpertsAccumulate grouped", Calls: 1, Seconds: 0.3}, ops.OpTime{Op: "Route", Calls: 1, Seconds: 0.2}),
+				span("readout", ops.OpTime{Op: "OutputStats", Calls: 1, Seconds: 0.04}),
+			},
+			want: []string{
+				"op profile (the median run: run 2 of 3)",
+				"kda+dense: 1 layers, wall 0.1000s, ops 0.0800s (a layer: wall 0.1000s, ops 0.0800s); wall - ops 0.0200s (20% of wall: compute stream idle)",
+				"MatMul 64x32     3       60.000   75.0",
+				"KDA              1       20.000   25.0",
+				"kda+moe: 2 layers, wall 1.2000s, ops 0.9000s (a layer: wall 0.6000s, ops 0.4500s); wall - ops 0.3000s (25% of wall: compute stream idle)",
+				"ExpertsAccumulate grouped        2      600.000   66.7",
+				"Route                            1      200.000   22.2",
+				"MatMul 64x32                     2      100.000   11.1",
+				"readout (after the last layer): wall 0.0500s, ops 0.0400s; wall - ops 0.0100s (20% of wall: compute stream idle)",
+				"OutputStats        1       40.000  100.0",
+			},
+			notWant: []string{"other", "no ops timed"},
+		},
+		{
+			name:  "top 15 and other",
+			kinds: []string{"mla+moe"},
+			wall:  []float64{0.2},
+			spans: []ops.OpSpan{span("0", many...)},
+			want: []string{
+				"mla+moe: 1 layers, wall 0.2000s, ops 0.1710s",
+				"Op00                1       18.000   10.5",
+				"Op14                1        4.000    2.3",
+				"other (3 ops)       3        6.000    3.5", // 3 + 2 + 1 ms
+			},
+			notWant: []string{"Op15", "Op17"},
+		},
+		{
+			name:  "a kind without spans, and ops after the last mark",
+			kinds: []string{"kda+dense"},
+			wall:  []float64{0.3},
+			spans: []ops.OpSpan{span("", ops.OpTime{Op: "Free", Calls: 4, Seconds: 0.001})},
+			want: []string{
+				"kda+dense: 1 layers, wall 0.3000s, ops 0.0000s",
+				"no ops timed",
+				"(after the last mark): ops 0.0010s",
+				"Free       4        1.000  100.0",
+			},
+		},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var out strings.Builder
+			if err := printOpProfile(&out, "the median run: run 2 of 3", c.kinds, c.wall, c.outside, c.spans); err != nil {
+				t.Fatal(err)
+			}
+			got := out.String()
+			rest := squeeze(got) // the columns' widths are not the point here
+			for _, want := range c.want {
+				want = squeeze(want)
+				i := strings.Index(rest, want)
+				if i < 0 {
+					t.Fatalf("output lacks %q (in this order):\n%s", want, got)
+				}
+				rest = rest[i+len(want):]
+			}
+			for _, bad := range c.notWant {
+				if strings.Contains(got, bad) {
+					t.Errorf("output has %q:\n%s", bad, got)
+				}
+			}
+		})
+	}
+}
+
+// squeeze replaces each run of spaces with one space.
+func squeeze(s string) string {
+	for strings.Contains(s, "  ") {
+		s = strings.ReplaceAll(s, "  ", " ")
+	}
+	return s
+}
+
+// fakeProfiler is an ops.OpProfiler that times nothing: every mark gives a span of two made-up ops.
+type fakeProfiler struct {
+	on    bool
+	marks []string
+	runs  [][]string // the marks of each OpProfile
+}
+
+func (f *fakeProfiler) ProfileOps(on bool) error {
+	if on {
+		f.marks = nil
+	}
+	f.on = on
+	return nil
+}
+
+func (f *fakeProfiler) ProfileMark(label string) error {
+	if f.on {
+		f.marks = append(f.marks, label)
+	}
+	return nil
+}
+
+func (f *fakeProfiler) OpProfile() ([]ops.OpSpan, error) {
+	var spans []ops.OpSpan
+	for _, m := range f.marks {
+		spans = append(spans, ops.OpSpan{Label: m, Seconds: 0.003, Ops: []ops.OpTime{
+			{Op: "KDA", Calls: 1, Seconds: 0.002}, {Op: "MatMul 8x8", Calls: 2, Seconds: 0.001}}})
+	}
+	f.runs = append(f.runs, f.marks)
+	f.marks = nil
+	return spans, nil
+}
+
+// TestBenchOpProfile: benchWave marks every layer's end and the readout in each timed run and prints the
+// profile per kind; `bench --op-profile` on a backend without the interface says so and benches on.
+func TestBenchOpProfile(t *testing.T) {
+	dir := tinyModel(t)
+	l, err := openEngine(context.Background(), dir, "cpu", "bf16", replay.EngineOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	fake := &fakeProfiler{}
+	var out strings.Builder
+	if err := benchWave(context.Background(), &out, l, bound{readBps: 1e9, flops: 1e10}, 96, 48, 2, &benchProfile{p: fake}); err != nil {
+		t.Fatal(err)
+	}
+	layers := len(l.engine.Plan.Layers)
+	var want []string
+	for i := range layers {
+		want = append(want, strconv.Itoa(i))
+	}
+	want = append(want, "readout")
+	if len(fake.runs) != 2 || !slices.Equal(fake.runs[0], want) || !slices.Equal(fake.runs[1], want) {
+		t.Errorf("marks per run %q, want two runs of %q", fake.runs, want)
+	}
+	if fake.on {
+		t.Error("op timing left on after the runs")
+	}
+	kinds := layerKinds(l.engine.Plan)
+	n := 0
+	for _, k := range kinds {
+		if k == kinds[0] {
+			n++
+		}
+	}
+	first := fmt.Sprintf("%s: %d layers", kinds[0], n)
+	for _, s := range []string{"op profile (the median run: run ", "KDA", "MatMul 8x8", "compute stream idle",
+		"readout (after the last layer)", first} {
+		if !strings.Contains(out.String(), s) {
+			t.Errorf("bench output lacks %q:\n%s", s, out.String())
+		}
+	}
+
+	out.Reset()
+	err = runBench(context.Background(), []string{"--model", dir, "--tokens", "48", "--seq-len", "48", "--repeat", "1",
+		"--bound-flops", "1e10", "--bound-bandwidth", "1e9", "--op-profile"}, &out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "--op-profile: the cpu backend does not time its ops") || strings.Contains(out.String(), "op profile (") {
+		t.Errorf("bench --op-profile on the cpu backend:\n%s", out.String())
+	}
+}

@@ -1,0 +1,198 @@
+package cuda
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"slices"
+	"unsafe"
+
+	"github.com/potato-k3/potato-k3/replay/ops"
+)
+
+// Op profiling (ops.OpProfiler): while it is on, Backend.run records a timing event on the compute stream
+// before an op's closure and one after it, and keeps the pair with the op's key and the current span.
+// OpProfile waits for the last event and sums the elapsed times per span and key. Everything here runs on
+// the CUDA thread, so the state needs no lock; when profiling is off an op pays one bool check.
+
+var _ ops.OpProfiler = (*Backend)(nil)
+
+// opProfile is the profiling state of a Backend, touched only on the CUDA thread.
+type opProfile struct {
+	on     bool
+	recs   []opRec   // the timed ops since ProfileOps(true) or the last OpProfile, in queue order
+	labels []string  // the marks so far: an op queued after k marks belongs to span k
+	idle   []uintptr // timing events free for the next op
+	all    []uintptr // every timing event created, destroyed at release
+}
+
+// opRec is one timed op: its key, its two events on the compute stream and its span.
+type opRec struct {
+	key        string
+	start, end uintptr
+	span       int
+}
+
+// profiling reports whether op timing is on: an op computes its detail (opCtx.detail) only then.
+func (c *opCtx) profiling() bool { return c.b.prof.on }
+
+// key is the op's name and, when it set one, its detail ("MatMul 12288x7168").
+func (c *opCtx) key() string {
+	if c.detail == "" {
+		return c.op
+	}
+	return c.op + " " + c.detail
+}
+
+// event returns a timing event (flags 0: timing on) from the free list, or a new one.
+func (p *opProfile) event(d *driver) (uintptr, error) {
+	if n := len(p.idle); n > 0 {
+		ev := p.idle[n-1]
+		p.idle = p.idle[:n-1]
+		return ev, nil
+	}
+	var ev uintptr
+	if err := d.check("cuEventCreate(timing)", ccall(d.cuEventCreate, uintptr(unsafe.Pointer(&ev)), 0)); err != nil {
+		return 0, err
+	}
+	p.all = append(p.all, ev)
+	return ev, nil
+}
+
+// begin records an op's start event on stream s; on an error the event goes back to the free list.
+func (p *opProfile) begin(d *driver, s uintptr) (uintptr, error) {
+	ev, err := p.event(d)
+	if err != nil {
+		return 0, err
+	}
+	if err := d.check("cuEventRecord(profile start)", ccall(d.cuEventRecord, ev, s)); err != nil {
+		p.idle = append(p.idle, ev)
+		return 0, err
+	}
+	return ev, nil
+}
+
+// end records the op's end event on stream s and keeps the pair under key; on an error both events go
+// back to the free list and the op is not reported (a pair is either kept whole or dropped).
+func (p *opProfile) end(d *driver, s, start uintptr, key string) error {
+	ev, err := p.event(d)
+	if err != nil {
+		p.idle = append(p.idle, start)
+		return err
+	}
+	if err := d.check("cuEventRecord(profile end)", ccall(d.cuEventRecord, ev, s)); err != nil {
+		p.idle = append(p.idle, start, ev)
+		return err
+	}
+	p.recs = append(p.recs, opRec{key: key, start: start, end: ev, span: len(p.labels)})
+	return nil
+}
+
+// clear drops the records and marks, returning their events to the free list (an event still pending
+// on the stream may be recorded again: it then captures the new point).
+func (p *opProfile) clear() {
+	for _, r := range p.recs {
+		p.idle = append(p.idle, r.start, r.end)
+	}
+	p.recs, p.labels = p.recs[:0], nil
+}
+
+// destroy releases every timing event (at release, after the streams were synchronised).
+func (p *opProfile) destroy(d *driver) error {
+	var errs []error
+	for _, ev := range p.all {
+		errs = append(errs, d.check("cuEventDestroy(timing)", ccall(d.cuEventDestroy, ev)))
+	}
+	*p = opProfile{}
+	return errors.Join(errs...)
+}
+
+// ProfileOps implements ops.OpProfiler: it turns op timing on (clearing what was recorded) or off
+// (keeping it for OpProfile).
+func (b *Backend) ProfileOps(on bool) error {
+	return b.ex.do(func() error {
+		if on {
+			b.prof.clear()
+		}
+		b.prof.on = on
+		return nil
+	})
+}
+
+// ProfileMark implements ops.OpProfiler: the ops queued since the previous mark form a span labelled
+// label. It does nothing while timing is off.
+func (b *Backend) ProfileMark(label string) error {
+	return b.ex.do(func() error {
+		if b.prof.on {
+			b.prof.labels = append(b.prof.labels, label)
+		}
+		return nil
+	})
+}
+
+// OpProfile implements ops.OpProfiler: it waits for the last timed op, returns the spans with the
+// device time of each op key (largest first) and clears the records. Every mark gives a span, empty or
+// not; the ops after the last mark give a last span "" when there are any.
+func (b *Backend) OpProfile() ([]ops.OpSpan, error) {
+	var spans []ops.OpSpan
+	err := b.ex.do(func() error {
+		var err error
+		spans, err = b.prof.collect(b.drv)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("cuda: OpProfile: %w", err)
+	}
+	return spans, nil
+}
+
+// collect is OpProfile on the CUDA thread. The events are cleared whatever happens.
+func (p *opProfile) collect(d *driver) ([]ops.OpSpan, error) {
+	defer p.clear()
+	n := len(p.labels)
+	if len(p.recs) > 0 {
+		// One stream runs the ops in order: once the last end event completed, every event has.
+		if err := d.check("cuEventSynchronize(profile)", ccall(d.cuEventSynchronize, p.recs[len(p.recs)-1].end)); err != nil {
+			return nil, err
+		}
+		n = max(n, p.recs[len(p.recs)-1].span+1)
+	}
+	spans := make([]ops.OpSpan, n)
+	index := make([]map[string]int, n) // span -> key -> index in its Ops
+	for i := range spans {
+		if i < len(p.labels) {
+			spans[i].Label = p.labels[i]
+		}
+		index[i] = map[string]int{}
+	}
+	for _, r := range p.recs {
+		var ms float32
+		if err := d.check("cuEventElapsedTime(profile)", ccall(d.cuEventElapsedTime, uintptr(unsafe.Pointer(&ms)), r.start, r.end)); err != nil {
+			return nil, fmt.Errorf("%s: %w", r.key, err)
+		}
+		s := &spans[r.span]
+		k, ok := index[r.span][r.key]
+		if !ok {
+			k = len(s.Ops)
+			index[r.span][r.key] = k
+			s.Ops = append(s.Ops, ops.OpTime{Op: r.key})
+		}
+		s.Ops[k].Calls++
+		s.Ops[k].Seconds += float64(ms) / 1e3
+		s.Seconds += float64(ms) / 1e3
+	}
+	for i := range spans {
+		sortOpTimes(spans[i].Ops)
+	}
+	return spans, nil
+}
+
+// sortOpTimes orders op times by seconds, largest first, then by key (a stable order for equal times).
+func sortOpTimes(ts []ops.OpTime) {
+	slices.SortFunc(ts, func(x, y ops.OpTime) int {
+		if c := cmp.Compare(y.Seconds, x.Seconds); c != 0 {
+			return c
+		}
+		return cmp.Compare(x.Op, y.Op)
+	})
+}

@@ -1,0 +1,111 @@
+package cuda_test
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/potato-k3/potato-k3/cuda"
+	"github.com/potato-k3/potato-k3/replay/bf16"
+	"github.com/potato-k3/potato-k3/replay/ops"
+)
+
+// TestOpProfile: with op timing on, two MatMuls by one weight and one by another are reported under
+// their weight shapes in the span their mark ends, with device times above zero; the setup ops form the
+// span before; what follows the last mark forms a span ""; OpProfile clears; timing off records nothing.
+func TestOpProfile(t *testing.T) {
+	for _, sync := range []bool{false, true} {
+		t.Run(fmt.Sprintf("sync=%v", sync), func(t *testing.T) {
+			b := newBackendWith(t, cuda.Options{Precision: ops.BF16, Sync: sync})
+			const n, k = 256, 512
+			upload := func(rows int) ops.Tensor {
+				v := make([]float32, rows*k)
+				for i := range v {
+					v[i] = float32(i%7) / 64
+				}
+				raw := make([]byte, 2*len(v))
+				bf16.Encode(raw, v)
+				w, err := b.Upload(ops.WeightBF16, rows, k, raw)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return w
+			}
+			if err := b.ProfileOps(true); err != nil {
+				t.Fatal(err)
+			}
+			x, err := b.FromHost(n, k, make([]float32, n*k))
+			if err != nil {
+				t.Fatal(err)
+			}
+			w1, w2 := upload(1024), upload(128)
+			if err := b.ProfileMark("setup"); err != nil {
+				t.Fatal(err)
+			}
+			var ys []ops.Tensor
+			for _, w := range []ops.Tensor{w1, w1, w2} {
+				y, err := b.MatMul(x, w)
+				if err != nil {
+					t.Fatal(err)
+				}
+				ys = append(ys, y)
+			}
+			if err := b.ProfileMark("matmuls"); err != nil {
+				t.Fatal(err)
+			}
+			for _, y := range append(ys, x, w1, w2) {
+				b.Free(y)
+			}
+			spans, err := b.OpProfile()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(spans) != 3 || spans[0].Label != "setup" || spans[1].Label != "matmuls" || spans[2].Label != "" {
+				t.Fatalf("spans %+v, want setup, matmuls and \"\"", spans)
+			}
+			got := map[string]ops.OpTime{}
+			var sum float64
+			for _, o := range spans[1].Ops {
+				got[o.Op] = o
+				sum += o.Seconds
+			}
+			for key, calls := range map[string]int{"MatMul 1024x512": 2, "MatMul 128x512": 1} {
+				if o := got[key]; o.Calls != calls || !(o.Seconds > 0) {
+					t.Errorf("%s: %+v, want %d calls and a time above 0 (span %+v)", key, o, calls, spans[1])
+				}
+			}
+			if len(got) != 2 || sum != spans[1].Seconds {
+				t.Errorf("span matmuls: %+v, want two keys whose times sum to the span's", spans[1])
+			}
+			for i := 1; i < len(spans[1].Ops); i++ {
+				if spans[1].Ops[i].Seconds > spans[1].Ops[i-1].Seconds {
+					t.Errorf("span matmuls not sorted by time: %+v", spans[1].Ops)
+				}
+			}
+			if s := spans[0]; len(s.Ops) != 2 || s.Ops[0].Calls+s.Ops[1].Calls != 3 {
+				t.Errorf("span setup: %+v, want FromHost once and Upload twice", s)
+			}
+			if s := spans[2]; len(s.Ops) != 1 || s.Ops[0].Op != "Free" || s.Ops[0].Calls != 6 {
+				t.Errorf("span \"\": %+v, want Free 6 times", s)
+			}
+			t.Logf("%+v", spans)
+			if spans, err := b.OpProfile(); err != nil || len(spans) != 0 {
+				t.Errorf("OpProfile again: %+v, %v; want nothing", spans, err)
+			}
+			// Timing off: neither ops nor marks are recorded.
+			if err := b.ProfileOps(false); err != nil {
+				t.Fatal(err)
+			}
+			y, err := b.FromHost(1, 1, []float32{1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			b.Free(y)
+			if err := b.ProfileMark("off"); err != nil {
+				t.Fatal(err)
+			}
+			if spans, err := b.OpProfile(); err != nil || len(spans) != 0 {
+				t.Errorf("OpProfile with timing off: %+v, %v; want nothing", spans, err)
+			}
+		})
+	}
+}

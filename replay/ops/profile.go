@@ -1,0 +1,41 @@
+package ops
+
+// OpProfiler is implemented by a backend that can time its ops on the device (the CUDA backend). It is
+// optional, found by type assertion; a benchmark turns it on around the runs it measures and marks the
+// ends of the spans it wants reported apart (a model's layers).
+//
+// An op's time is device time on the backend's compute stream, between an event recorded just before the
+// op's work is queued and one recorded just after. It is not the time of the op's kernels alone: it
+// includes every wait of the compute stream inside that interval, such as a wait on the copy stream (an
+// ExpertsAccumulate waiting for its experts' uploads, which is itself worth knowing) or the gaps of an op
+// that stages a host copy in pieces. Work an op queues on another stream (an asynchronous expert upload)
+// is not counted. Ops run one after another on the compute stream, so their times do not overlap, and a
+// span's summed op time below the wall time of the same span is time the compute stream stood idle (the
+// device ran behind the host, or the host fed it too slowly).
+type OpProfiler interface {
+	// ProfileOps turns op timing on or off; turning it on clears what was recorded. Turning it off keeps
+	// what was recorded for OpProfile.
+	ProfileOps(on bool) error
+	// ProfileMark ends the current span: the ops queued since the previous mark (or since
+	// ProfileOps(true)) are reported under label. It does nothing while timing is off.
+	ProfileMark(label string) error
+	// OpProfile waits for the timed ops, returns the spans (in order) with each op's calls and device
+	// seconds (sorted by time, largest first), and clears them. Ops after the last mark form a span "".
+	OpProfile() ([]OpSpan, error)
+}
+
+// OpSpan is the ops of one span of an OpProfiler, between two marks.
+type OpSpan struct {
+	Label   string   // the label of the mark that ended the span ("" for the ops after the last mark)
+	Ops     []OpTime // one entry per op key, largest Seconds first
+	Seconds float64  // the sum of Ops' Seconds
+}
+
+// OpTime is the device time of one op key within a span.
+type OpTime struct {
+	// Op is the op's name, followed by a detail where the backend gives one (a MatMul's weight shape, the
+	// path an ExpertsAccumulate took): "MatMul 12288x7168".
+	Op      string
+	Calls   int     // how many times it ran in the span
+	Seconds float64 // summed device time of those calls (see OpProfiler)
+}
