@@ -416,6 +416,9 @@ func (b *Backend) expertsAccumulate(acc, z ops.Tensor, rt ops.Routing, experts [
 				case err != nil:
 					return err
 				case why == "":
+					if c.profiling() {
+						c.detail = "cuBLASLt"
+					}
 					return c.expertsLt(&plan, gu, dn, at.ptr, zp, latent, ffn, beta, linBeta)
 				case mode == expertsLt:
 					return fmt.Errorf("%w: %s: the cuBLASLt path does not take these experts: %s", ErrArgument, op, why)
