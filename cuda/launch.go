@@ -16,9 +16,11 @@ import (
 type opCtx struct {
 	b      *Backend
 	op     string
-	detail string    // with op timing on (profiling), what sets this call apart in the profile: a weight shape
-	temps  []uint64  // device buffers freed when the op ends
-	outs   []*Tensor // tensors returned to the caller, freed if the op fails
+	detail string // with op timing on (profiling), what sets this call apart in the profile: a weight shape
+	// profStart is the timing event of the op's current part (profile.go), 0 when it is not timed
+	profStart uintptr
+	temps     []uint64  // device buffers freed when the op ends
+	outs      []*Tensor // tensors returned to the caller, freed if the op fails
 }
 
 // run executes fn on the CUDA thread as op, then frees the temporaries (and on error the outputs) and,
@@ -30,16 +32,15 @@ func (b *Backend) run(op string, fn func(c *opCtx) error) error {
 	}
 	err := b.ex.do(func() error {
 		c := &opCtx{b: b, op: op}
-		var start uintptr // the op's start event when it is timed
 		if b.prof.on {
 			var err error
-			if start, err = b.prof.begin(b.drv, b.strm); err != nil {
+			if c.profStart, err = b.prof.begin(b.drv, b.strm); err != nil {
 				return fmt.Errorf("op profile: %w", err)
 			}
 		}
 		err := fn(c)
-		if start != 0 { // before the Sync below: the op's own work, not the wait for it
-			if perr := b.prof.end(b.drv, b.strm, start, c.key()); perr != nil {
+		if c.profStart != 0 { // before the Sync below: the op's own work, not the wait for it
+			if perr := b.prof.end(b.drv, b.strm, c.profStart, c.key()); perr != nil {
 				err = errors.Join(err, fmt.Errorf("op profile: %w", perr))
 			}
 		}

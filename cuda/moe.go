@@ -400,10 +400,11 @@ func (b *Backend) expertsAccumulate(acc, z ops.Tensor, rt ops.Routing, experts [
 		ffn := es[0].ffn
 		plan := planGrouped(es, work, rows) // here, not on the CUDA thread: earlier ops' closures need not wait
 		return b.run(op, func(c *opCtx) error {
-			if c.profiling() {
-				c.detail = "grouped" + kernels
-			}
+			c.detail = "waiting for uploads"
 			if err := b.joinExperts(es); err != nil { // the experts' copies, when they were not waited for
+				return err
+			}
+			if err := c.phase("grouped" + kernels); err != nil {
 				return err
 			}
 			zp, err := c.f32(zt)
@@ -416,9 +417,7 @@ func (b *Backend) expertsAccumulate(acc, z ops.Tensor, rt ops.Routing, experts [
 				case err != nil:
 					return err
 				case why == "":
-					if c.profiling() {
-						c.detail = "cuBLASLt"
-					}
+					c.detail = "cuBLASLt" // the part after the wait for uploads is all this path's
 					return c.expertsLt(&plan, gu, dn, at.ptr, zp, latent, ffn, beta, linBeta)
 				case mode == expertsLt:
 					return fmt.Errorf("%w: %s: the cuBLASLt path does not take these experts: %s", ErrArgument, op, why)
@@ -439,10 +438,11 @@ func (b *Backend) expertsAccumulate(acc, z ops.Tensor, rt ops.Routing, experts [
 		weights = append(weights, work[i].Weights...)
 	}
 	return b.run(op, func(c *opCtx) error {
-		if c.profiling() {
-			c.detail = "per-expert"
-		}
+		c.detail = "waiting for uploads"
 		if err := b.joinExperts(es); err != nil { // the experts' copies, when they were not waited for
+			return err
+		}
+		if err := c.phase("per-expert"); err != nil {
 			return err
 		}
 		zp, err := c.f32(zt)

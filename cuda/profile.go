@@ -36,6 +36,28 @@ type opRec struct {
 // profiling reports whether op timing is on: an op computes its detail (opCtx.detail) only then.
 func (c *opCtx) profiling() bool { return c.b.prof.on }
 
+// phase ends the timed part of the op so far under its key (while op timing is on) and starts the next
+// under detail: an op that first waits for the copy stream reports the wait apart from its work.
+func (c *opCtx) phase(detail string) error {
+	if c.profStart == 0 {
+		c.detail = detail
+		return nil
+	}
+	p, d := &c.b.prof, c.b.drv
+	start := c.profStart
+	c.profStart = 0
+	if err := p.end(d, c.b.strm, start, c.key()); err != nil {
+		return fmt.Errorf("op profile: %w", err)
+	}
+	c.detail = detail
+	next, err := p.begin(d, c.b.strm)
+	if err != nil {
+		return fmt.Errorf("op profile: %w", err)
+	}
+	c.profStart = next
+	return nil
+}
+
 // key is the op's name and, when it set one, its detail ("MatMul 12288x7168").
 func (c *opCtx) key() string {
 	if c.detail == "" {
