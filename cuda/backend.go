@@ -112,6 +112,7 @@ type Backend struct {
 	async bool       // stream-ordered allocation (cuMemAllocAsync) is available
 	evs   copyEvents // events of the asynchronous expert uploads (stable.go); on the CUDA thread
 	prof  opProfile  // op timing (profile.go); on the CUDA thread
+	ring  uploadRing // pinned memory for the ops' small uploads (ring.go); on the CUDA thread
 
 	mods  []uintptr
 	fns   map[string]uintptr
@@ -352,6 +353,7 @@ func (b *Backend) release() error {
 	}
 	errs = append(errs, b.evs.destroy(d))
 	errs = append(errs, b.prof.destroy(d))
+	errs = append(errs, b.ring.destroy(d))
 	if b.ctx != 0 {
 		errs = append(errs, d.check("cuDevicePrimaryCtxRelease", ccall(d.cuDevicePrimaryCtxRelease, uintptr(b.dev))))
 		b.ctx = 0

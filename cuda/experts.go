@@ -55,7 +55,7 @@ func (b *Backend) groupedOK(latent int, es []*Expert) bool {
 }
 
 // groupedPlan is the host side of one grouped call: every table the kernels read, in one int32 buffer
-// uploaded at once (an upload waits for the stream; one per call).
+// uploaded at once (one copy a call, through the upload ring).
 type groupedPlan struct {
 	experts int   // experts in the call (the pointer table's length)
 	rows    int   // rows of the gathered buffer: the sum of the experts' rows

@@ -186,7 +186,8 @@ func (b *Backend) toHost(dst []byte, src uint64) error {
 	return nil
 }
 
-// upload copies a host slice of 4-byte values (int32 or float32) to a new temporary device buffer.
+// uploadTemp copies a host slice of values to a new temporary device buffer, through the upload ring:
+// ordered before the op's kernels on the stream, without waiting for the work queued before it.
 func uploadTemp[T int32 | float32 | uint64](c *opCtx, v []T) (uint64, error) {
 	if len(v) == 0 {
 		return 0, nil
@@ -196,7 +197,7 @@ func uploadTemp[T int32 | float32 | uint64](c *opCtx, v []T) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	return p, c.b.toDevice(p, unsafe.Slice((*byte)(unsafe.Pointer(&v[0])), size))
+	return p, c.b.uploadAsync(p, unsafe.Slice((*byte)(unsafe.Pointer(&v[0])), size))
 }
 
 // download copies a device buffer of len(v) values into v.

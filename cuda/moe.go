@@ -426,9 +426,8 @@ func (b *Backend) expertsAccumulate(acc, z ops.Tensor, rt ops.Routing, experts [
 			return c.expertsGrouped(&plan, at.ptr, zp, latent, ffn, beta, linBeta, kernels)
 		})
 	}
-	// Every expert's rows and weights go to the device in one upload each: an upload waits for the
-	// stream, and one wait per call (instead of two per expert) lets the caller queue the whole call and
-	// read the next experts while it runs.
+	// Every expert's rows and weights go to the device in one upload each (two copies a call instead of
+	// two per expert).
 	var rows32 []int32
 	var weights []float32
 	first := make([]int, len(es))
