@@ -40,10 +40,14 @@ func TestUploadTiming(t *testing.T) {
 	}
 	start := time.Now()
 	var batches [][]ops.ExpertParts
+	var first []byte // the first host buffer, for the plain copies at the end
 	for bi := range bufs {
 		buf, err := b.AllocHost(perBuf * size)
 		if err != nil {
 			t.Fatalf("pinned buffer %d of %d bytes: %v", bi, perBuf*size, err)
+		}
+		if first == nil {
+			first = buf
 		}
 		var batch []ops.ExpertParts
 		off := 0
@@ -121,7 +125,7 @@ func TestUploadTiming(t *testing.T) {
 
 	// one plain copy of a pinned buffer (the first 16 experts' host buffer, 280 MB) into one device
 	// buffer, repeated: the copy engine's rate for large copies
-	src := batches[0][0].W1Packed[: perBuf*size : perBuf*size]
+	src := first
 	var dev uint64
 	if err := b.ex.do(func() error {
 		var err error
