@@ -29,6 +29,7 @@ const (
 	cuFuncAttrMaxDynamicSharedBytes = 8
 	cuStreamNonBlocking             = 1
 	cuMemHostAllocPortable          = 1
+	cuMemHostAllocDeviceMap         = 2
 	cuMempoolAttrReleaseThreshold   = 4
 	cuEventDisableTiming            = 2 // CU_EVENT_DISABLE_TIMING
 	cudaSuccess                     = 0
@@ -52,7 +53,7 @@ type driver struct {
 	cuModuleLoadData, cuModuleUnload, cuModuleGetFunction, cuFuncSetAttribute, cuLaunchKernel        uintptr
 	cuGetErrorString, cuGetErrorName                                                                 uintptr
 	cuFuncGetAttribute                                                                               uintptr
-	cuMemGetInfo                                                                                     uintptr
+	cuMemGetInfo, cuMemHostGetDevicePointer                                                          uintptr
 	version                                                                                          int // cuDriverGetVersion, e.g. 13000
 	devices                                                                                          int // cuDeviceGetCount after cuInit
 }
@@ -165,6 +166,7 @@ func openDriver() (*driver, error) {
 		"cuMemFree_v2":                             &d.cuMemFree,
 		"cuMemHostAlloc":                           &d.cuMemHostAlloc,
 		"cuMemFreeHost":                            &d.cuMemFreeHost,
+		"cuMemHostGetDevicePointer_v2":             &d.cuMemHostGetDevicePointer,
 		"cuMemcpyHtoDAsync_v2":                     &d.cuMemcpyHtoDAsync,
 		"cuMemcpyDtoHAsync_v2":                     &d.cuMemcpyDtoHAsync,
 		"cuMemcpyDtoDAsync_v2":                     &d.cuMemcpyDtoDAsync,

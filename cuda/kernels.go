@@ -20,7 +20,7 @@ type kernelFile struct {
 }
 
 var kernelFiles = []kernelFile{
-	{"elementwise.cu", []string{"k_round", "k_widen_bf16", "k_add", "k_mul_sigmoid", "k_situ", "k_slice", "k_gather", "k_scatter_add"}},
+	{"elementwise.cu", []string{"k_round", "k_widen_bf16", "k_add", "k_mul_sigmoid", "k_situ", "k_slice", "k_gather", "k_scatter_add", "k_copy16"}},
 	{"norm.cu", []string{"k_rmsnorm", "k_attnres"}},
 	{"matmul.cu", []string{"k_matmul_f32", "k_matmul_bf16", "k_matmul_mxfp4"}},
 	{"matmul_tc.cu", []string{"k_matmul_tc_bf16", "k_matmul_tc_mxfp4", "k_matmul_tc_bf16_vec", "k_matmul_tc_mxfp4_vec"}},

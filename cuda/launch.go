@@ -197,7 +197,7 @@ func uploadTemp[T int32 | float32 | uint64](c *opCtx, v []T) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	return p, c.b.uploadAsync(p, unsafe.Slice((*byte)(unsafe.Pointer(&v[0])), size))
+	return p, c.uploadAsync(p, unsafe.Slice((*byte)(unsafe.Pointer(&v[0])), size))
 }
 
 // download copies a device buffer of len(v) values into v.

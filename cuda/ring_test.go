@@ -55,7 +55,7 @@ func TestUploadRing(t *testing.T) {
 			if dev[i], err = b.malloc(n); err != nil {
 				return err
 			}
-			return b.uploadAsync(dev[i], data[i])
+			return (&opCtx{b: b, op: "TestUploadRing"}).uploadAsync(dev[i], data[i])
 		}); err != nil {
 			t.Fatalf("upload %d (%d bytes): %v", i, n, err)
 		}

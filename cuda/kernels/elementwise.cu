@@ -70,3 +70,13 @@ extern "C" __global__ void k_scatter_add(float* acc, const float* h, const int* 
         *a = __fadd_rn(*a, __fmul_rn(w[r], h[i]));
     }
 }
+
+// k_copy16: dst[0:n] = src[0:n], n bytes, dst and src 16-byte aligned; src may be mapped host memory (the
+// upload ring, ring.go: the SMs read it over the bus, so the copy does not queue behind the weight stream's
+// copies in the copy engine). Grid-stride over 16-byte words, then the tail bytes.
+extern "C" __global__ void k_copy16(u8* dst, const u8* src, i64 n) {
+    const i64 words = n >> 4, stride = (i64)gridDim.x * blockDim.x;
+    for (i64 i = blockIdx.x * (i64)blockDim.x + threadIdx.x; i < words; i += stride)
+        ((uint4*)dst)[i] = ((const uint4*)src)[i];
+    for (i64 i = (words << 4) + blockIdx.x * (i64)blockDim.x + threadIdx.x; i < n; i += stride) dst[i] = src[i];
+}
