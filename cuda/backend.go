@@ -109,8 +109,6 @@ type Backend struct {
 	ctx   uintptr    // the device's primary context
 	strm  uintptr    // the backend's stream: every kernel, and every copy of an op's inputs and outputs
 	cstrm uintptr    // the copy stream: weight uploads (host.go), beside the kernels on strm
-	dstrm uintptr    // the decode stream: the cuBLASLt expert path's weight decoding (experts_lt.go)
-	sevs  syncEvents // events that order strm and dstrm (experts_lt.go); on the CUDA thread
 	async bool       // stream-ordered allocation (cuMemAllocAsync) is available
 	evs   copyEvents // events of the asynchronous expert uploads (stable.go); on the CUDA thread
 	prof  opProfile  // op timing (profile.go); on the CUDA thread
@@ -260,10 +258,6 @@ func (b *Backend) start(images map[string][]byte, lt *ltLib) error {
 		b.release()
 		return err
 	}
-	if err := d.check("cuStreamCreate(decode)", ccall(d.cuStreamCreate, uintptr(unsafe.Pointer(&b.dstrm)), cuStreamNonBlocking)); err != nil {
-		b.release()
-		return err
-	}
 	if b.async {
 		var pool uintptr
 		if err := d.check("cuDeviceGetDefaultMemPool", ccall(d.cuDeviceGetDefaultMemPool, uintptr(unsafe.Pointer(&pool)), uintptr(b.dev))); err != nil {
@@ -333,9 +327,6 @@ func (b *Backend) release() error {
 	if b.cstrm != 0 {
 		errs = append(errs, d.check("cuStreamSynchronize(copy)", ccall(d.cuStreamSynchronize, b.cstrm)))
 	}
-	if b.dstrm != 0 {
-		errs = append(errs, d.check("cuStreamSynchronize(decode)", ccall(d.cuStreamSynchronize, b.dstrm)))
-	}
 	errs = append(errs, b.releaseHosts())
 	if b.lt != nil {
 		if b.lt.ws != 0 {
@@ -360,11 +351,6 @@ func (b *Backend) release() error {
 		errs = append(errs, d.check("cuStreamDestroy(copy)", ccall(d.cuStreamDestroy, b.cstrm)))
 		b.cstrm = 0
 	}
-	if b.dstrm != 0 {
-		errs = append(errs, d.check("cuStreamDestroy(decode)", ccall(d.cuStreamDestroy, b.dstrm)))
-		b.dstrm = 0
-	}
-	errs = append(errs, b.sevs.destroy(d))
 	errs = append(errs, b.evs.destroy(d))
 	errs = append(errs, b.prof.destroy(d))
 	errs = append(errs, b.ring.destroy(d))

@@ -19,10 +19,8 @@ type opCtx struct {
 	detail string // with op timing on (profiling), what sets this call apart in the profile: a weight shape
 	// profStart is the timing event of the op's current part (profile.go), 0 when it is not timed
 	profStart uintptr
-	// on is the stream launch queues kernels on when it is not the backend's stream (0: b.strm)
-	on    uintptr
-	temps []uint64  // device buffers freed when the op ends
-	outs  []*Tensor // tensors returned to the caller, freed if the op fails
+	temps     []uint64  // device buffers freed when the op ends
+	outs      []*Tensor // tensors returned to the caller, freed if the op fails
 }
 
 // run executes fn on the CUDA thread as op, then frees the temporaries (and on error the outputs) and,
@@ -226,7 +224,7 @@ const (
 // Kernel argument types: device pointers are uint64, C int is int32, long long is int64, float is float32.
 
 // launch runs kernel name with the given grid, block, dynamic shared memory and arguments, on the
-// backend's stream (or c.on). Arguments are marshalled into one heap buffer of 8-byte slots; the driver reads each
+// backend's stream. Arguments are marshalled into one heap buffer of 8-byte slots; the driver reads each
 // with the width of the kernel's parameter (little-endian: an int32 or float32 sits in the low half).
 func (c *opCtx) launch(name string, grid, block dim3, shmem int, args ...any) error {
 	b := c.b
@@ -259,12 +257,8 @@ func (c *opCtx) launch(name string, grid, block dim3, shmem int, args ...any) er
 		}
 		ptrs[i] = unsafe.Pointer(&vals[i])
 	}
-	strm := b.strm
-	if c.on != 0 {
-		strm = c.on
-	}
 	rc := ccall(b.drv.cuLaunchKernel, f, uintptr(grid.x), uintptr(grid.y), uintptr(grid.z),
-		uintptr(block.x), uintptr(block.y), uintptr(block.z), uintptr(shmem), strm, uintptr(unsafe.Pointer(&ptrs[0])), 0)
+		uintptr(block.x), uintptr(block.y), uintptr(block.z), uintptr(shmem), b.strm, uintptr(unsafe.Pointer(&ptrs[0])), 0)
 	runtime.KeepAlive(vals)
 	runtime.KeepAlive(ptrs)
 	return b.drv.check(fmt.Sprintf("cuLaunchKernel(%s, grid %v, block %v, shared %d)", name, grid, block, shmem), rc)
