@@ -155,6 +155,10 @@ func TestExpertsLt(t *testing.T) {
 				c.run(t, b, "singles", expertsLt, 0, rows, es[:1], es[1:2], es[2:3], es[3:4], es[4:5], es[5:6], es[6:]), want, sh.latent)
 			sameBits(t, "cuBLASLt, rows 100..164 alone", c.run(t, b, "rows alone", expertsLt, 100, 165, es),
 				want[100*sh.latent:165*sh.latent], sh.latent)
+			// one expert a decode chunk: six chunks
+			defer func(v int) { ltDecodeBytes = v }(ltDecodeBytes)
+			ltDecodeBytes = 2 * 3 * sh.latent * sh.ffn
+			sameBits(t, "cuBLASLt, one expert a decode chunk", c.run(t, b, "chunks of one", expertsLt, 0, rows, es), want, sh.latent)
 		})
 	}
 	// One expert with more rows than a GEMM block (ltExpertRows): rows in the second block give the same
