@@ -7,7 +7,8 @@ import (
 	"github.com/potato-k3/potato-k3/replay/ops"
 )
 
-// ShortConvSiLU is KDA's causal depthwise convolution with SiLU per sequence of l (k_shortconv, one
+// ShortConvSiLU is KDA's causal depthwise convolution with SiLU per sequence of l (k_shortconv_v2 for 4
+// taps and channels a multiple of 4: 4 channels of shortConvRows rows a thread; else k_shortconv, one
 // thread per element, grid-stride):
 //
 //	out[t,c] = rounded(silu(sum_{i<K} float32(w[c,i] * x[t-K+1+i,c])))   // ascending i, rows before t's sequence skipped
@@ -49,12 +50,27 @@ func (b *Backend) ShortConvSiLU(x, w ops.Tensor, l ops.Layout) (ops.Tensor, erro
 		if err != nil {
 			return err
 		}
-		return c.launch1D("k_shortconv", out.n(), out.ptr, xp, wp, sp, int64(xt.rows), int32(xt.cols), int32(wt.cols), b.bf)
+		return c.shortConv("k_shortconv_v2", shortConvRows, out.ptr, xp, wp, sp, xt.rows, xt.cols, wt.cols, b.bf)
 	})
 	if err != nil {
 		return nil, err
 	}
 	return out, nil
+}
+
+// shortConvRows is the rows of one k_shortconv_v2 thread (kda.cu's SC_ROWS).
+const shortConvRows = 4
+
+// shortConv launches kernel, k_shortconv (version 1) or k_shortconv_v2 (rowsPer: its rows a thread,
+// shortConvRows), on rows x ch inputs with taps taps a channel. A version 2 kernel falls back to version 1 where its shape
+// does not fit (taps other than 4, ch not a multiple of 4, pointers not 16-byte aligned, more than
+// 65,535 x 1,024 channels); both give the same bits.
+func (c *opCtx) shortConv(kernel string, rowsPer int, out, x, w, start uint64, rows, ch, taps int, bf int32) error {
+	if kernel == "k_shortconv" || taps != 4 || ch%4 != 0 || (out|x|w)%16 != 0 || ch/4 > maxGridYZ*ewThreads {
+		return c.launch1D("k_shortconv", rows*ch, out, x, w, start, int64(rows), int32(ch), int32(taps), bf)
+	}
+	return c.launch(kernel, d2((rows+rowsPer-1)/rowsPer, (ch/4+ewThreads-1)/ewThreads), d1(ewThreads), 0,
+		out, x, w, start, int64(rows), int32(ch), bf)
 }
 
 // KDA runs the gated delta rule per sequence and head (kda.cu version 1) with the CPU backend's loop:

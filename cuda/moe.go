@@ -236,15 +236,41 @@ func anyScaleAbove252(s []byte) bool {
 	return false
 }
 
-// Launch parameters of route.cu (version 1): one thread per row, 128 a block. Rows are routed routeChunk
-// at a time so that the chunk's logits (routeChunk x experts float32) stay small.
+// Launch parameters of route.cu. Version 1: one thread per row, routeThreads a block. Version 2: one warp
+// per row, up to routeWarps a block, each with 2 x 32 x routePitch(experts) floats of shared memory within
+// the default 48 KiB a block (at most 6,112 experts; more run version 1). Rows are routed routeChunk at a
+// time so that the chunk's logits (routeChunk x experts float32) stay small.
 const (
-	routeThreads = 128
-	routeChunk   = 16384
+	routeThreads  = 128
+	routeWarps    = 4
+	routeSharedV2 = 48 << 10
+	routeChunk    = 16384
 )
 
+// routePitch is route.cu's route_pitch: the floats a lane's experts take in version 2's shared memory
+// (odd, so that no two lanes share a bank).
+func routePitch(experts int) int { return (experts+31)/32 | 1 }
+
+// routeWarpsV2 is the warps (rows) of one version 2 block for experts, 0 where one row's shared memory
+// exceeds routeSharedV2.
+func routeWarpsV2(experts int) int {
+	return min(routeWarps, routeSharedV2/(2*32*4*routePitch(experts)))
+}
+
+// routeTopK runs route.cu's selection (version 1 or 2, which give the same bits) on the n rows of
+// logits (n x experts; version 1 overwrites them with the sigmoids).
+func (c *opCtx) routeTopK(version int, ids, ws, logits, bias uint64, n, experts, k int, scale float32) error {
+	if w := routeWarpsV2(experts); version == 2 && w > 0 {
+		return c.launch("k_route_topk_v2", d1((n+w-1)/w), d1(32*w), w*2*32*4*routePitch(experts),
+			ids, ws, logits, bias, int64(n), int32(experts), int32(k), scale)
+	}
+	return c.launch("k_route_topk", d1((n+routeThreads-1)/routeThreads), d1(routeThreads), 0,
+		ids, ws, logits, bias, int64(n), int32(experts), int32(k), scale)
+}
+
 // Route runs the router in float32 (K3_SPEC.md 5.5 steps 1-3): logits = x w^T unrounded, then per row in
-// k_route_topk, the CPU backend's statements:
+// k_route_topk_v2 (a warp a row; k_route_topk, a thread a row, past 6,112 experts), with the same bits as
+// the CPU backend's statements:
 //
 //	s[e] = sigmoid(logit[e]); the k largest s[e] + bias[e], by that value descending, ties to the lower id
 //	weight = (s[e] / (sum of chosen s in selection order + 1e-20)) * scale
@@ -299,8 +325,7 @@ func (b *Backend) Route(x, w, bias ops.Tensor, k int, scale float32) (ops.Routin
 			if err := c.gemm(logits, xp+uint64(4*r0*xt.cols), n, weightOf(wt), false); err != nil {
 				return err
 			}
-			if err := c.launch("k_route_topk", d1((n+routeThreads-1)/routeThreads), d1(routeThreads), 0,
-				ids, ws, logits, bp, int64(n), int32(experts), int32(k), scale); err != nil {
+			if err := c.routeTopK(2, ids, ws, logits, bp, n, experts, k, scale); err != nil {
 				return err
 			}
 			if err := download(b, rt.IDs[r0*k:(r0+n)*k], ids); err != nil {

@@ -1,0 +1,321 @@
+package cuda
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/potato-k3/potato-k3/replay/ops"
+)
+
+// Version 2 of route.cu and of kda.cu's short convolution against version 1, bit for bit, on shapes with
+// tails (rows 1, 63, 64, 65, 129, 65,536), exact ties, NaN and infinities. Version 1 equals the CPU backend
+// (TestAgainstCPU); the router's version 1 is also checked here against the CPU backend's insertion top-k
+// (routeRef) on the sigmoids it leaves in the logits.
+
+// routeRef is replay/cpu's routeRows on one row of sigmoids s: v = s + bias, the insertion top-k, the sum
+// in selection order and the weights, in float32.
+func routeRef(s, bias []float32, ids []int32, ws []float32, scale float32) {
+	k, n := len(ids), 0
+	v := make([]float32, len(s))
+	for e := range s {
+		v[e] = s[e] + bias[e]
+	}
+	for i, x := range v {
+		if n == k && !(x > v[ids[k-1]]) {
+			continue
+		}
+		p := n
+		for p > 0 && x > v[ids[p-1]] {
+			p--
+		}
+		if n < k {
+			n++
+		}
+		copy(ids[p+1:n], ids[p:n-1])
+		ids[p] = int32(i)
+	}
+	var sum float32
+	for _, e := range ids {
+		sum += s[e]
+	}
+	for j, e := range ids {
+		ws[j] = (s[e] / (sum + 1e-20)) * scale
+	}
+}
+
+// routeData returns rows x experts logits and a bias of the given kind.
+func routeData(rng *rand.Rand, kind string, rows, experts int) (logits, bias []float32) {
+	logits, bias = make([]float32, rows*experts), make([]float32, experts)
+	for i := range logits {
+		logits[i] = float32(2 * rng.NormFloat64())
+	}
+	for e := range bias {
+		bias[e] = float32(0.05 * rng.NormFloat64())
+	}
+	nan := float32(math.NaN())
+	switch kind {
+	case "ties": // few distinct values: many exact ties of s + bias, decided by the id
+		for i := range logits {
+			logits[i] = []float32{-1, 0, 0.5, 1}[rng.IntN(4)]
+		}
+		for e := range bias {
+			bias[e] = []float32{0, 0.25, 0.5}[rng.IntN(3)]
+		}
+	case "ascending": // every expert beats the ones before: the most insertions for version 1
+		for r := range rows {
+			for e := range experts {
+				logits[r*experts+e] = float32(e-experts/2) / float32(experts)
+			}
+		}
+		clear(bias)
+	case "nan": // NaN logits in some rows (one, several, or at the first expert), infinities in others
+		for r := range rows {
+			row := logits[r*experts : (r+1)*experts]
+			switch r % 6 {
+			case 1:
+				row[rng.IntN(experts)] = nan
+			case 2:
+				for range 3 {
+					row[rng.IntN(experts)] = nan
+				}
+			case 3:
+				row[0] = nan
+			case 4:
+				row[rng.IntN(experts)] = float32(math.Inf(1))
+				row[rng.IntN(experts)] = float32(math.Inf(-1))
+			}
+		}
+	case "nanbias": // a NaN bias: every row has a NaN score; +inf and -inf biases
+		bias[experts/3] = nan
+		bias[experts/2] = float32(math.Inf(1))
+		bias[experts-1] = float32(math.Inf(-1))
+	}
+	return logits, bias
+}
+
+// routeOnDevice runs route.cu's version on logits and returns the ids, weights and the logits afterwards.
+func routeOnDevice(b *Backend, version int, logits, bias []float32, rows, experts, k int, scale float32) (ids []int32, ws, after []float32, err error) {
+	ids, ws, after = make([]int32, rows*k), make([]float32, rows*k), make([]float32, rows*experts)
+	err = b.run("route test", func(c *opCtx) error {
+		lp, err := uploadTemp(c, logits)
+		if err != nil {
+			return err
+		}
+		bp, err := uploadTemp(c, bias)
+		if err != nil {
+			return err
+		}
+		ip, err := c.temp(4 * rows * k)
+		if err != nil {
+			return err
+		}
+		wp, err := c.temp(4 * rows * k)
+		if err != nil {
+			return err
+		}
+		if err := c.routeTopK(version, ip, wp, lp, bp, rows, experts, k, scale); err != nil {
+			return err
+		}
+		if err := download(b, ids, ip); err != nil {
+			return err
+		}
+		if err := download(b, ws, wp); err != nil {
+			return err
+		}
+		return download(b, after, lp)
+	})
+	return ids, ws, after, err
+}
+
+// TestRouteTopKBits: k_route_topk_v2 gives version 1's ids and weights bit for bit, and version 1 the CPU
+// backend's selection on its sigmoids.
+func TestRouteTopKBits(t *testing.T) {
+	if err := Available(); err != nil {
+		t.Skipf("CUDA backend not available on this machine: %v", err)
+	}
+	b, err := New(Options{Precision: ops.BF16, Sync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	rng := rand.New(rand.NewPCG(3, 4))
+	const scale = 2.5
+	type shape struct{ experts, k int }
+	for _, sh := range []shape{{896, 16}, {48, 6}, {40, 40}, {1000, 33}} {
+		rowsList := []int{1, 63, 64, 65, 129, 65536}
+		if sh.experts != 896 && sh.experts != 48 {
+			rowsList = []int{1, 65, 129}
+		}
+		for _, rows := range rowsList {
+			for _, kind := range []string{"normal", "ties", "ascending", "nan", "nanbias"} {
+				name := fmt.Sprintf("%d rows x %d experts, k %d, %s", rows, sh.experts, sh.k, kind)
+				logits, bias := routeData(rng, kind, rows, sh.experts)
+				id1, w1, s1, err := routeOnDevice(b, 1, logits, bias, rows, sh.experts, sh.k, scale)
+				if err != nil {
+					t.Fatalf("%s: version 1: %v", name, err)
+				}
+				id2, w2, after, err := routeOnDevice(b, 2, logits, bias, rows, sh.experts, sh.k, scale)
+				if err != nil {
+					t.Fatalf("%s: version 2: %v", name, err)
+				}
+				checkRouteSame(t, name+": v2 vs v1", id2, w2, id1, w1, sh.k, false)
+				sameBitsQuiet(t, name+": v2 leaves the logits", after, logits, sh.experts)
+				idr, wr := make([]int32, rows*sh.k), make([]float32, rows*sh.k)
+				for r := range rows {
+					routeRef(s1[r*sh.experts:(r+1)*sh.experts], bias, idr[r*sh.k:(r+1)*sh.k], wr[r*sh.k:(r+1)*sh.k], scale)
+				}
+				checkRouteSame(t, name+": v1 vs the CPU backend's statements", id1, w1, idr, wr, sh.k, true)
+			}
+		}
+	}
+}
+
+// checkRouteSame reports ids that differ and weights whose bits differ. With anyNaN a NaN weight equals
+// any NaN: Go's float32 arithmetic on the host keeps an operand's NaN bits where the GPU writes its
+// canonical NaN (the H200 run showed the two patterns differ in the rows whose weights are all NaN, ids
+// equal), so the host reference can check that a weight is NaN, not which NaN; the two kernel versions
+// run the same instructions and are held to equal bits.
+func checkRouteSame(t *testing.T, what string, gotIDs []int32, gotW []float32, wantIDs []int32, wantW []float32, k int, anyNaN bool) {
+	t.Helper()
+	n, first := 0, ""
+	for i := range wantIDs {
+		sameW := math.Float32bits(gotW[i]) == math.Float32bits(wantW[i])
+		if anyNaN && math.IsNaN(float64(gotW[i])) && math.IsNaN(float64(wantW[i])) {
+			sameW = true
+		}
+		if gotIDs[i] != wantIDs[i] || !sameW {
+			if n == 0 {
+				r := i / k
+				first = fmt.Sprintf("row %d: ids %v weights %v, want %v %v", r, gotIDs[r*k:(r+1)*k], gotW[r*k:(r+1)*k],
+					wantIDs[r*k:(r+1)*k], wantW[r*k:(r+1)*k])
+			}
+			n++
+		}
+	}
+	if n > 0 {
+		t.Errorf("%s: %d of %d (id, weight) pairs differ; first %s", what, n, len(wantIDs), first)
+	}
+}
+
+// shortConvOnDevice runs kernel (rowsPer rows a thread for a version 2 kernel) and returns the output.
+func shortConvOnDevice(b *Backend, kernel string, rowsPer int, x, w []float32, start []int32, rows, ch, taps int, bf int32) ([]float32, error) {
+	out := make([]float32, rows*ch)
+	err := b.run("shortconv test", func(c *opCtx) error {
+		xp, err := uploadTemp(c, x)
+		if err != nil {
+			return err
+		}
+		wp, err := uploadTemp(c, w)
+		if err != nil {
+			return err
+		}
+		sp, err := uploadTemp(c, start)
+		if err != nil {
+			return err
+		}
+		op, err := c.temp(4 * rows * ch)
+		if err != nil {
+			return err
+		}
+		if err := c.shortConv(kernel, rowsPer, op, xp, wp, sp, rows, ch, taps, bf); err != nil {
+			return err
+		}
+		return download(b, out, op)
+	})
+	return out, err
+}
+
+// rowStarts is ShortConvSiLU's table: the first row of each row's sequence.
+func rowStarts(lens []int) []int32 {
+	var s []int32
+	r := 0
+	for _, l := range lens {
+		for range l {
+			s = append(s, int32(r))
+		}
+		r += l
+	}
+	return s
+}
+
+// shortConvV2Kernels are the version 2 kernels and their rows a thread.
+var shortConvV2Kernels = []struct {
+	name string
+	rows int
+}{{"k_shortconv_v2", shortConvRows}} // kda.cu's list of versions has the row counts tried
+
+// TestShortConvBits: k_shortconv_v2 gives version 1's bits (which are the CPU backend's), in
+// both precisions, over sequences of 1 row and longer, channel counts with a partial block, NaN and inf
+// inputs; 3 taps run version 1 through the same launcher.
+func TestShortConvBits(t *testing.T) {
+	if err := Available(); err != nil {
+		t.Skipf("CUDA backend not available on this machine: %v", err)
+	}
+	b, err := New(Options{Precision: ops.BF16, Sync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	rng := rand.New(rand.NewPCG(5, 6))
+	seq4096 := make([]int, 16)
+	for i := range seq4096 {
+		seq4096[i] = 4096
+	}
+	for _, c := range []struct {
+		ch, taps int
+		lens     []int
+	}{
+		{48, 4, []int{1}},
+		{48, 4, []int{63}},
+		{48, 4, []int{1, 1, 62}},
+		{12288, 4, []int{30, 35}},
+		{4, 4, []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 74}},
+		{12292, 4, []int{129}}, // 3,073 channel quads: a partial block
+		{1028, 4, []int{2, 500, 1, 3, 494}},
+		{48, 4, seq4096},
+		{48, 3, []int{1, 64}},
+	} {
+		rows := 0
+		for _, l := range c.lens {
+			rows += l
+		}
+		x, w := make([]float32, rows*c.ch), make([]float32, c.ch*c.taps)
+		for i := range x {
+			x[i] = float32(rng.NormFloat64())
+			if rng.IntN(997) == 0 {
+				x[i] = []float32{float32(math.NaN()), float32(math.Inf(1)), float32(math.Inf(-1))}[rng.IntN(3)]
+			}
+		}
+		for i := range w {
+			w[i] = float32(0.5 * rng.NormFloat64())
+		}
+		start := rowStarts(c.lens)
+		for _, bf := range []int32{0, 1} {
+			name := fmt.Sprintf("%d rows x %d channels, %d taps, %d sequences, bf %d", rows, c.ch, c.taps, len(c.lens), bf)
+			want, err := shortConvOnDevice(b, "k_shortconv", 1, x, w, start, rows, c.ch, c.taps, bf)
+			if err != nil {
+				t.Fatalf("%s: version 1: %v", name, err)
+			}
+			for _, k := range shortConvV2Kernels {
+				got, err := shortConvOnDevice(b, k.name, k.rows, x, w, start, rows, c.ch, c.taps, bf)
+				if err != nil {
+					t.Fatalf("%s: %s: %v", name, k.name, err)
+				}
+				sameBitsQuiet(t, name+": "+k.name, got, want, c.ch)
+			}
+		}
+	}
+}
+
+// sameBitsQuiet is sameBits without the log line on success.
+func sameBitsQuiet(t *testing.T, what string, got, want []float32, cols int) {
+	t.Helper()
+	for i := range want {
+		if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+			sameBits(t, what, got, want, cols)
+			return
+		}
+	}
+}
