@@ -84,9 +84,10 @@ func (c *opCtx) shortConv(kernel string, rowsPer int, out, x, w, start uint64, r
 //	out[t,h*d+j] = rounded(o[j])
 //
 // so the two backends agree bit for bit (up to the rare double-precision libm difference in exp and
-// sigmoid). Launches: k_kda_prep with d threads per (row, head) block; for the recurrence, d threads per
-// (sequence, head) block: k_kda_r32, k_kda_r64 or k_kda_r128 (version 2, the state in registers) for those
-// widths (K3's is 128), else k_kda (version 1) with (d*d + 3d) * 4 bytes of dynamic shared memory.
+// sigmoid). Launches (kda.cu version 3; kdaVersion): k_kda_prep3, kdaPrepPairs(d) (row, head) pairs a
+// block of 128 threads; for the recurrence, d threads per (sequence, head) block: k_kda3_r32, k_kda3_r64
+// or k_kda3_r128 (the state in registers, a row's second half merged with the next row's first half) for
+// those widths (K3's is 128), else k_kda (version 1) with (d*d + 3d) * 4 bytes of dynamic shared memory.
 func (b *Backend) KDA(q, k, v, graw, braw ops.Tensor, aLog, dtBias ops.Tensor, heads int, lower float32, l ops.Layout) (ops.Tensor, error) {
 	const op = "KDA"
 	ts, err := b.tensors(op, []string{"q", "k", "v", "graw", "braw", "aLog", "dtBias"}, q, k, v, graw, braw, aLog, dtBias)
@@ -135,26 +136,54 @@ func (b *Backend) KDA(q, k, v, graw, braw ops.Tensor, aLog, dtBias ops.Tensor, h
 		if err != nil {
 			return err
 		}
-		if err := c.launch("k_kda_prep", d1(rows*heads), d1(d), 0,
-			qn, kn, dec, beta, in[0], in[1], in[3], in[4], in[5], in[6], int32(heads), int32(d), lower, scale); err != nil {
+		if err := c.kdaPrep(kdaVersion, qn, kn, dec, beta, in, rows, heads, d, lower, scale); err != nil {
 			return err
 		}
 		sp, err := uploadTemp(c, starts)
 		if err != nil {
 			return err
 		}
-		switch d { // version 2: the state in registers, for the widths it is built for
-		case 32, 64, 128:
-			return c.launch(fmt.Sprintf("k_kda_r%d", d), d2(l.Sequences(), heads), d1(d), 0,
-				out.ptr, qn, kn, dec, beta, in[2], sp, int32(heads), b.bf)
-		}
-		return c.launch("k_kda", d2(l.Sequences(), heads), d1(d), shmem,
-			out.ptr, qn, kn, dec, beta, in[2], sp, int32(heads), int32(d), b.bf)
+		return c.kdaRecurrence(kdaVersion, out.ptr, qn, kn, dec, beta, in[2], sp, l.Sequences(), heads, d)
 	})
 	if err != nil {
 		return nil, err
 	}
 	return out, nil
+}
+
+// kdaVersion is the kda.cu version KDA launches: 3, or 2 (tests compare the two bit for bit and time them).
+var kdaVersion = 3
+
+// kdaPrepPairs is the number of (row, head) pairs a block of k_kda_prep3 normalises: 16 (one warp sums
+// the 32 rows of squares while the SM's other blocks compute), fewer for heads wider than 254 so that the
+// staged rows stay within 32 KiB of shared memory.
+func kdaPrepPairs(d int) int { return max(1, min(16, 4096/(d+2))) }
+
+// kdaPrep launches the normalisation, decay and beta kernel of version (k_kda_prep3 for 3, k_kda_prep
+// before) over rows x heads pairs of head width d; in is KDA's inputs as float32 (q, k, v, graw, braw,
+// aLog, dtBias).
+func (c *opCtx) kdaPrep(version int, qn, kn, dec, beta uint64, in []uint64, rows, heads, d int, lower, scale float32) error {
+	if version < 3 {
+		return c.launch("k_kda_prep", d1(rows*heads), d1(d), 0,
+			qn, kn, dec, beta, in[0], in[1], in[3], in[4], in[5], in[6], int32(heads), int32(d), lower, scale)
+	}
+	p, pairs := kdaPrepPairs(d), rows*heads
+	return c.launch("k_kda_prep3", d1((pairs+p-1)/p), d1(128), 4*(2*p*(d+1)+3*p),
+		qn, kn, dec, beta, in[0], in[1], in[3], in[4], in[5], in[6], int64(pairs), int32(heads), int32(d), int32(p), lower, scale)
+}
+
+// kdaRecurrence launches the delta rule of version over seqs x heads blocks of d threads: for a head width
+// of 32, 64 or 128 k_kda3_rD (version 3) or k_kda_rD (version 2), else k_kda (version 1).
+func (c *opCtx) kdaRecurrence(version int, out, qn, kn, dec, beta, v, starts uint64, seqs, heads, d int) error {
+	switch d {
+	case 32, 64, 128:
+		name := fmt.Sprintf("k_kda3_r%d", d)
+		if version < 3 {
+			name = fmt.Sprintf("k_kda_r%d", d)
+		}
+		return c.launch(name, d2(seqs, heads), d1(d), 0, out, qn, kn, dec, beta, v, starts, int32(heads), c.b.bf)
+	}
+	return c.launch("k_kda", d2(seqs, heads), d1(d), 4*(d*d+3*d), out, qn, kn, dec, beta, v, starts, int32(heads), int32(d), c.b.bf)
 }
 
 // Launch parameters of mla.cu (version 1): a block of 128 threads per (query tile of up to mlaQB rows of

@@ -18,9 +18,19 @@
 //      next row's qn, kn and dec are loaded while this row computes, into the other half of a double
 //      buffer, so a token costs one barrier. The statements per column are version 1's, in the same
 //      order, so the bits are the same (and equal the CPU backend's).
+//   3. k_kda3_r32/64/128: one pass over the state a row instead of two: the second half of row t's step
+//      and the first half of row t+1's share the pass (two independent add chains, one 16-byte shared
+//      load per i for the four inputs kn_t, qn_t, dec_t+1, kn_t+1); __launch_bounds__(128, 3) keeps
+//      k_kda3_r128 at 166 registers without spills (version 2's k_kda_r128: 255 registers and 220 bytes
+//      of spill stores a thread, 2 blocks an SM), so 3 blocks (12 warps) share an SM. k_kda_prep3: P
+//      (row, head) pairs a block, their q and k rows staged in shared memory, 2P threads summing squares
+//      in ascending i at once. Same statements per value, same order: the bits of version 2. H200, 96
+//      heads of 128: 16 x 4096 tokens 45.5 ms (version 2: 81.4), 4 x 4096 11.4 (25.3), 1 x 4096 6.0
+//      (9.8); cuda/NOTES.md (KDA version 3) has the measurements, the profile and what was tried.
 //      Next (not done): the chunked form (chunks of 64, intra-chunk triangular solve on tensor cores),
-//      documented as equal to the step loop up to rounding, with its own fixed order.
-//   3. k_shortconv_v2 (K = 4 taps, channels a multiple of 4; other shapes stay on version 1): version 1
+//      documented as equal to the step loop up to rounding, with its own fixed order (NOTES.md says
+//      what it needs); a same-bits recurrence is bounded near 27 ms at 16 x 4096 by instruction issue.
+//   4. k_shortconv_v2 (K = 4 taps, channels a multiple of 4; other shapes stay on version 1): version 1
 //      divided a 64-bit index per element, loaded rowStart and the taps per element and each input
 //      K times; here a thread owns 4 consecutive channels (16-byte loads and stores) of SC_ROWS
 //      consecutive rows: rowStart once per row, the 16 taps once, and the SC_ROWS + 3 input rows of its
@@ -251,4 +261,134 @@ extern "C" __global__ void __launch_bounds__(128) k_kda_r128(float* out, const f
                                                              const float* dec, const float* beta, const float* v,
                                                              const int* starts, int heads, int bf) {
     kda_reg<128>(out, qn, kn, dec, beta, v, starts, heads, bf);
+}
+
+
+// k_kda_prep3 is version 3 of k_kda_prep: the same values, P (row, head) pairs a block (pair p =
+// t*heads + h, channels p*d .. p*d+d-1, contiguous): the block stages the pairs' q and k rows in shared
+// memory with coalesced loads, then 2P threads (one per pair and q or k) each sum their row's squares in
+// ascending i, as version 1's thread 0 did (version 1 left d-1 threads idle while one summed, for every
+// (row, head)), then every thread writes channels of the block's pairs with version 1's statements.
+// Shared memory (dynamic): 2P rows of d+1 floats (odd stride: the 32 summing lanes hit 32 banks), then
+// the 2P inverse norms and the P decay rates exp(aLog[h]).
+// Launch: blockDim 128 (2P <= 128), gridDim ceil(pairs / P), (2P(d+1) + 3P) * 4 bytes of shared memory.
+extern "C" __global__ void __launch_bounds__(128) k_kda_prep3(float* qn, float* kn, float* dec, float* beta,
+                                                              const float* q, const float* k, const float* graw,
+                                                              const float* braw, const float* aLog,
+                                                              const float* dtBias, i64 pairs, int heads, int d,
+                                                              int P, float lower, float scale) {
+    extern __shared__ float sm[];
+    int ld = d + 1;
+    float* inv = sm + 2 * P * ld;
+    float* rate = inv + 2 * P;
+    i64 p0 = (i64)blockIdx.x * P;
+    int np = (int)min((i64)P, pairs - p0);
+    i64 e0 = p0 * d;
+    int ne = np * d;
+    for (int e = threadIdx.x; e < ne; e += blockDim.x) {
+        int r = e / d, i = e - r * d;
+        sm[2 * r * ld + i] = q[e0 + e];
+        sm[(2 * r + 1) * ld + i] = k[e0 + e];
+    }
+    __syncthreads();
+    int c = threadIdx.x;  // row c of the staged rows: q (even) or k (odd) of pair c / 2
+    if (c < 2 * np) {
+        const float* x = sm + c * ld;
+        float s = 0.0f;
+#pragma unroll 8
+        for (int i = 0; i < d; i++) s = __fadd_rn(s, __fmul_rn(x[i], x[i]));
+        inv[c] = rsqrt_f(__fadd_rn(s, 1e-6f));
+        if ((c & 1) == 0) {
+            i64 p = p0 + c / 2;
+            rate[c / 2] = exp_f(aLog[(int)(p % heads)]);
+            beta[p] = sigmoid_f(braw[p]);
+        }
+    }
+    __syncthreads();
+    for (int e = threadIdx.x; e < ne; e += blockDim.x) {
+        int r = e / d, i = e - r * d;
+        int h = (int)((p0 + r) % heads);
+        qn[e0 + e] = __fmul_rn(__fmul_rn(sm[2 * r * ld + i], inv[2 * r]), scale);
+        kn[e0 + e] = __fmul_rn(sm[(2 * r + 1) * ld + i], inv[2 * r + 1]);
+        float gate = sigmoid_f(__fmul_rn(rate[r], __fadd_rn(graw[e0 + e], dtBias[h * d + i])));
+        dec[e0 + e] = exp_f(__fmul_rn(lower, gate));
+    }
+}
+
+// kda_merged is version 3 of the recurrence for a head width of D: version 2's statements per column,
+// but the second half of row t's step (S += kn_t u_t, o_t) and the first half of row t+1's (S *= dec_t+1,
+// ks_t+1) run in one pass over i: both halves walk S[i] in ascending i and S[i] meets the same operands
+// in the same order, so every value is version 2's; the pass has two independent add chains (o_t, ks_t+1)
+// where version 2 had one, and reads its four inputs of i (kn_t, qn_t, dec_t+1, kn_t+1) with one 16-byte
+// shared load (version 2: 3 loads every 4 i, from arrays it read twice a row). Pass t = t0-1 is the first
+// row's first half alone (kn = qn = u = 0: S stays +0 before the decay, as in version 2), pass t1-1 the
+// last row's second half (the next row's inputs are 0 and its results unused). Thread j keeps column j
+// in registers; the inputs of row t+2 are loaded during pass t and staged at the start of pass t+1.
+// Launch: blockDim D, gridDim (sequences, heads), no dynamic shared memory.
+template <int D>
+__device__ __forceinline__ void kda_merged(float* out, const float* qn, const float* kn, const float* dec,
+                                           const float* beta, const float* v, const int* starts, int heads,
+                                           int bf) {
+    __shared__ float4 st[2][D];  // [which half][i]: (kn_t, qn_t, dec_t+1, kn_t+1) of this pass and the next
+    int s = blockIdx.x, h = blockIdx.y, j = threadIdx.x;
+    i64 ch = (i64)heads * D;
+    i64 t0 = starts[s], t1 = starts[s + 1];
+    if (t0 >= t1) return;
+    float S[D];
+#pragma unroll
+    for (int i = 0; i < D; i++) S[i] = 0.0f;
+    const float* qp = qn + (i64)h * D + j;  // column j of head h, row 0
+    const float* kp = kn + (i64)h * D + j;
+    const float* dp = dec + (i64)h * D + j;
+    const float* vp = v + (i64)h * D + j;
+    // this pass's row t (k, q, v, beta) and the next row t+1 (k, q, dec, v, beta); t = t0-1 is empty
+    float kc = 0.0f, qc = 0.0f, vc = 0.0f, bc = 0.0f, ks = 0.0f;
+    float kx = kp[t0 * ch], qx = qp[t0 * ch], dx = dp[t0 * ch], vx = vp[t0 * ch], bx = beta[t0 * heads + h];
+    int cur = 0;
+    for (i64 t = t0 - 1; t < t1; t++) {
+        st[cur][j] = make_float4(kc, qc, dx, kx);
+        __syncthreads();  // the other half was last read in the pass before, which every thread has ended
+        float u = __fmul_rn(bc, __fsub_rn(vc, ks));
+        kc = kx, qc = qx, vc = vx, bc = bx;
+        kx = qx = dx = vx = bx = 0.0f;  // the row after t+1, in flight during this pass
+        if (t + 2 < t1) {
+            i64 r = (t + 2) * ch;
+            kx = kp[r], qx = qp[r], dx = dp[r], vx = vp[r], bx = beta[(t + 2) * heads + h];
+        }
+        const float4* w = st[cur];
+        float o = 0.0f;
+        ks = 0.0f;
+#pragma unroll
+        for (int i = 0; i < D; i++) {
+            float4 x = w[i];
+            float y = __fadd_rn(S[i], __fmul_rn(x.x, u));  // row t: S += kn u
+            o = __fadd_rn(o, __fmul_rn(y, x.y));           //        o += S qn
+            y = __fmul_rn(y, x.z);                         // row t+1: S *= dec
+            S[i] = y;
+            ks = __fadd_rn(ks, __fmul_rn(y, x.w));  //          ks += S kn
+        }
+        if (t >= t0) out[t * ch + (i64)h * D + j] = rnd(o, bf);
+        cur ^= 1;
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(32) k_kda3_r32(float* out, const float* qn, const float* kn,
+                                                            const float* dec, const float* beta, const float* v,
+                                                            const int* starts, int heads, int bf) {
+    kda_merged<32>(out, qn, kn, dec, beta, v, starts, heads, bf);
+}
+
+extern "C" __global__ void __launch_bounds__(64) k_kda3_r64(float* out, const float* qn, const float* kn,
+                                                            const float* dec, const float* beta, const float* v,
+                                                            const int* starts, int heads, int bf) {
+    kda_merged<64>(out, qn, kn, dec, beta, v, starts, heads, bf);
+}
+
+// 3 blocks an SM: at most 168 registers a thread, of which the column takes 128 (ptxas: 165-166, no
+// spills; without the bound 188 registers and 2 blocks an SM, 19% slower at 16 x 4096 tokens).
+extern "C" __global__ void __launch_bounds__(128, 3) k_kda3_r128(float* out, const float* qn, const float* kn,
+                                                                 const float* dec, const float* beta,
+                                                                 const float* v, const int* starts, int heads,
+                                                                 int bf) {
+    kda_merged<128>(out, qn, kn, dec, beta, v, starts, heads, bf);
 }

@@ -1,0 +1,190 @@
+package cuda
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"unsafe"
+
+	"github.com/potato-k3/potato-k3/replay/ops"
+)
+
+// TestKDATiming times KDA's two kernels apart, versions 2 and 3, at K3's sizes (96 heads of 128) for
+// 16 x 4096, 4 x 4096 and 1 x 4096 tokens ($POTATO_KDA_SHAPES, e.g. "4x4096", picks others), with CUDA
+// events (median of $POTATO_KDA_RUNS runs, 5 by default, after a warm-up), checks that the two
+// recurrences agree bit for bit on the last 8 rows of every sequence, and logs the kernels' registers and
+// local memory (spills). Skipped with -short. The inputs are a block of random values repeated on the
+// device (device-to-device copies), so K3-sized waves cost no host time.
+//
+// Rates: the recurrence does 7 float32 operations per (token, head, state element): 3 for the decay and
+// ks, 4 for the update and o (version 2's two passes and version 3's merged pass alike).
+func TestKDATiming(t *testing.T) {
+	if testing.Short() {
+		t.Skip("timing: not with -short")
+	}
+	if err := Available(); err != nil {
+		t.Skipf("CUDA backend not available on this machine: %v", err)
+	}
+	b, err := New(Options{Precision: ops.BF16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	logKDAAttrs(t, b, map[string]int{"k_kda_prep": 128, "k_kda_prep3": 128, "k_kda_r128": 128, "k_kda3_r128": 128,
+		"k_kda_r64": 64, "k_kda3_r64": 64, "k_kda_r32": 32, "k_kda3_r32": 32})
+	runs := 5
+	if s := os.Getenv("POTATO_KDA_RUNS"); s != "" {
+		if runs, err = strconv.Atoi(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	shapes := "16x4096,4x4096,1x4096"
+	if s := os.Getenv("POTATO_KDA_SHAPES"); s != "" {
+		shapes = s
+	}
+	for _, sh := range strings.Split(shapes, ",") {
+		var seqs, n int
+		if _, err := fmt.Sscanf(sh, "%dx%d", &seqs, &n); err != nil {
+			t.Fatalf("shape %q: %v", sh, err)
+		}
+		timeKDA(t, b, seqs, n, 96, 128, runs)
+	}
+}
+
+// timeKDA times prep and recurrence of versions 2 and 3 for seqs sequences of n tokens.
+func timeKDA(t *testing.T, b *Backend, seqs, n, heads, d, runs int) {
+	rows, ch := seqs*n, heads*d
+	starts := make([]int32, seqs+1)
+	for s := range starts {
+		starts[s] = int32(s * n)
+	}
+	err := b.run("KDA timing", func(c *opCtx) error {
+		rng := rand.New(rand.NewPCG(5, 6))
+		pool := make([]float32, 1<<20+7)
+		for i := range pool {
+			pool[i] = float32(rng.NormFloat64())
+		}
+		pp, err := uploadTemp(c, pool)
+		if err != nil {
+			return err
+		}
+		// fill returns a new buffer of m floats: the pool, then copies of the buffer's filled prefix
+		fill := func(m int) (uint64, error) {
+			p, err := c.temp(4 * m)
+			if err != nil {
+				return 0, err
+			}
+			d := c.b.drv
+			done := min(m, len(pool))
+			if err := d.check("cuMemcpyDtoDAsync", ccall(d.cuMemcpyDtoDAsync, uintptr(p), uintptr(pp), uintptr(4*done), c.b.strm)); err != nil {
+				return 0, err
+			}
+			for done < m {
+				k := min(done, m-done)
+				if err := d.check("cuMemcpyDtoDAsync", ccall(d.cuMemcpyDtoDAsync, uintptr(p+uint64(4*done)), uintptr(p), uintptr(4*k), c.b.strm)); err != nil {
+					return 0, err
+				}
+				done += k
+			}
+			return p, nil
+		}
+		var in [7]uint64
+		for i, m := range []int{rows * ch, rows * ch, rows * ch, rows * ch, rows * heads, heads, ch} {
+			if in[i], err = fill(m); err != nil {
+				return err
+			}
+		}
+		var qn, kn, dec, beta, out [2]uint64
+		for v := range 2 {
+			for _, p := range []*uint64{&qn[v], &kn[v], &dec[v], &out[v]} {
+				if *p, err = c.temp(4 * rows * ch); err != nil {
+					return err
+				}
+			}
+			if beta[v], err = c.temp(4 * rows * heads); err != nil {
+				return err
+			}
+		}
+		sp, err := uploadTemp(c, starts)
+		if err != nil {
+			return err
+		}
+		scale := float32(1 / math.Sqrt(float64(d)))
+		flop := 7 * float64(rows) * float64(heads) * float64(d) * float64(d)
+		for v, version := range []int{2, 3} {
+			prep := func() error {
+				return c.kdaPrep(version, qn[v], kn[v], dec[v], beta[v], in[:], rows, heads, d, -5, scale)
+			}
+			rec := func() error {
+				return c.kdaRecurrence(version, out[v], qn[v], kn[v], dec[v], beta[v], in[2], sp, seqs, heads, d)
+			}
+			pms, err := eventTime(c, runs, prep)
+			if err != nil {
+				return err
+			}
+			rms, err := eventTime(c, runs, rec)
+			if err != nil {
+				return err
+			}
+			t.Logf("TIMING KDA version %d, %2d x %d tokens, %d heads of %d: prep %8.3f ms, recurrence %8.3f ms (%5.2f TFLOP/s), sum %8.3f ms",
+				version, seqs, n, heads, d, pms, rms, flop/rms/1e9, pms+rms)
+		}
+		// the last 8 rows of every sequence (the end of each recurrence), both versions
+		tail := min(8, n)
+		for s := range seqs {
+			var got [2][]float32
+			for v := range 2 {
+				got[v] = make([]float32, tail*ch)
+				off := uint64(4 * ((s+1)*n - tail) * ch)
+				if err := download(c.b, got[v], out[v]+off); err != nil {
+					return err
+				}
+			}
+			if i := firstDiff(got[0], got[1]); i >= 0 {
+				return fmt.Errorf("sequence %d, row %d from its end, col %d: version 2 %g, version 3 %g", s, tail-i/ch, i%ch, got[0][i], got[1][i])
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// logKDAAttrs logs the registers and local memory (spills) of kernels as the driver loaded them, and how
+// many blocks of the given threads fit an SM by registers (64 Ki a multiprocessor, allocated per warp in
+// units of 256; at most 32 blocks).
+func logKDAAttrs(t *testing.T, b *Backend, threads map[string]int) {
+	t.Helper()
+	const numRegs, localBytes = 4, 3 // CU_FUNC_ATTRIBUTE_NUM_REGS, CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES
+	names := make([]string, 0, len(threads))
+	for k := range threads {
+		names = append(names, k)
+	}
+	slices.Sort(names)
+	err := b.run("attrs", func(c *opCtx) error {
+		d := b.drv
+		for _, k := range names {
+			var regs, local int32
+			if err := d.check("cuFuncGetAttribute", ccall(d.cuFuncGetAttribute, uintptr(unsafe.Pointer(&regs)), numRegs, b.fns[k])); err != nil {
+				return err
+			}
+			if err := d.check("cuFuncGetAttribute", ccall(d.cuFuncGetAttribute, uintptr(unsafe.Pointer(&local)), localBytes, b.fns[k])); err != nil {
+				return err
+			}
+			perWarp := (int(regs)*32 + 255) / 256 * 256
+			warps := (threads[k] + 31) / 32
+			t.Logf("%-12s %3d registers, %3d bytes of local memory a thread: %2d blocks of %d threads an SM by registers",
+				k, regs, local, min(32, 65536/(perWarp*warps)), threads[k])
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
