@@ -22,6 +22,8 @@ type opProfile struct {
 	on     bool
 	recs   []opRec   // the timed ops since ProfileOps(true) or the last OpProfile, in queue order
 	labels []string  // the marks so far: an op queued after k marks belongs to span k
+	marks  []uintptr // the marks' timing events on the compute stream, one a label
+	origin uintptr   // the timing event recorded when timing was turned on: span 0's start
 	idle   []uintptr // timing events free for the next op
 	all    []uintptr // every timing event created, destroyed at release
 }
@@ -116,7 +118,11 @@ func (p *opProfile) clear() {
 	for _, r := range p.recs {
 		p.idle = append(p.idle, r.start, r.end)
 	}
-	p.recs, p.labels = p.recs[:0], nil
+	p.idle = append(p.idle, p.marks...)
+	if p.origin != 0 {
+		p.idle = append(p.idle, p.origin)
+	}
+	p.recs, p.labels, p.marks, p.origin = p.recs[:0], nil, nil, 0
 }
 
 // destroy releases every timing event (at release, after the streams were synchronised).
@@ -135,6 +141,11 @@ func (b *Backend) ProfileOps(on bool) error {
 	return b.ex.do(func() error {
 		if on {
 			b.prof.clear()
+			origin, err := b.prof.begin(b.drv, b.strm) // where the first span starts on the device timeline
+			if err != nil {
+				return fmt.Errorf("op profile: %w", err)
+			}
+			b.prof.origin = origin
 		}
 		b.prof.on = on
 		return nil
@@ -145,9 +156,15 @@ func (b *Backend) ProfileOps(on bool) error {
 // label. It does nothing while timing is off.
 func (b *Backend) ProfileMark(label string) error {
 	return b.ex.do(func() error {
-		if b.prof.on {
-			b.prof.labels = append(b.prof.labels, label)
+		if !b.prof.on {
+			return nil
 		}
+		ev, err := b.prof.begin(b.drv, b.strm) // where the span ends on the device timeline
+		if err != nil {
+			return fmt.Errorf("op profile: %w", err)
+		}
+		b.prof.labels = append(b.prof.labels, label)
+		b.prof.marks = append(b.prof.marks, ev)
 		return nil
 	})
 }
@@ -172,18 +189,38 @@ func (b *Backend) OpProfile() ([]ops.OpSpan, error) {
 func (p *opProfile) collect(d *driver) ([]ops.OpSpan, error) {
 	defer p.clear()
 	n := len(p.labels)
+	// One stream runs the ops and marks in order: once the last event completed, every event has.
+	var last uintptr
+	if len(p.marks) > 0 {
+		last = p.marks[len(p.marks)-1]
+	}
 	if len(p.recs) > 0 {
-		// One stream runs the ops in order: once the last end event completed, every event has.
-		if err := d.check("cuEventSynchronize(profile)", ccall(d.cuEventSynchronize, p.recs[len(p.recs)-1].end)); err != nil {
+		n = max(n, p.recs[len(p.recs)-1].span+1)
+		if p.recs[len(p.recs)-1].span >= len(p.marks) { // ops after the last mark
+			last = p.recs[len(p.recs)-1].end
+		}
+	}
+	if last != 0 {
+		if err := d.check("cuEventSynchronize(profile)", ccall(d.cuEventSynchronize, last)); err != nil {
 			return nil, err
 		}
-		n = max(n, p.recs[len(p.recs)-1].span+1)
 	}
 	spans := make([]ops.OpSpan, n)
 	index := make([]map[string]int, n) // span -> key -> index in its Ops
 	for i := range spans {
 		if i < len(p.labels) {
 			spans[i].Label = p.labels[i]
+			prev := p.origin
+			if i > 0 {
+				prev = p.marks[i-1]
+			}
+			if prev != 0 {
+				var ms float32
+				if err := d.check("cuEventElapsedTime(profile mark)", ccall(d.cuEventElapsedTime, uintptr(unsafe.Pointer(&ms)), prev, p.marks[i])); err != nil {
+					return nil, fmt.Errorf("span %q: %w", p.labels[i], err)
+				}
+				spans[i].Device = float64(ms) / 1e3
+			}
 		}
 		index[i] = map[string]int{}
 	}

@@ -84,6 +84,14 @@ func TestOpProfile(t *testing.T) {
 			if s := spans[0]; len(s.Ops) != 2 || s.Ops[0].Calls+s.Ops[1].Calls != 3 {
 				t.Errorf("span setup: %+v, want FromHost once and Upload twice", s)
 			}
+			for _, s := range spans[:2] { // a marked span's device time holds its ops (events resolve ~0.5 us)
+				if !(s.Device > 0) || s.Device < s.Seconds-1e-5 {
+					t.Errorf("span %q: device time %.6fs, ops %.6fs: want above 0 and at least the ops'", s.Label, s.Device, s.Seconds)
+				}
+			}
+			if spans[2].Device != 0 {
+				t.Errorf("the span after the last mark: device time %g, want 0 (no mark ends it)", spans[2].Device)
+			}
 			if s := spans[2]; len(s.Ops) != 1 || s.Ops[0].Op != "Free" || s.Ops[0].Calls != 6 {
 				t.Errorf("span \"\": %+v, want Free 6 times", s)
 			}

@@ -416,7 +416,14 @@ func benchWave(ctx context.Context, w io.Writer, l *loaded, bd bound, n, seqLen,
 		return nil
 	}
 	which := fmt.Sprintf("the median run: run %d of %d", mid+1, len(runs))
-	return printOpProfile(w, which, layerKinds(plan), times, st.Seconds-layerSecs, profiles[mid])
+	if err := printOpProfile(w, which, layerKinds(plan), times, st.Seconds-layerSecs, profiles[mid]); err != nil {
+		return err
+	}
+	devLayer, readout, ok, err := deviceTimeline(w, layerKinds(plan), profiles[mid], perLayer)
+	if err != nil || !ok {
+		return err
+	}
+	return extrapolate(w, plan, devLayer, readout)
 }
 
 // extrapolate prints the time of a full K3 pass at this wave's rates, when the benched model has K3's

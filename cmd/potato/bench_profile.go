@@ -193,3 +193,61 @@ func percent(part, whole float64) float64 {
 	}
 	return 100 * part / whole
 }
+
+// deviceTimeline prints, when the spans carry device times (ops.OpSpan.Device), each layer kind's mean
+// time on the device timeline against the same bound as the wall-time table (bounds: kind -> one layer's
+// bound), and returns those means with the bounds (for extrapolate) and the readout's device time. The
+// host-side layer times attribute work to the layer the host was queueing while the device ran behind
+// it; at large waves the device runs a whole layer behind, and these are the layers' own times. ok is
+// false when no span has a device time (nothing is printed).
+func deviceTimeline(w io.Writer, kinds []string, spans []ops.OpSpan, bounds map[string][2]float64) (perLayer map[string][2]float64, readout float64, ok bool, err error) {
+	type acc struct {
+		n    int
+		secs float64
+	}
+	byKind := map[string]*acc{}
+	var order []string
+	for _, s := range spans {
+		if s.Device <= 0 {
+			continue
+		}
+		if s.Label == readoutLabel {
+			readout += s.Device
+			ok = true
+			continue
+		}
+		i, err := strconv.Atoi(s.Label)
+		if err != nil || i < 0 || i >= len(kinds) {
+			continue
+		}
+		k := kinds[i]
+		if byKind[k] == nil {
+			byKind[k] = &acc{}
+			order = append(order, k)
+		}
+		byKind[k].n++
+		byKind[k].secs += s.Device
+		ok = true
+	}
+	if !ok {
+		return nil, 0, false, nil
+	}
+	var b strings.Builder
+	b.WriteString("\non the device timeline (a CUDA event at each layer's end on the compute stream):\n")
+	fmt.Fprintf(&b, "  %12s %8s %10s %10s %7s\n", "layer kind", "spans", "mean s", "bound s", "ratio")
+	perLayer = map[string][2]float64{}
+	for _, k := range order {
+		a := byKind[k]
+		mean := a.secs / float64(a.n)
+		bound := bounds[k][1]
+		perLayer[k] = [2]float64{mean, bound}
+		ratio := 0.0
+		if bound > 0 {
+			ratio = mean / bound
+		}
+		fmt.Fprintf(&b, "  %12s %8d %10.4f %10.4f %7.2f\n", k, a.n, mean, bound, ratio)
+	}
+	fmt.Fprintf(&b, "  %12s %8s %10.4f\n", readoutLabel, "", readout)
+	_, err = io.WriteString(w, b.String())
+	return perLayer, readout, true, err
+}

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -201,5 +202,39 @@ func TestBenchOpProfile(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "--op-profile: the cpu backend does not time its ops") || strings.Contains(out.String(), "op profile (") {
 		t.Errorf("bench --op-profile on the cpu backend:\n%s", out.String())
+	}
+}
+
+// TestDeviceTimeline: the spans' device times are averaged per layer kind against the kind's bound, the
+// readout summed apart; spans without device times print nothing.
+func TestDeviceTimeline(t *testing.T) {
+	kinds := []string{"kda+dense", "kda+moe", "mla+moe", "kda+moe"}
+	bounds := map[string][2]float64{"kda+dense": {0.1, 0.05}, "kda+moe": {0.5, 0.25}, "mla+moe": {0.4, 0.2}}
+	spans := []ops.OpSpan{
+		{Label: "0", Device: 0.1}, {Label: "1", Device: 0.3}, {Label: "2", Device: 0.3}, {Label: "3", Device: 0.5},
+		{Label: readoutLabel, Device: 0.07}, {Label: "", Seconds: 1},
+	}
+	var b strings.Builder
+	per, readout, ok, err := deviceTimeline(&b, kinds, spans, bounds)
+	if err != nil || !ok {
+		t.Fatalf("deviceTimeline: ok %v, %v", ok, err)
+	}
+	want := map[string][2]float64{"kda+dense": {0.1, 0.05}, "kda+moe": {0.4, 0.25}, "mla+moe": {0.3, 0.2}}
+	for k, v := range want {
+		if got := per[k]; math.Abs(got[0]-v[0]) > 1e-12 || got[1] != v[1] {
+			t.Errorf("%s: %v, want %v", k, got, v)
+		}
+	}
+	if readout != 0.07 {
+		t.Errorf("readout %g, want 0.07", readout)
+	}
+	for _, line := range []string{"kda+moe        2     0.4000     0.2500    1.60", "mla+moe        1     0.3000     0.2000    1.50"} {
+		if !strings.Contains(b.String(), line) {
+			t.Errorf("output lacks %q:\n%s", line, b.String())
+		}
+	}
+	b.Reset()
+	if _, _, ok, err := deviceTimeline(&b, kinds, []ops.OpSpan{{Label: "0", Seconds: 1}}, bounds); ok || err != nil || b.Len() != 0 {
+		t.Errorf("no device times: ok %v, err %v, printed %q; want nothing", ok, err, b.String())
 	}
 }

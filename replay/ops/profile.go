@@ -29,6 +29,12 @@ type OpSpan struct {
 	Label   string   // the label of the mark that ended the span ("" for the ops after the last mark)
 	Ops     []OpTime // one entry per op key, largest Seconds first
 	Seconds float64  // the sum of Ops' Seconds
+	// Device is the span's length on the device timeline: from the point of the compute stream where the
+	// previous span ended (or where timing was turned on) to where this one's mark was queued, idle time
+	// included; 0 where the backend does not measure it (and for the span after the last mark). The device
+	// runs behind the host, so this is a layer's own time where a host-side clock would blur it into its
+	// neighbours'.
+	Device float64
 }
 
 // OpTime is the device time of one op key within a span.
