@@ -59,7 +59,7 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.Var(&f.resident, "resident", "keep the layers' own weights (all but routed experts) on the backend between waves, up to this many checkpoint bytes (e.g. 10GB; device memory on cuda): the timed waves then move only the experts of the layers kept")
 	fs.IntVar(&f.prefetch, "prefetch-experts", -1, "routed experts of an MoE layer uploaded from the host cache before its router runs, in large waves (-1: all) (needs --host-cache)")
 	fs.BoolVar(&f.directIO, "direct-io", false, "read the checkpoint with O_DIRECT, bypassing the page cache (from the disk itself)")
-	fs.BoolVar(&f.opProfile, "op-profile", false, "time every op on the device (CUDA events; cuda backend only) during the timed runs and print, per layer kind, each op's calls and device time (MatMul by weight shape) against the layers' wall time, from the median run")
+	fs.BoolVar(&f.opProfile, "op-profile", false, "print, per layer kind, each op's calls and device time (MatMul by weight shape) against the layers' wall time, from the median run (cuda backend only; the ops are timed with CUDA events, as for the device timeline that the cuda backend always prints)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -129,13 +129,13 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 			slices.Max(sizes), time.Since(start).Seconds(), float64(l.engine.HostCacheBytes())/1e9, float64(f.hostCache)/1e9,
 			float64(l.engine.ResidentBytes())/1e9, float64(f.resident)/1e9)
 	}
+	// A backend that times its ops (cuda) always gives the layers' device timeline; --op-profile adds
+	// the tables of ops.
 	var prof *benchProfile
-	if f.opProfile {
-		if p, ok := l.engine.Model.Ops.(ops.OpProfiler); ok {
-			prof = &benchProfile{p: p}
-		} else {
-			fmt.Fprintf(stdout, "--op-profile: the %s backend does not time its ops (no ops.OpProfiler); benching without the op profile\n", l.backend)
-		}
+	if p, ok := l.engine.Model.Ops.(ops.OpProfiler); ok {
+		prof = &benchProfile{p: p, tables: f.opProfile}
+	} else if f.opProfile {
+		fmt.Fprintf(stdout, "--op-profile: the %s backend does not time its ops (no ops.OpProfiler); benching without the op profile\n", l.backend)
 	}
 	for _, n := range sizes {
 		if err := benchWave(ctx, stdout, l, bound, n, f.seqLen, f.repeat, prof); err != nil {
@@ -415,9 +415,11 @@ func benchWave(ctx context.Context, w io.Writer, l *loaded, bd bound, n, seqLen,
 	if prof == nil {
 		return nil
 	}
-	which := fmt.Sprintf("the median run: run %d of %d", mid+1, len(runs))
-	if err := printOpProfile(w, which, layerKinds(plan), times, st.Seconds-layerSecs, profiles[mid]); err != nil {
-		return err
+	if prof.tables {
+		which := fmt.Sprintf("the median run: run %d of %d", mid+1, len(runs))
+		if err := printOpProfile(w, which, layerKinds(plan), times, st.Seconds-layerSecs, profiles[mid]); err != nil {
+			return err
+		}
 	}
 	devLayer, readout, ok, err := deviceTimeline(w, layerKinds(plan), profiles[mid], perLayer)
 	if err != nil || !ok {

@@ -26,8 +26,9 @@ const readoutLabel = "readout"
 // benchProfile drives an ops.OpProfiler through one timed run. A mark's error, which the progress
 // callback cannot return, is kept for finish.
 type benchProfile struct {
-	p   ops.OpProfiler
-	err error
+	p      ops.OpProfiler
+	tables bool // print the op tables (--op-profile), not only the device timeline
+	err    error
 }
 
 // start turns op timing on (clearing what an earlier run left).

@@ -120,7 +120,8 @@ func squeeze(s string) string {
 	return s
 }
 
-// fakeProfiler is an ops.OpProfiler that times nothing: every mark gives a span of two made-up ops.
+// fakeProfiler is an ops.OpProfiler that times nothing: every mark gives a span of two made-up ops and
+// 4 ms on the device timeline.
 type fakeProfiler struct {
 	on    bool
 	marks []string
@@ -145,7 +146,7 @@ func (f *fakeProfiler) ProfileMark(label string) error {
 func (f *fakeProfiler) OpProfile() ([]ops.OpSpan, error) {
 	var spans []ops.OpSpan
 	for _, m := range f.marks {
-		spans = append(spans, ops.OpSpan{Label: m, Seconds: 0.003, Ops: []ops.OpTime{
+		spans = append(spans, ops.OpSpan{Label: m, Seconds: 0.003, Device: 0.004, Ops: []ops.OpTime{
 			{Op: "KDA", Calls: 1, Seconds: 0.002}, {Op: "MatMul 8x8", Calls: 2, Seconds: 0.001}}})
 	}
 	f.runs = append(f.runs, f.marks)
@@ -164,7 +165,7 @@ func TestBenchOpProfile(t *testing.T) {
 	defer l.Close()
 	fake := &fakeProfiler{}
 	var out strings.Builder
-	if err := benchWave(context.Background(), &out, l, bound{readBps: 1e9, flops: 1e10}, 96, 48, 2, &benchProfile{p: fake}); err != nil {
+	if err := benchWave(context.Background(), &out, l, bound{readBps: 1e9, flops: 1e10}, 96, 48, 2, &benchProfile{p: fake, tables: true}); err != nil {
 		t.Fatal(err)
 	}
 	layers := len(l.engine.Plan.Layers)
@@ -188,10 +189,18 @@ func TestBenchOpProfile(t *testing.T) {
 	}
 	first := fmt.Sprintf("%s: %d layers", kinds[0], n)
 	for _, s := range []string{"op profile (the median run: run ", "KDA", "MatMul 8x8", "compute stream idle",
-		"readout (after the last layer)", first} {
+		"readout (after the last layer)", first, "on the device timeline", "readout              0.0040"} {
 		if !strings.Contains(out.String(), s) {
 			t.Errorf("bench output lacks %q:\n%s", s, out.String())
 		}
+	}
+	// Without --op-profile (tables false) the marks and the device timeline stay, the op tables go.
+	out.Reset()
+	if err := benchWave(context.Background(), &out, l, bound{readBps: 1e9, flops: 1e10}, 96, 48, 1, &benchProfile{p: fake}); err != nil {
+		t.Fatal(err)
+	}
+	if got := out.String(); !strings.Contains(got, "on the device timeline") || strings.Contains(got, "op profile (") || strings.Contains(got, "MatMul 8x8") {
+		t.Errorf("without the op tables:\n%s", got)
 	}
 
 	out.Reset()
