@@ -33,6 +33,7 @@ const (
 	cuMempoolAttrReleaseThreshold   = 4
 	cuEventDisableTiming            = 2 // CU_EVENT_DISABLE_TIMING
 	cudaSuccess                     = 0
+	cudaErrorNotReady               = 600 // CUDA_ERROR_NOT_READY: cuEventQuery's "not yet"
 	cuDeviceNameLen                 = 256
 	cuLibcudaEnv                    = "POTATO_LIBCUDA"
 	cuDefaultLibName                = "libcuda.so.1"
@@ -49,6 +50,7 @@ type driver struct {
 	cuDeviceGetDefaultMemPool, cuMemPoolSetAttribute                                                 uintptr
 	cuStreamCreate, cuStreamDestroy, cuStreamSynchronize                                             uintptr
 	cuEventCreate, cuEventRecord, cuEventSynchronize, cuEventElapsedTime, cuEventDestroy             uintptr
+	cuEventQuery                                                                                     uintptr
 	cuStreamWaitEvent                                                                                uintptr
 	cuModuleLoadData, cuModuleUnload, cuModuleGetFunction, cuFuncSetAttribute, cuLaunchKernel        uintptr
 	cuGetErrorString, cuGetErrorName                                                                 uintptr
@@ -178,6 +180,7 @@ func openDriver() (*driver, error) {
 		"cuEventCreate":                            &d.cuEventCreate,
 		"cuEventRecord":                            &d.cuEventRecord,
 		"cuEventSynchronize":                       &d.cuEventSynchronize,
+		"cuEventQuery":                             &d.cuEventQuery,
 		"cuEventElapsedTime_v2|cuEventElapsedTime": &d.cuEventElapsedTime,
 		"cuEventDestroy_v2":                        &d.cuEventDestroy,
 		"cuStreamWaitEvent":                        &d.cuStreamWaitEvent,

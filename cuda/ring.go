@@ -29,18 +29,56 @@ const ringAlign = 256
 
 // uploadRing is the ring's state, touched only on the CUDA thread.
 type uploadRing struct {
-	buf     unsafe.Pointer // ringSize bytes of pinned host memory, allocated on first use
-	dev     uint64         // its device address (mapped)
-	head    int            // where the next region starts
-	pending []ringSpan     // regions whose copies may still be in flight, oldest first
-	idle    []uintptr      // events free for the next region
-	all     []uintptr      // every event created, destroyed at release
+	buf   unsafe.Pointer // ringSize bytes of pinned host memory, allocated on first use
+	dev   uint64         // its device address (mapped)
+	alloc ringAlloc      // where regions go, and which are still in flight
+	idle  []uintptr      // events free for the next region
+	all   []uintptr      // every event created, destroyed at release
+}
+
+// ringAlloc places regions in the ring (no CUDA calls: ring_test.go checks it on any machine).
+type ringAlloc struct {
+	size    int
+	head    int        // where the next region starts
+	pending []ringSpan // regions whose copies may still be in flight, in the order they were queued
 }
 
 // ringSpan is one region of the ring and the event recorded after its copy.
 type ringSpan struct {
 	start, end int
 	ev         uintptr
+}
+
+// place returns where a region of n bytes (n <= size) goes, after head or at 0 when it does not fit
+// there, and the index in pending of the last region in flight that it overlaps (-1: none). Every copy
+// runs on one stream, in order: once that region's copy is done, so are those queued before it.
+func (a *ringAlloc) place(n int) (at, last int) {
+	at, last = a.head, -1
+	if at+n > a.size {
+		at = 0
+	}
+	for i, s := range a.pending {
+		if s.start < at+n && s.end > at {
+			last = i
+		}
+	}
+	return at, last
+}
+
+// retire drops pending[:k] (their copies are done) and returns their events.
+func (a *ringAlloc) retire(k int) []uintptr {
+	evs := make([]uintptr, k)
+	for i, s := range a.pending[:k] {
+		evs[i] = s.ev
+	}
+	a.pending = a.pending[k:]
+	return evs
+}
+
+// commit records the region [at, at+n) as in flight until ev.
+func (a *ringAlloc) commit(at, n int, ev uintptr) {
+	a.pending = append(a.pending, ringSpan{start: at, end: at + n, ev: ev})
+	a.head = at + n
 }
 
 // uploadAsync copies src to device address dst (16-byte aligned) on the compute stream without waiting
@@ -66,28 +104,28 @@ func (c *opCtx) uploadAsync(dst uint64, src []byte) error {
 		if err := d.check("cuMemHostGetDevicePointer(upload ring)", ccall(d.cuMemHostGetDevicePointer, uintptr(unsafe.Pointer(&dp)), uintptr(p), 0)); err != nil {
 			return errors.Join(err, d.check("cuMemFreeHost(upload ring)", ccall(d.cuMemFreeHost, uintptr(p))))
 		}
-		r.buf, r.dev = p, dp
+		r.buf, r.dev, r.alloc = p, dp, ringAlloc{size: ringSize}
 	}
-	at := r.head
-	if at+n > ringSize {
-		at = 0
+	// Regions whose copies are done go first (a query, no wait), so that pending stays short.
+	done := 0
+	for done < len(r.alloc.pending) && ccall(d.cuEventQuery, r.alloc.pending[done].ev) == cudaSuccess {
+		done++
 	}
-	// The regions in flight that overlap [at, at+n) are at the front of pending: positions rise with age
-	// within a lap, and the newer lap lies below at.
-	for len(r.pending) > 0 && r.pending[0].start < at+n && r.pending[0].end > at {
-		s := r.pending[0]
-		if err := d.check("cuEventSynchronize(upload ring)", ccall(d.cuEventSynchronize, s.ev)); err != nil {
+	r.idle = append(r.idle, r.alloc.retire(done)...)
+	at, last := r.alloc.place(n)
+	if last >= 0 {
+		if err := d.check("cuEventSynchronize(upload ring)", ccall(d.cuEventSynchronize, r.alloc.pending[last].ev)); err != nil {
 			return err
 		}
-		r.idle = append(r.idle, s.ev)
-		r.pending = r.pending[1:]
+		r.idle = append(r.idle, r.alloc.retire(last+1)...)
+	}
+	ev, err := r.event(d) // before the copy is queued: a failure leaves nothing in flight
+	if err != nil {
+		return err
 	}
 	copy(unsafe.Slice((*byte)(unsafe.Add(r.buf, at)), len(src)), src)
 	if err := c.launch1D("k_copy16", max(len(src)/16, 1), dst, r.dev+uint64(at), int64(len(src))); err != nil {
-		return err
-	}
-	ev, err := r.event(d)
-	if err != nil {
+		r.idle = append(r.idle, ev)
 		return err
 	}
 	if err := d.check("cuEventRecord(upload ring)", ccall(d.cuEventRecord, ev, b.strm)); err != nil {
@@ -95,8 +133,7 @@ func (c *opCtx) uploadAsync(dst uint64, src []byte) error {
 		// the copy is queued but unguarded: wait for it before the region can be reused
 		return errors.Join(err, d.check("cuStreamSynchronize", ccall(d.cuStreamSynchronize, b.strm)))
 	}
-	r.pending = append(r.pending, ringSpan{start: at, end: at + n, ev: ev})
-	r.head = at + n
+	r.alloc.commit(at, n, ev)
 	return nil
 }
 
