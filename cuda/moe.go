@@ -365,7 +365,8 @@ func (b *Backend) Route(x, w, bias ops.Tensor, k int, scale float32) (ops.Routin
 // Where cuBLASLt is in use and pins an algorithm for both expert shapes (2 ffn x latent and latent x
 // ffn), the grouped path's GEMMs run on it instead (experts_lt.go): the same plan, decoded values and
 // rounding points, each sum in the pinned algorithm's order (a choice by shape, never by rows), so the
-// result is batch invariant as above and differs from the other paths at float32 rounding level.
+// result is batch invariant as above; it may differ from the other paths at float32 rounding level
+// (nothing promises cuBLASLt's order of the sums; on the H200 it came out bit-identical to theirs).
 func (b *Backend) ExpertsAccumulate(acc, z ops.Tensor, rt ops.Routing, experts []ops.Expert, beta, linBeta float32) error {
 	return b.expertsAccumulate(acc, z, rt, experts, beta, linBeta, expertsAuto)
 }
