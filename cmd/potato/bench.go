@@ -409,7 +409,7 @@ func benchWave(ctx context.Context, w io.Writer, l *loaded, bd bound, n, seqLen,
 	for _, t := range times {
 		layerSecs += t
 	}
-	if err := extrapolate(w, plan, perLayer, st.Seconds-layerSecs); err != nil {
+	if err := extrapolate(w, plan, perLayer, st.Seconds-layerSecs, "host-side layer times"); err != nil {
 		return err
 	}
 	if prof == nil {
@@ -425,13 +425,14 @@ func benchWave(ctx context.Context, w io.Writer, l *loaded, bd bound, n, seqLen,
 	if err != nil || !ok {
 		return err
 	}
-	return extrapolate(w, plan, devLayer, readout)
+	return extrapolate(w, plan, devLayer, readout, "device timeline")
 }
 
 // extrapolate prints the time of a full K3 pass at this wave's rates, when the benched model has K3's
 // widths (the k3-layer preset): each of K3's 93 layers at the mean of its kind here, plus this wave's
-// time outside the layers (embedding and readout), against the same sum of bounds.
-func extrapolate(w io.Writer, plan *model.Plan, perLayer map[string][2]float64, rest float64) error {
+// time outside the layers (embedding and readout), against the same sum of bounds. basis names where the
+// layer times come from.
+func extrapolate(w io.Writer, plan *model.Plan, perLayer map[string][2]float64, rest float64, basis string) error {
 	k3, err := model.NewPlan(model.K3TextConfig())
 	if err != nil {
 		return err
@@ -460,8 +461,8 @@ func extrapolate(w io.Writer, plan *model.Plan, perLayer map[string][2]float64, 
 		bound += float64(counts[k]) * t[1]
 		parts = append(parts, fmt.Sprintf("%d %s", counts[k], k))
 	}
-	_, err = fmt.Fprintf(w, "a full K3 pass at these rates (%s, plus %.3fs outside the layers): %.1fs; the layers' bound %.1fs\n",
-		strings.Join(parts, ", "), rest, total, bound)
+	_, err = fmt.Fprintf(w, "a full K3 pass at these rates (%s: %s, plus %.3fs outside the layers): %.1fs; the layers' bound %.1fs\n",
+		basis, strings.Join(parts, ", "), rest, total, bound)
 	return err
 }
 
