@@ -56,9 +56,12 @@
 // is only queued, with an event after it, and ExpertsAccumulate and Free make the compute stream wait for
 // their experts' events, so a layer's experts stream while its attention runs (stable.go). UploadExperts
 // (ops.ExpertBatchUploader) takes a batch in one trip to the CUDA thread and copies the experts of one
-// stable buffer as one span into one device block, of which they are views (experts_upload.go). An
-// allocation the device cannot satisfy is an *Error matching ops.ErrOutOfMemory; the engine then runs the
-// wave as smaller waves.
+// stable buffer as one span into one device block, of which they are views (experts_upload.go). The
+// ops' own small uploads (tile tables, plans, row starts) never wait for the stream: they go through a
+// ring of device-mapped pinned memory copied by a kernel on the compute stream, each region reused once
+// the event behind its copy has completed (ring.go), so no op drains the stream and no small copy queues
+// behind the weight stream in the copy engine. An allocation the device cannot satisfy is an *Error
+// matching ops.ErrOutOfMemory; the engine then runs the wave as smaller waves.
 //
 // # Numerics
 //
@@ -83,15 +86,15 @@
 // # Performance
 //
 // In BF16 precision the matmuls with a bfloat16 weight (the dense projections, shared experts, latent
-// projections, the lm_head of TokenStats) run on cuBLASLt with the pinned algorithm (Options.CuBLASLt,
+// projections, the router's logits, the lm_head of TokenStats) run on cuBLASLt with the pinned algorithm (Options.CuBLASLt,
 // on by default): x is converted to a bfloat16 copy (convert.cu), the product is accumulated in float32
 // and the outputs are rounded to bfloat16 in place, about 535-620 TFLOP/s at K3's 12288x7168 shapes for
 // 4096-65536 rows on an H200 (the GEMM alone 680-770; the chip's bf16 rate is about 790). The routed
 // experts (MXFP4), and every bfloat16 weight under CuBLASLtOff or in a shape no algorithm fits, run on the
 // tensor cores in the package's kernel (matmul_tc.cu: mma.sync bf16 -> f32, each element summing k
 // chunks of 16 in ascending order, so batch invariant as well; about 170-180 TFLOP/s). FP32 precision,
-// f32 weights and the router's unrounded logits use the CUDA-core kernel (matmul.cu), which replays the
-// CPU backend's loop bit for bit (Options.NoTensorCores selects it everywhere). MLA in BF16 precision
+// f32 weights and, without cuBLASLt, the router's unrounded logits use the CUDA-core kernel (matmul.cu),
+// which replays the CPU backend's loop bit for bit (Options.NoTensorCores selects it everywhere). MLA in BF16 precision
 // runs flash-attention style on the tensor cores (mla_tc.cu: q.k exact on mma.sync bf16 -> f32, p split
 // into two bfloat16 parts for p.v, online softmax over 64-key blocks anchored at each sequence start, no
 // T x T matrix): about 180 TFLOP/s of causal attention at K3's sizes (11.4 ms for 4 x 4,096 tokens, 96
@@ -101,7 +104,11 @@
 // the w2 GEMMs, one that adds each row's expert outputs in ascending id; cp.async, ldmatrix, MXFP4
 // decoded into shared memory, the same mma sequence as matmul_tc.cu, so bit-identical to the per-expert
 // path that FP32 precision and NoTensorCores keep): 146-179 TFLOP/s at K3's sizes, where the per-expert
-// path (six launches an expert) gave 18-34. KDA still steps token by token. The next versions (wgmma for
-// the experts and MLA, the chunked KDA, a fused lm_head and log-softmax) are listed in the .cu files and
-// in NOTES.md.
+// path (six launches an expert) gave 18-34. With cuBLASLt, where it pins both expert shapes, the routed
+// experts' GEMMs run there instead, over weights decoded to bfloat16 a chunk at a time (experts_lt.go):
+// about 290-300 TFLOP/s at the ~1,200 rows an expert of a 65,536-token wave, slower than the grouped
+// kernels at a few hundred rows, where a layer waits for its copies anyway. KDA still steps token by
+// token (version 3: one pass over the state a token, 45 ms for 16 x 4,096 tokens and 96 heads). The next
+// versions (wgmma for the experts and MLA, the chunked KDA, a fused lm_head and log-softmax) are listed
+// in the .cu files and in NOTES.md.
 package cuda
