@@ -136,14 +136,14 @@ func (b *Backend) KDA(q, k, v, graw, braw ops.Tensor, aLog, dtBias ops.Tensor, h
 		if err != nil {
 			return err
 		}
-		if err := c.kdaPrep(kdaVersion, qn, kn, dec, beta, in, rows, heads, d, lower, scale); err != nil {
+		if err := c.kdaPrep(b.kdaVersion(), qn, kn, dec, beta, in, rows, heads, d, lower, scale); err != nil {
 			return err
 		}
 		sp, err := uploadTemp(c, starts)
 		if err != nil {
 			return err
 		}
-		return c.kdaRecurrence(kdaVersion, out.ptr, qn, kn, dec, beta, in[2], sp, l.Sequences(), heads, d)
+		return c.kdaRecurrence(b.kdaVersion(), out.ptr, qn, kn, dec, beta, in[2], sp, l.Sequences(), heads, d)
 	})
 	if err != nil {
 		return nil, err
@@ -151,8 +151,14 @@ func (b *Backend) KDA(q, k, v, graw, braw ops.Tensor, aLog, dtBias ops.Tensor, h
 	return out, nil
 }
 
-// kdaVersion is the kda.cu version KDA launches: 3, or 2 (tests compare the two bit for bit and time them).
-var kdaVersion = 3
+// kdaVersion is the kda.cu version KDA launches: 3, or the one a test set (tests compare versions 2 and 3
+// bit for bit and time them).
+func (b *Backend) kdaVersion() int {
+	if b.kdaVer != 0 {
+		return b.kdaVer
+	}
+	return 3
+}
 
 // kdaPrepPairs is the number of (row, head) pairs a block of k_kda_prep3 normalises: 16 (one warp sums
 // the 32 rows of squares while the SM's other blocks compute), fewer for heads wider than 254 so that the

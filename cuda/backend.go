@@ -113,6 +113,9 @@ type Backend struct {
 	evs   copyEvents // events of the asynchronous expert uploads (stable.go); on the CUDA thread
 	prof  opProfile  // op timing (profile.go); on the CUDA thread
 	ring  uploadRing // pinned memory for the ops' small uploads (ring.go); on the CUDA thread
+	// Test knobs, zero for the defaults: the kda.cu version KDA launches (kdaVersion) and the bytes of
+	// decoded weights of one chunk of the cuBLASLt expert path (ltDecodeBytes).
+	kdaVer, decodeBytes int
 
 	mods  []uintptr
 	fns   map[string]uintptr

@@ -27,9 +27,9 @@ const ltExpertRows = 4096
 
 // ltDecodeBytes bounds the decoded bfloat16 weights of one chunk of experts (K3: 66 MB an expert, so 16
 // experts a chunk). Decoding the next chunk on a second stream while this chunk's GEMMs ran was tried and
-// gained nothing on the H200 (the GEMMs hold every SM; cuda/NOTES.md, run 11). A variable for the tests,
-// which take it down to one expert a chunk.
-var ltDecodeBytes = 1 << 30
+// gained nothing on the H200 (the GEMMs hold every SM; cuda/NOTES.md, run 11). Tests take it down to one
+// expert a chunk (Backend.decodeBytes).
+const ltDecodeBytes = 1 << 30
 
 // ltExpertShapes returns the pinned plans of the two expert GEMMs, gate and up together (2 ffn x latent)
 // and down (latent x ffn), and whether both exist and take the operands as the path lays them out (rows
@@ -76,7 +76,11 @@ func (c *opCtx) expertsLt(p *groupedPlan, gu, dn *ltShape, acc, z uint64, latent
 		return fmt.Errorf("experts on cuBLASLt: SiTU tables: %w", err)
 	}
 	slot := 3 * ffn * latent // decoded values an expert
-	chunk := max(1, min(len(p.nonzero), ltDecodeBytes/(2*slot)))
+	budget := ltDecodeBytes
+	if c.b.decodeBytes > 0 {
+		budget = c.b.decodeBytes
+	}
+	chunk := max(1, min(len(p.nonzero), budget/(2*slot)))
 	most := 0
 	for _, n := range p.counts {
 		most = max(most, n)

@@ -156,8 +156,8 @@ func TestExpertsLt(t *testing.T) {
 			sameBits(t, "cuBLASLt, rows 100..164 alone", c.run(t, b, "rows alone", expertsLt, 100, 165, es),
 				want[100*sh.latent:165*sh.latent], sh.latent)
 			// one expert a decode chunk: six chunks
-			defer func(v int) { ltDecodeBytes = v }(ltDecodeBytes)
-			ltDecodeBytes = 2 * 3 * sh.latent * sh.ffn
+			defer func() { b.decodeBytes = 0 }()
+			b.decodeBytes = 2 * 3 * sh.latent * sh.ffn
 			sameBits(t, "cuBLASLt, one expert a decode chunk", c.run(t, b, "chunks of one", expertsLt, 0, rows, es), want, sh.latent)
 		})
 	}

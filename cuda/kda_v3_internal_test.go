@@ -63,9 +63,9 @@ func (in *kdaInputs) free(b *Backend) {
 
 // kdaWith runs the KDA op with kda.cu version v.
 func kdaWith(b *Backend, v int, x [7]ops.Tensor, heads int, l ops.Layout) ([]float32, error) {
-	saved := kdaVersion
-	kdaVersion = v
-	defer func() { kdaVersion = saved }()
+	saved := b.kdaVer
+	b.kdaVer = v
+	defer func() { b.kdaVer = saved }()
 	y, err := b.KDA(x[0], x[1], x[2], x[3], x[4], x[5], x[6], heads, -5, l)
 	if err != nil {
 		return nil, err
