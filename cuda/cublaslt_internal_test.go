@@ -318,15 +318,9 @@ func TestCuBLASLtConformance(t *testing.T) {
 // rows on cuBLASLt and on the project's tensor-core kernel, and cuBLASLt's GEMM alone (without the
 // conversion of x and the rounding of the outputs). flop = 2 n m k.
 func TestCuBLASLtTiming(t *testing.T) {
-	if testing.Short() {
-		t.Skip("timing: not with -short")
-	}
+	skipTiming(t)
 	lt := newLtBackend(t, false)
-	tc, err := New(Options{Precision: ops.BF16, CuBLASLt: CuBLASLtOff})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tc.Close()
+	tc := testBackend(t, Options{Precision: ops.BF16, CuBLASLt: CuBLASLtOff})
 	timeIt := func(b *Backend, what string, flop float64, fn func() error) float64 {
 		t.Helper()
 		if err := fn(); err != nil { // warm-up (and the plan)

@@ -180,14 +180,7 @@ func sameBits(t *testing.T, what string, got, want []float32, cols int) {
 // TestExpertsGroupedBits: grouped calls (all experts at once, experts given out of order, and ascending
 // subsets one call each) equal one per-expert call bit for bit, with guard bands around acc and z intact.
 func TestExpertsGroupedBits(t *testing.T) {
-	if err := Available(); err != nil {
-		t.Skipf("CUDA backend not available on this machine: %v", err)
-	}
-	b, err := New(Options{Precision: ops.BF16, Sync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+	b := testBackend(t, Options{Precision: ops.BF16, Sync: true})
 	const beta, linBeta = 4, 25
 	counts := []int{0, 1, 63, 64, 65, 129, 300} // rows of each expert
 	ids := []int{3, 4, 9, 10, 17, 22, 31}

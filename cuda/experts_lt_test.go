@@ -14,23 +14,6 @@ import (
 // weights and rounding points, sums in another order), and equal to itself bit for bit across expert
 // subsets, orders and row subsets, including an expert whose rows span two of its GEMM blocks.
 
-// ltTestBackend returns a BF16 backend with cuBLASLt, or skips.
-func ltTestBackend(t *testing.T) *Backend {
-	t.Helper()
-	if err := Available(); err != nil {
-		t.Skipf("CUDA backend not available on this machine: %v", err)
-	}
-	b, err := New(Options{Precision: ops.BF16, Sync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if b.lt == nil {
-		b.Close()
-		t.Skipf("cuBLASLt not in use: %s", b.Device().CuBLASLtMissing)
-	}
-	return b
-}
-
 // expertsCase is a call's inputs: experts, a routing of rows that chose them and random z and acc.
 type expertsCase struct {
 	es          []ops.Expert
@@ -133,8 +116,7 @@ func closeToGrouped(t *testing.T, what string, got, want, acc0 []float32) {
 // TestExpertsLt: the cuBLASLt path against the grouped kernels (within rounding) and against itself
 // (the same bits for expert subsets, shuffled experts, one expert a call, and a block of rows alone).
 func TestExpertsLt(t *testing.T) {
-	b := ltTestBackend(t)
-	defer b.Close()
+	b := newLtBackend(t, true)
 	counts := []int{0, 1, 63, 64, 65, 129, 300}
 	ids := []int{3, 4, 9, 10, 17, 22, 31}
 	for _, sh := range []struct{ latent, ffn int }{{256, 192}, {96, 160}, {32, 32}, {3584, 3072}} {

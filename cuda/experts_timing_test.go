@@ -17,17 +17,8 @@ import (
 // 2 * 3584 * 3072, so tokens * k * 3 * 2 * latent * ffn a call. Op times are host-timed around a device
 // synchronisation (median of 5, of 1-3 for the slow per-expert path) and include planning and the upload.
 func TestExpertsGroupedTiming(t *testing.T) {
-	if testing.Short() {
-		t.Skip("timing: not with -short")
-	}
-	if err := Available(); err != nil {
-		t.Skipf("CUDA backend not available on this machine: %v", err)
-	}
-	b, err := New(Options{Precision: ops.BF16})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+	skipTiming(t)
+	b := testBackend(t, Options{Precision: ops.BF16})
 	logKernelAttrs(t, b, "k_experts_gateup", "k_experts_down", "k_matmul_tc_mxfp4_vec")
 	const latent, ffn, beta, linBeta = 3584, 3072, 4, 25
 	rng := rand.New(rand.NewPCG(11, 12))

@@ -24,21 +24,13 @@ import (
 // Rates: the recurrence does 7 float32 operations per (token, head, state element): 3 for the decay and
 // ks, 4 for the update and o (version 2's two passes and version 3's merged pass alike).
 func TestKDATiming(t *testing.T) {
-	if testing.Short() {
-		t.Skip("timing: not with -short")
-	}
-	if err := Available(); err != nil {
-		t.Skipf("CUDA backend not available on this machine: %v", err)
-	}
-	b, err := New(Options{Precision: ops.BF16})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+	skipTiming(t)
+	b := testBackend(t, Options{Precision: ops.BF16})
 	logKDAAttrs(t, b, map[string]int{"k_kda_prep": 128, "k_kda_prep3": 128, "k_kda_r128": 128, "k_kda3_r128": 128,
 		"k_kda_r64": 64, "k_kda3_r64": 64, "k_kda_r32": 32, "k_kda3_r32": 32})
 	runs := 5
 	if s := os.Getenv("POTATO_KDA_RUNS"); s != "" {
+		var err error
 		if runs, err = strconv.Atoi(s); err != nil {
 			t.Fatal(err)
 		}

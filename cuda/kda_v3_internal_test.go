@@ -92,9 +92,6 @@ func firstDiff(a, b []float32) int {
 // head widths 32, 64, 128 (version 3's recurrence) and 48 (version 1's recurrence after prep3), one and
 // three heads, both precisions; and every sequence's output is the same alone as inside the wave.
 func TestKDAVersionsEqual(t *testing.T) {
-	if err := Available(); err != nil {
-		t.Skipf("CUDA backend not available on this machine: %v", err)
-	}
 	lens := []int{1, 63, 64, 65, 129}
 	starts := []int{0}
 	for _, n := range lens {
@@ -103,10 +100,7 @@ func TestKDAVersionsEqual(t *testing.T) {
 	l := ops.Layout{Starts: starts}
 	rows := l.Tokens()
 	for _, prec := range []ops.Precision{ops.BF16, ops.FP32} {
-		b, err := New(Options{Precision: prec})
-		if err != nil {
-			t.Fatal(err)
-		}
+		b := testBackend(t, Options{Precision: prec})
 		for _, d := range []int{32, 64, 128, 48} {
 			for _, heads := range []int{1, 3} {
 				name := fmt.Sprintf("%v/d%d/heads%d", prec, d, heads)
@@ -141,9 +135,6 @@ func TestKDAVersionsEqual(t *testing.T) {
 				in.free(b)
 				t.Logf("%s: %d outputs equal in versions 2 and 3; each sequence equal alone", name, len(y3))
 			}
-		}
-		if err := b.Close(); err != nil {
-			t.Fatal(err)
 		}
 	}
 }

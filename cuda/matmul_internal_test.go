@@ -12,14 +12,7 @@ import (
 // TestTensorCoreVersionsEqual: matmul_tc.cu versions 2 and 3 (scalar and vectorised staging) give the
 // same bits for bfloat16 and MXFP4 weights: they differ only in how a panel reaches shared memory.
 func TestTensorCoreVersionsEqual(t *testing.T) {
-	if err := Available(); err != nil {
-		t.Skipf("CUDA backend not available on this machine: %v", err)
-	}
-	b, err := New(Options{Precision: ops.BF16, Sync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+	b := testBackend(t, Options{Precision: ops.BF16, Sync: true})
 	rng := rand.New(rand.NewPCG(5, 6))
 	const n, k, m = 300, 3584, 224 // m: ffn of the test expert, a multiple of 32
 	xv := make([]float32, n*k)

@@ -12,14 +12,7 @@ import (
 // TestMLAHeadGroups: MLA version 2 processes heads in groups bounded by mlaTCTempMax; groups of 2 heads
 // (three prep + attention launches) give the same bits as one group of all 6.
 func TestMLAHeadGroups(t *testing.T) {
-	if err := Available(); err != nil {
-		t.Skipf("CUDA backend not available on this machine: %v", err)
-	}
-	b, err := New(Options{Precision: ops.BF16, Sync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+	b := testBackend(t, Options{Precision: ops.BF16, Sync: true})
 	rng := rand.New(rand.NewPCG(31, 32))
 	const heads = 6
 	l := ops.Layout{Starts: []int{0, 130, 300}}
@@ -66,17 +59,8 @@ func TestMLAHeadGroups(t *testing.T) {
 // TestMLAPrepTiming times k_mla_prep alone at 16 x 4096 tokens and 96 heads of K3's sizes (the bfloat16
 // copy of keys and values that version 2 makes per group of heads); skipped with -short.
 func TestMLAPrepTiming(t *testing.T) {
-	if testing.Short() {
-		t.Skip("timing: not with -short")
-	}
-	if err := Available(); err != nil {
-		t.Skipf("CUDA backend not available on this machine: %v", err)
-	}
-	b, err := New(Options{Precision: ops.BF16})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+	skipTiming(t)
+	b := testBackend(t, Options{Precision: ops.BF16})
 	const heads, rows = 96, 16 * 4096
 	k := mlaTCKernels[2]
 	group := max(1, min(heads, mlaTCTempMax/(rows*(k.qkp+k.vp)*2)))

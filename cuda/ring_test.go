@@ -13,14 +13,7 @@ import (
 // again while their copies are still in flight), and one larger than half the ring takes the staging
 // path.
 func TestUploadRing(t *testing.T) {
-	if err := Available(); err != nil {
-		t.Skipf("CUDA backend not available on this machine: %v", err)
-	}
-	b, err := New(Options{Precision: ops.BF16})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+	b := testBackend(t, Options{Precision: ops.BF16})
 	rng := rand.New(rand.NewPCG(5, 6))
 	x, err := b.FromHost(4096, 7168, make([]float32, 4096*7168))
 	if err != nil {

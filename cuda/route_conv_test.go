@@ -132,14 +132,7 @@ func routeOnDevice(b *Backend, version int, logits, bias []float32, rows, expert
 // TestRouteTopKBits: k_route_topk_v2 gives version 1's ids and weights bit for bit, and version 1 the CPU
 // backend's selection on its sigmoids.
 func TestRouteTopKBits(t *testing.T) {
-	if err := Available(); err != nil {
-		t.Skipf("CUDA backend not available on this machine: %v", err)
-	}
-	b, err := New(Options{Precision: ops.BF16, Sync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+	b := testBackend(t, Options{Precision: ops.BF16, Sync: true})
 	rng := rand.New(rand.NewPCG(3, 4))
 	const scale = 2.5
 	type shape struct{ experts, k int }
@@ -250,14 +243,7 @@ var shortConvV2Kernels = []struct {
 // both precisions, over sequences of 1 row and longer, channel counts with a partial block, NaN and inf
 // inputs; 3 taps run version 1 through the same launcher.
 func TestShortConvBits(t *testing.T) {
-	if err := Available(); err != nil {
-		t.Skipf("CUDA backend not available on this machine: %v", err)
-	}
-	b, err := New(Options{Precision: ops.BF16, Sync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+	b := testBackend(t, Options{Precision: ops.BF16, Sync: true})
 	rng := rand.New(rand.NewPCG(5, 6))
 	seq4096 := make([]int, 16)
 	for i := range seq4096 {

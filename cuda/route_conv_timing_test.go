@@ -32,22 +32,13 @@ func poolFill(rng *rand.Rand, v []float32, scale float64) {
 // logits back (not counted). Version 1 overwrites its logits with their sigmoids on every run, so its
 // later runs select from other values (the same work: one insertion scan per row).
 func TestRouteTiming(t *testing.T) {
-	if testing.Short() {
-		t.Skip("timing: not with -short")
-	}
-	if err := Available(); err != nil {
-		t.Skipf("CUDA backend not available on this machine: %v", err)
-	}
-	b, err := New(Options{Precision: ops.BF16})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+	skipTiming(t)
+	b := testBackend(t, Options{Precision: ops.BF16})
 	logKernelAttrs(t, b, "k_route_topk", "k_route_topk_v2")
 	const rows, experts, k, cols, scale = 65536, 896, 16, 7168, 2.5
 	rng := rand.New(rand.NewPCG(9, 10))
 	logits, bias := routeData(rng, "normal", rows, experts)
-	err = b.run("route timing", func(c *opCtx) error {
+	err := b.run("route timing", func(c *opCtx) error {
 		lp, err := uploadTemp(c, logits)
 		if err != nil {
 			return err
@@ -115,17 +106,8 @@ func TestRouteTiming(t *testing.T) {
 // then ShortConvSiLU there. Bytes: x read once and out written once, 2 x rows x ch x 4 (6.4 GB; the taps
 // and row starts are noise); about 1.8 ms at the H200's ~3.5 TB/s.
 func TestShortConvTiming(t *testing.T) {
-	if testing.Short() {
-		t.Skip("timing: not with -short")
-	}
-	if err := Available(); err != nil {
-		t.Skipf("CUDA backend not available on this machine: %v", err)
-	}
-	b, err := New(Options{Precision: ops.BF16})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+	skipTiming(t)
+	b := testBackend(t, Options{Precision: ops.BF16})
 	names := []string{"k_shortconv"}
 	for _, k := range shortConvV2Kernels {
 		names = append(names, k.name)

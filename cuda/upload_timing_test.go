@@ -15,17 +15,8 @@ import (
 // 55 GB/s; a MoE layer at 16,384 tokens takes longer than its copies at that rate, and this says whether
 // the copies themselves are slower.
 func TestUploadTiming(t *testing.T) {
-	if testing.Short() {
-		t.Skip("timing: not with -short")
-	}
-	if err := Available(); err != nil {
-		t.Skipf("CUDA backend not available on this machine: %v", err)
-	}
-	b, err := New(Options{Precision: ops.BF16})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+	skipTiming(t)
+	b := testBackend(t, Options{Precision: ops.BF16})
 	const latent, ffn, perBuf, bufs = 3584, 3072, 16, 56
 	rng := rand.New(rand.NewPCG(3, 4))
 	parts := randExpertBytes(rng, latent, ffn)

@@ -37,14 +37,7 @@ func TestWideTensors(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: tensors of 8.9 GB")
 	}
-	if err := Available(); err != nil {
-		t.Skipf("CUDA backend not available on this machine: %v", err)
-	}
-	b, err := New(Options{Precision: ops.BF16, Sync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+	b := testBackend(t, Options{Precision: ops.BF16, Sync: true})
 	if free, total, err := b.MemInfo(); err != nil {
 		t.Fatal(err)
 	} else if free < 32<<30 {
