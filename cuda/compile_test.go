@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"bytes"
 	"os"
 	"testing"
 	"time"
@@ -25,6 +26,13 @@ func TestKernelsCompile(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("NVRTC %d.%d (%s): %d kernel files for %s in %v", nv.major, nv.minor, nv.path, len(images), arch, time.Since(start))
+	for _, kf := range kernelFiles { // each kernel the backend looks up is in its file's image (by name)
+		for _, k := range kf.kernels {
+			if !bytes.Contains(images[kf.file], []byte(k+"\x00")) && !bytes.Contains(images[kf.file], []byte(".entry "+k)) {
+				t.Errorf("%s: kernel %s not in the compiled image", kf.file, k)
+			}
+		}
+	}
 	if cached != 0 {
 		t.Errorf("first compile into an empty cache: %d files came from the cache", cached)
 	}
