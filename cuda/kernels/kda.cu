@@ -245,23 +245,17 @@ __device__ __forceinline__ void kda_reg(float* out, const float* qn, const float
     }
 }
 
-extern "C" __global__ void __launch_bounds__(32) k_kda_r32(float* out, const float* qn, const float* kn,
-                                                           const float* dec, const float* beta, const float* v,
-                                                           const int* starts, int heads, int bf) {
-    kda_reg<32>(out, qn, kn, dec, beta, v, starts, heads, bf);
-}
-
-extern "C" __global__ void __launch_bounds__(64) k_kda_r64(float* out, const float* qn, const float* kn,
-                                                           const float* dec, const float* beta, const float* v,
-                                                           const int* starts, int heads, int bf) {
-    kda_reg<64>(out, qn, kn, dec, beta, v, starts, heads, bf);
-}
-
-extern "C" __global__ void __launch_bounds__(128) k_kda_r128(float* out, const float* qn, const float* kn,
-                                                             const float* dec, const float* beta, const float* v,
-                                                             const int* starts, int heads, int bf) {
-    kda_reg<128>(out, qn, kn, dec, beta, v, starts, heads, bf);
-}
+// KDA_RECURRENCE(name, impl, D, bounds...) defines the extern "C" kernel name that runs impl<D> over one
+// (sequence, head) a block of D threads, with __launch_bounds__(bounds).
+#define KDA_RECURRENCE(name, impl, D, ...)                                                                  \
+    extern "C" __global__ void __launch_bounds__(__VA_ARGS__)                                               \
+        name(float* out, const float* qn, const float* kn, const float* dec, const float* beta, const float* v, \
+             const int* starts, int heads, int bf) {                                                         \
+        impl<D>(out, qn, kn, dec, beta, v, starts, heads, bf);                                               \
+    }
+KDA_RECURRENCE(k_kda_r32, kda_reg, 32, 32)
+KDA_RECURRENCE(k_kda_r64, kda_reg, 64, 64)
+KDA_RECURRENCE(k_kda_r128, kda_reg, 128, 128)
 
 
 // k_kda_prep3 is version 3 of k_kda_prep: the same values, P (row, head) pairs a block (pair p =
@@ -372,23 +366,8 @@ __device__ __forceinline__ void kda_merged(float* out, const float* qn, const fl
     }
 }
 
-extern "C" __global__ void __launch_bounds__(32) k_kda3_r32(float* out, const float* qn, const float* kn,
-                                                            const float* dec, const float* beta, const float* v,
-                                                            const int* starts, int heads, int bf) {
-    kda_merged<32>(out, qn, kn, dec, beta, v, starts, heads, bf);
-}
-
-extern "C" __global__ void __launch_bounds__(64) k_kda3_r64(float* out, const float* qn, const float* kn,
-                                                            const float* dec, const float* beta, const float* v,
-                                                            const int* starts, int heads, int bf) {
-    kda_merged<64>(out, qn, kn, dec, beta, v, starts, heads, bf);
-}
-
+KDA_RECURRENCE(k_kda3_r32, kda_merged, 32, 32)
+KDA_RECURRENCE(k_kda3_r64, kda_merged, 64, 64)
 // 3 blocks an SM: at most 168 registers a thread, of which the column takes 128 (ptxas: 165-166, no
 // spills; without the bound 188 registers and 2 blocks an SM, 19% slower at 16 x 4096 tokens).
-extern "C" __global__ void __launch_bounds__(128, 3) k_kda3_r128(float* out, const float* qn, const float* kn,
-                                                                 const float* dec, const float* beta,
-                                                                 const float* v, const int* starts, int heads,
-                                                                 int bf) {
-    kda_merged<128>(out, qn, kn, dec, beta, v, starts, heads, bf);
-}
+KDA_RECURRENCE(k_kda3_r128, kda_merged, 128, 128, 3)
