@@ -155,7 +155,10 @@ func New(o Options) (*Backend, error) {
 	if o.Device < 0 || o.Device >= drv.devices {
 		return nil, fmt.Errorf("%w: device %d: %d CUDA devices present", ErrArgument, o.Device, drv.devices)
 	}
-	b := &Backend{prec: o.Precision, opts: o, drv: drv, fns: map[string]uintptr{}}
+	b := &Backend{prec: o.Precision, opts: o, drv: drv, fns: map[string]uintptr{},
+		evs:  copyEvents{events: eventPool{flags: cuEventDisableTiming, what: "copy"}},
+		prof: opProfile{events: eventPool{what: "timing"}},
+		ring: uploadRing{events: eventPool{flags: cuEventDisableTiming, what: "upload ring"}}}
 	if o.Precision == ops.BF16 {
 		b.bf = 1
 	}

@@ -2,7 +2,6 @@ package cuda
 
 import (
 	"cmp"
-	"errors"
 	"fmt"
 	"slices"
 	"unsafe"
@@ -24,8 +23,7 @@ type opProfile struct {
 	labels []string  // the marks so far: an op queued after k marks belongs to span k
 	marks  []uintptr // the marks' timing events on the compute stream, one a label
 	origin uintptr   // the timing event recorded when timing was turned on: span 0's start
-	idle   []uintptr // timing events free for the next op
-	all    []uintptr // every timing event created, destroyed at release
+	events eventPool // the timing events (flags 0)
 }
 
 // opRec is one timed op: its key, its two events on the compute stream and its span.
@@ -68,44 +66,15 @@ func (c *opCtx) key() string {
 	return c.op + " " + c.detail
 }
 
-// event returns a timing event (flags 0: timing on) from the free list, or a new one.
-func (p *opProfile) event(d *driver) (uintptr, error) {
-	if n := len(p.idle); n > 0 {
-		ev := p.idle[n-1]
-		p.idle = p.idle[:n-1]
-		return ev, nil
-	}
-	var ev uintptr
-	if err := d.check("cuEventCreate(timing)", ccall(d.cuEventCreate, uintptr(unsafe.Pointer(&ev)), 0)); err != nil {
-		return 0, err
-	}
-	p.all = append(p.all, ev)
-	return ev, nil
-}
-
 // begin records an op's start event on stream s; on an error the event goes back to the free list.
-func (p *opProfile) begin(d *driver, s uintptr) (uintptr, error) {
-	ev, err := p.event(d)
-	if err != nil {
-		return 0, err
-	}
-	if err := d.check("cuEventRecord(profile start)", ccall(d.cuEventRecord, ev, s)); err != nil {
-		p.idle = append(p.idle, ev)
-		return 0, err
-	}
-	return ev, nil
-}
+func (p *opProfile) begin(d *driver, s uintptr) (uintptr, error) { return p.events.record(d, s) }
 
 // end records the op's end event on stream s and keeps the pair under key; on an error both events go
 // back to the free list and the op is not reported (a pair is either kept whole or dropped).
 func (p *opProfile) end(d *driver, s, start uintptr, key string) error {
-	ev, err := p.event(d)
+	ev, err := p.events.record(d, s)
 	if err != nil {
-		p.idle = append(p.idle, start)
-		return err
-	}
-	if err := d.check("cuEventRecord(profile end)", ccall(d.cuEventRecord, ev, s)); err != nil {
-		p.idle = append(p.idle, start, ev)
+		p.events.put(start)
 		return err
 	}
 	p.recs = append(p.recs, opRec{key: key, start: start, end: ev, span: len(p.labels)})
@@ -116,23 +85,19 @@ func (p *opProfile) end(d *driver, s, start uintptr, key string) error {
 // on the stream may be recorded again: it then captures the new point).
 func (p *opProfile) clear() {
 	for _, r := range p.recs {
-		p.idle = append(p.idle, r.start, r.end)
+		p.events.put(r.start, r.end)
 	}
-	p.idle = append(p.idle, p.marks...)
+	p.events.put(p.marks...)
 	if p.origin != 0 {
-		p.idle = append(p.idle, p.origin)
+		p.events.put(p.origin)
 	}
 	p.recs, p.labels, p.marks, p.origin = p.recs[:0], nil, nil, 0
 }
 
 // destroy releases every timing event (at release, after the streams were synchronised).
 func (p *opProfile) destroy(d *driver) error {
-	var errs []error
-	for _, ev := range p.all {
-		errs = append(errs, d.check("cuEventDestroy(timing)", ccall(d.cuEventDestroy, ev)))
-	}
-	*p = opProfile{}
-	return errors.Join(errs...)
+	p.on, p.recs, p.labels, p.marks, p.origin = false, nil, nil, nil, 0
+	return p.events.destroy(d)
 }
 
 // ProfileOps implements ops.OpProfiler: it turns op timing on (clearing what was recorded) or off

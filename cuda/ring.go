@@ -29,11 +29,10 @@ const ringAlign = 256
 
 // uploadRing is the ring's state, touched only on the CUDA thread.
 type uploadRing struct {
-	buf   unsafe.Pointer // ringSize bytes of pinned host memory, allocated on first use
-	dev   uint64         // its device address (mapped)
-	alloc ringAlloc      // where regions go, and which are still in flight
-	idle  []uintptr      // events free for the next region
-	all   []uintptr      // every event created, destroyed at release
+	buf    unsafe.Pointer // ringSize bytes of pinned host memory, allocated on first use
+	dev    uint64         // its device address (mapped)
+	alloc  ringAlloc      // where regions go, and which are still in flight
+	events eventPool      // the regions' events (timing off)
 }
 
 // ringAlloc places regions in the ring (no CUDA calls: ring_test.go checks it on any machine).
@@ -111,25 +110,25 @@ func (c *opCtx) uploadAsync(dst uint64, src []byte) error {
 	for done < len(r.alloc.pending) && ccall(d.cuEventQuery, r.alloc.pending[done].ev) == cudaSuccess {
 		done++
 	}
-	r.idle = append(r.idle, r.alloc.retire(done)...)
+	r.events.put(r.alloc.retire(done)...)
 	at, last := r.alloc.place(n)
 	if last >= 0 {
 		if err := d.check("cuEventSynchronize(upload ring)", ccall(d.cuEventSynchronize, r.alloc.pending[last].ev)); err != nil {
 			return err
 		}
-		r.idle = append(r.idle, r.alloc.retire(last+1)...)
+		r.events.put(r.alloc.retire(last + 1)...)
 	}
-	ev, err := r.event(d) // before the copy is queued: a failure leaves nothing in flight
+	ev, err := r.events.get(d) // before the copy is queued: a failure leaves nothing in flight
 	if err != nil {
 		return err
 	}
 	copy(unsafe.Slice((*byte)(unsafe.Add(r.buf, at)), len(src)), src)
 	if err := c.launch1D("k_copy16", max(len(src)/16, 1), dst, r.dev+uint64(at), int64(len(src))); err != nil {
-		r.idle = append(r.idle, ev)
+		r.events.put(ev)
 		return err
 	}
 	if err := d.check("cuEventRecord(upload ring)", ccall(d.cuEventRecord, ev, b.strm)); err != nil {
-		r.idle = append(r.idle, ev)
+		r.events.put(ev)
 		// the copy is queued but unguarded: wait for it before the region can be reused
 		return errors.Join(err, d.check("cuStreamSynchronize", ccall(d.cuStreamSynchronize, b.strm)))
 	}
@@ -137,30 +136,12 @@ func (c *opCtx) uploadAsync(dst uint64, src []byte) error {
 	return nil
 }
 
-// event returns an event (timing off) from the free list, or a new one.
-func (r *uploadRing) event(d *driver) (uintptr, error) {
-	if n := len(r.idle); n > 0 {
-		ev := r.idle[n-1]
-		r.idle = r.idle[:n-1]
-		return ev, nil
-	}
-	var ev uintptr
-	if err := d.check("cuEventCreate(upload ring)", ccall(d.cuEventCreate, uintptr(unsafe.Pointer(&ev)), cuEventDisableTiming)); err != nil {
-		return 0, err
-	}
-	r.all = append(r.all, ev)
-	return ev, nil
-}
-
 // destroy frees the ring and its events (at release, after the streams were synchronised).
 func (r *uploadRing) destroy(d *driver) error {
-	var errs []error
-	for _, ev := range r.all {
-		errs = append(errs, d.check("cuEventDestroy(upload ring)", ccall(d.cuEventDestroy, ev)))
-	}
+	errs := []error{r.events.destroy(d)}
 	if r.buf != nil {
 		errs = append(errs, d.check("cuMemFreeHost(upload ring)", ccall(d.cuMemFreeHost, uintptr(r.buf))))
 	}
-	*r = uploadRing{}
+	r.buf, r.dev, r.alloc = nil, 0, ringAlloc{}
 	return errors.Join(errs...)
 }

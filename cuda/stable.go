@@ -1,7 +1,6 @@
 package cuda
 
 import (
-	"errors"
 	"fmt"
 	"unsafe"
 
@@ -60,36 +59,21 @@ func (b *Backend) stableHost(parts ...[]byte) bool {
 // after them (a whole layer may be queued at once). The copy stream runs its copies in order, so waiting
 // for the latest upload among an op's experts covers the earlier ones too. Used on the CUDA thread.
 type copyEvents struct {
-	idle   []uintptr // events free for the next upload
-	all    []uintptr // every event created, destroyed at Close
+	events eventPool // the events (timing off)
 	seq    uint64    // asynchronous uploads queued so far
 	joined uint64    // the compute stream waits for every upload up to this one
 }
 
 // destroy releases every event (at Close, on the CUDA thread).
 func (ev *copyEvents) destroy(d *driver) error {
-	var errs []error
-	for _, e := range ev.all {
-		errs = append(errs, d.check("cuEventDestroy", ccall(d.cuEventDestroy, e)))
-	}
-	*ev = copyEvents{}
-	return errors.Join(errs...)
+	ev.seq, ev.joined = 0, 0
+	return ev.events.destroy(d)
 }
 
 // recordUpload records an event on the copy stream after expert e's copies and numbers the upload.
 func (b *Backend) recordUpload(e *Expert) error {
-	d := b.drv
-	var ev uintptr
-	if n := len(b.evs.idle); n > 0 {
-		ev, b.evs.idle = b.evs.idle[n-1], b.evs.idle[:n-1]
-	} else {
-		if err := d.check("cuEventCreate", ccall(d.cuEventCreate, uintptr(unsafe.Pointer(&ev)), cuEventDisableTiming)); err != nil {
-			return err
-		}
-		b.evs.all = append(b.evs.all, ev)
-	}
-	if err := d.check("cuEventRecord(copy)", ccall(d.cuEventRecord, ev, b.cstrm)); err != nil {
-		b.evs.idle = append(b.evs.idle, ev)
+	ev, err := b.evs.events.record(b.drv, b.cstrm)
+	if err != nil {
 		return err
 	}
 	b.evs.seq++
@@ -132,7 +116,7 @@ func (b *Backend) joinExpertFree(e *Expert) error {
 	}
 	err := b.wait(e.ev, e.seq)
 	if e.block == nil { // a shared block's event goes back when the block is freed
-		b.evs.idle = append(b.evs.idle, e.ev)
+		b.evs.events.put(e.ev)
 	}
 	e.ev = 0
 	return err
