@@ -58,6 +58,16 @@ func (bp *benchProfile) finish() ([]ops.OpSpan, error) {
 	return spans, nil
 }
 
+// spanKind returns the layer kind of a span that layerDone labelled (its layer's index), and false for
+// any other label.
+func spanKind(label string, kinds []string) (string, bool) {
+	i, err := strconv.Atoi(label)
+	if err != nil || i < 0 || i >= len(kinds) {
+		return "", false
+	}
+	return kinds[i], true
+}
+
 // layerKinds returns each layer's kind as the bench groups them: "kda+moe", "mla+moe", "kda+dense".
 func layerKinds(plan *model.Plan) []string {
 	kinds := make([]string, len(plan.Layers))
@@ -103,10 +113,11 @@ func printOpProfile(w io.Writer, which string, kinds []string, wall []float64, o
 		}
 	}
 	for _, s := range spans {
-		name := s.Label
-		if i, err := strconv.Atoi(s.Label); err == nil && i >= 0 && i < len(kinds) {
-			name = kinds[i]
-		} else if name == "" {
+		name, ok := spanKind(s.Label, kinds)
+		switch {
+		case !ok && s.Label != "":
+			name = s.Label
+		case !ok:
 			name = "(after the last mark)"
 		}
 		g := group(name)
@@ -217,11 +228,10 @@ func deviceTimeline(w io.Writer, kinds []string, spans []ops.OpSpan, bounds map[
 			ok = true
 			continue
 		}
-		i, err := strconv.Atoi(s.Label)
-		if err != nil || i < 0 || i >= len(kinds) {
+		k, isLayer := spanKind(s.Label, kinds)
+		if !isLayer {
 			continue
 		}
-		k := kinds[i]
 		if byKind[k] == nil {
 			byKind[k] = &acc{}
 			order = append(order, k)
