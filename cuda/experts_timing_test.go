@@ -240,22 +240,25 @@ func eventTime(c *opCtx, runs int, fn func() error) (float64, error) {
 // logKernelAttrs logs the registers and local memory (spills) of kernels as the driver loaded them.
 func logKernelAttrs(t *testing.T, b *Backend, names ...string) {
 	t.Helper()
+	for _, k := range names {
+		regs, local := kernelAttrs(t, b, k)
+		t.Logf("%s: %d registers, %d bytes of local memory a thread", k, regs, local)
+	}
+}
+
+// kernelAttrs returns a loaded kernel's registers and local memory (spills) a thread.
+func kernelAttrs(t *testing.T, b *Backend, name string) (regs, local int32) {
+	t.Helper()
 	const numRegs, localBytes = 4, 3 // CU_FUNC_ATTRIBUTE_NUM_REGS, CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES
 	err := b.run("attrs", func(c *opCtx) error {
 		d := b.drv
-		for _, k := range names {
-			var regs, local int32
-			if err := d.check("cuFuncGetAttribute", ccall(d.cuFuncGetAttribute, uintptr(unsafe.Pointer(&regs)), numRegs, b.fns[k])); err != nil {
-				return err
-			}
-			if err := d.check("cuFuncGetAttribute", ccall(d.cuFuncGetAttribute, uintptr(unsafe.Pointer(&local)), localBytes, b.fns[k])); err != nil {
-				return err
-			}
-			t.Logf("%s: %d registers, %d bytes of local memory a thread", k, regs, local)
+		if err := d.check("cuFuncGetAttribute", ccall(d.cuFuncGetAttribute, uintptr(unsafe.Pointer(&regs)), numRegs, b.fns[name])); err != nil {
+			return err
 		}
-		return nil
+		return d.check("cuFuncGetAttribute", ccall(d.cuFuncGetAttribute, uintptr(unsafe.Pointer(&local)), localBytes, b.fns[name]))
 	})
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("%s: %v", name, err)
 	}
+	return regs, local
 }

@@ -9,7 +9,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"unsafe"
 
 	"github.com/potato-k3/potato-k3/replay/ops"
 )
@@ -153,30 +152,16 @@ func timeKDA(t *testing.T, b *Backend, seqs, n, heads, d, runs int) {
 // units of 256; at most 32 blocks).
 func logKDAAttrs(t *testing.T, b *Backend, threads map[string]int) {
 	t.Helper()
-	const numRegs, localBytes = 4, 3 // CU_FUNC_ATTRIBUTE_NUM_REGS, CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES
 	names := make([]string, 0, len(threads))
 	for k := range threads {
 		names = append(names, k)
 	}
 	slices.Sort(names)
-	err := b.run("attrs", func(c *opCtx) error {
-		d := b.drv
-		for _, k := range names {
-			var regs, local int32
-			if err := d.check("cuFuncGetAttribute", ccall(d.cuFuncGetAttribute, uintptr(unsafe.Pointer(&regs)), numRegs, b.fns[k])); err != nil {
-				return err
-			}
-			if err := d.check("cuFuncGetAttribute", ccall(d.cuFuncGetAttribute, uintptr(unsafe.Pointer(&local)), localBytes, b.fns[k])); err != nil {
-				return err
-			}
-			perWarp := (int(regs)*32 + 255) / 256 * 256
-			warps := (threads[k] + 31) / 32
-			t.Logf("%-12s %3d registers, %3d bytes of local memory a thread: %2d blocks of %d threads an SM by registers",
-				k, regs, local, min(32, 65536/(perWarp*warps)), threads[k])
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
+	for _, k := range names {
+		regs, local := kernelAttrs(t, b, k)
+		perWarp := (int(regs)*32 + 255) / 256 * 256
+		warps := (threads[k] + 31) / 32
+		t.Logf("%-12s %3d registers, %3d bytes of local memory a thread: %2d blocks of %d threads an SM by registers",
+			k, regs, local, min(32, 65536/(perWarp*warps)), threads[k])
 	}
 }
