@@ -59,6 +59,10 @@ type Options struct {
 	// (experts_lt.go), where both of their shapes get a pinned algorithm. FP32 precision and the router
 	// never use it.
 	CuBLASLt CuBLASLtMode
+	// ExpertStreams is the number of streams the routed experts' GEMMs are spread over on the cuBLASLt
+	// path (experts_lt_lanes.go): 0 for the default (ltExpertStreams), 1 for the compute stream alone.
+	// Results are the same bits for every value; only the speed changes.
+	ExpertStreams int
 }
 
 // CuBLASLtMode is Options.CuBLASLt.
@@ -105,14 +109,18 @@ type Backend struct {
 	drv   *driver
 	ex    *executor
 	info  DeviceInfo
-	dev   int32      // CUdevice
-	ctx   uintptr    // the device's primary context
-	strm  uintptr    // the backend's stream: every kernel, and every copy of an op's inputs and outputs
-	cstrm uintptr    // the copy stream: weight uploads (host.go), beside the kernels on strm
-	async bool       // stream-ordered allocation (cuMemAllocAsync) is available
-	evs   copyEvents // events of the asynchronous expert uploads (stable.go); on the CUDA thread
-	prof  opProfile  // op timing (profile.go); on the CUDA thread
-	ring  uploadRing // pinned memory for the ops' small uploads (ring.go); on the CUDA thread
+	dev   int32              // CUdevice
+	ctx   uintptr            // the device's primary context
+	strm  uintptr            // the backend's stream: every kernel, and every copy of an op's inputs and outputs
+	cstrm uintptr            // the copy stream: weight uploads (host.go), beside the kernels on strm
+	async bool               // stream-ordered allocation (cuMemAllocAsync) is available
+	evs   copyEvents         // events of the asynchronous expert uploads (stable.go); on the CUDA thread
+	prof  opProfile          // op timing (profile.go); on the CUDA thread
+	ring  uploadRing         // pinned memory for the ops' small uploads (ring.go); on the CUDA thread
+	side  []sideStream       // streams the routed experts' GEMMs are spread over (sidestreams.go); on the CUDA thread
+	keep  map[string]keptBuf // scratch kept from call to call outside the pool (kept.go); on the CUDA thread
+	// syncEvs orders the side streams and strm (sidestreams.go); on the CUDA thread
+	syncEvs eventPool
 	// Test knobs, zero for the defaults: the kda.cu version KDA launches (kdaVersion) and the bytes of
 	// decoded weights of one chunk of the cuBLASLt expert path (ltDecodeBytes).
 	kdaVer, decodeBytes int
@@ -152,13 +160,17 @@ func New(o Options) (*Backend, error) {
 	if err != nil {
 		return nil, err
 	}
+	if o.ExpertStreams < 0 || o.ExpertStreams > maxExpertStreams {
+		return nil, fmt.Errorf("%w: ExpertStreams %d: want 0 (the default) to %d", ErrArgument, o.ExpertStreams, maxExpertStreams)
+	}
 	if o.Device < 0 || o.Device >= drv.devices {
 		return nil, fmt.Errorf("%w: device %d: %d CUDA devices present", ErrArgument, o.Device, drv.devices)
 	}
 	b := &Backend{prec: o.Precision, opts: o, drv: drv, fns: map[string]uintptr{},
-		evs:  copyEvents{events: eventPool{flags: cuEventDisableTiming, what: "copy"}},
-		prof: opProfile{events: eventPool{what: "timing"}},
-		ring: uploadRing{events: eventPool{flags: cuEventDisableTiming, what: "upload ring"}}}
+		evs:     copyEvents{events: eventPool{flags: cuEventDisableTiming, what: "copy"}},
+		prof:    opProfile{events: eventPool{what: "timing"}},
+		ring:    uploadRing{events: eventPool{flags: cuEventDisableTiming, what: "upload ring"}},
+		syncEvs: eventPool{flags: cuEventDisableTiming, what: "side stream"}}
 	if o.Precision == ops.BF16 {
 		b.bf = 1
 	}
@@ -333,6 +345,8 @@ func (b *Backend) release() error {
 	if b.cstrm != 0 {
 		errs = append(errs, d.check("cuStreamSynchronize(copy)", ccall(d.cuStreamSynchronize, b.cstrm)))
 	}
+	errs = append(errs, b.releaseSideStreams())
+	errs = append(errs, b.releaseKept())
 	errs = append(errs, b.releaseHosts())
 	if b.lt != nil {
 		if b.lt.ws != 0 {
@@ -360,6 +374,7 @@ func (b *Backend) release() error {
 	errs = append(errs, b.evs.destroy(d))
 	errs = append(errs, b.prof.destroy(d))
 	errs = append(errs, b.ring.destroy(d))
+	errs = append(errs, b.syncEvs.destroy(d))
 	if b.ctx != 0 {
 		errs = append(errs, d.check("cuDevicePrimaryCtxRelease", ccall(d.cuDevicePrimaryCtxRelease, uintptr(b.dev))))
 		b.ctx = 0

@@ -393,7 +393,7 @@ func TestCuBLASLtTiming(t *testing.T) {
 					t.Fatal(err)
 				}
 				timeIt(b, fmt.Sprintf("  cublasLtMatmul alone, %d rows", n), flop, func() error {
-					return b.run("gemm", func(*opCtx) error { return b.lt.matmul(s, b.strm, d, xb, w.(*Tensor).ptr, n, m, k) })
+					return b.run("gemm", func(*opCtx) error { return b.lt.matmul(s, b.strm, b.lt.ws, d, xb, w.(*Tensor).ptr, n, m, k) })
 				})
 				_ = b.run("free", func(*opCtx) error { return errors.Join(b.free(xb), b.free(d)) })
 			}

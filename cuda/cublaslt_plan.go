@@ -297,8 +297,9 @@ func (h *ltHandle) describe(algo *ltAlgo) (cfg ltConfig, err error) {
 }
 
 // matmul enqueues D (f32, n x m row-major) = xb (bf16, n rows of ldb) times the weight w^T with the
-// pinned algorithm, on the backend's stream, with the handle's ltMaxWorkspace bytes of workspace.
-func (h *ltHandle) matmul(s *ltShape, strm uintptr, d, xb, w uint64, n, m, k int) (err error) {
+// pinned algorithm on stream strm, with ltMaxWorkspace bytes of the workspace ws (the handle's for the
+// backend's stream, a side stream's own for that stream: sidestreams.go).
+func (h *ltHandle) matmul(s *ltShape, strm uintptr, ws, d, xb, w uint64, n, m, k int) (err error) {
 	bdesc, ddesc, err := h.ioLayouts(m, k, s.ldb, n)
 	if err != nil {
 		return err
@@ -307,6 +308,6 @@ func (h *ltHandle) matmul(s *ltShape, strm uintptr, d, xb, w uint64, n, m, k int
 	alpha, beta := float32(1), float32(0) // host pointer mode: read during the call
 	algo := s.algo
 	rc := ccall(h.lib.matmul, h.handle, h.desc, uintptr(unsafe.Pointer(&alpha)), uintptr(w), s.adesc, uintptr(xb), bdesc,
-		uintptr(unsafe.Pointer(&beta)), uintptr(d), ddesc, uintptr(d), ddesc, uintptr(unsafe.Pointer(&algo)), uintptr(h.ws), ltMaxWorkspace, strm)
+		uintptr(unsafe.Pointer(&beta)), uintptr(d), ddesc, uintptr(d), ddesc, uintptr(unsafe.Pointer(&algo)), uintptr(ws), ltMaxWorkspace, strm)
 	return h.lib.check(fmt.Sprintf("cublasLtMatmul(%dx%d by %dx%d)", n, k, m, k), rc)
 }

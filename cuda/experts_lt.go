@@ -1,6 +1,9 @@
 package cuda
 
-import "fmt"
+import (
+	"errors"
+	"fmt"
+)
 
 // The cuBLASLt path of the grouped experts (kernels/experts.cu, version 3): the call is planned and its
 // rows gathered as on the grouped path (experts.go), then the experts with rows are taken a chunk at a
@@ -61,7 +64,7 @@ func (c *opCtx) ltExpertShapes(latent, ffn int) (gu, dn *ltShape, why string, er
 }
 
 // expertsLt runs one planned call on the cuBLASLt path (gu, dn: ltExpertShapes' plans).
-func (c *opCtx) expertsLt(p *groupedPlan, gu, dn *ltShape, acc, z uint64, latent, ffn int, beta, linBeta float32) error {
+func (c *opCtx) expertsLt(p *groupedPlan, gu, dn *ltShape, acc, z uint64, latent, ffn int, beta, linBeta float32) (err error) {
 	if p.rows == 0 {
 		return nil
 	}
@@ -85,40 +88,45 @@ func (c *opCtx) expertsLt(p *groupedPlan, gu, dn *ltShape, acc, z uint64, latent
 	for _, n := range p.counts {
 		most = max(most, n)
 	}
-	block := min(most, ltExpertRows)
-	wdec, err := c.temp(2 * slot * chunk)
-	if err != nil {
-		return err
+	x := ltExperts{d: d, gu: gu, dn: dn, block: min(most, ltExpertRows), first: make([]int, len(p.counts))}
+	for i := 1; i < len(p.counts); i++ { // each expert's first gathered row
+		x.first[i] = x.first[i-1] + p.counts[i-1]
 	}
-	gub, err := c.temp(4 * block * 2 * ffn)
-	if err != nil {
-		return err
-	}
-	dnb, err := c.temp(4 * block * latent)
-	if err != nil {
-		return err
-	}
-	first := make([]int, len(p.counts)) // each expert's first gathered row
-	for i := 1; i < len(p.counts); i++ {
-		first[i] = first[i-1] + p.counts[i-1]
+	// on every return the compute stream waits for the lanes first: the op's temporaries are freed on it
+	defer func() {
+		if jerr := x.join(c); jerr != nil {
+			err = errors.Join(err, fmt.Errorf("experts on cuBLASLt: %w", jerr))
+		}
+	}()
+	if err := x.setup(c, slot, chunk, max(1, budget/(2*slot)), (len(p.nonzero)+chunk-1)/chunk); err != nil {
+		return fmt.Errorf("experts on cuBLASLt: %w", err)
 	}
 	groups := (slot/32 + xThreads - 1) / xThreads
-	for j0 := 0; j0 < len(p.nonzero); j0 += chunk {
+	for j0, ci := 0, 0; j0 < len(p.nonzero); j0, ci = j0+chunk, ci+1 {
 		cnt := min(chunk, len(p.nonzero)-j0)
+		wdec := x.wdec[ci%len(x.wdec)]
+		if err := x.reuse(c, ci); err != nil {
+			return fmt.Errorf("experts on cuBLASLt: %w", err)
+		}
 		if err := c.launch("k_experts_decode", d2(groups, cnt), d1(xThreads), 0,
 			wdec, d.tab, d.at(p.offList+j0), int32(ffn), int32(latent)); err != nil {
 			return fmt.Errorf("experts on cuBLASLt: decoding experts %d..%d of the call: %w", j0, j0+cnt-1, err)
 		}
+		if err := x.start(c); err != nil {
+			return fmt.Errorf("experts on cuBLASLt: %w", err)
+		}
 		for j := range cnt {
 			i := p.nonzero[j0+j]
-			w := wdec + uint64(2*slot*j)
-			for r0 := 0; r0 < p.counts[i]; r0 += block {
-				n, row := min(block, p.counts[i]-r0), first[i]+r0
-				if err := c.expertLtRows(d, gu, dn, w, gub, dnb, row, n); err != nil {
-					return fmt.Errorf("experts on cuBLASLt: expert %d of the call (%d rows), rows %d..%d: %w", i, p.counts[i], r0, r0+n-1, err)
-				}
+			if err := x.expert(c, i, p.counts[i], wdec+uint64(2*slot*j)); err != nil {
+				return err
 			}
 		}
+		if err := x.finish(c, ci); err != nil {
+			return fmt.Errorf("experts on cuBLASLt: %w", err)
+		}
+	}
+	if err := x.join(c); err != nil {
+		return fmt.Errorf("experts on cuBLASLt: %w", err)
 	}
 	if err := c.groupedCombine(d); err != nil {
 		return fmt.Errorf("experts on cuBLASLt: combine: %w", err)

@@ -137,10 +137,17 @@ func TestExpertsLt(t *testing.T) {
 				c.run(t, b, "singles", expertsLt, 0, rows, es[:1], es[1:2], es[2:3], es[3:4], es[4:5], es[5:6], es[6:]), want, sh.latent)
 			sameBits(t, "cuBLASLt, rows 100..164 alone", c.run(t, b, "rows alone", expertsLt, 100, 165, es),
 				want[100*sh.latent:165*sh.latent], sh.latent)
-			// one expert a decode chunk: six chunks
-			defer func() { b.decodeBytes = 0 }()
+			// the GEMMs on the compute stream alone, and over 2 side streams, give the lanes' bits
+			defer func() { b.decodeBytes, b.opts.ExpertStreams = 0, 0 }()
+			b.opts.ExpertStreams = 1
+			sameBits(t, "cuBLASLt, one stream", c.run(t, b, "one stream", expertsLt, 0, rows, es), want, sh.latent)
+			// one expert a decode chunk: six chunks (with side streams, two decode buffers in turn)
 			b.decodeBytes = 2 * 3 * sh.latent * sh.ffn
-			sameBits(t, "cuBLASLt, one expert a decode chunk", c.run(t, b, "chunks of one", expertsLt, 0, rows, es), want, sh.latent)
+			sameBits(t, "cuBLASLt, one expert a decode chunk, one stream", c.run(t, b, "chunks of one", expertsLt, 0, rows, es), want, sh.latent)
+			b.opts.ExpertStreams = 2
+			sameBits(t, "cuBLASLt, one expert a decode chunk, two side streams", c.run(t, b, "chunks of one", expertsLt, 0, rows, es), want, sh.latent)
+			b.opts.ExpertStreams = 0
+			sameBits(t, "cuBLASLt, one expert a decode chunk, default side streams", c.run(t, b, "chunks of one", expertsLt, 0, rows, es), want, sh.latent)
 		})
 	}
 	// One expert with more rows than a GEMM block (ltExpertRows): rows in the second block give the same
@@ -171,5 +178,16 @@ func TestPlanGroupedNonzero(t *testing.T) {
 	}
 	if p.offList != p.offW+p.entries {
 		t.Errorf("list at %d, want right after the weights (%d)", p.offList, p.offW+p.entries)
+	}
+}
+
+// TestKeptSize: kept buffers grow by powers of two up to the cap, never below the need. No GPU needed.
+func TestKeptSize(t *testing.T) {
+	for _, c := range []struct{ n, most, want int }{
+		{1, 16, 1}, {3, 16, 4}, {16, 16, 16}, {9, 16, 16}, {17, 16, 17}, {300, 4096, 512}, {4096, 4096, 4096}, {3000, 2048, 3000},
+	} {
+		if got := keptSize(c.n, c.most); got != c.want {
+			t.Errorf("keptSize(%d, %d) = %d, want %d", c.n, c.most, got, c.want)
+		}
 	}
 }

@@ -104,6 +104,16 @@ func TestExpertsGroupedTiming(t *testing.T) {
 			what := map[expertsMode]string{expertsGrouped: "grouped", expertsPerExpert: "per-expert", expertsGroupedF32: "grouped32", expertsLt: "cuBLASLt"}[mode]
 			t.Logf("TIMING ExpertsAccumulate %-34s %-10s %9.3f ms %8.1f TFLOP/s", name, what, float64(med.Microseconds())/1e3, flop/med.Seconds()/1e12)
 		}
+		if b.lt != nil { // the cuBLASLt path's GEMMs on the compute stream alone and over side streams
+			for _, ns := range []int{1, 2, 3, 4, 6, 8} {
+				b.opts.ExpertStreams = ns
+				med := medianTime(t, b, 5, func() error {
+					return b.expertsAccumulate(accs[1], z, rt, call, beta, linBeta, expertsLt)
+				})
+				t.Logf("TIMING ExpertsAccumulate %-34s %-10s %9.3f ms %8.1f TFLOP/s", name, fmt.Sprintf("lt %d lanes", ns), float64(med.Microseconds())/1e3, flop/med.Seconds()/1e12)
+			}
+			b.opts.ExpertStreams = 0
+		}
 		kernelBreakdown(t, b, name, accs[0].(*Tensor), z.(*Tensor), rt, call, latent, ffn, flop)
 		b.Free(z)
 		b.Free(accs[0])

@@ -21,6 +21,17 @@ type opCtx struct {
 	profStart uintptr
 	temps     []uint64  // device buffers freed when the op ends
 	outs      []*Tensor // tensors returned to the caller, freed if the op fails
+	// side, when set, is the side stream the op's next launches and GEMMs go to (sidestreams.go);
+	// nil: the backend's stream
+	side *sideStream
+}
+
+// stream is the stream the op's launches go to now: a side stream's, or the backend's.
+func (c *opCtx) stream() uintptr {
+	if c.side != nil {
+		return c.side.strm
+	}
+	return c.b.strm
 }
 
 // run executes fn on the CUDA thread as op, then frees the temporaries (and on error the outputs) and,
@@ -258,7 +269,7 @@ func (c *opCtx) launch(name string, grid, block dim3, shmem int, args ...any) er
 		ptrs[i] = unsafe.Pointer(&vals[i])
 	}
 	rc := ccall(b.drv.cuLaunchKernel, f, uintptr(grid.x), uintptr(grid.y), uintptr(grid.z),
-		uintptr(block.x), uintptr(block.y), uintptr(block.z), uintptr(shmem), b.strm, uintptr(unsafe.Pointer(&ptrs[0])), 0)
+		uintptr(block.x), uintptr(block.y), uintptr(block.z), uintptr(shmem), c.stream(), uintptr(unsafe.Pointer(&ptrs[0])), 0)
 	runtime.KeepAlive(vals)
 	runtime.KeepAlive(ptrs)
 	return b.drv.check(fmt.Sprintf("cuLaunchKernel(%s, grid %v, block %v, shared %d)", name, grid, block, shmem), rc)

@@ -111,7 +111,11 @@ func (c *opCtx) ltGemm(s *ltShape, out, xb, w uint64, n, m, k int) error {
 	step := ltCallRows(m, k) // a multiple of 4 (plan refuses shapes where it is not): every call's out is 16-byte aligned
 	for r0 := 0; r0 < n; r0 += step {
 		rn := min(step, n-r0)
-		if err := c.b.lt.matmul(s, c.b.strm, out+uint64(4*r0*m), xb+uint64(2*r0*s.ldb), w, rn, m, k); err != nil {
+		strm, ws := c.b.strm, c.b.lt.ws
+		if c.side != nil {
+			strm, ws = c.side.strm, c.side.ws
+		}
+		if err := c.b.lt.matmul(s, strm, ws, out+uint64(4*r0*m), xb+uint64(2*r0*s.ldb), w, rn, m, k); err != nil {
 			return err
 		}
 	}

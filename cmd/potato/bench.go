@@ -31,6 +31,7 @@ type benchFlags struct {
 	backend, preset, precision, model, waves string
 	seed                                     uint64
 	seqLen, repeat, expertChunk, readWorkers int
+	expertStreams                            int
 	prefetch                                 int
 	boundFlops, boundBandwidth               float64
 	cpuProfile                               string
@@ -51,6 +52,7 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.IntVar(&f.seqLen, "seq-len", 256, "tokens per sequence in a wave")
 	fs.IntVar(&f.repeat, "repeat", 3, "timed runs per wave size (the median is reported)")
 	fs.IntVar(&f.expertChunk, "expert-chunk", 0, "routed experts resident at once per MoE layer (0: all chosen)")
+	fs.IntVar(&f.expertStreams, "expert-streams", 0, "cuda: streams the routed experts' GEMMs are spread over (0: the backend's default, 1: the compute stream alone); results do not depend on it")
 	fs.Float64Var(&f.boundFlops, "bound-flops", 0, "arithmetic rate of the bound in FLOP/s (0: measure the backend's MatMul); an H200's bf16 rate is about 790e12")
 	fs.Float64Var(&f.boundBandwidth, "bound-bandwidth", 0, "weight bandwidth of the bound in bytes/s (0: measure reading the checkpoint); pinned host-to-device on an H200 is about 55e9")
 	fs.IntVar(&f.readWorkers, "read-workers", 0, "positioned reads of the checkpoint in flight at most (0: the reader's default, max(16, 4 x GOMAXPROCS))")
@@ -90,7 +92,7 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 		}
 		sizes = append(sizes, n)
 	}
-	l, err := openEngine(ctx, dir, f.backend, f.precision, replay.EngineOptions{ExpertChunk: f.expertChunk,
+	l, err := openEngine(ctx, dir, f.backend, f.precision, backendTuning{expertStreams: f.expertStreams}, replay.EngineOptions{ExpertChunk: f.expertChunk,
 		HostCacheBytes: int64(f.hostCache), ResidentBytes: int64(f.resident), PrefetchExperts: f.prefetch},
 		checkpoint.WithReadConcurrency(f.readWorkers), checkpoint.WithDirectIO(f.directIO))
 	if err != nil {

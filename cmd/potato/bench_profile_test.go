@@ -158,7 +158,7 @@ func (f *fakeProfiler) OpProfile() ([]ops.OpSpan, error) {
 // profile per kind; `bench --op-profile` on a backend without the interface says so and benches on.
 func TestBenchOpProfile(t *testing.T) {
 	dir := tinyModel(t)
-	l, err := openEngine(context.Background(), dir, "cpu", "bf16", replay.EngineOptions{})
+	l, err := openEngine(context.Background(), dir, "cpu", "bf16", backendTuning{}, replay.EngineOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,7 +25,7 @@ func runDemo(ctx context.Context, args []string, stdout io.Writer) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	l, err := openEngine(ctx, "", "cpu", "bf16", replay.EngineOptions{})
+	l, err := openEngine(ctx, "", "cpu", "bf16", backendTuning{}, replay.EngineOptions{})
 	if err != nil {
 		return err
 	}

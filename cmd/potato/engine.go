@@ -35,14 +35,19 @@ func (l *loaded) Close() {
 	}
 }
 
+// backendTuning holds the backends' speed settings that leave results unchanged (bench flags).
+type backendTuning struct {
+	expertStreams int // cuda.Options.ExpertStreams
+}
+
 // newBackend makes the named backend: "cpu" (pure Go, everywhere) or "cuda" (an NVIDIA GPU with the CUDA
 // 13 driver and NVRTC; the error says what is missing where there is none).
-func newBackend(name string, prec ops.Precision) (ops.Backend, func(), error) {
+func newBackend(name string, prec ops.Precision, tune backendTuning) (ops.Backend, func(), error) {
 	switch name {
 	case "cpu":
 		return cpu.New(cpu.Options{Precision: prec}), nil, nil
 	case "cuda":
-		b, err := cuda.New(cuda.Options{Precision: prec})
+		b, err := cuda.New(cuda.Options{Precision: prec, ExpertStreams: tune.expertStreams})
 		if err != nil {
 			return nil, nil, fmt.Errorf("backend cuda: %w (use --backend cpu on a machine without a GPU)", err)
 		}
@@ -61,7 +66,7 @@ func modelDir(ctx context.Context, dir string) (string, error) {
 }
 
 // openEngine opens dir (or the default model) on the named backend; ckpt tunes the checkpoint reader.
-func openEngine(ctx context.Context, dir, backend, precision string, opts replay.EngineOptions, ckpt ...checkpoint.Option) (*loaded, error) {
+func openEngine(ctx context.Context, dir, backend, precision string, tune backendTuning, opts replay.EngineOptions, ckpt ...checkpoint.Option) (*loaded, error) {
 	prec, err := ops.ParsePrecision(precision)
 	if err != nil {
 		return nil, err
@@ -69,7 +74,7 @@ func openEngine(ctx context.Context, dir, backend, precision string, opts replay
 	if dir, err = modelDir(ctx, dir); err != nil {
 		return nil, err
 	}
-	b, closeB, err := newBackend(backend, prec)
+	b, closeB, err := newBackend(backend, prec, tune)
 	if err != nil {
 		return nil, err
 	}

@@ -58,7 +58,7 @@ func runReplay(ctx context.Context, args []string, stdout io.Writer) error {
 	if !f.noProgress {
 		opts.Progress = progressPrinter(os.Stderr)
 	}
-	l, err := openEngine(ctx, f.model, f.backend, f.precision, opts)
+	l, err := openEngine(ctx, f.model, f.backend, f.precision, backendTuning{}, opts)
 	if err != nil {
 		return err
 	}

@@ -123,7 +123,7 @@ func (f *serveFlags) config(ctx context.Context) (server.Config, error) {
 	}
 	backend := f.backend
 	cfg.Open = func(ctx context.Context, dir string, prec ops.Precision, opts replay.EngineOptions) (*server.Opened, error) {
-		l, err := openEngine(ctx, dir, backend, prec.String(), opts)
+		l, err := openEngine(ctx, dir, backend, prec.String(), backendTuning{}, opts)
 		if err != nil {
 			return nil, err
 		}

@@ -1,0 +1,78 @@
+package cuda
+
+import (
+	"errors"
+	"fmt"
+	"unsafe"
+)
+
+// Kept buffers: device scratch that an op keeps from call to call, outside the stream-ordered pool.
+//
+// The routed experts' path needs a few GB of scratch a call (two chunks of decoded weights, each lane's
+// float32 outputs). Taken from the pool and freed at the op's end on the compute stream, those blocks are
+// what the next experts' uploads, allocated on the copy stream, are given next: the allocator then orders
+// the copies after the compute stream's free (its internal dependencies), so the copy engine waits for the
+// experts' GEMMs. Kept buffers never return to the pool. A buffer grows when a call needs more (after the
+// device finished every queued use of the old one) and lives until Close.
+
+// keptBuf is one kept buffer.
+type keptBuf struct {
+	ptr  uint64
+	size int
+}
+
+// kept returns the kept buffer named key, of at least n bytes, on the CUDA thread. A buffer too small is
+// replaced: the device is synchronised first (compute, copy and side streams), since queued work may still
+// use it.
+func (b *Backend) kept(key string, n int) (uint64, error) {
+	if n <= 0 {
+		return 0, nil
+	}
+	if k, ok := b.keep[key]; ok && k.size >= n {
+		return k.ptr, nil
+	}
+	d := b.drv
+	if k, ok := b.keep[key]; ok {
+		if err := b.syncStreams(); err != nil {
+			return 0, fmt.Errorf("growing %s: %w", key, err)
+		}
+		if err := d.check("cuMemFree("+key+")", ccall(d.cuMemFree, uintptr(k.ptr))); err != nil {
+			return 0, err
+		}
+		delete(b.keep, key)
+	}
+	var p uint64
+	if err := d.check(fmt.Sprintf("cuMemAlloc(%s, %d bytes)", key, n), ccall(d.cuMemAlloc, uintptr(unsafe.Pointer(&p)), uintptr(n))); err != nil {
+		return 0, err
+	}
+	if b.keep == nil {
+		b.keep = map[string]keptBuf{}
+	}
+	b.keep[key] = keptBuf{ptr: p, size: n}
+	return p, nil
+}
+
+// syncStreams waits for the compute, copy and side streams.
+func (b *Backend) syncStreams() error {
+	d := b.drv
+	strms := []uintptr{b.strm, b.cstrm}
+	for _, s := range b.side {
+		strms = append(strms, s.strm)
+	}
+	for _, s := range strms {
+		if err := d.check("cuStreamSynchronize", ccall(d.cuStreamSynchronize, s)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// releaseKept frees every kept buffer (at release, after the streams were synchronised).
+func (b *Backend) releaseKept() error {
+	var errs []error
+	for key, k := range b.keep {
+		errs = append(errs, b.drv.check("cuMemFree("+key+")", ccall(b.drv.cuMemFree, uintptr(k.ptr))))
+	}
+	b.keep = nil
+	return errors.Join(errs...)
+}
