@@ -113,9 +113,11 @@ type Backend struct {
 	evs   copyEvents // events of the asynchronous expert uploads (stable.go); on the CUDA thread
 	prof  opProfile  // op timing (profile.go); on the CUDA thread
 	ring  uploadRing // pinned memory for the ops' small uploads (ring.go); on the CUDA thread
-	// Test knobs, zero for the defaults: the kda.cu version KDA launches (kdaVersion) and the bytes of
-	// decoded weights of one chunk of the cuBLASLt expert path (ltDecodeBytes).
-	kdaVer, decodeBytes int
+	// Test knobs, zero for the defaults: the kda.cu version KDA launches (kdaVersion), the bytes of
+	// decoded weights of one chunk of the cuBLASLt expert path (ltDecodeBytes) and the rows of one block
+	// of the fused FFN (ffnBlockRows).
+	kdaVer, decodeBytes, ffnRows int
+	situTabs                     map[situKey]uint64 // SiTU's factor tables by (beta, linBeta) (ffn.go); on the CUDA thread
 
 	mods  []uintptr
 	fns   map[string]uintptr
@@ -334,6 +336,7 @@ func (b *Backend) release() error {
 		errs = append(errs, d.check("cuStreamSynchronize(copy)", ccall(d.cuStreamSynchronize, b.cstrm)))
 	}
 	errs = append(errs, b.releaseHosts())
+	errs = append(errs, b.releaseSiTUTables())
 	if b.lt != nil {
 		if b.lt.ws != 0 {
 			errs = append(errs, d.check("cuMemFree(cuBLASLt workspace)", ccall(d.cuMemFree, uintptr(b.lt.ws))))
