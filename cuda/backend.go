@@ -121,9 +121,12 @@ type Backend struct {
 	keep  map[string]keptBuf // scratch kept from call to call outside the pool (kept.go); on the CUDA thread
 	// syncEvs orders the side streams and strm (sidestreams.go); on the CUDA thread
 	syncEvs eventPool
-	// Test knobs, zero for the defaults: the kda.cu version KDA launches (kdaVersion) and the bytes of
-	// decoded weights of one chunk of the cuBLASLt expert path (ltDecodeBytes).
-	kdaVer, decodeBytes int
+	// situTabs are SiTU's factor tables by (beta, linBeta) (ffn.go); on the CUDA thread
+	situTabs map[situKey]uint64
+	// Test knobs, zero for the defaults: the kda.cu version KDA launches (kdaVersion), the bytes of
+	// decoded weights of one chunk of the cuBLASLt expert path (ltDecodeBytes) and the rows of one block
+	// of the fused FFN (ffnBlockRows).
+	kdaVer, decodeBytes, ffnRows int
 
 	mods  []uintptr
 	fns   map[string]uintptr
@@ -348,6 +351,7 @@ func (b *Backend) release() error {
 	errs = append(errs, b.releaseSideStreams())
 	errs = append(errs, b.releaseKept())
 	errs = append(errs, b.releaseHosts())
+	errs = append(errs, b.releaseSiTUTables())
 	if b.lt != nil {
 		if b.lt.ws != 0 {
 			errs = append(errs, d.check("cuMemFree(cuBLASLt workspace)", ccall(d.cuMemFree, uintptr(b.lt.ws))))

@@ -26,7 +26,7 @@ var kernelFiles = []kernelFile{
 	{"matmul_tc.cu", []string{"k_matmul_tc_bf16", "k_matmul_tc_mxfp4", "k_matmul_tc_bf16_vec", "k_matmul_tc_mxfp4_vec"}},
 	{"experts.cu", []string{"k_experts_gather", "k_experts_situ_tables", "k_experts_gateup", "k_experts_down", "k_experts_combine",
 		"k_experts_gateup_f32", "k_experts_down_f32", "k_experts_gateup_nodec", "k_experts_down_nodec",
-		"k_experts_decode", "k_experts_situ_rows"}},
+		"k_experts_decode", "k_experts_situ_rows", "k_situ_glu_bf16"}},
 	{"kda.cu", []string{"k_shortconv", "k_shortconv_v2", "k_kda_prep", "k_kda", "k_kda_r32", "k_kda_r64", "k_kda_r128",
 		"k_kda_prep3", "k_kda3_r32", "k_kda3_r64", "k_kda3_r128"}},
 	{"mla.cu", []string{"k_mla"}},

@@ -13,6 +13,8 @@
 //	k_experts_combine      for each acc row r, its (i, weight) in ascending expert id:
 //	                       acc[r, :] += float32(weight * h2[i, :])
 //
+// The dense FFN's fused path (cuda/ffn.go) uses the SiTU tables too: k_situ_glu_bf16 at the end of the file.
+//
 // Bits: each dot product is matmul_tc.cu's: one float32 accumulator per element, starting at 0, receiving
 // the products of k chunks of 16 in ascending order, one mma.sync.m16n8k16 (bf16 x bf16 -> f32) per chunk,
 // with the operands in the same fragment registers (ldmatrix loads what matmul_tc.cu's 32-bit loads load;
@@ -441,5 +443,29 @@ extern "C" __global__ void k_experts_situ_rows(u16* h, const float* gu, i64 n, i
         const int c = (int)(i - r * ffn);
         const float* row = gu + r * 2 * ffn;
         h[i] = (u16)bf16_bits(situ_tab(tab, row[c], row[ffn + c]));
+    }
+}
+
+// k_situ_glu_bf16 (the dense SiTU-GLU FFN, cuda/ffn.go): h[i] = situ_tab(gate[i], up[i]) as bfloat16 for
+// i < n, where gate and up are float32 outputs of the gate and up GEMMs (unrounded: the lookups round them
+// to bfloat16, as MatMul's k_round does before k_situ) and h is the bfloat16 operand of the down GEMM.
+// The tables are k_experts_situ_tables', so each value is rnd(situ_f(rnd(gate), rnd(up))): the bits of
+// MatMul, MatMul, SiTUGLU, and the k_to_bf16 the down MatMul would apply to them (exact). Each element on
+// its own: the grid changes no bit. Memory-bound: 8 bytes read and 2 written an element, four elements a
+// thread (16-byte loads, one 8-byte store; n % 4 == 0 and 16-byte aligned buffers, which ffn.go ensures),
+// grid-stride, 256 threads a block. It replaces two k_round passes over the float32 outputs, k_situ (three
+// double-precision transcendentals an element) and the down GEMM's k_to_bf16.
+extern "C" __global__ void k_situ_glu_bf16(u16* h, const float* gate, const float* up, i64 n, const float* __restrict__ tab) {
+    const i64 quads = n / 4;
+    const i64 step = (i64)gridDim.x * blockDim.x;
+    for (i64 q = blockIdx.x * (i64)blockDim.x + threadIdx.x; q < quads; q += step) {
+        const float4 g = __ldcs((const float4*)gate + q), u = __ldcs((const float4*)up + q);
+        uint2 v;
+        v.x = bf16_bits(situ_tab(tab, g.x, u.x)) | (bf16_bits(situ_tab(tab, g.y, u.y)) << 16);
+        v.y = bf16_bits(situ_tab(tab, g.z, u.z)) | (bf16_bits(situ_tab(tab, g.w, u.w)) << 16);
+        ((uint2*)h)[q] = v;
+    }
+    for (i64 i = 4 * quads + blockIdx.x * (i64)blockDim.x + threadIdx.x; i < n; i += step) {  // n % 4 tail
+        h[i] = (u16)bf16_bits(situ_tab(tab, gate[i], up[i]));
     }
 }

@@ -18,13 +18,20 @@ func bindDense(get func(string) ops.Tensor) *DenseWeights {
 	}
 }
 
-// Forward computes down(SiTU(gate x, up x)). SiTU, not SwiGLU: SiLU here silently breaks the model.
+// Forward computes down(SiTU(gate x, up x)). SiTU, not SwiGLU: SiLU here silently breaks the model. A
+// backend that implements ops.SiTUFFN runs it in one call, with the same bits as the steps below.
 func (w *DenseWeights) Forward(f *Pass, x ops.Tensor) (ops.Tensor, error) {
 	// x: [tokens, hidden] bf16 -> y: [tokens, hidden] bf16
 	b := f.Model.Ops
 	beta, linBeta := f.Model.situBetas()
 	r := newRun(b)
 	defer r.free()
+	if fb, ok := b.(ops.SiTUFFN); ok {
+		y := r.result("gate_proj, up_proj, SiTU, down_proj", func() (ops.Tensor, error) {
+			return fb.SiTUFFN(x, w.Gate, w.Up, w.Down, beta, linBeta)
+		})
+		return y, r.err
+	}
 	gate, up := r.mm(x, w.Gate, "gate_proj"), r.mm(x, w.Up, "up_proj")
 	act := r.do("SiTU", func() (ops.Tensor, error) { return b.SiTUGLU(gate, up, beta, linBeta) })
 	y := r.result("down_proj", func() (ops.Tensor, error) { return b.MatMul(act, w.Down) })

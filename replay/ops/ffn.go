@@ -1,0 +1,17 @@
+package ops
+
+// SiTUFFN is an optional interface of a Backend: a whole SiTU-GLU FFN (K3_SPEC.md 5.4) in one call, which a
+// device backend runs without the float32 intermediates of the unfused ops (the CUDA backend: x converted
+// once, SiTU by table straight into the bfloat16 operand of the down GEMM). The model uses it when the
+// backend implements it.
+//
+// Contract: SiTUFFN(x, gate, up, down, beta, linBeta) equals, bit for bit, and fails where it fails,
+//
+//	MatMul(SiTUGLU(MatMul(x, gate), MatMul(x, up), beta, linBeta), down)
+//
+// on the same backend, in both precisions: x is rows x hidden, gate and up are width x hidden, down is
+// hidden x width, the result rows x hidden. Rows are independent, so it is batch invariant whenever those
+// ops are; it keeps no reference to its arguments.
+type SiTUFFN interface {
+	SiTUFFN(x, gate, up, down Tensor, beta, linBeta float32) (Tensor, error)
+}
