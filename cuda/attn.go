@@ -83,11 +83,18 @@ func (c *opCtx) shortConv(kernel string, rowsPer int, out, x, w, start uint64, r
 //	for i: for j: S[i,j] += float32(kn[i] * u[j]); o[j] += float32(S[i,j] * qn[i])   // ascending i
 //	out[t,h*d+j] = rounded(o[j])
 //
-// so the two backends agree bit for bit (up to the rare double-precision libm difference in exp and
-// sigmoid). Launches (kda.cu version 3; kdaVersion): k_kda_prep3, kdaPrepPairs(d) (row, head) pairs a
-// block of 128 threads; for the recurrence, d threads per (sequence, head) block: k_kda3_r32, k_kda3_r64
-// or k_kda3_r128 (the state in registers, a row's second half merged with the next row's first half) for
-// those widths (K3's is 128), else k_kda (version 1) with (d*d + 3d) * 4 bytes of dynamic shared memory.
+// In FP32 precision (the audit mode) the two backends agree bit for bit (up to the rare double-precision
+// libm difference in exp and sigmoid). In BF16 precision the recurrence's three sums (ks, S += kn u, o)
+// are fused multiply-adds, each product and sum rounded once instead of twice (kda.cu version 4, about
+// 1.5x faster): the values differ from the CPU backend's at float32 rounding level before the output's
+// bfloat16 rounding, so an output sitting on a bfloat16 rounding boundary may move by one ulp (0.01-0.02%
+// of them on the H200, TestKDAVersion4 and TestAgainstCPU). Each sum still runs in one fixed order (ascending i) per sequence and head, so a sequence's
+// bits never depend on the wave in either precision.
+//
+// Launches (kdaVersion): k_kda_prep3, kdaPrepPairs(d) (row, head) pairs a block of 128 threads; for the
+// recurrence, d threads per (sequence, head) block: for widths 32, 64 and 128 (K3's) k_kda4_rD in BF16
+// precision, k_kda3_rD in FP32 precision (the state in registers, a row's second half merged with the next
+// row's first half), else k_kda (version 1) with (d*d + 3d) * 4 bytes of dynamic shared memory.
 func (b *Backend) KDA(q, k, v, graw, braw ops.Tensor, aLog, dtBias ops.Tensor, heads int, lower float32, l ops.Layout) (ops.Tensor, error) {
 	const op = "KDA"
 	ts, err := b.tensors(op, []string{"q", "k", "v", "graw", "braw", "aLog", "dtBias"}, q, k, v, graw, braw, aLog, dtBias)
@@ -151,11 +158,15 @@ func (b *Backend) KDA(q, k, v, graw, braw ops.Tensor, aLog, dtBias ops.Tensor, h
 	return out, nil
 }
 
-// kdaVersion is the kda.cu version KDA launches: 3, or the one a test set (tests compare versions 2 and 3
-// bit for bit and time them).
+// kdaVersion is the kda.cu version KDA launches: 4 (fused multiply-adds) in BF16 precision, 3 (the CPU
+// backend's bits) in FP32 precision, or the one a test set (tests compare versions 2, 3 and 4 and time
+// them).
 func (b *Backend) kdaVersion() int {
 	if b.kdaVer != 0 {
 		return b.kdaVer
+	}
+	if b.bf == 1 {
+		return 4
 	}
 	return 3
 }
@@ -165,8 +176,8 @@ func (b *Backend) kdaVersion() int {
 // staged rows stay within 32 KiB of shared memory.
 func kdaPrepPairs(d int) int { return max(1, min(16, 4096/(d+2))) }
 
-// kdaPrep launches the normalisation, decay and beta kernel of version (k_kda_prep3 for 3, k_kda_prep
-// before) over rows x heads pairs of head width d; in is KDA's inputs as float32 (q, k, v, graw, braw,
+// kdaPrep launches the normalisation, decay and beta kernel of version (k_kda_prep3 for 3 and 4,
+// k_kda_prep before) over rows x heads pairs of head width d; in is KDA's inputs as float32 (q, k, v, graw, braw,
 // aLog, dtBias).
 func (c *opCtx) kdaPrep(version int, qn, kn, dec, beta uint64, in []uint64, rows, heads, d int, lower, scale float32) error {
 	if version < 3 {
@@ -179,13 +190,17 @@ func (c *opCtx) kdaPrep(version int, qn, kn, dec, beta uint64, in []uint64, rows
 }
 
 // kdaRecurrence launches the delta rule of version over seqs x heads blocks of d threads: for a head width
-// of 32, 64 or 128 k_kda3_rD (version 3) or k_kda_rD (version 2), else k_kda (version 1).
+// of 32, 64 or 128 k_kda4_rD (version 4), k_kda3_rD (version 3) or k_kda_rD (version 2), else k_kda
+// (version 1).
 func (c *opCtx) kdaRecurrence(version int, out, qn, kn, dec, beta, v, starts uint64, seqs, heads, d int) error {
 	switch d {
 	case 32, 64, 128:
-		name := fmt.Sprintf("k_kda3_r%d", d)
-		if version < 3 {
-			name = fmt.Sprintf("k_kda_r%d", d)
+		name := fmt.Sprintf("k_kda_r%d", d)
+		switch {
+		case version >= 4:
+			name = fmt.Sprintf("k_kda4_r%d", d)
+		case version == 3:
+			name = fmt.Sprintf("k_kda3_r%d", d)
 		}
 		return c.launch(name, d2(seqs, heads), d1(d), 0, out, qn, kn, dec, beta, v, starts, int32(heads), c.b.bf)
 	}

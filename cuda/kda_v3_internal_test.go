@@ -118,20 +118,7 @@ func TestKDAVersionsEqual(t *testing.T) {
 				if i := firstDiff(y2, y3); i >= 0 {
 					t.Errorf("%s: output row %d col %d: version 2 %g, version 3 %g", name, i/(heads*d), i%(heads*d), y2[i], y3[i])
 				}
-				for s := range l.Sequences() {
-					r0, r1 := starts[s], starts[s+1]
-					x := in.rowsOf(t, b, r0, r1)
-					ya, err := kdaWith(b, 3, x, heads, ops.Layout{Starts: []int{0, r1 - r0}})
-					if err != nil {
-						t.Fatalf("%s: sequence %d alone: %v", name, s, err)
-					}
-					for i := range 5 {
-						b.Free(x[i])
-					}
-					if i := firstDiff(ya, y3[r0*heads*d:r1*heads*d]); i >= 0 {
-						t.Errorf("%s: sequence %d (rows %d..%d): alone and in the wave differ at value %d", name, s, r0, r1, i)
-					}
-				}
+				checkKDAAlone(t, b, name, in, l, 3, y3)
 				in.free(b)
 				t.Logf("%s: %d outputs equal in versions 2 and 3; each sequence equal alone", name, len(y3))
 			}

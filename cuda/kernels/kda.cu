@@ -39,6 +39,21 @@
 //      sequence start skipped, products rounded, rnd(silu_f(s), bf)): the same bits. H200, 65,536 x
 //      12,288, 16 sequences: 2.77 ms (2.3 TB/s of x read and out written) against version 1's 6.51 ms.
 //      Rows a thread, timed: 1: 3.41 ms, 2: 3.08, 4: 2.77, 8: 3.43 (84 registers; fewer warps): SC_ROWS 4.
+//   5. k_kda4_r32/64/128 (KDA version 4; item 4 above is the short convolution's): version 3 with fused
+//      multiply-adds for the three accumulations of the pass (S += kn u, o += S qn, ks += S kn: one
+//      __fmaf_rn each, one rounding instead of two). Version 3 costs 7 FP32 instructions an element and
+//      row (an FMUL and FADD for each sum, an FMUL for the decay) and the pass is issue-bound; version 4
+//      costs 4 (three FFMA, the decay's FMUL). The same state layout, pass structure, order over i,
+//      launch shape and register bound as version 3, so every sum still runs in one fixed order per
+//      (sequence, head) and a sequence's bits never depend on the wave; the values differ from version 3
+//      (and the CPU backend) at float32 rounding level (the fused sums are the more accurate ones). KDA
+//      launches it in BF16 precision only; FP32 precision (the audit mode) keeps version 3, the CPU
+//      backend's bits. H200, 96 heads of 128, recurrence alone: 16 x 4096 tokens 31.3 ms (version 3:
+//      37.1), 4 x 4096 7.9 (9.3), 1 x 4096 4.9 (5.5): 1.18x, not the 1.75x of the instruction count,
+//      because the pass is now bounded by its shared loads (one broadcast LDS.128 an element, 2 shared
+//      wavefronts a warp: about 25 ms at 16 x 4096), no longer by FP32 issue. ptxas: 168 registers,
+//      no spills with NVRTC 11.8; NVRTC 13 (the H200's) 168 and 8 bytes of spill. cuda/NOTES.md (KDA
+//      version 4) has the measurements and what would go further.
 #include "common.cuh"
 
 // k_shortconv: out[t, c] = rnd(silu(sum_{i<K} w[c, i] * x[t-K+1+i, c])) over taps whose row is in t's
@@ -309,6 +324,14 @@ extern "C" __global__ void __launch_bounds__(128) k_kda_prep3(float* qn, float* 
     }
 }
 
+// mac is acc + a*b: the product rounded, then the sum (versions 1-3, the CPU backend's statements), or
+// with FUSED one fused multiply-add rounded once (version 4). --fmad=false keeps the compiler from
+// contracting the first form; __fmaf_rn is an explicit FFMA either way.
+template <bool FUSED>
+__device__ __forceinline__ float mac(float acc, float a, float b) {
+    return FUSED ? __fmaf_rn(a, b, acc) : __fadd_rn(acc, __fmul_rn(a, b));
+}
+
 // kda_merged is version 3 of the recurrence for a head width of D: version 2's statements per column,
 // but the second half of row t's step (S += kn_t u_t, o_t) and the first half of row t+1's (S *= dec_t+1,
 // ks_t+1) run in one pass over i: both halves walk S[i] in ascending i and S[i] meets the same operands
@@ -319,7 +342,9 @@ extern "C" __global__ void __launch_bounds__(128) k_kda_prep3(float* qn, float* 
 // last row's second half (the next row's inputs are 0 and its results unused). Thread j keeps column j
 // in registers; the inputs of row t+2 are loaded during pass t and staged at the start of pass t+1.
 // Launch: blockDim D, gridDim (sequences, heads), no dynamic shared memory.
-template <int D>
+// With FUSED (version 4) the three sums of the pass are fused multiply-adds (mac): one rounding each
+// instead of the product's and the sum's; everything else is version 3's.
+template <int D, bool FUSED = false>
 __device__ __forceinline__ void kda_merged(float* out, const float* qn, const float* kn, const float* dec,
                                            const float* beta, const float* v, const int* starts, int heads,
                                            int bf) {
@@ -355,11 +380,11 @@ __device__ __forceinline__ void kda_merged(float* out, const float* qn, const fl
 #pragma unroll
         for (int i = 0; i < D; i++) {
             float4 x = w[i];
-            float y = __fadd_rn(S[i], __fmul_rn(x.x, u));  // row t: S += kn u
-            o = __fadd_rn(o, __fmul_rn(y, x.y));           //        o += S qn
-            y = __fmul_rn(y, x.z);                         // row t+1: S *= dec
+            float y = mac<FUSED>(S[i], x.x, u);  // row t: S += kn u
+            o = mac<FUSED>(o, y, x.y);           //        o += S qn
+            y = __fmul_rn(y, x.z);               // row t+1: S *= dec
             S[i] = y;
-            ks = __fadd_rn(ks, __fmul_rn(y, x.w));  //          ks += S kn
+            ks = mac<FUSED>(ks, y, x.w);  //          ks += S kn
         }
         if (t >= t0) out[t * ch + (i64)h * D + j] = rnd(o, bf);
         cur ^= 1;
@@ -371,3 +396,16 @@ KDA_RECURRENCE(k_kda3_r64, kda_merged, 64, 64)
 // 3 blocks an SM: at most 168 registers a thread, of which the column takes 128 (ptxas: 165-166, no
 // spills; without the bound 188 registers and 2 blocks an SM, 19% slower at 16 x 4096 tokens).
 KDA_RECURRENCE(k_kda3_r128, kda_merged, 128, 128, 3)
+
+// kda_fused is version 4 of the recurrence: kda_merged with fused multiply-adds (the KDA_RECURRENCE
+// macro instantiates impl<D>). Same launch as version 3.
+template <int D>
+__device__ __forceinline__ void kda_fused(float* out, const float* qn, const float* kn, const float* dec,
+                                          const float* beta, const float* v, const int* starts, int heads, int bf) {
+    kda_merged<D, true>(out, qn, kn, dec, beta, v, starts, heads, bf);
+}
+
+KDA_RECURRENCE(k_kda4_r32, kda_fused, 32, 32)
+KDA_RECURRENCE(k_kda4_r64, kda_fused, 64, 64)
+// The same bound as k_kda3_r128: 3 blocks an SM, at most 168 registers a thread.
+KDA_RECURRENCE(k_kda4_r128, kda_fused, 128, 128, 3)
