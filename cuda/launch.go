@@ -24,6 +24,9 @@ type opCtx struct {
 	// side, when set, is the side stream the op's next launches and GEMMs go to (sidestreams.go);
 	// nil: the backend's stream
 	side *sideStream
+	// xsrc, when set, is the tensor a matmul's x comes from: gemmLt then reads its kept bfloat16 copy
+	// (narrow.go) instead of converting x into a temporary
+	xsrc *Tensor
 }
 
 // stream is the stream the op's launches go to now: a side stream's, or the backend's.

@@ -76,7 +76,8 @@ func (c *opCtx) gemm(out, x uint64, n int, w weightRef, round bool) error {
 	return c.gemmKernel(kernel, tile, out, x, n, w, bf)
 }
 
-// gemmLt runs gemm on cuBLASLt: x converted to a bfloat16 temporary (convert.cu), out = x_bf16 w^T with
+// gemmLt runs gemm on cuBLASLt: x converted to a bfloat16 temporary (convert.cu), or, for rows of the
+// tensor c.xsrc, its kept bfloat16 copy (narrow.go), out = x_bf16 w^T with
 // float32 accumulation by the shape's pinned algorithm, then, when round is set, every output rounded to
 // bfloat16 in place (k_round), so the contract holds: bfloat16 values in float32 storage. cuBLASLt is column-major: it
 // computes out^T (m x n, ld m) = W (k x m column-major, transposed) times x^T (k x n, ld ldb). n is
@@ -87,12 +88,21 @@ func (c *opCtx) gemmLt(s *ltShape, out, x uint64, n int, w weightRef, round bool
 	if n == 0 {
 		return nil
 	}
-	xb, err := c.temp(2 * s.ldb * n)
-	if err != nil {
-		return err
-	}
-	if err := c.launch1D("k_to_bf16", s.ldb*n, xb, x, int64(n), int32(k), int32(s.ldb)); err != nil {
-		return err
+	var xb uint64
+	if row, ok := c.xsrc.rowOf(x, n, k); ok {
+		var err error
+		if xb, err = c.narrowOf(c.xsrc, s.ldb); err != nil {
+			return err
+		}
+		xb += uint64(2 * s.ldb * row)
+	} else {
+		var err error
+		if xb, err = c.temp(2 * s.ldb * n); err != nil {
+			return err
+		}
+		if err := c.launch1D("k_to_bf16", s.ldb*n, xb, x, int64(n), int32(k), int32(s.ldb)); err != nil {
+			return err
+		}
 	}
 	if err := c.ltGemm(s, out, xb, w.ptr, n, m, k); err != nil || !round {
 		return err
@@ -176,6 +186,7 @@ func (b *Backend) MatMul(x, w ops.Tensor) (ops.Tensor, error) {
 		if xt.cols == 0 { // an empty sum: zeros
 			return b.drv.check("cuMemsetD32Async", ccall(b.drv.cuMemsetD32Async, uintptr(out.ptr), 0, uintptr(out.n()), b.strm))
 		}
+		c.xsrc = xt
 		return c.gemm(out.ptr, xp, xt.rows, weightOf(wt), true)
 	})
 	if err != nil {

@@ -323,6 +323,9 @@ func (b *Backend) expertsAccumulate(acc, z ops.Tensor, rt ops.Routing, experts [
 			if err := b.joinExperts(es); err != nil { // the experts' copies, when they were not waited for
 				return err
 			}
+			if err := b.dropNarrow(at); err != nil { // acc changes: a bfloat16 copy of it would be stale (narrow.go)
+				return err
+			}
 			if err := c.phase("grouped" + kernels); err != nil {
 				return err
 			}
@@ -358,6 +361,9 @@ func (b *Backend) expertsAccumulate(acc, z ops.Tensor, rt ops.Routing, experts [
 	return b.run(op, func(c *opCtx) error {
 		c.detail = "waiting for uploads"
 		if err := b.joinExperts(es); err != nil { // the experts' copies, when they were not waited for
+			return err
+		}
+		if err := b.dropNarrow(at); err != nil { // acc changes: a bfloat16 copy of it would be stale (narrow.go)
 			return err
 		}
 		if err := c.phase("per-expert"); err != nil {

@@ -88,6 +88,7 @@ func (b *Backend) Route(x, w, bias ops.Tensor, k int, scale float32) (ops.Routin
 		if err != nil {
 			return err
 		}
+		c.xsrc = xt // on cuBLASLt the chunks read x's kept bfloat16 copy, which the MoE's next matmul reads too
 		for r0 := 0; r0 < rows; r0 += chunk {
 			n := min(chunk, rows-r0)
 			if err := c.gemm(logits, xp+uint64(4*r0*xt.cols), n, weightOf(wt), false); err != nil {

@@ -24,7 +24,11 @@ type Tensor struct {
 	rows, cols int
 	dt         int32
 	wide       uint64 // a float32 copy of a bfloat16 weight, made on first use by an op that needs one
-	freed      bool
+	// narrow is a bfloat16 copy of a float32 activation (rows narrowLd elements apart), made by the first
+	// cuBLASLt matmul that reads it as x in BF16 precision and reused by the next ones (narrow.go)
+	narrow   uint64
+	narrowLd int
+	freed    bool
 }
 
 // Rows is the number of rows.
@@ -239,8 +243,8 @@ func (b *Backend) Free(x any) {
 		if t == nil || t.freed || t.b != b {
 			return
 		}
-		ptrs = []uint64{t.ptr, t.wide}
-		t.ptr, t.wide, t.freed = 0, 0, true
+		ptrs = []uint64{t.ptr, t.wide, t.narrow}
+		t.ptr, t.wide, t.narrow, t.freed = 0, 0, 0, true
 	case *Expert:
 		if t == nil || t.freed || t.b != b {
 			return

@@ -1,0 +1,57 @@
+package cuda
+
+import "fmt"
+
+// The bfloat16 copy of a matmul's x, kept with the tensor.
+//
+// cuBLASLt reads x as bfloat16, so every MatMul on it converts its float32 x first (k_to_bf16; exact in
+// BF16 precision, where activations hold bfloat16 values). A layer's normed input feeds several
+// projections (a KDA layer's q, k, v, g, f_a and b; an MLA layer's q_a, kv_a and g), which converted the
+// same tensor once each: at 65,536 x 7,168 about 0.9 ms a conversion. The first such MatMul keeps its
+// copy on the tensor (Tensor.narrow) and the next ones read it; Free releases it with the tensor. The only
+// op that writes into an existing tensor, ExpertsAccumulate (its acc), drops the copy first. The values a
+// GEMM reads are the same either way, so no bit changes.
+
+// narrowOf returns t's bfloat16 copy with rows ld elements apart, making it on first use (ordered on the
+// compute stream, like every op's work).
+func (c *opCtx) narrowOf(t *Tensor, ld int) (uint64, error) {
+	if t.narrow != 0 && t.narrowLd == ld {
+		return t.narrow, nil
+	}
+	if err := c.b.dropNarrow(t); err != nil {
+		return 0, err
+	}
+	p, err := c.b.malloc(2 * ld * t.rows)
+	if err != nil {
+		return 0, err
+	}
+	if err := c.launch1D("k_to_bf16", ld*t.rows, p, t.ptr, int64(t.rows), int32(t.cols), int32(ld)); err != nil {
+		return 0, fmt.Errorf("%w (freeing: %v)", err, c.b.free(p))
+	}
+	t.narrow, t.narrowLd = p, ld
+	return p, nil
+}
+
+// dropNarrow frees t's bfloat16 copy, if any (stream-ordered: after the work queued that reads it).
+func (b *Backend) dropNarrow(t *Tensor) error {
+	if t.narrow == 0 {
+		return nil
+	}
+	p := t.narrow
+	t.narrow, t.narrowLd = 0, 0
+	return b.free(p)
+}
+
+// rowOf reports whether x .. x + n rows of k float32 values are whole rows of t (a float32 activation;
+// t may be nil), and the first one's index.
+func (t *Tensor) rowOf(x uint64, n, k int) (int, bool) {
+	if t == nil || t.dt != dtF32 || t.cols != k || k == 0 || x < t.ptr {
+		return 0, false
+	}
+	off := int(x - t.ptr)
+	if off%(4*k) != 0 {
+		return 0, false
+	}
+	row := off / (4 * k)
+	return row, row+n <= t.rows
+}
