@@ -27,6 +27,9 @@
 //      - candidates collected coalesced: warp w owns ids [w*seg, (w+1)*seg) and steps through them 32 at a
 //        time, placing each lane's candidate by ballot prefix counts, so its ties still come in id order
 //        and the lowest-id ties are the ones taken; a warp stops once its candidates are placed;
+//      - each pass reads 8 logits a thread before using them (in the one-at-a-time order), so that enough
+//        loads are in flight for a row streamed from DRAM (one at a time: 141 ms of stats kernel at
+//        65,536 K3 rows on the H200, latency-bound);
 //      - bf: round every logit read to bfloat16 (rnd), so the lm_head's unrounded float32 output can be
 //        read directly (TokenStats skips gemm's k_round pass on cuBLASLt): rnd is idempotent, so rounded
 //        logits read with bf set give the same bits too.
@@ -234,6 +237,21 @@ __device__ __forceinline__ void select_byte(const int* hist, u32* sel, int shift
     sel[2] = need - cum;
 }
 
+// Version 2's passes read TS_UNROLL logits a thread before using them (loads in flight: a row is read
+// from DRAM, and one load a thread at a time left the passes latency-bound), then use them in the order of
+// the one-at-a-time loop: thread t still adds v = t, t+256, ... in ascending order.
+#define TS_UNROLL 8
+#define TS_STEP (TS_THREADS * TS_UNROLL)
+
+// ts_load reads xs[j] = rnd(l[base + j*stride], bf) for the indices below end (0 past it).
+__device__ __forceinline__ void ts_load(float* xs, const float* l, int base, int end, int stride, int bf) {
+#pragma unroll
+    for (int j = 0; j < TS_UNROLL; j++) {
+        int v = base + j * stride;
+        xs[j] = v < end ? rnd(l[v], bf) : 0.0f;
+    }
+}
+
 // k_token_stats2: version 2, the outputs of k_token_stats bit for bit (see Versions), reading logits
 // rounded with rnd(., bf). Launch: blockDim 256, gridDim n.
 extern "C" __global__ void __launch_bounds__(TS_THREADS) k_token_stats2(float* lp, int* rank, float* ent, int* topIds,
@@ -261,15 +279,19 @@ extern "C" __global__ void __launch_bounds__(TS_THREADS) k_token_stats2(float* l
     __syncthreads();
     float m = __uint_as_float(0xff800000u);  // -inf
     u32 low = 0;
-    for (int base = 0; base < V; base += TS_THREADS) {
-        int v = base + tid;
-        bool in = v < V;
-        float x = in ? rnd(l[v], bf) : 0.0f;
-        if (in) {
-            m = fmaxf(m, x);
-            low |= __float_as_uint(x) & 0xffffu;
+    for (int base = tid; base < V + tid; base += TS_STEP) {  // base < V + tid: the same bound in every lane
+        float xs[TS_UNROLL];
+        ts_load(xs, l, base, V, TS_THREADS, bf);
+#pragma unroll
+        for (int j = 0; j < TS_UNROLL; j++) {
+            bool in = base + j * TS_THREADS < V;
+            float x = xs[j];
+            if (in) {
+                m = fmaxf(m, x);
+                low |= __float_as_uint(x) & 0xffffu;
+            }
+            if (topk) hist_add(hist, in ? (int)(order_key(x) >> 24) : -1, lane);
         }
-        if (topk) hist_add(hist, in ? (int)(order_key(x) >> 24) : -1, lane);
     }
     m = warp_max(m);
     low = __reduce_or_sync(0xffffffffu, low);
@@ -293,20 +315,25 @@ extern "C" __global__ void __launch_bounds__(TS_THREADS) k_token_stats2(float* l
     u32 prefix = sel[0], mask = sel[1];
     double S = 0.0, T = 0.0, md = (double)m;
     int above = 0;
-    for (int base = 0; base < V; base += TS_THREADS) {
-        int v = base + tid;
-        bool in = v < V;
-        float x = in ? rnd(l[v], bf) : 0.0f;
-        if (in) {
-            double xd = __dsub_rn((double)x, md);
-            double e = exp(xd);
-            S = __dadd_rn(S, e);
-            T = __dadd_rn(T, __dmul_rn(e, xd));
-            above += target >= 0 && x > lt ? 1 : 0;
-        }
-        if (topk) {
-            u32 key = order_key(x);
-            hist_add(hist, in && (key & mask) == prefix ? (int)((key >> 16) & 255u) : -1, lane);
+    for (int base = tid; base < V + tid; base += TS_STEP) {
+        float xs[TS_UNROLL];
+        ts_load(xs, l, base, V, TS_THREADS, bf);
+#pragma unroll
+        for (int j = 0; j < TS_UNROLL; j++) {
+            bool in = base + j * TS_THREADS < V;
+            float x = xs[j];
+            if (in) {
+                double xd = __dsub_rn((double)x, md);
+                double e = exp(xd);
+                S = __dadd_rn(S, e);
+                T = __dadd_rn(T, __dmul_rn(e, xd));
+                above += target >= 0 && x > lt ? 1 : 0;
+            }
+            if (topk) {
+                u32 key = order_key(x);
+                int bin = in && (key & mask) == prefix ? (int)((key >> 16) & 255u) : -1;
+                if (__any_sync(0xffffffffu, bin >= 0)) hist_add(hist, bin, lane);
+            }
         }
     }
     S = warp_sum_d(S);
@@ -347,11 +374,15 @@ extern "C" __global__ void __launch_bounds__(TS_THREADS) k_token_stats2(float* l
             __syncthreads();
             prefix = sel[0];
             mask = sel[1];
-            for (int base = 0; base < V; base += TS_THREADS) {
-                int v = base + tid;
-                bool in = v < V;
-                u32 key = order_key(in ? rnd(l[v], bf) : 0.0f);
-                hist_add(hist, in && (key & mask) == prefix ? (int)((key >> shift) & 255u) : -1, lane);
+            for (int base = tid; base < V + tid; base += TS_STEP) {
+                float xs[TS_UNROLL];
+                ts_load(xs, l, base, V, TS_THREADS, bf);
+#pragma unroll
+                for (int j = 0; j < TS_UNROLL; j++) {
+                    u32 key = order_key(xs[j]);
+                    int bin = base + j * TS_THREADS < V && (key & mask) == prefix ? (int)((key >> shift) & 255u) : -1;
+                    if (__any_sync(0xffffffffu, bin >= 0)) hist_add(hist, bin, lane);
+                }
             }
             __syncthreads();
             if (tid == 0) select_byte(hist, sel, shift);
@@ -366,10 +397,16 @@ extern "C" __global__ void __launch_bounds__(TS_THREADS) k_token_stats2(float* l
     int seg = (V + TS_WARPS - 1) / TS_WARPS;
     int lo = min(V, warp * seg), hi = min(V, lo + seg);
     int ng = 0, nt = 0;
-    for (int v = lo + lane; v < hi; v += 32) {
-        u32 key = order_key(rnd(l[v], bf));
-        ng += key > kth ? 1 : 0;
-        nt += key == kth ? 1 : 0;
+    for (int base = lo + lane; base < hi + lane; base += 32 * TS_UNROLL) {
+        float xs[TS_UNROLL];
+        ts_load(xs, l, base, hi, 32, bf);
+#pragma unroll
+        for (int j = 0; j < TS_UNROLL; j++) {
+            u32 key = order_key(xs[j]);
+            bool in = base + 32 * j < hi;
+            ng += in && key > kth ? 1 : 0;
+            nt += in && key == kth ? 1 : 0;
+        }
     }
     ng = warp_sum_i(ng);
     nt = warp_sum_i(nt);
@@ -387,18 +424,24 @@ extern "C" __global__ void __launch_bounds__(TS_THREADS) k_token_stats2(float* l
     // stage the candidate ids in topLp's row (as int bits): greater ones first, then the ties
     int* cand = (int*)(topLp + r * (i64)K);
     u32 below = (1u << lane) - 1u;
-    for (int base = lo; base < hi && (gOff < gEnd || tOff < tEnd); base += 32) {
-        int v = base + lane;
-        u32 key = v < hi ? order_key(rnd(l[v], bf)) : 0u;
-        bool gt = v < hi && key > kth, eq = v < hi && key == kth;
-        u32 bg = __ballot_sync(0xffffffffu, gt), be = __ballot_sync(0xffffffffu, eq);
-        if (gt) cand[gOff + __popc(bg & below)] = v;
-        if (eq) {
-            int t = tOff + __popc(be & below);
-            if (t < ties) cand[greater + t] = v;
+    // (past the warp's last candidate no key is greater and no tie is taken: whole steps are harmless)
+    for (int base = lo + lane; base < hi + lane && (gOff < gEnd || tOff < tEnd); base += 32 * TS_UNROLL) {
+        float xs[TS_UNROLL];
+        ts_load(xs, l, base, hi, 32, bf);
+#pragma unroll
+        for (int j = 0; j < TS_UNROLL; j++) {
+            int v = base + 32 * j;
+            u32 key = order_key(xs[j]);
+            bool gt = v < hi && key > kth, eq = v < hi && key == kth;
+            u32 bg = __ballot_sync(0xffffffffu, gt), be = __ballot_sync(0xffffffffu, eq);
+            if (gt) cand[gOff + __popc(bg & below)] = v;
+            if (eq) {
+                int t = tOff + __popc(be & below);
+                if (t < ties) cand[greater + t] = v;
+            }
+            gOff += __popc(bg);
+            tOff += __popc(be);
         }
-        gOff += __popc(bg);
-        tOff += __popc(be);
     }
     __syncthreads();
     // final place of each candidate: the count of candidates ahead of it
