@@ -32,7 +32,7 @@ var kernelFiles = []kernelFile{
 	{"mla.cu", []string{"k_mla"}},
 	{"mla_tc.cu", []string{"k_mla_prep", "k_mla_tc_64_64", "k_mla_tc_128_128", "k_mla_tc_192_128"}},
 	{"route.cu", []string{"k_route_topk", "k_route_topk_v2"}},
-	{"tokenstats.cu", []string{"k_token_stats"}},
+	{"tokenstats.cu", []string{"k_token_stats", "k_token_stats2"}},
 	{"convert.cu", []string{"k_to_bf16"}},
 }
 

@@ -1,19 +1,50 @@
 package cuda
 
 import (
+	"fmt"
+
 	"github.com/potato-k3/potato-k3/replay/ops"
 )
 
-// Launch parameters of tokenstats.cu (version 1): one block of 256 threads per row of logits. Logits
-// exist a chunk of rows at a time: at most statsChunkBytes of them (64 MiB: 102 rows of K3's 163,840-word
-// vocabulary), at least one row.
+// Launch parameters of tokenstats.cu: one block of 256 threads per row of logits. Logits exist a chunk of
+// rows at a time: at most statsChunkBytes of them (1 GiB: 1,536 rows of K3's 163,840-word vocabulary, a
+// multiple of statsRowAlign), at least one row. A chunk that large keeps the lm_head GEMM efficient (at
+// 102 rows, version 1's 64 MiB chunks, each call reread the 2.3 GB weight for 0.24 TFLOP) and gives
+// k_token_stats more blocks than the device has SMs; it stays far below the logits of a whole wave
+// (65,536 tokens: 43 GB) and within one cuBLASLt call (ltCallRows: 13,104 rows at that shape).
 const (
 	statsThreads    = 256
-	statsChunkBytes = 64 << 20
+	statsChunkBytes = 1 << 30
+	statsRowAlign   = 256
 )
 
-// TokenStats reduces logits = rounded(h w^T) row by row, a chunk of rows at a time (the matmul kernel,
-// then k_token_stats). Per row, with l the rounded logits:
+// statsConfig is how TokenStats runs: the tokenstats.cu version and the most bytes of logits of a chunk.
+// TokenStats uses statsDefault; the tests also run version 1 with 64 MiB chunks, the code before version
+// 2, to compare bits and time.
+type statsConfig struct{ ver, chunkBytes int }
+
+var statsDefault = statsConfig{ver: 2, chunkBytes: statsChunkBytes}
+
+// statsChunk returns the rows of a chunk for rows rows of vocab logits and at most bytes bytes a chunk:
+// the rows spread evenly over the fewest chunks (no small last chunk, whose GEMM would read the whole
+// weight for a few rows), rounded up to a multiple of statsRowAlign when a chunk holds that many (whole
+// GEMM tiles), never more than rows. A row's results do not depend on it (TestTokenStatsChunkInvariance).
+func statsChunk(rows, vocab, bytes int) int {
+	most := max(1, bytes/(4*max(1, vocab)))
+	if most >= statsRowAlign {
+		most &^= statsRowAlign - 1
+	}
+	chunks := (rows + most - 1) / most
+	n := (rows + chunks - 1) / chunks
+	if most >= statsRowAlign {
+		n = min(most, (n+statsRowAlign-1)&^(statsRowAlign-1))
+	}
+	return max(1, min(rows, n))
+}
+
+// TokenStats reduces logits = rounded(h w^T) row by row, a chunk of rows at a time (the lm_head matmul,
+// then k_token_stats2, which rounds the logits as it reads them when the matmul left them unrounded).
+// Per row, with l the rounded logits:
 //
 //	m = max l;  S = sum exp(l - m), T = sum exp(l - m) * (l - m)   // double, fixed per-thread order and tree
 //	lse = m + log S;  Logprob = float32(l[t] - lse);  Entropy = float32(log S - T/S)
@@ -21,7 +52,13 @@ const (
 //
 // (TopLogp: l - lse of each). The sums differ from the CPU backend's single ascending double sum at double
 // rounding; ranks and top ids compare the same float32 logits, which equal the CPU backend's bit for bit.
+// A row's results depend on its h row, w, its target and k only, not on the chunk it falls in.
 func (b *Backend) TokenStats(h, w ops.Tensor, targets []int32, k int) ([]ops.TokenStats, error) {
+	return b.tokenStats(h, w, targets, k, statsDefault)
+}
+
+// tokenStats is TokenStats run as cfg says.
+func (b *Backend) tokenStats(h, w ops.Tensor, targets []int32, k int, cfg statsConfig) ([]ops.TokenStats, error) {
 	const op = "TokenStats"
 	ts, err := b.tensors(op, []string{"h", "w"}, h, w)
 	if err != nil {
@@ -39,7 +76,7 @@ func (b *Backend) TokenStats(h, w ops.Tensor, targets []int32, k int) ([]ops.Tok
 	lp, ent := make([]float32, rows), make([]float32, rows)
 	rank := make([]int32, rows)
 	topIDs, topLp := make([]int32, rows*k), make([]float32, rows*k)
-	chunk := max(1, min(rows, statsChunkBytes/(4*vocab)))
+	chunk := statsChunk(rows, vocab, cfg.chunkBytes)
 	err = b.run(op, func(c *opCtx) error {
 		hp, err := c.f32(ht)
 		if err != nil {
@@ -61,17 +98,12 @@ func (b *Backend) TokenStats(h, w ops.Tensor, targets []int32, k int) ([]ops.Tok
 		}
 		for r0 := 0; r0 < rows; r0 += chunk {
 			n := min(chunk, rows-r0)
-			if ht.cols == 0 {
-				err = b.drv.check("cuMemsetD32Async", ccall(b.drv.cuMemsetD32Async, uintptr(logits), 0, uintptr(n*vocab), b.strm))
-			} else {
-				err = c.gemm(logits, hp+uint64(4*r0*ht.cols), n, weightOf(wt), true)
-			}
+			rd, err := c.statsLogits(cfg.ver, logits, hp+uint64(4*r0*ht.cols), n, ht.cols, weightOf(wt))
 			if err != nil {
 				return err
 			}
 			o := func(i, per int) uint64 { return bufs[i] + uint64(4*r0*per) }
-			if err := c.launch("k_token_stats", d1(n), d1(statsThreads), 0,
-				o(0, 1), o(1, 1), o(2, 1), o(3, k), o(4, k), logits, tg+uint64(4*r0), int32(vocab), int32(k)); err != nil {
+			if err := c.statsKernel(cfg.ver, [5]uint64{o(0, 1), o(1, 1), o(2, 1), o(3, k), o(4, k)}, logits, tg+uint64(4*r0), n, vocab, k, rd); err != nil {
 				return err
 			}
 		}
@@ -96,4 +128,41 @@ func (b *Backend) TokenStats(h, w ops.Tensor, targets []int32, k int) ([]ops.Tok
 			TopIDs: topIDs[r*k : (r+1)*k : (r+1)*k], TopLogp: topLp[r*k : (r+1)*k : (r+1)*k]}
 	}
 	return stats, nil
+}
+
+// statsLogits writes n rows of logits = x w^T (x: n x cols float32) for k_token_stats of version ver and
+// returns the kernel's bf flag: 1 when the logits are the lm_head's unrounded float32 sums, which version
+// 2 rounds as it reads them. That is the case on cuBLASLt (gemm's choice, repeated here: BF16 precision,
+// a bfloat16 weight, tensor cores allowed, the shape planned), where gemm's rounding would be a separate
+// pass over the chunk (k_round); elsewhere gemm rounds in the matmul kernel and the flag is 0. The
+// logits' bits after rounding are the same either way.
+func (c *opCtx) statsLogits(ver int, logits, x uint64, n, cols int, w weightRef) (int32, error) {
+	b := c.b
+	if cols == 0 {
+		return 0, b.drv.check("cuMemsetD32Async", ccall(b.drv.cuMemsetD32Async, uintptr(logits), 0, uintptr(n*w.rows), b.strm))
+	}
+	if ver >= 2 && b.bf == 1 && w.tc != "" && w.lt && !b.opts.NoTensorCores && b.lt != nil {
+		s, err := b.lt.shape(w.rows, w.k)
+		if err != nil {
+			return 0, err
+		}
+		if s.ok {
+			return 1, c.gemmLt(s, logits, x, n, w, false)
+		}
+	}
+	return 0, c.gemm(logits, x, n, w, true)
+}
+
+// statsKernel launches k_token_stats (version 1, which needs rounded logits: bf 0) or k_token_stats2
+// over n rows of logits; outs are lp, rank, ent, topIDs and topLp at the chunk's first row.
+func (c *opCtx) statsKernel(ver int, outs [5]uint64, logits, targets uint64, n, vocab, k int, bf int32) error {
+	if ver == 1 {
+		if bf != 0 {
+			return fmt.Errorf("%w: k_token_stats reads rounded logits", ErrInternal)
+		}
+		return c.launch("k_token_stats", d1(n), d1(statsThreads), 0,
+			outs[0], outs[1], outs[2], outs[3], outs[4], logits, targets, int32(vocab), int32(k))
+	}
+	return c.launch("k_token_stats2", d1(n), d1(statsThreads), 0,
+		outs[0], outs[1], outs[2], outs[3], outs[4], logits, targets, int32(vocab), int32(k), bf)
 }
