@@ -14,7 +14,7 @@ import (
 
 // TestBatchInvarianceLarge: opstest checks batch invariance on small waves; this repeats it where the
 // kernels tile: a sequence alone vs at an unaligned offset of a wave of several tiles (MatMul's 64-row
-// tiles, MLA's 16-query tiles and 32-key chunks, TokenStats' row chunks, KDA's per-sequence blocks).
+// tiles, MLA's 16-query tiles and 32-key chunks, KDA's per-sequence blocks).
 func TestBatchInvarianceLarge(t *testing.T) {
 	for _, prec := range []ops.Precision{ops.BF16, ops.FP32} {
 		t.Run(prec.String(), func(t *testing.T) {
@@ -113,7 +113,8 @@ func TestBatchInvarianceLarge(t *testing.T) {
 			oa, e2 := b.KDA(ka[0], ka[1], ka[2], ka[3], ka[4], aLog, dt, 2, -5, alone)
 			check("KDA", ow, oa, e1, e2)
 
-			// TokenStats: a vocabulary large enough that the wave spans several row chunks
+			// TokenStats: one row chunk here (chunks hold 1 GiB of logits); rows across chunks are
+			// TestTokenStatsK3/ChunkInvariance's
 			const vocab = 40000
 			lraw := make([]byte, 2*vocab*64)
 			lv := make([]float32, vocab*64)
