@@ -20,7 +20,7 @@ type kernelFile struct {
 }
 
 var kernelFiles = []kernelFile{
-	{"elementwise.cu", []string{"k_round", "k_widen_bf16", "k_add", "k_mul_sigmoid", "k_situ", "k_slice", "k_gather", "k_scatter_add", "k_copy16"}},
+	{"elementwise.cu", []string{"k_round", "k_round4", "k_widen_bf16", "k_add", "k_mul_sigmoid", "k_situ", "k_slice", "k_gather", "k_scatter_add", "k_copy16"}},
 	{"norm.cu", []string{"k_rmsnorm", "k_attnres"}},
 	{"matmul.cu", []string{"k_matmul_f32", "k_matmul_bf16", "k_matmul_mxfp4"}},
 	{"matmul_tc.cu", []string{"k_matmul_tc_bf16", "k_matmul_tc_mxfp4", "k_matmul_tc_bf16_vec", "k_matmul_tc_mxfp4_vec"}},
@@ -33,7 +33,7 @@ var kernelFiles = []kernelFile{
 	{"mla_tc.cu", []string{"k_mla_prep", "k_mla_tc_64_64", "k_mla_tc_128_128", "k_mla_tc_192_128"}},
 	{"route.cu", []string{"k_route_topk", "k_route_topk_v2"}},
 	{"tokenstats.cu", []string{"k_token_stats", "k_token_stats2"}},
-	{"convert.cu", []string{"k_to_bf16"}},
+	{"convert.cu", []string{"k_to_bf16", "k_to_bf16_v4"}},
 }
 
 // nvrtcOptions are the options every kernel file is compiled with (the architecture is added per device).
