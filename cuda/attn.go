@@ -84,14 +84,19 @@ func (c *opCtx) shortConv(kernel string, rowsPer int, out, x, w, start uint64, r
 //	out[t,h*d+j] = rounded(o[j])
 //
 // In FP32 precision (the audit mode) the two backends agree bit for bit (up to the rare double-precision
-// libm difference in exp and sigmoid). In BF16 precision the recurrence's three sums (ks, S += kn u, o)
-// are fused multiply-adds, each product and sum rounded once instead of twice (kda.cu version 4, about
-// 1.5x faster): the values differ from the CPU backend's at float32 rounding level before the output's
-// bfloat16 rounding, so an output sitting on a bfloat16 rounding boundary may move by one ulp (0.01-0.02%
-// of them on the H200, TestKDAVersion4 and TestAgainstCPU). Each sum still runs in one fixed order (ascending i) per sequence and head, so a sequence's
-// bits never depend on the wave in either precision.
+// libm difference in exp and sigmoid). In BF16 precision (KDA version 5) the recurrence's three sums (ks,
+// S += kn u, o) are fused multiply-adds, each product and sum rounded once instead of twice (kda.cu item
+// 5, about 1.2x faster), and the prep evaluates dec's exp and sigmoid and beta's sigmoid in single
+// precision (k_kda_prep4, kda.cu item 6) instead of in double rounded once: dec and beta are within a few
+// float32 ulps of the double-precision values (TestKDAPrep4). So the values differ from the CPU backend's
+// at float32 rounding level before the output's bfloat16 rounding, and an output sitting on a bfloat16
+// rounding boundary may move by one ulp (about 0.01-0.02% of them on the H200, TestKDAVersion4,
+// TestKDAPrep4 and TestAgainstCPU). Each sum still runs in one fixed order (ascending i) per sequence and
+// head and every prep value depends on its own row only, so a sequence's bits never depend on the wave in
+// either precision.
 //
-// Launches (kdaVersion): k_kda_prep3, kdaPrepPairs(d) (row, head) pairs a block of 128 threads; for the
+// Launches (kdaVersion): k_kda_prep4 (BF16) or k_kda_prep3 (FP32), kdaPrepPairs(d) (row, head) pairs a
+// block of 128 threads; for the
 // recurrence, d threads per (sequence, head) block: for widths 32, 64 and 128 (K3's) k_kda4_rD in BF16
 // precision, k_kda3_rD in FP32 precision (the state in registers, a row's second half merged with the next
 // row's first half), else k_kda (version 1) with (d*d + 3d) * 4 bytes of dynamic shared memory.
@@ -158,15 +163,16 @@ func (b *Backend) KDA(q, k, v, graw, braw ops.Tensor, aLog, dtBias ops.Tensor, h
 	return out, nil
 }
 
-// kdaVersion is the kda.cu version KDA launches: 4 (fused multiply-adds) in BF16 precision, 3 (the CPU
-// backend's bits) in FP32 precision, or the one a test set (tests compare versions 2, 3 and 4 and time
-// them).
+// kdaVersion is the KDA version KDA launches: 5 (k_kda_prep4's single-precision decay and beta, then
+// version 4's fused multiply-adds) in BF16 precision, 3 (the CPU backend's bits) in FP32 precision, or the
+// one a test set (tests compare versions 2 to 5 and time them). Versions 3 and 4 both run k_kda_prep3;
+// version 4 is version 5 with the double-precision prep.
 func (b *Backend) kdaVersion() int {
 	if b.kdaVer != 0 {
 		return b.kdaVer
 	}
 	if b.bf == 1 {
-		return 4
+		return 5
 	}
 	return 3
 }
@@ -176,8 +182,8 @@ func (b *Backend) kdaVersion() int {
 // staged rows stay within 32 KiB of shared memory.
 func kdaPrepPairs(d int) int { return max(1, min(16, 4096/(d+2))) }
 
-// kdaPrep launches the normalisation, decay and beta kernel of version (k_kda_prep3 for 3 and 4,
-// k_kda_prep before) over rows x heads pairs of head width d; in is KDA's inputs as float32 (q, k, v, graw, braw,
+// kdaPrep launches the normalisation, decay and beta kernel of version (k_kda_prep4 for 5, k_kda_prep3
+// for 3 and 4, k_kda_prep before) over rows x heads pairs of head width d; in is KDA's inputs as float32 (q, k, v, graw, braw,
 // aLog, dtBias).
 func (c *opCtx) kdaPrep(version int, qn, kn, dec, beta uint64, in []uint64, rows, heads, d int, lower, scale float32) error {
 	if version < 3 {
@@ -185,13 +191,17 @@ func (c *opCtx) kdaPrep(version int, qn, kn, dec, beta uint64, in []uint64, rows
 			qn, kn, dec, beta, in[0], in[1], in[3], in[4], in[5], in[6], int32(heads), int32(d), lower, scale)
 	}
 	p, pairs := kdaPrepPairs(d), rows*heads
+	if version >= 5 {
+		return c.launch("k_kda_prep4", d1((pairs+p-1)/p), d1(128), 4*(2*p*(d+1)+4*p),
+			qn, kn, dec, beta, in[0], in[1], in[3], in[4], in[5], in[6], int64(pairs), int32(heads), int32(d), int32(p), lower, scale)
+	}
 	return c.launch("k_kda_prep3", d1((pairs+p-1)/p), d1(128), 4*(2*p*(d+1)+3*p),
 		qn, kn, dec, beta, in[0], in[1], in[3], in[4], in[5], in[6], int64(pairs), int32(heads), int32(d), int32(p), lower, scale)
 }
 
 // kdaRecurrence launches the delta rule of version over seqs x heads blocks of d threads: for a head width
-// of 32, 64 or 128 k_kda4_rD (version 4), k_kda3_rD (version 3) or k_kda_rD (version 2), else k_kda
-// (version 1).
+// of 32, 64 or 128 k_kda4_rD (versions 4 and 5), k_kda3_rD (version 3) or k_kda_rD (version 2), else
+// k_kda (version 1).
 func (c *opCtx) kdaRecurrence(version int, out, qn, kn, dec, beta, v, starts uint64, seqs, heads, d int) error {
 	switch d {
 	case 32, 64, 128:

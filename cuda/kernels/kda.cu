@@ -54,6 +54,21 @@
 //      wavefronts a warp: about 25 ms at 16 x 4096), no longer by FP32 issue. ptxas: 168 registers,
 //      no spills with NVRTC 11.8; NVRTC 13 (the H200's) 168 and 8 bytes of spill. cuda/NOTES.md (KDA
 //      version 4) has the measurements and what would go further.
+//   6. k_kda_prep4 (KDA version 5: prep4, then version 4's recurrence; BF16 precision only): k_kda_prep3
+//      spent about 250 instructions an element on dec's double-precision exp and sigmoid (a double
+//      exp and a double division each, rounded to float once) and was bound by them. prep4 evaluates
+//      them in single precision, sigmoid_ff(x) = __frcp_rn(1 + expf(-x)) and dec = expf(lower * gate),
+//      beta = sigmoid_ff(braw) too; the per-pair rate exp(aLog[h]) stays in double (1/d of the work, and
+//      the gate's argument stays prep3's bit for bit). qn and kn keep prep3's statements and order (the
+//      same bits); the element loops step (pair, channel) by addition instead of a division by d, and
+//      the dtBias offset h*d is computed once a pair instead of a 64-bit remainder an element. Accuracy
+//      against prep3 on the H200 (TestKDAPrep4, random inputs, lower -5): dec at most 9 float32 ulps
+//      (mean 1.0; at most 2.6 ulps per unit of |ln dec|: exp multiplies the gate's few-ulp error by
+//      |lower * gate|; at most 3 ulps with lower -1), beta at most 2 ulps; qn, kn identical. Every value
+//      depends on its own (row, head) only, so batch invariance is unchanged. H200, 96 heads of 128:
+//      prep 16 x 4096 tokens 6.29 ms (prep3: 8.35), 4 x 4096 1.59 (2.10), 1 x 4096 0.42 (0.54); KDA in
+//      BF16 precision (prep + recurrence) 37.6 ms at 16 x 4096 (version 4: 39.6). The floor is its
+//      19.3 GB of traffic, about 5 ms. 32 registers (prep3: 40-42), no spills.
 #include "common.cuh"
 
 // k_shortconv: out[t, c] = rnd(silu(sum_{i<K} w[c, i] * x[t-K+1+i, c])) over taps whose row is in t's
@@ -321,6 +336,68 @@ extern "C" __global__ void __launch_bounds__(128) k_kda_prep3(float* qn, float* 
         kn[e0 + e] = __fmul_rn(sm[(2 * r + 1) * ld + i], inv[2 * r + 1]);
         float gate = sigmoid_f(__fmul_rn(rate[r], __fadd_rn(graw[e0 + e], dtBias[h * d + i])));
         dec[e0 + e] = exp_f(__fmul_rn(lower, gate));
+    }
+}
+
+// sigmoid_ff is 1 / (1 + e^-x) in single precision (k_kda_prep4): expf (CUDA's, at most 2 ulps), one
+// rounded add and an IEEE reciprocal (__frcp_rn): within a few ulps of sigmoid_f. For x < -88 expf(-x)
+// overflows to infinity and the result is 0 where sigmoid_f gives a denormal below 2^-126.
+__device__ __forceinline__ float sigmoid_ff(float x) { return __frcp_rn(__fadd_rn(1.0f, expf(-x))); }
+
+// k_kda_prep4 is k_kda_prep3 with single-precision transcendentals for BF16 precision (KDA version 5,
+// kda.cu item 6): per element dec = expf(lower * sigmoid_ff(rate * (graw + dtBias))), per pair beta =
+// sigmoid_ff(braw); the decay rate exp(aLog[h]) stays exp_f, in double precision (once per pair, so
+// the gate's argument is prep3's bit for bit). qn and kn are prep3's statements in prep3's order (the same
+// bits). Besides the math, the element loops step (pair, channel) by adding blockDim instead of dividing
+// by d per element, and each pair's dtBias offset h*d is computed once (prep3 takes a 64-bit remainder
+// per element). Shared memory: prep3's, then P ints (the pairs' dtBias offsets).
+// Launch: blockDim 128 (2P <= 128), gridDim ceil(pairs / P), (2P(d+1) + 4P) * 4 bytes of shared memory.
+extern "C" __global__ void __launch_bounds__(128) k_kda_prep4(float* qn, float* kn, float* dec, float* beta,
+                                                              const float* q, const float* k, const float* graw,
+                                                              const float* braw, const float* aLog,
+                                                              const float* dtBias, i64 pairs, int heads, int d,
+                                                              int P, float lower, float scale) {
+    extern __shared__ float sm[];
+    int ld = d + 1;
+    float* inv = sm + 2 * P * ld;
+    float* rate = inv + 2 * P;
+    int* hoff = (int*)(rate + P);
+    i64 p0 = (i64)blockIdx.x * P;
+    int np = (int)min((i64)P, pairs - p0);
+    i64 e0 = p0 * d;
+    int ne = np * d;
+    const int r0 = threadIdx.x / d, i0 = threadIdx.x - r0 * d; // the thread's first (pair, channel)
+    const int sr = blockDim.x / d, si = blockDim.x - sr * d;   // the step of e += blockDim.x in (pair, channel)
+    for (int e = threadIdx.x, r = r0, i = i0; e < ne; e += blockDim.x) {
+        sm[2 * r * ld + i] = q[e0 + e];
+        sm[(2 * r + 1) * ld + i] = k[e0 + e];
+        r += sr, i += si;
+        if (i >= d) r++, i -= d;
+    }
+    __syncthreads();
+    int c = threadIdx.x;  // row c of the staged rows: q (even) or k (odd) of pair c / 2
+    if (c < 2 * np) {
+        const float* x = sm + c * ld;
+        float s = 0.0f;
+#pragma unroll 8
+        for (int i = 0; i < d; i++) s = __fadd_rn(s, __fmul_rn(x[i], x[i]));
+        inv[c] = rsqrt_f(__fadd_rn(s, 1e-6f));
+        if ((c & 1) == 0) {
+            i64 p = p0 + c / 2;
+            int h = (int)(p % heads);
+            rate[c / 2] = exp_f(aLog[h]);
+            hoff[c / 2] = h * d;
+            beta[p] = sigmoid_ff(braw[p]);
+        }
+    }
+    __syncthreads();
+    for (int e = threadIdx.x, r = r0, i = i0; e < ne; e += blockDim.x) {
+        qn[e0 + e] = __fmul_rn(__fmul_rn(sm[2 * r * ld + i], inv[2 * r]), scale);
+        kn[e0 + e] = __fmul_rn(sm[(2 * r + 1) * ld + i], inv[2 * r + 1]);
+        float gate = sigmoid_ff(__fmul_rn(rate[r], __fadd_rn(graw[e0 + e], dtBias[hoff[r] + i])));
+        dec[e0 + e] = expf(__fmul_rn(lower, gate));
+        r += sr, i += si;
+        if (i >= d) r++, i -= d;
     }
 }
 
