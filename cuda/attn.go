@@ -96,10 +96,10 @@ func (c *opCtx) shortConv(kernel string, rowsPer int, out, x, w, start uint64, r
 // either precision.
 //
 // Launches (kdaVersion): k_kda_prep4 (BF16) or k_kda_prep3 (FP32), kdaPrepPairs(d) (row, head) pairs a
-// block of 128 threads; for the
-// recurrence, d threads per (sequence, head) block: for widths 32, 64 and 128 (K3's) k_kda4_rD in BF16
-// precision, k_kda3_rD in FP32 precision (the state in registers, a row's second half merged with the next
-// row's first half), else k_kda (version 1) with (d*d + 3d) * 4 bytes of dynamic shared memory.
+// block of 128 threads; for the recurrence, d threads per (sequence, head) block: for widths 32, 64 and
+// 128 (K3's) k_kda4_rD in BF16 precision, k_kda3_rD in FP32 precision (the state in registers, a row's
+// second half merged with the next row's first half), else k_kda (version 1) with (d*d + 3d) * 4 bytes
+// of dynamic shared memory.
 func (b *Backend) KDA(q, k, v, graw, braw ops.Tensor, aLog, dtBias ops.Tensor, heads int, lower float32, l ops.Layout) (ops.Tensor, error) {
 	const op = "KDA"
 	ts, err := b.tensors(op, []string{"q", "k", "v", "graw", "braw", "aLog", "dtBias"}, q, k, v, graw, braw, aLog, dtBias)
@@ -183,8 +183,8 @@ func (b *Backend) kdaVersion() int {
 func kdaPrepPairs(d int) int { return max(1, min(16, 4096/(d+2))) }
 
 // kdaPrep launches the normalisation, decay and beta kernel of version (k_kda_prep4 for 5, k_kda_prep3
-// for 3 and 4, k_kda_prep before) over rows x heads pairs of head width d; in is KDA's inputs as float32 (q, k, v, graw, braw,
-// aLog, dtBias).
+// for 3 and 4, k_kda_prep before) over rows x heads pairs of head width d; in is KDA's inputs as float32
+// (q, k, v, graw, braw, aLog, dtBias).
 func (c *opCtx) kdaPrep(version int, qn, kn, dec, beta uint64, in []uint64, rows, heads, d int, lower, scale float32) error {
 	if version < 3 {
 		return c.launch("k_kda_prep", d1(rows*heads), d1(d), 0,
