@@ -29,8 +29,9 @@ import (
 const ltExpertRows = 4096
 
 // ltDecodeBytes bounds the decoded bfloat16 weights of one chunk of experts (K3: 66 MB an expert, so 16
-// experts a chunk). Decoding the next chunk on a second stream while this chunk's GEMMs ran was tried and
-// gained nothing on the H200 (the GEMMs hold every SM; cuda/NOTES.md, run 11). Tests take it down to one
+// experts a chunk). With side streams two chunks' buffers alternate (experts_lt_lanes.go), so the next
+// chunk decodes, on the compute stream, while this one's GEMMs run on the lanes (a decode on a second
+// stream beside one stream of GEMMs gained nothing: cuda/NOTES.md, run 11). Tests take it down to one
 // expert a chunk (Backend.decodeBytes).
 const ltDecodeBytes = 1 << 30
 
