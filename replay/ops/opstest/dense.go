@@ -15,6 +15,7 @@ var denseTests = []test{
 	{"GatedRMSNorm", testGatedRMSNorm},
 	{"AttnResMix", testAttnResMix},
 	{"SiTUGLU", testSiTUGLU},
+	{"SiTUFFN", testSiTUFFN},
 }
 
 // testMatMul: every tail row count against (k, m) that hit the column tails and a k longer than 1024.
@@ -162,5 +163,38 @@ func testSiTUGLU(s *suite) {
 		s.close(fmt.Sprintf("SiTUGLU %d rows", n), got, ref, 70, s.tol(ref))
 		s.roundedOutput("SiTUGLU", got, ref)
 		s.free(a, b, out)
+	}
+}
+
+// testSiTUFFN: a backend's fused FFN (ops.SiTUFFN, optional) equals the unfused ops bit for bit, for
+// every tail row count and widths a device backend fuses (multiples of 8) or not (100); skipped for a
+// backend without it.
+func testSiTUFFN(s *suite) {
+	fb, ok := s.b.(ops.SiTUFFN)
+	if !ok {
+		s.Skipf("backend %s has no fused SiTU FFN (ops.SiTUFFN)", s.b.Name())
+	}
+	const hidden = 64
+	for _, width := range []int{96, 200, 100} {
+		gate, _ := s.randWeight(width, hidden, 1/math.Sqrt(hidden))
+		up, _ := s.randWeight(width, hidden, 1/math.Sqrt(hidden))
+		down, _ := s.randWeight(hidden, width, 1/math.Sqrt(float64(width)))
+		for _, n := range tailRows {
+			x, _ := s.randAct(n, hidden, 1)
+			what := fmt.Sprintf("SiTUFFN %d rows, width %d", n, width)
+			fused, err := fb.SiTUFFN(x, gate, up, down, 4, 25)
+			s.must(err, what)
+			g, err := s.b.MatMul(x, gate)
+			s.must(err, "MatMul gate")
+			u, err := s.b.MatMul(x, up)
+			s.must(err, "MatMul up")
+			h, err := s.b.SiTUGLU(g, u, 4, 25)
+			s.must(err, "SiTUGLU")
+			y, err := s.b.MatMul(h, down)
+			s.must(err, "MatMul down")
+			s.same(what+" against the unfused ops", s.host(fused, n, hidden), s.host(y, n, hidden), hidden)
+			s.free(x, fused, g, u, h, y)
+		}
+		s.free(gate, up, down)
 	}
 }
