@@ -87,17 +87,22 @@ func firstDiff(a, b []float32) int {
 	return -1
 }
 
+// kdaTailLayout is the KDA tests' layout: sequences of 1, 63, 64, 65 and 129 rows, every tail of the
+// kernels' row chunks, in one wave.
+func kdaTailLayout() ops.Layout {
+	starts := []int{0}
+	for _, n := range []int{1, 63, 64, 65, 129} {
+		starts = append(starts, starts[len(starts)-1]+n)
+	}
+	return ops.Layout{Starts: starts}
+}
+
 // TestKDAVersionsEqual: kda.cu version 3 (k_kda_prep3, k_kda3_rD) gives version 2's bits, for the prep's
 // four outputs and the op's output, over sequences with tails (1, 63, 64, 65, 129 rows in one layout),
 // head widths 32, 64, 128 (version 3's recurrence) and 48 (version 1's recurrence after prep3), one and
 // three heads, both precisions; and every sequence's output is the same alone as inside the wave.
 func TestKDAVersionsEqual(t *testing.T) {
-	lens := []int{1, 63, 64, 65, 129}
-	starts := []int{0}
-	for _, n := range lens {
-		starts = append(starts, starts[len(starts)-1]+n)
-	}
-	l := ops.Layout{Starts: starts}
+	l := kdaTailLayout()
 	rows := l.Tokens()
 	for _, prec := range []ops.Precision{ops.BF16, ops.FP32} {
 		b := testBackend(t, Options{Precision: prec})

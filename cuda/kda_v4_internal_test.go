@@ -81,12 +81,7 @@ func TestKDADefaultVersion(t *testing.T) {
 // shows unrounded); and every sequence's version 4 output is the same alone as inside the wave, bit for
 // bit.
 func TestKDAVersion4(t *testing.T) {
-	lens := []int{1, 63, 64, 65, 129}
-	starts := []int{0}
-	for _, n := range lens {
-		starts = append(starts, starts[len(starts)-1]+n)
-	}
-	l := ops.Layout{Starts: starts}
+	l := kdaTailLayout()
 	rows := l.Tokens()
 	for _, prec := range []ops.Precision{ops.BF16, ops.FP32} {
 		b := testBackend(t, Options{Precision: prec})
@@ -103,20 +98,28 @@ func TestKDAVersion4(t *testing.T) {
 				if err != nil {
 					t.Fatalf("%s: version 4: %v", name, err)
 				}
-				df := diffKDA(y4, y3, prec == ops.BF16)
-				t.Logf("%s: version 4 against 3: %v", name, df)
-				if df.maxFrac > 1 {
-					i := df.worst
-					t.Errorf("%s: row %d col %d: version 4 %g, version 3 %g: beyond the tolerance (%.3g |ref| + %.3g rms)",
-						name, i/(heads*d), i%(heads*d), y4[i], y3[i], df.tolRel, df.tolBase)
-				}
-				if prec == ops.BF16 && df.differ*100 > df.n { // a bfloat16 flip needs a value on a boundary
-					t.Errorf("%s: %d of %d values differ from version 3 (at most 1%% may)", name, df.differ, df.n)
-				}
+				checkKDANear3(t, name, 4, y4, y3, heads*d, prec == ops.BF16)
 				checkKDAAlone(t, b, name, in, l, 4, y4)
 				in.free(b)
 			}
 		}
+	}
+}
+
+// checkKDANear3 fails the test unless got (version) is within kdaV4Tol of y3 (version 3's output, rows of
+// width cols) and, in BF16 precision, at most 1% of the values differ (a bfloat16 flip needs a value on a
+// rounding boundary); it logs the comparison.
+func checkKDANear3(t *testing.T, name string, version int, got, y3 []float32, cols int, bf bool) {
+	t.Helper()
+	df := diffKDA(got, y3, bf)
+	t.Logf("%s: version %d against 3: %v", name, version, df)
+	if df.maxFrac > 1 {
+		i := df.worst
+		t.Errorf("%s: row %d col %d: version %d %g, version 3 %g: beyond the tolerance (%.3g |ref| + %.3g rms)",
+			name, i/cols, i%cols, version, got[i], y3[i], df.tolRel, df.tolBase)
+	}
+	if bf && df.differ*100 > df.n {
+		t.Errorf("%s: %d of %d values differ from version 3 (at most 1%% may)", name, df.differ, df.n)
 	}
 }
 

@@ -86,12 +86,7 @@ const (
 // moved, by at most one bfloat16 ulp), and each sequence's version 5 output equal alone and inside the
 // wave, bit for bit.
 func TestKDAPrep4(t *testing.T) {
-	lens := []int{1, 63, 64, 65, 129}
-	starts := []int{0}
-	for _, n := range lens {
-		starts = append(starts, starts[len(starts)-1]+n)
-	}
-	l := ops.Layout{Starts: starts}
+	l := kdaTailLayout()
 	rows := l.Tokens()
 	for _, prec := range []ops.Precision{ops.BF16, ops.FP32} {
 		b := testBackend(t, Options{Precision: prec})
@@ -113,16 +108,7 @@ func TestKDAPrep4(t *testing.T) {
 				if err != nil {
 					t.Fatalf("%s: version 5: %v", name, err)
 				}
-				df := diffKDA(y5, y3, prec == ops.BF16)
-				t.Logf("%s: version 5 against 3: %v", name, df)
-				if df.maxFrac > 1 {
-					i := df.worst
-					t.Errorf("%s: row %d col %d: version 5 %g, version 3 %g: beyond the tolerance (%.3g |ref| + %.3g rms)",
-						name, i/(heads*d), i%(heads*d), y5[i], y3[i], df.tolRel, df.tolBase)
-				}
-				if prec == ops.BF16 && df.differ*100 > df.n {
-					t.Errorf("%s: %d of %d values differ from version 3 (at most 1%% may)", name, df.differ, df.n)
-				}
+				checkKDANear3(t, name, 5, y5, y3, heads*d, prec == ops.BF16)
 				checkKDAAlone(t, b, name, in, l, 5, y5)
 				in.free(b)
 			}
