@@ -1,7 +1,6 @@
 package cuda
 
 import (
-	"math"
 	"math/rand/v2"
 	"testing"
 
@@ -59,7 +58,7 @@ func TestNarrowCopy(t *testing.T) {
 	if !planned {
 		t.Skip("no pinned cuBLASLt algorithm for the test's weight shapes")
 	}
-	w1, w2 := randWeight(t, b, rng, 96, latent), randWeight(t, b, rng, 200, latent)
+	w1, w2 := bf16Weight(t, b, rng, 96, latent, 0.05), bf16Weight(t, b, rng, 200, latent, 0.05)
 	defer b.Free(w1)
 	defer b.Free(w2)
 	product := func(x []float32, w ops.Tensor) []float32 { // on a fresh tensor of these values
@@ -101,21 +100,6 @@ func TestNarrowCopy(t *testing.T) {
 		t.Fatal(err)
 	}
 	sameBits(t, "matmul after the accumulation", matmulHost(t, b, acc, w1), product(after, w1), 96)
-}
-
-// randWeight uploads a rows x cols bfloat16 weight of small random values.
-func randWeight(t *testing.T, b *Backend, rng *rand.Rand, rows, cols int) ops.Tensor {
-	t.Helper()
-	raw := make([]byte, 2*rows*cols)
-	for i := 0; i < len(raw); i += 2 {
-		v := math.Float32bits(float32(0.05 * rng.NormFloat64()))
-		raw[i], raw[i+1] = byte(v>>16), byte(v>>24)
-	}
-	w, err := b.Upload(ops.WeightBF16, rows, cols, raw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return w
 }
 
 // matmulHost returns x w^T copied out.
