@@ -58,12 +58,7 @@ func TestExpertsGroupedTiming(t *testing.T) {
 	} {
 		name := fmt.Sprintf("%d experts, %d tokens x %d", c.experts, c.tokens, c.k)
 		rows := c.tokens
-		rt := ops.Routing{K: c.k, IDs: make([]int32, rows*c.k), Weights: make([]float32, rows*c.k)}
-		for r := range rows {
-			for j, e := range rng.Perm(c.experts)[:c.k] {
-				rt.IDs[r*c.k+j], rt.Weights[r*c.k+j] = int32(e), float32(0.5+rng.Float64())/float32(c.k)
-			}
-		}
+		rt := randRouting(rng, rows, c.k, c.experts, 0)
 		zv := make([]float32, rows*latent)
 		for i := range zv {
 			zv[i] = pool[i%len(pool)]
@@ -119,6 +114,18 @@ func TestExpertsGroupedTiming(t *testing.T) {
 		b.Free(accs[0])
 		b.Free(accs[1])
 	}
+}
+
+// randRouting routes rows rows to k distinct experts each of ids first .. first+experts-1, uniformly,
+// with weights in [0.5, 1.5) / k.
+func randRouting(rng *rand.Rand, rows, k, experts, first int) ops.Routing {
+	rt := ops.Routing{K: k, IDs: make([]int32, rows*k), Weights: make([]float32, rows*k)}
+	for r := range rows {
+		for j, e := range rng.Perm(experts)[:k] {
+			rt.IDs[r*k+j], rt.Weights[r*k+j] = int32(first+e), float32(0.5+rng.Float64())/float32(k)
+		}
+	}
+	return rt
 }
 
 // medianTime runs fn once to warm up, then runs times, each host-timed around a device synchronisation,

@@ -3,8 +3,6 @@ package cuda
 import (
 	"math/rand/v2"
 	"testing"
-
-	"github.com/potato-k3/potato-k3/replay/ops"
 )
 
 // BenchmarkExpertsPlan times the host side of one ExpertsAccumulate call before its closure runs
@@ -15,12 +13,7 @@ import (
 func BenchmarkExpertsPlan(b *testing.B) {
 	const rows, k, experts, call = 65536, 16, 896, 128
 	rng := rand.New(rand.NewPCG(1, 2))
-	rt := ops.Routing{K: k, IDs: make([]int32, rows*k), Weights: make([]float32, rows*k)}
-	for r := range rows {
-		for j, e := range rng.Perm(experts)[:k] {
-			rt.IDs[r*k+j], rt.Weights[r*k+j] = int32(e), 0.1
-		}
-	}
+	rt := randRouting(rng, rows, k, experts, 0)
 	es := make([]*Expert, call)
 	ids := make([]int, call)
 	for i := range es {

@@ -93,12 +93,7 @@ func TestUploadTiming(t *testing.T) {
 		}
 	}()
 	const erows, ek = 9600, 16
-	rt := ops.Routing{K: ek, IDs: make([]int32, erows*ek), Weights: make([]float32, erows*ek)}
-	for r := range erows {
-		for j, e := range rng.Perm(len(resident))[:ek] {
-			rt.IDs[r*ek+j], rt.Weights[r*ek+j] = int32(1000+e), 1.0/ek
-		}
-	}
+	rt := randRouting(rng, erows, ek, len(resident), 1000)
 	zv := make([]float32, erows*latent)
 	for i := range zv {
 		zv[i] = float32(rng.NormFloat64())
