@@ -1,7 +1,7 @@
 package cuda
 
 // The conversion passes around a cuBLASLt GEMM: float32 activations to its bfloat16 operand (convert.cu)
-// and the rounding of its float32 output (elementwise.cu). Each picks the four-element kernel where the
+// and the rounding of its float32 output (elementwise.cu; FromHost's rounding too). Each picks the four-element kernel where the
 // shape and alignment allow it; both forms compute every element with the same statement, so the choice
 // changes no bit.
 

@@ -194,7 +194,7 @@ func (b *Backend) FromHost(rows, cols int, data []float32) (ops.Tensor, error) {
 			return err
 		}
 		if b.bf == 1 {
-			return c.launch1D("k_round", out.n(), out.ptr, out.ptr, int64(out.n()), b.bf)
+			return c.roundF32(out.ptr, out.ptr, out.n(), b.bf)
 		}
 		return nil
 	})
