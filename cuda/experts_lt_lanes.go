@@ -120,15 +120,23 @@ func (x *ltExperts) reuse(c *opCtx, ci int) error {
 }
 
 // start makes every side lane wait for the compute stream's work so far (the gather, the tables and
-// this chunk's decode) and opens a new chunk.
+// this chunk's decode): one event, waited for by each lane. It opens a new chunk.
 func (x *ltExperts) start(c *opCtx) error {
 	for i := range x.lanes {
-		l := &x.lanes[i]
-		l.rows = 0
-		if l.side != nil {
-			if err := c.b.waitOn(l.side.strm, c.b.strm); err != nil {
-				return err
-			}
+		x.lanes[i].rows = 0
+	}
+	if x.lanes[0].side == nil { // the compute stream alone
+		return nil
+	}
+	d := c.b.drv
+	ev, err := c.b.syncEvs.record(d, c.b.strm)
+	if err != nil {
+		return err
+	}
+	defer c.b.syncEvs.put(ev) // the queued waits keep what the event captured
+	for _, l := range x.lanes {
+		if err := d.check("cuStreamWaitEvent(expert lane)", ccall(d.cuStreamWaitEvent, l.side.strm, ev, 0)); err != nil {
+			return err
 		}
 	}
 	return nil
