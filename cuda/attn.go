@@ -158,18 +158,22 @@ func (b *Backend) KDA(q, k, v, graw, braw ops.Tensor, aLog, dtBias ops.Tensor, h
 	return out, nil
 }
 
-// kdaVersion is the kda.cu version KDA launches: 4 (fused multiply-adds) in BF16 precision, 3 (the CPU
-// backend's bits) in FP32 precision, or the one a test set (tests compare versions 2, 3 and 4 and time
-// them).
+// kdaVersion is the kda.cu version KDA launches: kdaBF16Version in BF16 precision, 3 (the CPU backend's
+// bits) in FP32 precision, or the one a test set (tests compare versions 2-7 and time them). The choice
+// depends on the precision alone (and the head width, in kdaRecurrence), never on the wave.
 func (b *Backend) kdaVersion() int {
 	if b.kdaVer != 0 {
 		return b.kdaVer
 	}
 	if b.bf == 1 {
-		return 4
+		return kdaBF16Version
 	}
 	return 3
 }
+
+// kdaBF16Version is the recurrence KDA launches in BF16 precision (cuda/NOTES.md, KDA version 5, has the
+// measurements that chose it).
+const kdaBF16Version = 7
 
 // kdaPrepPairs is the number of (row, head) pairs a block of k_kda_prep3 normalises: 16 (one warp sums
 // the 32 rows of squares while the SM's other blocks compute), fewer for heads wider than 254 so that the
@@ -189,10 +193,15 @@ func (c *opCtx) kdaPrep(version int, qn, kn, dec, beta uint64, in []uint64, rows
 		qn, kn, dec, beta, in[0], in[1], in[3], in[4], in[5], in[6], int64(pairs), int32(heads), int32(d), int32(p), lower, scale)
 }
 
-// kdaRecurrence launches the delta rule of version over seqs x heads blocks of d threads: for a head width
-// of 32, 64 or 128 k_kda4_rD (version 4), k_kda3_rD (version 3) or k_kda_rD (version 2), else k_kda
+// kdaRecurrence launches the delta rule of version over seqs x heads blocks: for versions 5-7 and a head
+// width kdaSplit takes, k_kda<version>_rD with kdaSplit's threads; else for a head width of 32, 64 or 128
+// d threads of k_kda4_rD (versions 4 and up), k_kda3_rD (version 3) or k_kda_rD (version 2); else k_kda
 // (version 1).
 func (c *opCtx) kdaRecurrence(version int, out, qn, kn, dec, beta, v, starts uint64, seqs, heads, d int) error {
+	if threads, ok := kdaSplit(version, d); ok {
+		return c.launch(fmt.Sprintf("k_kda%d_r%d", version, d), d2(seqs, heads), d1(threads), 0,
+			out, qn, kn, dec, beta, v, starts, int32(heads), c.b.bf)
+	}
 	switch d {
 	case 32, 64, 128:
 		name := fmt.Sprintf("k_kda_r%d", d)
@@ -205,6 +214,19 @@ func (c *opCtx) kdaRecurrence(version int, out, qn, kn, dec, beta, v, starts uin
 		return c.launch(name, d2(seqs, heads), d1(d), 0, out, qn, kn, dec, beta, v, starts, int32(heads), c.b.bf)
 	}
 	return c.launch("k_kda", d2(seqs, heads), d1(d), 4*(d*d+3*d), out, qn, kn, dec, beta, v, starts, int32(heads), int32(d), c.b.bf)
+}
+
+// kdaSplit is the block of kda.cu's kda_split for version and head width d (R threads a column, C
+// columns a thread: R*d/C threads), and whether kda.cu has that kernel: version 5 (R 2, C 1), 6 (R 2,
+// C 2) and 7 (R 4, C 4), each for widths 64 and 128. Other widths fall back to version 4.
+func kdaSplit(version, d int) (threads int, ok bool) {
+	switch {
+	case version == 5 && (d == 64 || d == 128):
+		return 2 * d, true
+	case (version == 6 || version == 7) && (d == 64 || d == 128):
+		return d, true
+	}
+	return 0, false
 }
 
 // Launch parameters of mla.cu (version 1): a block of 128 threads per (query tile of up to mlaQB rows of
