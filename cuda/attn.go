@@ -94,7 +94,9 @@ func (c *opCtx) shortConv(kernel string, rowsPer int, out, x, w, start uint64, r
 // Launches (kdaVersion): k_kda_prep3, kdaPrepPairs(d) (row, head) pairs a block of 128 threads; for the
 // recurrence, d threads per (sequence, head) block: for widths 32, 64 and 128 (K3's) k_kda4_rD in BF16
 // precision, k_kda3_rD in FP32 precision (the state in registers, a row's second half merged with the next
-// row's first half), else k_kda (version 1) with (d*d + 3d) * 4 bytes of dynamic shared memory.
+// row's first half), else k_kda (version 1) with (d*d + 3d) * 4 bytes of dynamic shared memory. Versions
+// 5-7 (each state column split over 2 or 4 threads, kdaSplit) are launched only through the test knob
+// until the H200 has timed them.
 func (b *Backend) KDA(q, k, v, graw, braw ops.Tensor, aLog, dtBias ops.Tensor, heads int, lower float32, l ops.Layout) (ops.Tensor, error) {
 	const op = "KDA"
 	ts, err := b.tensors(op, []string{"q", "k", "v", "graw", "braw", "aLog", "dtBias"}, q, k, v, graw, braw, aLog, dtBias)
@@ -171,9 +173,10 @@ func (b *Backend) kdaVersion() int {
 	return 3
 }
 
-// kdaBF16Version is the recurrence KDA launches in BF16 precision (cuda/NOTES.md, KDA version 5, has the
-// measurements that chose it).
-const kdaBF16Version = 7
+// kdaBF16Version is the recurrence KDA launches in BF16 precision: version 4 until versions 5-7 are timed
+// on the H200 (cuda/NOTES.md, KDA versions 5-7: switch only if one is faster at 4 x 4,096 tokens and not
+// slower at 16 and 1 x 4,096).
+const kdaBF16Version = 4
 
 // kdaPrepPairs is the number of (row, head) pairs a block of k_kda_prep3 normalises: 16 (one warp sums
 // the 32 rows of squares while the SM's other blocks compute), fewer for heads wider than 254 so that the

@@ -54,6 +54,20 @@
 //      wavefronts a warp: about 25 ms at 16 x 4096), no longer by FP32 issue. ptxas: 168 registers,
 //      no spills with NVRTC 11.8; NVRTC 13 (the H200's) 168 and 8 bytes of spill. cuda/NOTES.md (KDA
 //      version 4) has the measurements and what would go further.
+//   6. k_kda5/6/7_r64/128 (KDA versions 5-7, kda_split; width 32 stays on version 4): version 4's pass
+//      with each state column split by rows over R threads and C columns a thread: version 5 R 2, C 1
+//      (2d threads, 64 state values a thread at d = 128), version 6 R 2, C 2 (d threads, each 16-byte
+//      shared load of a row's inputs serves 2 columns: half version 4's shared loads, its bound), version
+//      7 R 4, C 4 (a quarter). Each thread's partial sums of o and ks (fused multiply-adds, ascending i
+//      over its rows) meet at the next pass's barrier (version 4's, no new one) in shared memory, added
+//      in ascending slice order: a fixed order per head width, so a sequence's bits never depend on the
+//      wave; the values differ from version 4's at float32 rounding level. v is staged in shared memory
+//      with the other inputs. ptxas (NVRTC 11.8, sm_90): k_kda5_r128 80 registers (the cap of 3 blocks
+//      of 256 threads) with 80 bytes of spill stores; k_kda6_r128 and k_kda7_r128 168, no spills.
+//      NOT yet run on the H200 (no device time was left for it): not the default, KDA launches them only
+//      through the test knob; the run that times them (TestKDATiming) and checks them (TestKDAVersion5,
+//      TestKDAVersion5Wave) is prepared, cuda/NOTES.md (KDA versions 5-7) says how. A CPU emulation of
+//      the kernel's threads pass by pass agreed with version 4's statements within 4e-6 of (|ref| + rms).
 #include "common.cuh"
 
 // k_shortconv: out[t, c] = rnd(silu(sum_{i<K} w[c, i] * x[t-K+1+i, c])) over taps whose row is in t's
