@@ -84,19 +84,23 @@ func (c *opCtx) shortConv(kernel string, rowsPer int, out, x, w, start uint64, r
 //	out[t,h*d+j] = rounded(o[j])
 //
 // In FP32 precision (the audit mode) the two backends agree bit for bit (up to the rare double-precision
-// libm difference in exp and sigmoid). In BF16 precision the recurrence's three sums (ks, S += kn u, o)
-// are fused multiply-adds, each product and sum rounded once instead of twice (kda.cu version 4, about
-// 1.5x faster): the values differ from the CPU backend's at float32 rounding level before the output's
-// bfloat16 rounding, so an output sitting on a bfloat16 rounding boundary may move by one ulp (0.01-0.02%
-// of them on the H200, TestKDAVersion4 and TestAgainstCPU). Each sum still runs in one fixed order (ascending i) per sequence and head, so a sequence's
-// bits never depend on the wave in either precision.
+// libm difference in exp and sigmoid). In BF16 precision (KDA version 5) the recurrence's three sums (ks,
+// S += kn u, o) are fused multiply-adds, each product and sum rounded once instead of twice (kda.cu item
+// 5, about 1.2x faster), and the prep evaluates dec's exp and sigmoid and beta's sigmoid in single
+// precision (k_kda_prep4, kda.cu item 6) instead of in double rounded once: dec and beta are within a few
+// float32 ulps of the double-precision values (TestKDAPrep4). So the values differ from the CPU backend's
+// at float32 rounding level before the output's bfloat16 rounding, and an output sitting on a bfloat16
+// rounding boundary may move by one ulp (about 0.01-0.02% of them on the H200, TestKDAVersion4,
+// TestKDAPrep4 and TestAgainstCPU). Each sum still runs in one fixed order (ascending i) per sequence and
+// head and every prep value depends on its own row only, so a sequence's bits never depend on the wave in
+// either precision.
 //
-// Launches (kdaVersion): k_kda_prep3, kdaPrepPairs(d) (row, head) pairs a block of 128 threads; for the
-// recurrence, d threads per (sequence, head) block: for widths 32, 64 and 128 (K3's) k_kda4_rD in BF16
-// precision, k_kda3_rD in FP32 precision (the state in registers, a row's second half merged with the next
-// row's first half), else k_kda (version 1) with (d*d + 3d) * 4 bytes of dynamic shared memory. Versions
-// 5-7 (each state column split over 2 or 4 threads, kdaSplit) are launched only through the test knob
-// until the H200 has timed them.
+// Launches (kdaVersion): k_kda_prep4 (BF16) or k_kda_prep3 (FP32), kdaPrepPairs(d) (row, head) pairs a
+// block of 128 threads; for the recurrence, d threads per (sequence, head) block: for widths 32, 64 and
+// 128 (K3's) k_kda4_rD in BF16 precision, k_kda3_rD in FP32 precision (the state in registers, a row's
+// second half merged with the next row's first half), else k_kda (version 1) with (d*d + 3d) * 4 bytes
+// of dynamic shared memory. Versions 6-8 (k_kda_prep4, then each state column split over 2 or 4 threads,
+// kdaSplit) are launched only through the test knob until the H200 has timed them.
 func (b *Backend) KDA(q, k, v, graw, braw ops.Tensor, aLog, dtBias ops.Tensor, heads int, lower float32, l ops.Layout) (ops.Tensor, error) {
 	const op = "KDA"
 	ts, err := b.tensors(op, []string{"q", "k", "v", "graw", "braw", "aLog", "dtBias"}, q, k, v, graw, braw, aLog, dtBias)
@@ -160,9 +164,12 @@ func (b *Backend) KDA(q, k, v, graw, braw ops.Tensor, aLog, dtBias ops.Tensor, h
 	return out, nil
 }
 
-// kdaVersion is the kda.cu version KDA launches: kdaBF16Version in BF16 precision, 3 (the CPU backend's
-// bits) in FP32 precision, or the one a test set (tests compare versions 2-7 and time them). The choice
-// depends on the precision alone (and the head width, in kdaRecurrence), never on the wave.
+// kdaVersion is the KDA version KDA launches: kdaBF16Version (5: k_kda_prep4's single-precision decay and
+// beta, then version 4's fused multiply-adds) in BF16 precision, 3 (the CPU backend's bits) in FP32
+// precision, or the one a test set (tests compare versions 2 to 8 and time them). Versions 3 and 4 both
+// run k_kda_prep3; version 4 is version 5 with the double-precision prep; versions 6-8 are version 5 with
+// kda_split's recurrences. The choice depends on the precision alone (and the head width, in
+// kdaRecurrence), never on the wave.
 func (b *Backend) kdaVersion() int {
 	if b.kdaVer != 0 {
 		return b.kdaVer
@@ -173,30 +180,34 @@ func (b *Backend) kdaVersion() int {
 	return 3
 }
 
-// kdaBF16Version is the recurrence KDA launches in BF16 precision: version 4 until versions 5-7 are timed
-// on the H200 (cuda/NOTES.md, KDA versions 5-7: switch only if one is faster at 4 x 4,096 tokens and not
-// slower at 16 and 1 x 4,096).
-const kdaBF16Version = 4
+// kdaBF16Version is the KDA version launched in BF16 precision: version 5 until versions 6-8 are timed on
+// the H200 (cuda/NOTES.md, KDA versions 6-8: switch only if one is faster at 4 x 4,096 tokens and not
+// slower at 16 and 1 x 4,096; TestKDADefaultVersion's BF16 case changes with it).
+const kdaBF16Version = 5
 
 // kdaPrepPairs is the number of (row, head) pairs a block of k_kda_prep3 normalises: 16 (one warp sums
 // the 32 rows of squares while the SM's other blocks compute), fewer for heads wider than 254 so that the
 // staged rows stay within 32 KiB of shared memory.
 func kdaPrepPairs(d int) int { return max(1, min(16, 4096/(d+2))) }
 
-// kdaPrep launches the normalisation, decay and beta kernel of version (k_kda_prep3 for 3 and 4,
-// k_kda_prep before) over rows x heads pairs of head width d; in is KDA's inputs as float32 (q, k, v, graw, braw,
-// aLog, dtBias).
+// kdaPrep launches the normalisation, decay and beta kernel of version (k_kda_prep4 for 5-8, k_kda_prep3
+// for 3 and 4, k_kda_prep before) over rows x heads pairs of head width d; in is KDA's inputs as float32
+// (q, k, v, graw, braw, aLog, dtBias).
 func (c *opCtx) kdaPrep(version int, qn, kn, dec, beta uint64, in []uint64, rows, heads, d int, lower, scale float32) error {
 	if version < 3 {
 		return c.launch("k_kda_prep", d1(rows*heads), d1(d), 0,
 			qn, kn, dec, beta, in[0], in[1], in[3], in[4], in[5], in[6], int32(heads), int32(d), lower, scale)
 	}
 	p, pairs := kdaPrepPairs(d), rows*heads
+	if version >= 5 {
+		return c.launch("k_kda_prep4", d1((pairs+p-1)/p), d1(128), 4*(2*p*(d+1)+4*p),
+			qn, kn, dec, beta, in[0], in[1], in[3], in[4], in[5], in[6], int64(pairs), int32(heads), int32(d), int32(p), lower, scale)
+	}
 	return c.launch("k_kda_prep3", d1((pairs+p-1)/p), d1(128), 4*(2*p*(d+1)+3*p),
 		qn, kn, dec, beta, in[0], in[1], in[3], in[4], in[5], in[6], int64(pairs), int32(heads), int32(d), int32(p), lower, scale)
 }
 
-// kdaRecurrence launches the delta rule of version over seqs x heads blocks: for versions 5-7 and a head
+// kdaRecurrence launches the delta rule of version over seqs x heads blocks: for versions 6-8 and a head
 // width kdaSplit takes, k_kda<version>_rD with kdaSplit's threads; else for a head width of 32, 64 or 128
 // d threads of k_kda4_rD (versions 4 and up), k_kda3_rD (version 3) or k_kda_rD (version 2); else k_kda
 // (version 1).
@@ -220,13 +231,14 @@ func (c *opCtx) kdaRecurrence(version int, out, qn, kn, dec, beta, v, starts uin
 }
 
 // kdaSplit is the block of kda.cu's kda_split for version and head width d (R threads a column, C
-// columns a thread: R*d/C threads), and whether kda.cu has that kernel: version 5 (R 2, C 1), 6 (R 2,
-// C 2) and 7 (R 4, C 4), each for widths 64 and 128. Other widths fall back to version 4.
+// columns a thread: R*d/C threads), and whether kda.cu has that kernel: version 6 (R 2, C 1), 7 (R 2,
+// C 2) and 8 (R 4, C 4), each for widths 64 and 128. Other widths fall back to recurrence version 4
+// (after k_kda_prep4, as version 5).
 func kdaSplit(version, d int) (threads int, ok bool) {
 	switch {
-	case version == 5 && (d == 64 || d == 128):
+	case version == 6 && (d == 64 || d == 128):
 		return 2 * d, true
-	case (version == 6 || version == 7) && (d == 64 || d == 128):
+	case (version == 7 || version == 8) && (d == 64 || d == 128):
 		return d, true
 	}
 	return 0, false

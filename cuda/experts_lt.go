@@ -149,7 +149,7 @@ func (c *opCtx) expertLtRows(d *groupedDev, gu, dn *ltShape, w, gub, dnb uint64,
 	if err := c.ltGemm(dn, dnb, h, w+uint64(2*2*ffn*latent), n, latent, ffn); err != nil {
 		return fmt.Errorf("down: %w", err)
 	}
-	if err := c.launch1D("k_to_bf16", n*latent, zs, dnb, int64(n), int32(latent), int32(latent)); err != nil {
+	if err := c.toBF16(zs, dnb, n, latent, latent); err != nil {
 		return fmt.Errorf("rounding the down output: %w", err)
 	}
 	return nil

@@ -97,7 +97,7 @@ func (b *Backend) SiTUFFN(x, gate, up, down ops.Tensor, beta, linBeta float32) (
 				return fmt.Errorf("rows %d..%d of %d: %w", r0, r0+rn-1, n, err)
 			}
 		}
-		return c.launch1D("k_round", n*hidden, out.ptr, out.ptr, int64(n*hidden), int32(1))
+		return c.roundF32(out.ptr, out.ptr, n*hidden, 1)
 	})
 	if err != nil {
 		return nil, err
@@ -108,7 +108,7 @@ func (b *Backend) SiTUFFN(x, gate, up, down ops.Tensor, beta, linBeta float32) (
 // ffnRows runs one block of rn rows: x (rn x hidden float32) to y (rn x hidden float32, not yet rounded),
 // through the scratch buffers xb, g, u and h (sized for the block).
 func (c *opCtx) ffnRows(gu, dn *ltShape, y, x, xb, g, u, h, tab, gate, up, down uint64, rn, hidden, ffn int) error {
-	if err := c.launch1D("k_to_bf16", gu.ldb*rn, xb, x, int64(rn), int32(hidden), int32(gu.ldb)); err != nil {
+	if err := c.toBF16(xb, x, rn, hidden, gu.ldb); err != nil {
 		return fmt.Errorf("x to bfloat16: %w", err)
 	}
 	if err := c.ltGemm(gu, g, xb, gate, rn, ffn, hidden); err != nil {

@@ -20,7 +20,7 @@ type kernelFile struct {
 }
 
 var kernelFiles = []kernelFile{
-	{"elementwise.cu", []string{"k_round", "k_widen_bf16", "k_add", "k_mul_sigmoid", "k_situ", "k_slice", "k_gather", "k_scatter_add", "k_copy16"}},
+	{"elementwise.cu", []string{"k_round", "k_round4", "k_widen_bf16", "k_add", "k_mul_sigmoid", "k_situ", "k_slice", "k_gather", "k_scatter_add", "k_copy16"}},
 	{"norm.cu", []string{"k_rmsnorm", "k_attnres"}},
 	{"matmul.cu", []string{"k_matmul_f32", "k_matmul_bf16", "k_matmul_mxfp4"}},
 	{"matmul_tc.cu", []string{"k_matmul_tc_bf16", "k_matmul_tc_mxfp4", "k_matmul_tc_bf16_vec", "k_matmul_tc_mxfp4_vec"}},
@@ -28,13 +28,13 @@ var kernelFiles = []kernelFile{
 		"k_experts_gateup_f32", "k_experts_down_f32", "k_experts_gateup_nodec", "k_experts_down_nodec",
 		"k_experts_decode", "k_experts_situ_rows", "k_situ_glu_bf16"}},
 	{"kda.cu", []string{"k_shortconv", "k_shortconv_v2", "k_kda_prep", "k_kda", "k_kda_r32", "k_kda_r64", "k_kda_r128",
-		"k_kda_prep3", "k_kda3_r32", "k_kda3_r64", "k_kda3_r128", "k_kda4_r32", "k_kda4_r64", "k_kda4_r128",
-		"k_kda5_r64", "k_kda5_r128", "k_kda6_r64", "k_kda6_r128", "k_kda7_r64", "k_kda7_r128"}},
+		"k_kda_prep3", "k_kda3_r32", "k_kda3_r64", "k_kda3_r128", "k_kda4_r32", "k_kda4_r64", "k_kda4_r128", "k_kda_prep4",
+		"k_kda6_r64", "k_kda6_r128", "k_kda7_r64", "k_kda7_r128", "k_kda8_r64", "k_kda8_r128"}},
 	{"mla.cu", []string{"k_mla"}},
 	{"mla_tc.cu", []string{"k_mla_prep", "k_mla_tc_64_64", "k_mla_tc_128_128", "k_mla_tc_192_128"}},
 	{"route.cu", []string{"k_route_topk", "k_route_topk_v2"}},
 	{"tokenstats.cu", []string{"k_token_stats", "k_token_stats2"}},
-	{"convert.cu", []string{"k_to_bf16"}},
+	{"convert.cu", []string{"k_to_bf16", "k_to_bf16_v4"}},
 }
 
 // nvrtcOptions are the options every kernel file is compiled with (the architecture is added per device).

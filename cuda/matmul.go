@@ -100,14 +100,14 @@ func (c *opCtx) gemmLt(s *ltShape, out, x uint64, n int, w weightRef, round bool
 		if xb, err = c.temp(2 * s.ldb * n); err != nil {
 			return err
 		}
-		if err := c.launch1D("k_to_bf16", s.ldb*n, xb, x, int64(n), int32(k), int32(s.ldb)); err != nil {
+		if err := c.toBF16(xb, x, n, k, s.ldb); err != nil {
 			return err
 		}
 	}
 	if err := c.ltGemm(s, out, xb, w.ptr, n, m, k); err != nil || !round {
 		return err
 	}
-	return c.launch1D("k_round", n*m, out, out, int64(n*m), int32(1))
+	return c.roundF32(out, out, n*m, 1)
 }
 
 // ltGemm runs out (n x m float32, unrounded) = xb (n x k bfloat16, rows s.ldb apart) times w^T (m x k

@@ -25,7 +25,7 @@ func (c *opCtx) narrowOf(t *Tensor, ld int) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	if err := c.launch1D("k_to_bf16", ld*t.rows, p, t.ptr, int64(t.rows), int32(t.cols), int32(ld)); err != nil {
+	if err := c.toBF16(p, t.ptr, t.rows, t.cols, ld); err != nil {
 		return 0, fmt.Errorf("%w (freeing: %v)", err, c.b.free(p))
 	}
 	t.narrow, t.narrowLd = p, ld

@@ -10,8 +10,8 @@ import (
 
 // TestUploadTiming (timing; not with -short): the rate of the weight stream from stable pinned host
 // memory at K3's sizes, the way the engine's host cache feeds it: a layer's 896 experts (15.7 GB) in
-// batches of 16 that share a host buffer (one span copy each), alone and while the compute stream runs
-// matmuls; and one plain copy of a large pinned buffer for reference. The bound of the benchmark assumes
+// batches of 16 that share a host buffer (one span copy each), alone, while the compute stream runs
+// matmuls, and while the routed experts' path runs on one stream or on lanes; and one plain copy of a large pinned buffer for reference. The bound of the benchmark assumes
 // 55 GB/s; a MoE layer at 16,384 tokens takes longer than its copies at that rate, and this says whether
 // the copies themselves are slower.
 func TestUploadTiming(t *testing.T) {
@@ -77,20 +77,69 @@ func TestUploadTiming(t *testing.T) {
 			b.Free(y)
 		}
 	}
+	// the other compute load: the routed experts' path, 128 resident experts and 9,600 tokens choosing 16
+	// of them (about 1,200 rows an expert, a 65,536-token wave's), its GEMMs on one stream or on lanes
+	var resident []ops.Expert
+	for id := range 128 {
+		e, err := b.UploadExpert(1000+id, latent, ffn, parts[0], parts[1], parts[2], parts[3], parts[4], parts[5])
+		if err != nil {
+			t.Fatal(err)
+		}
+		resident = append(resident, e)
+	}
+	defer func() {
+		for _, e := range resident {
+			b.Free(e)
+		}
+	}()
+	const erows, ek = 9600, 16
+	rt := ops.Routing{K: ek, IDs: make([]int32, erows*ek), Weights: make([]float32, erows*ek)}
+	for r := range erows {
+		for j, e := range rng.Perm(len(resident))[:ek] {
+			rt.IDs[r*ek+j], rt.Weights[r*ek+j] = int32(1000+e), 1.0/ek
+		}
+	}
+	zv := make([]float32, erows*latent)
+	for i := range zv {
+		zv[i] = float32(rng.NormFloat64())
+	}
+	z, err := b.FromHost(erows, latent, zv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Free(z)
+	acc, err := b.Zeros(erows, latent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Free(acc)
+	loadExperts := func(n, lanes int) {
+		b.opts.ExpertStreams = lanes
+		defer func() { b.opts.ExpertStreams = 0 }()
+		for range n {
+			if err := b.ExpertsAccumulate(acc, z, rt, resident, 4, 25); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
 	syncCopy := func() {
 		if err := b.ex.do(b.syncCopy); err != nil {
 			t.Fatal(err)
 		}
 	}
 	for _, c := range []struct {
-		what    string
-		matmuls int
-	}{{"alone", 0}, {"alone", 0}, {"beside 60 matmuls", 60}, {"beside 60 matmuls", 60}} {
+		what             string
+		matmuls, experts int // matmuls, or expert calls on `lanes` streams, queued before the uploads
+		lanes            int
+	}{{"alone", 0, 0, 0}, {"alone", 0, 0, 0}, {"beside 60 matmuls", 60, 0, 0}, {"beside 60 matmuls", 60, 0, 0},
+		{"beside experts, 1 lane", 0, 10, 1}, {"beside experts, 4 lanes", 0, 10, 4},
+		{"beside experts, 1 lane", 0, 10, 1}, {"beside experts, 4 lanes", 0, 10, 4}} {
 		if err := b.Synchronize(); err != nil {
 			t.Fatal(err)
 		}
 		start := time.Now()
 		load(c.matmuls)
+		loadExperts(c.experts, c.lanes)
 		loaded := time.Since(start)
 		var es []ops.Expert
 		for _, batch := range batches {
@@ -107,7 +156,7 @@ func TestUploadTiming(t *testing.T) {
 			t.Fatal(err)
 		}
 		computed := time.Since(start)
-		t.Logf("TIMING upload of 896 experts %-18s %.2f GB: copies done at %7.1f ms (%.1f GB/s); matmuls queued by %.1f ms, uploads queued by %.1f ms, compute done at %.1f ms",
+		t.Logf("TIMING upload of 896 experts %-24s %.2f GB: copies done at %7.1f ms (%.1f GB/s); matmuls queued by %.1f ms, uploads queued by %.1f ms, compute done at %.1f ms",
 			c.what, total/1e9, ms(copied), total/copied.Seconds()/1e9, ms(loaded), ms(queued), ms(computed))
 		for _, e := range es {
 			b.Free(e)

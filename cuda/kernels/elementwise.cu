@@ -15,6 +15,15 @@ extern "C" __global__ void k_round(float* out, const float* x, i64 n, int bf) {
         out[i] = rnd(x[i], bf);
 }
 
+// k_round4: k_round four elements a thread (16-byte loads and stores; n4 = n / 4, both 16-byte aligned).
+// MatMul's rounding pass (matmul.go gemmLt) over a GEMM's float32 output: the same rnd per element.
+extern "C" __global__ void k_round4(float4* out, const float4* x, i64 n4, int bf) {
+    for (i64 i = blockIdx.x * (i64)blockDim.x + threadIdx.x; i < n4; i += (i64)gridDim.x * blockDim.x) {
+        float4 v = x[i];
+        out[i] = make_float4(rnd(v.x, bf), rnd(v.y, bf), rnd(v.z, bf), rnd(v.w, bf));
+    }
+}
+
 // k_widen_bf16: out[i] = float(x[i]) for raw bfloat16 x (exact).
 extern "C" __global__ void k_widen_bf16(float* out, const u16* x, i64 n) {
     for (i64 i = blockIdx.x * (i64)blockDim.x + threadIdx.x; i < n; i += (i64)gridDim.x * blockDim.x)

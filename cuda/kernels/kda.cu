@@ -54,20 +54,36 @@
 //      wavefronts a warp: about 25 ms at 16 x 4096), no longer by FP32 issue. ptxas: 168 registers,
 //      no spills with NVRTC 11.8; NVRTC 13 (the H200's) 168 and 8 bytes of spill. cuda/NOTES.md (KDA
 //      version 4) has the measurements and what would go further.
-//   6. k_kda5/6/7_r64/128 (KDA versions 5-7, kda_split; width 32 stays on version 4): version 4's pass
-//      with each state column split by rows over R threads and C columns a thread: version 5 R 2, C 1
-//      (2d threads, 64 state values a thread at d = 128), version 6 R 2, C 2 (d threads, each 16-byte
-//      shared load of a row's inputs serves 2 columns: half version 4's shared loads, its bound), version
-//      7 R 4, C 4 (a quarter). Each thread's partial sums of o and ks (fused multiply-adds, ascending i
-//      over its rows) meet at the next pass's barrier (version 4's, no new one) in shared memory, added
-//      in ascending slice order: a fixed order per head width, so a sequence's bits never depend on the
-//      wave; the values differ from version 4's at float32 rounding level. v is staged in shared memory
-//      with the other inputs. ptxas (NVRTC 11.8, sm_90): k_kda5_r128 80 registers (the cap of 3 blocks
-//      of 256 threads) with 80 bytes of spill stores; k_kda6_r128 and k_kda7_r128 168, no spills.
-//      NOT yet run on the H200 (no device time was left for it): not the default, KDA launches them only
-//      through the test knob; the run that times them (TestKDATiming) and checks them (TestKDAVersion5,
-//      TestKDAVersion5Wave) is prepared, cuda/NOTES.md (KDA versions 5-7) says how. A CPU emulation of
-//      the kernel's threads pass by pass agreed with version 4's statements within 4e-6 of (|ref| + rms).
+//   6. k_kda_prep4 (KDA version 5: prep4, then version 4's recurrence; BF16 precision only): k_kda_prep3
+//      spent about 250 instructions an element on dec's double-precision exp and sigmoid (a double
+//      exp and a double division each, rounded to float once) and was bound by them. prep4 evaluates
+//      them in single precision, sigmoid_ff(x) = __frcp_rn(1 + expf(-x)) and dec = expf(lower * gate),
+//      beta = sigmoid_ff(braw) too; the per-pair rate exp(aLog[h]) stays in double (1/d of the work, and
+//      the gate's argument stays prep3's bit for bit). qn and kn keep prep3's statements and order (the
+//      same bits); the element loops step (pair, channel) by addition instead of a division by d, and
+//      the dtBias offset h*d is computed once a pair instead of a 64-bit remainder an element. Accuracy
+//      against prep3 on the H200 (TestKDAPrep4, random inputs, lower -5): dec at most 9 float32 ulps
+//      (mean 1.0; at most 2.6 ulps per unit of |ln dec|: exp multiplies the gate's few-ulp error by
+//      |lower * gate|; at most 3 ulps with lower -1), beta at most 2 ulps; qn, kn identical. Every value
+//      depends on its own (row, head) only, so batch invariance is unchanged. H200, 96 heads of 128:
+//      prep 16 x 4096 tokens 6.29 ms (prep3: 8.35), 4 x 4096 1.59 (2.10), 1 x 4096 0.42 (0.54); KDA in
+//      BF16 precision (prep + recurrence) 37.6 ms at 16 x 4096 (version 4: 39.6). The floor is its
+//      19.3 GB of traffic, about 5 ms. 32 registers (prep3: 40-42), no spills.
+//   7. k_kda6/7/8_r64/128 (KDA versions 6-8: prep4, then kda_split; width 32 stays on recurrence
+//      version 4): version 4's pass with each state column split by rows over R threads and C columns a
+//      thread: version 6 R 2, C 1 (2d threads, 64 state values a thread at d = 128), version 7 R 2, C 2
+//      (d threads, each 16-byte shared load of a row's inputs serves 2 columns: half version 4's shared
+//      loads, its bound), version 8 R 4, C 4 (a quarter). Each thread's partial sums of o and ks (fused
+//      multiply-adds, ascending i over its rows) meet at the next pass's barrier (version 4's, no new
+//      one) in shared memory, added in ascending slice order: a fixed order per head width, so a
+//      sequence's bits never depend on the wave; the values differ from version 4's at float32 rounding
+//      level. v is staged in shared memory with the other inputs. ptxas (NVRTC 11.8, sm_90):
+//      k_kda6_r128 80 registers (the cap of 3 blocks of 256 threads) with 80 bytes of spill stores;
+//      k_kda7_r128 and k_kda8_r128 168, no spills. NOT yet run on the H200 (no device time was left for
+//      it): not the default (version 5 is), KDA launches them only through the test knob; the run that
+//      times them (TestKDATiming) and checks them (TestKDAVersion6, TestKDAVersion6Wave) is prepared,
+//      cuda/NOTES.md (KDA versions 6-8) says how. A CPU emulation of the kernel's threads pass by pass
+//      agreed with version 4's statements within 4e-6 of (|ref| + rms).
 #include "common.cuh"
 
 // k_shortconv: out[t, c] = rnd(silu(sum_{i<K} w[c, i] * x[t-K+1+i, c])) over taps whose row is in t's
@@ -338,6 +354,68 @@ extern "C" __global__ void __launch_bounds__(128) k_kda_prep3(float* qn, float* 
     }
 }
 
+// sigmoid_ff is 1 / (1 + e^-x) in single precision (k_kda_prep4): expf (CUDA's, at most 2 ulps), one
+// rounded add and an IEEE reciprocal (__frcp_rn): within a few ulps of sigmoid_f. For x < -88 expf(-x)
+// overflows to infinity and the result is 0 where sigmoid_f gives a denormal below 2^-126.
+__device__ __forceinline__ float sigmoid_ff(float x) { return __frcp_rn(__fadd_rn(1.0f, expf(-x))); }
+
+// k_kda_prep4 is k_kda_prep3 with single-precision transcendentals for BF16 precision (KDA version 5,
+// kda.cu item 6): per element dec = expf(lower * sigmoid_ff(rate * (graw + dtBias))), per pair beta =
+// sigmoid_ff(braw); the decay rate exp(aLog[h]) stays exp_f, in double precision (once per pair, so
+// the gate's argument is prep3's bit for bit). qn and kn are prep3's statements in prep3's order (the same
+// bits). Besides the math, the element loops step (pair, channel) by adding blockDim instead of dividing
+// by d per element, and each pair's dtBias offset h*d is computed once (prep3 takes a 64-bit remainder
+// per element). Shared memory: prep3's, then P ints (the pairs' dtBias offsets).
+// Launch: blockDim 128 (2P <= 128), gridDim ceil(pairs / P), (2P(d+1) + 4P) * 4 bytes of shared memory.
+extern "C" __global__ void __launch_bounds__(128) k_kda_prep4(float* qn, float* kn, float* dec, float* beta,
+                                                              const float* q, const float* k, const float* graw,
+                                                              const float* braw, const float* aLog,
+                                                              const float* dtBias, i64 pairs, int heads, int d,
+                                                              int P, float lower, float scale) {
+    extern __shared__ float sm[];
+    int ld = d + 1;
+    float* inv = sm + 2 * P * ld;
+    float* rate = inv + 2 * P;
+    int* hoff = (int*)(rate + P);
+    i64 p0 = (i64)blockIdx.x * P;
+    int np = (int)min((i64)P, pairs - p0);
+    i64 e0 = p0 * d;
+    int ne = np * d;
+    const int r0 = threadIdx.x / d, i0 = threadIdx.x - r0 * d; // the thread's first (pair, channel)
+    const int sr = blockDim.x / d, si = blockDim.x - sr * d;   // the step of e += blockDim.x in (pair, channel)
+    for (int e = threadIdx.x, r = r0, i = i0; e < ne; e += blockDim.x) {
+        sm[2 * r * ld + i] = q[e0 + e];
+        sm[(2 * r + 1) * ld + i] = k[e0 + e];
+        r += sr, i += si;
+        if (i >= d) r++, i -= d;
+    }
+    __syncthreads();
+    int c = threadIdx.x;  // row c of the staged rows: q (even) or k (odd) of pair c / 2
+    if (c < 2 * np) {
+        const float* x = sm + c * ld;
+        float s = 0.0f;
+#pragma unroll 8
+        for (int i = 0; i < d; i++) s = __fadd_rn(s, __fmul_rn(x[i], x[i]));
+        inv[c] = rsqrt_f(__fadd_rn(s, 1e-6f));
+        if ((c & 1) == 0) {
+            i64 p = p0 + c / 2;
+            int h = (int)(p % heads);
+            rate[c / 2] = exp_f(aLog[h]);
+            hoff[c / 2] = h * d;
+            beta[p] = sigmoid_ff(braw[p]);
+        }
+    }
+    __syncthreads();
+    for (int e = threadIdx.x, r = r0, i = i0; e < ne; e += blockDim.x) {
+        qn[e0 + e] = __fmul_rn(__fmul_rn(sm[2 * r * ld + i], inv[2 * r]), scale);
+        kn[e0 + e] = __fmul_rn(sm[(2 * r + 1) * ld + i], inv[2 * r + 1]);
+        float gate = sigmoid_ff(__fmul_rn(rate[r], __fadd_rn(graw[e0 + e], dtBias[hoff[r] + i])));
+        dec[e0 + e] = expf(__fmul_rn(lower, gate));
+        r += sr, i += si;
+        if (i >= d) r++, i -= d;
+    }
+}
+
 // mac is acc + a*b: the product rounded, then the sum (versions 1-3, the CPU backend's statements), or
 // with FUSED one fused multiply-add rounded once (version 4). --fmad=false keeps the compiler from
 // contracting the first form; __fmaf_rn is an explicit FFMA either way.
@@ -424,17 +502,18 @@ KDA_RECURRENCE(k_kda4_r64, kda_fused, 64, 64)
 // The same bound as k_kda3_r128: 3 blocks an SM, at most 168 registers a thread.
 KDA_RECURRENCE(k_kda4_r128, kda_fused, 128, 128, 3)
 
-// kda_split is versions 5-7 of the recurrence for a head width of D: version 4's statements with each
-// column split over R threads by rows, and C columns a thread. Thread (slice r = tid / P, p = tid % P,
-// P = D / C) keeps rows r*N .. r*N+N-1 (N = D / R) of columns p, p+P, .., p+(C-1)P in registers and runs
-// version 4's pass over its N rows (S += kn u, o += S qn, S *= dec, ks += S kn: fused multiply-adds in
-// ascending i), giving partial sums of o_t and ks_t+1 for each of its columns. At the start of the next
-// pass (after the barrier that version 4 already has) every thread reads the R partials of its columns
-// from shared memory and adds them in ascending r, a fixed order set by D alone (((p0 + p1) + p2) + p3),
-// so a sequence's bits never depend on the wave; slice 0 writes the output. One 16-byte shared load of
-// (kn_t, qn_t, dec_t+1, kn_t+1) per row i serves the C columns of a thread: version 4 loaded it once an
-// element, and its pass was bounded by those loads. Threads tid < D load and stage channel tid of the
-// next rows' kn, qn, dec and v (v staged too, so that a thread holds no v of its own columns).
+// kda_split is the recurrence of KDA versions 6-8 (after k_kda_prep4) for a head width of D: version 4's
+// statements with each column split over R threads by rows, and C columns a thread. Thread (slice r = tid
+// / P, p = tid % P, P = D / C) keeps rows r*N .. r*N+N-1 (N = D / R) of columns p, p+P, .., p+(C-1)P in
+// registers and runs version 4's pass over its N rows (S += kn u, o += S qn, S *= dec, ks += S kn: fused
+// multiply-adds in ascending i), giving partial sums of o_t and ks_t+1 for each of its columns. At the
+// start of the next pass (after the barrier that version 4 already has) every thread reads the R partials
+// of its columns from shared memory and adds them in ascending r, a fixed order set by D alone (((p0 + p1)
+// + p2) + p3), so a sequence's bits never depend on the wave; slice 0 writes the output. One 16-byte
+// shared load of (kn_t, qn_t, dec_t+1, kn_t+1) per row i serves the C columns of a thread: version 4
+// loaded it once an element, and its pass was bounded by those loads. Threads tid < D load and stage
+// channel tid of the next rows' kn, qn, dec and v (v staged too, so that a thread holds no v of its own
+// columns).
 // Launch: blockDim R * D / C (at least D), gridDim (sequences, heads), no dynamic shared memory.
 template <int D, int R, int C>
 __device__ __forceinline__ void kda_split(float* out, const float* qn, const float* kn, const float* dec,
@@ -521,12 +600,12 @@ __device__ __forceinline__ void kda_split(float* out, const float* qn, const flo
              const int* starts, int heads, int bf) {                                                         \
         kda_split<D, R, C>(out, qn, kn, dec, beta, v, starts, heads, bf);                                    \
     }
-// Version 5: two threads a column (64 state values a thread at D = 128), 2D threads a block.
-KDA_SPLIT(k_kda5_r64, 64, 2, 1, 3)
-KDA_SPLIT(k_kda5_r128, 128, 2, 1, 3)
-// Version 6: two threads a column, two columns a thread (half version 4's shared loads), D threads.
-KDA_SPLIT(k_kda6_r64, 64, 2, 2, 3)
-KDA_SPLIT(k_kda6_r128, 128, 2, 2, 3)
-// Version 7: four threads a column, four columns a thread (a quarter of the shared loads), D threads.
-KDA_SPLIT(k_kda7_r64, 64, 4, 4, 3)
-KDA_SPLIT(k_kda7_r128, 128, 4, 4, 3)
+// Version 6: two threads a column (64 state values a thread at D = 128), 2D threads a block.
+KDA_SPLIT(k_kda6_r64, 64, 2, 1, 3)
+KDA_SPLIT(k_kda6_r128, 128, 2, 1, 3)
+// Version 7: two threads a column, two columns a thread (half version 4's shared loads), D threads.
+KDA_SPLIT(k_kda7_r64, 64, 2, 2, 3)
+KDA_SPLIT(k_kda7_r128, 128, 2, 2, 3)
+// Version 8: four threads a column, four columns a thread (a quarter of the shared loads), D threads.
+KDA_SPLIT(k_kda8_r64, 64, 4, 4, 3)
+KDA_SPLIT(k_kda8_r128, 128, 4, 4, 3)
