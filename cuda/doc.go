@@ -77,19 +77,24 @@
 // algorithm fits always runs the package's kernel (a choice by shape, never by n), and a test on the H200
 // finds rows bit-identical alone and at any offset of waves of up to 20,000 rows. Where practical the
 // kernels replay the CPU backend's statements exactly (products rounded before the add, transcendentals
-// in double rounded once): the CUDA-core MatMul, the router, the experts, ShortConvSiLU, KDA and the
-// elementwise ops then equal replay/cpu bit for bit; RMSNorm and AttnResMix (warp sums), MLA (online
-// softmax; on the tensor cores also a split p), TokenStats (parallel double sums) and the tensor-core
-// matmuls (k chunks of 16 in the package's kernel, the pinned algorithm's order in cuBLASLt) differ from
-// it at rounding level and are compared with a tolerance (package ops/opstest).
+// in double rounded once): the CUDA-core MatMul, the router, the experts, ShortConvSiLU, KDA in FP32
+// precision and the elementwise ops then equal replay/cpu bit for bit; RMSNorm and AttnResMix (warp
+// sums), MLA (online softmax; on the tensor cores also a split p), TokenStats (parallel double sums), KDA
+// in BF16 precision (fused multiply-adds in the recurrence, single-precision decay and beta) and the
+// tensor-core matmuls (k chunks of 16 in the package's kernel, the pinned algorithm's order in cuBLASLt)
+// differ from it at rounding level and are compared with a tolerance (package ops/opstest).
 //
 // # Performance
 //
 // In BF16 precision the matmuls with a bfloat16 weight (the dense projections, shared experts, latent
-// projections, the router's logits, the lm_head of TokenStats) run on cuBLASLt with the pinned algorithm (Options.CuBLASLt,
-// on by default): x is converted to a bfloat16 copy (convert.cu), the product is accumulated in float32
-// and the outputs are rounded to bfloat16 in place, about 535-620 TFLOP/s at K3's 12288x7168 shapes for
-// 4096-65536 rows on an H200 (the GEMM alone 680-770; the chip's bf16 rate is about 790). The routed
+// projections, the router's logits, the lm_head of TokenStats) run on cuBLASLt with the pinned algorithm
+// (Options.CuBLASLt, on by default): x is converted to a bfloat16 copy (convert.cu), kept with the tensor
+// for the next matmuls on the same x (narrow.go), the product is accumulated in float32 and the outputs
+// are rounded to bfloat16 in place, about 665-735 TFLOP/s at K3's 12288x7168 shapes for 16,384-65,536
+// rows on an H200 (the GEMM alone 720-800; the chip's bf16 rate is about 790). The SiTU-GLU FFNs (layer
+// 0's and the shared experts) run fused (ffn.go, ops.SiTUFFN): one conversion of x, unrounded gate and up
+// GEMMs, SiTU by exact tables straight into the down GEMM's bfloat16 operand, the unfused ops' bits. The
+// routed
 // experts (MXFP4), and every bfloat16 weight under CuBLASLtOff or in a shape no algorithm fits, run on the
 // tensor cores in the package's kernel (matmul_tc.cu: mma.sync bf16 -> f32, each element summing k
 // chunks of 16 in ascending order, so batch invariant as well; about 170-180 TFLOP/s). FP32 precision,
@@ -106,9 +111,11 @@
 // path that FP32 precision and NoTensorCores keep): 146-179 TFLOP/s at K3's sizes, where the per-expert
 // path (six launches an expert) gave 18-34. With cuBLASLt, where it pins both expert shapes, the routed
 // experts' GEMMs run there instead, over weights decoded to bfloat16 a chunk at a time (experts_lt.go):
-// about 290-300 TFLOP/s at the ~1,200 rows an expert of a 65,536-token wave, slower than the grouped
-// kernels at a few hundred rows, where a layer waits for its copies anyway. KDA still steps token by
-// token (version 3: one pass over the state a token, 45 ms for 16 x 4,096 tokens and 96 heads). The next
-// versions (wgmma for the experts and MLA, the chunked KDA, a fused lm_head and log-softmax) are listed
-// in the .cu files and in NOTES.md.
+// about 310-340 TFLOP/s at the ~1,200 rows an expert of a 65,536-token wave, each call's experts spread
+// over four streams (experts_lt_lanes.go, Options.ExpertStreams) so that one expert's last wave of tiles
+// overlaps the next ones', with their scratch kept outside the pool (kept.go). KDA still steps token by
+// token (one pass over the state a token: 38 ms for 16 x 4,096 tokens and 96 heads in BF16 precision,
+// 45 ms in FP32). TokenStats reduces 1 GiB of logits at a time (tokenstats.cu version 2). The next
+// versions (wgmma for the experts and MLA, the chunked KDA, reductions in the lm_head's epilogue) are
+// listed in the .cu files and in NOTES.md.
 package cuda

@@ -1,6 +1,9 @@
 package cuda
 
-import "fmt"
+import (
+	"errors"
+	"fmt"
+)
 
 // The schedule of one call on the cuBLASLt expert path (experts_lt.go) over several streams.
 //
@@ -179,13 +182,11 @@ func (x *ltExperts) join(c *opCtx) error {
 		c.b.syncEvs.put(evs...)
 		x.done[bi] = nil
 	}
+	var errs []error // every lane is waited for, whatever failed before
 	for _, l := range x.lanes {
-		if l.side == nil {
-			continue
-		}
-		if err := c.b.waitOn(c.b.strm, l.side.strm); err != nil {
-			return err
+		if l.side != nil {
+			errs = append(errs, c.b.waitOn(c.b.strm, l.side.strm))
 		}
 	}
-	return nil
+	return errors.Join(errs...)
 }
