@@ -99,7 +99,8 @@ func (c *opCtx) shortConv(kernel string, rowsPer int, out, x, w, start uint64, r
 // block of 128 threads; for the recurrence, d threads per (sequence, head) block: for widths 32, 64 and
 // 128 (K3's) k_kda4_rD in BF16 precision, k_kda3_rD in FP32 precision (the state in registers, a row's
 // second half merged with the next row's first half), else k_kda (version 1) with (d*d + 3d) * 4 bytes
-// of dynamic shared memory.
+// of dynamic shared memory. Versions 6-8 (k_kda_prep4, then each state column split over 2 or 4 threads,
+// kdaSplit) are launched only through the test knob until the H200 has timed them.
 func (b *Backend) KDA(q, k, v, graw, braw ops.Tensor, aLog, dtBias ops.Tensor, heads int, lower float32, l ops.Layout) (ops.Tensor, error) {
 	const op = "KDA"
 	ts, err := b.tensors(op, []string{"q", "k", "v", "graw", "braw", "aLog", "dtBias"}, q, k, v, graw, braw, aLog, dtBias)
@@ -163,26 +164,33 @@ func (b *Backend) KDA(q, k, v, graw, braw ops.Tensor, aLog, dtBias ops.Tensor, h
 	return out, nil
 }
 
-// kdaVersion is the KDA version KDA launches: 5 (k_kda_prep4's single-precision decay and beta, then
-// version 4's fused multiply-adds) in BF16 precision, 3 (the CPU backend's bits) in FP32 precision, or the
-// one a test set (tests compare versions 2 to 5 and time them). Versions 3 and 4 both run k_kda_prep3;
-// version 4 is version 5 with the double-precision prep.
+// kdaVersion is the KDA version KDA launches: kdaBF16Version (5: k_kda_prep4's single-precision decay and
+// beta, then version 4's fused multiply-adds) in BF16 precision, 3 (the CPU backend's bits) in FP32
+// precision, or the one a test set (tests compare versions 2 to 8 and time them). Versions 3 and 4 both
+// run k_kda_prep3; version 4 is version 5 with the double-precision prep; versions 6-8 are version 5 with
+// kda_split's recurrences. The choice depends on the precision alone (and the head width, in
+// kdaRecurrence), never on the wave.
 func (b *Backend) kdaVersion() int {
 	if b.kdaVer != 0 {
 		return b.kdaVer
 	}
 	if b.bf == 1 {
-		return 5
+		return kdaBF16Version
 	}
 	return 3
 }
+
+// kdaBF16Version is the KDA version launched in BF16 precision: version 5 until versions 6-8 are timed on
+// the H200 (cuda/NOTES.md, KDA versions 6-8: switch only if one is faster at 4 x 4,096 tokens and not
+// slower at 16 and 1 x 4,096; TestKDADefaultVersion's BF16 case changes with it).
+const kdaBF16Version = 5
 
 // kdaPrepPairs is the number of (row, head) pairs a block of k_kda_prep3 normalises: 16 (one warp sums
 // the 32 rows of squares while the SM's other blocks compute), fewer for heads wider than 254 so that the
 // staged rows stay within 32 KiB of shared memory.
 func kdaPrepPairs(d int) int { return max(1, min(16, 4096/(d+2))) }
 
-// kdaPrep launches the normalisation, decay and beta kernel of version (k_kda_prep4 for 5, k_kda_prep3
+// kdaPrep launches the normalisation, decay and beta kernel of version (k_kda_prep4 for 5-8, k_kda_prep3
 // for 3 and 4, k_kda_prep before) over rows x heads pairs of head width d; in is KDA's inputs as float32
 // (q, k, v, graw, braw, aLog, dtBias).
 func (c *opCtx) kdaPrep(version int, qn, kn, dec, beta uint64, in []uint64, rows, heads, d int, lower, scale float32) error {
@@ -199,10 +207,15 @@ func (c *opCtx) kdaPrep(version int, qn, kn, dec, beta uint64, in []uint64, rows
 		qn, kn, dec, beta, in[0], in[1], in[3], in[4], in[5], in[6], int64(pairs), int32(heads), int32(d), int32(p), lower, scale)
 }
 
-// kdaRecurrence launches the delta rule of version over seqs x heads blocks of d threads: for a head width
-// of 32, 64 or 128 k_kda4_rD (versions 4 and 5), k_kda3_rD (version 3) or k_kda_rD (version 2), else
-// k_kda (version 1).
+// kdaRecurrence launches the delta rule of version over seqs x heads blocks: for versions 6-8 and a head
+// width kdaSplit takes, k_kda<version>_rD with kdaSplit's threads; else for a head width of 32, 64 or 128
+// d threads of k_kda4_rD (versions 4 and up), k_kda3_rD (version 3) or k_kda_rD (version 2); else k_kda
+// (version 1).
 func (c *opCtx) kdaRecurrence(version int, out, qn, kn, dec, beta, v, starts uint64, seqs, heads, d int) error {
+	if threads, ok := kdaSplit(version, d); ok {
+		return c.launch(fmt.Sprintf("k_kda%d_r%d", version, d), d2(seqs, heads), d1(threads), 0,
+			out, qn, kn, dec, beta, v, starts, int32(heads), c.b.bf)
+	}
 	switch d {
 	case 32, 64, 128:
 		name := fmt.Sprintf("k_kda_r%d", d)
@@ -215,6 +228,20 @@ func (c *opCtx) kdaRecurrence(version int, out, qn, kn, dec, beta, v, starts uin
 		return c.launch(name, d2(seqs, heads), d1(d), 0, out, qn, kn, dec, beta, v, starts, int32(heads), c.b.bf)
 	}
 	return c.launch("k_kda", d2(seqs, heads), d1(d), 4*(d*d+3*d), out, qn, kn, dec, beta, v, starts, int32(heads), int32(d), c.b.bf)
+}
+
+// kdaSplit is the block of kda.cu's kda_split for version and head width d (R threads a column, C
+// columns a thread: R*d/C threads), and whether kda.cu has that kernel: version 6 (R 2, C 1), 7 (R 2,
+// C 2) and 8 (R 4, C 4), each for widths 64 and 128. Other widths fall back to recurrence version 4
+// (after k_kda_prep4, as version 5).
+func kdaSplit(version, d int) (threads int, ok bool) {
+	switch {
+	case version == 6 && (d == 64 || d == 128):
+		return 2 * d, true
+	case (version == 7 || version == 8) && (d == 64 || d == 128):
+		return d, true
+	}
+	return 0, false
 }
 
 // Launch parameters of mla.cu (version 1): a block of 128 threads per (query tile of up to mlaQB rows of

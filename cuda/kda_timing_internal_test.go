@@ -13,13 +13,14 @@ import (
 	"github.com/potato-k3/potato-k3/replay/ops"
 )
 
-// TestKDATiming times KDA's two kernels apart, versions 2, 3, 4 and 5 (the BF16 default), at K3's sizes
-// (96 heads of 128) for 16 x 4096, 4 x 4096 and 1 x 4096 tokens ($POTATO_KDA_SHAPES, e.g. "4x4096",
-// picks others), with CUDA events (median of $POTATO_KDA_RUNS runs, 5 by default, after a warm-up),
-// checks on the last 8 rows of every sequence that versions 2 and 3 agree bit for bit and versions 4 and
-// 5 are within kdaV4Tol of version 3 (BF16 precision), and logs the kernels' registers and local memory
-// (spills). Skipped with -short. The inputs are a block of random values repeated on the device
-// (device-to-device copies), so K3-sized waves cost no host time.
+// TestKDATiming times KDA's two kernels apart, versions 2 to 8 (5 the BF16 default; 6-8 kda_split, not
+// yet timed on the H200), at K3's sizes (96 heads of 128) for 16 x 4096, 4 x 4096 and 1 x 4096 tokens
+// ($POTATO_KDA_SHAPES, e.g. "4x4096", picks others), with CUDA events (median of $POTATO_KDA_RUNS runs,
+// 5 by default, after a warm-up), checks on the last 8 rows of every sequence that versions 2 and 3
+// agree bit for bit and versions 4-8 are within kdaV4Tol of version 3 (BF16 precision), and logs the
+// kernels' registers and local memory (spills). Skipped with -short. The inputs are a block of random
+// values repeated on the device (device-to-device copies), so K3-sized waves cost no host time. Seven
+// versions at 16 x 4096 hold about 103 GB of device memory (4 buffers of 3.2 GB a version, 4 inputs).
 //
 // Rates: the recurrence does 7 float32 operations per (token, head, state element): 3 for the decay and
 // ks, 4 for the update and o (version 2's two passes and version 3's merged pass alike; version 4 issues
@@ -29,7 +30,8 @@ func TestKDATiming(t *testing.T) {
 	b := testBackend(t, Options{Precision: ops.BF16})
 	logKDAAttrs(t, b, map[string]int{"k_kda_prep": 128, "k_kda_prep3": 128, "k_kda_r128": 128, "k_kda3_r128": 128,
 		"k_kda_r64": 64, "k_kda3_r64": 64, "k_kda_r32": 32, "k_kda3_r32": 32,
-		"k_kda4_r128": 128, "k_kda4_r64": 64, "k_kda4_r32": 32, "k_kda_prep4": 128})
+		"k_kda4_r128": 128, "k_kda4_r64": 64, "k_kda4_r32": 32, "k_kda_prep4": 128,
+		"k_kda6_r128": 256, "k_kda6_r64": 128, "k_kda7_r128": 128, "k_kda7_r64": 64, "k_kda8_r128": 128, "k_kda8_r64": 64})
 	runs := 5
 	if s := os.Getenv("POTATO_KDA_RUNS"); s != "" {
 		var err error
@@ -50,7 +52,7 @@ func TestKDATiming(t *testing.T) {
 	}
 }
 
-// timeKDA times prep and recurrence of versions 2, 3, 4 and 5 for seqs sequences of n tokens.
+// timeKDA times prep and recurrence of versions 2 to 8 for seqs sequences of n tokens.
 func timeKDA(t *testing.T, b *Backend, seqs, n, heads, d, runs int) {
 	rows, ch := seqs*n, heads*d
 	starts := make([]int32, seqs+1)
@@ -93,8 +95,8 @@ func timeKDA(t *testing.T, b *Backend, seqs, n, heads, d, runs int) {
 				return err
 			}
 		}
-		versions := []int{2, 3, 4, 5}
-		var qn, kn, dec, beta, out [4]uint64
+		versions := []int{2, 3, 4, 5, 6, 7, 8}
+		var qn, kn, dec, beta, out [7]uint64
 		for v := range versions {
 			for _, p := range []*uint64{&qn[v], &kn[v], &dec[v], &out[v]} {
 				if *p, err = c.temp(4 * rows * ch); err != nil {
@@ -132,7 +134,7 @@ func timeKDA(t *testing.T, b *Backend, seqs, n, heads, d, runs int) {
 		// the last 8 rows of every sequence (the end of each recurrence), every version
 		tail := min(8, n)
 		for s := range seqs {
-			var got [4][]float32
+			var got [7][]float32
 			for v := range versions {
 				got[v] = make([]float32, tail*ch)
 				off := uint64(4 * ((s+1)*n - tail) * ch)

@@ -69,6 +69,21 @@
 //      prep 16 x 4096 tokens 6.29 ms (prep3: 8.35), 4 x 4096 1.59 (2.10), 1 x 4096 0.42 (0.54); KDA in
 //      BF16 precision (prep + recurrence) 37.6 ms at 16 x 4096 (version 4: 39.6). The floor is its
 //      19.3 GB of traffic, about 5 ms. 32 registers (prep3: 40-42), no spills.
+//   7. k_kda6/7/8_r64/128 (KDA versions 6-8: prep4, then kda_split; width 32 stays on recurrence
+//      version 4): version 4's pass with each state column split by rows over R threads and C columns a
+//      thread: version 6 R 2, C 1 (2d threads, 64 state values a thread at d = 128), version 7 R 2, C 2
+//      (d threads, each 16-byte shared load of a row's inputs serves 2 columns: half version 4's shared
+//      loads, its bound), version 8 R 4, C 4 (a quarter). Each thread's partial sums of o and ks (fused
+//      multiply-adds, ascending i over its rows) meet at the next pass's barrier (version 4's, no new
+//      one) in shared memory, added in ascending slice order: a fixed order per head width, so a
+//      sequence's bits never depend on the wave; the values differ from version 4's at float32 rounding
+//      level. v is staged in shared memory with the other inputs. ptxas (NVRTC 11.8, sm_90):
+//      k_kda6_r128 80 registers (the cap of 3 blocks of 256 threads) with 80 bytes of spill stores;
+//      k_kda7_r128 and k_kda8_r128 168, no spills. NOT yet run on the H200 (no device time was left for
+//      it): not the default (version 5 is), KDA launches them only through the test knob; the run that
+//      times them (TestKDATiming) and checks them (TestKDAVersion6, TestKDAVersion6Wave) is prepared,
+//      cuda/NOTES.md (KDA versions 6-8) says how. A CPU emulation of the kernel's threads pass by pass
+//      agreed with version 4's statements within 4e-6 of (|ref| + rms).
 #include "common.cuh"
 
 // k_shortconv: out[t, c] = rnd(silu(sum_{i<K} w[c, i] * x[t-K+1+i, c])) over taps whose row is in t's
@@ -486,3 +501,111 @@ KDA_RECURRENCE(k_kda4_r32, kda_fused, 32, 32)
 KDA_RECURRENCE(k_kda4_r64, kda_fused, 64, 64)
 // The same bound as k_kda3_r128: 3 blocks an SM, at most 168 registers a thread.
 KDA_RECURRENCE(k_kda4_r128, kda_fused, 128, 128, 3)
+
+// kda_split is the recurrence of KDA versions 6-8 (after k_kda_prep4) for a head width of D: version 4's
+// statements with each column split over R threads by rows, and C columns a thread. Thread (slice r = tid
+// / P, p = tid % P, P = D / C) keeps rows r*N .. r*N+N-1 (N = D / R) of columns p, p+P, .., p+(C-1)P in
+// registers and runs version 4's pass over its N rows (S += kn u, o += S qn, S *= dec, ks += S kn: fused
+// multiply-adds in ascending i), giving partial sums of o_t and ks_t+1 for each of its columns. At the
+// start of the next pass (after the barrier that version 4 already has) every thread reads the R partials
+// of its columns from shared memory and adds them in ascending r, a fixed order set by D alone (((p0 + p1)
+// + p2) + p3), so a sequence's bits never depend on the wave; slice 0 writes the output. One 16-byte
+// shared load of (kn_t, qn_t, dec_t+1, kn_t+1) per row i serves the C columns of a thread: version 4
+// loaded it once an element, and its pass was bounded by those loads. Threads tid < D load and stage
+// channel tid of the next rows' kn, qn, dec and v (v staged too, so that a thread holds no v of its own
+// columns).
+// Launch: blockDim R * D / C (at least D), gridDim (sequences, heads), no dynamic shared memory.
+template <int D, int R, int C>
+__device__ __forceinline__ void kda_split(float* out, const float* qn, const float* kn, const float* dec,
+                                          const float* beta, const float* v, const int* starts, int heads, int bf) {
+    constexpr int P = D / C;  // threads of a row slice (one column each, C times)
+    constexpr int N = D / R;  // rows a thread
+    static_assert(R * P >= D, "one staging thread per channel");
+    __shared__ float4 st[2][N * R];  // [which half][i]: (kn_t, qn_t, dec_t+1, kn_t+1) of this pass and the next
+    __shared__ float sv[2][D];       // [which half][j]: v_t
+    __shared__ float2 part[2][R][D];  // [which half][slice][column]: partial (o_t-1, ks_t) of the pass before
+    const int s = blockIdx.x, h = blockIdx.y, tid = threadIdx.x;
+    const int r = tid / P, p = tid - r * P;
+    const bool stager = tid < D;
+    const i64 ch = (i64)heads * D;
+    const i64 t0 = starts[s], t1 = starts[s + 1];
+    if (t0 >= t1) return;
+    float S[C][N];
+#pragma unroll
+    for (int c = 0; c < C; c++)
+#pragma unroll
+        for (int i = 0; i < N; i++) S[c][i] = 0.0f;
+    const i64 hb = (i64)h * D + (stager ? tid : 0);  // channel tid of head h, row 0
+    // this pass's row t (k, q, v, beta) and the next row t+1 (k, q, dec, v, beta); t = t0-1 is empty
+    float kc = 0.0f, qc = 0.0f, vc = 0.0f, bc = 0.0f;
+    float kx = 0.0f, qx = 0.0f, dx = 0.0f, vx = 0.0f, bx = beta[t0 * heads + h];
+    if (stager) kx = kn[hb + t0 * ch], qx = qn[hb + t0 * ch], dx = dec[hb + t0 * ch], vx = v[hb + t0 * ch];
+    float o[C], ks[C];  // this thread's partial sums of the pass before
+#pragma unroll
+    for (int c = 0; c < C; c++) o[c] = ks[c] = 0.0f;
+    int cur = 0;
+    for (i64 t = t0 - 1; t <= t1; t++) {
+        if (stager) st[cur][tid] = make_float4(kc, qc, dx, kx), sv[cur][tid] = vc;
+#pragma unroll
+        for (int c = 0; c < C; c++) part[cur][r][p + c * P] = make_float2(o[c], ks[c]);
+        __syncthreads();  // the other halves were last read in the pass before, which every thread has ended
+        float u[C];
+#pragma unroll
+        for (int c = 0; c < C; c++) {
+            const int col = p + c * P;
+            float2 a = part[cur][0][col];
+#pragma unroll
+            for (int q = 1; q < R; q++) {
+                float2 b = part[cur][q][col];
+                a.x = __fadd_rn(a.x, b.x);
+                a.y = __fadd_rn(a.y, b.y);
+            }
+            if (r == 0 && t > t0) out[(t - 1) * ch + (i64)h * D + col] = rnd(a.x, bf);
+            u[c] = __fmul_rn(bc, __fsub_rn(sv[cur][col], a.y));
+        }
+        if (t == t1) break;  // the last row's output is written; no pass left
+        kc = kx, qc = qx, vc = vx, bc = bx;
+        kx = qx = dx = vx = bx = 0.0f;  // the row after t+1, in flight during this pass
+        if (t + 2 < t1) {
+            bx = beta[(t + 2) * heads + h];
+            if (stager) {
+                i64 e = hb + (t + 2) * ch;
+                kx = kn[e], qx = qn[e], dx = dec[e], vx = v[e];
+            }
+        }
+        const float4* w = st[cur] + r * N;
+#pragma unroll
+        for (int c = 0; c < C; c++) o[c] = ks[c] = 0.0f;
+#pragma unroll
+        for (int i = 0; i < N; i++) {
+            float4 x = w[i];
+#pragma unroll
+            for (int c = 0; c < C; c++) {
+                float y = __fmaf_rn(x.x, u[c], S[c][i]);  // row t: S += kn u
+                o[c] = __fmaf_rn(y, x.y, o[c]);           //        o += S qn
+                y = __fmul_rn(y, x.z);                    // row t+1: S *= dec
+                S[c][i] = y;
+                ks[c] = __fmaf_rn(y, x.w, ks[c]);  //          ks += S kn
+            }
+        }
+        cur ^= 1;
+    }
+}
+
+// KDA_SPLIT(name, D, R, C, blocks) defines the extern "C" kernel name that runs kda_split<D, R, C> with
+// R * D / C threads a block and __launch_bounds__ for blocks blocks an SM.
+#define KDA_SPLIT(name, D, R, C, blocks)                                                                    \
+    extern "C" __global__ void __launch_bounds__(R * D / C, blocks)                                         \
+        name(float* out, const float* qn, const float* kn, const float* dec, const float* beta, const float* v, \
+             const int* starts, int heads, int bf) {                                                         \
+        kda_split<D, R, C>(out, qn, kn, dec, beta, v, starts, heads, bf);                                    \
+    }
+// Version 6: two threads a column (64 state values a thread at D = 128), 2D threads a block.
+KDA_SPLIT(k_kda6_r64, 64, 2, 1, 3)
+KDA_SPLIT(k_kda6_r128, 128, 2, 1, 3)
+// Version 7: two threads a column, two columns a thread (half version 4's shared loads), D threads.
+KDA_SPLIT(k_kda7_r64, 64, 2, 2, 3)
+KDA_SPLIT(k_kda7_r128, 128, 2, 2, 3)
+// Version 8: four threads a column, four columns a thread (a quarter of the shared loads), D threads.
+KDA_SPLIT(k_kda8_r64, 64, 4, 4, 3)
+KDA_SPLIT(k_kda8_r128, 128, 4, 4, 3)
