@@ -164,6 +164,10 @@ func (b *Backend) KDA(q, k, v, graw, braw ops.Tensor, aLog, dtBias ops.Tensor, h
 	return out, nil
 }
 
+// KDAVersion is the kda.cu version this backend's KDA launches (its version list says what each
+// changed), for benchmark records.
+func (b *Backend) KDAVersion() int { return b.kdaVersion() }
+
 // kdaVersion is the KDA version KDA launches: kdaBF16Version (5: k_kda_prep4's single-precision decay and
 // beta, then version 4's fused multiply-adds) in BF16 precision, 3 (the CPU backend's bits) in FP32
 // precision, or the one a test set (tests compare versions 2 to 8 and time them). Versions 3 and 4 both
@@ -182,8 +186,13 @@ func (b *Backend) kdaVersion() int {
 
 // kdaBF16Version is the KDA version launched in BF16 precision: version 5 until versions 6-8 are timed on
 // the H200 (cuda/NOTES.md, KDA versions 6-8: switch only if one is faster at 4 x 4,096 tokens and not
-// slower at 16 and 1 x 4,096; TestKDADefaultVersion's BF16 case changes with it).
-const kdaBF16Version = 5
+// slower at 16 and 1 x 4,096; TestKDADefaultVersion's BF16 case changes with it). A variable only so that
+// a test binary can check a candidate default end to end (testbackend_test.go, POTATO_TEST_KDA_VERSION);
+// nothing else writes it.
+var kdaBF16Version = 5
+
+// maxKDAVersion is the newest kda.cu version (Options.KDAVersion's upper bound).
+const maxKDAVersion = 8
 
 // kdaPrepPairs is the number of (row, head) pairs a block of k_kda_prep3 normalises: 16 (one warp sums
 // the 32 rows of squares while the SM's other blocks compute), fewer for heads wider than 254 so that the

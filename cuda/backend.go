@@ -63,6 +63,10 @@ type Options struct {
 	// path (experts_lt_lanes.go): 0 for the default (ltExpertStreams), 1 for the compute stream alone.
 	// Results are the same bits for every value; only the speed changes.
 	ExpertStreams int
+	// KDAVersion picks the kda.cu version KDA launches (kda.cu's version list; 3 to 8), 0 for the
+	// default: kdaBF16Version in BF16 precision, 3 (the CPU backend's bits) in FP32. For timing candidate
+	// kernels (potato bench --kda-version); versions other than 3 differ from the CPU backend by rounding.
+	KDAVersion int
 }
 
 // CuBLASLtMode is Options.CuBLASLt.
@@ -166,6 +170,9 @@ func New(o Options) (*Backend, error) {
 	if o.ExpertStreams < 0 || o.ExpertStreams > maxExpertStreams {
 		return nil, fmt.Errorf("%w: ExpertStreams %d: want 0 (the default) to %d", ErrArgument, o.ExpertStreams, maxExpertStreams)
 	}
+	if o.KDAVersion != 0 && (o.KDAVersion < 3 || o.KDAVersion > maxKDAVersion) {
+		return nil, fmt.Errorf("%w: KDAVersion %d: want 0 (the default) or 3 to %d", ErrArgument, o.KDAVersion, maxKDAVersion)
+	}
 	if o.Device < 0 || o.Device >= drv.devices {
 		return nil, fmt.Errorf("%w: device %d: %d CUDA devices present", ErrArgument, o.Device, drv.devices)
 	}
@@ -177,6 +184,7 @@ func New(o Options) (*Backend, error) {
 	if o.Precision == ops.BF16 {
 		b.bf = 1
 	}
+	b.kdaVer = o.KDAVersion
 	if err := b.queryDevice(nv); err != nil {
 		return nil, err
 	}

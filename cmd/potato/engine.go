@@ -35,9 +35,11 @@ func (l *loaded) Close() {
 	}
 }
 
-// backendTuning holds the backends' speed settings that leave results unchanged (bench flags).
+// backendTuning holds the backends' speed settings (bench flags): expertStreams leaves results unchanged;
+// kdaVersion picks a candidate KDA kernel, whose results differ from the default's by rounding.
 type backendTuning struct {
 	expertStreams int // cuda.Options.ExpertStreams
+	kdaVersion    int // cuda.Options.KDAVersion
 }
 
 // newBackend makes the named backend: "cpu" (pure Go, everywhere) or "cuda" (an NVIDIA GPU with the CUDA
@@ -47,7 +49,7 @@ func newBackend(name string, prec ops.Precision, tune backendTuning) (ops.Backen
 	case "cpu":
 		return cpu.New(cpu.Options{Precision: prec}), nil, nil
 	case "cuda":
-		b, err := cuda.New(cuda.Options{Precision: prec, ExpertStreams: tune.expertStreams})
+		b, err := cuda.New(cuda.Options{Precision: prec, ExpertStreams: tune.expertStreams, KDAVersion: tune.kdaVersion})
 		if err != nil {
 			return nil, nil, fmt.Errorf("backend cuda: %w (use --backend cpu on a machine without a GPU)", err)
 		}
