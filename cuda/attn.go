@@ -84,9 +84,9 @@ func (c *opCtx) shortConv(kernel string, rowsPer int, out, x, w, start uint64, r
 //	out[t,h*d+j] = rounded(o[j])
 //
 // In FP32 precision (the audit mode) the two backends agree bit for bit (up to the rare double-precision
-// libm difference in exp and sigmoid). In BF16 precision (KDA version 5) the recurrence's three sums (ks,
+// libm difference in exp and sigmoid). In BF16 precision (KDA version 7) the recurrence's three sums (ks,
 // S += kn u, o) are fused multiply-adds, each product and sum rounded once instead of twice (kda.cu item
-// 5, about 1.2x faster), and the prep evaluates dec's exp and sigmoid and beta's sigmoid in single
+// 5, about 1.2x faster), split over two threads a column and added in a fixed order (item 7), and the prep evaluates dec's exp and sigmoid and beta's sigmoid in single
 // precision (k_kda_prep4, kda.cu item 6) instead of in double rounded once: dec and beta are within a few
 // float32 ulps of the double-precision values (TestKDAPrep4). So the values differ from the CPU backend's
 // at float32 rounding level before the output's bfloat16 rounding, and an output sitting on a bfloat16
@@ -168,8 +168,9 @@ func (b *Backend) KDA(q, k, v, graw, braw ops.Tensor, aLog, dtBias ops.Tensor, h
 // changed), for benchmark records.
 func (b *Backend) KDAVersion() int { return b.kdaVersion() }
 
-// kdaVersion is the KDA version KDA launches: kdaBF16Version (5: k_kda_prep4's single-precision decay and
-// beta, then version 4's fused multiply-adds) in BF16 precision, 3 (the CPU backend's bits) in FP32
+// kdaVersion is the KDA version KDA launches: kdaBF16Version (7: k_kda_prep4's single-precision decay and
+// beta, then kda_split's recurrence, each state column over two threads holding two columns) in BF16
+// precision, 3 (the CPU backend's bits) in FP32
 // precision, or the one a test set (tests compare versions 2 to 8 and time them). Versions 3 and 4 both
 // run k_kda_prep3; version 4 is version 5 with the double-precision prep; versions 6-8 are version 5 with
 // kda_split's recurrences. The choice depends on the precision alone (and the head width, in
@@ -184,12 +185,12 @@ func (b *Backend) kdaVersion() int {
 	return 3
 }
 
-// kdaBF16Version is the KDA version launched in BF16 precision: version 5 until versions 6-8 are timed on
-// the H200 (cuda/NOTES.md, KDA versions 6-8: switch only if one is faster at 4 x 4,096 tokens and not
-// slower at 16 and 1 x 4,096; TestKDADefaultVersion's BF16 case changes with it). A variable only so that
+// kdaBF16Version is the KDA version launched in BF16 precision: 7 since run 22 on the H200 (cuda/NOTES.md:
+// prep + recurrence at 16 x 4,096 tokens 32.8 ms against version 5's 37.6, 4 x 4,096 8.15 against 9.46,
+// one sequence of 4,096 5.36 against 5.29); TestKDADefaultVersion's BF16 case changes with it. A variable only so that
 // a test binary can check a candidate default end to end (testbackend_test.go, POTATO_TEST_KDA_VERSION);
 // nothing else writes it.
-var kdaBF16Version = 5
+var kdaBF16Version = 7
 
 // maxKDAVersion is the newest kda.cu version (Options.KDAVersion's upper bound).
 const maxKDAVersion = 8

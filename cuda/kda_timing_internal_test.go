@@ -13,10 +13,10 @@ import (
 	"github.com/potato-k3/potato-k3/replay/ops"
 )
 
-// TestKDATiming times KDA's two kernels apart, versions 2 to 8 (5 the BF16 default; 6-8 kda_split, not
-// yet timed on the H200), at K3's sizes (96 heads of 128) for 16 x 4096, 4 x 4096 and 1 x 4096 tokens
-// ($POTATO_KDA_SHAPES, e.g. "4x4096", picks others), with CUDA events (median of $POTATO_KDA_RUNS runs,
-// 5 by default, after a warm-up), checks on the last 8 rows of every sequence that versions 2 and 3
+// TestKDATiming times KDA's two kernels apart, versions 2 to 8 (7 the BF16 default; 6-8 kda_split), at
+// K3's sizes (96 heads of 128) for 16 x 4096, 4 x 4096 and 1 x 4096 tokens ($POTATO_KDA_SHAPES, e.g.
+// "4x4096", picks others), with CUDA events (median of $POTATO_KDA_RUNS runs, 5 by default, after a
+// warm-up), checks on the last 8 rows of every sequence that versions 2 and 3
 // agree bit for bit and versions 4-8 are within kdaV4Tol of version 3 (BF16 precision), and logs the
 // kernels' registers and local memory (spills). Skipped with -short. The inputs are a block of random
 // values repeated on the device (device-to-device copies), so K3-sized waves cost no host time. Seven

@@ -64,11 +64,11 @@ func (d kdaDiff) String() string {
 		d.differ, d.n, 100*float64(d.differ)/float64(max(d.n, 1)), d.maxAbs, d.maxRel, d.rms, 100*d.maxFrac)
 }
 
-// TestKDADefaultVersion: KDA launches version 5 (prep4, then version 4's recurrence) in BF16 precision and
-// version 3 (the CPU backend's bits) in FP32 precision; the test knob overrides both, and alone reaches
-// versions 6-8 (kda_split, not yet timed on the H200). No GPU needed.
+// TestKDADefaultVersion: KDA launches version 7 (prep4, then kda_split with two threads a column and two
+// columns a thread) in BF16 precision and version 3 (the CPU backend's bits) in FP32 precision; the test
+// knob overrides both. No GPU needed.
 func TestKDADefaultVersion(t *testing.T) {
-	for _, c := range []struct{ bf, knob, want int }{{1, 0, 5}, {0, 0, 3}, {1, 3, 3}, {1, 4, 4}, {0, 4, 4}, {0, 5, 5}, {1, 2, 2},
+	for _, c := range []struct{ bf, knob, want int }{{1, 0, 7}, {0, 0, 3}, {1, 3, 3}, {1, 4, 4}, {0, 4, 4}, {0, 5, 5}, {1, 2, 2},
 		{1, 6, 6}, {1, 7, 7}, {1, 8, 8}, {0, 8, 8}} {
 		b := &Backend{bf: int32(c.bf), kdaVer: c.knob}
 		if got := b.kdaVersion(); got != c.want {

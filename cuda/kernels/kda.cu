@@ -79,11 +79,14 @@
 //      sequence's bits never depend on the wave; the values differ from version 4's at float32 rounding
 //      level. v is staged in shared memory with the other inputs. ptxas (NVRTC 11.8, sm_90):
 //      k_kda6_r128 80 registers (the cap of 3 blocks of 256 threads) with 80 bytes of spill stores;
-//      k_kda7_r128 and k_kda8_r128 168, no spills. NOT yet run on the H200 (no device time was left for
-//      it): not the default (version 5 is), KDA launches them only through the test knob; the run that
-//      times them (TestKDATiming) and checks them (TestKDAVersion6, TestKDAVersion6Wave) is prepared,
-//      cuda/NOTES.md (KDA versions 6-8) says how. A CPU emulation of the kernel's threads pass by pass
-//      agreed with version 4's statements within 4e-6 of (|ref| + rms).
+//      k_kda7_r128 and k_kda8_r128 168, no spills (NVRTC 13 on the H200: k_kda6_r128 80 and 48 bytes of
+//      local memory). H200 (cuda/NOTES.md run 22), 96 heads of 128, prep + recurrence against version 5:
+//      16 x 4096 tokens 6: 45.6 ms, 7: 32.8, 8: 34.0 (5: 37.6); 4 x 4096 12.8, 8.15, 8.49 (9.46);
+//      1 x 4096 7.93, 5.36, 5.23 (5.29). Version 6 is slower (its spills and 256-thread blocks);
+//      version 7 is the BF16 default from run 22 (13% faster where the blocks fill the GPU, 1.5% slower
+//      at one sequence); version 8's quarter of the shared loads did not beat 7: its four-way partial
+//      exchange costs what the loads saved. All three stay within kdaV4Tol of version 3 and
+//      bit-identical alone and in a wave (TestKDAVersion6, TestKDAVersion6Wave).
 #include "common.cuh"
 
 // k_shortconv: out[t, c] = rnd(silu(sum_{i<K} w[c, i] * x[t-K+1+i, c])) over taps whose row is in t's
