@@ -96,11 +96,12 @@ func (c *opCtx) shortConv(kernel string, rowsPer int, out, x, w, start uint64, r
 // either precision.
 //
 // Launches (kdaVersion): k_kda_prep4 (BF16) or k_kda_prep3 (FP32), kdaPrepPairs(d) (row, head) pairs a
-// block of 128 threads; for the recurrence, d threads per (sequence, head) block: for widths 32, 64 and
-// 128 (K3's) k_kda4_rD in BF16 precision, k_kda3_rD in FP32 precision (the state in registers, a row's
-// second half merged with the next row's first half), else k_kda (version 1) with (d*d + 3d) * 4 bytes
-// of dynamic shared memory. Versions 6-8 (k_kda_prep4, then each state column split over 2 or 4 threads,
-// kdaSplit) are launched only through the test knob until the H200 has timed them.
+// block of 128 threads; for the recurrence, one block per (sequence, head): for widths 64 and 128 (K3's)
+// in BF16 precision k_kda7_rD (d threads, each state column split over two threads that hold two columns
+// each, kdaSplit), for width 32 k_kda4_rD; in FP32 precision k_kda3_rD for widths 32, 64 and 128 (d
+// threads, the state in registers, a row's second half merged with the next row's first half); else
+// k_kda (version 1) with (d*d + 3d) * 4 bytes of dynamic shared memory. Options.KDAVersion and the test
+// knob pick another version.
 func (b *Backend) KDA(q, k, v, graw, braw ops.Tensor, aLog, dtBias ops.Tensor, heads int, lower float32, l ops.Layout) (ops.Tensor, error) {
 	const op = "KDA"
 	ts, err := b.tensors(op, []string{"q", "k", "v", "graw", "braw", "aLog", "dtBias"}, q, k, v, graw, braw, aLog, dtBias)

@@ -131,6 +131,9 @@ type Backend struct {
 	// decoded weights of one chunk of the cuBLASLt expert path (ltDecodeBytes) and the rows of one block
 	// of the fused FFN (ffnBlockRows).
 	kdaVer, decodeBytes, ffnRows int
+	// normVer 1 makes RMSNorm, GatedRMSNorm and AttnResMix launch norm.cu's version 1 (tests and timing
+	// compare it with version 2, the default).
+	normVer int
 
 	mods  []uintptr
 	fns   map[string]uintptr

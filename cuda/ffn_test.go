@@ -112,7 +112,7 @@ func TestSiTUFFNBits(t *testing.T) {
 				unfused := ffnHost(t, b, x, w, false)
 				for _, blk := range c.blocks {
 					b.ffnRows = blk
-					what := fmt.Sprintf("%d rows, blocks of %d", n, ffnBlockRows(c.ffn, blk))
+					what := fmt.Sprintf("%d rows, blocks of %d", n, ffnBlock(n, ffnBlockRows(c.ffn, blk)))
 					fused := ffnHost(t, b, x, w, true)
 					sameBits(t, what+": fused vs unfused", fused, unfused, c.hidden)
 					if n < 100 {
@@ -246,6 +246,15 @@ func TestSiTUFFNTiming(t *testing.T) {
 			t.Logf("TIMING SiTUFFN %-26s %-8s %9.3f ms %7.1f TFLOP/s", name, map[bool]string{true: "fused", false: "unfused"}[fused], ms[i], flop/med.Seconds()/1e12)
 		}
 		t.Logf("TIMING SiTUFFN %-26s unfused / fused = %.3f (%.1f ms saved)", name, ms[1]/ms[0], ms[1]-ms[0])
+		if c.n == 65536 && c.ffn == 33792 { // larger blocks of rows (the scratch bound ffnScratchBytes sets the default)
+			for _, rows := range []int{7936, 15872} {
+				b.ffnRows = rows
+				med := medianTime(t, b, 5, func() error { y, err := b.SiTUFFN(x, w.gate, w.up, w.down, 4, 25); b.Free(y); return err })
+				t.Logf("TIMING SiTUFFN %-26s blocks of at most %5d rows (default %d) %9.3f ms %7.1f TFLOP/s", name, rows,
+					ffnBlock(c.n, ffnBlockRows(c.ffn, 0)), float64(med.Microseconds())/1e3, flop/med.Seconds()/1e12)
+			}
+			b.ffnRows = 0
+		}
 		fused, unfused := ffnBoth(t, b, x, w)
 		sameBits(t, name+": fused vs unfused", fused, unfused, hidden)
 		logFFNProfile(t, b, name, x, w)

@@ -9,9 +9,10 @@ import (
 	"unsafe"
 )
 
-// TestKDAPtxasInfo compiles kda.cu with ptxas's verbose report (--ptxas-options=-v) and logs, per kernel,
-// the registers, spill stores and loads, and stack frame: the NVRTC log that a successful build drops. It
-// needs NVRTC only; the target is $POTATO_CUDA_ARCH, else sm_90.
+// TestKDAPtxasInfo compiles kda.cu ($POTATO_PTXAS_FILE names another kernel file, e.g. norm.cu) with
+// ptxas's verbose report (--ptxas-options=-v) and logs, per kernel, the registers, spill stores and
+// loads, and stack frame: the NVRTC log that a successful build drops. It needs NVRTC only; the target is
+// $POTATO_CUDA_ARCH, else sm_90.
 func TestKDAPtxasInfo(t *testing.T) {
 	nv, err := loadNVRTC()
 	if err != nil {
@@ -25,8 +26,12 @@ func TestKDAPtxasInfo(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	file := os.Getenv("POTATO_PTXAS_FILE")
+	if file == "" {
+		file = "kda.cu"
+	}
 	for _, s := range srcs {
-		if s.name != "kda.cu" {
+		if s.name != file {
 			continue
 		}
 		opts := append([]string{"--gpu-architecture=" + arch, "--ptxas-options=-v"}, nvrtcOptions...)

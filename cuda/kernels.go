@@ -20,8 +20,10 @@ type kernelFile struct {
 }
 
 var kernelFiles = []kernelFile{
-	{"elementwise.cu", []string{"k_round", "k_round4", "k_widen_bf16", "k_add", "k_mul_sigmoid", "k_situ", "k_slice", "k_gather", "k_scatter_add", "k_copy16"}},
-	{"norm.cu", []string{"k_rmsnorm", "k_attnres"}},
+	{"elementwise.cu", []string{"k_round", "k_round4", "k_widen_bf16", "k_add", "k_add4", "k_mul_sigmoid", "k_situ", "k_slice", "k_gather", "k_gather4", "k_scatter_add", "k_copy16"}},
+	{"norm.cu", []string{"k_rmsnorm", "k_attnres", "k_rmsnorm2_w1_c1", "k_rmsnorm2_w1_c2", "k_rmsnorm2_w1_c4", "k_rmsnorm2_w1_c8",
+		"k_rmsnorm2_w8_c1", "k_rmsnorm2_w8_c2", "k_rmsnorm2_w8_c4", "k_rmsnorm2_w8_c8",
+		"k_attnres2_c1", "k_attnres2_c2", "k_attnres2_c4", "k_attnres2_c8"}},
 	{"matmul.cu", []string{"k_matmul_f32", "k_matmul_bf16", "k_matmul_mxfp4"}},
 	{"matmul_tc.cu", []string{"k_matmul_tc_bf16", "k_matmul_tc_mxfp4", "k_matmul_tc_bf16_vec", "k_matmul_tc_mxfp4_vec"}},
 	{"experts.cu", []string{"k_experts_gather", "k_experts_situ_tables", "k_experts_gateup", "k_experts_down", "k_experts_combine",

@@ -6,13 +6,62 @@ import (
 	"github.com/potato-k3/potato-k3/replay/ops"
 )
 
-// Launch parameters of norm.cu (version 1): one warp per group (k_rmsnorm) or row (k_attnres), 8 warps
-// a block of 256 threads, ceil(groups / 8) blocks. The warp count per block only places the work: each
-// group's sums run in the same lanes in the same order whatever block it falls in.
+// Launch parameters of norm.cu: version 1, one warp per group (k_rmsnorm) or row (k_attnres), 8 warps a
+// block of 256 threads, ceil(groups / 8) blocks; version 2 (norm2), blocks of 256 threads too. The warp
+// count per block only places the work: each group's sums run in the same lanes in the same order
+// whatever block it falls in.
 const (
 	normThreads = 256
 	normWarps   = normThreads / 32
 )
+
+// norm2Max is the widest group or row version 2 takes: 8 warps of 32 threads, 8 chunks of 4 values each.
+const norm2Max = 8192
+
+// norm2CPT is the chunks of 4 values a thread holds for a width of w values over threads threads: the
+// smallest of 1, 2, 4 and 8 that covers it (norm.cu instantiates those).
+func norm2CPT(w, threads int) int {
+	need := (w/4 + threads - 1) / threads
+	cpt := 1
+	for cpt < need {
+		cpt *= 2
+	}
+	return cpt
+}
+
+// rmsnorm2Kernel names the version 2 kernel for groups of g values and its grid for groups groups: one
+// warp a group up to 1,024 values (8 groups a block), else a block of 8 warps a group; ok is false where
+// version 2 does not apply (g not a multiple of 4, wider than norm2Max, an operand not 16-byte aligned),
+// and version 1 runs. A choice by g and the operands' alignment (allocations are always aligned), never
+// by the number of groups.
+func rmsnorm2Kernel(g, groups int, ptrs ...uint64) (name string, grid int, ok bool) {
+	if g%4 != 0 || g == 0 || g > norm2Max || !aligned16(ptrs...) {
+		return "", 0, false
+	}
+	if g <= 1024 {
+		return fmt.Sprintf("k_rmsnorm2_w1_c%d", norm2CPT(g, 32)), (groups + normWarps - 1) / normWarps, true
+	}
+	return fmt.Sprintf("k_rmsnorm2_w8_c%d", norm2CPT(g, normThreads)), groups, true
+}
+
+// attnres2Kernel names the version 2 AttnResMix kernel for rows of cols values (a block a row), or ok
+// false where version 1 runs (as rmsnorm2Kernel).
+func attnres2Kernel(cols int, ptrs ...uint64) (name string, ok bool) {
+	if cols%4 != 0 || cols == 0 || cols > norm2Max || !aligned16(ptrs...) {
+		return "", false
+	}
+	return fmt.Sprintf("k_attnres2_c%d", norm2CPT(cols, normThreads)), true
+}
+
+// aligned16 reports whether every device address is a multiple of 16 (a float4's alignment).
+func aligned16(ptrs ...uint64) bool {
+	for _, p := range ptrs {
+		if p%16 != 0 {
+			return false
+		}
+	}
+	return true
+}
 
 // RMSNorm normalises each group of g = w.Cols() columns (k_rmsnorm): per group, in float32,
 //
@@ -72,6 +121,13 @@ func (b *Backend) norm(op string, x, w, gate ops.Tensor, eps float32) (ops.Tenso
 		if out, err = c.out(xt.rows, xt.cols); err != nil || groups == 0 {
 			return err
 		}
+		ptrs := []uint64{out.ptr, xp, wp}
+		if gp != 0 {
+			ptrs = append(ptrs, gp)
+		}
+		if name, grid, ok := rmsnorm2Kernel(g, groups, ptrs...); ok && b.normVer != 1 {
+			return c.launch(name, d1(grid), d1(normThreads), 0, out.ptr, xp, wp, gp, int64(groups), int32(g), eps, b.bf)
+		}
 		return c.launch("k_rmsnorm", d1((groups+normWarps-1)/normWarps), d1(normThreads), 0,
 			out.ptr, xp, wp, gp, int64(groups), int32(g), eps, b.bf)
 	})
@@ -129,6 +185,13 @@ func (b *Backend) AttnResMix(vs []ops.Tensor, wg ops.Tensor) (ops.Tensor, []floa
 		pp, err := c.temp(4 * rows * n)
 		if err != nil {
 			return err
+		}
+		if name, ok := attnres2Kernel(cols, append(ptrs, wp, out.ptr)...); ok && b.normVer != 1 {
+			if err := c.launch(name, d1(rows), d1(normThreads), 4*n,
+				out.ptr, pp, vsp, int32(n), wp, int64(rows), int32(cols), b.bf); err != nil {
+				return err
+			}
+			return download(b, weights, pp)
 		}
 		if err := c.launch("k_attnres", d1((rows+normWarps-1)/normWarps), d1(normThreads), 0,
 			out.ptr, pp, vsp, int32(n), wp, int64(rows), int32(cols), b.bf); err != nil {

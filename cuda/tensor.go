@@ -343,6 +343,9 @@ func (b *Backend) binary(op, name string, xn, yn string, x, y ops.Tensor, args .
 		if out, err = c.out(p.rows, p.cols); err != nil {
 			return err
 		}
+		if v4, ok := vec4Kernels[name]; ok && p.n()%4 == 0 && aligned16(out.ptr, pp, qp) {
+			return c.launch1D(v4, p.n()/4, append([]any{out.ptr, pp, qp, int64(p.n() / 4)}, args...)...)
+		}
 		return c.launch1D(name, p.n(), append([]any{out.ptr, pp, qp, int64(p.n())}, args...)...)
 	})
 	if err != nil {
@@ -351,12 +354,18 @@ func (b *Backend) binary(op, name string, xn, yn string, x, y ops.Tensor, args .
 	return out, nil
 }
 
+// vec4Kernels maps an elementwise kernel to its four-elements-a-thread form (elementwise.cu version 2:
+// the same statement per element), launched over n / 4 quads when n % 4 == 0 and the buffers are 16-byte
+// aligned.
+var vec4Kernels = map[string]string{"k_add": "k_add4"}
+
 // Round returns rounded(x): a copy in FP32 precision.
 func (b *Backend) Round(x ops.Tensor) (ops.Tensor, error) {
 	return b.unary("Round", "k_round", x, b.bf)
 }
 
-// Add returns rounded(a + b) elementwise (k_add).
+// Add returns rounded(a + b) elementwise (k_add, or k_add4 four elements a thread where the size and
+// the buffers allow: the same bits).
 func (b *Backend) Add(x, y ops.Tensor) (ops.Tensor, error) {
 	return b.binary("Add", "k_add", "a", "b", x, y, b.bf)
 }
@@ -402,7 +411,8 @@ func (b *Backend) Slice(x ops.Tensor, from, to int) (ops.Tensor, error) {
 	return out, nil
 }
 
-// Gather returns out[i,:] = table[ids[i],:], unrounded (k_gather reads a bfloat16 table as stored).
+// Gather returns out[i,:] = table[ids[i],:], unrounded (k_gather reads a bfloat16 table as stored;
+// k_gather4, a block a row and four columns a thread, where the width and alignment allow: the same bits).
 func (b *Backend) Gather(table ops.Tensor, ids []int32) (ops.Tensor, error) {
 	const op = "Gather"
 	t, err := b.tensor(op, "table", table)
@@ -426,6 +436,13 @@ func (b *Backend) Gather(table ops.Tensor, ids []int32) (ops.Tensor, error) {
 		idp, err := uploadTemp(c, ids)
 		if err != nil {
 			return err
+		}
+		talign := uint64(16)
+		if t.dt == dtBF16 {
+			talign = 8
+		}
+		if t.cols%4 == 0 && out.ptr%16 == 0 && t.ptr%talign == 0 && len(ids) <= maxGridX {
+			return c.launch("k_gather4", d1(len(ids)), d1(ewThreads), 0, out.ptr, t.ptr, t.dt, idp, int32(t.cols/4))
 		}
 		return c.launch1D("k_gather", out.n(), out.ptr, t.ptr, t.dt, idp, int64(len(ids)), int32(t.cols))
 	})

@@ -6,6 +6,20 @@
 //      and then through warp_sum's fixed butterfly: the order depends on the vector's length only, never on
 //      the grid or the number of rows, so every row's bits are the same alone or in any wave. Against
 //      replay/cpu (one ascending sum) the norm factors differ at float32 rounding level.
+//   2. k_rmsnorm2_* and k_attnres2_* (widths a multiple of 4, 16-byte aligned operands; other shapes stay
+//      on version 1): version 1 read each value twice (its sums, then its output: for K3's 7,168-wide rows
+//      the second read came from DRAM again, a row per warp and 64 warps an SM being far more than L1
+//      holds) with 4-byte loads. Here a thread loads its values once, 16 bytes at a time, into registers
+//      (CPT chunks of 4 values a thread), and writes its outputs from them: a value's bytes cross the bus
+//      once. RMSNorm groups of up to 1,024 values take one warp each (8 groups a block), wider ones up to
+//      8,192 a block of 8 warps; AttnResMix takes a block of 8 warps a row, its first two vectors held in
+//      registers and the others read again for the mix (K3's later layers mix up to 9). The sums have a
+//      new fixed order: thread t of the group (or row) holds chunks t, t + T, ... (T its threads); four
+//      partial sums, one per position in the chunk, each ascending over its chunks, then
+//      ((p0 + p1) + (p2 + p3)), warp_sum's butterfly, and for a block the 8 warp sums added in ascending
+//      warp order. It depends on the width only (the instance is chosen by the width), so batch
+//      invariance holds as before; the factors move at float32 rounding level against version 1. Every
+//      output statement is version 1's.
 #include "common.cuh"
 
 // k_rmsnorm: for each group q of g consecutive values of x (groups = rows * cols / g), with w 1 x g:
@@ -77,3 +91,200 @@ extern "C" __global__ void k_attnres(float* out, float* p, const float* const* v
         o[d] = rnd(acc, bf);
     }
 }
+
+// chunk_sq_sum and chunk_dot_sum are a thread's partial sums over its n float4 chunks (version 2's order:
+// one partial per position in the chunk, ascending over the chunks, then (p0 + p1) + (p2 + p3); products
+// rounded first, as lane_sum_sq). chunk_dot_sum reads w's chunks t, t + T, ... (read-only, L1-cached:
+// every row reads the same w).
+template <int CPT>
+__device__ __forceinline__ float chunk_sq_sum(const float4 (&v)[CPT], int n) {
+    float a = 0.0f, b = 0.0f, c = 0.0f, d = 0.0f;
+#pragma unroll
+    for (int j = 0; j < CPT; j++) {
+        if (j < n) {
+            a = __fadd_rn(a, __fmul_rn(v[j].x, v[j].x));
+            b = __fadd_rn(b, __fmul_rn(v[j].y, v[j].y));
+            c = __fadd_rn(c, __fmul_rn(v[j].z, v[j].z));
+            d = __fadd_rn(d, __fmul_rn(v[j].w, v[j].w));
+        }
+    }
+    return __fadd_rn(__fadd_rn(a, b), __fadd_rn(c, d));
+}
+
+template <int CPT>
+__device__ __forceinline__ float chunk_dot_sum(const float4 (&v)[CPT], const float4* __restrict__ w, int t, int T, int n) {
+    float a = 0.0f, b = 0.0f, c = 0.0f, d = 0.0f;
+#pragma unroll
+    for (int j = 0; j < CPT; j++) {
+        if (j < n) {
+            const float4 wj = __ldg(w + t + j * T);
+            a = __fadd_rn(a, __fmul_rn(wj.x, v[j].x));
+            b = __fadd_rn(b, __fmul_rn(wj.y, v[j].y));
+            c = __fadd_rn(c, __fmul_rn(wj.z, v[j].z));
+            d = __fadd_rn(d, __fmul_rn(wj.w, v[j].w));
+        }
+    }
+    return __fadd_rn(__fadd_rn(a, b), __fadd_rn(c, d));
+}
+
+// block_sum8 returns, in every thread of a block of 8 warps, the sum of v over the block: warp_sum, then the
+// 8 warp sums added in ascending warp order. red holds 8 floats of shared memory; the barriers make it
+// reusable by the next call.
+__device__ __forceinline__ float block_sum8(float v, float* red) {
+    v = warp_sum(v);
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
+    __syncthreads();
+    float s = red[0];
+#pragma unroll
+    for (int w = 1; w < 8; w++) s = __fadd_rn(s, red[w]);
+    __syncthreads();
+    return s;
+}
+
+// norm_out4 is k_rmsnorm's output statement for the 4 values of one chunk.
+__device__ __forceinline__ float4 norm_out4(float4 v, float4 w, float inv, int bf) {
+    return make_float4(rnd(__fmul_rn(rnd(__fmul_rn(v.x, inv), bf), w.x), bf), rnd(__fmul_rn(rnd(__fmul_rn(v.y, inv), bf), w.y), bf),
+                       rnd(__fmul_rn(rnd(__fmul_rn(v.z, inv), bf), w.z), bf), rnd(__fmul_rn(rnd(__fmul_rn(v.w, inv), bf), w.w), bf));
+}
+
+// gate4 is the gated form's statement for one chunk: rnd(y * sigmoid(gate)).
+__device__ __forceinline__ float4 gate4(float4 y, float4 g, int bf) {
+    return make_float4(rnd(__fmul_rn(y.x, sigmoid_f(g.x)), bf), rnd(__fmul_rn(y.y, sigmoid_f(g.y)), bf),
+                       rnd(__fmul_rn(y.z, sigmoid_f(g.z)), bf), rnd(__fmul_rn(y.w, sigmoid_f(g.w)), bf));
+}
+
+// rmsnorm2<W, CPT>: k_rmsnorm (version 2) with W warps a group (1 or 8) and at most CPT chunks of 4
+// values a thread: group size g <= 128 * W * CPT, g % 4 == 0, all operands 16-byte aligned. A block of 8
+// warps holds 8 / W groups. Launch: blockDim 256, gridDim ceil(groups * W / 8).
+template <int W, int CPT>
+__device__ __forceinline__ void rmsnorm2(float* out, const float* x, const float* w, const float* gate, i64 groups, int g,
+                                         float eps, int bf) {
+    __shared__ float red[8];
+    const int T = 32 * W;                      // threads of a group
+    const int t = threadIdx.x % T;             // this thread's place in its group
+    const i64 q = blockIdx.x * (i64)(8 / W) + threadIdx.x / T;
+    const bool live = q < groups;              // a block of 8 warps may hold fewer live groups (W == 1 only)
+    const int nc = g / 4;                      // chunks of the group
+    const int mine = nc > t ? (nc - t + T - 1) / T : 0;  // chunks t, t + T, ... below nc
+    const float4* v4 = (const float4*)(x + (live ? q : 0) * g);
+    float4 v[CPT];
+#pragma unroll
+    for (int j = 0; j < CPT; j++)
+        if (live && j < mine) v[j] = v4[t + j * T];
+    float ss = live ? chunk_sq_sum<CPT>(v, mine) : 0.0f;
+    if (W == 1) {
+        ss = warp_sum(ss);
+    } else {
+        ss = block_sum8(ss, red);
+    }
+    if (!live) return;
+    const float inv = rsqrt_f(__fadd_rn(__fdiv_rn(ss, (float)g), eps));
+    const float4* w4 = (const float4*)w;
+    float4* o4 = (float4*)(out + q * g);
+    const float4* g4 = gate != 0 ? (const float4*)(gate + q * g) : 0;
+#pragma unroll
+    for (int j = 0; j < CPT; j++) {
+        if (j < mine) {
+            const int c = t + j * T;
+            float4 y = norm_out4(v[j], w4[c], inv, bf);
+            if (g4 != 0) y = gate4(y, g4[c], bf);
+            o4[c] = y;
+        }
+    }
+}
+
+// K_RMSNORM2(W, CPT) defines k_rmsnorm2_w<W>_c<CPT>.
+#define K_RMSNORM2(W, CPT)                                                                                   \
+    extern "C" __global__ void __launch_bounds__(256) k_rmsnorm2_w##W##_c##CPT(                              \
+        float* out, const float* x, const float* w, const float* gate, i64 groups, int g, float eps, int bf) { \
+        rmsnorm2<W, CPT>(out, x, w, gate, groups, g, eps, bf);                                                \
+    }
+K_RMSNORM2(1, 1)
+K_RMSNORM2(1, 2)
+K_RMSNORM2(1, 4)
+K_RMSNORM2(1, 8)
+K_RMSNORM2(8, 1)
+K_RMSNORM2(8, 2)
+K_RMSNORM2(8, 4)
+K_RMSNORM2(8, 8)
+
+// attnres2<CPT>: k_attnres (version 2), one block of 8 warps a row, cols % 4 == 0, cols <= 1024 * CPT,
+// every vector and wg 16-byte aligned. Vectors 0 and 1 stay in registers from their sums to the mix; the
+// others are read again for it. The scalars are version 1's statements: the scores (and their max m) by
+// every thread alike, the softmax by thread 0, which stores p. Launch: blockDim 256, gridDim rows, 4 * n bytes of dynamic shared
+// memory (the scores, then p).
+template <int CPT>
+__device__ __forceinline__ void attnres2(float* out, float* p, const float* const* vs, int n, const float* wg, i64 rows,
+                                         int cols, int bf) {
+    extern __shared__ float sp[];
+    __shared__ float red[8];
+    const i64 r = blockIdx.x;
+    const int t = threadIdx.x;
+    const int nc = cols / 4;
+    const int mine = nc > t ? (nc - t + 255) / 256 : 0;
+    const float4* wg4 = (const float4*)wg;
+    float4 a[CPT], b[CPT];
+    float m = 0.0f;
+    for (int i = 0; i < n; i++) {
+        const float4* v4 = (const float4*)(vs[i] + r * cols);
+        float4 c[CPT];
+#pragma unroll
+        for (int j = 0; j < CPT; j++)
+            if (j < mine) c[j] = v4[t + j * 256];
+        float ss = block_sum8(chunk_sq_sum<CPT>(c, mine), red);
+        float dot = block_sum8(chunk_dot_sum<CPT>(c, wg4, t, 256, mine), red);
+        float inv = rsqrt_f(__fadd_rn(__fdiv_rn(ss, (float)cols), 1e-5f));
+        float s = __fmul_rn(dot, inv);
+        m = i == 0 ? s : fmaxf(m, s);
+        if (t == 0) sp[i] = s;
+        if (i == 0) {
+#pragma unroll
+            for (int j = 0; j < CPT; j++) a[j] = c[j];
+        } else if (i == 1) {
+#pragma unroll
+            for (int j = 0; j < CPT; j++) b[j] = c[j];
+        }
+    }
+    __syncthreads();
+    if (t == 0) { // version 1's softmax statements, on the scores every thread computed alike
+        float sum = 0.0f;
+        for (int i = 0; i < n; i++) {
+            float e = exp_f(__fsub_rn(sp[i], m));
+            sum = __fadd_rn(sum, e);
+            sp[i] = e;
+        }
+        for (int i = 0; i < n; i++) {
+            sp[i] = __fdiv_rn(sp[i], sum);
+            p[r * n + i] = sp[i];
+        }
+    }
+    __syncthreads();
+    float4* o4 = (float4*)(out + r * cols);
+#pragma unroll
+    for (int j = 0; j < CPT; j++) {
+        if (j < mine) {
+            const int c = t + j * 256;
+            float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            for (int i = 0; i < n; i++) {
+                float4 v = i == 0 ? a[j] : i == 1 ? b[j] : ((const float4*)(vs[i] + r * cols))[c];
+                float pi = sp[i];
+                acc.x = __fadd_rn(acc.x, __fmul_rn(pi, v.x));
+                acc.y = __fadd_rn(acc.y, __fmul_rn(pi, v.y));
+                acc.z = __fadd_rn(acc.z, __fmul_rn(pi, v.z));
+                acc.w = __fadd_rn(acc.w, __fmul_rn(pi, v.w));
+            }
+            o4[c] = make_float4(rnd(acc.x, bf), rnd(acc.y, bf), rnd(acc.z, bf), rnd(acc.w, bf));
+        }
+    }
+}
+
+// K_ATTNRES2(CPT) defines k_attnres2_c<CPT>.
+#define K_ATTNRES2(CPT)                                                                                      \
+    extern "C" __global__ void __launch_bounds__(256) k_attnres2_c##CPT(                                     \
+        float* out, float* p, const float* const* vs, int n, const float* wg, i64 rows, int cols, int bf) {   \
+        attnres2<CPT>(out, p, vs, n, wg, rows, cols, bf);                                                     \
+    }
+K_ATTNRES2(1)
+K_ATTNRES2(2)
+K_ATTNRES2(4)
+K_ATTNRES2(8)
