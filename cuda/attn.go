@@ -27,7 +27,12 @@ func (b *Backend) ShortConvSiLU(x, w ops.Tensor, l ops.Layout) (ops.Tensor, erro
 	if err := ops.CheckLayout(op, l, xt.rows); err != nil {
 		return nil, err
 	}
-	start := rowStarts(l, xt.rows)
+	start := make([]int32, xt.rows) // the first row of each row's sequence
+	for s := range l.Sequences() {
+		for t := l.Starts[s]; t < l.Starts[s+1]; t++ {
+			start[t] = int32(l.Starts[s])
+		}
+	}
 	var out *Tensor
 	err = b.run(op, func(c *opCtx) error {
 		xp, err := c.f32(xt)
@@ -51,18 +56,6 @@ func (b *Backend) ShortConvSiLU(x, w ops.Tensor, l ops.Layout) (ops.Tensor, erro
 		return nil, err
 	}
 	return out, nil
-}
-
-// rowStarts is the first row of each row's sequence in l (rows rows, which l covers): the short
-// convolutions' rowStart.
-func rowStarts(l ops.Layout, rows int) []int32 {
-	start := make([]int32, rows)
-	for s := range l.Sequences() {
-		for t := l.Starts[s]; t < l.Starts[s+1]; t++ {
-			start[t] = int32(l.Starts[s])
-		}
-	}
-	return start
 }
 
 // shortConvRows is the rows of one k_shortconv_v2 thread (kda.cu's SC_ROWS).
@@ -110,19 +103,7 @@ func (c *opCtx) shortConv(kernel string, rowsPer int, out, x, w, start uint64, r
 // k_kda (version 1) with (d*d + 3d) * 4 bytes of dynamic shared memory. Options.KDAVersion and the test
 // knob pick another version.
 func (b *Backend) KDA(q, k, v, graw, braw ops.Tensor, aLog, dtBias ops.Tensor, heads int, lower float32, l ops.Layout) (ops.Tensor, error) {
-	return b.kda("KDA", q, k, v, graw, braw, aLog, dtBias, heads, lower, l, nil)
-}
-
-// kdaConvIn is what KDAConv's fused prep adds to KDA's inputs: the taps of q and k (ch x K) and the first
-// row of each row's sequence.
-type kdaConvIn struct {
-	qConv, kConv *Tensor
-	start        []int32
-}
-
-// kda runs KDA as op; with conv (KDAConv's fused path: kdaConvFusable has checked it) q and k are the raw
-// projections and k_kda_convprep4 convolves them while it normalises them.
-func (b *Backend) kda(op string, q, k, v, graw, braw ops.Tensor, aLog, dtBias ops.Tensor, heads int, lower float32, l ops.Layout, conv *kdaConvIn) (ops.Tensor, error) {
+	const op = "KDA"
 	ts, err := b.tensors(op, []string{"q", "k", "v", "graw", "braw", "aLog", "dtBias"}, q, k, v, graw, braw, aLog, dtBias)
 	if err != nil {
 		return nil, err
@@ -169,12 +150,7 @@ func (b *Backend) kda(op string, q, k, v, graw, braw ops.Tensor, aLog, dtBias op
 		if err != nil {
 			return err
 		}
-		if conv != nil {
-			err = c.kdaConvPrep(conv, qn, kn, dec, beta, in, rows, heads, d, lower, scale)
-		} else {
-			err = c.kdaPrep(b.kdaVersion(), qn, kn, dec, beta, in, rows, heads, d, lower, scale)
-		}
-		if err != nil {
+		if err := c.kdaPrep(b.kdaVersion(), qn, kn, dec, beta, in, rows, heads, d, lower, scale); err != nil {
 			return err
 		}
 		sp, err := uploadTemp(c, starts)

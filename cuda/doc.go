@@ -93,9 +93,8 @@
 // are rounded to bfloat16 in place, about 665-735 TFLOP/s at K3's 12288x7168 shapes for 16,384-65,536
 // rows on an H200 (the GEMM alone 720-800; the chip's bf16 rate is about 790). The SiTU-GLU FFNs (layer
 // 0's and the shared experts) run fused (ffn.go, ops.SiTUFFN): one conversion of x, unrounded gate and up
-// GEMMs, SiTU by exact tables straight into the down GEMM's bfloat16 operand, the unfused ops' bits. A
-// KDA layer's short convolutions and delta rule run as one op (kda_conv.go, ops.KDAConv): q and k are
-// convolved inside KDA's prep instead of written out and read back, the unfused ops' bits. The routed
+// GEMMs, SiTU by exact tables straight into the down GEMM's bfloat16 operand, the unfused ops' bits. The
+// routed
 // experts (MXFP4), and every bfloat16 weight under CuBLASLtOff or in a shape no algorithm fits, run on the
 // tensor cores in the package's kernel (matmul_tc.cu: mma.sync bf16 -> f32, each element summing k
 // chunks of 16 in ascending order, so batch invariant as well; about 170-180 TFLOP/s). FP32 precision,

@@ -220,13 +220,17 @@ func shortConvOnDevice(b *Backend, kernel string, rowsPer int, x, w []float32, s
 	return out, err
 }
 
-// lensStarts is ShortConvSiLU's table (rowStarts) for sequences of lens rows.
-func lensStarts(lens []int) []int32 {
-	starts := []int{0}
-	for _, n := range lens {
-		starts = append(starts, starts[len(starts)-1]+n)
+// rowStarts is ShortConvSiLU's table: the first row of each row's sequence.
+func rowStarts(lens []int) []int32 {
+	var s []int32
+	r := 0
+	for _, l := range lens {
+		for range l {
+			s = append(s, int32(r))
+		}
+		r += l
 	}
-	return rowStarts(ops.Layout{Starts: starts}, starts[len(starts)-1])
+	return s
 }
 
 // shortConvV2Kernels are the version 2 kernels and their rows a thread.
@@ -273,7 +277,7 @@ func TestShortConvBits(t *testing.T) {
 		for i := range w {
 			w[i] = float32(0.5 * rng.NormFloat64())
 		}
-		start := lensStarts(c.lens)
+		start := rowStarts(c.lens)
 		for _, bf := range []int32{0, 1} {
 			name := fmt.Sprintf("%d rows x %d channels, %d taps, %d sequences, bf %d", rows, c.ch, c.taps, len(c.lens), bf)
 			want, err := shortConvOnDevice(b, "k_shortconv", 1, x, w, start, rows, c.ch, c.taps, bf)

@@ -133,7 +133,7 @@ func TestShortConvTiming(t *testing.T) {
 	for i := range lens {
 		lens[i] = rows / 16
 	}
-	start := lensStarts(lens)
+	start := rowStarts(lens)
 	bytes := 2.0 * rows * ch * 4
 	outs := make([][]float32, 2)
 	err = b.run("shortconv timing", func(c *opCtx) error {

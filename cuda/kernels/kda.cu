@@ -87,36 +87,24 @@
 //      at one sequence); version 8's quarter of the shared loads did not beat 7: its four-way partial
 //      exchange costs what the loads saved. All three stay within kdaV4Tol of version 3 and
 //      bit-identical alone and in a wave (TestKDAVersion6, TestKDAVersion6Wave).
-//   8. k_kda_convprep4 (the ops.KDAConv fusion of cuda/kda_conv.go, not a new KDA version: the values are
-//      ShortConvSiLU's and k_kda_prep4's, bit for bit): k_kda_prep4 that stages the short convolutions of
-//      q and k (shortconv_at, k_shortconv's statements) instead of reading the convolved q and k. The
-//      unfused ops write both convolutions out (2 x 3.2 GB at K3's 65,536 rows) and read them back in the
-//      prep; here the prep reads the raw projections, the 3 rows above each from L2 (the blocks of the
-//      rows before have just read them).
 #include "common.cuh"
 
 // k_shortconv: out[t, c] = rnd(silu(sum_{i<K} w[c, i] * x[t-K+1+i, c])) over taps whose row is in t's
 // sequence (rows before rowStart[t] are zero, skipped). x and out are rows x ch, w is ch x K.
 // Launch: blockDim 256, gridDim ceil(rows * ch / 256) (grid-stride).
-// shortconv_at is one output of the short convolution, out[t, c] (k_shortconv's statement; start is the
-// first row of t's sequence).
-__device__ __forceinline__ float shortconv_at(const float* x, const float* w, i64 t, i64 start, int c, i64 ch, int K,
-                                              int bf) {
-    float s = 0.0f;
-    for (int i = 0; i < K; i++) {
-        i64 src = t - K + 1 + i;
-        if (src >= start) s = __fadd_rn(s, __fmul_rn(w[(i64)c * K + i], x[src * ch + c]));
-    }
-    return rnd(silu_f(s), bf);
-}
-
 extern "C" __global__ void k_shortconv(float* out, const float* x, const float* w, const int* rowStart, i64 rows,
                                        int ch, int K, int bf) {
     i64 n = rows * ch;
     for (i64 idx = blockIdx.x * (i64)blockDim.x + threadIdx.x; idx < n; idx += (i64)gridDim.x * blockDim.x) {
         i64 t = idx / ch;
         int c = (int)(idx - t * ch);
-        out[idx] = shortconv_at(x, w, t, rowStart[t], c, ch, K, bf);
+        i64 start = rowStart[t];
+        float s = 0.0f;
+        for (int i = 0; i < K; i++) {
+            i64 src = t - K + 1 + i;
+            if (src >= start) s = __fadd_rn(s, __fmul_rn(w[(i64)c * K + i], x[src * ch + c]));
+        }
+        out[idx] = rnd(silu_f(s), bf);
     }
 }
 
@@ -421,72 +409,6 @@ extern "C" __global__ void __launch_bounds__(128) k_kda_prep4(float* qn, float* 
         }
     }
     __syncthreads();
-    for (int e = threadIdx.x, r = r0, i = i0; e < ne; e += blockDim.x) {
-        qn[e0 + e] = __fmul_rn(__fmul_rn(sm[2 * r * ld + i], inv[2 * r]), scale);
-        kn[e0 + e] = __fmul_rn(sm[(2 * r + 1) * ld + i], inv[2 * r + 1]);
-        float gate = sigmoid_ff(__fmul_rn(rate[r], __fadd_rn(graw[e0 + e], dtBias[hoff[r] + i])));
-        dec[e0 + e] = expf(__fmul_rn(lower, gate));
-        r += sr, i += si;
-        if (i >= d) r++, i -= d;
-    }
-}
-
-// k_kda_convprep4 is k_kda_prep4 on ShortConvSiLU(q, wq) and ShortConvSiLU(k, wk) (kda.cu item 8): q and k
-// are the raw projections, wq and wk their ch x K taps, rowStart[t] the first row of t's sequence, bf the
-// convolutions' rounding; each staged value is shortconv_at's, so qn, kn, dec and beta are the bits of
-// k_shortconv (or k_shortconv_v2) then k_kda_prep4. Shared memory: P row indices (8 bytes each), then
-// k_kda_prep4's.
-// Launch: blockDim 128 (2P <= 128), gridDim ceil(pairs / P), 8P + (2P(d+1) + 4P) * 4 bytes of shared memory.
-extern "C" __global__ void __launch_bounds__(128) k_kda_convprep4(float* qn, float* kn, float* dec, float* beta,
-                                                                  const float* q, const float* k, const float* graw,
-                                                                  const float* braw, const float* aLog,
-                                                                  const float* dtBias, i64 pairs, int heads, int d,
-                                                                  int P, float lower, float scale, const float* wq,
-                                                                  const float* wk, const int* rowStart, int K, int bf) {
-    extern __shared__ i64 smraw[];
-    i64* prow = smraw;              // the row of each of the block's pairs
-    float* sm = (float*)(prow + P); // k_kda_prep4's layout from here
-    int ld = d + 1;
-    float* inv = sm + 2 * P * ld;
-    float* rate = inv + 2 * P;
-    int* hoff = (int*)(rate + P);
-    i64 p0 = (i64)blockIdx.x * P;
-    int np = (int)min((i64)P, pairs - p0);
-    const i64 ch = (i64)heads * d;
-    if (threadIdx.x < np) {
-        const i64 p = p0 + threadIdx.x;
-        prow[threadIdx.x] = p / heads;
-        hoff[threadIdx.x] = (int)(p % heads) * d;
-    }
-    __syncthreads();
-    int ne = np * d;
-    const int r0 = threadIdx.x / d, i0 = threadIdx.x - r0 * d; // the thread's first (pair, channel)
-    const int sr = blockDim.x / d, si = blockDim.x - sr * d;   // the step of e += blockDim.x in (pair, channel)
-    for (int e = threadIdx.x, r = r0, i = i0; e < ne; e += blockDim.x) {
-        const i64 t = prow[r];
-        const i64 start = rowStart[t];
-        const int c = hoff[r] + i;
-        sm[2 * r * ld + i] = shortconv_at(q, wq, t, start, c, ch, K, bf);
-        sm[(2 * r + 1) * ld + i] = shortconv_at(k, wk, t, start, c, ch, K, bf);
-        r += sr, i += si;
-        if (i >= d) r++, i -= d;
-    }
-    __syncthreads();
-    int c = threadIdx.x;  // row c of the staged rows: q (even) or k (odd) of pair c / 2
-    if (c < 2 * np) {
-        const float* x = sm + c * ld;
-        float s = 0.0f;
-#pragma unroll 8
-        for (int i = 0; i < d; i++) s = __fadd_rn(s, __fmul_rn(x[i], x[i]));
-        inv[c] = rsqrt_f(__fadd_rn(s, 1e-6f));
-        if ((c & 1) == 0) {
-            i64 p = p0 + c / 2;
-            rate[c / 2] = exp_f(aLog[hoff[c / 2] / d]);
-            beta[p] = sigmoid_ff(braw[p]);
-        }
-    }
-    __syncthreads();
-    i64 e0 = p0 * d;
     for (int e = threadIdx.x, r = r0, i = i0; e < ne; e += blockDim.x) {
         qn[e0 + e] = __fmul_rn(__fmul_rn(sm[2 * r * ld + i], inv[2 * r]), scale);
         kn[e0 + e] = __fmul_rn(sm[(2 * r + 1) * ld + i], inv[2 * r + 1]);

@@ -38,24 +38,18 @@ func (w *KDAWeights) Forward(f *Pass, x ops.Tensor) (ops.Tensor, error) {
 	lower := float32(m.Plan.Config.LinearAttn.GateLowerBound)
 	r := newRun(b)
 	defer r.free()
-	q, k, v := r.mm(x, w.Q, "q_proj"), r.mm(x, w.K, "k_proj"), r.mm(x, w.V, "v_proj")
+	conv := func(x, w ops.Tensor, name string) ops.Tensor {
+		return r.do(name, func() (ops.Tensor, error) { return b.ShortConvSiLU(x, w, l) })
+	}
+	q := conv(r.mm(x, w.Q, "q_proj"), w.QConv, "q_conv1d")
+	k := conv(r.mm(x, w.K, "k_proj"), w.KConv, "k_conv1d")
+	v := conv(r.mm(x, w.V, "v_proj"), w.VConv, "v_conv1d")
 	graw := r.mm(r.mm(x, w.FA, "f_a_proj"), w.FB, "f_b_proj") // the decay gate before its activation
 	braw := r.mm(x, w.B, "b_proj")
 	gout := r.mm(x, w.G, "g_proj") // the output gate before its sigmoid
-	var o ops.Tensor
-	if fb, ok := b.(ops.KDAConv); ok { // the short convolutions and the delta rule in one call: the same bits
-		o = r.do("short convolutions and delta rule", func() (ops.Tensor, error) {
-			return fb.KDAConv(q, k, v, w.QConv, w.KConv, w.VConv, graw, braw, w.ALog, w.DtBias, heads, lower, l)
-		})
-	} else {
-		conv := func(x, w ops.Tensor, name string) ops.Tensor {
-			return r.do(name, func() (ops.Tensor, error) { return b.ShortConvSiLU(x, w, l) })
-		}
-		q, k, v := conv(q, w.QConv, "q_conv1d"), conv(k, w.KConv, "k_conv1d"), conv(v, w.VConv, "v_conv1d")
-		o = r.do("delta rule", func() (ops.Tensor, error) {
-			return b.KDA(q, k, v, graw, braw, w.ALog, w.DtBias, heads, lower, l)
-		})
-	}
+	o := r.do("delta rule", func() (ops.Tensor, error) {
+		return b.KDA(q, k, v, graw, braw, w.ALog, w.DtBias, heads, lower, l)
+	})
 	// per head: RMSNorm with the shared o_norm weight, then times sigmoid of the output gate
 	o = r.do("o_norm", func() (ops.Tensor, error) { return b.GatedRMSNorm(o, w.ONorm, gout, m.eps) })
 	y := r.result("o_proj", func() (ops.Tensor, error) { return b.MatMul(o, w.O) })

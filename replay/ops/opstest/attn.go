@@ -10,7 +10,6 @@ import (
 var attnTests = []test{
 	{"ShortConvSiLU", testShortConv},
 	{"KDA", testKDA},
-	{"KDAConv", testKDAConv},
 	{"MLA", testMLA},
 }
 
@@ -82,42 +81,6 @@ func testKDA(s *suite) {
 		s.close(what, got, ref, in.ch, s.tol(ref).scaled(4))
 		s.roundedOutput(what, got, ref)
 		s.free(out)
-		for _, t := range ts {
-			s.b.Free(t)
-		}
-	}
-}
-
-// testKDAConv: a backend's fused short convolutions and delta rule (ops.KDAConv, optional) equal the
-// unfused ops (three ShortConvSiLU, then KDA) bit for bit, over every KDA case with 4 taps; skipped for a
-// backend without it.
-func testKDAConv(s *suite) {
-	fb, ok := s.b.(ops.KDAConv)
-	if !ok {
-		s.Skipf("backend %s has no fused short convolutions and delta rule (ops.KDAConv)", s.b.Name())
-	}
-	const taps = 4
-	for _, c := range kdaCases {
-		ts, in := s.randKDA(c)
-		l := ops.Layout{Starts: in.starts}
-		rows := l.Tokens()
-		var w, cv [3]ops.Tensor
-		for i := range w {
-			w[i], _ = s.weightF32(in.ch, taps, s.normals(in.ch*taps, 0.5))
-			conv, err := s.b.ShortConvSiLU(ts[i], w[i], l)
-			s.must(err, "ShortConvSiLU")
-			cv[i] = conv
-		}
-		what := fmt.Sprintf("KDAConv %d heads of %d over sequences %v", c.heads, c.d, c.lens)
-		fused, err := fb.KDAConv(ts[0], ts[1], ts[2], w[0], w[1], w[2], ts[3], ts[4], ts[5], ts[6], in.heads, float32(in.lower), l)
-		s.must(err, what)
-		want, err := s.b.KDA(cv[0], cv[1], cv[2], ts[3], ts[4], ts[5], ts[6], in.heads, float32(in.lower), l)
-		s.must(err, "KDA")
-		s.same(what+" against the unfused ops", s.host(fused, rows, in.ch), s.host(want, rows, in.ch), in.ch)
-		s.free(fused, want)
-		for i := range w {
-			s.free(w[i], cv[i])
-		}
 		for _, t := range ts {
 			s.b.Free(t)
 		}
