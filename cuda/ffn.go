@@ -12,7 +12,7 @@ import (
 // In BF16 precision, with bfloat16 weights and a pinned cuBLASLt algorithm for both weight shapes
 // (cublaslt_plan.go), each block of rows runs
 //
-//	xb = bf16(x[rows])                                   k_to_bf16, once for both GEMMs
+//	xb = bf16(x[rows])                                   k_to_bf16, once for both GEMMs (or x's kept copy)
 //	g  = xb . gate^T,  u = xb . up^T                     two cuBLASLt GEMMs into float32, unrounded
 //	h  = rnd(situ(rnd(g), rnd(u))) as bfloat16           k_situ_glu_bf16 (SiTU by the experts' tables)
 //	y[rows] = h . down^T                                 a cuBLASLt GEMM into the output, float32
@@ -87,9 +87,11 @@ func (b *Backend) SiTUFFN(x, gate, up, down ops.Tensor, beta, linBeta float32) (
 			return fmt.Errorf("SiTU tables: %w", err)
 		}
 		block := ffnBlock(n, ffnBlockRows(ffn, c.b.ffnRows))
-		xb, err := c.temp(2 * block * gu.ldb)
-		if err != nil {
-			return err
+		var xb uint64 // x's bfloat16 rows: its kept copy (narrow.go) when it has one, else a block's scratch
+		if xt.narrow == 0 || xt.narrowLd != gu.ldb {
+			if xb, err = c.temp(2 * block * gu.ldb); err != nil {
+				return err
+			}
 		}
 		g, err := c.temp(4 * block * ffn)
 		if err != nil {
@@ -105,7 +107,11 @@ func (b *Backend) SiTUFFN(x, gate, up, down ops.Tensor, beta, linBeta float32) (
 		}
 		for r0 := 0; r0 < n; r0 += block {
 			rn := min(block, n-r0)
-			if err := c.ffnRows(gu, dn, out.ptr+uint64(4*r0*hidden), xt.ptr+uint64(4*r0*hidden), xb, g, u, h, tab,
+			x, xr := xt.ptr+uint64(4*r0*hidden), xb
+			if xb == 0 {
+				x, xr = 0, xt.narrow+uint64(2*r0*gu.ldb)
+			}
+			if err := c.ffnRows(gu, dn, out.ptr+uint64(4*r0*hidden), x, xr, g, u, h, tab,
 				gt.ptr, ut.ptr, dt.ptr, rn, hidden, ffn); err != nil {
 				return fmt.Errorf("rows %d..%d of %d: %w", r0, r0+rn-1, n, err)
 			}
@@ -119,10 +125,13 @@ func (b *Backend) SiTUFFN(x, gate, up, down ops.Tensor, beta, linBeta float32) (
 }
 
 // ffnRows runs one block of rn rows: x (rn x hidden float32) to y (rn x hidden float32, not yet rounded),
-// through the scratch buffers xb, g, u and h (sized for the block).
+// through the scratch buffers xb, g, u and h (sized for the block). x 0 means xb already holds the rows as
+// bfloat16 (the input's kept copy).
 func (c *opCtx) ffnRows(gu, dn *ltShape, y, x, xb, g, u, h, tab, gate, up, down uint64, rn, hidden, ffn int) error {
-	if err := c.toBF16(xb, x, rn, hidden, gu.ldb); err != nil {
-		return fmt.Errorf("x to bfloat16: %w", err)
+	if x != 0 {
+		if err := c.toBF16(xb, x, rn, hidden, gu.ldb); err != nil {
+			return fmt.Errorf("x to bfloat16: %w", err)
+		}
 	}
 	if err := c.ltGemm(gu, g, xb, gate, rn, ffn, hidden); err != nil {
 		return fmt.Errorf("gate: %w", err)

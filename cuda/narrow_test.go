@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"math"
 	"math/rand/v2"
 	"testing"
 
@@ -115,4 +116,71 @@ func matmulHost(t *testing.T, b *Backend, x, w ops.Tensor) []float32 {
 		t.Fatal(err)
 	}
 	return v
+}
+
+// TestNormNarrowCopy: RMSNorm and GatedRMSNorm (norm.cu version 2) write their output's bfloat16 copy in
+// BF16 precision on cuBLASLt (keepsNarrow), equal to the output's values; a MatMul and the fused FFN that
+// read it give the bits of a fresh tensor with the same values (which they convert themselves); and
+// widths that are not a multiple of 8 keep no copy.
+func TestNormNarrowCopy(t *testing.T) {
+	b := newLtBackend(t, true)
+	rng := rand.New(rand.NewPCG(7, 8))
+	const rows = 131
+	for _, c := range []struct {
+		cols, g int // x's width and the norm's group
+		gated   bool
+		copy    bool
+	}{{256, 256, false, true}, {384, 128, true, true}, {260, 260, false, false}} {
+		x, err := b.FromHost(rows, c.cols, fastFill(rng, rows*c.cols, 2))
+		if err != nil {
+			t.Fatal(err)
+		}
+		gate, err := b.FromHost(rows, c.cols, fastFill(rng, rows*c.cols, 2))
+		if err != nil {
+			t.Fatal(err)
+		}
+		w := bf16Weight(t, b, rng, 1, c.g, 1)
+		var y ops.Tensor
+		if c.gated {
+			y, err = b.GatedRMSNorm(x, w, gate, 1e-5)
+		} else {
+			y, err = b.RMSNorm(x, w, 1e-5)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		yt := y.(*Tensor)
+		if (yt.narrow != 0) != c.copy {
+			t.Fatalf("width %d (groups of %d): a bfloat16 copy %v, want %v", c.cols, c.g, yt.narrow != 0, c.copy)
+		}
+		yv, err := b.ToHost(y)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.copy {
+			raw := make([]byte, 2*rows*c.cols)
+			if err := b.toHost(raw, yt.narrow); err != nil {
+				t.Fatal(err)
+			}
+			for i, v := range yv {
+				if got := uint16(raw[2*i]) | uint16(raw[2*i+1])<<8; got != uint16(math.Float32bits(v)>>16) {
+					t.Fatalf("width %d: copy[%d] = %#04x, output %g", c.cols, i, got, v)
+				}
+			}
+		}
+		fresh, err := b.FromHost(rows, c.cols, yv)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mw := bf16Weight(t, b, rng, 96, c.cols, 0.05)
+		sameBits(t, "MatMul from the norm's copy", matmulHost(t, b, y, mw), matmulHost(t, b, fresh, mw), 96)
+		fw := newFFNWeights(t, b, rng, 64, c.cols)
+		if why := ffnPath(t, b, y, fw); why != "" {
+			t.Logf("width %d: the FFN runs unfused (%s)", c.cols, why)
+		}
+		sameBits(t, "SiTUFFN from the norm's copy", ffnHost(t, b, y, fw, true), ffnHost(t, b, fresh, fw, true), c.cols)
+		for _, v := range []ops.Tensor{x, gate, w, y, fresh, mw} {
+			b.Free(v)
+		}
+	}
 }

@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/potato-k3/potato-k3/replay/ops"
@@ -51,6 +52,14 @@ func attnres2Kernel(cols int, ptrs ...uint64) (name string, ok bool) {
 		return "", false
 	}
 	return fmt.Sprintf("k_attnres2_c%d", norm2CPT(cols, normThreads)), true
+}
+
+// keepsNarrow reports whether RMSNorm and GatedRMSNorm write their output's bfloat16 copy (narrow.go) for
+// rows of cols values: in BF16 precision on cuBLASLt, where the next MatMul (or the router, or the fused
+// FFN) reads x as bfloat16, and for widths whose copy has cuBLASLt's row stride (cols a multiple of 8).
+// The copy holds the output's own values, so no result changes whether it is there or not.
+func (b *Backend) keepsNarrow(cols int) bool {
+	return b.bf == 1 && b.lt != nil && !b.opts.NoTensorCores && cols%8 == 0
 }
 
 // aligned16 reports whether every device address is a multiple of 16 (a float4's alignment).
@@ -126,7 +135,22 @@ func (b *Backend) norm(op string, x, w, gate ops.Tensor, eps float32) (ops.Tenso
 			ptrs = append(ptrs, gp)
 		}
 		if name, grid, ok := rmsnorm2Kernel(g, groups, ptrs...); ok && b.normVer != 1 {
-			return c.launch(name, d1(grid), d1(normThreads), 0, out.ptr, xp, wp, gp, int64(groups), int32(g), eps, b.bf)
+			var nb uint64 // the bfloat16 copy the next MatMul reads (narrow.go), written with the output
+			if b.keepsNarrow(xt.cols) {
+				if nb, err = b.malloc(2 * out.n()); err != nil {
+					return err
+				}
+			}
+			if err := c.launch(name, d1(grid), d1(normThreads), 0, out.ptr, xp, wp, gp, int64(groups), int32(g), eps, b.bf, nb); err != nil {
+				if nb != 0 {
+					err = errors.Join(err, b.free(nb))
+				}
+				return err
+			}
+			if nb != 0 {
+				out.narrow, out.narrowLd = nb, xt.cols
+			}
+			return nil
 		}
 		return c.launch("k_rmsnorm", d1((groups+normWarps-1)/normWarps), d1(normThreads), 0,
 			out.ptr, xp, wp, gp, int64(groups), int32(g), eps, b.bf)

@@ -19,7 +19,9 @@
 //      ((p0 + p1) + (p2 + p3)), warp_sum's butterfly, and for a block the 8 warp sums added in ascending
 //      warp order. It depends on the width only (the instance is chosen by the width), so batch
 //      invariance holds as before; the factors move at float32 rounding level against version 1. Every
-//      output statement is version 1's.
+//      output statement is version 1's. RMSNorm's (and the gated form's) outputs can also be written as
+//      bfloat16 (nb, rows of the output's width): the kept copy of narrow.go that the next MatMul reads,
+//      8 bytes more a chunk instead of a conversion pass (read 16, write 8) before the GEMM.
 #include "common.cuh"
 
 // k_rmsnorm: for each group q of g consecutive values of x (groups = rows * cols / g), with w 1 x g:
@@ -158,7 +160,7 @@ __device__ __forceinline__ float4 gate4(float4 y, float4 g, int bf) {
 // warps holds 8 / W groups. Launch: blockDim 256, gridDim ceil(groups * W / 8).
 template <int W, int CPT>
 __device__ __forceinline__ void rmsnorm2(float* out, const float* x, const float* w, const float* gate, i64 groups, int g,
-                                         float eps, int bf) {
+                                         float eps, int bf, u16* nb) {
     __shared__ float red[8];
     const int T = 32 * W;                      // threads of a group
     const int t = threadIdx.x % T;             // this thread's place in its group
@@ -189,15 +191,20 @@ __device__ __forceinline__ void rmsnorm2(float* out, const float* x, const float
             float4 y = norm_out4(v[j], w4[c], inv, bf);
             if (g4 != 0) y = gate4(y, g4[c], bf);
             o4[c] = y;
+            if (nb != 0) // y holds bfloat16 values (BF16 precision): their bits, exactly
+                ((uint2*)(nb + q * g))[c] = make_uint2((__float_as_uint(y.x) >> 16) | (__float_as_uint(y.y) & 0xffff0000u),
+                                                       (__float_as_uint(y.z) >> 16) | (__float_as_uint(y.w) & 0xffff0000u));
         }
     }
 }
 
-// K_RMSNORM2(W, CPT) defines k_rmsnorm2_w<W>_c<CPT>.
+// K_RMSNORM2(W, CPT) defines k_rmsnorm2_w<W>_c<CPT>; nb, when not null, receives the outputs as bfloat16
+// (16-byte aligned, the output's layout).
 #define K_RMSNORM2(W, CPT)                                                                                   \
     extern "C" __global__ void __launch_bounds__(256) k_rmsnorm2_w##W##_c##CPT(                              \
-        float* out, const float* x, const float* w, const float* gate, i64 groups, int g, float eps, int bf) { \
-        rmsnorm2<W, CPT>(out, x, w, gate, groups, g, eps, bf);                                                \
+        float* out, const float* x, const float* w, const float* gate, i64 groups, int g, float eps, int bf,  \
+        u16* nb) {                                                                                           \
+        rmsnorm2<W, CPT>(out, x, w, gate, groups, g, eps, bf, nb);                                            \
     }
 K_RMSNORM2(1, 1)
 K_RMSNORM2(1, 2)
