@@ -72,13 +72,15 @@ func aligned16(ptrs ...uint64) bool {
 	return true
 }
 
-// RMSNorm normalises each group of g = w.Cols() columns (k_rmsnorm): per group, in float32,
+// RMSNorm normalises each group of g = w.Cols() columns (k_rmsnorm2_*, norm.cu version 2, for g a
+// multiple of 4 up to 8,192; k_rmsnorm else): per group, in float32,
 //
-//	inv = float32(1 / sqrt(sumsq / g + eps))   // sumsq: lane-strided partial sums, then a fixed butterfly
+//	inv = float32(1 / sqrt(sumsq / g + eps))   // sumsq: per-thread partial sums, then a fixed butterfly
 //	out[d] = rounded(rounded(v[d] * inv) * w[d])
 //
-// The norm factor's float32 sum order differs from the CPU backend's single ascending sum (rounding
-// level); it depends on g only, never on the rows or the wave.
+// The norm factor's float32 sum order (norm.cu's version list gives both versions') differs from the CPU
+// backend's single ascending sum (rounding level); it depends on g only, never on the rows or the wave.
+// Version 2 also writes the output's bfloat16 copy where keepsNarrow says so.
 func (b *Backend) RMSNorm(x, w ops.Tensor, eps float32) (ops.Tensor, error) {
 	return b.norm("RMSNorm", x, w, nil, eps)
 }
@@ -167,7 +169,8 @@ func (b *Backend) norm(op string, x, w, gate ops.Tensor, eps float32) (ops.Tenso
 //	p = softmax(score)   // max shift, e_i = float32(exp(score_i - max)), ascending sum, e_i / sum
 //	out[d] = rounded(sum_i p_i * v_i[d])   // ascending i
 //
-// sumsq and dot are lane-strided sums with a fixed butterfly (see RMSNorm). It returns p, rows x len(vs).
+// sumsq and dot are per-thread partial sums with a fixed butterfly (see RMSNorm; k_attnres2_*, a block a
+// row, for cols a multiple of 4 up to 8,192, else k_attnres). It returns p, rows x len(vs).
 func (b *Backend) AttnResMix(vs []ops.Tensor, wg ops.Tensor) (ops.Tensor, []float32, error) {
 	const op = "AttnResMix"
 	wt, err := b.tensor(op, "wg", wg)
