@@ -9,7 +9,7 @@ import (
 
 // testKDAEnv names a KDA version that this test binary makes the BF16 default (kdaBF16Version) before
 // any test runs (POTATO_TEST_KDA_VERSION=8), so that one binary checks a candidate default end to end
-// (TestAgainstCPU, TestBatchInvarianceLarge, TestConformance) before the constant is changed.
+// (TestAgainstCPU, TestBatchInvarianceLarge, TestConformance) before kdaBF16Version is changed in the source.
 // TestKDADefaultVersion fails by construction then; leave it out of such a run.
 const testKDAEnv = "POTATO_TEST_KDA_VERSION"
 
