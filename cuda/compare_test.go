@@ -40,12 +40,6 @@ func (p *pair) act(rows, cols int, scale float64) both {
 	for i := range v {
 		v[i] = float32(scale * p.rng.NormFloat64())
 	}
-	return p.upload(rows, cols, v)
-}
-
-// upload makes an activation of values v on both backends.
-func (p *pair) upload(rows, cols int, v []float32) both {
-	p.t.Helper()
 	g, err := p.g.FromHost(rows, cols, v)
 	if err != nil {
 		p.t.Fatal(err)

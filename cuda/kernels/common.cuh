@@ -49,30 +49,6 @@ __device__ __forceinline__ float tanh_f(float x) { return (float)tanh((double)x)
 __device__ __forceinline__ float rsqrt_f(float x) { return (float)(1.0 / sqrt((double)x)); }
 __device__ __forceinline__ float silu_f(float x) { return __fmul_rn(x, sigmoid_f(x)); }
 
-// mul_sigmoid_rnd is rnd(__fmul_rn(x, sigmoid_f(g)), bf): the bits of the double-precision sigmoid, which
-// in BF16 precision it mostly does without. There the product is rounded to bfloat16, 16 bits coarser
-// than float32, so a product within a few float32 ulps of the exact one rounds the same way unless it
-// lies near a bfloat16 rounding midpoint. The fast path: sf = 1 / (1 + expf(-g)) in single precision
-// (expf within 2 ulps, an IEEE add and reciprocal: within 3 * 2^-23 of sigmoid, relative; the reference
-// sigmoid_f is within 2^-24), p = float(x * sf): within 9 float32 ulps of the reference's product. When p
-// is finite, at least 2^-100 in magnitude (normal, where ulps are relative), g >= -80 (sf normal, expf
-// finite), and p's low 16 bits are more than 64 ulps from the bfloat16 midpoint (0x8000), p and the
-// reference lie in one bfloat16 rounding interval and round to the same value. Otherwise (about 0.2% of
-// products, and every case in FP32 precision) it evaluates the reference itself.
-__device__ __forceinline__ float mul_sigmoid_rnd(float x, float g, int bf) {
-    if (bf && g >= -80.0f) {
-        const float p = __fmul_rn(x, __frcp_rn(__fadd_rn(1.0f, expf(-g))));
-        const u32 u = __float_as_uint(p);
-        const int low = (int)(u & 0xffffu) - 0x8000;
-        if ((u & 0x7fffffffu) >= 0x0d800000u && (u & 0x7f800000u) != 0x7f800000u && (low > 64 || low < -64))
-            return bf16_round(p);
-    }
-    return rnd(__fmul_rn(x, sigmoid_f(g)), bf);
-}
-
-// silu_rnd is rnd(silu_f(x), bf), by mul_sigmoid_rnd's fast path in BF16 precision (the same bits).
-__device__ __forceinline__ float silu_rnd(float x, int bf) { return mul_sigmoid_rnd(x, x, bf); }
-
 // situ_f is one SiTU-GLU element (K3_SPEC.md 5.4), float32 left to right as replay/cpu situ:
 // (beta * tanh(a/beta)) * sigmoid(a) * (linBeta * tanh(b/linBeta)).
 // It is situ_gate(a) * situ_lin(b): each factor depends on one input only (experts.cu tabulates them

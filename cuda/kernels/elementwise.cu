@@ -49,11 +49,10 @@ extern "C" __global__ void k_add4(float4* out, const float4* a, const float4* b,
     }
 }
 
-// k_mul_sigmoid: out[i] = rnd(x[i] * sigmoid(g[i])) (mul_sigmoid_rnd: the double-precision sigmoid's
-// bits, mostly without it in BF16 precision).
+// k_mul_sigmoid: out[i] = rnd(x[i] * sigmoid(g[i])).
 extern "C" __global__ void k_mul_sigmoid(float* out, const float* x, const float* g, i64 n, int bf) {
     for (i64 i = blockIdx.x * (i64)blockDim.x + threadIdx.x; i < n; i += (i64)gridDim.x * blockDim.x)
-        out[i] = mul_sigmoid_rnd(x[i], g[i], bf);
+        out[i] = rnd(__fmul_rn(x[i], sigmoid_f(g[i])), bf);
 }
 
 // k_situ: out[i] = rnd(situ(gate[i], up[i])) (out may be gate).

@@ -39,9 +39,6 @@
 //      sequence start skipped, products rounded, rnd(silu_f(s), bf)): the same bits. H200, 65,536 x
 //      12,288, 16 sequences: 2.77 ms (2.3 TB/s of x read and out written) against version 1's 6.51 ms.
 //      Rows a thread, timed: 1: 3.41 ms, 2: 3.08, 4: 2.77, 8: 3.43 (84 registers; fewer warps): SC_ROWS 4.
-//      Later: its SiLU is silu_rnd (common.cuh), whose single-precision fast path gives the double-precision
-//      sigmoid's bits in BF16 precision (the double-precision SiLU bounded it: 805 million an op at K3's
-//      65,536 x 12,288). Version 1 keeps silu_f, the reference the tests compare with.
 //   5. k_kda4_r32/64/128 (KDA version 4; item 4 above is the short convolution's): version 3 with fused
 //      multiply-adds for the three accumulations of the pass (S += kn u, o += S qn, ks += S kn: one
 //      __fmaf_rn each, one rounding instead of two). Version 3 costs 7 FP32 instructions an element and
@@ -153,7 +150,7 @@ __device__ __forceinline__ void shortconv4(float* __restrict__ out, const float*
             }
         }
         *(float4*)(out + t * ch + c) =
-            make_float4(silu_rnd(s[0], bf), silu_rnd(s[1], bf), silu_rnd(s[2], bf), silu_rnd(s[3], bf));
+            make_float4(rnd(silu_f(s[0]), bf), rnd(silu_f(s[1]), bf), rnd(silu_f(s[2]), bf), rnd(silu_f(s[3]), bf));
     }
 }
 

@@ -149,11 +149,10 @@ __device__ __forceinline__ float4 norm_out4(float4 v, float4 w, float inv, int b
                        rnd(__fmul_rn(rnd(__fmul_rn(v.z, inv), bf), w.z), bf), rnd(__fmul_rn(rnd(__fmul_rn(v.w, inv), bf), w.w), bf));
 }
 
-// gate4 is the gated form's statement for one chunk: rnd(y * sigmoid(gate)), by mul_sigmoid_rnd (the
-// double-precision sigmoid's bits, mostly without it in BF16 precision).
+// gate4 is the gated form's statement for one chunk: rnd(y * sigmoid(gate)).
 __device__ __forceinline__ float4 gate4(float4 y, float4 g, int bf) {
-    return make_float4(mul_sigmoid_rnd(y.x, g.x, bf), mul_sigmoid_rnd(y.y, g.y, bf), mul_sigmoid_rnd(y.z, g.z, bf),
-                       mul_sigmoid_rnd(y.w, g.w, bf));
+    return make_float4(rnd(__fmul_rn(y.x, sigmoid_f(g.x)), bf), rnd(__fmul_rn(y.y, sigmoid_f(g.y)), bf),
+                       rnd(__fmul_rn(y.z, sigmoid_f(g.z)), bf), rnd(__fmul_rn(y.w, sigmoid_f(g.w)), bf));
 }
 
 // rmsnorm2<W, CPT>: k_rmsnorm (version 2) with W warps a group (1 or 8) and at most CPT chunks of 4
