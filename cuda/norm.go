@@ -36,7 +36,7 @@ func norm2CPT(w, threads int) int {
 // and version 1 runs. A choice by g and the operands' alignment (allocations are always aligned), never
 // by the number of groups.
 func rmsnorm2Kernel(g, groups int, ptrs ...uint64) (name string, grid int, ok bool) {
-	if g%4 != 0 || g == 0 || g > norm2Max || !aligned16(ptrs...) {
+	if !norm2Fits(g, ptrs...) {
 		return "", 0, false
 	}
 	if g <= 1024 {
@@ -48,10 +48,16 @@ func rmsnorm2Kernel(g, groups int, ptrs ...uint64) (name string, grid int, ok bo
 // attnres2Kernel names the version 2 AttnResMix kernel for rows of cols values (a block a row), or ok
 // false where version 1 runs (as rmsnorm2Kernel).
 func attnres2Kernel(cols int, ptrs ...uint64) (name string, ok bool) {
-	if cols%4 != 0 || cols == 0 || cols > norm2Max || !aligned16(ptrs...) {
+	if !norm2Fits(cols, ptrs...) {
 		return "", false
 	}
 	return fmt.Sprintf("k_attnres2_c%d", norm2CPT(cols, normThreads)), true
+}
+
+// norm2Fits reports whether version 2 takes a group or row of w values with these operands: w a
+// multiple of 4 from 4 to norm2Max, every operand 16-byte aligned.
+func norm2Fits(w int, ptrs ...uint64) bool {
+	return w%4 == 0 && w > 0 && w <= norm2Max && aligned16(ptrs...)
 }
 
 // keepsNarrow reports whether RMSNorm and GatedRMSNorm write their output's bfloat16 copy (narrow.go) for
