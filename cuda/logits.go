@@ -96,6 +96,9 @@ func (b *Backend) tokenStats(h, w ops.Tensor, targets []int32, k int, cfg statsC
 				return err
 			}
 		}
+		// on cuBLASLt the chunks read h's kept bfloat16 copy (narrow.go), which the final norm writes with
+		// its output (norm.go keepsNarrow), instead of converting each chunk: the same values
+		c.xsrc = ht
 		for r0 := 0; r0 < rows; r0 += chunk {
 			n := min(chunk, rows-r0)
 			rd, err := c.statsLogits(cfg.ver, logits, hp+uint64(4*r0*ht.cols), n, ht.cols, weightOf(wt))

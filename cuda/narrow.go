@@ -10,7 +10,7 @@ import "fmt"
 // same tensor once each: at 65,536 x 7,168 about 0.9 ms a conversion. The first such MatMul keeps its
 // copy on the tensor (Tensor.narrow) and the next ones read it; RMSNorm and GatedRMSNorm, whose outputs
 // are such inputs, write the copy with their output (norm.go keepsNarrow), so not even the first MatMul
-// converts; the fused FFN reads it too. Free releases it with the tensor. The only
+// converts; the fused FFN and TokenStats' lm_head read it too. Free releases it with the tensor. The only
 // op that writes into an existing tensor, ExpertsAccumulate (its acc), drops the copy first. The values a
 // GEMM reads are the same either way, so no bit changes.
 
