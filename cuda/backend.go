@@ -63,10 +63,6 @@ type Options struct {
 	// path (experts_lt_lanes.go): 0 for the default (ltExpertStreams), 1 for the compute stream alone.
 	// Results are the same bits for every value; only the speed changes.
 	ExpertStreams int
-	// KDAVersion picks the kda.cu version KDA launches (kda.cu's version list; 3 to 8), 0 for the
-	// default: kdaBF16Version in BF16 precision, 3 (the CPU backend's bits) in FP32. For timing candidate
-	// kernels (potato bench --kda-version); versions other than 3 differ from the CPU backend by rounding.
-	KDAVersion int
 }
 
 // CuBLASLtMode is Options.CuBLASLt.
@@ -127,10 +123,9 @@ type Backend struct {
 	syncEvs eventPool
 	// situTabs are SiTU's factor tables by (beta, linBeta) (ffn.go); on the CUDA thread
 	situTabs map[situKey]uint64
-	// Test knobs, zero for the defaults: the kda.cu version KDA launches (kdaVersion), the bytes of
-	// decoded weights of one chunk of the cuBLASLt expert path (ltDecodeBytes) and the rows of one block
-	// of the fused FFN (ffnBlockRows).
-	kdaVer, decodeBytes, ffnRows int
+	// Test knobs, zero for the defaults: the bytes of decoded weights of one chunk of the cuBLASLt expert
+	// path (ltDecodeBytes) and the rows of one block of the fused FFN (ffnBlockRows).
+	decodeBytes, ffnRows int
 	// normVer 1 makes RMSNorm, GatedRMSNorm and AttnResMix launch norm.cu's version 1 (tests and timing
 	// compare it with version 2, the default).
 	normVer int
@@ -173,9 +168,6 @@ func New(o Options) (*Backend, error) {
 	if o.ExpertStreams < 0 || o.ExpertStreams > maxExpertStreams {
 		return nil, fmt.Errorf("%w: ExpertStreams %d: want 0 (the default) to %d", ErrArgument, o.ExpertStreams, maxExpertStreams)
 	}
-	if o.KDAVersion != 0 && (o.KDAVersion < 3 || o.KDAVersion > maxKDAVersion) {
-		return nil, fmt.Errorf("%w: KDAVersion %d: want 0 (the default) or 3 to %d", ErrArgument, o.KDAVersion, maxKDAVersion)
-	}
 	if o.Device < 0 || o.Device >= drv.devices {
 		return nil, fmt.Errorf("%w: device %d: %d CUDA devices present", ErrArgument, o.Device, drv.devices)
 	}
@@ -187,7 +179,6 @@ func New(o Options) (*Backend, error) {
 	if o.Precision == ops.BF16 {
 		b.bf = 1
 	}
-	b.kdaVer = o.KDAVersion
 	if err := b.queryDevice(nv); err != nil {
 		return nil, err
 	}
@@ -321,7 +312,7 @@ func (b *Backend) start(images map[string][]byte, lt *ltLib) error {
 		}
 	}
 	// Kernels with more than 48 KiB of dynamic shared memory must opt in.
-	for _, k := range []string{"k_kda", "k_mla"} {
+	for _, k := range []string{"k_kda_exact", "k_mla"} {
 		if err := d.check("cuFuncSetAttribute("+k+", max dynamic shared memory)",
 			ccall(d.cuFuncSetAttribute, b.fns[k], cuFuncAttrMaxDynamicSharedBytes, uintptr(b.info.MaxSharedOptin))); err != nil {
 			b.release()

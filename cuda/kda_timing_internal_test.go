@@ -13,25 +13,23 @@ import (
 	"github.com/potato-k3/potato-k3/replay/ops"
 )
 
-// TestKDATiming times KDA's two kernels apart, versions 2 to 8 (7 the BF16 default; 6-8 kda_split), at
-// K3's sizes (96 heads of 128) for 16 x 4096, 4 x 4096 and 1 x 4096 tokens ($POTATO_KDA_SHAPES, e.g.
-// "4x4096", picks others), with CUDA events (median of $POTATO_KDA_RUNS runs, 5 by default, after a
-// warm-up), checks on the last 8 rows of every sequence that versions 2 and 3
-// agree bit for bit and versions 4-8 are within kdaV4Tol of version 3 (BF16 precision), and logs the
-// kernels' registers and local memory (spills). Skipped with -short. The inputs are a block of random
-// values repeated on the device (device-to-device copies), so K3-sized waves cost no host time. Seven
-// versions at 16 x 4096 hold about 103 GB of device memory (4 buffers of 3.2 GB a version, 4 inputs).
+// TestKDATiming times KDA's two kernels apart, in BF16 precision (k_kda_prep_fast, k_kda_fast_r128) and
+// FP32 precision (k_kda_prep_exact, k_kda_exact_r128), at K3's sizes (96 heads of 128) for 16 x 4096,
+// 4 x 4096 and 1 x 4096 tokens ($POTATO_KDA_SHAPES, e.g. "4x4096", picks others), with CUDA events
+// (median of $POTATO_KDA_RUNS runs, 5 by default, after a warm-up), checks on the last 8 rows of every
+// sequence that the BF16 kernels are within kdaTol of the exact ones, and logs the kernels' registers and
+// local memory (spills). Skipped with -short. The inputs are a block of random values repeated on the
+// device (device-to-device copies), so K3-sized waves cost no host time. At 16 x 4096 the two paths hold
+// about 36 GB of device memory (4 buffers of 3.2 GB a path, 4 inputs).
 //
 // Rates: the recurrence does 7 float32 operations per (token, head, state element): 3 for the decay and
-// ks, 4 for the update and o (version 2's two passes and version 3's merged pass alike; version 4 issues
-// them as 4 instructions, three of them fused multiply-adds, and is counted at 7 too).
+// ks, 4 for the update and o (the fast kernel issues them as 4 instructions, three of them fused
+// multiply-adds, and is counted at 7 too).
 func TestKDATiming(t *testing.T) {
 	skipTiming(t)
 	b := testBackend(t, Options{Precision: ops.BF16})
-	logKDAAttrs(t, b, map[string]int{"k_kda_prep": 128, "k_kda_prep3": 128, "k_kda_r128": 128, "k_kda3_r128": 128,
-		"k_kda_r64": 64, "k_kda3_r64": 64, "k_kda_r32": 32, "k_kda3_r32": 32,
-		"k_kda4_r128": 128, "k_kda4_r64": 64, "k_kda4_r32": 32, "k_kda_prep4": 128,
-		"k_kda6_r128": 256, "k_kda6_r64": 128, "k_kda7_r128": 128, "k_kda7_r64": 64, "k_kda8_r128": 128, "k_kda8_r64": 64})
+	logKDAAttrs(t, b, map[string]int{"k_kda_prep_exact": 128, "k_kda_prep_fast": 128, "k_kda_exact_r128": 128,
+		"k_kda_exact_r64": 64, "k_kda_exact_r32": 32, "k_kda_fast_r128": 128, "k_kda_fast_r64": 64})
 	runs := 5
 	if s := os.Getenv("POTATO_KDA_RUNS"); s != "" {
 		var err error
@@ -52,7 +50,7 @@ func TestKDATiming(t *testing.T) {
 	}
 }
 
-// timeKDA times prep and recurrence of versions 2 to 8 for seqs sequences of n tokens.
+// timeKDA times prep and recurrence of both paths (fast: BF16, exact: FP32) for seqs sequences of n tokens.
 func timeKDA(t *testing.T, b *Backend, seqs, n, heads, d, runs int) {
 	rows, ch := seqs*n, heads*d
 	starts := make([]int32, seqs+1)
@@ -95,9 +93,9 @@ func timeKDA(t *testing.T, b *Backend, seqs, n, heads, d, runs int) {
 				return err
 			}
 		}
-		versions := []int{2, 3, 4, 5, 6, 7, 8}
-		var qn, kn, dec, beta, out [7]uint64
-		for v := range versions {
+		paths := []string{"fast", "exact"}
+		var qn, kn, dec, beta, out [2]uint64
+		for v := range paths {
 			for _, p := range []*uint64{&qn[v], &kn[v], &dec[v], &out[v]} {
 				if *p, err = c.temp(4 * rows * ch); err != nil {
 					return err
@@ -113,12 +111,14 @@ func timeKDA(t *testing.T, b *Backend, seqs, n, heads, d, runs int) {
 		}
 		scale := float32(1 / math.Sqrt(float64(d)))
 		flop := 7 * float64(rows) * float64(heads) * float64(d) * float64(d)
-		for v, version := range versions {
+		for v, path := range paths {
+			fast := path == "fast"
 			prep := func() error {
-				return c.kdaPrep(version, qn[v], kn[v], dec[v], beta[v], in[:], rows, heads, d, -5, scale)
+				return c.kdaPrep(fast, qn[v], kn[v], dec[v], beta[v], in[:], rows, heads, d, -5, scale)
 			}
 			rec := func() error {
-				return c.kdaRecurrence(version, out[v], qn[v], kn[v], dec[v], beta[v], in[2], sp, seqs, heads, d)
+				name, _ := kdaRecurrenceKernel(fast, d)
+				return c.launch(name, d2(seqs, heads), d1(d), 0, out[v], qn[v], kn[v], dec[v], beta[v], in[2], sp, int32(heads), c.b.bf)
 			}
 			pms, err := eventTime(c, runs, prep)
 			if err != nil {
@@ -128,33 +128,28 @@ func timeKDA(t *testing.T, b *Backend, seqs, n, heads, d, runs int) {
 			if err != nil {
 				return err
 			}
-			t.Logf("TIMING KDA version %d, %2d x %d tokens, %d heads of %d: prep %8.3f ms, recurrence %8.3f ms (%5.2f TFLOP/s), sum %8.3f ms",
-				version, seqs, n, heads, d, pms, rms, flop/rms/1e9, pms+rms)
+			t.Logf("TIMING KDA %-5s %2d x %d tokens, %d heads of %d: prep %8.3f ms, recurrence %8.3f ms (%5.2f TFLOP/s), sum %8.3f ms",
+				path, seqs, n, heads, d, pms, rms, flop/rms/1e9, pms+rms)
 		}
-		// the last 8 rows of every sequence (the end of each recurrence), every version
+		// the last 8 rows of every sequence (the end of each recurrence), both paths
 		tail := min(8, n)
 		for s := range seqs {
-			var got [7][]float32
-			for v := range versions {
+			var got [2][]float32
+			for v := range paths {
 				got[v] = make([]float32, tail*ch)
 				off := uint64(4 * ((s+1)*n - tail) * ch)
 				if err := download(c.b, got[v], out[v]+off); err != nil {
 					return err
 				}
 			}
-			if i := firstDiff(got[0], got[1]); i >= 0 {
-				return fmt.Errorf("sequence %d, row %d from its end, col %d: version 2 %g, version 3 %g", s, tail-i/ch, i%ch, got[0][i], got[1][i])
+			df := diffKDA(got[0], got[1], true)
+			if s == 0 || s == seqs-1 {
+				t.Logf("KDA %d x %d tokens, sequence %d, last %d rows: fast against exact: %v", seqs, n, s, tail, df)
 			}
-			for v := 2; v < len(versions); v++ {
-				df := diffKDA(got[v], got[1], c.b.bf == 1)
-				if s == 0 || s == seqs-1 {
-					t.Logf("KDA %d x %d tokens, sequence %d, last %d rows: version %d against 3: %v", seqs, n, s, tail, versions[v], df)
-				}
-				if df.maxFrac > 1 {
-					i := df.worst
-					return fmt.Errorf("sequence %d, row %d from its end, col %d: version %d %g, version 3 %g: beyond the tolerance",
-						s, tail-i/ch, i%ch, versions[v], got[v][i], got[1][i])
-				}
+			if df.maxFrac > 1 {
+				i := df.worst
+				return fmt.Errorf("sequence %d, row %d from its end, col %d: fast %g, exact %g: beyond the tolerance",
+					s, tail-i/ch, i%ch, got[0][i], got[1][i])
 			}
 		}
 		return nil

@@ -29,13 +29,12 @@ var kernelFiles = []kernelFile{
 	{"experts.cu", []string{"k_experts_gather", "k_experts_situ_tables", "k_experts_gateup", "k_experts_down", "k_experts_combine",
 		"k_experts_gateup_f32", "k_experts_down_f32", "k_experts_gateup_nodec", "k_experts_down_nodec",
 		"k_experts_decode", "k_experts_situ_rows", "k_situ_glu_bf16"}},
-	{"kda.cu", []string{"k_shortconv", "k_shortconv_v2", "k_kda_prep", "k_kda", "k_kda_r32", "k_kda_r64", "k_kda_r128",
-		"k_kda_prep3", "k_kda3_r32", "k_kda3_r64", "k_kda3_r128", "k_kda4_r32", "k_kda4_r64", "k_kda4_r128", "k_kda_prep4",
-		"k_kda6_r64", "k_kda6_r128", "k_kda7_r64", "k_kda7_r128", "k_kda8_r64", "k_kda8_r128"}},
+	{"kda.cu", []string{"k_shortconv", "k_shortconv4", "k_kda_prep_exact", "k_kda_prep_fast",
+		"k_kda_exact", "k_kda_exact_r32", "k_kda_exact_r64", "k_kda_exact_r128", "k_kda_fast_r64", "k_kda_fast_r128"}},
 	{"mla.cu", []string{"k_mla"}},
 	{"mla_tc.cu", []string{"k_mla_prep", "k_mla_tc_64_64", "k_mla_tc_128_128", "k_mla_tc_192_128"}},
 	{"route.cu", []string{"k_route_topk", "k_route_topk_v2"}},
-	{"tokenstats.cu", []string{"k_token_stats", "k_token_stats2"}},
+	{"tokenstats.cu", []string{"k_token_stats"}},
 	{"convert.cu", []string{"k_to_bf16", "k_to_bf16_v4"}},
 }
 

@@ -1,15 +1,11 @@
 package cuda
 
-import (
-	"fmt"
-
-	"github.com/potato-k3/potato-k3/replay/ops"
-)
+import "github.com/potato-k3/potato-k3/replay/ops"
 
 // Launch parameters of tokenstats.cu: one block of 256 threads per row of logits. Logits exist a chunk of
 // rows at a time: at most statsChunkBytes of them (1 GiB: 1,536 rows of K3's 163,840-word vocabulary, a
 // multiple of statsRowAlign), at least one row. A chunk that large keeps the lm_head GEMM efficient (at
-// 102 rows, version 1's 64 MiB chunks, each call reread the 2.3 GB weight for 0.24 TFLOP) and gives
+// 102 rows, the 64 MiB chunks before, each call reread the 2.3 GB weight for 0.24 TFLOP) and gives
 // k_token_stats more blocks than the device has SMs; it stays far below the logits of a whole wave
 // (65,536 tokens: 43 GB) and within one cuBLASLt call (ltCallRows: 13,104 rows at that shape).
 const (
@@ -17,13 +13,6 @@ const (
 	statsChunkBytes = 1 << 30
 	statsRowAlign   = 256
 )
-
-// statsConfig is how TokenStats runs: the tokenstats.cu version and the most bytes of logits of a chunk.
-// TokenStats uses statsDefault; the tests also run version 1 with 64 MiB chunks, the code before version
-// 2, to compare bits and time.
-type statsConfig struct{ ver, chunkBytes int }
-
-var statsDefault = statsConfig{ver: 2, chunkBytes: statsChunkBytes}
 
 // statsChunk returns the rows of a chunk for rows rows of vocab logits and at most bytes bytes a chunk:
 // the rows spread evenly over the fewest chunks (no small last chunk, whose GEMM would read the whole
@@ -43,7 +32,7 @@ func statsChunk(rows, vocab, bytes int) int {
 }
 
 // TokenStats reduces logits = rounded(h w^T) row by row, a chunk of rows at a time (the lm_head matmul,
-// then k_token_stats2, which rounds the logits as it reads them when the matmul left them unrounded).
+// then k_token_stats, which rounds the logits as it reads them when the matmul left them unrounded).
 // Per row, with l the rounded logits:
 //
 //	m = max l;  S = sum exp(l - m), T = sum exp(l - m) * (l - m)   // double, fixed per-thread order and tree
@@ -54,11 +43,11 @@ func statsChunk(rows, vocab, bytes int) int {
 // rounding; ranks and top ids compare the same float32 logits, which equal the CPU backend's bit for bit.
 // A row's results depend on its h row, w, its target and k only, not on the chunk it falls in.
 func (b *Backend) TokenStats(h, w ops.Tensor, targets []int32, k int) ([]ops.TokenStats, error) {
-	return b.tokenStats(h, w, targets, k, statsDefault)
+	return b.tokenStats(h, w, targets, k, statsChunkBytes)
 }
 
-// tokenStats is TokenStats run as cfg says.
-func (b *Backend) tokenStats(h, w ops.Tensor, targets []int32, k int, cfg statsConfig) ([]ops.TokenStats, error) {
+// tokenStats is TokenStats with chunks of at most chunkBytes bytes of logits (tests use smaller ones).
+func (b *Backend) tokenStats(h, w ops.Tensor, targets []int32, k int, chunkBytes int) ([]ops.TokenStats, error) {
 	const op = "TokenStats"
 	ts, err := b.tensors(op, []string{"h", "w"}, h, w)
 	if err != nil {
@@ -76,7 +65,7 @@ func (b *Backend) tokenStats(h, w ops.Tensor, targets []int32, k int, cfg statsC
 	lp, ent := make([]float32, rows), make([]float32, rows)
 	rank := make([]int32, rows)
 	topIDs, topLp := make([]int32, rows*k), make([]float32, rows*k)
-	chunk := statsChunk(rows, vocab, cfg.chunkBytes)
+	chunk := statsChunk(rows, vocab, chunkBytes)
 	err = b.run(op, func(c *opCtx) error {
 		hp, err := c.f32(ht)
 		if err != nil {
@@ -101,12 +90,12 @@ func (b *Backend) tokenStats(h, w ops.Tensor, targets []int32, k int, cfg statsC
 		c.xsrc = ht
 		for r0 := 0; r0 < rows; r0 += chunk {
 			n := min(chunk, rows-r0)
-			rd, err := c.statsLogits(cfg.ver, logits, hp+uint64(4*r0*ht.cols), n, ht.cols, weightOf(wt))
+			rd, err := c.statsLogits(logits, hp+uint64(4*r0*ht.cols), n, ht.cols, weightOf(wt))
 			if err != nil {
 				return err
 			}
 			o := func(i, per int) uint64 { return bufs[i] + uint64(4*r0*per) }
-			if err := c.statsKernel(cfg.ver, [5]uint64{o(0, 1), o(1, 1), o(2, 1), o(3, k), o(4, k)}, logits, tg+uint64(4*r0), n, vocab, k, rd); err != nil {
+			if err := c.statsKernel([5]uint64{o(0, 1), o(1, 1), o(2, 1), o(3, k), o(4, k)}, logits, tg+uint64(4*r0), n, vocab, k, rd); err != nil {
 				return err
 			}
 		}
@@ -133,18 +122,18 @@ func (b *Backend) tokenStats(h, w ops.Tensor, targets []int32, k int, cfg statsC
 	return stats, nil
 }
 
-// statsLogits writes n rows of logits = x w^T (x: n x cols float32) for k_token_stats of version ver and
-// returns the kernel's bf flag: 1 when the logits are the lm_head's unrounded float32 sums, which version
-// 2 rounds as it reads them. That is the case on cuBLASLt (gemm's choice, repeated here: BF16 precision,
+// statsLogits writes n rows of logits = x w^T (x: n x cols float32) for k_token_stats and returns the
+// kernel's bf flag: 1 when the logits are the lm_head's unrounded float32 sums, which the kernel rounds
+// as it reads them. That is the case on cuBLASLt (gemm's choice, repeated here: BF16 precision,
 // a bfloat16 weight, tensor cores allowed, the shape planned), where gemm's rounding would be a separate
 // pass over the chunk (k_round); elsewhere gemm rounds in the matmul kernel and the flag is 0. The
 // logits' bits after rounding are the same either way.
-func (c *opCtx) statsLogits(ver int, logits, x uint64, n, cols int, w weightRef) (int32, error) {
+func (c *opCtx) statsLogits(logits, x uint64, n, cols int, w weightRef) (int32, error) {
 	b := c.b
 	if cols == 0 {
 		return 0, b.drv.check("cuMemsetD32Async", ccall(b.drv.cuMemsetD32Async, uintptr(logits), 0, uintptr(n*w.rows), b.strm))
 	}
-	if ver >= 2 && b.bf == 1 && w.tc != "" && w.lt && !b.opts.NoTensorCores && b.lt != nil {
+	if b.bf == 1 && w.tc != "" && w.lt && !b.opts.NoTensorCores && b.lt != nil {
 		s, err := b.lt.shape(w.rows, w.k)
 		if err != nil {
 			return 0, err
@@ -156,16 +145,9 @@ func (c *opCtx) statsLogits(ver int, logits, x uint64, n, cols int, w weightRef)
 	return 0, c.gemm(logits, x, n, w, true)
 }
 
-// statsKernel launches k_token_stats (version 1, which needs rounded logits: bf 0) or k_token_stats2
-// over n rows of logits; outs are lp, rank, ent, topIDs and topLp at the chunk's first row.
-func (c *opCtx) statsKernel(ver int, outs [5]uint64, logits, targets uint64, n, vocab, k int, bf int32) error {
-	if ver == 1 {
-		if bf != 0 {
-			return fmt.Errorf("%w: k_token_stats reads rounded logits", ErrInternal)
-		}
-		return c.launch("k_token_stats", d1(n), d1(statsThreads), 0,
-			outs[0], outs[1], outs[2], outs[3], outs[4], logits, targets, int32(vocab), int32(k))
-	}
-	return c.launch("k_token_stats2", d1(n), d1(statsThreads), 0,
+// statsKernel launches k_token_stats over n rows of logits; outs are lp, rank, ent, topIDs and topLp at
+// the chunk's first row.
+func (c *opCtx) statsKernel(outs [5]uint64, logits, targets uint64, n, vocab, k int, bf int32) error {
+	return c.launch("k_token_stats", d1(n), d1(statsThreads), 0,
 		outs[0], outs[1], outs[2], outs[3], outs[4], logits, targets, int32(vocab), int32(k), bf)
 }

@@ -192,8 +192,17 @@ func checkRouteSame(t *testing.T, what string, gotIDs []int32, gotW []float32, w
 	}
 }
 
-// shortConvOnDevice runs kernel (rowsPer rows a thread for a version 2 kernel) and returns the output.
-func shortConvOnDevice(b *Backend, kernel string, rowsPer int, x, w []float32, start []int32, rows, ch, taps int, bf int32) ([]float32, error) {
+// shortConvKernel launches k_shortconv, the kernel of any shape (general), or what ShortConvSiLU launches
+// for the shape (c.shortConv: k_shortconv4 where it fits).
+func shortConvKernel(c *opCtx, general bool, out, x, w, start uint64, rows, ch, taps int, bf int32) error {
+	if general {
+		return c.launch1D("k_shortconv", rows*ch, out, x, w, start, int64(rows), int32(ch), int32(taps), bf)
+	}
+	return c.shortConv(out, x, w, start, rows, ch, taps, bf)
+}
+
+// shortConvOnDevice runs shortConvKernel and returns the output.
+func shortConvOnDevice(b *Backend, general bool, x, w []float32, start []int32, rows, ch, taps int, bf int32) ([]float32, error) {
 	out := make([]float32, rows*ch)
 	err := b.run("shortconv test", func(c *opCtx) error {
 		xp, err := uploadTemp(c, x)
@@ -212,7 +221,7 @@ func shortConvOnDevice(b *Backend, kernel string, rowsPer int, x, w []float32, s
 		if err != nil {
 			return err
 		}
-		if err := c.shortConv(kernel, rowsPer, op, xp, wp, sp, rows, ch, taps, bf); err != nil {
+		if err := shortConvKernel(c, general, op, xp, wp, sp, rows, ch, taps, bf); err != nil {
 			return err
 		}
 		return download(b, out, op)
@@ -233,15 +242,9 @@ func rowStarts(lens []int) []int32 {
 	return s
 }
 
-// shortConvV2Kernels are the version 2 kernels and their rows a thread.
-var shortConvV2Kernels = []struct {
-	name string
-	rows int
-}{{"k_shortconv_v2", shortConvRows}} // kda.cu's list of versions has the row counts tried
-
-// TestShortConvBits: k_shortconv_v2 gives version 1's bits (which are the CPU backend's), in
-// both precisions, over sequences of 1 row and longer, channel counts with a partial block, NaN and inf
-// inputs; 3 taps run version 1 through the same launcher.
+// TestShortConvBits: k_shortconv4 gives k_shortconv's bits (which are the CPU backend's), in both
+// precisions, over sequences of 1 row and longer, channel counts with a partial block, NaN and inf
+// inputs; 3 taps run k_shortconv through the same launcher.
 func TestShortConvBits(t *testing.T) {
 	b := testBackend(t, Options{Precision: ops.BF16, Sync: true})
 	rng := rand.New(rand.NewPCG(5, 6))
@@ -280,17 +283,15 @@ func TestShortConvBits(t *testing.T) {
 		start := rowStarts(c.lens)
 		for _, bf := range []int32{0, 1} {
 			name := fmt.Sprintf("%d rows x %d channels, %d taps, %d sequences, bf %d", rows, c.ch, c.taps, len(c.lens), bf)
-			want, err := shortConvOnDevice(b, "k_shortconv", 1, x, w, start, rows, c.ch, c.taps, bf)
+			want, err := shortConvOnDevice(b, true, x, w, start, rows, c.ch, c.taps, bf)
 			if err != nil {
-				t.Fatalf("%s: version 1: %v", name, err)
+				t.Fatalf("%s: k_shortconv: %v", name, err)
 			}
-			for _, k := range shortConvV2Kernels {
-				got, err := shortConvOnDevice(b, k.name, k.rows, x, w, start, rows, c.ch, c.taps, bf)
-				if err != nil {
-					t.Fatalf("%s: %s: %v", name, k.name, err)
-				}
-				sameBitsQuiet(t, name+": "+k.name, got, want, c.ch)
+			got, err := shortConvOnDevice(b, false, x, w, start, rows, c.ch, c.taps, bf)
+			if err != nil {
+				t.Fatalf("%s: ShortConvSiLU's kernel: %v", name, err)
 			}
+			sameBitsQuiet(t, name, got, want, c.ch)
 		}
 	}
 }

@@ -101,18 +101,14 @@ func TestRouteTiming(t *testing.T) {
 		rows, cols, experts, cols, k, map[bool]string{true: "cuBLASLt", false: "the matmul kernels"}[b.lt != nil], float64(med.Microseconds())/1e3)
 }
 
-// TestShortConvTiming: k_shortconv (version 1) against the k_shortconv_v2 variants on 65,536 x 12,288
+// TestShortConvTiming: k_shortconv (any shape) against k_shortconv4 on 65,536 x 12,288
 // with 4 taps over 16 sequences of 4,096 (both precisions' rounding: bf 1), the same bits at that size,
 // then ShortConvSiLU there. Bytes: x read once and out written once, 2 x rows x ch x 4 (6.4 GB; the taps
 // and row starts are noise); about 1.8 ms at the H200's ~3.5 TB/s.
 func TestShortConvTiming(t *testing.T) {
 	skipTiming(t)
 	b := testBackend(t, Options{Precision: ops.BF16})
-	names := []string{"k_shortconv"}
-	for _, k := range shortConvV2Kernels {
-		names = append(names, k.name)
-	}
-	logKernelAttrs(t, b, names...)
+	logKernelAttrs(t, b, "k_shortconv", "k_shortconv4")
 	const rows, ch, taps = 65536, 12288, 4
 	rng := rand.New(rand.NewPCG(13, 14))
 	xv := make([]float32, rows*ch)
@@ -150,24 +146,18 @@ func TestShortConvTiming(t *testing.T) {
 			return err
 		}
 		xp, wp := x.(*Tensor).ptr, w.(*Tensor).ptr
-		run := func(kernel string, rowsPer int, out uint64) func() error {
-			return func() error { return c.shortConv(kernel, rowsPer, out, xp, wp, sp, rows, ch, taps, 1) }
+		run := func(general bool, out uint64) func() error {
+			return func() error { return shortConvKernel(c, general, out, xp, wp, sp, rows, ch, taps, 1) }
 		}
-		ms, err := eventTime(c, 5, run("k_shortconv", 1, o1))
+		ms, err := eventTime(c, 5, run(true, o1))
 		if err != nil {
 			return err
 		}
 		t.Logf("TIMING shortconv %-18s %d x %d, 4 taps: %8.3f ms %7.1f GB/s", "k_shortconv", rows, ch, ms, bytes/ms/1e6)
-		for _, k := range shortConvV2Kernels {
-			ms, err := eventTime(c, 5, run(k.name, k.rows, o2))
-			if err != nil {
-				return err
-			}
-			t.Logf("TIMING shortconv %-18s %d x %d, 4 taps: %8.3f ms %7.1f GB/s", k.name, rows, ch, ms, bytes/ms/1e6)
-		}
-		if err := run("k_shortconv_v2", shortConvRows, o2)(); err != nil {
+		if ms, err = eventTime(c, 5, run(false, o2)); err != nil {
 			return err
 		}
+		t.Logf("TIMING shortconv %-18s %d x %d, 4 taps: %8.3f ms %7.1f GB/s", "k_shortconv4", rows, ch, ms, bytes/ms/1e6)
 		for i, p := range []uint64{o1, o2} {
 			outs[i] = make([]float32, rows*ch)
 			if err := download(b, outs[i], p); err != nil {
@@ -179,7 +169,7 @@ func TestShortConvTiming(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sameBits(t, "k_shortconv_v2 vs k_shortconv at 65,536 x 12,288", outs[1], outs[0], ch)
+	sameBits(t, "k_shortconv4 vs k_shortconv at 65,536 x 12,288", outs[1], outs[0], ch)
 	outs = nil
 	l := ops.Layout{Starts: []int{0}}
 	for _, n := range lens {

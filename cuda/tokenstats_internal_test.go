@@ -12,9 +12,6 @@ import (
 	"github.com/potato-k3/potato-k3/replay/ops"
 )
 
-// statsV1 is TokenStats as it was before tokenstats.cu version 2: version 1 in chunks of 64 MiB of logits.
-var statsV1 = statsConfig{ver: 1, chunkBytes: 64 << 20}
-
 // TestStatsChunk checks the chunk rule without a GPU: within the byte bound (or one row), at most rows, a
 // multiple of statsRowAlign when a chunk holds that many, and no more chunks than the bound (so aligned)
 // requires.
@@ -56,12 +53,13 @@ func statsDiff(a, b []ops.TokenStats) int {
 	return -1
 }
 
-// TestTokenStatsVersions: tokenstats.cu version 2 (1 GiB chunks, and 1 MiB ones: many chunks) gives
-// version 1's bits (64 MiB chunks), on each lm_head path (cuBLASLt with the logits rounded as version 2
-// reads them, the tensor-core kernel, the CUDA cores, FP32 precision: float32 logits, all four radix
-// passes), for random logits, logits with many ties (small exact values), k above the block's 256
-// threads, k = 0 and k = vocab.
-func TestTokenStatsVersions(t *testing.T) {
+// TestTokenStatsChunks: TokenStats gives the same bits with its 1 GiB chunks, 1 MiB ones (many chunks)
+// and chunks of one row, on each lm_head path (cuBLASLt with the logits rounded as k_token_stats reads
+// them, the tensor-core kernel, the CUDA cores, FP32 precision: float32 logits, all four radix passes),
+// for random logits, logits with many ties (small exact values), k above the block's 256 threads, k = 0
+// and k = vocab. Agreement with the CPU backend is TestAgainstCPU's (compare_test.go) and the
+// conformance suite's.
+func TestTokenStatsChunks(t *testing.T) {
 	for _, bc := range []struct {
 		name string
 		opts Options
@@ -114,21 +112,21 @@ func TestTokenStatsVersions(t *testing.T) {
 				}
 				targets[c.rows/2] = -1
 				for _, k := range c.ks {
-					want, err := b.tokenStats(h, w, targets, k, statsV1)
+					want, err := b.tokenStats(h, w, targets, k, 1)
 					if err != nil {
-						t.Fatalf("%s, k %d, version 1: %v", c.what, k, err)
+						t.Fatalf("%s, k %d, one-row chunks: %v", c.what, k, err)
 					}
-					for _, cfg := range []statsConfig{statsDefault, {ver: 2, chunkBytes: 1 << 20}} {
-						got, err := b.tokenStats(h, w, targets, k, cfg)
+					for _, chunkBytes := range []int{statsChunkBytes, 1 << 20} {
+						got, err := b.tokenStats(h, w, targets, k, chunkBytes)
 						if err != nil {
-							t.Fatalf("%s, k %d, %+v: %v", c.what, k, cfg, err)
+							t.Fatalf("%s, k %d, chunks of %d bytes: %v", c.what, k, chunkBytes, err)
 						}
 						if r := statsDiff(want, got); r >= 0 {
-							t.Errorf("%s, k %d, %+v: row %d: %+v; version 1 %+v", c.what, k, cfg, r, got[r], want[r])
+							t.Errorf("%s, k %d, chunks of %d bytes: row %d: %+v; in one-row chunks %+v", c.what, k, chunkBytes, r, got[r], want[r])
 						}
 					}
 				}
-				t.Logf("%s: %d rows x %d words, k %v: version 2 equals version 1 bit for bit", c.what, c.rows, c.vocab, c.ks)
+				t.Logf("%s: %d rows x %d words, k %v: every chunking gives the same bits", c.what, c.rows, c.vocab, c.ks)
 				b.Free(h)
 				b.Free(w)
 			}
@@ -193,12 +191,15 @@ func k3Targets(rows int) []int32 {
 
 // TestTokenStatsK3: at K3's sizes (163,840 words, hidden 7168, the lm_head on cuBLASLt) a row's stats are
 // bit-identical whether its call has 1 row, 300 rows straddling a chunk boundary, or 4,000 rows (three
-// chunks of up to 1,536 rows; and 40 chunks of version 1's 102 rows), and then (skipped with -short) the
-// TIMING of 4,096, 16,384 and 65,536 rows before (version 1, 64 MiB chunks) and after (version 2, 1 GiB),
-// split into the lm_head GEMM and the stats kernel, with the two versions' results compared bit for bit.
+// chunks of up to 1,536 rows; and 40 chunks of 102 rows, the 64 MiB chunks used before), and then
+// (skipped with -short) the TIMING of 4,096, 16,384 and 65,536 rows with 64 MiB and 1 GiB chunks, split
+// into the lm_head GEMM and the stats kernel, with the two chunkings' results compared bit for bit.
+// statsOldChunk is the chunk bound TokenStats had before its 1 GiB chunks: 64 MiB of logits (102 K3 rows).
+const statsOldChunk = 64 << 20
+
 func TestTokenStatsK3(t *testing.T) {
 	b := testBackend(t, Options{Precision: ops.BF16})
-	logKernelAttrs(t, b, "k_token_stats", "k_token_stats2")
+	logKernelAttrs(t, b, "k_token_stats")
 	const most = 65536
 	in := makeK3Inputs(t, b, most)
 	defer b.Free(in.lm)
@@ -222,12 +223,12 @@ func TestTokenStatsK3(t *testing.T) {
 		if r := statsDiff(all[:rows-1], all[1:]); r < 0 {
 			t.Fatalf("every row's stats equal the next row's: the inputs do not tell rows apart")
 		}
-		old, err := b.tokenStats(h, in.lm, targets[:rows], k, statsV1)
+		old, err := b.tokenStats(h, in.lm, targets[:rows], k, statsOldChunk)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if r := statsDiff(all, old); r >= 0 {
-			t.Errorf("row %d: %+v; version 1 in 102-row chunks %+v", r, all[r], old[r])
+			t.Errorf("row %d: %+v; in 102-row chunks %+v", r, all[r], old[r])
 		}
 		chunk := statsChunk(rows, k3Vocab, statsChunkBytes)
 		checkPart := func(from, n int) {
@@ -249,7 +250,7 @@ func TestTokenStatsK3(t *testing.T) {
 			checkPart(r, 1)
 		}
 		checkPart(chunk-150, 300)
-		t.Logf("%d rows x %d words (chunks of %d rows): 9 rows alone, 300 rows across a chunk boundary and version 1 in 102-row chunks give the same bits",
+		t.Logf("%d rows x %d words (chunks of %d rows): 9 rows alone, 300 rows across a chunk boundary and 102-row chunks give the same bits",
 			rows, k3Vocab, chunk)
 	})
 	t.Run("Timing", func(t *testing.T) {
@@ -257,7 +258,7 @@ func TestTokenStatsK3(t *testing.T) {
 		for _, rows := range []int{4096, 16384, 65536} {
 			h := hOf(rows)
 			var res [2][]ops.TokenStats
-			for i, cfg := range []statsConfig{statsV1, statsDefault} {
+			for i, chunkBytes := range []int{statsOldChunk, statsChunkBytes} {
 				runs := 3
 				if rows == 65536 {
 					runs = 2
@@ -265,7 +266,7 @@ func TestTokenStatsK3(t *testing.T) {
 				var ms []float64
 				for range runs + 1 { // the first is a warm-up
 					start := time.Now()
-					st, err := b.tokenStats(h, in.lm, targets[:rows], k, cfg)
+					st, err := b.tokenStats(h, in.lm, targets[:rows], k, chunkBytes)
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -274,17 +275,17 @@ func TestTokenStatsK3(t *testing.T) {
 				}
 				ms = ms[1:]
 				slices.Sort(ms)
-				gemm, kern, err := timeStatsParts(b, h, in.lm, targets[:rows], k, cfg, runs)
+				gemm, kern, err := timeStatsParts(b, h, in.lm, targets[:rows], k, chunkBytes, runs)
 				if err != nil {
 					t.Fatal(err)
 				}
-				chunk := statsChunk(rows, k3Vocab, cfg.chunkBytes)
+				chunk := statsChunk(rows, k3Vocab, chunkBytes)
 				flop := 2 * float64(rows) * k3Vocab * k3Hidden
-				t.Logf("TIMING TokenStats %5d rows x 163,840 x 7168, top %d, version %d, chunks of %4d rows (%3d): %8.1f ms (%5.1f TFLOP/s); lm_head GEMM %8.1f ms (%5.1f TFLOP/s), stats kernel %7.1f ms",
-					rows, k, cfg.ver, chunk, (rows+chunk-1)/chunk, ms[len(ms)/2], flop/ms[len(ms)/2]/1e9, gemm, flop/gemm/1e9, kern)
+				t.Logf("TIMING TokenStats %5d rows x 163,840 x 7168, top %d, chunks of %4d rows (%3d): %8.1f ms (%5.1f TFLOP/s); lm_head GEMM %8.1f ms (%5.1f TFLOP/s), stats kernel %7.1f ms",
+					rows, k, chunk, (rows+chunk-1)/chunk, ms[len(ms)/2], flop/ms[len(ms)/2]/1e9, gemm, flop/gemm/1e9, kern)
 			}
 			if r := statsDiff(res[0], res[1]); r >= 0 {
-				t.Errorf("%d rows: row %d: version 2 %+v; version 1 %+v", rows, r, res[1][r], res[0][r])
+				t.Errorf("%d rows: row %d: 1 GiB chunks %+v; 64 MiB chunks %+v", rows, r, res[1][r], res[0][r])
 			}
 			b.Free(h)
 		}
@@ -292,12 +293,12 @@ func TestTokenStatsK3(t *testing.T) {
 }
 
 // timeStatsParts returns the device time in ms (median of runs, CUDA events) of TokenStats' two parts
-// over all rows of h as cfg runs them: the lm_head GEMMs of every chunk (with gemm's rounding pass where
-// cfg's version needs it), then k_token_stats over every chunk (each reading the last chunk's logits).
-func timeStatsParts(b *Backend, h, w ops.Tensor, targets []int32, k int, cfg statsConfig, runs int) (gemm, kern float64, err error) {
+// over all rows of h in chunks of at most chunkBytes bytes of logits: the lm_head GEMMs of every chunk,
+// then k_token_stats over every chunk (each reading the last chunk's logits).
+func timeStatsParts(b *Backend, h, w ops.Tensor, targets []int32, k int, chunkBytes int, runs int) (gemm, kern float64, err error) {
 	ht, wt := h.(*Tensor), w.(*Tensor)
 	rows, vocab := ht.rows, wt.rows
-	chunk := statsChunk(rows, vocab, cfg.chunkBytes)
+	chunk := statsChunk(rows, vocab, chunkBytes)
 	err = b.run("TokenStats timing", func(c *opCtx) error {
 		hp, err := c.f32(ht)
 		if err != nil {
@@ -320,7 +321,7 @@ func timeStatsParts(b *Backend, h, w ops.Tensor, targets []int32, k int, cfg sta
 		var rd int32
 		gemms := func() error {
 			for r0 := 0; r0 < rows; r0 += chunk {
-				if rd, err = c.statsLogits(cfg.ver, logits, hp+uint64(4*r0*ht.cols), min(chunk, rows-r0), ht.cols, weightOf(wt)); err != nil {
+				if rd, err = c.statsLogits(logits, hp+uint64(4*r0*ht.cols), min(chunk, rows-r0), ht.cols, weightOf(wt)); err != nil {
 					return err
 				}
 			}
@@ -329,7 +330,7 @@ func timeStatsParts(b *Backend, h, w ops.Tensor, targets []int32, k int, cfg sta
 		kernels := func() error {
 			for r0 := 0; r0 < rows; r0 += chunk {
 				o := [5]uint64{outs[0] + uint64(4*r0), outs[1] + uint64(4*r0), outs[2] + uint64(4*r0), outs[3] + uint64(4*r0*k), outs[4] + uint64(4*r0*k)}
-				if err := c.statsKernel(cfg.ver, o, logits, tg+uint64(4*r0), min(chunk, rows-r0), vocab, k, rd); err != nil {
+				if err := c.statsKernel(o, logits, tg+uint64(4*r0), min(chunk, rows-r0), vocab, k, rd); err != nil {
 					return err
 				}
 			}

@@ -32,7 +32,6 @@ type benchFlags struct {
 	seed                                     uint64
 	seqLen, repeat, expertChunk, readWorkers int
 	expertStreams                            int
-	kdaVersion                               int
 	prefetch                                 int
 	boundFlops, boundBandwidth               float64
 	cpuProfile                               string
@@ -53,7 +52,6 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.IntVar(&f.seqLen, "seq-len", 256, "tokens per sequence in a wave")
 	fs.IntVar(&f.repeat, "repeat", 3, "timed runs per wave size (the median is reported)")
 	fs.IntVar(&f.expertChunk, "expert-chunk", 0, "routed experts resident at once per MoE layer (0: all chosen)")
-	fs.IntVar(&f.kdaVersion, "kda-version", 0, "cuda: the kda.cu version KDA runs (3 to 8; 0: the backend's default), to time candidate kernels; results differ by rounding")
 	fs.IntVar(&f.expertStreams, "expert-streams", 0, "cuda: streams the routed experts' GEMMs are spread over (0: the backend's default, 1: the compute stream alone); results do not depend on it")
 	fs.Float64Var(&f.boundFlops, "bound-flops", 0, "arithmetic rate of the bound in FLOP/s (0: measure the backend's MatMul); an H200's bf16 rate is about 790e12")
 	fs.Float64Var(&f.boundBandwidth, "bound-bandwidth", 0, "weight bandwidth of the bound in bytes/s (0: measure reading the checkpoint); pinned host-to-device on an H200 is about 55e9")
@@ -94,7 +92,7 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 		}
 		sizes = append(sizes, n)
 	}
-	l, err := openEngine(ctx, dir, f.backend, f.precision, backendTuning{expertStreams: f.expertStreams, kdaVersion: f.kdaVersion}, replay.EngineOptions{ExpertChunk: f.expertChunk,
+	l, err := openEngine(ctx, dir, f.backend, f.precision, backendTuning{expertStreams: f.expertStreams}, replay.EngineOptions{ExpertChunk: f.expertChunk,
 		HostCacheBytes: int64(f.hostCache), ResidentBytes: int64(f.resident), PrefetchExperts: f.prefetch},
 		checkpoint.WithReadConcurrency(f.readWorkers), checkpoint.WithDirectIO(f.directIO))
 	if err != nil {
@@ -120,8 +118,8 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 		time.Now().Format("2006-01-02"), dir, l.precision, l.backend, bound.readBps/1e9, src[0], bound.flops/1e9, src[1])
 	if cb, ok := l.engine.Model.Ops.(*cuda.Backend); ok {
 		info := cb.Device()
-		fmt.Fprintf(stdout, "device: %s (%d SMs, %.1f GiB), driver %s, cuBLASLt %q, KDA version %d", info.Name, info.Multiprocessors,
-			float64(info.TotalMemory)/(1<<30), info.Driver, info.CuBLASLtVersion, cb.KDAVersion())
+		fmt.Fprintf(stdout, "device: %s (%d SMs, %.1f GiB), driver %s, cuBLASLt %q", info.Name, info.Multiprocessors,
+			float64(info.TotalMemory)/(1<<30), info.Driver, info.CuBLASLtVersion)
 		fmt.Fprintln(stdout)
 	}
 	if cached || f.resident > 0 { // fill the host cache and the resident layers with an untimed wave of the largest size (it chooses the most experts)

@@ -35,11 +35,9 @@ func (l *loaded) Close() {
 	}
 }
 
-// backendTuning holds the backends' speed settings (bench flags): expertStreams leaves results unchanged;
-// kdaVersion picks a candidate KDA kernel, whose results differ from the default's by rounding.
+// backendTuning holds the backends' speed settings (bench flags), which leave results unchanged.
 type backendTuning struct {
 	expertStreams int // cuda.Options.ExpertStreams
-	kdaVersion    int // cuda.Options.KDAVersion
 }
 
 // newBackend makes the named backend: "cpu" (pure Go, everywhere) or "cuda" (an NVIDIA GPU with the CUDA
@@ -49,7 +47,7 @@ func newBackend(name string, prec ops.Precision, tune backendTuning) (ops.Backen
 	case "cpu":
 		return cpu.New(cpu.Options{Precision: prec}), nil, nil
 	case "cuda":
-		b, err := cuda.New(cuda.Options{Precision: prec, ExpertStreams: tune.expertStreams, KDAVersion: tune.kdaVersion})
+		b, err := cuda.New(cuda.Options{Precision: prec, ExpertStreams: tune.expertStreams})
 		if err != nil {
 			return nil, nil, fmt.Errorf("backend cuda: %w (use --backend cpu on a machine without a GPU)", err)
 		}

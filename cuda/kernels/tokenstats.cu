@@ -1,40 +1,38 @@
-// tokenstats.cu: the next-token reductions of TokenStats over rows of rounded logits (n x V), which
-// k_matmul_* computes a chunk of rows at a time.
+// tokenstats.cu: the next-token reductions of TokenStats over rows of logits (n x V), which the lm_head
+// matmul computes a chunk of rows at a time (cuda/logits.go). The plain loop is Backend.TokenStats' doc
+// comment and replay/cpu's TokenStats.
 //
-// Versions:
-//   1. one block of 256 threads per row. max (exact in any order); S = sum exp(l - m) and T = sum e * (l - m)
-//      in double, thread t adding v = t, t+256, ... in ascending order, then a fixed tree (warp butterfly,
-//      then the 8 warp sums in ascending order by thread 0): the order depends on V only. rank = 1 + the
-//      count of logits strictly above the target's (integers: exact). Top k without sorting V values: a
-//      radix select (4 passes of 8 bits over order-preserving keys of the logits, -0 taken as +0) finds
-//      the k-th largest logit exactly; thread t then owns ids [t*seg, (t+1)*seg) in order, and prefix sums
-//      over threads place the larger logits and the lowest-id ties, so the candidates are the same set
-//      whatever the scheduling; each candidate's final place is the count of candidates before it by
-//      (logit descending, id ascending). Bit-identical for a row alone or in any chunk. Against the CPU
-//      backend (one ascending double sum) S and T differ at double rounding, far below the float32 outputs.
-//   2. k_token_stats2: version 1's results bit for bit in fewer passes over the row (H200 timing:
-//      cuda/NOTES.md, "TokenStats chunks and version 2"). The same per-thread order (thread t reads
-//      v = t, t+256, ... ascending) and the same trees for max, S and T; what changed:
-//      - passes fused: max with the radix select's first histogram (which needs no prefix), and S, T, the
-//        rank count and the second histogram in one pass (all need only m, the target's logit and the
-//        first byte of the k-th key). Rows of bfloat16 values (every float's low 16 bits zero, checked in
-//        the first pass) skip the last two histogram passes: all keys under the 16-bit prefix then share
-//        their low 16 bits (0 when positive, 0xffff when negative: order_key complements negatives), so
-//        those passes would put every one in one bin and leave the remaining rank as it is. Passes over a
-//        BF16 row: 4 (max+hist, sums+rank+hist, count, collect) instead of 9.
-//      - histogram adds aggregated per warp (__match_any_sync: one shared atomic per distinct bin, where
-//        logits of one magnitude hit one or two bins of the first byte from every lane);
-//      - candidates collected coalesced: warp w owns ids [w*seg, (w+1)*seg) and steps through them 32 at a
-//        time, placing each lane's candidate by ballot prefix counts, so its ties still come in id order
-//        and the lowest-id ties are the ones taken; a warp stops once its candidates are placed;
-//      - each pass reads 8 logits a thread before using them (in the one-at-a-time order), so that enough
-//        loads are in flight for a row streamed from DRAM (one at a time: 141 ms of stats kernel at
-//        65,536 K3 rows on the H200, latency-bound);
-//      - bf: round every logit read to bfloat16 (rnd), so the lm_head's unrounded float32 output can be
-//        read directly (TokenStats skips gemm's k_round pass on cuBLASLt): rnd is idempotent, so rounded
-//        logits read with bf set give the same bits too.
-//      Next (not done): fuse with the lm_head matmul per vocabulary tile (online logsumexp) so no chunk of
-//      logits is stored.
+// k_token_stats: one block of 256 threads per row.
+//   - max (exact in any order); S = sum exp(l - m) and T = sum e * (l - m) in double, thread t adding
+//     v = t, t+256, ... in ascending order, then a fixed tree (warp butterfly, then the 8 warp sums in
+//     ascending order): the order depends on V only. rank = 1 + the count of logits strictly above the
+//     target's (integers: exact). Against the CPU backend (one ascending double sum) S and T differ at
+//     double rounding, far below the float32 outputs.
+//   - top k without sorting V values: a radix select over order-preserving keys of the logits (-0 taken
+//     as +0) finds the k-th largest logit exactly, a byte at a time; the candidates (the larger logits
+//     and the lowest-id ties) are the same set whatever the scheduling, and each candidate's final place
+//     is the count of candidates before it by (logit descending, id ascending). Bit-identical for a row
+//     alone or in any chunk.
+//   - four passes over a row of bfloat16 values: max with the radix select's first histogram (which needs
+//     no prefix); S, T, the rank count and the second histogram (all need only m, the target's logit and
+//     the first byte of the k-th key); the count; the collection. Rows of bfloat16 values (every float's
+//     low 16 bits zero, checked in the first pass) skip the last two histogram passes: all keys under the
+//     16-bit prefix then share their low 16 bits, so those passes would put every one in one bin. Float32
+//     rows (FP32 precision) run all four radix passes.
+//   - histogram adds aggregated per warp (__match_any_sync: one shared atomic per distinct bin);
+//     candidates collected coalesced: warp w owns ids [w*seg, (w+1)*seg) and steps through them 32 at a
+//     time, placing each lane's candidate by ballot prefix counts, so its ties come in id order;
+//   - each pass reads 8 logits a thread before using them (in the one-at-a-time order), so that enough
+//     loads are in flight for a row streamed from DRAM;
+//   - bf: round every logit read to bfloat16, so the lm_head's unrounded float32 output on cuBLASLt can
+//     be read directly (no separate rounding pass); rnd is idempotent, so rounded logits give the same
+//     bits.
+//
+// Removed version: the first kernel (nine passes over a row, one load a thread at a time, an exclusive
+// scan by one thread): the same bits; 141 ms of stats kernel at 65,536 K3 rows on the H200, latency-bound
+// (cuda/records/JOURNAL.md, "TokenStats chunks and version 2", and "Removed kernel versions").
+// Next (not done): fuse with the lm_head matmul per vocabulary tile (online logsumexp) so no chunk of
+// logits is stored.
 #include "common.cuh"
 
 #define TS_THREADS 256
@@ -58,163 +56,6 @@ __device__ __forceinline__ int block_sum_i(int v, int* red) {
     return s;
 }
 
-// block_exclusive_scan_i returns the sum of v over threads 0 .. threadIdx.x-1 (and total in *total).
-__device__ __forceinline__ int block_exclusive_scan_i(int v, int* scan, int* total) {
-    __syncthreads();
-    scan[threadIdx.x] = v;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        int run = 0;
-        for (int i = 0; i < TS_THREADS; i++) {
-            int x = scan[i];
-            scan[i] = run;
-            run += x;
-        }
-        scan[TS_THREADS] = run;
-    }
-    __syncthreads();
-    *total = scan[TS_THREADS];
-    return scan[threadIdx.x];
-}
-
-// k_token_stats: row r = blockIdx.x of logits (n x V). Outputs: lp[r] (log p(target), 0 without target),
-// rank[r] (0 without), ent[r]; topIds / topLp (n x K) ordered by logit descending, ties by id ascending.
-// targets[r] < 0 means none. Launch: blockDim 256, gridDim n.
-extern "C" __global__ void __launch_bounds__(TS_THREADS) k_token_stats(float* lp, int* rank, float* ent, int* topIds,
-                                                                       float* topLp, const float* logits,
-                                                                       const int* targets, int V, int K) {
-    __shared__ float redf[TS_WARPS];
-    __shared__ double redd[2 * TS_WARPS];
-    __shared__ int redi[TS_WARPS];
-    __shared__ int scan[TS_THREADS + 1];
-    __shared__ int hist[256];
-    __shared__ u32 sel[3];  // prefix, mask, remaining rank
-    int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    i64 r = blockIdx.x;
-    const float* l = logits + r * (i64)V;
-
-    // max
-    float m = __uint_as_float(0xff800000u);  // -inf
-    for (int v = tid; v < V; v += TS_THREADS) m = fmaxf(m, l[v]);
-    m = warp_max(m);
-    if (lane == 0) redf[warp] = m;
-    __syncthreads();
-    m = redf[0];
-    for (int w = 1; w < TS_WARPS; w++) m = fmaxf(m, redf[w]);
-
-    // S and T in double
-    double S = 0.0, T = 0.0, md = (double)m;
-    for (int v = tid; v < V; v += TS_THREADS) {
-        double x = __dsub_rn((double)l[v], md);
-        double e = exp(x);
-        S = __dadd_rn(S, e);
-        T = __dadd_rn(T, __dmul_rn(e, x));
-    }
-    S = warp_sum_d(S);
-    T = warp_sum_d(T);
-    if (lane == 0) {
-        redd[warp] = S;
-        redd[TS_WARPS + warp] = T;
-    }
-    __syncthreads();
-    S = redd[0];
-    T = redd[TS_WARPS];
-    for (int w = 1; w < TS_WARPS; w++) {
-        S = __dadd_rn(S, redd[w]);
-        T = __dadd_rn(T, redd[TS_WARPS + w]);
-    }
-    double logS = log(S);
-    double lse = __dadd_rn(md, logS);
-
-    // target
-    int target = targets[r];
-    float lt = target >= 0 ? l[target] : 0.0f;
-    int above = 0;
-    if (target >= 0)
-        for (int v = tid; v < V; v += TS_THREADS) above += l[v] > lt ? 1 : 0;
-    above = block_sum_i(above, redi);
-    if (tid == 0) {
-        ent[r] = (float)__dsub_rn(logS, __ddiv_rn(T, S));
-        lp[r] = target >= 0 ? (float)__dsub_rn((double)lt, lse) : 0.0f;
-        rank[r] = target >= 0 ? 1 + above : 0;
-    }
-    if (K == 0) return;
-
-    // radix select: the K-th largest key
-    if (tid == 0) {
-        sel[0] = 0u;
-        sel[1] = 0u;
-        sel[2] = (u32)K;
-    }
-    for (int pass = 0; pass < 4; pass++) {
-        int shift = 24 - 8 * pass;
-        hist[tid] = 0;  // TS_THREADS == 256 bins
-        __syncthreads();
-        u32 prefix = sel[0], mask = sel[1];
-        for (int v = tid; v < V; v += TS_THREADS) {
-            u32 key = order_key(l[v]);
-            if ((key & mask) == prefix) atomicAdd(&hist[(key >> shift) & 255u], 1);
-        }
-        __syncthreads();
-        if (tid == 0) {
-            u32 need = sel[2], cum = 0;
-            int b = 255;
-            for (; b > 0; b--) {
-                if (cum + (u32)hist[b] >= need) break;
-                cum += (u32)hist[b];
-            }
-            sel[0] = prefix | ((u32)b << shift);
-            sel[1] = mask | (255u << shift);
-            sel[2] = need - cum;
-        }
-        __syncthreads();
-    }
-    u32 kth = sel[0];
-    int ties = (int)sel[2];  // how many of the logits equal to the k-th are taken (lowest ids first)
-    int greater = K - ties;
-
-    // candidates: thread tid owns ids [lo, hi) in order
-    int seg = (V + TS_THREADS - 1) / TS_THREADS;
-    int lo = min(V, tid * seg), hi = min(V, lo + seg);
-    int ng = 0, nt = 0;
-    for (int v = lo; v < hi; v++) {
-        u32 key = order_key(l[v]);
-        ng += key > kth ? 1 : 0;
-        nt += key == kth ? 1 : 0;
-    }
-    int total;
-    int gOff = block_exclusive_scan_i(ng, scan, &total);
-    int tOff = block_exclusive_scan_i(nt, scan, &total);
-    // stage the candidate ids in topLp's row (as int bits): greater ones first, then the ties
-    int* cand = (int*)(topLp + r * (i64)K);
-    for (int v = lo; v < hi; v++) {
-        u32 key = order_key(l[v]);
-        if (key > kth) {
-            cand[gOff++] = v;
-        } else if (key == kth) {
-            if (tOff < ties) cand[greater + tOff] = v;
-            tOff++;
-        }
-    }
-    __syncthreads();
-    // final place of each candidate: the count of candidates ahead of it
-    int* out = topIds + r * (i64)K;
-    for (int i = tid; i < K; i += TS_THREADS) {
-        int id = cand[i];
-        float x = l[id];
-        int pos = 0;
-        for (int j = 0; j < K; j++) {
-            int o = cand[j];
-            float y = l[o];
-            pos += (y > x || (y == x && o < id)) ? 1 : 0;
-        }
-        out[pos] = id;
-    }
-    __syncthreads();
-    for (int i = tid; i < K; i += TS_THREADS)
-        topLp[r * (i64)K + i] = (float)__dsub_rn((double)l[out[i]], lse);
-}
-
 // hist_add adds one to hist[bin] for every lane of the (full) warp whose bin >= 0, with one shared atomic
 // per distinct bin (integer counts: any order is exact). Every lane of the warp must call it.
 __device__ __forceinline__ void hist_add(int* hist, int bin, int lane) {
@@ -223,8 +64,8 @@ __device__ __forceinline__ void hist_add(int* hist, int bin, int lane) {
 }
 
 // select_byte is one step of the radix select, by thread 0 after the histogram of the keys under prefix
-// sel[0] (mask sel[1]) at bits [shift, shift+8): it appends the byte of the sel[2]-th largest key (version 1's
-// rule, bin by bin from the top) and leaves in sel[2] its rank among the keys with the longer prefix.
+// sel[0] (mask sel[1]) at bits [shift, shift+8): it appends the byte of the sel[2]-th largest key (bin by bin
+// from the top) and leaves in sel[2] its rank among the keys with the longer prefix.
 __device__ __forceinline__ void select_byte(const int* hist, u32* sel, int shift) {
     u32 need = sel[2], cum = 0;
     int b = 255;
@@ -237,7 +78,7 @@ __device__ __forceinline__ void select_byte(const int* hist, u32* sel, int shift
     sel[2] = need - cum;
 }
 
-// Version 2's passes read TS_UNROLL logits a thread before using them (loads in flight: a row is read
+// The passes read TS_UNROLL logits a thread before using them (loads in flight: a row is read
 // from DRAM, and one load a thread at a time left the passes latency-bound), then use them in the order of
 // the one-at-a-time loop: thread t still adds v = t, t+256, ... in ascending order.
 #define TS_UNROLL 8
@@ -252,9 +93,10 @@ __device__ __forceinline__ void ts_load(float* xs, const float* l, int base, int
     }
 }
 
-// k_token_stats2: version 2, the outputs of k_token_stats bit for bit (see Versions), reading logits
-// rounded with rnd(., bf). Launch: blockDim 256, gridDim n.
-extern "C" __global__ void __launch_bounds__(TS_THREADS) k_token_stats2(float* lp, int* rank, float* ent, int* topIds,
+// k_token_stats: row r = blockIdx.x of logits (n x V), each logit read rounded with rnd(., bf). Outputs:
+// lp[r] (log p(target), 0 without target), rank[r] (0 without), ent[r]; topIds / topLp (n x K) ordered by
+// logit descending, ties by id ascending. targets[r] < 0 means none. Launch: blockDim 256, gridDim n.
+extern "C" __global__ void __launch_bounds__(TS_THREADS) k_token_stats(float* lp, int* rank, float* ent, int* topIds,
                                                                         float* topLp, const float* logits,
                                                                         const int* targets, int V, int K, int bf) {
     __shared__ float redf[TS_WARPS];
@@ -307,7 +149,7 @@ extern "C" __global__ void __launch_bounds__(TS_THREADS) k_token_stats2(float* l
     if (topk && tid == 0) select_byte(hist, sel, 24);
     __syncthreads();
 
-    // pass 2: S and T in double (version 1's order), the rank count, the histogram of the second byte
+    // pass 2: S and T in double (the fixed order above), the rank count, the histogram of the second byte
     hist[tid] = 0;
     __syncthreads();
     int target = targets[r];

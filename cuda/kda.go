@@ -1,0 +1,208 @@
+package cuda
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/potato-k3/potato-k3/replay/ops"
+)
+
+// ShortConvSiLU is KDA's causal depthwise convolution with SiLU per sequence of l (kda.cu: k_shortconv4 for 4
+// taps and channels a multiple of 4, 4 channels of shortConvRows rows a thread; else k_shortconv, one
+// thread per element, grid-stride):
+//
+//	out[t,c] = rounded(silu(sum_{i<K} float32(w[c,i] * x[t-K+1+i,c])))   // ascending i, rows before t's sequence skipped
+//
+// the CPU backend's statements, so the two agree bit for bit.
+func (b *Backend) ShortConvSiLU(x, w ops.Tensor, l ops.Layout) (ops.Tensor, error) {
+	const op = "ShortConvSiLU"
+	ts, err := b.tensors(op, []string{"x", "w"}, x, w)
+	if err != nil {
+		return nil, err
+	}
+	xt, wt := ts[0], ts[1]
+	if wt.rows != xt.cols || wt.cols == 0 {
+		return nil, shapeErr(op, "x %v with taps %v: want %d x K taps", xt, wt, xt.cols)
+	}
+	if err := ops.CheckLayout(op, l, xt.rows); err != nil {
+		return nil, err
+	}
+	start := make([]int32, xt.rows) // the first row of each row's sequence
+	for s := range l.Sequences() {
+		for t := l.Starts[s]; t < l.Starts[s+1]; t++ {
+			start[t] = int32(l.Starts[s])
+		}
+	}
+	var out *Tensor
+	err = b.run(op, func(c *opCtx) error {
+		xp, err := c.f32(xt)
+		if err != nil {
+			return err
+		}
+		wp, err := c.f32(wt)
+		if err != nil {
+			return err
+		}
+		if out, err = c.out(xt.rows, xt.cols); err != nil || out.n() == 0 {
+			return err
+		}
+		sp, err := uploadTemp(c, start)
+		if err != nil {
+			return err
+		}
+		return c.shortConv(out.ptr, xp, wp, sp, xt.rows, xt.cols, wt.cols, b.bf)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// shortConvRows is the rows of one k_shortconv4 thread (kda.cu's SC_ROWS).
+const shortConvRows = 4
+
+// shortConv launches k_shortconv4 on rows x ch inputs with taps taps a channel, or k_shortconv where its
+// shape does not fit (taps other than 4, ch not a multiple of 4, pointers not 16-byte aligned, more than
+// 65,535 x 1,024 channels); both give the same bits.
+func (c *opCtx) shortConv(out, x, w, start uint64, rows, ch, taps int, bf int32) error {
+	if !shortConv4Fits(out, x, w, ch, taps) {
+		return c.launch1D("k_shortconv", rows*ch, out, x, w, start, int64(rows), int32(ch), int32(taps), bf)
+	}
+	return c.launch("k_shortconv4", d2((rows+shortConvRows-1)/shortConvRows, (ch/4+ewThreads-1)/ewThreads), d1(ewThreads), 0,
+		out, x, w, start, int64(rows), int32(ch), bf)
+}
+
+// shortConv4Fits reports whether k_shortconv4 takes the shape: 4 taps, channels a multiple of 4 (at most
+// 65,535 blocks of 256 quads), 16-byte aligned pointers.
+func shortConv4Fits(out, x, w uint64, ch, taps int) bool {
+	return taps == 4 && ch%4 == 0 && (out|x|w)%16 == 0 && ch/4 <= maxGridYZ*ewThreads
+}
+
+// KDA runs the gated delta rule per sequence and head with the CPU backend's loop:
+//
+//	qinv := float32(1/sqrt(sum_i q[t,c]^2 + 1e-6)); qn[i] = float32(q[t,c]*qinv) * float32(1/sqrt(d))
+//	kinv := float32(1/sqrt(sum_i k[t,c]^2 + 1e-6)); kn[i] = k[t,c]*kinv
+//	dec[i] = exp(lower * sigmoid(exp(aLog[h]) * (graw[t,c] + dtBias[c]))); beta := sigmoid(braw[t,h])
+//	for i: for j: S[i,j] *= dec[i]; ks[j] += float32(S[i,j] * kn[i])                   // ascending i
+//	u[j] = beta * (v[t,h*d+j] - ks[j])
+//	for i: for j: S[i,j] += float32(kn[i] * u[j]); o[j] += float32(S[i,j] * qn[i])   // ascending i
+//	out[t,h*d+j] = rounded(o[j])
+//
+// In FP32 precision (the audit mode) the two backends agree bit for bit (up to the rare double-precision
+// libm difference in exp and sigmoid): k_kda_prep_exact, then k_kda_exact_rD. In BF16 precision, at K3's
+// head widths (64 and 128), k_kda_prep_fast evaluates dec's exp and sigmoid and beta's sigmoid in single
+// precision (within a few float32 ulps of the double-precision values, TestKDAPrepFast) and
+// k_kda_fast_rD runs the recurrence's three sums (ks, S += kn u, o) as fused multiply-adds, each product
+// and sum rounded once instead of twice, split over two threads a column and added in a fixed order
+// (kda.cu). So the values differ from the CPU backend's at float32 rounding level before the output's
+// bfloat16 rounding, and an output sitting on a bfloat16 rounding boundary may move by one ulp (about
+// 0.01-0.02% of them on the H200, TestKDAAgainstCPU and TestAgainstCPU). Each sum still runs in one fixed
+// order (ascending i) per sequence and head and every prep value depends on its own row only, so a
+// sequence's bits never depend on the wave in either precision.
+//
+// Launches (kdaKernels): the prep over kdaPrepPairs(d) (row, head) pairs a block of 128 threads; the
+// recurrence one block per (sequence, head) of d threads: k_kda_fast_rD for widths 64 and 128 in BF16
+// precision, k_kda_exact_rD for widths 32, 64 and 128 otherwise (the state in registers), else
+// k_kda_exact with (d*d + 3d) * 4 bytes of dynamic shared memory.
+func (b *Backend) KDA(q, k, v, graw, braw ops.Tensor, aLog, dtBias ops.Tensor, heads int, lower float32, l ops.Layout) (ops.Tensor, error) {
+	const op = "KDA"
+	ts, err := b.tensors(op, []string{"q", "k", "v", "graw", "braw", "aLog", "dtBias"}, q, k, v, graw, braw, aLog, dtBias)
+	if err != nil {
+		return nil, err
+	}
+	qt := ts[0]
+	if err := ops.CheckKDA(q, k, v, graw, braw, aLog, dtBias, heads, l); err != nil {
+		return nil, err
+	}
+	rows, ch := qt.rows, qt.cols
+	d := ch / heads
+	shmem := 4 * (d*d + 3*d)
+	if d > 1024 || shmem > b.info.MaxSharedOptin {
+		return nil, shapeErr(op, "head width %d: the state needs %d bytes of shared memory, the device allows %d (and at most 1024 threads)",
+			d, shmem, b.info.MaxSharedOptin)
+	}
+	scale := float32(1 / math.Sqrt(float64(d)))
+	starts := make([]int32, len(l.Starts))
+	for i, s := range l.Starts {
+		starts[i] = int32(s)
+	}
+	var out *Tensor
+	err = b.run(op, func(c *opCtx) error {
+		in, err := c.f32All(ts)
+		if err != nil {
+			return err
+		}
+		if out, err = c.out(rows, ch); err != nil || out.n() == 0 {
+			return err
+		}
+		n := rows * ch
+		qn, err := c.temp(4 * n)
+		if err != nil {
+			return err
+		}
+		kn, err := c.temp(4 * n)
+		if err != nil {
+			return err
+		}
+		dec, err := c.temp(4 * n)
+		if err != nil {
+			return err
+		}
+		beta, err := c.temp(4 * rows * heads)
+		if err != nil {
+			return err
+		}
+		if err := c.kdaPrep(b.bf == 1, qn, kn, dec, beta, in, rows, heads, d, lower, scale); err != nil {
+			return err
+		}
+		sp, err := uploadTemp(c, starts)
+		if err != nil {
+			return err
+		}
+		return c.kdaRecurrence(out.ptr, qn, kn, dec, beta, in[2], sp, l.Sequences(), heads, d)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// kdaPrepPairs is the number of (row, head) pairs a block of the prep normalises: 16 (one warp sums the
+// 32 rows of squares while the SM's other blocks compute), fewer for heads wider than 254 so that the
+// staged rows stay within 32 KiB of shared memory.
+func kdaPrepPairs(d int) int { return max(1, min(16, 4096/(d+2))) }
+
+// kdaPrep launches k_kda_prep_fast (fast: BF16 precision) or k_kda_prep_exact over rows x heads pairs of
+// head width d; in is KDA's inputs as float32 (q, k, v, graw, braw, aLog, dtBias).
+func (c *opCtx) kdaPrep(fast bool, qn, kn, dec, beta uint64, in []uint64, rows, heads, d int, lower, scale float32) error {
+	p, pairs := kdaPrepPairs(d), rows*heads
+	if fast {
+		return c.launch("k_kda_prep_fast", d1((pairs+p-1)/p), d1(128), 4*(2*p*(d+1)+4*p),
+			qn, kn, dec, beta, in[0], in[1], in[3], in[4], in[5], in[6], int64(pairs), int32(heads), int32(d), int32(p), lower, scale)
+	}
+	return c.launch("k_kda_prep_exact", d1((pairs+p-1)/p), d1(128), 4*(2*p*(d+1)+3*p),
+		qn, kn, dec, beta, in[0], in[1], in[3], in[4], in[5], in[6], int64(pairs), int32(heads), int32(d), int32(p), lower, scale)
+}
+
+// kdaRecurrence launches the delta rule over seqs x heads blocks, the kernel kdaRecurrenceKernel picks
+// for the backend's precision and head width d.
+func (c *opCtx) kdaRecurrence(out, qn, kn, dec, beta, v, starts uint64, seqs, heads, d int) error {
+	name, shmem := kdaRecurrenceKernel(c.b.bf == 1, d)
+	if shmem == 0 {
+		return c.launch(name, d2(seqs, heads), d1(d), 0, out, qn, kn, dec, beta, v, starts, int32(heads), c.b.bf)
+	}
+	return c.launch(name, d2(seqs, heads), d1(d), shmem, out, qn, kn, dec, beta, v, starts, int32(heads), int32(d), c.b.bf)
+}
+
+// kdaRecurrenceKernel is the recurrence kernel for head width d (d threads a block in each) and its
+// dynamic shared memory: in BF16 precision (bf) k_kda_fast_rD for widths 64 and 128; else
+// k_kda_exact_rD for widths 32, 64 and 128; else k_kda_exact, the state in shared memory.
+func kdaRecurrenceKernel(bf bool, d int) (name string, shmem int) {
+	switch {
+	case bf && (d == 64 || d == 128):
+		return fmt.Sprintf("k_kda_fast_r%d", d), 0
+	case d == 32 || d == 64 || d == 128:
+		return fmt.Sprintf("k_kda_exact_r%d", d), 0
+	}
+	return "k_kda_exact", 4 * (d*d + 3*d)
+}
