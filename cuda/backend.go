@@ -7,6 +7,8 @@ import (
 	"sync"
 	"unsafe"
 
+	"github.com/potato-k3/potato-k3/cuda/bind"
+	"github.com/potato-k3/potato-k3/cuda/device"
 	"github.com/potato-k3/potato-k3/replay/ops"
 )
 
@@ -14,9 +16,11 @@ import (
 // matches ErrCUDA).
 var (
 	// ErrUnavailable marks a missing driver library, NVRTC library or device (Available says which).
-	ErrUnavailable = errors.New("cuda: not available")
-	// ErrCUDA marks a failed CUDA driver or NVRTC call (*Error carries the call and code).
-	ErrCUDA = errors.New("cuda: call failed")
+	ErrUnavailable = bind.ErrUnavailable
+	// ErrCUDA marks a failed CUDA driver, NVRTC or cuBLASLt call (*Error carries the call and code).
+	ErrCUDA = bind.ErrCUDA
+	// ErrCompile marks a kernel that NVRTC could not compile (the message carries its log).
+	ErrCompile = bind.ErrCompile
 	// ErrShape marks an op called with shapes it cannot combine (the message names the op and the shapes).
 	// It is ops.ErrShape: the checks shared by every backend (ops.CheckKDA, ...) return it too.
 	ErrShape = ops.ErrShape
@@ -26,10 +30,33 @@ var (
 	// ErrFreed marks the use of a tensor or expert after Free.
 	ErrFreed = errors.New("cuda: use after free")
 	// ErrClosed marks a call on a closed Backend.
-	ErrClosed = errors.New("cuda: backend closed")
+	ErrClosed = device.ErrClosed
 	// ErrInternal marks a bug in this package (a recovered panic on the CUDA thread).
-	ErrInternal = errors.New("cuda: internal error")
+	ErrInternal = device.ErrInternal
 )
+
+// Error is a failed CUDA driver, NVRTC or cuBLASLt call (cuda/bind). errors.Is(err, ErrCUDA) holds for
+// it, and errors.Is(err, ops.ErrOutOfMemory) for an allocation the device could not satisfy, once an op
+// returns it (opError).
+type Error = bind.Error
+
+// opError marks an error that holds a failed allocation (bind.ErrOutOfMemory) as ops.ErrOutOfMemory too,
+// which the engine answers by running the wave as smaller waves; cuda/bind knows nothing of ops.
+type opError struct{ err error }
+
+func (e opError) Error() string { return e.err.Error() }
+func (e opError) Unwrap() error { return e.err }
+
+// Is matches ops.ErrOutOfMemory.
+func (e opError) Is(target error) bool { return target == ops.ErrOutOfMemory }
+
+// withOOM returns err, marked as ops.ErrOutOfMemory where it holds a failed allocation.
+func withOOM(err error) error {
+	if err != nil && errors.Is(err, bind.ErrOutOfMemory) {
+		return opError{err}
+	}
+	return err
+}
 
 // Environment variables read by this package.
 const (
@@ -106,8 +133,8 @@ type Backend struct {
 	prec  ops.Precision
 	bf    int32 // 1 in BF16 precision: kernels round at the contract's points
 	opts  Options
-	drv   *driver
-	ex    *executor
+	drv   *bind.Driver
+	ex    *device.Thread
 	info  DeviceInfo
 	dev   int32              // CUdevice
 	ctx   uintptr            // the device's primary context
@@ -120,7 +147,7 @@ type Backend struct {
 	side  []sideStream       // streams the routed experts' GEMMs are spread over (sidestreams.go); on the CUDA thread
 	keep  map[string]keptBuf // scratch kept from call to call outside the pool (kept.go); on the CUDA thread
 	// syncEvs orders the side streams and strm (sidestreams.go); on the CUDA thread
-	syncEvs eventPool
+	syncEvs device.EventPool
 	// situTabs are SiTU's factor tables by (beta, linBeta) (ffn.go); on the CUDA thread
 	situTabs map[situKey]uint64
 	// Test knobs, zero for the defaults: the bytes of decoded weights of one chunk of the cuBLASLt expert
@@ -146,10 +173,10 @@ var _ ops.Backend = (*Backend)(nil)
 // Available reports whether a CUDA backend can be made on this machine: nil, or an error wrapping
 // ErrUnavailable that says what is missing (the driver library, a device, or NVRTC).
 func Available() error {
-	if _, err := loadDriver(); err != nil {
+	if _, err := bind.LoadDriver(); err != nil {
 		return err
 	}
-	_, err := loadNVRTC()
+	_, err := bind.LoadNVRTC()
 	return err
 }
 
@@ -157,25 +184,25 @@ func Available() error {
 // device's architecture (or reads them from the disk cache), and starts the CUDA thread with the
 // device's primary context current. Close releases it.
 func New(o Options) (*Backend, error) {
-	drv, err := loadDriver()
+	drv, err := bind.LoadDriver()
 	if err != nil {
 		return nil, err
 	}
-	nv, err := loadNVRTC()
+	nv, err := bind.LoadNVRTC()
 	if err != nil {
 		return nil, err
 	}
 	if o.ExpertStreams < 0 || o.ExpertStreams > maxExpertStreams {
 		return nil, fmt.Errorf("%w: ExpertStreams %d: want 0 (the default) to %d", ErrArgument, o.ExpertStreams, maxExpertStreams)
 	}
-	if o.Device < 0 || o.Device >= drv.devices {
-		return nil, fmt.Errorf("%w: device %d: %d CUDA devices present", ErrArgument, o.Device, drv.devices)
+	if o.Device < 0 || o.Device >= drv.Devices {
+		return nil, fmt.Errorf("%w: device %d: %d CUDA devices present", ErrArgument, o.Device, drv.Devices)
 	}
 	b := &Backend{prec: o.Precision, opts: o, drv: drv, fns: map[string]uintptr{},
-		evs:     copyEvents{events: eventPool{flags: cuEventDisableTiming, what: "copy"}},
-		prof:    opProfile{events: eventPool{what: "timing"}},
-		ring:    uploadRing{events: eventPool{flags: cuEventDisableTiming, what: "upload ring"}},
-		syncEvs: eventPool{flags: cuEventDisableTiming, what: "side stream"}}
+		evs:     copyEvents{events: device.EventPool{Flags: bind.EventDisableTiming, What: "copy"}},
+		prof:    opProfile{events: device.EventPool{What: "timing"}},
+		ring:    uploadRing{events: device.EventPool{Flags: bind.EventDisableTiming, What: "upload ring"}},
+		syncEvs: device.EventPool{Flags: bind.EventDisableTiming, What: "side stream"}}
 	if o.Precision == ops.BF16 {
 		b.bf = 1
 	}
@@ -186,16 +213,16 @@ func New(o Options) (*Backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	var lt *ltLib
+	var lt *bind.CuBLASLt
 	if o.CuBLASLt != CuBLASLtOff && o.Precision == ops.BF16 && !o.NoTensorCores {
-		if lt, err = loadCuBLASLt(); err != nil {
+		if lt, err = bind.LoadCuBLASLt(); err != nil {
 			if o.CuBLASLt == CuBLASLtRequire {
 				return nil, fmt.Errorf("cuda: Options.CuBLASLt is CuBLASLtRequire: %w", err)
 			}
 			b.info.CuBLASLtMissing = err.Error()
 		}
 	}
-	b.ex, err = newExecutor(func() error { return b.start(images, lt) })
+	b.ex, err = device.NewThread(func() error { return b.start(images, lt) })
 	if err != nil {
 		return nil, fmt.Errorf("cuda: device %d (%s): %w", o.Device, b.info.Name, err)
 	}
@@ -203,49 +230,49 @@ func New(o Options) (*Backend, error) {
 }
 
 // queryDevice fills b.info (attributes need cuInit only, no context).
-func (b *Backend) queryDevice(nv *nvrtcLib) error {
+func (b *Backend) queryDevice(nv *bind.NVRTC) error {
 	d := b.drv
-	if err := d.check("cuDeviceGet", ccall(d.cuDeviceGet, uintptr(unsafe.Pointer(&b.dev)), uintptr(b.opts.Device))); err != nil {
+	if err := d.Check("cuDeviceGet", bind.Call(d.CuDeviceGet, uintptr(unsafe.Pointer(&b.dev)), uintptr(b.opts.Device))); err != nil {
 		return err
 	}
 	attr := func(a int) (int, error) {
 		var v int32
-		err := d.check(fmt.Sprintf("cuDeviceGetAttribute(%d)", a), ccall(d.cuDeviceGetAttribute, uintptr(unsafe.Pointer(&v)), uintptr(a), uintptr(b.dev)))
+		err := d.Check(fmt.Sprintf("cuDeviceGetAttribute(%d)", a), bind.Call(d.CuDeviceGetAttribute, uintptr(unsafe.Pointer(&v)), uintptr(a), uintptr(b.dev)))
 		return int(v), err
 	}
 	var err error
 	info := &b.info
 	info.Ordinal = b.opts.Device
-	name := make([]byte, cuDeviceNameLen)
-	if err = d.check("cuDeviceGetName", ccall(d.cuDeviceGetName, uintptr(unsafe.Pointer(&name[0])), uintptr(len(name)), uintptr(b.dev))); err != nil {
+	name := make([]byte, bind.DeviceNameLen)
+	if err = d.Check("cuDeviceGetName", bind.Call(d.CuDeviceGetName, uintptr(unsafe.Pointer(&name[0])), uintptr(len(name)), uintptr(b.dev))); err != nil {
 		return err
 	}
-	info.Name = goString(&name[0])
-	if info.Major, err = attr(cuDevAttrComputeCapabilityMajor); err != nil {
+	info.Name = bind.GoString(&name[0])
+	if info.Major, err = attr(bind.DevAttrComputeCapabilityMajor); err != nil {
 		return err
 	}
-	if info.Minor, err = attr(cuDevAttrComputeCapabilityMinor); err != nil {
+	if info.Minor, err = attr(bind.DevAttrComputeCapabilityMinor); err != nil {
 		return err
 	}
-	if info.Multiprocessors, err = attr(cuDevAttrMultiprocessorCount); err != nil {
+	if info.Multiprocessors, err = attr(bind.DevAttrMultiprocessorCount); err != nil {
 		return err
 	}
-	if info.MaxSharedOptin, err = attr(cuDevAttrMaxSharedPerBlockOptin); err != nil {
+	if info.MaxSharedOptin, err = attr(bind.DevAttrMaxSharedPerBlockOptin); err != nil {
 		return err
 	}
-	pools, err := attr(cuDevAttrMemoryPoolsSupported)
+	pools, err := attr(bind.DevAttrMemoryPoolsSupported)
 	if err != nil {
 		return err
 	}
-	b.async = pools != 0 && d.cuMemAllocAsync != 0 && d.cuMemFreeAsync != 0 && d.cuDeviceGetDefaultMemPool != 0 && d.cuMemPoolSetAttribute != 0
+	b.async = pools != 0 && d.CuMemAllocAsync != 0 && d.CuMemFreeAsync != 0 && d.CuDeviceGetDefaultMemPool != 0 && d.CuMemPoolSetAttribute != 0
 	var total uintptr
-	if err := d.check("cuDeviceTotalMem", ccall(d.cuDeviceTotalMem, uintptr(unsafe.Pointer(&total)), uintptr(b.dev))); err != nil {
+	if err := d.Check("cuDeviceTotalMem", bind.Call(d.CuDeviceTotalMem, uintptr(unsafe.Pointer(&total)), uintptr(b.dev))); err != nil {
 		return err
 	}
 	info.TotalMemory = int64(total)
-	info.Driver = versionString(d.version)
-	info.DriverLib, info.NVRTC = d.path, nv.path
-	info.NVRTCVersion = fmt.Sprintf("%d.%d", nv.major, nv.minor)
+	info.Driver = bind.VersionString(d.Version)
+	info.DriverLib, info.NVRTC = d.Path, nv.Path
+	info.NVRTCVersion = fmt.Sprintf("%d.%d", nv.Major, nv.Minor)
 	info.Arch = archFor(info.Major, info.Minor)
 	if a := os.Getenv(archEnv); a != "" {
 		info.Arch = a
@@ -264,31 +291,31 @@ func archFor(major, minor int) string {
 
 // start runs on the CUDA thread: it makes the primary context current, creates the stream, keeps freed
 // pool memory cached, loads the kernel modules and, given lt, creates the cuBLASLt handle.
-func (b *Backend) start(images map[string][]byte, lt *ltLib) error {
+func (b *Backend) start(images map[string][]byte, lt *bind.CuBLASLt) error {
 	d := b.drv
-	if err := d.check("cuDevicePrimaryCtxRetain", ccall(d.cuDevicePrimaryCtxRetain, uintptr(unsafe.Pointer(&b.ctx)), uintptr(b.dev))); err != nil {
+	if err := d.Check("cuDevicePrimaryCtxRetain", bind.Call(d.CuDevicePrimaryCtxRetain, uintptr(unsafe.Pointer(&b.ctx)), uintptr(b.dev))); err != nil {
 		return err
 	}
-	if err := d.check("cuCtxSetCurrent", ccall(d.cuCtxSetCurrent, b.ctx)); err != nil {
+	if err := d.Check("cuCtxSetCurrent", bind.Call(d.CuCtxSetCurrent, b.ctx)); err != nil {
 		b.release()
 		return err
 	}
-	if err := d.check("cuStreamCreate", ccall(d.cuStreamCreate, uintptr(unsafe.Pointer(&b.strm)), cuStreamNonBlocking)); err != nil {
+	if err := d.Check("cuStreamCreate", bind.Call(d.CuStreamCreate, uintptr(unsafe.Pointer(&b.strm)), bind.StreamNonBlocking)); err != nil {
 		b.release()
 		return err
 	}
-	if err := d.check("cuStreamCreate(copy)", ccall(d.cuStreamCreate, uintptr(unsafe.Pointer(&b.cstrm)), cuStreamNonBlocking)); err != nil {
+	if err := d.Check("cuStreamCreate(copy)", bind.Call(d.CuStreamCreate, uintptr(unsafe.Pointer(&b.cstrm)), bind.StreamNonBlocking)); err != nil {
 		b.release()
 		return err
 	}
 	if b.async {
 		var pool uintptr
-		if err := d.check("cuDeviceGetDefaultMemPool", ccall(d.cuDeviceGetDefaultMemPool, uintptr(unsafe.Pointer(&pool)), uintptr(b.dev))); err != nil {
+		if err := d.Check("cuDeviceGetDefaultMemPool", bind.Call(d.CuDeviceGetDefaultMemPool, uintptr(unsafe.Pointer(&pool)), uintptr(b.dev))); err != nil {
 			b.release()
 			return err
 		}
 		threshold := ^uint64(0) // keep freed blocks in the pool instead of returning them at each sync
-		if err := d.check("cuMemPoolSetAttribute(release threshold)", ccall(d.cuMemPoolSetAttribute, pool, cuMempoolAttrReleaseThreshold, uintptr(unsafe.Pointer(&threshold)))); err != nil {
+		if err := d.Check("cuMemPoolSetAttribute(release threshold)", bind.Call(d.CuMemPoolSetAttribute, pool, bind.MempoolAttrReleaseThreshold, uintptr(unsafe.Pointer(&threshold)))); err != nil {
 			b.release()
 			return err
 		}
@@ -296,15 +323,15 @@ func (b *Backend) start(images map[string][]byte, lt *ltLib) error {
 	for _, kf := range kernelFiles {
 		var mod uintptr
 		img := images[kf.file]
-		if err := d.check("cuModuleLoadData("+kf.file+")", ccall(d.cuModuleLoadData, uintptr(unsafe.Pointer(&mod)), uintptr(unsafe.Pointer(&img[0])))); err != nil {
+		if err := d.Check("cuModuleLoadData("+kf.file+")", bind.Call(d.CuModuleLoadData, uintptr(unsafe.Pointer(&mod)), uintptr(unsafe.Pointer(&img[0])))); err != nil {
 			b.release()
 			return err
 		}
 		b.mods = append(b.mods, mod)
 		for _, k := range kf.kernels {
 			var f uintptr
-			cname := cString(k)
-			if err := d.check("cuModuleGetFunction("+k+")", ccall(d.cuModuleGetFunction, uintptr(unsafe.Pointer(&f)), mod, uintptr(unsafe.Pointer(&cname[0])))); err != nil {
+			cname := bind.CString(k)
+			if err := d.Check("cuModuleGetFunction("+k+")", bind.Call(d.CuModuleGetFunction, uintptr(unsafe.Pointer(&f)), mod, uintptr(unsafe.Pointer(&cname[0])))); err != nil {
 				b.release()
 				return err
 			}
@@ -313,8 +340,8 @@ func (b *Backend) start(images map[string][]byte, lt *ltLib) error {
 	}
 	// Kernels with more than 48 KiB of dynamic shared memory must opt in.
 	for _, k := range []string{"k_kda_exact", "k_mla"} {
-		if err := d.check("cuFuncSetAttribute("+k+", max dynamic shared memory)",
-			ccall(d.cuFuncSetAttribute, b.fns[k], cuFuncAttrMaxDynamicSharedBytes, uintptr(b.info.MaxSharedOptin))); err != nil {
+		if err := d.Check("cuFuncSetAttribute("+k+", max dynamic shared memory)",
+			bind.Call(d.CuFuncSetAttribute, b.fns[k], bind.FuncAttrMaxDynamicSharedBytes, uintptr(b.info.MaxSharedOptin))); err != nil {
 			b.release()
 			return err
 		}
@@ -322,19 +349,19 @@ func (b *Backend) start(images map[string][]byte, lt *ltLib) error {
 	if lt != nil {
 		h, err := newLtHandle(lt)
 		if err == nil {
-			if err = d.check("cuMemAlloc(cuBLASLt workspace)", ccall(d.cuMemAlloc, uintptr(unsafe.Pointer(&h.ws)), ltWorkspaceAlloc)); err != nil {
+			if err = d.Check("cuMemAlloc(cuBLASLt workspace)", bind.Call(d.CuMemAlloc, uintptr(unsafe.Pointer(&h.ws)), ltWorkspaceAlloc)); err != nil {
 				err = errors.Join(err, h.close())
 			}
 		}
 		switch {
 		case err == nil:
 			b.lt = h
-			b.info.CuBLASLt, b.info.CuBLASLtVersion = lt.path, lt.versionString()
+			b.info.CuBLASLt, b.info.CuBLASLtVersion = lt.Path, lt.VersionString()
 		case b.opts.CuBLASLt == CuBLASLtRequire:
 			b.release()
-			return fmt.Errorf("%w: %s: %w", ErrUnavailable, lt.path, err)
+			return fmt.Errorf("%w: %s: %w", ErrUnavailable, lt.Path, err)
 		default:
-			b.info.CuBLASLtMissing = fmt.Sprintf("%s: %v", lt.path, err)
+			b.info.CuBLASLtMissing = fmt.Sprintf("%s: %v", lt.Path, err)
 		}
 	}
 	return nil
@@ -345,10 +372,10 @@ func (b *Backend) release() error {
 	d := b.drv
 	var errs []error
 	if b.strm != 0 {
-		errs = append(errs, d.check("cuStreamSynchronize", ccall(d.cuStreamSynchronize, b.strm)))
+		errs = append(errs, d.Check("cuStreamSynchronize", bind.Call(d.CuStreamSynchronize, b.strm)))
 	}
 	if b.cstrm != 0 {
-		errs = append(errs, d.check("cuStreamSynchronize(copy)", ccall(d.cuStreamSynchronize, b.cstrm)))
+		errs = append(errs, d.Check("cuStreamSynchronize(copy)", bind.Call(d.CuStreamSynchronize, b.cstrm)))
 	}
 	errs = append(errs, b.releaseSideStreams())
 	errs = append(errs, b.releaseKept())
@@ -356,33 +383,33 @@ func (b *Backend) release() error {
 	errs = append(errs, b.releaseSiTUTables())
 	if b.lt != nil {
 		if b.lt.ws != 0 {
-			errs = append(errs, d.check("cuMemFree(cuBLASLt workspace)", ccall(d.cuMemFree, uintptr(b.lt.ws))))
+			errs = append(errs, d.Check("cuMemFree(cuBLASLt workspace)", bind.Call(d.CuMemFree, uintptr(b.lt.ws))))
 		}
 		errs = append(errs, b.lt.close())
 		b.lt = nil
 	}
 	if b.stage != nil {
-		errs = append(errs, d.check("cuMemFreeHost", ccall(d.cuMemFreeHost, uintptr(b.stage))))
+		errs = append(errs, d.Check("cuMemFreeHost", bind.Call(d.CuMemFreeHost, uintptr(b.stage))))
 		b.stage, b.nstg = nil, 0
 	}
 	for _, m := range b.mods {
-		errs = append(errs, d.check("cuModuleUnload", ccall(d.cuModuleUnload, m)))
+		errs = append(errs, d.Check("cuModuleUnload", bind.Call(d.CuModuleUnload, m)))
 	}
 	b.mods = nil
 	if b.strm != 0 {
-		errs = append(errs, d.check("cuStreamDestroy", ccall(d.cuStreamDestroy, b.strm)))
+		errs = append(errs, d.Check("cuStreamDestroy", bind.Call(d.CuStreamDestroy, b.strm)))
 		b.strm = 0
 	}
 	if b.cstrm != 0 {
-		errs = append(errs, d.check("cuStreamDestroy(copy)", ccall(d.cuStreamDestroy, b.cstrm)))
+		errs = append(errs, d.Check("cuStreamDestroy(copy)", bind.Call(d.CuStreamDestroy, b.cstrm)))
 		b.cstrm = 0
 	}
 	errs = append(errs, b.evs.destroy(d))
 	errs = append(errs, b.prof.destroy(d))
 	errs = append(errs, b.ring.destroy(d))
-	errs = append(errs, b.syncEvs.destroy(d))
+	errs = append(errs, b.syncEvs.Destroy(d))
 	if b.ctx != 0 {
-		errs = append(errs, d.check("cuDevicePrimaryCtxRelease", ccall(d.cuDevicePrimaryCtxRelease, uintptr(b.dev))))
+		errs = append(errs, d.Check("cuDevicePrimaryCtxRelease", bind.Call(d.CuDevicePrimaryCtxRelease, uintptr(b.dev))))
 		b.ctx = 0
 	}
 	return errors.Join(errs...)
@@ -394,7 +421,7 @@ func (b *Backend) release() error {
 func (b *Backend) Close() error {
 	b.closeOnce.Do(func() {
 		if b.ex != nil {
-			b.closeErr = b.ex.close(b.release)
+			b.closeErr = b.ex.Close(b.release)
 		}
 	})
 	return b.closeErr
@@ -411,14 +438,14 @@ func (b *Backend) Device() DeviceInfo { return b.info }
 
 // Synchronize waits until every op issued so far has finished on the device and reports any fault.
 func (b *Backend) Synchronize() error {
-	return b.ex.do(func() error { return b.drv.check("cuStreamSynchronize", ccall(b.drv.cuStreamSynchronize, b.strm)) })
+	return b.ex.Do(func() error { return b.drv.Check("cuStreamSynchronize", bind.Call(b.drv.CuStreamSynchronize, b.strm)) })
 }
 
 // MemInfo returns the device's free and total memory in bytes.
 func (b *Backend) MemInfo() (free, total int64, err error) {
-	err = b.ex.do(func() error {
+	err = b.ex.Do(func() error {
 		var f, t uintptr
-		err := b.drv.check("cuMemGetInfo", ccall(b.drv.cuMemGetInfo, uintptr(unsafe.Pointer(&f)), uintptr(unsafe.Pointer(&t))))
+		err := b.drv.Check("cuMemGetInfo", bind.Call(b.drv.CuMemGetInfo, uintptr(unsafe.Pointer(&f)), uintptr(unsafe.Pointer(&t))))
 		free, total = int64(f), int64(t)
 		return err
 	})

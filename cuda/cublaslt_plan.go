@@ -6,6 +6,8 @@ import (
 	"math"
 	"runtime"
 	"unsafe"
+
+	"github.com/potato-k3/potato-k3/cuda/bind"
 )
 
 // The dense bfloat16 matmuls of BF16 precision on cuBLASLt, batch invariant by construction and by test.
@@ -61,7 +63,7 @@ type ltKey struct{ m, k int }
 // tensor-core kernel.
 type ltShape struct {
 	ok     bool
-	algo   ltAlgo
+	algo   bind.Algo
 	adesc  uintptr // the weight's layout: bf16, k x m column-major, ld k
 	ldb    int     // leading dimension of the bf16 copy of x: k rounded up to 8 (16-byte rows)
 	config ltConfig
@@ -102,10 +104,10 @@ func (h *ltHandle) shape(m, k int) (*ltShape, error) {
 
 // ioLayouts creates the layouts of x (bf16, k x n, ld ldb) and of the output (f32, m x n, ld m).
 func (h *ltHandle) ioLayouts(m, k, ldb, n int) (bdesc, ddesc uintptr, err error) {
-	if bdesc, err = h.layout(cudaR16BF, k, n, ldb); err != nil {
+	if bdesc, err = h.layout(bind.R16BF, k, n, ldb); err != nil {
 		return 0, 0, err
 	}
-	if ddesc, err = h.layout(cudaR32F, m, n, m); err != nil {
+	if ddesc, err = h.layout(bind.R32F, m, n, m); err != nil {
 		return 0, 0, errors.Join(err, h.dropLayout(bdesc))
 	}
 	return bdesc, ddesc, nil
@@ -120,7 +122,7 @@ func (h *ltHandle) plan(m, k int) (*ltShape, error) {
 		return s, nil
 	}
 	var err error
-	if s.adesc, err = h.layout(cudaR16BF, k, m, k); err != nil {
+	if s.adesc, err = h.layout(bind.R16BF, k, m, k); err != nil {
 		return nil, err
 	}
 	results, masked, err := h.heuristic(s, m, k, ltMaxWorkspace)
@@ -131,10 +133,10 @@ func (h *ltHandle) plan(m, k int) (*ltShape, error) {
 	s.why = fmt.Sprintf("the heuristic returned no configuration at n=%d", ltRepN)
 	for i := range results {
 		r := &results[i]
-		if r.state != cublasStatusSuccess {
+		if r.State != bind.LtSuccess {
 			continue
 		}
-		cfg, why, err := h.pin(s, &r.algo, m, k, probes)
+		cfg, why, err := h.pin(s, &r.Algo, m, k, probes)
 		if err != nil {
 			return nil, errors.Join(err, h.dropLayout(s.adesc))
 		}
@@ -142,8 +144,8 @@ func (h *ltHandle) plan(m, k int) (*ltShape, error) {
 			s.why = fmt.Sprintf("result %d of %d: %s", i+1, len(results), why)
 			continue
 		}
-		cfg.Waves, cfg.Candidates, cfg.Index, cfg.ReductionMask, cfg.ProbeN = r.waves, len(results), i, masked, probes
-		s.ok, s.algo, s.config, s.why = true, r.algo, cfg, ""
+		cfg.Waves, cfg.Candidates, cfg.Index, cfg.ReductionMask, cfg.ProbeN = r.Waves, len(results), i, masked, probes
+		s.ok, s.algo, s.config, s.why = true, r.Algo, cfg, ""
 		return s, nil
 	}
 	return s, nil
@@ -180,16 +182,16 @@ func ltProbes(m, k int) []int {
 // heuristic returns the heuristic's configurations at n = ltRepN allowing ws bytes of workspace
 // (ltMaxWorkspace in plan), filtered by the reduction scheme mask NONE (masked true) or, if the library refuses that filter
 // or it leaves nothing, unfiltered (pin checks each result either way).
-func (h *ltHandle) heuristic(s *ltShape, m, k int, ws uint64) (res []ltHeuristicResult, masked bool, err error) {
+func (h *ltHandle) heuristic(s *ltShape, m, k int, ws uint64) (res []bind.HeuristicResult, masked bool, err error) {
 	bdesc, ddesc, err := h.ioLayouts(m, k, s.ldb, ltRepN)
 	if err != nil {
 		return nil, false, err
 	}
 	defer func() { err = errors.Join(err, h.dropLayout(bdesc), h.dropLayout(ddesc)) }()
 	var firstErr error
-	for _, mask := range []uint32{ltReductionSchemeNone, ltReductionSchemeMaskAll} {
+	for _, mask := range []uint32{bind.LtReductionSchemeNone, bind.LtReductionSchemeMaskAll} {
 		out, err := h.heuristicWith(s.adesc, bdesc, ddesc, ws, mask)
-		if err != nil && mask == ltReductionSchemeNone {
+		if err != nil && mask == bind.LtReductionSchemeNone {
 			firstErr = err // the filter refused: try without it
 			continue
 		}
@@ -197,7 +199,7 @@ func (h *ltHandle) heuristic(s *ltShape, m, k int, ws uint64) (res []ltHeuristic
 			return nil, false, errors.Join(firstErr, err)
 		}
 		if len(out) > 0 {
-			return out, mask == ltReductionSchemeNone, nil
+			return out, mask == bind.LtReductionSchemeNone, nil
 		}
 	}
 	return nil, false, nil
@@ -205,32 +207,32 @@ func (h *ltHandle) heuristic(s *ltShape, m, k int, ws uint64) (res []ltHeuristic
 
 // heuristicWith runs cublasLtMatmulAlgoGetHeuristic with one preference: ws bytes of workspace at most,
 // reduction scheme mask, operands 16-byte aligned.
-func (h *ltHandle) heuristicWith(adesc, bdesc, ddesc uintptr, ws uint64, mask uint32) ([]ltHeuristicResult, error) {
+func (h *ltHandle) heuristicWith(adesc, bdesc, ddesc uintptr, ws uint64, mask uint32) ([]bind.HeuristicResult, error) {
 	l := h.lib
 	var pref uintptr
-	if err := l.check("cublasLtMatmulPreferenceCreate", ccall(l.prefCreate, uintptr(unsafe.Pointer(&pref)))); err != nil {
+	if err := l.Check("cublasLtMatmulPreferenceCreate", bind.Call(l.PreferenceCreate, uintptr(unsafe.Pointer(&pref)))); err != nil {
 		return nil, err
 	}
 	// 16 bytes: the operands are pool allocations (256-byte aligned), but an algorithm that needs no more
 	// than 16 stays valid for any buffer gemmLt accepts (it checks 16)
 	align := uint32(ltAlign)
 	err := errors.Join(
-		l.check("cublasLtMatmulPreferenceSetAttribute(MAX_WORKSPACE_BYTES)", ccall(l.prefSetAttribute, pref, ltPrefMaxWorkspaceBytes, uintptr(unsafe.Pointer(&ws)), 8)),
-		l.check("cublasLtMatmulPreferenceSetAttribute(REDUCTION_SCHEME_MASK)", ccall(l.prefSetAttribute, pref, ltPrefReductionSchemeMask, uintptr(unsafe.Pointer(&mask)), 4)))
-	for _, a := range []uintptr{ltPrefMinAlignmentABytes, ltPrefMinAlignmentBBytes, ltPrefMinAlignmentCBytes, ltPrefMinAlignmentDBytes} {
-		err = errors.Join(err, l.check("cublasLtMatmulPreferenceSetAttribute(MIN_ALIGNMENT)", ccall(l.prefSetAttribute, pref, a, uintptr(unsafe.Pointer(&align)), 4)))
+		l.Check("cublasLtMatmulPreferenceSetAttribute(MAX_WORKSPACE_BYTES)", bind.Call(l.PreferenceSetAttribute, pref, bind.LtPrefMaxWorkspaceBytes, uintptr(unsafe.Pointer(&ws)), 8)),
+		l.Check("cublasLtMatmulPreferenceSetAttribute(REDUCTION_SCHEME_MASK)", bind.Call(l.PreferenceSetAttribute, pref, bind.LtPrefReductionSchemeMask, uintptr(unsafe.Pointer(&mask)), 4)))
+	for _, a := range []uintptr{bind.LtPrefMinAlignmentABytes, bind.LtPrefMinAlignmentBBytes, bind.LtPrefMinAlignmentCBytes, bind.LtPrefMinAlignmentDBytes} {
+		err = errors.Join(err, l.Check("cublasLtMatmulPreferenceSetAttribute(MIN_ALIGNMENT)", bind.Call(l.PreferenceSetAttribute, pref, a, uintptr(unsafe.Pointer(&align)), 4)))
 	}
-	out := make([]ltHeuristicResult, ltHeuristicCount)
+	out := make([]bind.HeuristicResult, ltHeuristicCount)
 	var count int32
 	if err == nil {
-		rc := ccall(l.algoGetHeuristic, h.handle, h.desc, adesc, bdesc, ddesc, ddesc, pref, ltHeuristicCount,
+		rc := bind.Call(l.MatmulAlgoGetHeuristic, h.handle, h.desc, adesc, bdesc, ddesc, ddesc, pref, ltHeuristicCount,
 			uintptr(unsafe.Pointer(&out[0])), uintptr(unsafe.Pointer(&count)))
-		if rc != cublasStatusSuccess && rc != ltStatusNotSupported { // NOT_SUPPORTED: no configuration
-			err = l.check("cublasLtMatmulAlgoGetHeuristic", rc)
+		if rc != bind.LtSuccess && rc != bind.LtNotSupported { // NOT_SUPPORTED: no configuration
+			err = l.Check("cublasLtMatmulAlgoGetHeuristic", rc)
 		}
 	}
 	runtime.KeepAlive(out)
-	if err := errors.Join(err, l.check("cublasLtMatmulPreferenceDestroy", ccall(l.prefDestroy, pref))); err != nil {
+	if err := errors.Join(err, l.Check("cublasLtMatmulPreferenceDestroy", bind.Call(l.PreferenceDestroy, pref))); err != nil {
 		return nil, err
 	}
 	return out[:max(count, 0)], nil
@@ -239,17 +241,17 @@ func (h *ltHandle) heuristicWith(adesc, bdesc, ddesc uintptr, ws uint64, mask ui
 // pin forces split-K 1 and no reduction on algo, reads its configuration back, and checks it at every
 // probe n, with at most ltMaxWorkspace bytes of workspace. why is empty when the algorithm passes; err is a failed layout call (a
 // refused configuration call only rejects this algorithm).
-func (h *ltHandle) pin(s *ltShape, algo *ltAlgo, m, k int, probes []int) (cfg ltConfig, why string, err error) {
-	one, none := int32(1), uint32(ltReductionSchemeNone)
-	if err := errors.Join(h.configSet(algo, ltAlgoConfigSplitKNum, unsafe.Pointer(&one), 4),
-		h.configSet(algo, ltAlgoConfigReductionScheme, unsafe.Pointer(&none), 4)); err != nil {
+func (h *ltHandle) pin(s *ltShape, algo *bind.Algo, m, k int, probes []int) (cfg ltConfig, why string, err error) {
+	one, none := int32(1), uint32(bind.LtReductionSchemeNone)
+	if err := errors.Join(h.configSet(algo, bind.LtAlgoConfigSplitKNum, unsafe.Pointer(&one), 4),
+		h.configSet(algo, bind.LtAlgoConfigReductionScheme, unsafe.Pointer(&none), 4)); err != nil {
 		return cfg, fmt.Sprintf("forcing split-K 1 and no reduction: %v", err), nil
 	}
 	cfg, err = h.describe(algo)
 	switch {
 	case err != nil:
 		return cfg, fmt.Sprintf("reading its split-K and reduction scheme: %v", err), nil
-	case cfg.SplitK != 1 || cfg.Reduction != ltReductionSchemeNone:
+	case cfg.SplitK != 1 || cfg.Reduction != bind.LtReductionSchemeNone:
 		return cfg, fmt.Sprintf("split-K %d, reduction scheme %d after forcing 1 and NONE", cfg.SplitK, cfg.Reduction), nil
 	}
 	for _, n := range probes {
@@ -257,39 +259,39 @@ func (h *ltHandle) pin(s *ltShape, algo *ltAlgo, m, k int, probes []int) (cfg lt
 		if err != nil {
 			return cfg, "", err
 		}
-		var r ltHeuristicResult
-		rc := ccall(h.lib.algoCheck, h.handle, h.desc, s.adesc, bdesc, ddesc, ddesc, uintptr(unsafe.Pointer(algo)), uintptr(unsafe.Pointer(&r)))
+		var r bind.HeuristicResult
+		rc := bind.Call(h.lib.MatmulAlgoCheck, h.handle, h.desc, s.adesc, bdesc, ddesc, ddesc, uintptr(unsafe.Pointer(algo)), uintptr(unsafe.Pointer(&r)))
 		if err := errors.Join(h.dropLayout(bdesc), h.dropLayout(ddesc)); err != nil {
 			return cfg, "", err
 		}
 		switch {
-		case rc != cublasStatusSuccess:
-			return cfg, fmt.Sprintf("cublasLtMatmulAlgoCheck at n=%d: %v", n, h.lib.check("cublasLtMatmulAlgoCheck", rc)), nil
-		case r.workspace > ltMaxWorkspace:
-			return cfg, fmt.Sprintf("needs %d bytes of workspace at n=%d (at most %d allowed)", r.workspace, n, ltMaxWorkspace), nil
+		case rc != bind.LtSuccess:
+			return cfg, fmt.Sprintf("cublasLtMatmulAlgoCheck at n=%d: %v", n, h.lib.Check("cublasLtMatmulAlgoCheck", rc)), nil
+		case r.Workspace > ltMaxWorkspace:
+			return cfg, fmt.Sprintf("needs %d bytes of workspace at n=%d (at most %d allowed)", r.Workspace, n, ltMaxWorkspace), nil
 		}
-		cfg.Workspace = max(cfg.Workspace, r.workspace)
+		cfg.Workspace = max(cfg.Workspace, r.Workspace)
 	}
 	return cfg, "", nil
 }
 
 // describe reads algo's configuration. The error is about split-K or the reduction scheme, which pin
 // needs; the other attributes are descriptive and left zero when the library refuses them.
-func (h *ltHandle) describe(algo *ltAlgo) (cfg ltConfig, err error) {
-	err = errors.Join(h.configGet(algo, ltAlgoConfigSplitKNum, unsafe.Pointer(&cfg.SplitK), 4),
-		h.configGet(algo, ltAlgoConfigReductionScheme, unsafe.Pointer(&cfg.Reduction), 4))
+func (h *ltHandle) describe(algo *bind.Algo) (cfg ltConfig, err error) {
+	err = errors.Join(h.configGet(algo, bind.LtAlgoConfigSplitKNum, unsafe.Pointer(&cfg.SplitK), 4),
+		h.configGet(algo, bind.LtAlgoConfigReductionScheme, unsafe.Pointer(&cfg.Reduction), 4))
 	for _, f := range []struct {
 		attr uintptr
 		p    unsafe.Pointer
 		size uintptr
 	}{
-		{ltAlgoConfigID, unsafe.Pointer(&cfg.ID), 4},
-		{ltAlgoConfigTileID, unsafe.Pointer(&cfg.Tile), 4},
-		{ltAlgoConfigCTASwizzling, unsafe.Pointer(&cfg.Swizzle), 4},
-		{ltAlgoConfigCustomOption, unsafe.Pointer(&cfg.Custom), 4},
-		{ltAlgoConfigStagesID, unsafe.Pointer(&cfg.Stages), 4},
-		{ltAlgoConfigInnerShapeID, unsafe.Pointer(&cfg.InnerShape), 2},
-		{ltAlgoConfigClusterShapeID, unsafe.Pointer(&cfg.ClusterShape), 2},
+		{bind.LtAlgoConfigID, unsafe.Pointer(&cfg.ID), 4},
+		{bind.LtAlgoConfigTileID, unsafe.Pointer(&cfg.Tile), 4},
+		{bind.LtAlgoConfigCTASwizzling, unsafe.Pointer(&cfg.Swizzle), 4},
+		{bind.LtAlgoConfigCustomOption, unsafe.Pointer(&cfg.Custom), 4},
+		{bind.LtAlgoConfigStagesID, unsafe.Pointer(&cfg.Stages), 4},
+		{bind.LtAlgoConfigInnerShapeID, unsafe.Pointer(&cfg.InnerShape), 2},
+		{bind.LtAlgoConfigClusterShapeID, unsafe.Pointer(&cfg.ClusterShape), 2},
 	} {
 		_ = h.configGet(algo, f.attr, f.p, f.size) // descriptive only
 	}
@@ -307,7 +309,7 @@ func (h *ltHandle) matmul(s *ltShape, strm uintptr, ws, d, xb, w uint64, n, m, k
 	defer func() { err = errors.Join(err, h.dropLayout(bdesc), h.dropLayout(ddesc)) }()
 	alpha, beta := float32(1), float32(0) // host pointer mode: read during the call
 	algo := s.algo
-	rc := ccall(h.lib.matmul, h.handle, h.desc, uintptr(unsafe.Pointer(&alpha)), uintptr(w), s.adesc, uintptr(xb), bdesc,
+	rc := bind.Call(h.lib.Matmul, h.handle, h.desc, uintptr(unsafe.Pointer(&alpha)), uintptr(w), s.adesc, uintptr(xb), bdesc,
 		uintptr(unsafe.Pointer(&beta)), uintptr(d), ddesc, uintptr(d), ddesc, uintptr(unsafe.Pointer(&algo)), uintptr(ws), ltMaxWorkspace, strm)
-	return h.lib.check(fmt.Sprintf("cublasLtMatmul(%dx%d by %dx%d)", n, k, m, k), rc)
+	return h.lib.Check(fmt.Sprintf("cublasLtMatmul(%dx%d by %dx%d)", n, k, m, k), rc)
 }

@@ -9,10 +9,11 @@ import (
 )
 
 // TestErrorIs: every driver error is ErrCUDA; only an allocation failure is ops.ErrOutOfMemory (which
-// makes the engine retry a wave as smaller waves), also when wrapped. No GPU needed.
+// makes the engine retry a wave as smaller waves) once an op returns it (withOOM, in Backend.run), also
+// when wrapped further. No GPU needed.
 func TestErrorIs(t *testing.T) {
-	oom := fmt.Errorf("layer 3: %w", &Error{Call: "cuMemAllocAsync(1 bytes)", Code: 2, Name: "CUDA_ERROR_OUT_OF_MEMORY"})
-	fault := &Error{Call: "cuStreamSynchronize", Code: 700, Name: "CUDA_ERROR_ILLEGAL_ADDRESS"}
+	oom := fmt.Errorf("layer 3: %w", withOOM(fmt.Errorf("cuda: MatMul: %w", &Error{Call: "cuMemAllocAsync(1 bytes)", Code: 2, Name: "CUDA_ERROR_OUT_OF_MEMORY"})))
+	fault := withOOM(&Error{Call: "cuStreamSynchronize", Code: 700, Name: "CUDA_ERROR_ILLEGAL_ADDRESS"})
 	for _, tc := range []struct {
 		err       error
 		cuda, mem bool

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/potato-k3/potato-k3/cuda/bind"
 	"github.com/potato-k3/potato-k3/replay/ops"
 )
 
@@ -203,12 +204,12 @@ func (c *opCtx) prepareGrouped(p *groupedPlan, acc, z uint64, latent, ffn int, b
 		"k_experts_gateup_nodec", "k_experts_down_nodec"} {
 		// Above 48 KiB a kernel must opt in; asking for all of the carveout lets two blocks share an SM.
 		// Set per call: cheap, and it keeps the setting beside the launches that need it.
-		if err := drv.check("cuFuncSetAttribute("+k+", max dynamic shared memory)",
-			ccall(drv.cuFuncSetAttribute, b.fns[k], cuFuncAttrMaxDynamicSharedBytes, xSmemBytes)); err != nil {
+		if err := drv.Check("cuFuncSetAttribute("+k+", max dynamic shared memory)",
+			bind.Call(drv.CuFuncSetAttribute, b.fns[k], bind.FuncAttrMaxDynamicSharedBytes, xSmemBytes)); err != nil {
 			return nil, err
 		}
-		if err := drv.check("cuFuncSetAttribute("+k+", shared carveout)",
-			ccall(drv.cuFuncSetAttribute, b.fns[k], cuFuncAttrPreferredSharedCarveout, 100)); err != nil {
+		if err := drv.Check("cuFuncSetAttribute("+k+", shared carveout)",
+			bind.Call(drv.CuFuncSetAttribute, b.fns[k], cuFuncAttrPreferredSharedCarveout, 100)); err != nil {
 			return nil, err
 		}
 	}

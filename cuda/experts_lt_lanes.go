@@ -3,6 +3,8 @@ package cuda
 import (
 	"errors"
 	"fmt"
+
+	"github.com/potato-k3/potato-k3/cuda/bind"
 )
 
 // The schedule of one call on the cuBLASLt expert path (experts_lt.go) over several streams.
@@ -110,9 +112,9 @@ func (x *ltExperts) reuse(c *opCtx, ci int) error {
 	bi := ci % len(x.wdec)
 	evs := x.done[bi]
 	x.done[bi] = nil
-	defer c.b.syncEvs.put(evs...)
+	defer c.b.syncEvs.Put(evs...)
 	for _, ev := range evs {
-		if err := c.b.drv.check("cuStreamWaitEvent(expert lane)", ccall(c.b.drv.cuStreamWaitEvent, c.b.strm, ev, 0)); err != nil {
+		if err := c.b.drv.Check("cuStreamWaitEvent(expert lane)", bind.Call(c.b.drv.CuStreamWaitEvent, c.b.strm, ev, 0)); err != nil {
 			return err
 		}
 	}
@@ -129,13 +131,13 @@ func (x *ltExperts) start(c *opCtx) error {
 		return nil
 	}
 	d := c.b.drv
-	ev, err := c.b.syncEvs.record(d, c.b.strm)
+	ev, err := c.b.syncEvs.Record(d, c.b.strm)
 	if err != nil {
 		return err
 	}
-	defer c.b.syncEvs.put(ev) // the queued waits keep what the event captured
+	defer c.b.syncEvs.Put(ev) // the queued waits keep what the event captured
 	for _, l := range x.lanes {
-		if err := d.check("cuStreamWaitEvent(expert lane)", ccall(d.cuStreamWaitEvent, l.side.strm, ev, 0)); err != nil {
+		if err := d.Check("cuStreamWaitEvent(expert lane)", bind.Call(d.CuStreamWaitEvent, l.side.strm, ev, 0)); err != nil {
 			return err
 		}
 	}
@@ -170,7 +172,7 @@ func (x *ltExperts) finish(c *opCtx, ci int) error {
 		if l.side == nil {
 			continue
 		}
-		ev, err := c.b.syncEvs.record(c.b.drv, l.side.strm)
+		ev, err := c.b.syncEvs.Record(c.b.drv, l.side.strm)
 		if err != nil {
 			return err
 		}
@@ -187,7 +189,7 @@ func (x *ltExperts) join(c *opCtx) error {
 	}
 	x.joined = true
 	for bi, evs := range x.done {
-		c.b.syncEvs.put(evs...)
+		c.b.syncEvs.Put(evs...)
 		x.done[bi] = nil
 	}
 	var errs []error // every lane is waited for, whatever failed before

@@ -8,6 +8,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/potato-k3/potato-k3/cuda/bind"
 	"github.com/potato-k3/potato-k3/replay/ops"
 )
 
@@ -222,30 +223,30 @@ func eventTime(c *opCtx, runs int, fn func() error) (float64, error) {
 	d := c.b.drv
 	var ev [2]uintptr
 	for i := range ev {
-		if err := d.check("cuEventCreate", ccall(d.cuEventCreate, uintptr(unsafe.Pointer(&ev[i])), 0)); err != nil {
+		if err := d.Check("cuEventCreate", bind.Call(d.CuEventCreate, uintptr(unsafe.Pointer(&ev[i])), 0)); err != nil {
 			return 0, err
 		}
-		defer ccall(d.cuEventDestroy, ev[i])
+		defer bind.Call(d.CuEventDestroy, ev[i])
 	}
 	if err := fn(); err != nil {
 		return 0, err
 	}
 	var ms []float64
 	for range runs {
-		if err := d.check("cuEventRecord", ccall(d.cuEventRecord, ev[0], c.b.strm)); err != nil {
+		if err := d.Check("cuEventRecord", bind.Call(d.CuEventRecord, ev[0], c.b.strm)); err != nil {
 			return 0, err
 		}
 		if err := fn(); err != nil {
 			return 0, err
 		}
-		if err := d.check("cuEventRecord", ccall(d.cuEventRecord, ev[1], c.b.strm)); err != nil {
+		if err := d.Check("cuEventRecord", bind.Call(d.CuEventRecord, ev[1], c.b.strm)); err != nil {
 			return 0, err
 		}
-		if err := d.check("cuEventSynchronize", ccall(d.cuEventSynchronize, ev[1])); err != nil {
+		if err := d.Check("cuEventSynchronize", bind.Call(d.CuEventSynchronize, ev[1])); err != nil {
 			return 0, err
 		}
 		var v float32
-		if err := d.check("cuEventElapsedTime", ccall(d.cuEventElapsedTime, uintptr(unsafe.Pointer(&v)), ev[0], ev[1])); err != nil {
+		if err := d.Check("cuEventElapsedTime", bind.Call(d.CuEventElapsedTime, uintptr(unsafe.Pointer(&v)), ev[0], ev[1])); err != nil {
 			return 0, err
 		}
 		ms = append(ms, float64(v))
@@ -269,10 +270,10 @@ func kernelAttrs(t *testing.T, b *Backend, name string) (regs, local int32) {
 	const numRegs, localBytes = 4, 3 // CU_FUNC_ATTRIBUTE_NUM_REGS, CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES
 	err := b.run("attrs", func(c *opCtx) error {
 		d := b.drv
-		if err := d.check("cuFuncGetAttribute", ccall(d.cuFuncGetAttribute, uintptr(unsafe.Pointer(&regs)), numRegs, b.fns[name])); err != nil {
+		if err := d.Check("cuFuncGetAttribute", bind.Call(d.CuFuncGetAttribute, uintptr(unsafe.Pointer(&regs)), numRegs, b.fns[name])); err != nil {
 			return err
 		}
-		return d.check("cuFuncGetAttribute", ccall(d.cuFuncGetAttribute, uintptr(unsafe.Pointer(&local)), localBytes, b.fns[name]))
+		return d.Check("cuFuncGetAttribute", bind.Call(d.CuFuncGetAttribute, uintptr(unsafe.Pointer(&local)), localBytes, b.fns[name]))
 	})
 	if err != nil {
 		t.Fatalf("%s: %v", name, err)

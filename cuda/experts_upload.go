@@ -107,7 +107,7 @@ func (b *Backend) releaseBlock(blk *sharedBlock) error {
 	if blk.refs--; blk.refs > 0 {
 		return nil
 	}
-	b.evs.events.put(blk.ev)
+	b.evs.events.Put(blk.ev)
 	p := blk.ptr
 	blk.ptr, blk.ev = 0, 0
 	return b.free(p)
@@ -140,14 +140,14 @@ func (b *Backend) uploadStable(op string, latent, ffn int, parts []ops.ExpertPar
 			for _, blk := range blocks {
 				errs = append(errs, b.free(blk.ptr))
 				if blk.ev != 0 { // 0: the block's copy failed before its event was recorded
-					b.evs.events.put(blk.ev)
+					b.evs.events.Put(blk.ev)
 				}
 			}
 			for _, e := range es {
 				if e.block == nil && e.ptr != 0 {
 					errs = append(errs, b.free(e.ptr))
 					if e.ev != 0 {
-						b.evs.events.put(e.ev)
+						b.evs.events.Put(e.ev)
 					}
 				}
 				e.ptr, e.ev, e.block, e.freed = 0, 0, nil, true

@@ -179,7 +179,7 @@ func (b *Backend) ffnFusable(x, gate, up, down ops.Tensor, beta, linBeta float32
 	case checkDims("SiTUFFN", n, ffn) != nil || checkDims("SiTUFFN", n, hidden) != nil:
 		return nil, nil, "too large a tensor (the unfused ops refuse it)", nil
 	}
-	err = b.ex.do(func() error {
+	err = b.ex.Do(func() error {
 		var err error
 		if gu, err = b.lt.shape(ffn, hidden); err != nil {
 			return err

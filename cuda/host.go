@@ -8,6 +8,7 @@ import (
 	"sync"
 	"unsafe"
 
+	"github.com/potato-k3/potato-k3/cuda/bind"
 	"github.com/potato-k3/potato-k3/replay/ops"
 )
 
@@ -134,8 +135,8 @@ func (b *Backend) AllocHost(n int) ([]byte, error) {
 	}
 	var p unsafe.Pointer
 	err := b.run(op, func(c *opCtx) error {
-		if err := b.drv.check(fmt.Sprintf("cuMemHostAlloc(%d bytes)", n),
-			ccall(b.drv.cuMemHostAlloc, uintptr(unsafe.Pointer(&p)), uintptr(n), cuMemHostAllocPortable)); err != nil {
+		if err := b.drv.Check(fmt.Sprintf("cuMemHostAlloc(%d bytes)", n),
+			bind.Call(b.drv.CuMemHostAlloc, uintptr(unsafe.Pointer(&p)), uintptr(n), bind.MemHostAllocPortable)); err != nil {
 			return err
 		}
 		b.hosts.mu.Lock() // registered on the CUDA thread, so that Close frees it if FreeHost never comes
@@ -172,8 +173,8 @@ func (b *Backend) FreeHost(buf []byte) error {
 // freeHost waits for the copy stream (a copy may still read the buffer) and frees it; on the CUDA thread.
 func (b *Backend) freeHost(p uintptr) error {
 	d := b.drv
-	return errors.Join(d.check("cuStreamSynchronize(copy)", ccall(d.cuStreamSynchronize, b.cstrm)),
-		d.check("cuMemFreeHost", ccall(d.cuMemFreeHost, p)))
+	return errors.Join(d.Check("cuStreamSynchronize(copy)", bind.Call(d.CuStreamSynchronize, b.cstrm)),
+		d.Check("cuMemFreeHost", bind.Call(d.CuMemFreeHost, p)))
 }
 
 // releaseHosts frees every pinned buffer still registered (at Close; on the CUDA thread).
@@ -184,7 +185,7 @@ func (b *Backend) releaseHosts() error {
 	b.hosts.mu.Unlock()
 	var errs []error
 	for p := range m {
-		errs = append(errs, b.drv.check("cuMemFreeHost", ccall(b.drv.cuMemFreeHost, p)))
+		errs = append(errs, b.drv.Check("cuMemFreeHost", bind.Call(b.drv.CuMemFreeHost, p)))
 	}
 	return errors.Join(errs...)
 }
@@ -205,10 +206,10 @@ func (b *Backend) mallocCopy(n int) (uint64, error) {
 	var p uint64
 	d := b.drv
 	if b.async {
-		err := d.check(fmt.Sprintf("cuMemAllocAsync(%d bytes, copy stream)", n), ccall(d.cuMemAllocAsync, uintptr(unsafe.Pointer(&p)), uintptr(n), b.cstrm))
+		err := d.Check(fmt.Sprintf("cuMemAllocAsync(%d bytes, copy stream)", n), bind.Call(d.CuMemAllocAsync, uintptr(unsafe.Pointer(&p)), uintptr(n), b.cstrm))
 		return p, err
 	}
-	err := d.check(fmt.Sprintf("cuMemAlloc(%d bytes)", n), ccall(d.cuMemAlloc, uintptr(unsafe.Pointer(&p)), uintptr(n)))
+	err := d.Check(fmt.Sprintf("cuMemAlloc(%d bytes)", n), bind.Call(d.CuMemAlloc, uintptr(unsafe.Pointer(&p)), uintptr(n)))
 	return p, err
 }
 
@@ -219,12 +220,12 @@ func (b *Backend) copyAsync(dst uint64, src []byte) error {
 		return nil
 	}
 	d := b.drv
-	return d.check("cuMemcpyHtoDAsync(copy)", ccall(d.cuMemcpyHtoDAsync, uintptr(dst), uintptr(unsafe.Pointer(unsafe.SliceData(src))), uintptr(len(src)), b.cstrm))
+	return d.Check("cuMemcpyHtoDAsync(copy)", bind.Call(d.CuMemcpyHtoDAsync, uintptr(dst), uintptr(unsafe.Pointer(unsafe.SliceData(src))), uintptr(len(src)), b.cstrm))
 }
 
 // syncCopy waits for every copy queued on the copy stream.
 func (b *Backend) syncCopy() error {
-	return b.drv.check("cuStreamSynchronize(copy)", ccall(b.drv.cuStreamSynchronize, b.cstrm))
+	return b.drv.Check("cuStreamSynchronize(copy)", bind.Call(b.drv.CuStreamSynchronize, b.cstrm))
 }
 
 // stageCopy copies ordinary host memory src to dst on the copy stream through the pinned staging buffer,

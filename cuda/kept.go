@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"unsafe"
+
+	"github.com/potato-k3/potato-k3/cuda/bind"
 )
 
 // Kept buffers: device scratch that an op keeps from call to call, outside the stream-ordered pool.
@@ -36,13 +38,13 @@ func (b *Backend) kept(key string, n int) (uint64, error) {
 		if err := b.syncStreams(); err != nil {
 			return 0, fmt.Errorf("growing %s: %w", key, err)
 		}
-		if err := d.check("cuMemFree("+key+")", ccall(d.cuMemFree, uintptr(k.ptr))); err != nil {
+		if err := d.Check("cuMemFree("+key+")", bind.Call(d.CuMemFree, uintptr(k.ptr))); err != nil {
 			return 0, err
 		}
 		delete(b.keep, key)
 	}
 	var p uint64
-	if err := d.check(fmt.Sprintf("cuMemAlloc(%s, %d bytes)", key, n), ccall(d.cuMemAlloc, uintptr(unsafe.Pointer(&p)), uintptr(n))); err != nil {
+	if err := d.Check(fmt.Sprintf("cuMemAlloc(%s, %d bytes)", key, n), bind.Call(d.CuMemAlloc, uintptr(unsafe.Pointer(&p)), uintptr(n))); err != nil {
 		return 0, err
 	}
 	if b.keep == nil {
@@ -60,7 +62,7 @@ func (b *Backend) syncStreams() error {
 		strms = append(strms, s.strm)
 	}
 	for _, s := range strms {
-		if err := d.check("cuStreamSynchronize", ccall(d.cuStreamSynchronize, s)); err != nil {
+		if err := d.Check("cuStreamSynchronize", bind.Call(d.CuStreamSynchronize, s)); err != nil {
 			return err
 		}
 	}
@@ -71,7 +73,7 @@ func (b *Backend) syncStreams() error {
 func (b *Backend) releaseKept() error {
 	var errs []error
 	for key, k := range b.keep {
-		errs = append(errs, b.drv.check("cuMemFree("+key+")", ccall(b.drv.cuMemFree, uintptr(k.ptr))))
+		errs = append(errs, b.drv.Check("cuMemFree("+key+")", bind.Call(b.drv.CuMemFree, uintptr(k.ptr))))
 	}
 	b.keep = nil
 	return errors.Join(errs...)

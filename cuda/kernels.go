@@ -3,7 +3,9 @@ package cuda
 import (
 	"embed"
 	"fmt"
-	"sync"
+
+	"github.com/potato-k3/potato-k3/cuda/bind"
+	"github.com/potato-k3/potato-k3/cuda/device"
 )
 
 // The kernels: .cu files embedded in the binary, each compiled by NVRTC into its own module. Each file
@@ -45,62 +47,37 @@ var kernelFiles = []kernelFile{
 var nvrtcOptions = []string{"--std=c++17", "--fmad=false", "-default-device"}
 
 // kernelSources reads the embedded files.
-func kernelSources() ([]kernelSource, error) {
+func kernelSources() ([]bind.Source, error) {
 	header, err := kernelFS.ReadFile("kernels/common.cuh")
 	if err != nil {
 		return nil, fmt.Errorf("%w: embedded common.cuh: %w", ErrInternal, err)
 	}
-	out := make([]kernelSource, len(kernelFiles))
+	out := make([]bind.Source, len(kernelFiles))
 	for i, kf := range kernelFiles {
 		src, err := kernelFS.ReadFile("kernels/" + kf.file)
 		if err != nil {
 			return nil, fmt.Errorf("%w: embedded %s: %w", ErrInternal, kf.file, err)
 		}
-		out[i] = kernelSource{name: kf.file, src: string(src), headers: map[string]string{"common.cuh": string(header)}}
+		out[i] = bind.Source{Name: kf.file, Text: string(src), Headers: map[string]string{"common.cuh": string(header)}}
 	}
 	return out, nil
 }
 
-// compileAll compiles (or reads from the cache in dir) every kernel file for arch, in parallel, and
-// returns the images by file name and how many came from the cache.
-func compileAll(nv *nvrtcLib, arch, dir string) (map[string][]byte, int, error) {
+// compileAll compiles (or reads from the kernel cache in dir) every kernel file for arch and returns the
+// images by file name and how many came from the cache.
+func compileAll(nv *bind.NVRTC, arch, dir string) (map[string][]byte, int, error) {
 	srcs, err := kernelSources()
 	if err != nil {
 		return nil, 0, err
 	}
-	res := make([]compileResult, len(srcs))
-	errs := make([]error, len(srcs))
-	var wg sync.WaitGroup
-	for i := range srcs {
-		wg.Go(func() {
-			defer func() {
-				if p := recover(); p != nil {
-					errs[i] = fmt.Errorf("%w: compiling %s: panic: %v", ErrInternal, srcs[i].name, p)
-				}
-			}()
-			res[i], errs[i] = nv.compile(srcs[i], arch, nvrtcOptions, dir)
-		})
-	}
-	wg.Wait()
-	images := map[string][]byte{}
-	cached := 0
-	for i, s := range srcs {
-		if errs[i] != nil {
-			return nil, 0, fmt.Errorf("cuda: kernels for %s: %w", arch, errs[i])
-		}
-		images[s.name] = res[i].image
-		if res[i].cached {
-			cached++
-		}
-	}
-	return images, cached, nil
+	return device.CompileAll(nv, srcs, arch, nvrtcOptions, dir)
 }
 
 // compileKernels compiles the kernels for the backend's device, recording the cache statistics.
-func (b *Backend) compileKernels(nv *nvrtcLib) (map[string][]byte, error) {
+func (b *Backend) compileKernels(nv *bind.NVRTC) (map[string][]byte, error) {
 	dir := b.opts.CacheDir
 	if dir == "" {
-		dir = cacheDir()
+		dir = device.CacheDir()
 	}
 	images, cached, err := compileAll(nv, b.info.Arch, dir)
 	if err != nil {

@@ -6,6 +6,8 @@ import (
 	"math"
 	"runtime"
 	"unsafe"
+
+	"github.com/potato-k3/potato-k3/cuda/bind"
 )
 
 // The op machinery: every op validates its arguments on the caller's goroutine, then runs one closure
@@ -44,7 +46,7 @@ func (b *Backend) run(op string, fn func(c *opCtx) error) error {
 	if b == nil || b.ex == nil {
 		return fmt.Errorf("%w: %s", ErrClosed, op)
 	}
-	err := b.ex.do(func() error {
+	err := b.ex.Do(func() error {
 		c := &opCtx{b: b, op: op}
 		if b.prof.on {
 			var err error
@@ -59,7 +61,7 @@ func (b *Backend) run(op string, fn func(c *opCtx) error) error {
 			}
 		}
 		if err == nil && b.opts.Sync {
-			err = b.drv.check("cuStreamSynchronize", ccall(b.drv.cuStreamSynchronize, b.strm))
+			err = b.drv.Check("cuStreamSynchronize", bind.Call(b.drv.CuStreamSynchronize, b.strm))
 		}
 		var ferrs []error
 		for _, p := range c.temps {
@@ -74,7 +76,7 @@ func (b *Backend) run(op string, fn func(c *opCtx) error) error {
 		return errors.Join(err, errors.Join(ferrs...))
 	})
 	if err != nil {
-		return fmt.Errorf("cuda: %s: %w", op, err)
+		return fmt.Errorf("cuda: %s: %w", op, withOOM(err))
 	}
 	return nil
 }
@@ -87,10 +89,10 @@ func (b *Backend) malloc(n int) (uint64, error) {
 	var p uint64
 	d := b.drv
 	if b.async {
-		err := d.check(fmt.Sprintf("cuMemAllocAsync(%d bytes)", n), ccall(d.cuMemAllocAsync, uintptr(unsafe.Pointer(&p)), uintptr(n), b.strm))
+		err := d.Check(fmt.Sprintf("cuMemAllocAsync(%d bytes)", n), bind.Call(d.CuMemAllocAsync, uintptr(unsafe.Pointer(&p)), uintptr(n), b.strm))
 		return p, err
 	}
-	err := d.check(fmt.Sprintf("cuMemAlloc(%d bytes)", n), ccall(d.cuMemAlloc, uintptr(unsafe.Pointer(&p)), uintptr(n)))
+	err := d.Check(fmt.Sprintf("cuMemAlloc(%d bytes)", n), bind.Call(d.CuMemAlloc, uintptr(unsafe.Pointer(&p)), uintptr(n)))
 	return p, err
 }
 
@@ -101,12 +103,12 @@ func (b *Backend) free(p uint64) error {
 	}
 	d := b.drv
 	if b.async {
-		return d.check("cuMemFreeAsync", ccall(d.cuMemFreeAsync, uintptr(p), b.strm))
+		return d.Check("cuMemFreeAsync", bind.Call(d.CuMemFreeAsync, uintptr(p), b.strm))
 	}
-	if err := d.check("cuStreamSynchronize", ccall(d.cuStreamSynchronize, b.strm)); err != nil {
+	if err := d.Check("cuStreamSynchronize", bind.Call(d.CuStreamSynchronize, b.strm)); err != nil {
 		return err
 	}
-	return d.check("cuMemFree", ccall(d.cuMemFree, uintptr(p)))
+	return d.Check("cuMemFree", bind.Call(d.CuMemFree, uintptr(p)))
 }
 
 // temp allocates a device buffer of n bytes freed when the op ends.
@@ -138,17 +140,17 @@ func (b *Backend) staging(n int) ([]byte, error) {
 	if b.nstg < n {
 		d := b.drv
 		if b.stage != nil {
-			if err := d.check("cuStreamSynchronize", ccall(d.cuStreamSynchronize, b.strm)); err != nil {
+			if err := d.Check("cuStreamSynchronize", bind.Call(d.CuStreamSynchronize, b.strm)); err != nil {
 				return nil, err
 			}
-			if err := d.check("cuMemFreeHost", ccall(d.cuMemFreeHost, uintptr(b.stage))); err != nil {
+			if err := d.Check("cuMemFreeHost", bind.Call(d.CuMemFreeHost, uintptr(b.stage))); err != nil {
 				return nil, err
 			}
 			b.stage, b.nstg = nil, 0
 		}
 		size := max(n, 1<<20)
 		var p unsafe.Pointer
-		if err := d.check(fmt.Sprintf("cuMemHostAlloc(%d bytes)", size), ccall(d.cuMemHostAlloc, uintptr(unsafe.Pointer(&p)), uintptr(size), cuMemHostAllocPortable)); err != nil {
+		if err := d.Check(fmt.Sprintf("cuMemHostAlloc(%d bytes)", size), bind.Call(d.CuMemHostAlloc, uintptr(unsafe.Pointer(&p)), uintptr(size), bind.MemHostAllocPortable)); err != nil {
 			return nil, err
 		}
 		b.stage, b.nstg = p, size
@@ -165,10 +167,10 @@ func (b *Backend) toDevice(dst uint64, src []byte) error {
 			return err
 		}
 		n := parallelCopy(buf, src)
-		if err := d.check("cuMemcpyHtoDAsync", ccall(d.cuMemcpyHtoDAsync, uintptr(dst), uintptr(b.stage), uintptr(n), b.strm)); err != nil {
+		if err := d.Check("cuMemcpyHtoDAsync", bind.Call(d.CuMemcpyHtoDAsync, uintptr(dst), uintptr(b.stage), uintptr(n), b.strm)); err != nil {
 			return err
 		}
-		if err := d.check("cuStreamSynchronize", ccall(d.cuStreamSynchronize, b.strm)); err != nil {
+		if err := d.Check("cuStreamSynchronize", bind.Call(d.CuStreamSynchronize, b.strm)); err != nil {
 			return err
 		}
 		dst += uint64(n)
@@ -187,10 +189,10 @@ func (b *Backend) toHost(dst []byte, src uint64) error {
 			return err
 		}
 		n := min(len(buf), len(dst))
-		if err := d.check("cuMemcpyDtoHAsync", ccall(d.cuMemcpyDtoHAsync, uintptr(b.stage), uintptr(src), uintptr(n), b.strm)); err != nil {
+		if err := d.Check("cuMemcpyDtoHAsync", bind.Call(d.CuMemcpyDtoHAsync, uintptr(b.stage), uintptr(src), uintptr(n), b.strm)); err != nil {
 			return err
 		}
-		if err := d.check("cuStreamSynchronize", ccall(d.cuStreamSynchronize, b.strm)); err != nil {
+		if err := d.Check("cuStreamSynchronize", bind.Call(d.CuStreamSynchronize, b.strm)); err != nil {
 			return err
 		}
 		parallelCopy(dst[:n], buf[:n])
@@ -271,11 +273,11 @@ func (c *opCtx) launch(name string, grid, block dim3, shmem int, args ...any) er
 		}
 		ptrs[i] = unsafe.Pointer(&vals[i])
 	}
-	rc := ccall(b.drv.cuLaunchKernel, f, uintptr(grid.x), uintptr(grid.y), uintptr(grid.z),
+	rc := bind.Call(b.drv.CuLaunchKernel, f, uintptr(grid.x), uintptr(grid.y), uintptr(grid.z),
 		uintptr(block.x), uintptr(block.y), uintptr(block.z), uintptr(shmem), c.stream(), uintptr(unsafe.Pointer(&ptrs[0])), 0)
 	runtime.KeepAlive(vals)
 	runtime.KeepAlive(ptrs)
-	return b.drv.check(fmt.Sprintf("cuLaunchKernel(%s, grid %v, block %v, shared %d)", name, grid, block, shmem), rc)
+	return b.drv.Check(fmt.Sprintf("cuLaunchKernel(%s, grid %v, block %v, shared %d)", name, grid, block, shmem), rc)
 }
 
 // Launch shapes of the grid-stride kernels (elementwise.cu, k_shortconv): 256 threads a block, at most

@@ -1,6 +1,9 @@
 package cuda
 
-import "github.com/potato-k3/potato-k3/replay/ops"
+import (
+	"github.com/potato-k3/potato-k3/cuda/bind"
+	"github.com/potato-k3/potato-k3/replay/ops"
+)
 
 // Launch parameters of tokenstats.cu: one block of 256 threads per row of logits. Logits exist a chunk of
 // rows at a time: at most statsChunkBytes of them (1 GiB: 1,536 rows of K3's 163,840-word vocabulary, a
@@ -131,7 +134,7 @@ func (b *Backend) tokenStats(h, w ops.Tensor, targets []int32, k int, chunkBytes
 func (c *opCtx) statsLogits(logits, x uint64, n, cols int, w weightRef) (int32, error) {
 	b := c.b
 	if cols == 0 {
-		return 0, b.drv.check("cuMemsetD32Async", ccall(b.drv.cuMemsetD32Async, uintptr(logits), 0, uintptr(n*w.rows), b.strm))
+		return 0, b.drv.Check("cuMemsetD32Async", bind.Call(b.drv.CuMemsetD32Async, uintptr(logits), 0, uintptr(n*w.rows), b.strm))
 	}
 	if b.bf == 1 && w.tc != "" && w.lt && !b.opts.NoTensorCores && b.lt != nil {
 		s, err := b.lt.shape(w.rows, w.k)

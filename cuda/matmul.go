@@ -3,6 +3,7 @@ package cuda
 import (
 	"fmt"
 
+	"github.com/potato-k3/potato-k3/cuda/bind"
 	"github.com/potato-k3/potato-k3/replay/ops"
 )
 
@@ -184,7 +185,7 @@ func (b *Backend) MatMul(x, w ops.Tensor) (ops.Tensor, error) {
 			return err
 		}
 		if xt.cols == 0 { // an empty sum: zeros
-			return b.drv.check("cuMemsetD32Async", ccall(b.drv.cuMemsetD32Async, uintptr(out.ptr), 0, uintptr(out.n()), b.strm))
+			return b.drv.Check("cuMemsetD32Async", bind.Call(b.drv.CuMemsetD32Async, uintptr(out.ptr), 0, uintptr(out.n()), b.strm))
 		}
 		c.xsrc = xt
 		return c.gemm(out.ptr, xp, xt.rows, weightOf(wt), true)

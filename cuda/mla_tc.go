@@ -5,6 +5,7 @@ import (
 	"math"
 	"slices"
 
+	"github.com/potato-k3/potato-k3/cuda/bind"
 	"github.com/potato-k3/potato-k3/replay/ops"
 )
 
@@ -101,8 +102,8 @@ func (b *Backend) mlaTC(k mlaTCKernel, ts []*Tensor, heads, nope, shared, vdim i
 		// above 48 KiB a kernel's dynamic shared memory must be opted into (backend.go does it at start
 		// for the other kernels)
 		d := b.drv
-		if err := d.check(fmt.Sprintf("cuFuncSetAttribute(%s, max dynamic shared memory)", k.name),
-			ccall(d.cuFuncSetAttribute, b.fns[k.name], cuFuncAttrMaxDynamicSharedBytes, uintptr(shmem))); err != nil {
+		if err := d.Check(fmt.Sprintf("cuFuncSetAttribute(%s, max dynamic shared memory)", k.name),
+			bind.Call(d.CuFuncSetAttribute, b.fns[k.name], bind.FuncAttrMaxDynamicSharedBytes, uintptr(shmem))); err != nil {
 			return err
 		}
 		for h0 := 0; h0 < heads; h0 += group {

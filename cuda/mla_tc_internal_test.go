@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/potato-k3/potato-k3/cuda/bind"
 	"github.com/potato-k3/potato-k3/replay/ops"
 )
 
@@ -82,7 +83,7 @@ func TestMLAPrepTiming(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			sync := func() error { return b.drv.check("cuStreamSynchronize", ccall(b.drv.cuStreamSynchronize, b.strm)) }
+			sync := func() error { return b.drv.Check("cuStreamSynchronize", bind.Call(b.drv.CuStreamSynchronize, b.strm)) }
 			if err := sync(); err != nil {
 				return err
 			}

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/potato-k3/potato-k3/cuda/bind"
 	"github.com/potato-k3/potato-k3/replay/checkpoint"
 	"github.com/potato-k3/potato-k3/replay/ops"
 )
@@ -138,7 +139,7 @@ func (b *Backend) UploadExpert(id, latent, ffn int, w1Packed, w1Scale, w3Packed,
 func (b *Backend) fillExpert(p uint64, size int, padded, direct bool, parts [6][]byte, off [6]int) error {
 	if padded { // size is a multiple of 256, so of 4
 		d := b.drv
-		if err := d.check("cuMemsetD32Async(copy)", ccall(d.cuMemsetD32Async, uintptr(p), 0, uintptr(size/4), b.cstrm)); err != nil {
+		if err := d.Check("cuMemsetD32Async(copy)", bind.Call(d.CuMemsetD32Async, uintptr(p), 0, uintptr(size/4), b.cstrm)); err != nil {
 			return err
 		}
 	}

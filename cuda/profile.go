@@ -6,6 +6,8 @@ import (
 	"slices"
 	"unsafe"
 
+	"github.com/potato-k3/potato-k3/cuda/bind"
+	"github.com/potato-k3/potato-k3/cuda/device"
 	"github.com/potato-k3/potato-k3/replay/ops"
 )
 
@@ -19,11 +21,11 @@ var _ ops.OpProfiler = (*Backend)(nil)
 // opProfile is the profiling state of a Backend, touched only on the CUDA thread.
 type opProfile struct {
 	on     bool
-	recs   []opRec   // the timed ops since ProfileOps(true) or the last OpProfile, in queue order
-	labels []string  // the marks so far: an op queued after k marks belongs to span k
-	marks  []uintptr // the marks' timing events on the compute stream, one a label
-	origin uintptr   // the timing event recorded when timing was turned on: span 0's start
-	events eventPool // the timing events (flags 0)
+	recs   []opRec          // the timed ops since ProfileOps(true) or the last OpProfile, in queue order
+	labels []string         // the marks so far: an op queued after k marks belongs to span k
+	marks  []uintptr        // the marks' timing events on the compute stream, one a label
+	origin uintptr          // the timing event recorded when timing was turned on: span 0's start
+	events device.EventPool // the timing events (flags 0)
 }
 
 // opRec is one timed op: its key, its two events on the compute stream and its span.
@@ -67,14 +69,14 @@ func (c *opCtx) key() string {
 }
 
 // begin records an op's start event on stream s; on an error the event goes back to the free list.
-func (p *opProfile) begin(d *driver, s uintptr) (uintptr, error) { return p.events.record(d, s) }
+func (p *opProfile) begin(d *bind.Driver, s uintptr) (uintptr, error) { return p.events.Record(d, s) }
 
 // end records the op's end event on stream s and keeps the pair under key; on an error both events go
 // back to the free list and the op is not reported (a pair is either kept whole or dropped).
-func (p *opProfile) end(d *driver, s, start uintptr, key string) error {
-	ev, err := p.events.record(d, s)
+func (p *opProfile) end(d *bind.Driver, s, start uintptr, key string) error {
+	ev, err := p.events.Record(d, s)
 	if err != nil {
-		p.events.put(start)
+		p.events.Put(start)
 		return err
 	}
 	p.recs = append(p.recs, opRec{key: key, start: start, end: ev, span: len(p.labels)})
@@ -85,25 +87,25 @@ func (p *opProfile) end(d *driver, s, start uintptr, key string) error {
 // on the stream may be recorded again: it then captures the new point).
 func (p *opProfile) clear() {
 	for _, r := range p.recs {
-		p.events.put(r.start, r.end)
+		p.events.Put(r.start, r.end)
 	}
-	p.events.put(p.marks...)
+	p.events.Put(p.marks...)
 	if p.origin != 0 {
-		p.events.put(p.origin)
+		p.events.Put(p.origin)
 	}
 	p.recs, p.labels, p.marks, p.origin = p.recs[:0], nil, nil, 0
 }
 
 // destroy releases every timing event (at release, after the streams were synchronised).
-func (p *opProfile) destroy(d *driver) error {
+func (p *opProfile) destroy(d *bind.Driver) error {
 	p.on, p.recs, p.labels, p.marks, p.origin = false, nil, nil, nil, 0
-	return p.events.destroy(d)
+	return p.events.Destroy(d)
 }
 
 // ProfileOps implements ops.OpProfiler: it turns op timing on (clearing what was recorded) or off
 // (keeping it for OpProfile).
 func (b *Backend) ProfileOps(on bool) error {
-	return b.ex.do(func() error {
+	return b.ex.Do(func() error {
 		if on {
 			b.prof.clear()
 			origin, err := b.prof.begin(b.drv, b.strm) // where the first span starts on the device timeline
@@ -120,7 +122,7 @@ func (b *Backend) ProfileOps(on bool) error {
 // ProfileMark implements ops.OpProfiler: the ops queued since the previous mark form a span labelled
 // label. It does nothing while timing is off.
 func (b *Backend) ProfileMark(label string) error {
-	return b.ex.do(func() error {
+	return b.ex.Do(func() error {
 		if !b.prof.on {
 			return nil
 		}
@@ -139,7 +141,7 @@ func (b *Backend) ProfileMark(label string) error {
 // not; the ops after the last mark give a last span "" when there are any.
 func (b *Backend) OpProfile() ([]ops.OpSpan, error) {
 	var spans []ops.OpSpan
-	err := b.ex.do(func() error {
+	err := b.ex.Do(func() error {
 		var err error
 		spans, err = b.prof.collect(b.drv)
 		return err
@@ -151,7 +153,7 @@ func (b *Backend) OpProfile() ([]ops.OpSpan, error) {
 }
 
 // collect is OpProfile on the CUDA thread. The events are cleared whatever happens.
-func (p *opProfile) collect(d *driver) ([]ops.OpSpan, error) {
+func (p *opProfile) collect(d *bind.Driver) ([]ops.OpSpan, error) {
 	defer p.clear()
 	n := len(p.labels)
 	// One stream runs the ops and marks in order: once the last event completed, every event has.
@@ -166,7 +168,7 @@ func (p *opProfile) collect(d *driver) ([]ops.OpSpan, error) {
 		}
 	}
 	if last != 0 {
-		if err := d.check("cuEventSynchronize(profile)", ccall(d.cuEventSynchronize, last)); err != nil {
+		if err := d.Check("cuEventSynchronize(profile)", bind.Call(d.CuEventSynchronize, last)); err != nil {
 			return nil, err
 		}
 	}
@@ -181,7 +183,7 @@ func (p *opProfile) collect(d *driver) ([]ops.OpSpan, error) {
 			}
 			if prev != 0 {
 				var ms float32
-				if err := d.check("cuEventElapsedTime(profile mark)", ccall(d.cuEventElapsedTime, uintptr(unsafe.Pointer(&ms)), prev, p.marks[i])); err != nil {
+				if err := d.Check("cuEventElapsedTime(profile mark)", bind.Call(d.CuEventElapsedTime, uintptr(unsafe.Pointer(&ms)), prev, p.marks[i])); err != nil {
 					return nil, fmt.Errorf("span %q: %w", p.labels[i], err)
 				}
 				spans[i].Device = float64(ms) / 1e3
@@ -191,7 +193,7 @@ func (p *opProfile) collect(d *driver) ([]ops.OpSpan, error) {
 	}
 	for _, r := range p.recs {
 		var ms float32
-		if err := d.check("cuEventElapsedTime(profile)", ccall(d.cuEventElapsedTime, uintptr(unsafe.Pointer(&ms)), r.start, r.end)); err != nil {
+		if err := d.Check("cuEventElapsedTime(profile)", bind.Call(d.CuEventElapsedTime, uintptr(unsafe.Pointer(&ms)), r.start, r.end)); err != nil {
 			return nil, fmt.Errorf("%s: %w", r.key, err)
 		}
 		s := &spans[r.span]

@@ -4,6 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"unsafe"
+
+	"github.com/potato-k3/potato-k3/cuda/bind"
+	"github.com/potato-k3/potato-k3/cuda/device"
 )
 
 // The op-input ring: small host-to-device uploads that ops make as they run (index lists, tile tables, a
@@ -29,10 +32,10 @@ const ringAlign = 256
 
 // uploadRing is the ring's state, touched only on the CUDA thread.
 type uploadRing struct {
-	buf    unsafe.Pointer // ringSize bytes of pinned host memory, allocated on first use
-	dev    uint64         // its device address (mapped)
-	alloc  ringAlloc      // where regions go, and which are still in flight
-	events eventPool      // the regions' events (timing off)
+	buf    unsafe.Pointer   // ringSize bytes of pinned host memory, allocated on first use
+	dev    uint64           // its device address (mapped)
+	alloc  ringAlloc        // where regions go, and which are still in flight
+	events device.EventPool // the regions' events (timing off)
 }
 
 // ringAlloc places regions in the ring (no CUDA calls: ring_test.go checks it on any machine).
@@ -95,52 +98,52 @@ func (c *opCtx) uploadAsync(dst uint64, src []byte) error {
 	r, d := &b.ring, b.drv
 	if r.buf == nil {
 		var p unsafe.Pointer
-		if err := d.check(fmt.Sprintf("cuMemHostAlloc(%d bytes, upload ring)", ringSize),
-			ccall(d.cuMemHostAlloc, uintptr(unsafe.Pointer(&p)), ringSize, cuMemHostAllocPortable|cuMemHostAllocDeviceMap)); err != nil {
+		if err := d.Check(fmt.Sprintf("cuMemHostAlloc(%d bytes, upload ring)", ringSize),
+			bind.Call(d.CuMemHostAlloc, uintptr(unsafe.Pointer(&p)), ringSize, bind.MemHostAllocPortable|bind.MemHostAllocDeviceMap)); err != nil {
 			return err
 		}
 		var dp uint64
-		if err := d.check("cuMemHostGetDevicePointer(upload ring)", ccall(d.cuMemHostGetDevicePointer, uintptr(unsafe.Pointer(&dp)), uintptr(p), 0)); err != nil {
-			return errors.Join(err, d.check("cuMemFreeHost(upload ring)", ccall(d.cuMemFreeHost, uintptr(p))))
+		if err := d.Check("cuMemHostGetDevicePointer(upload ring)", bind.Call(d.CuMemHostGetDevicePointer, uintptr(unsafe.Pointer(&dp)), uintptr(p), 0)); err != nil {
+			return errors.Join(err, d.Check("cuMemFreeHost(upload ring)", bind.Call(d.CuMemFreeHost, uintptr(p))))
 		}
 		r.buf, r.dev, r.alloc = p, dp, ringAlloc{size: ringSize}
 	}
 	// Regions whose copies are done go first (a query, no wait), so that pending stays short.
 	done := 0
-	for done < len(r.alloc.pending) && ccall(d.cuEventQuery, r.alloc.pending[done].ev) == cudaSuccess {
+	for done < len(r.alloc.pending) && bind.Call(d.CuEventQuery, r.alloc.pending[done].ev) == bind.Success {
 		done++
 	}
-	r.events.put(r.alloc.retire(done)...)
+	r.events.Put(r.alloc.retire(done)...)
 	at, last := r.alloc.place(n)
 	if last >= 0 {
-		if err := d.check("cuEventSynchronize(upload ring)", ccall(d.cuEventSynchronize, r.alloc.pending[last].ev)); err != nil {
+		if err := d.Check("cuEventSynchronize(upload ring)", bind.Call(d.CuEventSynchronize, r.alloc.pending[last].ev)); err != nil {
 			return err
 		}
-		r.events.put(r.alloc.retire(last + 1)...)
+		r.events.Put(r.alloc.retire(last + 1)...)
 	}
-	ev, err := r.events.get(d) // before the copy is queued: a failure leaves nothing in flight
+	ev, err := r.events.Get(d) // before the copy is queued: a failure leaves nothing in flight
 	if err != nil {
 		return err
 	}
 	copy(unsafe.Slice((*byte)(unsafe.Add(r.buf, at)), len(src)), src)
 	if err := c.launch1D("k_copy16", max(len(src)/16, 1), dst, r.dev+uint64(at), int64(len(src))); err != nil {
-		r.events.put(ev)
+		r.events.Put(ev)
 		return err
 	}
-	if err := d.check("cuEventRecord(upload ring)", ccall(d.cuEventRecord, ev, b.strm)); err != nil {
-		r.events.put(ev)
+	if err := d.Check("cuEventRecord(upload ring)", bind.Call(d.CuEventRecord, ev, b.strm)); err != nil {
+		r.events.Put(ev)
 		// the copy is queued but unguarded: wait for it before the region can be reused
-		return errors.Join(err, d.check("cuStreamSynchronize", ccall(d.cuStreamSynchronize, b.strm)))
+		return errors.Join(err, d.Check("cuStreamSynchronize", bind.Call(d.CuStreamSynchronize, b.strm)))
 	}
 	r.alloc.commit(at, n, ev)
 	return nil
 }
 
 // destroy frees the ring and its events (at release, after the streams were synchronised).
-func (r *uploadRing) destroy(d *driver) error {
-	errs := []error{r.events.destroy(d)}
+func (r *uploadRing) destroy(d *bind.Driver) error {
+	errs := []error{r.events.Destroy(d)}
 	if r.buf != nil {
-		errs = append(errs, d.check("cuMemFreeHost(upload ring)", ccall(d.cuMemFreeHost, uintptr(r.buf))))
+		errs = append(errs, d.Check("cuMemFreeHost(upload ring)", bind.Call(d.CuMemFreeHost, uintptr(r.buf))))
 	}
 	r.buf, r.dev, r.alloc = nil, 0, ringAlloc{}
 	return errors.Join(errs...)

@@ -53,7 +53,7 @@ func TestUploadRing(t *testing.T) {
 			}
 			b.Free(y)
 		}
-		if err := b.ex.do(func() error {
+		if err := b.ex.Do(func() error {
 			var err error
 			if dev[i], err = b.malloc(n); err != nil {
 				return err
@@ -68,7 +68,7 @@ func TestUploadRing(t *testing.T) {
 	}
 	for i, n := range sizes {
 		got := make([]byte, n)
-		if err := b.ex.do(func() error { return b.toHost(got, dev[i]) }); err != nil {
+		if err := b.ex.Do(func() error { return b.toHost(got, dev[i]) }); err != nil {
 			t.Fatal(err)
 		}
 		bad := 0
@@ -80,7 +80,7 @@ func TestUploadRing(t *testing.T) {
 		if bad > 0 {
 			t.Errorf("upload %d (%d bytes): %d bytes differ", i, n, bad)
 		}
-		if err := b.ex.do(func() error { return b.free(dev[i]) }); err != nil {
+		if err := b.ex.Do(func() error { return b.free(dev[i]) }); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"unsafe"
+
+	"github.com/potato-k3/potato-k3/cuda/bind"
 )
 
 // Side streams: extra compute streams that the routed experts' GEMMs are spread over (experts_lt.go).
@@ -30,11 +32,11 @@ func (b *Backend) sideStreams(n int) ([]sideStream, error) {
 	d := b.drv
 	for len(b.side) < n {
 		var s sideStream
-		if err := d.check("cuStreamCreate(side)", ccall(d.cuStreamCreate, uintptr(unsafe.Pointer(&s.strm)), cuStreamNonBlocking)); err != nil {
+		if err := d.Check("cuStreamCreate(side)", bind.Call(d.CuStreamCreate, uintptr(unsafe.Pointer(&s.strm)), bind.StreamNonBlocking)); err != nil {
 			return nil, err
 		}
-		if err := d.check("cuMemAlloc(cuBLASLt workspace of a side stream)", ccall(d.cuMemAlloc, uintptr(unsafe.Pointer(&s.ws)), ltWorkspaceAlloc)); err != nil {
-			return nil, errors.Join(err, d.check("cuStreamDestroy(side)", ccall(d.cuStreamDestroy, s.strm)))
+		if err := d.Check("cuMemAlloc(cuBLASLt workspace of a side stream)", bind.Call(d.CuMemAlloc, uintptr(unsafe.Pointer(&s.ws)), ltWorkspaceAlloc)); err != nil {
+			return nil, errors.Join(err, d.Check("cuStreamDestroy(side)", bind.Call(d.CuStreamDestroy, s.strm)))
 		}
 		b.side = append(b.side, s)
 	}
@@ -46,9 +48,9 @@ func (b *Backend) releaseSideStreams() error {
 	d := b.drv
 	var errs []error
 	for i, s := range b.side {
-		errs = append(errs, d.check(fmt.Sprintf("cuStreamSynchronize(side %d)", i), ccall(d.cuStreamSynchronize, s.strm)))
-		errs = append(errs, d.check("cuMemFree(cuBLASLt workspace of a side stream)", ccall(d.cuMemFree, uintptr(s.ws))))
-		errs = append(errs, d.check("cuStreamDestroy(side)", ccall(d.cuStreamDestroy, s.strm)))
+		errs = append(errs, d.Check(fmt.Sprintf("cuStreamSynchronize(side %d)", i), bind.Call(d.CuStreamSynchronize, s.strm)))
+		errs = append(errs, d.Check("cuMemFree(cuBLASLt workspace of a side stream)", bind.Call(d.CuMemFree, uintptr(s.ws))))
+		errs = append(errs, d.Check("cuStreamDestroy(side)", bind.Call(d.CuStreamDestroy, s.strm)))
 	}
 	b.side = nil
 	return errors.Join(errs...)
@@ -57,10 +59,10 @@ func (b *Backend) releaseSideStreams() error {
 // waitOn makes stream s wait for the work queued on stream from so far (an event of the backend's sync
 // pool; the device waits, not the host).
 func (b *Backend) waitOn(s, from uintptr) error {
-	ev, err := b.syncEvs.record(b.drv, from)
+	ev, err := b.syncEvs.Record(b.drv, from)
 	if err != nil {
 		return err
 	}
-	defer b.syncEvs.put(ev) // the queued wait keeps what the event captured
-	return b.drv.check("cuStreamWaitEvent(side)", ccall(b.drv.cuStreamWaitEvent, s, ev, 0))
+	defer b.syncEvs.Put(ev) // the queued wait keeps what the event captured
+	return b.drv.Check("cuStreamWaitEvent(side)", bind.Call(b.drv.CuStreamWaitEvent, s, ev, 0))
 }

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"unsafe"
 
+	"github.com/potato-k3/potato-k3/cuda/bind"
+	"github.com/potato-k3/potato-k3/cuda/device"
 	"github.com/potato-k3/potato-k3/replay/ops"
 )
 
@@ -59,20 +61,20 @@ func (b *Backend) stableHost(parts ...[]byte) bool {
 // after them (a whole layer may be queued at once). The copy stream runs its copies in order, so waiting
 // for the latest upload among an op's experts covers the earlier ones too. Used on the CUDA thread.
 type copyEvents struct {
-	events eventPool // the events (timing off)
-	seq    uint64    // asynchronous uploads queued so far
-	joined uint64    // the compute stream waits for every upload up to this one
+	events device.EventPool // the events (timing off)
+	seq    uint64           // asynchronous uploads queued so far
+	joined uint64           // the compute stream waits for every upload up to this one
 }
 
 // destroy releases every event (at Close, on the CUDA thread).
-func (ev *copyEvents) destroy(d *driver) error {
+func (ev *copyEvents) destroy(d *bind.Driver) error {
 	ev.seq, ev.joined = 0, 0
-	return ev.events.destroy(d)
+	return ev.events.Destroy(d)
 }
 
 // recordUpload records an event on the copy stream after expert e's copies and numbers the upload.
 func (b *Backend) recordUpload(e *Expert) error {
-	ev, err := b.evs.events.record(b.drv, b.cstrm)
+	ev, err := b.evs.events.Record(b.drv, b.cstrm)
 	if err != nil {
 		return err
 	}
@@ -86,7 +88,7 @@ func (b *Backend) wait(ev uintptr, seq uint64) error {
 	if seq <= b.evs.joined {
 		return nil
 	}
-	if err := b.drv.check("cuStreamWaitEvent", ccall(b.drv.cuStreamWaitEvent, b.strm, ev, 0)); err != nil {
+	if err := b.drv.Check("cuStreamWaitEvent", bind.Call(b.drv.CuStreamWaitEvent, b.strm, ev, 0)); err != nil {
 		return err
 	}
 	b.evs.joined = seq
@@ -116,7 +118,7 @@ func (b *Backend) joinExpertFree(e *Expert) error {
 	}
 	err := b.wait(e.ev, e.seq)
 	if e.block == nil { // a shared block's event goes back when the block is freed
-		b.evs.events.put(e.ev)
+		b.evs.events.Put(e.ev)
 	}
 	e.ev = 0
 	return err

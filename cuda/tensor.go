@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/potato-k3/potato-k3/cuda/bind"
 	"github.com/potato-k3/potato-k3/replay/ops"
 )
 
@@ -289,7 +290,7 @@ func (b *Backend) Zeros(rows, cols int) (ops.Tensor, error) {
 		if out, err = c.out(rows, cols); err != nil || out.n() == 0 {
 			return err
 		}
-		return b.drv.check("cuMemsetD32Async", ccall(b.drv.cuMemsetD32Async, uintptr(out.ptr), 0, uintptr(out.n()), b.strm))
+		return b.drv.Check("cuMemsetD32Async", bind.Call(b.drv.CuMemsetD32Async, uintptr(out.ptr), 0, uintptr(out.n()), b.strm))
 	})
 	if err != nil {
 		return nil, err

@@ -118,7 +118,7 @@ func TestUploadTiming(t *testing.T) {
 		}
 	}
 	syncCopy := func() {
-		if err := b.ex.do(b.syncCopy); err != nil {
+		if err := b.ex.Do(b.syncCopy); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -162,7 +162,7 @@ func TestUploadTiming(t *testing.T) {
 	// buffer, repeated: the copy engine's rate for large copies
 	src := first
 	var dev uint64
-	if err := b.ex.do(func() error {
+	if err := b.ex.Do(func() error {
 		var err error
 		dev, err = b.mallocCopy(len(src))
 		return err
@@ -171,7 +171,7 @@ func TestUploadTiming(t *testing.T) {
 	}
 	const reps = 20
 	start = time.Now()
-	if err := b.ex.do(func() error {
+	if err := b.ex.Do(func() error {
 		for range reps {
 			if err := b.copyAsync(dev, src); err != nil {
 				return err
@@ -183,7 +183,7 @@ func TestUploadTiming(t *testing.T) {
 	}
 	el := time.Since(start)
 	t.Logf("TIMING plain copies: %d x %.0f MB from pinned memory in %.1f ms: %.1f GB/s", reps, float64(len(src))/1e6, ms(el), float64(reps*len(src))/el.Seconds()/1e9)
-	if err := b.ex.do(func() error { return b.free(dev) }); err != nil {
+	if err := b.ex.Do(func() error { return b.free(dev) }); err != nil {
 		t.Fatal(err)
 	}
 }
