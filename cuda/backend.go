@@ -134,33 +134,24 @@ type Backend struct {
 	bf    int32 // 1 in BF16 precision: kernels round at the contract's points
 	opts  Options
 	drv   *bind.Driver
-	ex    *device.Thread
+	ex    *device.Thread // the CUDA thread: every call below runs on it
 	info  DeviceInfo
-	dev   int32              // CUdevice
-	ctx   uintptr            // the device's primary context
-	strm  uintptr            // the backend's stream: every kernel, and every copy of an op's inputs and outputs
-	cstrm uintptr            // the copy stream: weight uploads (host.go), beside the kernels on strm
-	async bool               // stream-ordered allocation (cuMemAllocAsync) is available
-	evs   copyEvents         // events of the asynchronous expert uploads (stable.go); on the CUDA thread
-	prof  opProfile          // op timing (profile.go); on the CUDA thread
-	ring  uploadRing         // pinned memory for the ops' small uploads (ring.go); on the CUDA thread
-	side  []sideStream       // streams the routed experts' GEMMs are spread over (sidestreams.go); on the CUDA thread
-	keep  map[string]keptBuf // scratch kept from call to call outside the pool (kept.go); on the CUDA thread
-	// syncEvs orders the side streams and strm (sidestreams.go); on the CUDA thread
-	syncEvs device.EventPool
+	cudev int32 // CUdevice
+	async bool  // stream-ordered allocation (cuMemAllocAsync) is available
+	// dv is the context, streams, device memory, staging buffer, upload ring, kept buffers, side streams
+	// and kernels (cuda/device); made by start on the CUDA thread
+	dv   *device.Device
+	evs  copyEvents // events of the asynchronous expert uploads (stable.go); on the CUDA thread
+	prof opProfile  // op timing (profile.go); on the CUDA thread
 	// situTabs are SiTU's factor tables by (beta, linBeta) (ffn.go); on the CUDA thread
 	situTabs map[situKey]uint64
 	// Test knobs, zero for the defaults: the bytes of decoded weights of one chunk of the cuBLASLt expert
 	// path (ltDecodeBytes) and the rows of one block of the fused FFN (ffnBlockRows).
 	decodeBytes, ffnRows int
-	// normVer 1 makes RMSNorm, GatedRMSNorm and AttnResMix launch norm.cu's version 1 (tests and timing
-	// compare it with version 2, the default).
+	// normVer 1 makes RMSNorm, GatedRMSNorm and AttnResMix launch norm.cu's general kernels where the
+	// 16-byte ones fit (tests and timing compare the two).
 	normVer int
 
-	mods  []uintptr
-	fns   map[string]uintptr
-	stage unsafe.Pointer // pinned staging buffer for host transfers
-	nstg  int
 	hosts hostAllocs // pinned buffers handed out by AllocHost
 	lt    *ltHandle  // cuBLASLt for the bfloat16 matmuls, nil when not used (matmul.go gemm)
 
@@ -198,11 +189,9 @@ func New(o Options) (*Backend, error) {
 	if o.Device < 0 || o.Device >= drv.Devices {
 		return nil, fmt.Errorf("%w: device %d: %d CUDA devices present", ErrArgument, o.Device, drv.Devices)
 	}
-	b := &Backend{prec: o.Precision, opts: o, drv: drv, fns: map[string]uintptr{},
-		evs:     copyEvents{events: device.EventPool{Flags: bind.EventDisableTiming, What: "copy"}},
-		prof:    opProfile{events: device.EventPool{What: "timing"}},
-		ring:    uploadRing{events: device.EventPool{Flags: bind.EventDisableTiming, What: "upload ring"}},
-		syncEvs: device.EventPool{Flags: bind.EventDisableTiming, What: "side stream"}}
+	b := &Backend{prec: o.Precision, opts: o, drv: drv,
+		evs:  copyEvents{events: device.EventPool{Flags: bind.EventDisableTiming, What: "copy"}},
+		prof: opProfile{events: device.EventPool{What: "timing"}}}
 	if o.Precision == ops.BF16 {
 		b.bf = 1
 	}
@@ -232,19 +221,19 @@ func New(o Options) (*Backend, error) {
 // queryDevice fills b.info (attributes need cuInit only, no context).
 func (b *Backend) queryDevice(nv *bind.NVRTC) error {
 	d := b.drv
-	if err := d.Check("cuDeviceGet", bind.Call(d.CuDeviceGet, uintptr(unsafe.Pointer(&b.dev)), uintptr(b.opts.Device))); err != nil {
+	if err := d.Check("cuDeviceGet", bind.Call(d.CuDeviceGet, uintptr(unsafe.Pointer(&b.cudev)), uintptr(b.opts.Device))); err != nil {
 		return err
 	}
 	attr := func(a int) (int, error) {
 		var v int32
-		err := d.Check(fmt.Sprintf("cuDeviceGetAttribute(%d)", a), bind.Call(d.CuDeviceGetAttribute, uintptr(unsafe.Pointer(&v)), uintptr(a), uintptr(b.dev)))
+		err := d.Check(fmt.Sprintf("cuDeviceGetAttribute(%d)", a), bind.Call(d.CuDeviceGetAttribute, uintptr(unsafe.Pointer(&v)), uintptr(a), uintptr(b.cudev)))
 		return int(v), err
 	}
 	var err error
 	info := &b.info
 	info.Ordinal = b.opts.Device
 	name := make([]byte, bind.DeviceNameLen)
-	if err = d.Check("cuDeviceGetName", bind.Call(d.CuDeviceGetName, uintptr(unsafe.Pointer(&name[0])), uintptr(len(name)), uintptr(b.dev))); err != nil {
+	if err = d.Check("cuDeviceGetName", bind.Call(d.CuDeviceGetName, uintptr(unsafe.Pointer(&name[0])), uintptr(len(name)), uintptr(b.cudev))); err != nil {
 		return err
 	}
 	info.Name = bind.GoString(&name[0])
@@ -266,7 +255,7 @@ func (b *Backend) queryDevice(nv *bind.NVRTC) error {
 	}
 	b.async = pools != 0 && d.CuMemAllocAsync != 0 && d.CuMemFreeAsync != 0 && d.CuDeviceGetDefaultMemPool != 0 && d.CuMemPoolSetAttribute != 0
 	var total uintptr
-	if err := d.Check("cuDeviceTotalMem", bind.Call(d.CuDeviceTotalMem, uintptr(unsafe.Pointer(&total)), uintptr(b.dev))); err != nil {
+	if err := d.Check("cuDeviceTotalMem", bind.Call(d.CuDeviceTotalMem, uintptr(unsafe.Pointer(&total)), uintptr(b.cudev))); err != nil {
 		return err
 	}
 	info.TotalMemory = int64(total)
@@ -289,59 +278,28 @@ func archFor(major, minor int) string {
 	return fmt.Sprintf("sm_%d%d", major, minor)
 }
 
-// start runs on the CUDA thread: it makes the primary context current, creates the stream, keeps freed
-// pool memory cached, loads the kernel modules and, given lt, creates the cuBLASLt handle.
+// start runs on the CUDA thread: it opens the device (the primary context made current, the streams,
+// the memory pool keeping freed memory cached), loads the kernel modules and, given lt, creates the
+// cuBLASLt handle.
 func (b *Backend) start(images map[string][]byte, lt *bind.CuBLASLt) error {
 	d := b.drv
-	if err := d.Check("cuDevicePrimaryCtxRetain", bind.Call(d.CuDevicePrimaryCtxRetain, uintptr(unsafe.Pointer(&b.ctx)), uintptr(b.dev))); err != nil {
+	dv, err := device.Open(d, b.cudev, b.async)
+	if err != nil {
 		return err
 	}
-	if err := d.Check("cuCtxSetCurrent", bind.Call(d.CuCtxSetCurrent, b.ctx)); err != nil {
+	b.dv = dv
+	mods := make([]device.Module, len(kernelFiles))
+	for i, kf := range kernelFiles {
+		mods[i] = device.Module{Name: kf.file, Image: images[kf.file], Kernels: kf.kernels}
+	}
+	if err := dv.Load(mods); err != nil {
 		b.release()
 		return err
-	}
-	if err := d.Check("cuStreamCreate", bind.Call(d.CuStreamCreate, uintptr(unsafe.Pointer(&b.strm)), bind.StreamNonBlocking)); err != nil {
-		b.release()
-		return err
-	}
-	if err := d.Check("cuStreamCreate(copy)", bind.Call(d.CuStreamCreate, uintptr(unsafe.Pointer(&b.cstrm)), bind.StreamNonBlocking)); err != nil {
-		b.release()
-		return err
-	}
-	if b.async {
-		var pool uintptr
-		if err := d.Check("cuDeviceGetDefaultMemPool", bind.Call(d.CuDeviceGetDefaultMemPool, uintptr(unsafe.Pointer(&pool)), uintptr(b.dev))); err != nil {
-			b.release()
-			return err
-		}
-		threshold := ^uint64(0) // keep freed blocks in the pool instead of returning them at each sync
-		if err := d.Check("cuMemPoolSetAttribute(release threshold)", bind.Call(d.CuMemPoolSetAttribute, pool, bind.MempoolAttrReleaseThreshold, uintptr(unsafe.Pointer(&threshold)))); err != nil {
-			b.release()
-			return err
-		}
-	}
-	for _, kf := range kernelFiles {
-		var mod uintptr
-		img := images[kf.file]
-		if err := d.Check("cuModuleLoadData("+kf.file+")", bind.Call(d.CuModuleLoadData, uintptr(unsafe.Pointer(&mod)), uintptr(unsafe.Pointer(&img[0])))); err != nil {
-			b.release()
-			return err
-		}
-		b.mods = append(b.mods, mod)
-		for _, k := range kf.kernels {
-			var f uintptr
-			cname := bind.CString(k)
-			if err := d.Check("cuModuleGetFunction("+k+")", bind.Call(d.CuModuleGetFunction, uintptr(unsafe.Pointer(&f)), mod, uintptr(unsafe.Pointer(&cname[0])))); err != nil {
-				b.release()
-				return err
-			}
-			b.fns[k] = f
-		}
 	}
 	// Kernels with more than 48 KiB of dynamic shared memory must opt in.
 	for _, k := range []string{"k_kda_exact", "k_mla"} {
 		if err := d.Check("cuFuncSetAttribute("+k+", max dynamic shared memory)",
-			bind.Call(d.CuFuncSetAttribute, b.fns[k], bind.FuncAttrMaxDynamicSharedBytes, uintptr(b.info.MaxSharedOptin))); err != nil {
+			bind.Call(d.CuFuncSetAttribute, b.fn(k), bind.FuncAttrMaxDynamicSharedBytes, uintptr(b.info.MaxSharedOptin))); err != nil {
 			b.release()
 			return err
 		}
@@ -367,20 +325,19 @@ func (b *Backend) start(images map[string][]byte, lt *bind.CuBLASLt) error {
 	return nil
 }
 
+// fn is the loaded kernel name (0 when there is none: a launch then fails naming it).
+func (b *Backend) fn(name string) uintptr {
+	f, _ := b.dv.Func(name)
+	return f
+}
+
 // release undoes start (on the CUDA thread); errors are joined.
 func (b *Backend) release() error {
+	if b.dv == nil {
+		return nil
+	}
 	d := b.drv
-	var errs []error
-	if b.strm != 0 {
-		errs = append(errs, d.Check("cuStreamSynchronize", bind.Call(d.CuStreamSynchronize, b.strm)))
-	}
-	if b.cstrm != 0 {
-		errs = append(errs, d.Check("cuStreamSynchronize(copy)", bind.Call(d.CuStreamSynchronize, b.cstrm)))
-	}
-	errs = append(errs, b.releaseSideStreams())
-	errs = append(errs, b.releaseKept())
-	errs = append(errs, b.releaseHosts())
-	errs = append(errs, b.releaseSiTUTables())
+	errs := []error{b.dv.SyncStreams(), b.releaseHosts(), b.releaseSiTUTables()} // side streams too: they may read the tables
 	if b.lt != nil {
 		if b.lt.ws != 0 {
 			errs = append(errs, d.Check("cuMemFree(cuBLASLt workspace)", bind.Call(d.CuMemFree, uintptr(b.lt.ws))))
@@ -388,30 +345,8 @@ func (b *Backend) release() error {
 		errs = append(errs, b.lt.close())
 		b.lt = nil
 	}
-	if b.stage != nil {
-		errs = append(errs, d.Check("cuMemFreeHost", bind.Call(d.CuMemFreeHost, uintptr(b.stage))))
-		b.stage, b.nstg = nil, 0
-	}
-	for _, m := range b.mods {
-		errs = append(errs, d.Check("cuModuleUnload", bind.Call(d.CuModuleUnload, m)))
-	}
-	b.mods = nil
-	if b.strm != 0 {
-		errs = append(errs, d.Check("cuStreamDestroy", bind.Call(d.CuStreamDestroy, b.strm)))
-		b.strm = 0
-	}
-	if b.cstrm != 0 {
-		errs = append(errs, d.Check("cuStreamDestroy(copy)", bind.Call(d.CuStreamDestroy, b.cstrm)))
-		b.cstrm = 0
-	}
-	errs = append(errs, b.evs.destroy(d))
-	errs = append(errs, b.prof.destroy(d))
-	errs = append(errs, b.ring.destroy(d))
-	errs = append(errs, b.syncEvs.Destroy(d))
-	if b.ctx != 0 {
-		errs = append(errs, d.Check("cuDevicePrimaryCtxRelease", bind.Call(d.CuDevicePrimaryCtxRelease, uintptr(b.dev))))
-		b.ctx = 0
-	}
+	errs = append(errs, b.evs.destroy(d), b.prof.destroy(d), b.dv.Close())
+	b.dv = nil
 	return errors.Join(errs...)
 }
 
@@ -438,7 +373,9 @@ func (b *Backend) Device() DeviceInfo { return b.info }
 
 // Synchronize waits until every op issued so far has finished on the device and reports any fault.
 func (b *Backend) Synchronize() error {
-	return b.ex.Do(func() error { return b.drv.Check("cuStreamSynchronize", bind.Call(b.drv.CuStreamSynchronize, b.strm)) })
+	return b.ex.Do(func() error {
+		return b.drv.Check("cuStreamSynchronize", bind.Call(b.drv.CuStreamSynchronize, b.dv.Stream))
+	})
 }
 
 // MemInfo returns the device's free and total memory in bytes.

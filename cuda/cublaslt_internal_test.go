@@ -363,10 +363,10 @@ func TestCuBLASLtTiming(t *testing.T) {
 				var xb, d uint64
 				err := b.run("alloc", func(c *opCtx) error {
 					var err error
-					if xb, err = b.malloc(2 * s.ldb * n); err != nil {
+					if xb, err = b.dv.Malloc(2 * s.ldb * n); err != nil {
 						return err
 					}
-					if d, err = b.malloc(4 * n * m); err != nil {
+					if d, err = b.dv.Malloc(4 * n * m); err != nil {
 						return err
 					}
 					return c.launch1D("k_to_bf16", s.ldb*n, xb, x.(*Tensor).ptr, int64(n), int32(k), int32(s.ldb))
@@ -375,9 +375,9 @@ func TestCuBLASLtTiming(t *testing.T) {
 					t.Fatal(err)
 				}
 				timeIt(b, fmt.Sprintf("  cublasLtMatmul alone, %d rows", n), flop, func() error {
-					return b.run("gemm", func(*opCtx) error { return b.lt.matmul(s, b.strm, b.lt.ws, d, xb, w.(*Tensor).ptr, n, m, k) })
+					return b.run("gemm", func(*opCtx) error { return b.lt.matmul(s, b.dv.Stream, b.lt.ws, d, xb, w.(*Tensor).ptr, n, m, k) })
 				})
-				_ = b.run("free", func(*opCtx) error { return errors.Join(b.free(xb), b.free(d)) })
+				_ = b.run("free", func(*opCtx) error { return errors.Join(b.dv.Free(xb), b.dv.Free(d)) })
 			}
 			b.Free(x)
 			b.Free(w)

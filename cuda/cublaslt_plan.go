@@ -70,7 +70,7 @@ type ltShape struct {
 	why    string // when !ok: the reason
 }
 
-// ltConfig is the pinned algorithm's configuration as cuBLASLt reports it (for logs and NOTES.md).
+// ltConfig is the pinned algorithm's configuration as cuBLASLt reports it (for logs and cuda/records/JOURNAL.md).
 type ltConfig struct {
 	ID, SplitK                               int32
 	Tile, Reduction, Swizzle, Custom, Stages uint32
@@ -300,7 +300,7 @@ func (h *ltHandle) describe(algo *bind.Algo) (cfg ltConfig, err error) {
 
 // matmul enqueues D (f32, n x m row-major) = xb (bf16, n rows of ldb) times the weight w^T with the
 // pinned algorithm on stream strm, with ltMaxWorkspace bytes of the workspace ws (the handle's for the
-// backend's stream, a side stream's own for that stream: sidestreams.go).
+// backend's stream, a side stream's own for that stream: cuda/device/streams.go).
 func (h *ltHandle) matmul(s *ltShape, strm uintptr, ws, d, xb, w uint64, n, m, k int) (err error) {
 	bdesc, ddesc, err := h.ioLayouts(m, k, s.ldb, n)
 	if err != nil {

@@ -113,9 +113,9 @@
 // experts' GEMMs run there instead, over weights decoded to bfloat16 a chunk at a time (experts_lt.go):
 // about 310-340 TFLOP/s at the ~1,200 rows an expert of a 65,536-token wave, each call's experts spread
 // over four streams (experts_lt_lanes.go, Options.ExpertStreams) so that one expert's last wave of tiles
-// overlaps the next ones', with their scratch kept outside the pool (kept.go). KDA still steps token by
+// overlaps the next ones', with their scratch kept outside the pool (cuda/device/kept.go). KDA still steps token by
 // token (one pass over the state a token: 38 ms for 16 x 4,096 tokens and 96 heads in BF16 precision,
 // 45 ms in FP32). TokenStats reduces 1 GiB of logits at a time (tokenstats.cu version 2). The next
 // versions (wgmma for the experts and MLA, the chunked KDA, reductions in the lm_head's epilogue) are
-// listed in the .cu files and in NOTES.md.
+// listed in the .cu files and in cuda/records/JOURNAL.md.
 package cuda

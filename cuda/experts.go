@@ -205,11 +205,11 @@ func (c *opCtx) prepareGrouped(p *groupedPlan, acc, z uint64, latent, ffn int, b
 		// Above 48 KiB a kernel must opt in; asking for all of the carveout lets two blocks share an SM.
 		// Set per call: cheap, and it keeps the setting beside the launches that need it.
 		if err := drv.Check("cuFuncSetAttribute("+k+", max dynamic shared memory)",
-			bind.Call(drv.CuFuncSetAttribute, b.fns[k], bind.FuncAttrMaxDynamicSharedBytes, xSmemBytes)); err != nil {
+			bind.Call(drv.CuFuncSetAttribute, b.fn(k), bind.FuncAttrMaxDynamicSharedBytes, xSmemBytes)); err != nil {
 			return nil, err
 		}
 		if err := drv.Check("cuFuncSetAttribute("+k+", shared carveout)",
-			bind.Call(drv.CuFuncSetAttribute, b.fns[k], cuFuncAttrPreferredSharedCarveout, 100)); err != nil {
+			bind.Call(drv.CuFuncSetAttribute, b.fn(k), cuFuncAttrPreferredSharedCarveout, 100)); err != nil {
 			return nil, err
 		}
 	}

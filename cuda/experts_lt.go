@@ -31,7 +31,7 @@ const ltExpertRows = 4096
 // ltDecodeBytes bounds the decoded bfloat16 weights of one chunk of experts (K3: 66 MB an expert, so 16
 // experts a chunk). With side streams two chunks' buffers alternate (experts_lt_lanes.go), so the next
 // chunk decodes, on the compute stream, while this one's GEMMs run on the lanes (a decode on a second
-// stream beside one stream of GEMMs gained nothing: cuda/NOTES.md, run 11). Tests take it down to one
+// stream beside one stream of GEMMs gained nothing: cuda/records/JOURNAL.md, run 11). Tests take it down to one
 // expert a chunk (Backend.decodeBytes).
 const ltDecodeBytes = 1 << 30
 

@@ -5,12 +5,13 @@ import (
 	"fmt"
 
 	"github.com/potato-k3/potato-k3/cuda/bind"
+	"github.com/potato-k3/potato-k3/cuda/device"
 )
 
 // The schedule of one call on the cuBLASLt expert path (experts_lt.go) over several streams.
 //
 // The compute stream gathers the rows and decodes each chunk of experts; the experts' GEMMs go to lanes:
-// the compute stream alone (Options.ExpertStreams 1), or side streams (sidestreams.go), each with its
+// the compute stream alone (Options.ExpertStreams 1), or side streams (cuda/device/streams.go), each with its
 // own float32 scratch. An expert goes to the lane with the fewest rows so far in its chunk (ties: the
 // lowest lane), so the choice depends on the call's row counts only, and no lane's work depends on
 // another's: experts write disjoint rows of zs and h. With side streams the chunks alternate between two
@@ -36,9 +37,9 @@ func (b *Backend) expertStreamCount() int {
 
 // ltLane is a stream the experts' GEMMs run on, with its scratch.
 type ltLane struct {
-	side     *sideStream // nil: the compute stream
-	gub, dnb uint64      // gate/up output (block x 2 ffn float32), down output (block x latent float32)
-	rows     int         // rows given to the lane in the current chunk
+	side     *device.SideStream // nil: the compute stream
+	gub, dnb uint64             // gate/up output (block x 2 ffn float32), down output (block x latent float32)
+	rows     int                // rows given to the lane in the current chunk
 }
 
 // ltExperts is one call's state on the cuBLASLt path.
@@ -54,14 +55,14 @@ type ltExperts struct {
 }
 
 // setup finds the decode buffers (chunk experts of slot values each; sized for up to most) and the
-// lanes' scratch among the kept buffers (kept.go): never from the pool, whose blocks the next experts'
+// lanes' scratch among the kept buffers (cuda/device/kept.go): never from the pool, whose blocks the next experts'
 // uploads would then wait for.
 func (x *ltExperts) setup(c *opCtx, slot, chunk, most, chunks int) error {
 	ns := c.b.expertStreamCount()
-	var side []sideStream
+	var side []device.SideStream
 	if ns > 1 {
 		var err error
-		if side, err = c.b.sideStreams(ns); err != nil {
+		if side, err = c.b.dv.SideStreams(ns, ltWorkspaceAlloc); err != nil {
 			return err
 		}
 	}
@@ -72,7 +73,7 @@ func (x *ltExperts) setup(c *opCtx, slot, chunk, most, chunks int) error {
 	x.wdec, x.done = make([]uint64, nbuf), make([][]uintptr, nbuf)
 	for i := range x.wdec {
 		var err error
-		if x.wdec[i], err = c.b.kept(fmt.Sprintf("experts: decoded weights %d", i), 2*slot*keptSize(chunk, most)); err != nil {
+		if x.wdec[i], err = c.b.dv.Kept(fmt.Sprintf("experts: decoded weights %d", i), 2*slot*keptSize(chunk, most)); err != nil {
 			return err
 		}
 	}
@@ -86,10 +87,10 @@ func (x *ltExperts) setup(c *opCtx, slot, chunk, most, chunks int) error {
 		}
 		var err error
 		rows := keptSize(x.block, ltExpertRows)
-		if l.gub, err = c.b.kept(fmt.Sprintf("experts: lane %d gate/up", i), 4*rows*2*ffn); err != nil {
+		if l.gub, err = c.b.dv.Kept(fmt.Sprintf("experts: lane %d gate/up", i), 4*rows*2*ffn); err != nil {
 			return err
 		}
-		if l.dnb, err = c.b.kept(fmt.Sprintf("experts: lane %d down", i), 4*rows*latent); err != nil {
+		if l.dnb, err = c.b.dv.Kept(fmt.Sprintf("experts: lane %d down", i), 4*rows*latent); err != nil {
 			return err
 		}
 	}
@@ -112,9 +113,9 @@ func (x *ltExperts) reuse(c *opCtx, ci int) error {
 	bi := ci % len(x.wdec)
 	evs := x.done[bi]
 	x.done[bi] = nil
-	defer c.b.syncEvs.Put(evs...)
+	defer c.b.dv.SyncEvents().Put(evs...)
 	for _, ev := range evs {
-		if err := c.b.drv.Check("cuStreamWaitEvent(expert lane)", bind.Call(c.b.drv.CuStreamWaitEvent, c.b.strm, ev, 0)); err != nil {
+		if err := c.b.drv.Check("cuStreamWaitEvent(expert lane)", bind.Call(c.b.drv.CuStreamWaitEvent, c.b.dv.Stream, ev, 0)); err != nil {
 			return err
 		}
 	}
@@ -131,13 +132,13 @@ func (x *ltExperts) start(c *opCtx) error {
 		return nil
 	}
 	d := c.b.drv
-	ev, err := c.b.syncEvs.Record(d, c.b.strm)
+	ev, err := c.b.dv.SyncEvents().Record(d, c.b.dv.Stream)
 	if err != nil {
 		return err
 	}
-	defer c.b.syncEvs.Put(ev) // the queued waits keep what the event captured
+	defer c.b.dv.SyncEvents().Put(ev) // the queued waits keep what the event captured
 	for _, l := range x.lanes {
-		if err := d.Check("cuStreamWaitEvent(expert lane)", bind.Call(d.CuStreamWaitEvent, l.side.strm, ev, 0)); err != nil {
+		if err := d.Check("cuStreamWaitEvent(expert lane)", bind.Call(d.CuStreamWaitEvent, l.side.Stream, ev, 0)); err != nil {
 			return err
 		}
 	}
@@ -172,7 +173,7 @@ func (x *ltExperts) finish(c *opCtx, ci int) error {
 		if l.side == nil {
 			continue
 		}
-		ev, err := c.b.syncEvs.Record(c.b.drv, l.side.strm)
+		ev, err := c.b.dv.SyncEvents().Record(c.b.drv, l.side.Stream)
 		if err != nil {
 			return err
 		}
@@ -189,13 +190,13 @@ func (x *ltExperts) join(c *opCtx) error {
 	}
 	x.joined = true
 	for bi, evs := range x.done {
-		c.b.syncEvs.Put(evs...)
+		c.b.dv.SyncEvents().Put(evs...)
 		x.done[bi] = nil
 	}
 	var errs []error // every lane is waited for, whatever failed before
 	for _, l := range x.lanes {
 		if l.side != nil {
-			errs = append(errs, c.b.waitOn(c.b.strm, l.side.strm))
+			errs = append(errs, c.b.dv.WaitOn(c.b.dv.Stream, l.side.Stream))
 		}
 	}
 	return errors.Join(errs...)

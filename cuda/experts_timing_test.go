@@ -52,7 +52,7 @@ func TestExpertsGroupedTiming(t *testing.T) {
 	for _, c := range []struct {
 		experts, tokens, k, perExpertRuns int
 	}{
-		{16, 1024, 4, 3},    // NOTES.md run 3's case: 256 rows an expert
+		{16, 1024, 4, 3},    // cuda/records/JOURNAL.md run 3's case: 256 rows an expert
 		{128, 2400, 16, 3},  // ~300 rows an expert: a 16k-token wave, experts in chunks of 128
 		{128, 9600, 16, 3},  // ~1,200 rows an expert: a 64k-token wave
 		{896, 16800, 16, 1}, // every expert of a layer in one call, ~300 rows each
@@ -233,13 +233,13 @@ func eventTime(c *opCtx, runs int, fn func() error) (float64, error) {
 	}
 	var ms []float64
 	for range runs {
-		if err := d.Check("cuEventRecord", bind.Call(d.CuEventRecord, ev[0], c.b.strm)); err != nil {
+		if err := d.Check("cuEventRecord", bind.Call(d.CuEventRecord, ev[0], c.b.dv.Stream)); err != nil {
 			return 0, err
 		}
 		if err := fn(); err != nil {
 			return 0, err
 		}
-		if err := d.Check("cuEventRecord", bind.Call(d.CuEventRecord, ev[1], c.b.strm)); err != nil {
+		if err := d.Check("cuEventRecord", bind.Call(d.CuEventRecord, ev[1], c.b.dv.Stream)); err != nil {
 			return 0, err
 		}
 		if err := d.Check("cuEventSynchronize", bind.Call(d.CuEventSynchronize, ev[1])); err != nil {
@@ -270,10 +270,10 @@ func kernelAttrs(t *testing.T, b *Backend, name string) (regs, local int32) {
 	const numRegs, localBytes = 4, 3 // CU_FUNC_ATTRIBUTE_NUM_REGS, CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES
 	err := b.run("attrs", func(c *opCtx) error {
 		d := b.drv
-		if err := d.Check("cuFuncGetAttribute", bind.Call(d.CuFuncGetAttribute, uintptr(unsafe.Pointer(&regs)), numRegs, b.fns[name])); err != nil {
+		if err := d.Check("cuFuncGetAttribute", bind.Call(d.CuFuncGetAttribute, uintptr(unsafe.Pointer(&regs)), numRegs, b.fn(name))); err != nil {
 			return err
 		}
-		return d.Check("cuFuncGetAttribute", bind.Call(d.CuFuncGetAttribute, uintptr(unsafe.Pointer(&local)), localBytes, b.fns[name]))
+		return d.Check("cuFuncGetAttribute", bind.Call(d.CuFuncGetAttribute, uintptr(unsafe.Pointer(&local)), localBytes, b.fn(name)))
 	})
 	if err != nil {
 		t.Fatalf("%s: %v", name, err)

@@ -110,7 +110,7 @@ func (b *Backend) releaseBlock(blk *sharedBlock) error {
 	b.evs.events.Put(blk.ev)
 	p := blk.ptr
 	blk.ptr, blk.ev = 0, 0
-	return b.free(p)
+	return b.dv.Free(p)
 }
 
 // stableGroup is the experts of a batch whose parts all lie in one stable buffer, with the span of that
@@ -136,16 +136,16 @@ func (b *Backend) uploadStable(op string, latent, ffn int, parts []ops.ExpertPar
 	err := b.run(op, func(c *opCtx) error {
 		var blocks []*sharedBlock
 		undo := func(err error) error { // free what was made, after the copies already queued
-			errs := []error{err, b.syncCopy()}
+			errs := []error{err, b.dv.SyncCopy()}
 			for _, blk := range blocks {
-				errs = append(errs, b.free(blk.ptr))
+				errs = append(errs, b.dv.Free(blk.ptr))
 				if blk.ev != 0 { // 0: the block's copy failed before its event was recorded
 					b.evs.events.Put(blk.ev)
 				}
 			}
 			for _, e := range es {
 				if e.block == nil && e.ptr != 0 {
-					errs = append(errs, b.free(e.ptr))
+					errs = append(errs, b.dv.Free(e.ptr))
 					if e.ev != 0 {
 						b.evs.events.Put(e.ev)
 					}
@@ -155,13 +155,13 @@ func (b *Backend) uploadStable(op string, latent, ffn int, parts []ops.ExpertPar
 			return errors.Join(errs...)
 		}
 		for _, g := range groups {
-			p, err := b.mallocCopy(int(g.hi - g.lo))
+			p, err := b.dv.MallocCopy(int(g.hi - g.lo))
 			if err != nil {
 				return undo(err)
 			}
 			blk := &sharedBlock{ptr: p, refs: len(g.idx)}
 			blocks = append(blocks, blk)
-			if err := b.copyAsync(p, g.host); err != nil {
+			if err := b.dv.CopyAsync(p, g.host); err != nil {
 				return undo(err)
 			}
 			view := &Expert{}
@@ -185,7 +185,7 @@ func (b *Backend) uploadStable(op string, latent, ffn int, parts []ops.ExpertPar
 		for _, i := range loose {
 			e := es[i]
 			size, padded := e.layout(all[i])
-			p, err := b.mallocCopy(size)
+			p, err := b.dv.MallocCopy(size)
 			if err != nil {
 				return undo(err)
 			}

@@ -24,7 +24,7 @@ import (
 // row's bits depend on its own x row only (the pinned algorithms are batch invariant), whatever the block
 // it falls in. Saved against the unfused ops: the second conversion of x, two k_round passes over the
 // float32 gate and up outputs, k_situ's double-precision transcendentals, the float32 h and its
-// conversion (cuda/NOTES.md has the timings).
+// conversion (cuda/records/JOURNAL.md has the timings).
 //
 // Everything else (FP32 precision, NoTensorCores, no cuBLASLt, a shape without a pinned algorithm, float32
 // weights, a width that is not a multiple of 8, an empty operand, bad arguments) runs the unfused ops
@@ -236,12 +236,12 @@ func (c *opCtx) situTables(beta, linBeta float32) (uint64, error) {
 	if p, ok := b.situTabs[key]; ok {
 		return p, nil
 	}
-	p, err := b.malloc(4 * 2 * 65536)
+	p, err := b.dv.Malloc(4 * 2 * 65536)
 	if err != nil {
 		return 0, err
 	}
 	if err := c.launch("k_experts_situ_tables", d1(2*65536/xThreads), d1(xThreads), 0, p, beta, linBeta); err != nil {
-		return 0, errors.Join(err, b.free(p))
+		return 0, errors.Join(err, b.dv.Free(p))
 	}
 	if b.situTabs == nil {
 		b.situTabs = map[situKey]uint64{}
@@ -254,7 +254,7 @@ func (c *opCtx) situTables(beta, linBeta float32) (uint64, error) {
 func (b *Backend) releaseSiTUTables() error {
 	var errs []error
 	for k, p := range b.situTabs {
-		errs = append(errs, b.free(p))
+		errs = append(errs, b.dv.Free(p))
 		delete(b.situTabs, k)
 	}
 	return errors.Join(errs...)

@@ -3,12 +3,10 @@ package cuda
 import (
 	"errors"
 	"fmt"
-	"runtime"
 	"slices"
 	"sync"
 	"unsafe"
 
-	"github.com/potato-k3/potato-k3/cuda/bind"
 	"github.com/potato-k3/potato-k3/replay/ops"
 )
 
@@ -135,8 +133,8 @@ func (b *Backend) AllocHost(n int) ([]byte, error) {
 	}
 	var p unsafe.Pointer
 	err := b.run(op, func(c *opCtx) error {
-		if err := b.drv.Check(fmt.Sprintf("cuMemHostAlloc(%d bytes)", n),
-			bind.Call(b.drv.CuMemHostAlloc, uintptr(unsafe.Pointer(&p)), uintptr(n), bind.MemHostAllocPortable)); err != nil {
+		var err error
+		if p, err = b.dv.AllocPinned(n); err != nil {
 			return err
 		}
 		b.hosts.mu.Lock() // registered on the CUDA thread, so that Close frees it if FreeHost never comes
@@ -170,12 +168,8 @@ func (b *Backend) FreeHost(buf []byte) error {
 	})
 }
 
-// freeHost waits for the copy stream (a copy may still read the buffer) and frees it; on the CUDA thread.
-func (b *Backend) freeHost(p uintptr) error {
-	d := b.drv
-	return errors.Join(d.Check("cuStreamSynchronize(copy)", bind.Call(d.CuStreamSynchronize, b.cstrm)),
-		d.Check("cuMemFreeHost", bind.Call(d.CuMemFreeHost, p)))
-}
+// freeHost frees pinned buffer p once the copy stream is done with it; on the CUDA thread.
+func (b *Backend) freeHost(p uintptr) error { return b.dv.FreePinned(p, false) }
 
 // releaseHosts frees every pinned buffer still registered (at Close; on the CUDA thread).
 func (b *Backend) releaseHosts() error {
@@ -185,7 +179,7 @@ func (b *Backend) releaseHosts() error {
 	b.hosts.mu.Unlock()
 	var errs []error
 	for p := range m {
-		errs = append(errs, b.drv.Check("cuMemFreeHost", bind.Call(b.drv.CuMemFreeHost, p)))
+		errs = append(errs, b.dv.FreePinned(p, true))
 	}
 	return errors.Join(errs...)
 }
@@ -198,89 +192,14 @@ func (b *Backend) pinned(src []byte) bool {
 	return ok
 }
 
-// mallocCopy allocates n device bytes ordered on the copy stream (0 for n == 0).
-func (b *Backend) mallocCopy(n int) (uint64, error) {
-	if n <= 0 {
-		return 0, nil
-	}
-	var p uint64
-	d := b.drv
-	if b.async {
-		err := d.Check(fmt.Sprintf("cuMemAllocAsync(%d bytes, copy stream)", n), bind.Call(d.CuMemAllocAsync, uintptr(unsafe.Pointer(&p)), uintptr(n), b.cstrm))
-		return p, err
-	}
-	err := d.Check(fmt.Sprintf("cuMemAlloc(%d bytes)", n), bind.Call(d.CuMemAlloc, uintptr(unsafe.Pointer(&p)), uintptr(n)))
-	return p, err
-}
-
-// copyAsync queues the copy of pinned src to device address dst on the copy stream; the caller waits
-// with syncCopy before src may change.
-func (b *Backend) copyAsync(dst uint64, src []byte) error {
-	if len(src) == 0 {
-		return nil
-	}
-	d := b.drv
-	return d.Check("cuMemcpyHtoDAsync(copy)", bind.Call(d.CuMemcpyHtoDAsync, uintptr(dst), uintptr(unsafe.Pointer(unsafe.SliceData(src))), uintptr(len(src)), b.cstrm))
-}
-
-// syncCopy waits for every copy queued on the copy stream.
-func (b *Backend) syncCopy() error {
-	return b.drv.Check("cuStreamSynchronize(copy)", bind.Call(b.drv.CuStreamSynchronize, b.cstrm))
-}
-
-// stageCopy copies ordinary host memory src to dst on the copy stream through the pinned staging buffer,
-// waiting for each piece (the staging buffer is reused).
-func (b *Backend) stageCopy(dst uint64, src []byte) error {
-	for len(src) > 0 {
-		buf, err := b.staging(len(src))
-		if err != nil {
-			return err
-		}
-		n := parallelCopy(buf, src)
-		if err := b.copyAsync(dst, buf[:n]); err != nil {
-			return err
-		}
-		if err := b.syncCopy(); err != nil {
-			return err
-		}
-		dst += uint64(n)
-		src = src[n:]
-	}
-	return nil
-}
-
 // uploadBytes copies src to dst on the copy stream and waits for it: directly from a pinned buffer, else
 // through staging. On the CUDA thread.
 func (b *Backend) uploadBytes(dst uint64, src []byte) error {
 	if !b.pinned(src) {
-		return b.stageCopy(dst, src)
+		return b.dv.StageCopy(dst, src)
 	}
-	if err := b.copyAsync(dst, src); err != nil {
+	if err := b.dv.CopyAsync(dst, src); err != nil {
 		return err
 	}
-	return b.syncCopy()
-}
-
-// Copies of at least parallelCopyMin bytes are split over the CPUs in parts of at least copyPart bytes:
-// one core's memmove reaches a fraction of the host's memory bandwidth.
-const (
-	parallelCopyMin = 4 << 20
-	copyPart        = 1 << 20
-)
-
-// parallelCopy is copy(dst, src), large copies spread over GOMAXPROCS goroutines.
-func parallelCopy(dst, src []byte) int {
-	n := min(len(dst), len(src))
-	if n < parallelCopyMin {
-		return copy(dst, src)
-	}
-	parts := min(runtime.GOMAXPROCS(0), n/copyPart)
-	per := (n + parts - 1) / parts
-	var wg sync.WaitGroup
-	for lo := 0; lo < n; lo += per {
-		hi := min(lo+per, n)
-		wg.Go(func() { copy(dst[lo:hi], src[lo:hi]) })
-	}
-	wg.Wait()
-	return n
+	return b.dv.SyncCopy()
 }

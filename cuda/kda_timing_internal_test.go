@@ -76,12 +76,12 @@ func timeKDA(t *testing.T, b *Backend, seqs, n, heads, d, runs int) {
 			}
 			d := c.b.drv
 			done := min(m, len(pool))
-			if err := d.Check("cuMemcpyDtoDAsync", bind.Call(d.CuMemcpyDtoDAsync, uintptr(p), uintptr(pp), uintptr(4*done), c.b.strm)); err != nil {
+			if err := d.Check("cuMemcpyDtoDAsync", bind.Call(d.CuMemcpyDtoDAsync, uintptr(p), uintptr(pp), uintptr(4*done), c.b.dv.Stream)); err != nil {
 				return 0, err
 			}
 			for done < m {
 				k := min(done, m-done)
-				if err := d.Check("cuMemcpyDtoDAsync", bind.Call(d.CuMemcpyDtoDAsync, uintptr(p+uint64(4*done)), uintptr(p), uintptr(4*k), c.b.strm)); err != nil {
+				if err := d.Check("cuMemcpyDtoDAsync", bind.Call(d.CuMemcpyDtoDAsync, uintptr(p+uint64(4*done)), uintptr(p), uintptr(4*k), c.b.dv.Stream)); err != nil {
 					return 0, err
 				}
 				done += k

@@ -8,6 +8,7 @@ import (
 	"unsafe"
 
 	"github.com/potato-k3/potato-k3/cuda/bind"
+	"github.com/potato-k3/potato-k3/cuda/device"
 )
 
 // The op machinery: every op validates its arguments on the caller's goroutine, then runs one closure
@@ -23,9 +24,9 @@ type opCtx struct {
 	profStart uintptr
 	temps     []uint64  // device buffers freed when the op ends
 	outs      []*Tensor // tensors returned to the caller, freed if the op fails
-	// side, when set, is the side stream the op's next launches and GEMMs go to (sidestreams.go);
+	// side, when set, is the side stream the op's next launches and GEMMs go to (cuda/device/streams.go);
 	// nil: the backend's stream
-	side *sideStream
+	side *device.SideStream
 	// xsrc, when set, is the tensor a matmul's x comes from: gemmLt then reads its kept bfloat16 copy
 	// (narrow.go) instead of converting x into a temporary
 	xsrc *Tensor
@@ -34,9 +35,9 @@ type opCtx struct {
 // stream is the stream the op's launches go to now: a side stream's, or the backend's.
 func (c *opCtx) stream() uintptr {
 	if c.side != nil {
-		return c.side.strm
+		return c.side.Stream
 	}
-	return c.b.strm
+	return c.b.dv.Stream
 }
 
 // run executes fn on the CUDA thread as op, then frees the temporaries (and on error the outputs) and,
@@ -50,26 +51,26 @@ func (b *Backend) run(op string, fn func(c *opCtx) error) error {
 		c := &opCtx{b: b, op: op}
 		if b.prof.on {
 			var err error
-			if c.profStart, err = b.prof.begin(b.drv, b.strm); err != nil {
+			if c.profStart, err = b.prof.begin(b.drv, b.dv.Stream); err != nil {
 				return fmt.Errorf("op profile: %w", err)
 			}
 		}
 		err := fn(c)
 		if c.profStart != 0 { // before the Sync below: the op's own work, not the wait for it
-			if perr := b.prof.end(b.drv, b.strm, c.profStart, c.key()); perr != nil {
+			if perr := b.prof.end(b.drv, b.dv.Stream, c.profStart, c.key()); perr != nil {
 				err = errors.Join(err, fmt.Errorf("op profile: %w", perr))
 			}
 		}
 		if err == nil && b.opts.Sync {
-			err = b.drv.Check("cuStreamSynchronize", bind.Call(b.drv.CuStreamSynchronize, b.strm))
+			err = b.drv.Check("cuStreamSynchronize", bind.Call(b.drv.CuStreamSynchronize, b.dv.Stream))
 		}
 		var ferrs []error
 		for _, p := range c.temps {
-			ferrs = append(ferrs, b.free(p))
+			ferrs = append(ferrs, b.dv.Free(p))
 		}
 		if err != nil {
 			for _, t := range c.outs {
-				ferrs = append(ferrs, b.free(t.ptr))
+				ferrs = append(ferrs, b.dv.Free(t.ptr))
 				t.ptr, t.freed = 0, true
 			}
 		}
@@ -81,39 +82,9 @@ func (b *Backend) run(op string, fn func(c *opCtx) error) error {
 	return nil
 }
 
-// malloc allocates n bytes on the device, ordered on the backend's stream (0 for n == 0).
-func (b *Backend) malloc(n int) (uint64, error) {
-	if n <= 0 {
-		return 0, nil
-	}
-	var p uint64
-	d := b.drv
-	if b.async {
-		err := d.Check(fmt.Sprintf("cuMemAllocAsync(%d bytes)", n), bind.Call(d.CuMemAllocAsync, uintptr(unsafe.Pointer(&p)), uintptr(n), b.strm))
-		return p, err
-	}
-	err := d.Check(fmt.Sprintf("cuMemAlloc(%d bytes)", n), bind.Call(d.CuMemAlloc, uintptr(unsafe.Pointer(&p)), uintptr(n)))
-	return p, err
-}
-
-// free releases a device buffer after the work queued on the stream (0 is a no-op).
-func (b *Backend) free(p uint64) error {
-	if p == 0 {
-		return nil
-	}
-	d := b.drv
-	if b.async {
-		return d.Check("cuMemFreeAsync", bind.Call(d.CuMemFreeAsync, uintptr(p), b.strm))
-	}
-	if err := d.Check("cuStreamSynchronize", bind.Call(d.CuStreamSynchronize, b.strm)); err != nil {
-		return err
-	}
-	return d.Check("cuMemFree", bind.Call(d.CuMemFree, uintptr(p)))
-}
-
 // temp allocates a device buffer of n bytes freed when the op ends.
 func (c *opCtx) temp(n int) (uint64, error) {
-	p, err := c.b.malloc(n)
+	p, err := c.b.dv.Malloc(n)
 	if err == nil && p != 0 {
 		c.temps = append(c.temps, p)
 	}
@@ -122,84 +93,13 @@ func (c *opCtx) temp(n int) (uint64, error) {
 
 // out allocates a rows x cols float32 activation returned by the op.
 func (c *opCtx) out(rows, cols int) (*Tensor, error) {
-	p, err := c.b.malloc(4 * rows * cols)
+	p, err := c.b.dv.Malloc(4 * rows * cols)
 	if err != nil {
 		return nil, err
 	}
 	t := &Tensor{b: c.b, ptr: p, rows: rows, cols: cols, dt: dtF32}
 	c.outs = append(c.outs, t)
 	return t, nil
-}
-
-// stagingMax bounds the pinned staging buffer; larger transfers go through it in pieces.
-const stagingMax = 64 << 20
-
-// staging returns the pinned host buffer with at least min(n, stagingMax) bytes.
-func (b *Backend) staging(n int) ([]byte, error) {
-	n = min(n, stagingMax)
-	if b.nstg < n {
-		d := b.drv
-		if b.stage != nil {
-			if err := d.Check("cuStreamSynchronize", bind.Call(d.CuStreamSynchronize, b.strm)); err != nil {
-				return nil, err
-			}
-			if err := d.Check("cuMemFreeHost", bind.Call(d.CuMemFreeHost, uintptr(b.stage))); err != nil {
-				return nil, err
-			}
-			b.stage, b.nstg = nil, 0
-		}
-		size := max(n, 1<<20)
-		var p unsafe.Pointer
-		if err := d.Check(fmt.Sprintf("cuMemHostAlloc(%d bytes)", size), bind.Call(d.CuMemHostAlloc, uintptr(unsafe.Pointer(&p)), uintptr(size), bind.MemHostAllocPortable)); err != nil {
-			return nil, err
-		}
-		b.stage, b.nstg = p, size
-	}
-	return unsafe.Slice((*byte)(b.stage), b.nstg), nil
-}
-
-// toDevice copies src to device address dst through the pinned staging buffer, waiting for each piece.
-func (b *Backend) toDevice(dst uint64, src []byte) error {
-	d := b.drv
-	for len(src) > 0 {
-		buf, err := b.staging(len(src))
-		if err != nil {
-			return err
-		}
-		n := parallelCopy(buf, src)
-		if err := d.Check("cuMemcpyHtoDAsync", bind.Call(d.CuMemcpyHtoDAsync, uintptr(dst), uintptr(b.stage), uintptr(n), b.strm)); err != nil {
-			return err
-		}
-		if err := d.Check("cuStreamSynchronize", bind.Call(d.CuStreamSynchronize, b.strm)); err != nil {
-			return err
-		}
-		dst += uint64(n)
-		src = src[n:]
-	}
-	return nil
-}
-
-// toHost copies len(dst) bytes from device address src into dst through the staging buffer, after all
-// work queued on the stream (which it waits for: any asynchronous fault is reported here).
-func (b *Backend) toHost(dst []byte, src uint64) error {
-	d := b.drv
-	for len(dst) > 0 {
-		buf, err := b.staging(len(dst))
-		if err != nil {
-			return err
-		}
-		n := min(len(buf), len(dst))
-		if err := d.Check("cuMemcpyDtoHAsync", bind.Call(d.CuMemcpyDtoHAsync, uintptr(b.stage), uintptr(src), uintptr(n), b.strm)); err != nil {
-			return err
-		}
-		if err := d.Check("cuStreamSynchronize", bind.Call(d.CuStreamSynchronize, b.strm)); err != nil {
-			return err
-		}
-		parallelCopy(dst[:n], buf[:n])
-		src += uint64(n)
-		dst = dst[n:]
-	}
-	return nil
 }
 
 // uploadTemp copies a host slice of values to a new temporary device buffer, through the upload ring:
@@ -213,7 +113,7 @@ func uploadTemp[T int32 | float32 | uint64](c *opCtx, v []T) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	return p, c.uploadAsync(p, unsafe.Slice((*byte)(unsafe.Pointer(&v[0])), size))
+	return p, c.b.dv.UploadAsync(c.stream(), p, unsafe.Slice((*byte)(unsafe.Pointer(&v[0])), size))
 }
 
 // download copies a device buffer of len(v) values into v.
@@ -221,7 +121,7 @@ func download[T int32 | float32](b *Backend, v []T, src uint64) error {
 	if len(v) == 0 {
 		return nil
 	}
-	return b.toHost(unsafe.Slice((*byte)(unsafe.Pointer(&v[0])), int(unsafe.Sizeof(v[0]))*len(v)), src)
+	return b.dv.ToHost(unsafe.Slice((*byte)(unsafe.Pointer(&v[0])), int(unsafe.Sizeof(v[0]))*len(v)), src)
 }
 
 // dim3 is a grid or block shape. The sizes are ints, checked against the device's limits by launch
@@ -244,17 +144,17 @@ const (
 // with the width of the kernel's parameter (little-endian: an int32 or float32 sits in the low half).
 func (c *opCtx) launch(name string, grid, block dim3, shmem int, args ...any) error {
 	b := c.b
-	f, ok := b.fns[name]
+	if grid.x < 0 || grid.y < 0 || grid.z < 0 || grid.x > maxGridX || grid.y > maxGridYZ || grid.z > maxGridYZ {
+		// a shape too large for this kernel's launch shape: an error, where a truncated grid would
+		// silently leave work undone
+		return fmt.Errorf("%w: kernel %s: grid %v past the device's limits (x at most 2^31-1, y and z at most 65535)", ErrShape, name, grid)
+	}
+	f, ok := b.dv.Func(name)
 	if !ok {
 		return fmt.Errorf("%w: no kernel %s", ErrInternal, name)
 	}
 	if grid.x == 0 || grid.y == 0 || grid.z == 0 {
 		return nil // nothing to do
-	}
-	if grid.x < 0 || grid.y < 0 || grid.z < 0 || grid.x > maxGridX || grid.y > maxGridYZ || grid.z > maxGridYZ {
-		// a shape too large for this kernel's launch shape: an error, where a truncated grid would
-		// silently leave work undone
-		return fmt.Errorf("%w: kernel %s: grid %v past the device's limits (x at most 2^31-1, y and z at most 65535)", ErrShape, name, grid)
 	}
 	vals := make([]uint64, len(args))
 	ptrs := make([]unsafe.Pointer, len(args)+1)

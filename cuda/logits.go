@@ -134,7 +134,7 @@ func (b *Backend) tokenStats(h, w ops.Tensor, targets []int32, k int, chunkBytes
 func (c *opCtx) statsLogits(logits, x uint64, n, cols int, w weightRef) (int32, error) {
 	b := c.b
 	if cols == 0 {
-		return 0, b.drv.Check("cuMemsetD32Async", bind.Call(b.drv.CuMemsetD32Async, uintptr(logits), 0, uintptr(n*w.rows), b.strm))
+		return 0, b.drv.Check("cuMemsetD32Async", bind.Call(b.drv.CuMemsetD32Async, uintptr(logits), 0, uintptr(n*w.rows), b.dv.Stream))
 	}
 	if b.bf == 1 && w.tc != "" && w.lt && !b.opts.NoTensorCores && b.lt != nil {
 		s, err := b.lt.shape(w.rows, w.k)

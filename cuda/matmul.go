@@ -122,9 +122,9 @@ func (c *opCtx) ltGemm(s *ltShape, out, xb, w uint64, n, m, k int) error {
 	step := ltCallRows(m, k) // a multiple of 4 (plan refuses shapes where it is not): every call's out is 16-byte aligned
 	for r0 := 0; r0 < n; r0 += step {
 		rn := min(step, n-r0)
-		strm, ws := c.b.strm, c.b.lt.ws
+		strm, ws := c.b.dv.Stream, c.b.lt.ws
 		if c.side != nil {
-			strm, ws = c.side.strm, c.side.ws
+			strm, ws = c.side.Stream, c.side.Scratch
 		}
 		if err := c.b.lt.matmul(s, strm, ws, out+uint64(4*r0*m), xb+uint64(2*r0*s.ldb), w, rn, m, k); err != nil {
 			return err
@@ -185,7 +185,7 @@ func (b *Backend) MatMul(x, w ops.Tensor) (ops.Tensor, error) {
 			return err
 		}
 		if xt.cols == 0 { // an empty sum: zeros
-			return b.drv.Check("cuMemsetD32Async", bind.Call(b.drv.CuMemsetD32Async, uintptr(out.ptr), 0, uintptr(out.n()), b.strm))
+			return b.drv.Check("cuMemsetD32Async", bind.Call(b.drv.CuMemsetD32Async, uintptr(out.ptr), 0, uintptr(out.n()), b.dv.Stream))
 		}
 		c.xsrc = xt
 		return c.gemm(out.ptr, xp, xt.rows, weightOf(wt), true)

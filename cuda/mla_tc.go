@@ -103,7 +103,7 @@ func (b *Backend) mlaTC(k mlaTCKernel, ts []*Tensor, heads, nope, shared, vdim i
 		// for the other kernels)
 		d := b.drv
 		if err := d.Check(fmt.Sprintf("cuFuncSetAttribute(%s, max dynamic shared memory)", k.name),
-			bind.Call(d.CuFuncSetAttribute, b.fns[k.name], bind.FuncAttrMaxDynamicSharedBytes, uintptr(shmem))); err != nil {
+			bind.Call(d.CuFuncSetAttribute, b.fn(k.name), bind.FuncAttrMaxDynamicSharedBytes, uintptr(shmem))); err != nil {
 			return err
 		}
 		for h0 := 0; h0 < heads; h0 += group {

@@ -83,7 +83,9 @@ func TestMLAPrepTiming(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			sync := func() error { return b.drv.Check("cuStreamSynchronize", bind.Call(b.drv.CuStreamSynchronize, b.strm)) }
+			sync := func() error {
+				return b.drv.Check("cuStreamSynchronize", bind.Call(b.drv.CuStreamSynchronize, b.dv.Stream))
+			}
 			if err := sync(); err != nil {
 				return err
 			}

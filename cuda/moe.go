@@ -89,18 +89,18 @@ func (b *Backend) UploadExpert(id, latent, ffn int, w1Packed, w1Scale, w3Packed,
 		}
 	}
 	err := b.run(op, func(c *opCtx) error {
-		p, err := b.mallocCopy(size)
+		p, err := b.dv.MallocCopy(size)
 		if err != nil {
 			return err
 		}
 		err = b.fillExpert(p, size, padded, direct, parts, e.off)
 		if err != nil {
 			// The copy stream is waited for first: the block was allocated on it and copies may be queued.
-			return fmt.Errorf("%w (freeing: %v)", err, errors.Join(b.syncCopy(), b.free(p)))
+			return fmt.Errorf("%w (freeing: %v)", err, errors.Join(b.dv.SyncCopy(), b.dv.Free(p)))
 		}
 		if async {
 			if err := b.recordUpload(e); err != nil {
-				return fmt.Errorf("%w (freeing: %v)", err, errors.Join(b.syncCopy(), b.free(p)))
+				return fmt.Errorf("%w (freeing: %v)", err, errors.Join(b.dv.SyncCopy(), b.dv.Free(p)))
 			}
 		}
 		e.ptr = p
@@ -114,9 +114,9 @@ func (b *Backend) UploadExpert(id, latent, ffn int, w1Packed, w1Scale, w3Packed,
 	}
 	cerr := check() // while the copies run
 	err = b.run(op, func(c *opCtx) error {
-		err := b.syncCopy()
+		err := b.dv.SyncCopy()
 		if err != nil || cerr != nil {
-			err = errors.Join(err, b.free(e.ptr))
+			err = errors.Join(err, b.dv.Free(e.ptr))
 			e.ptr, e.freed = 0, true
 		}
 		return err
@@ -139,23 +139,23 @@ func (b *Backend) UploadExpert(id, latent, ffn int, w1Packed, w1Scale, w3Packed,
 func (b *Backend) fillExpert(p uint64, size int, padded, direct bool, parts [6][]byte, off [6]int) error {
 	if padded { // size is a multiple of 256, so of 4
 		d := b.drv
-		if err := d.Check("cuMemsetD32Async(copy)", bind.Call(d.CuMemsetD32Async, uintptr(p), 0, uintptr(size/4), b.cstrm)); err != nil {
+		if err := d.Check("cuMemsetD32Async(copy)", bind.Call(d.CuMemsetD32Async, uintptr(p), 0, uintptr(size/4), b.dv.CopyStream)); err != nil {
 			return err
 		}
 	}
 	for i, part := range parts {
 		var err error
 		if direct {
-			err = b.copyAsync(p+uint64(off[i]), part)
+			err = b.dv.CopyAsync(p+uint64(off[i]), part)
 		} else {
-			err = b.stageCopy(p+uint64(off[i]), part)
+			err = b.dv.StageCopy(p+uint64(off[i]), part)
 		}
 		if err != nil {
 			return err
 		}
 	}
 	if !direct {
-		return b.syncCopy() // the memset, when there was one
+		return b.dv.SyncCopy() // the memset, when there was one
 	}
 	return nil
 }

@@ -23,12 +23,12 @@ func (c *opCtx) narrowOf(t *Tensor, ld int) (uint64, error) {
 	if err := c.b.dropNarrow(t); err != nil {
 		return 0, err
 	}
-	p, err := c.b.malloc(2 * ld * t.rows)
+	p, err := c.b.dv.Malloc(2 * ld * t.rows)
 	if err != nil {
 		return 0, err
 	}
 	if err := c.toBF16(p, t.ptr, t.rows, t.cols, ld); err != nil {
-		return 0, fmt.Errorf("%w (freeing: %v)", err, c.b.free(p))
+		return 0, fmt.Errorf("%w (freeing: %v)", err, c.b.dv.Free(p))
 	}
 	t.narrow, t.narrowLd = p, ld
 	return p, nil
@@ -41,7 +41,7 @@ func (b *Backend) dropNarrow(t *Tensor) error {
 	}
 	p := t.narrow
 	t.narrow, t.narrowLd = 0, 0
-	return b.free(p)
+	return b.dv.Free(p)
 }
 
 // rowOf reports whether x .. x + n rows of k float32 values are whole rows of t (a float32 activation;

@@ -159,7 +159,7 @@ func TestNormNarrowCopy(t *testing.T) {
 		}
 		if c.copy {
 			raw := make([]byte, 2*rows*c.cols)
-			if err := b.toHost(raw, yt.narrow); err != nil {
+			if err := b.dv.ToHost(raw, yt.narrow); err != nil {
 				t.Fatal(err)
 			}
 			for i, v := range yv {

@@ -145,13 +145,13 @@ func (b *Backend) norm(op string, x, w, gate ops.Tensor, eps float32) (ops.Tenso
 		if name, grid, ok := rmsnorm2Kernel(g, groups, ptrs...); ok && b.normVer != 1 {
 			var nb uint64 // the bfloat16 copy the next MatMul reads (narrow.go), written with the output
 			if b.keepsNarrow(xt.cols) {
-				if nb, err = b.malloc(2 * out.n()); err != nil {
+				if nb, err = b.dv.Malloc(2 * out.n()); err != nil {
 					return err
 				}
 			}
 			if err := c.launch(name, d1(grid), d1(normThreads), 0, out.ptr, xp, wp, gp, int64(groups), int32(g), eps, b.bf, nb); err != nil {
 				if nb != 0 {
-					err = errors.Join(err, b.free(nb))
+					err = errors.Join(err, b.dv.Free(nb))
 				}
 				return err
 			}

@@ -48,11 +48,11 @@ func (c *opCtx) phase(detail string) error {
 	p, d := &c.b.prof, c.b.drv
 	start := c.profStart
 	c.profStart = 0
-	if err := p.end(d, c.b.strm, start, c.key()); err != nil {
+	if err := p.end(d, c.b.dv.Stream, start, c.key()); err != nil {
 		return fmt.Errorf("op profile: %w", err)
 	}
 	c.detail = detail
-	next, err := p.begin(d, c.b.strm)
+	next, err := p.begin(d, c.b.dv.Stream)
 	if err != nil {
 		return fmt.Errorf("op profile: %w", err)
 	}
@@ -108,7 +108,7 @@ func (b *Backend) ProfileOps(on bool) error {
 	return b.ex.Do(func() error {
 		if on {
 			b.prof.clear()
-			origin, err := b.prof.begin(b.drv, b.strm) // where the first span starts on the device timeline
+			origin, err := b.prof.begin(b.drv, b.dv.Stream) // where the first span starts on the device timeline
 			if err != nil {
 				return fmt.Errorf("op profile: %w", err)
 			}
@@ -126,7 +126,7 @@ func (b *Backend) ProfileMark(label string) error {
 		if !b.prof.on {
 			return nil
 		}
-		ev, err := b.prof.begin(b.drv, b.strm) // where the span ends on the device timeline
+		ev, err := b.prof.begin(b.drv, b.dv.Stream) // where the span ends on the device timeline
 		if err != nil {
 			return fmt.Errorf("op profile: %w", err)
 		}

@@ -5,10 +5,11 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/potato-k3/potato-k3/cuda/device"
 	"github.com/potato-k3/potato-k3/replay/ops"
 )
 
-// TestUploadRing: uploads through the ring (uploadAsync) land intact when they go around it several
+// TestUploadRing: uploads through the ring (device.UploadAsync) land intact when they go around it several
 // times while the stream is busy with matmuls queued before and between them (so that regions are wanted
 // again while their copies are still in flight), and one larger than half the ring takes the staging
 // path.
@@ -32,9 +33,9 @@ func TestUploadRing(t *testing.T) {
 		}
 		b.Free(y)
 	}
-	sizes := []int{ringSize/2 + 1000} // the staging path
+	sizes := []int{device.RingSize/2 + 1000} // the staging path
 	total := 0
-	for total < 4*ringSize {
+	for total < 4*device.RingSize {
 		n := 1 + rng.IntN(3<<20)
 		sizes = append(sizes, n)
 		total += n
@@ -55,10 +56,10 @@ func TestUploadRing(t *testing.T) {
 		}
 		if err := b.ex.Do(func() error {
 			var err error
-			if dev[i], err = b.malloc(n); err != nil {
+			if dev[i], err = b.dv.Malloc(n); err != nil {
 				return err
 			}
-			return (&opCtx{b: b, op: "TestUploadRing"}).uploadAsync(dev[i], data[i])
+			return b.dv.UploadAsync(b.dv.Stream, dev[i], data[i])
 		}); err != nil {
 			t.Fatalf("upload %d (%d bytes): %v", i, n, err)
 		}
@@ -68,7 +69,7 @@ func TestUploadRing(t *testing.T) {
 	}
 	for i, n := range sizes {
 		got := make([]byte, n)
-		if err := b.ex.Do(func() error { return b.toHost(got, dev[i]) }); err != nil {
+		if err := b.ex.Do(func() error { return b.dv.ToHost(got, dev[i]) }); err != nil {
 			t.Fatal(err)
 		}
 		bad := 0
@@ -80,61 +81,10 @@ func TestUploadRing(t *testing.T) {
 		if bad > 0 {
 			t.Errorf("upload %d (%d bytes): %d bytes differ", i, n, bad)
 		}
-		if err := b.ex.Do(func() error { return b.free(dev[i]) }); err != nil {
+		if err := b.ex.Do(func() error { return b.dv.Free(dev[i]) }); err != nil {
 			t.Fatal(err)
 		}
 	}
 	t.Logf("%d uploads, %s through the ring (%d bytes) and one of %d bytes through staging: intact",
-		len(sizes)-1, fmt.Sprintf("%.0f MB", float64(total)/1e6), ringSize, sizes[0])
-}
-
-// TestRingAlloc (no GPU): a model of the upload ring where copies complete only when waited for (a device
-// far behind the host) or, at random, on their own in queue order. No region is ever placed over a copy
-// still in flight, whatever the sizes and laps; retiring up to the last overlap keeps the queue order.
-func TestRingAlloc(t *testing.T) {
-	for seed := range uint64(20) {
-		rng := rand.New(rand.NewPCG(seed, 9))
-		const size = 1 << 16
-		a := ringAlloc{size: size}
-		inFlight := map[uintptr][2]int{} // event -> region
-		done := 0                        // copies completed so far, in queue order (events are 1, 2, ...)
-		var next uintptr
-		for range 5000 {
-			n := (1 + rng.IntN(size/2/ringAlign)) * ringAlign
-			if rng.IntN(4) == 0 { // the device catches up a little
-				for k := 0; k < rng.IntN(3) && k < len(a.pending); k++ {
-					done++
-				}
-			}
-			// what uploadAsync does: retire the completed front, place, wait for the last overlap
-			k := 0
-			for k < len(a.pending) && int(a.pending[k].ev) <= done {
-				k++
-			}
-			for _, ev := range a.retire(k) {
-				delete(inFlight, ev)
-			}
-			at, last := a.place(n)
-			if at < 0 || at+n > size {
-				t.Fatalf("seed %d: region [%d, %d) outside the ring of %d", seed, at, at+n, size)
-			}
-			if last >= 0 {
-				done = max(done, int(a.pending[last].ev)) // waiting for it completes every copy before it
-				for _, ev := range a.retire(last + 1) {
-					delete(inFlight, ev)
-				}
-			}
-			for ev, r := range inFlight {
-				if int(ev) <= done {
-					continue // completed, only not yet retired
-				}
-				if r[0] < at+n && r[1] > at {
-					t.Fatalf("seed %d: region [%d, %d) placed over [%d, %d), whose copy %d is in flight (done %d)", seed, at, at+n, r[0], r[1], ev, done)
-				}
-			}
-			next++
-			a.commit(at, n, next)
-			inFlight[next] = [2]int{at, at + n}
-		}
-	}
+		len(sizes)-1, fmt.Sprintf("%.0f MB", float64(total)/1e6), device.RingSize, sizes[0])
 }

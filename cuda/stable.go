@@ -74,7 +74,7 @@ func (ev *copyEvents) destroy(d *bind.Driver) error {
 
 // recordUpload records an event on the copy stream after expert e's copies and numbers the upload.
 func (b *Backend) recordUpload(e *Expert) error {
-	ev, err := b.evs.events.Record(b.drv, b.cstrm)
+	ev, err := b.evs.events.Record(b.drv, b.dv.CopyStream)
 	if err != nil {
 		return err
 	}
@@ -88,7 +88,7 @@ func (b *Backend) wait(ev uintptr, seq uint64) error {
 	if seq <= b.evs.joined {
 		return nil
 	}
-	if err := b.drv.Check("cuStreamWaitEvent", bind.Call(b.drv.CuStreamWaitEvent, b.strm, ev, 0)); err != nil {
+	if err := b.drv.Check("cuStreamWaitEvent", bind.Call(b.drv.CuStreamWaitEvent, b.dv.Stream, ev, 0)); err != nil {
 		return err
 	}
 	b.evs.joined = seq

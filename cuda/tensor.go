@@ -97,12 +97,12 @@ func (c *opCtx) f32(t *Tensor) (uint64, error) {
 		return t.ptr, nil
 	}
 	if t.wide == 0 && t.n() > 0 {
-		p, err := c.b.malloc(4 * t.n())
+		p, err := c.b.dv.Malloc(4 * t.n())
 		if err != nil {
 			return 0, err
 		}
 		if err := c.launch1D("k_widen_bf16", t.n(), p, t.ptr, int64(t.n())); err != nil {
-			return 0, fmt.Errorf("%w (freeing: %v)", err, c.b.free(p))
+			return 0, fmt.Errorf("%w (freeing: %v)", err, c.b.dv.Free(p))
 		}
 		t.wide = p
 	}
@@ -154,7 +154,7 @@ func (b *Backend) Upload(dt ops.DType, rows, cols int, raw []byte) (ops.Tensor, 
 	}
 	t := &Tensor{b: b, rows: rows, cols: cols, dt: st}
 	err := b.run(op, func(c *opCtx) error {
-		p, err := b.mallocCopy(size)
+		p, err := b.dv.MallocCopy(size)
 		if err != nil {
 			return err
 		}
@@ -162,7 +162,7 @@ func (b *Backend) Upload(dt ops.DType, rows, cols int, raw []byte) (ops.Tensor, 
 		if err := b.uploadBytes(p, raw); err != nil {
 			t.ptr = 0
 			// The copy stream is waited for first: the block was allocated on it.
-			return fmt.Errorf("%w (freeing: %v)", err, errors.Join(b.syncCopy(), b.free(p)))
+			return fmt.Errorf("%w (freeing: %v)", err, errors.Join(b.dv.SyncCopy(), b.dv.Free(p)))
 		}
 		return nil
 	})
@@ -191,7 +191,7 @@ func (b *Backend) FromHost(rows, cols int, data []float32) (ops.Tensor, error) {
 		for i, v := range data {
 			binary.LittleEndian.PutUint32(raw[4*i:], math.Float32bits(v))
 		}
-		if err := b.toDevice(out.ptr, raw); err != nil {
+		if err := b.dv.ToDevice(out.ptr, raw); err != nil {
 			return err
 		}
 		if b.bf == 1 {
@@ -217,7 +217,7 @@ func (b *Backend) ToHost(x ops.Tensor) ([]float32, error) {
 	err = b.run(op, func(c *opCtx) error {
 		if t.dt == dtBF16 {
 			raw := make([]byte, 2*t.n())
-			if err := b.toHost(raw, t.ptr); err != nil {
+			if err := b.dv.ToHost(raw, t.ptr); err != nil {
 				return err
 			}
 			for i := range out {
@@ -270,7 +270,7 @@ func (b *Backend) Free(x any) {
 			}
 		}
 		for _, p := range ptrs {
-			if err := b.free(p); err != nil {
+			if err := b.dv.Free(p); err != nil {
 				return err
 			}
 		}
@@ -290,7 +290,7 @@ func (b *Backend) Zeros(rows, cols int) (ops.Tensor, error) {
 		if out, err = c.out(rows, cols); err != nil || out.n() == 0 {
 			return err
 		}
-		return b.drv.Check("cuMemsetD32Async", bind.Call(b.drv.CuMemsetD32Async, uintptr(out.ptr), 0, uintptr(out.n()), b.strm))
+		return b.drv.Check("cuMemsetD32Async", bind.Call(b.drv.CuMemsetD32Async, uintptr(out.ptr), 0, uintptr(out.n()), b.dv.Stream))
 	})
 	if err != nil {
 		return nil, err

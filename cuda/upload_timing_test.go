@@ -118,7 +118,7 @@ func TestUploadTiming(t *testing.T) {
 		}
 	}
 	syncCopy := func() {
-		if err := b.ex.Do(b.syncCopy); err != nil {
+		if err := b.ex.Do(b.dv.SyncCopy); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -164,7 +164,7 @@ func TestUploadTiming(t *testing.T) {
 	var dev uint64
 	if err := b.ex.Do(func() error {
 		var err error
-		dev, err = b.mallocCopy(len(src))
+		dev, err = b.dv.MallocCopy(len(src))
 		return err
 	}); err != nil {
 		t.Fatal(err)
@@ -173,17 +173,17 @@ func TestUploadTiming(t *testing.T) {
 	start = time.Now()
 	if err := b.ex.Do(func() error {
 		for range reps {
-			if err := b.copyAsync(dev, src); err != nil {
+			if err := b.dv.CopyAsync(dev, src); err != nil {
 				return err
 			}
 		}
-		return b.syncCopy()
+		return b.dv.SyncCopy()
 	}); err != nil {
 		t.Fatal(err)
 	}
 	el := time.Since(start)
 	t.Logf("TIMING plain copies: %d x %.0f MB from pinned memory in %.1f ms: %.1f GB/s", reps, float64(len(src))/1e6, ms(el), float64(reps*len(src))/el.Seconds()/1e9)
-	if err := b.ex.Do(func() error { return b.free(dev) }); err != nil {
+	if err := b.ex.Do(func() error { return b.dv.Free(dev) }); err != nil {
 		t.Fatal(err)
 	}
 }

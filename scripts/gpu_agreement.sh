@@ -6,7 +6,7 @@
 #   CGO_ENABLED=0 go test -c -trimpath -ldflags='-s -w' -o .dev/gpu/replay.test ./replay/
 # Runs: the ops conformance suite on CUDA in both precisions, CUDA vs CPU op by op, batch invariance, the
 # kernel cache (cuda.test); the engine on CUDA vs CPU on the tiny and small presets and batch invariance
-# of whole replays (replay.test). cuda/NOTES.md records the figures of each run.
+# of whole replays (replay.test). cuda/records/JOURNAL.md records the figures of each run.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"

@@ -112,7 +112,7 @@ extern "C" __global__ void k_scatter_add(float* acc, const float* h, const int* 
 }
 
 // k_copy16: dst[0:n] = src[0:n], n bytes, dst and src 16-byte aligned; src may be mapped host memory (the
-// upload ring, ring.go: the SMs read it over the bus, so the copy does not queue behind the weight stream's
+// upload ring, cuda/device/ring.go: the SMs read it over the bus, so the copy does not queue behind the weight stream's
 // copies in the copy engine). Grid-stride over 16-byte words, then the tail bytes.
 extern "C" __global__ void k_copy16(u8* dst, const u8* src, i64 n) {
     const i64 words = n >> 4, stride = (i64)gridDim.x * blockDim.x;

@@ -52,7 +52,7 @@
 //      the gathered buffer; the gather, the SiTU tables and the combine are versions 1-2's. The decode and
 //      rounding points are those above, the sums cuBLASLt's pinned order (the same for every row whatever
 //      n: batch invariant), so the bits differ from versions 1-2 at float32 rounding level. Versions 1-2
-//      reach 150-180 TFLOP/s on mma.sync; cuBLASLt runs K3's shapes at 535-620 (cuda/NOTES.md, run 6).
+//      reach 150-180 TFLOP/s on mma.sync; cuBLASLt runs K3's shapes at 535-620 (cuda/records/JOURNAL.md, run 6).
 #include "common.cuh"
 
 #define XBM 128  // rows of a block tile

@@ -5,7 +5,7 @@
 // In BF16 precision q, kv and ks hold bfloat16 values (the ops contract: activations are rounded), so
 // reading them as bfloat16 is exact and q.k on mma.sync bf16 -> f32 multiplies exactly.
 //
-// Per query row t of a sequence starting at row t0 and per head (the contract, cuda/attn.go MLA):
+// Per query row t of a sequence starting at row t0 and per head (the contract, cuda/mla.go MLA):
 //   keys are walked in blocks of BN = 64 rows anchored at t0; block b holds keys t0 + 64b .. t0 + 64b + 63.
 //   S_s  = the tensor cores' float32 sum of query[i] * key_s[i], i in qk chunks of 16 ascending (exact
 //          products; the first chunk added to +0, each next chunk to the running sum; zero-padded to

@@ -28,7 +28,7 @@ const minCoverage = 4
 // router, once the layer's attention is queued, when the source can and the wave is large enough that
 // nearly all of them will be chosen (and the last MoE layer of this pass did choose at least 90% of its
 // experts). (Fetching them earlier, as soon as the layer before had fetched its last experts, was
-// measured on the H200 and gained nothing: cuda/NOTES.md, run 10.)
+// measured on the H200 and gained nothing: cuda/records/JOURNAL.md, run 10.)
 func (f *Pass) prefetch(w *LayerWeights) error {
 	pf, ok := f.Experts.(ExpertPrefetcher)
 	if !ok || f.PrefetchExperts == 0 || w.Layer.FFN != MoE {

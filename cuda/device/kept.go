@@ -1,4 +1,4 @@
-package cuda
+package device
 
 import (
 	"errors"
@@ -10,7 +10,7 @@ import (
 
 // Kept buffers: device scratch that an op keeps from call to call, outside the stream-ordered pool.
 //
-// The routed experts' path needs a few GB of scratch a call (two chunks of decoded weights, each lane's
+// The CUDA backend's routed experts' path needs a few GB of scratch a call (two chunks of decoded weights, each lane's
 // float32 outputs). Taken from the pool and freed at the op's end on the compute stream, those blocks are
 // what the next experts' uploads, allocated on the copy stream, are given next: the allocator then orders
 // the copies after the compute stream's free (its internal dependencies), so the copy engine waits for the
@@ -23,58 +23,42 @@ type keptBuf struct {
 	size int
 }
 
-// kept returns the kept buffer named key, of at least n bytes, on the CUDA thread. A buffer too small is
-// replaced: the device is synchronised first (compute, copy and side streams), since queued work may still
-// use it.
-func (b *Backend) kept(key string, n int) (uint64, error) {
+// Kept returns the kept buffer named key, of at least n bytes. A buffer too small is replaced: the device
+// is synchronised first (compute, copy and side streams), since queued work may still use it.
+func (dv *Device) Kept(key string, n int) (uint64, error) {
 	if n <= 0 {
 		return 0, nil
 	}
-	if k, ok := b.keep[key]; ok && k.size >= n {
+	if k, ok := dv.keep[key]; ok && k.size >= n {
 		return k.ptr, nil
 	}
-	d := b.drv
-	if k, ok := b.keep[key]; ok {
-		if err := b.syncStreams(); err != nil {
+	d := dv.Drv
+	if k, ok := dv.keep[key]; ok {
+		if err := dv.SyncStreams(); err != nil {
 			return 0, fmt.Errorf("growing %s: %w", key, err)
 		}
 		if err := d.Check("cuMemFree("+key+")", bind.Call(d.CuMemFree, uintptr(k.ptr))); err != nil {
 			return 0, err
 		}
-		delete(b.keep, key)
+		delete(dv.keep, key)
 	}
 	var p uint64
 	if err := d.Check(fmt.Sprintf("cuMemAlloc(%s, %d bytes)", key, n), bind.Call(d.CuMemAlloc, uintptr(unsafe.Pointer(&p)), uintptr(n))); err != nil {
 		return 0, err
 	}
-	if b.keep == nil {
-		b.keep = map[string]keptBuf{}
+	if dv.keep == nil {
+		dv.keep = map[string]keptBuf{}
 	}
-	b.keep[key] = keptBuf{ptr: p, size: n}
+	dv.keep[key] = keptBuf{ptr: p, size: n}
 	return p, nil
 }
 
-// syncStreams waits for the compute, copy and side streams.
-func (b *Backend) syncStreams() error {
-	d := b.drv
-	strms := []uintptr{b.strm, b.cstrm}
-	for _, s := range b.side {
-		strms = append(strms, s.strm)
-	}
-	for _, s := range strms {
-		if err := d.Check("cuStreamSynchronize", bind.Call(d.CuStreamSynchronize, s)); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 // releaseKept frees every kept buffer (at release, after the streams were synchronised).
-func (b *Backend) releaseKept() error {
+func (dv *Device) releaseKept() error {
 	var errs []error
-	for key, k := range b.keep {
-		errs = append(errs, b.drv.Check("cuMemFree("+key+")", bind.Call(b.drv.CuMemFree, uintptr(k.ptr))))
+	for key, k := range dv.keep {
+		errs = append(errs, dv.Drv.Check("cuMemFree("+key+")", bind.Call(dv.Drv.CuMemFree, uintptr(k.ptr))))
 	}
-	b.keep = nil
+	dv.keep = nil
 	return errors.Join(errs...)
 }

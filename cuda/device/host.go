@@ -1,0 +1,160 @@
+package device
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"unsafe"
+
+	"github.com/potato-k3/potato-k3/cuda/bind"
+)
+
+// Pinned host memory and host transfers. Page-locked memory (cuMemHostAlloc) is what the copy engine reads
+// at the full host-to-device rate; ordinary memory goes through the pinned staging buffer, copied into it
+// by all CPUs at once.
+
+// StagingMax bounds the pinned staging buffer; larger transfers go through it in pieces.
+const StagingMax = 64 << 20
+
+// Staging returns the pinned host staging buffer with at least min(n, StagingMax) bytes, reallocated
+// (after Stream's work) when it is smaller.
+func (d *Device) Staging(n int) ([]byte, error) {
+	n = min(n, StagingMax)
+	if d.nstg < n {
+		dr := d.Drv
+		if d.stage != nil {
+			if err := d.Sync(); err != nil {
+				return nil, err
+			}
+			if err := dr.Check("cuMemFreeHost", bind.Call(dr.CuMemFreeHost, uintptr(d.stage))); err != nil {
+				return nil, err
+			}
+			d.stage, d.nstg = nil, 0
+		}
+		size := max(n, 1<<20)
+		var p unsafe.Pointer
+		if err := dr.Check(fmt.Sprintf("cuMemHostAlloc(%d bytes)", size), bind.Call(dr.CuMemHostAlloc, uintptr(unsafe.Pointer(&p)), uintptr(size), bind.MemHostAllocPortable)); err != nil {
+			return nil, err
+		}
+		d.stage, d.nstg = p, size
+	}
+	return unsafe.Slice((*byte)(d.stage), d.nstg), nil
+}
+
+// ToDevice copies src to device address dst on Stream through the staging buffer, waiting for each piece.
+func (d *Device) ToDevice(dst uint64, src []byte) error {
+	dr := d.Drv
+	for len(src) > 0 {
+		buf, err := d.Staging(len(src))
+		if err != nil {
+			return err
+		}
+		n := ParallelCopy(buf, src)
+		if err := dr.Check("cuMemcpyHtoDAsync", bind.Call(dr.CuMemcpyHtoDAsync, uintptr(dst), uintptr(d.stage), uintptr(n), d.Stream)); err != nil {
+			return err
+		}
+		if err := d.Sync(); err != nil {
+			return err
+		}
+		dst += uint64(n)
+		src = src[n:]
+	}
+	return nil
+}
+
+// ToHost copies len(dst) bytes from device address src into dst through the staging buffer, after all
+// work queued on Stream (which it waits for: any asynchronous fault is reported here).
+func (d *Device) ToHost(dst []byte, src uint64) error {
+	dr := d.Drv
+	for len(dst) > 0 {
+		buf, err := d.Staging(len(dst))
+		if err != nil {
+			return err
+		}
+		n := min(len(buf), len(dst))
+		if err := dr.Check("cuMemcpyDtoHAsync", bind.Call(dr.CuMemcpyDtoHAsync, uintptr(d.stage), uintptr(src), uintptr(n), d.Stream)); err != nil {
+			return err
+		}
+		if err := d.Sync(); err != nil {
+			return err
+		}
+		ParallelCopy(dst[:n], buf[:n])
+		src += uint64(n)
+		dst = dst[n:]
+	}
+	return nil
+}
+
+// AllocPinned returns n bytes of page-locked, portable host memory (cuMemHostAlloc); FreePinned releases it.
+func (d *Device) AllocPinned(n int) (unsafe.Pointer, error) {
+	var p unsafe.Pointer
+	err := d.Drv.Check(fmt.Sprintf("cuMemHostAlloc(%d bytes)", n),
+		bind.Call(d.Drv.CuMemHostAlloc, uintptr(unsafe.Pointer(&p)), uintptr(n), bind.MemHostAllocPortable))
+	return p, err
+}
+
+// FreePinned waits for CopyStream (a copy may still read the buffer) and frees pinned memory p; with
+// synced, the caller has synchronised the streams already (at Close).
+func (d *Device) FreePinned(p uintptr, synced bool) error {
+	dr := d.Drv
+	if synced {
+		return dr.Check("cuMemFreeHost", bind.Call(dr.CuMemFreeHost, p))
+	}
+	return errors.Join(d.SyncCopy(), dr.Check("cuMemFreeHost", bind.Call(dr.CuMemFreeHost, p)))
+}
+
+// CopyAsync queues the copy of pinned src to device address dst on CopyStream; the caller waits with
+// SyncCopy before src may change.
+func (d *Device) CopyAsync(dst uint64, src []byte) error {
+	if len(src) == 0 {
+		return nil
+	}
+	dr := d.Drv
+	return dr.Check("cuMemcpyHtoDAsync(copy)", bind.Call(dr.CuMemcpyHtoDAsync, uintptr(dst), uintptr(unsafe.Pointer(unsafe.SliceData(src))), uintptr(len(src)), d.CopyStream))
+}
+
+// StageCopy copies ordinary host memory src to dst on CopyStream through the staging buffer, waiting for
+// each piece (the staging buffer is reused).
+func (d *Device) StageCopy(dst uint64, src []byte) error {
+	for len(src) > 0 {
+		buf, err := d.Staging(len(src))
+		if err != nil {
+			return err
+		}
+		n := ParallelCopy(buf, src)
+		if err := d.CopyAsync(dst, buf[:n]); err != nil {
+			return err
+		}
+		if err := d.SyncCopy(); err != nil {
+			return err
+		}
+		dst += uint64(n)
+		src = src[n:]
+	}
+	return nil
+}
+
+// Copies of at least parallelCopyMin bytes are split over the CPUs in parts of at least copyPart bytes:
+// one core's memmove reaches a fraction of the host's memory bandwidth.
+const (
+	parallelCopyMin = 4 << 20
+	copyPart        = 1 << 20
+)
+
+// ParallelCopy is copy(dst, src), large copies spread over GOMAXPROCS goroutines.
+func ParallelCopy(dst, src []byte) int {
+	n := min(len(dst), len(src))
+	if n < parallelCopyMin {
+		return copy(dst, src)
+	}
+	parts := min(runtime.GOMAXPROCS(0), n/copyPart)
+	per := (n + parts - 1) / parts
+	var wg sync.WaitGroup
+	for lo := 0; lo < n; lo += per {
+		hi := min(lo+per, n)
+		wg.Go(func() { copy(dst[lo:hi], src[lo:hi]) })
+	}
+	wg.Wait()
+	return n
+}
