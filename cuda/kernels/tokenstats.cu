@@ -28,9 +28,10 @@
 //     be read directly (no separate rounding pass); rnd is idempotent, so rounded logits give the same
 //     bits.
 //
-// Removed version: the first kernel (nine passes over a row, one load a thread at a time, an exclusive
-// scan by one thread): the same bits; 141 ms of stats kernel at 65,536 K3 rows on the H200, latency-bound
-// (cuda/records/JOURNAL.md, "TokenStats chunks and version 2", and "Removed kernel versions").
+// Removed version: the first kernel (nine passes over a BF16 row, one load a thread at a time, candidates
+// placed by one thread's exclusive scan): the same bits, 496 ms of stats kernel at 65,536 K3 rows against
+// this one's 111 ms (one load a thread at a time, this one took 141 ms: latency-bound) on the H200
+// (cuda/records/JOURNAL.md, run 19, and "Removed kernel versions").
 // Next (not done): fuse with the lm_head matmul per vocabulary tile (online logsumexp) so no chunk of
 // logits is stored.
 #include "common.cuh"
