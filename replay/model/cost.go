@@ -72,3 +72,49 @@ func (p *Plan) WidestActivation() int {
 	return max(d.Hidden, d.KDAWidth, d.DenseFFN, d.SharedWidth, d.Latent,
 		d.MLAHeads*(d.QKNope+d.QKShared), d.MLAHeads*(d.QKNope+d.VHead), d.TopK*d.ExpertFFN)
 }
+
+// SliceValuesPerToken bounds the activation values one row of a slice holds on the backend at the peak
+// of any sublayer, beyond the per-token state (the running sum and the AttnRes blocks, StateValuesPerToken).
+// It counts what the forward keeps alive at once: a sublayer's mix input and normed input, and every
+// intermediate of its attention or FFN (the run of a sublayer frees its intermediates at its end), with
+// the routed experts' gate, up and SiTU rows counted for every expert a row chooses. Bounding a slice's
+// rows by it bounds the activations; the engine's plan multiplies it by the backend's bytes a value.
+func (p *Plan) SliceValuesPerToken() int64 {
+	d := p.Dims()
+	h := int64(d.Hidden)
+	in := 3 * h // the mix output, the normed input and the sublayer's output
+	kda := in + 11*int64(d.KDAWidth) + int64(d.KDAHeadDim) + int64(d.KDAHeads)
+	mla := in + 2*int64(d.QLora) + int64(d.MLAHeads*(d.QKNope+d.QKShared)) + int64(2*d.KVLora+2*d.QKShared) +
+		int64(d.MLAHeads*(d.QKNope+d.VHead)) + 3*int64(d.MLAHeads*d.VHead)
+	dense := in + 3*int64(d.DenseFFN)
+	moe := in + 3*int64(d.SharedWidth) + h + 4*int64(d.Latent) + 3*int64(d.TopK)*int64(d.ExpertFFN) + 2*h
+	var most int64
+	for _, l := range p.Layers {
+		a := kda
+		if l.Attn == MLA {
+			a = mla
+		}
+		f := dense
+		if l.FFN == MoE {
+			f = moe
+		}
+		most = max(most, a, f)
+	}
+	return most
+}
+
+// StateValuesPerToken is the per-token state a wave keeps between layers: the running sum and at most
+// MaxBlocks block vectors, hidden values each (K3: 9 x 7168).
+func (p *Plan) StateValuesPerToken() int64 {
+	return int64(p.MaxBlocks()+1) * int64(p.Dims().Hidden)
+}
+
+// CarryValues bounds what the token-mixing ops carry between slices for one sequence of the given length:
+// the short convolutions' last inputs, KDA's state of every head, MLA's key latents and shared keys.
+func (p *Plan) CarryValues(seqLen int) int64 {
+	d := p.Dims()
+	conv := 3 * int64(max(d.ConvKernel-1, 0)) * int64(d.KDAWidth)
+	kda := int64(d.KDAHeads) * int64(d.KDAHeadDim) * int64(d.KDAHeadDim)
+	mla := int64(seqLen) * int64(d.KVLora+d.QKShared)
+	return conv + kda + mla
+}

@@ -32,23 +32,24 @@ func bindKDA(get func(string) ops.Tensor) *KDAWeights {
 // Forward computes KDA for the wave; x is the normed layer input.
 func (w *KDAWeights) Forward(f *Pass, x ops.Tensor) (ops.Tensor, error) {
 	// x: [tokens, hidden] bf16 -> y: [tokens, hidden] bf16
-	m, b, l := f.Model, f.Model.Ops, f.Layout
+	m, b := f.Model, f.Model.Ops
 	heads := m.Dims.KDAHeads
 	// the gate is lower*sigmoid(...), in (lower, 0): the lower bound scales the activation, it is not a clamp
 	lower := float32(m.Plan.Config.LinearAttn.GateLowerBound)
 	r := newRun(b)
 	defer r.free()
-	conv := func(x, w ops.Tensor, name string) ops.Tensor {
-		return r.do(name, func() (ops.Tensor, error) { return b.ShortConvSiLU(x, w, l) })
+	// each convolution carries its own last inputs from slice to slice
+	conv := func(x, w ops.Tensor, name string, c *ops.Carry) ops.Tensor {
+		return r.do(name, func() (ops.Tensor, error) { return f.shortConv(x, w, c) })
 	}
-	q := conv(r.mm(x, w.Q, "q_proj"), w.QConv, "q_conv1d")
-	k := conv(r.mm(x, w.K, "k_proj"), w.KConv, "k_conv1d")
-	v := conv(r.mm(x, w.V, "v_proj"), w.VConv, "v_conv1d")
+	q := conv(r.mm(x, w.Q, "q_proj"), w.QConv, "q_conv1d", &f.carries.conv[0])
+	k := conv(r.mm(x, w.K, "k_proj"), w.KConv, "k_conv1d", &f.carries.conv[1])
+	v := conv(r.mm(x, w.V, "v_proj"), w.VConv, "v_conv1d", &f.carries.conv[2])
 	graw := r.mm(r.mm(x, w.FA, "f_a_proj"), w.FB, "f_b_proj") // the decay gate before its activation
 	braw := r.mm(x, w.B, "b_proj")
 	gout := r.mm(x, w.G, "g_proj") // the output gate before its sigmoid
 	o := r.do("delta rule", func() (ops.Tensor, error) {
-		return b.KDA(q, k, v, graw, braw, w.ALog, w.DtBias, heads, lower, l)
+		return f.kda(q, k, v, graw, braw, w.ALog, w.DtBias, heads, lower)
 	})
 	// per head: RMSNorm with the shared o_norm weight, then times sigmoid of the output gate
 	o = r.do("o_norm", func() (ops.Tensor, error) { return b.GatedRMSNorm(o, w.ONorm, gout, m.eps) })

@@ -33,7 +33,7 @@ func bindMLA(get func(string) ops.Tensor) *MLAWeights {
 // Forward computes gated MLA for the wave; x is the normed layer input.
 func (w *MLAWeights) Forward(f *Pass, x ops.Tensor) (ops.Tensor, error) {
 	// x: [tokens, hidden] bf16 -> y: [tokens, hidden] bf16
-	d, b, l := f.Model.Dims, f.Model.Ops, f.Layout
+	d, b := f.Model.Dims, f.Model.Ops
 	r := newRun(b)
 	defer r.free()
 	norm := func(x, w ops.Tensor, name string) ops.Tensor {
@@ -44,10 +44,10 @@ func (w *MLAWeights) Forward(f *Pass, x ops.Tensor) (ops.Tensor, error) {
 	kv := r.mm(x, w.KVA, "kv_a_proj_with_mqa")
 	latent := r.do("kv latent", func() (ops.Tensor, error) { return b.Slice(kv, 0, d.KVLora) })
 	ks := r.do("shared key", func() (ops.Tensor, error) { return b.Slice(kv, d.KVLora, d.KVLora+d.QKShared) })
-	kvb := r.mm(norm(latent, w.KVNorm, "kv_a_layernorm"), w.KVB, "kv_b_proj") // per head [k_nope | v]
-	o := r.do("attention", func() (ops.Tensor, error) {
-		return b.MLA(q, kvb, ks, d.MLAHeads, d.QKNope, d.QKShared, d.VHead, l)
-	})
+	cKV := norm(latent, w.KVNorm, "kv_a_layernorm")
+	kvb := r.mm(cKV, w.KVB, "kv_b_proj") // per head [k_nope | v]
+	// sliced, the attention carries cKV and ks (kv latent + shared values a row), not the expanded kvb
+	o := r.do("attention", func() (ops.Tensor, error) { return f.mla(q, kvb, ks, cKV, w.KVB) })
 	g := r.mm(x, w.G, "g_proj")
 	o = r.do("output gate", func() (ops.Tensor, error) { return b.MulSigmoid(o, g) })
 	y := r.result("o_proj", func() (ops.Tensor, error) { return b.MatMul(o, w.O) })
