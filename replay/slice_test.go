@@ -166,7 +166,7 @@ func (c *counting) MLA(q, kv, ks ops.Tensor, h, n, s, v int, l ops.Layout) (ops.
 func (c *counting) SiTUGLU(g, u ops.Tensor, b, lb float32) (ops.Tensor, error) {
 	return c.t(c.Backend.SiTUGLU(g, u, b, lb))
 }
-func (c *counting) Zeros(r, k int) (ops.Tensor, error)   { return c.t(c.Backend.Zeros(r, k)) }
+func (c *counting) Zeros(r, k int) (ops.Tensor, error)     { return c.t(c.Backend.Zeros(r, k)) }
 func (c *counting) Round(x ops.Tensor) (ops.Tensor, error) { return c.t(c.Backend.Round(x)) }
 func (c *counting) ShortConvSiLUSlice(x, w ops.Tensor, l ops.SliceLayout, in ops.Carry) (ops.Tensor, ops.Carry, error) {
 	return c.carry(c.Backend.ShortConvSiLUSlice(x, w, l, in))

@@ -15,7 +15,9 @@ type carries struct {
 	mla  ops.Carry
 }
 
-func (c *carries) all() []*ops.Carry { return []*ops.Carry{&c.conv[0], &c.conv[1], &c.conv[2], &c.kda, &c.mla} }
+func (c *carries) all() []*ops.Carry {
+	return []*ops.Carry{&c.conv[0], &c.conv[1], &c.conv[2], &c.kda, &c.mla}
+}
 
 // free releases every carry still held.
 func (c *carries) free(b ops.Backend) {
