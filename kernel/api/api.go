@@ -147,5 +147,6 @@ type Progress struct {
 	BytesPerSecond float64  `json:"bytes_per_second"`
 	ElapsedSeconds float64  `json:"elapsed_s"`
 	ETASeconds     float64  `json:"eta_s"` // naive: remaining layers at the mean time per layer so far
+	Plan           string   `json:"plan,omitempty"` // the wave's plan: reads, slices, where the state lives, device peak
 	Error          string   `json:"error,omitempty"`
 }
