@@ -75,15 +75,17 @@ func (p *Plan) WidestActivation() int {
 
 // SliceValuesPerToken bounds the activation values one row of a slice holds on the backend at the peak
 // of any sublayer, beyond the per-token state (the running sum and the AttnRes blocks, StateValuesPerToken).
-// It counts what the forward keeps alive at once: a sublayer's mix input and normed input, and every
-// intermediate of its attention or FFN (the run of a sublayer frees its intermediates at its end), with
+// It counts what the forward keeps alive at once: a sublayer's mix input and normed input, and the
+// intermediates of its attention or FFN alive together (each is freed once the next step has read it), with
 // the routed experts' gate, up and SiTU rows counted for every expert a row chooses. Bounding a slice's
 // rows by it bounds the activations; the engine's plan multiplies it by the backend's bytes a value.
 func (p *Plan) SliceValuesPerToken() int64 {
 	d := p.Dims()
 	h := int64(d.Hidden)
 	in := 3 * h // the mix output, the normed input and the sublayer's output
-	kda := in + 11*int64(d.KDAWidth) + int64(d.KDAHeadDim) + int64(d.KDAHeads)
+	// KDA: a projection and its convolution, then the delta rule's four inputs and output (5 widths), one
+	// to spare
+	kda := in + 6*int64(d.KDAWidth) + int64(d.KDAHeadDim) + int64(d.KDAHeads)
 	mla := in + 2*int64(d.QLora) + int64(d.MLAHeads*(d.QKNope+d.QKShared)) + int64(2*d.KVLora+2*d.QKShared) +
 		int64(d.MLAHeads*(d.QKNope+d.VHead)) + 3*int64(d.MLAHeads*d.VHead)
 	dense := in + 3*int64(d.DenseFFN)
