@@ -91,17 +91,7 @@ func (e *Engine) planWave(lens []int) (WavePlan, error) {
 		p.Longest = max(p.Longest, n)
 	}
 	_, p.Sliceable = e.Model.Ops.(ops.Slicer)
-	eb := int64(4)
-	if s, ok := e.Model.Ops.(ops.ActivationSizer); ok {
-		eb = int64(s.ActivationElementBytes())
-	}
-	hostEB := int64(2) // bfloat16 values
-	if e.Model.Ops.Precision() == ops.FP32 {
-		hostEB = 4
-	}
-	act := m.SliceValuesPerToken() * eb
-	state := m.StateValuesPerToken() * eb
-	hostState := m.StateValuesPerToken() * hostEB
+	act, state, hostState := e.tokenBytes()
 	carry := m.CarryValues(p.Longest) * 4
 	p.WeightBytes = e.weightPeak(p.Sliceable)
 	avail := p.DeviceBudget - p.WeightBytes - carry
@@ -167,6 +157,34 @@ func (e *Engine) planWave(lens []int) (WavePlan, error) {
 		p.DevicePeak += int64(wave) * state
 	}
 	return p, nil
+}
+
+// tokenBytes are the bytes a token of a wave takes: on the device in a slice's activations (act), in
+// the per-token state on the device (float32 tensors on every backend) and in host memory (bfloat16
+// values, float32 in FP32 precision).
+func (e *Engine) tokenBytes() (act, state, hostState int64) {
+	eb := int64(4)
+	if s, ok := e.Model.Ops.(ops.ActivationSizer); ok {
+		eb = int64(s.ActivationElementBytes())
+	}
+	hostEB := int64(2)
+	if e.Model.Ops.Precision() == ops.FP32 {
+		hostEB = 4
+	}
+	v := e.Plan.StateValuesPerToken()
+	return e.Plan.SliceValuesPerToken()*eb + e.expertScratch(), 4 * v, hostEB * v
+}
+
+// expertScratch is the routed experts' scratch a token takes in ExpertsAccumulate (0 without MoE layers).
+func (e *Engine) expertScratch() int64 {
+	d := e.Model.Dims
+	if e.Plan.Count(model.KDA, model.MoE)+e.Plan.Count(model.MLA, model.MoE) == 0 {
+		return 0
+	}
+	if s, ok := e.Model.Ops.(ops.ExpertScratch); ok {
+		return s.ExpertScratchBytes(1, d.TopK, d.Latent, d.ExpertFFN)
+	}
+	return 4 * int64(d.TopK) * int64(d.Latent+2*d.ExpertFFN)
 }
 
 // roundSlice rounds a slice size down to a multiple of 1,024 tokens when it is larger.

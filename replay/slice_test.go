@@ -73,8 +73,7 @@ func slicedDevice(t *testing.T, preset string, n int) int64 {
 	for _, l := range sliceSeqLens {
 		total += l
 	}
-	act := e.Plan.SliceValuesPerToken() * 4
-	state := e.Plan.StateValuesPerToken() * 4
+	act, state, _ := e.tokenBytes()
 	if n >= total {
 		t.Fatalf("slices of %d cover the whole test wave of %d tokens: no state to put off the device", n, total)
 	}
@@ -189,7 +188,7 @@ func TestPlanBoundsDevice(t *testing.T) {
 	for _, n := range lens {
 		total += n
 	}
-	state := probe.Plan.StateValuesPerToken() * 4
+	_, state, _ := probe.tokenBytes()
 	budget := probe.weightPeak(true) + probe.Plan.CarryValues(1000)*4 + int64(total)*state/4 // a quarter of the state
 	var plans []string
 	e := openPreset(t, "tiny", 1, c, EngineOptions{DeviceMemory: budget, Log: func(s string) { plans = append(plans, s) }})

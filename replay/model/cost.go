@@ -76,9 +76,9 @@ func (p *Plan) WidestActivation() int {
 // SliceValuesPerToken bounds the activation values one row of a slice holds on the backend at the peak
 // of any sublayer, beyond the per-token state (the running sum and the AttnRes blocks, StateValuesPerToken).
 // It counts what the forward keeps alive at once: a sublayer's mix input and normed input, and the
-// intermediates of its attention or FFN alive together (each is freed once the next step has read it), with
-// the routed experts' gate, up and SiTU rows counted for every expert a row chooses. Bounding a slice's
-// rows by it bounds the activations; the engine's plan multiplies it by the backend's bytes a value.
+// intermediates of its attention or FFN alive together (each is freed once the next step has read it).
+// Bounding a slice's rows by it bounds the activations; the engine's plan multiplies it by the backend's
+// bytes a value and adds the routed experts' scratch (ops.ExpertScratch) for MoE layers.
 func (p *Plan) SliceValuesPerToken() int64 {
 	d := p.Dims()
 	h := int64(d.Hidden)
@@ -89,7 +89,9 @@ func (p *Plan) SliceValuesPerToken() int64 {
 	mla := in + 2*int64(d.QLora) + int64(d.MLAHeads*(d.QKNope+d.QKShared)) + int64(2*d.KVLora+2*d.QKShared) +
 		int64(d.MLAHeads*(d.QKNope+d.VHead)) + 3*int64(d.MLAHeads*d.VHead)
 	dense := in + 3*int64(d.DenseFFN)
-	moe := in + 3*int64(d.SharedWidth) + h + 4*int64(d.Latent) + 3*int64(d.TopK)*int64(d.ExpertFFN) + 2*h
+	// MoE: the shared experts' three widths and output, z, the accumulator, the sum and its norm, the up
+	// projection; the routed experts' own scratch is the backend's (ops.ExpertScratch), planned apart
+	moe := in + 3*int64(d.SharedWidth) + h + 4*int64(d.Latent) + 2*h
 	var most int64
 	for _, l := range p.Layers {
 		a := kda
