@@ -82,6 +82,10 @@ var ErrBudget = fmt.Errorf("replay: over the memory budget")
 // device more times than its activations are worth. A budget that leaves less is refused.
 const minSlice = 64
 
+// PlanWave plans sequences of the given lengths, as Run would before any compute: a request the budgets
+// cannot hold is an error naming the budget (ErrBudget).
+func (e *Engine) PlanWave(lens []int) (WavePlan, error) { return e.planWave(lens) }
+
 // planWave plans sequences of the given lengths on e's backend and budgets.
 func (e *Engine) planWave(lens []int) (WavePlan, error) {
 	m := e.Plan

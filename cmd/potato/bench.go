@@ -39,6 +39,7 @@ type benchFlags struct {
 	cpuProfile                               string
 	hostCache, resident                      byteSize
 	directIO, opProfile                      bool
+	planOnly                                 bool
 }
 
 func runBench(ctx context.Context, args []string, stdout io.Writer) error {
@@ -64,6 +65,7 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.Var(&f.resident, "resident", "keep the layers' own weights (all but routed experts) on the backend between waves, up to this many checkpoint bytes (e.g. 10GB; device memory on cuda): the timed waves then move only the experts of the layers kept")
 	fs.IntVar(&f.prefetch, "prefetch-experts", -1, "routed experts of an MoE layer uploaded from the host cache before its router runs, in large waves (-1: all) (needs --host-cache)")
 	f.mem.register(fs)
+	fs.BoolVar(&f.planOnly, "plan-only", false, "print each wave size's plan (reads, slices, where the state lives, device peak) and stop, without computing")
 	fs.BoolVar(&f.directIO, "direct-io", false, "read the checkpoint with O_DIRECT, bypassing the page cache (from the disk itself)")
 	fs.BoolVar(&f.opProfile, "op-profile", false, "print, per layer kind, each op's calls and device time (MatMul by weight shape) against the layers' wall time, from the median run (cuda backend only; the ops are timed with CUDA events, as for the device timeline that the cuda backend always prints)")
 	if err := fs.Parse(args); err != nil {
@@ -105,6 +107,18 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	defer l.Close()
+	if f.planOnly {
+		for _, n := range sizes {
+			_, lens := benchRequest(n, f.seqLen, l.engine.Model.Dims.Vocab)
+			p, err := l.engine.PlanWave(lens)
+			if err != nil {
+				fmt.Fprintf(stdout, "plan: %d tokens: %v\n", n, err)
+				continue
+			}
+			fmt.Fprintln(stdout, "plan: "+p.String())
+		}
+		return nil
+	}
 	cached := f.hostCache > 0
 	bound, err := measureBound(ctx, l, f.boundBandwidth == 0, f.boundFlops == 0, cached)
 	if err != nil {
