@@ -28,6 +28,7 @@ type Engine struct {
 	kept    *residentLayers // layers' own weights kept on the backend (EngineOptions.ResidentBytes); nil: none
 	// fitTokens, when not 0, bounds the engine's waves below one that ran out of device memory.
 	fitTokens int
+	plan      WavePlan // of the wave running
 	// ConfigSHA256 is the hex SHA-256 of the model directory's config.json (empty for engines made with
 	// NewEngine): results carry it so that a cache or a reader can tell models apart.
 	ConfigSHA256 string
@@ -59,8 +60,20 @@ type EngineOptions struct {
 	// their copies then overlap the layer's attention. 0: none; negative: all of a layer's experts. Results
 	// do not depend on it.
 	PrefetchExperts int
+	// SliceTokens is the most tokens a layer computes at once (0: planned from the device budget): a
+	// layer's weights are uploaded once per wave and serve every slice. Results do not depend on it.
+	SliceTokens int
+	// DeviceMemory is the device memory a wave may plan for (0: the backend's free memory less 10%; the
+	// host's for a backend without device memory), so that the engine behaves as on a smaller card.
+	DeviceMemory int64
+	// HostMemory is the host memory the per-token state may take when it lives off the device (0: the
+	// available memory less 10%). Only when it cannot hold a wave's state are the sequences split into
+	// waves, each reading the weights again.
+	HostMemory int64
 	// Progress, when set, is called after every layer of a wave.
 	Progress func(Progress)
+	// Log, when set, receives the plan of every wave before its first layer, and warnings.
+	Log func(string)
 }
 
 // NewEngine binds a plan and a tensor reader to a backend and uploads the global weights.
@@ -162,4 +175,6 @@ type Progress struct {
 	// device backend the router's result is the first wait for the device, so this is the time of the
 	// layer's upload, attention and router, before any routed expert could be fetched.
 	RoutedSeconds float64
+	// Plan is the plan line of the wave (WavePlan.String).
+	Plan string
 }

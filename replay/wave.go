@@ -41,22 +41,38 @@ func (s WaveStats) BytesRead() int64 {
 func (e *Engine) Run(ctx context.Context, reqs []Request) ([][]Result, WaveStats, error) {
 	limit := e.opts.MaxWaveTokens
 	total := 0
+	var lens []int
 	for i := range reqs {
 		for j, s := range reqs[i].Sequences {
 			if limit > 0 && len(s.Tokens) > limit {
 				return nil, WaveStats{}, fmt.Errorf("request %d: sequence %d has %d tokens, more than the %d a wave may hold (MaxWaveTokens)", i, j, len(s.Tokens), limit)
 			}
 			total += len(s.Tokens)
+			lens = append(lens, len(s.Tokens))
 		}
 	}
-	if e.fitTokens > 0 && (limit <= 0 || e.fitTokens < limit) {
-		// A larger wave ran out of device memory before: keep below it (a longer sequence runs alone).
-		limit = e.fitTokens
+	// Plan before any compute: a request the budgets cannot hold is refused here, with the budget named.
+	p, err := e.planWave(lens)
+	if err != nil {
+		return nil, WaveStats{}, err
 	}
-	if limit <= 0 || total <= limit {
+	limit = p.WaveTokens
+	if e.fitTokens > 0 && e.fitTokens < limit {
+		// A larger wave ran out of device memory before: keep below it (a longer sequence runs alone).
+		limit = max(e.fitTokens, p.Longest)
+	}
+	if total <= limit {
 		return e.runFitted(ctx, reqs, total)
 	}
+	e.log(p.String())
 	return e.runSplit(ctx, reqs, limit)
+}
+
+// log hands a line to EngineOptions.Log.
+func (e *Engine) log(s string) {
+	if e.opts.Log != nil {
+		e.opts.Log(s)
+	}
 }
 
 // runFitted runs reqs (total tokens) as one wave, and when the backend runs out of device memory for it,
@@ -68,6 +84,11 @@ func (e *Engine) runFitted(ctx context.Context, reqs []Request, total int) ([][]
 	if err == nil || !errors.Is(err, ops.ErrOutOfMemory) || ctx.Err() != nil {
 		return res, st, err
 	}
+	// The plan accepted this wave and the device still ran out: the plan's memory model is wrong for
+	// this backend (a bug to report). Halving keeps the results right at the cost of more weight reads.
+	e.log(fmt.Sprintf("warning: out of device memory in a wave of %d tokens that the plan accepted (%s): "+
+		"retrying in smaller waves, each reading the weights again; please report this with the plan line: %v",
+		total, e.plan, err))
 	longest, seqs := 0, 0
 	for _, r := range reqs {
 		for _, s := range r.Sequences {
@@ -187,6 +208,19 @@ func (e *Engine) runWave(ctx context.Context, reqs []Request) ([][]Result, WaveS
 			layout.Starts = append(layout.Starts, len(ids))
 		}
 	}
+	seqLens := make([]int, len(seqs))
+	for i, s := range seqs {
+		seqLens[i] = len(s.Tokens)
+	}
+	plan, err := e.planWave(seqLens)
+	if err != nil {
+		return nil, WaveStats{}, err
+	}
+	if plan.Slices == 1 {
+		plan.SliceTokens = 0
+	}
+	e.plan = plan
+	e.log(plan.String())
 	stats := WaveStats{Sequences: len(seqs), Tokens: len(ids), LayerBytes: make([]int64, layers),
 		ExpertBytes: make([]int64, layers), ExpertsRead: make([]int, layers), CachedBytes: make([]int64, layers)}
 	obs := &capture{router: wantRouter, mixes: wMix}
@@ -194,7 +228,8 @@ func (e *Engine) runWave(ctx context.Context, reqs []Request) ([][]Result, WaveS
 		counts: make([]expertCounts, layers)}
 	defer experts.unusedAll() // the next layer's experts, fetched ahead, when a layer failed
 	pass := &model.Pass{Ctx: ctx, Model: e.Model, Layout: layout, Experts: experts, Obs: obs,
-		ExpertChunk: e.opts.ExpertChunk, PrefetchExperts: e.opts.PrefetchExperts}
+		ExpertChunk: e.opts.ExpertChunk, PrefetchExperts: e.opts.PrefetchExperts,
+		SliceTokens: plan.SliceTokens, HostState: plan.HostState}
 	w := &waveOut{lens: map[int][]ops.TokenStats{}, hidden: map[int][]float32{}}
 
 	st, err := pass.Embed(e.globals, ids)
@@ -253,7 +288,8 @@ func (e *Engine) runWave(ctx context.Context, reqs []Request) ([][]Result, WaveS
 		if e.opts.Progress != nil {
 			el := time.Since(start).Seconds()
 			p := Progress{Layer: i + 1, Layers: layers, Tokens: len(ids),
-				BytesRead: stats.BytesRead(), Seconds: el, ETASeconds: el / float64(i+1) * float64(layers-i-1)}
+				BytesRead: stats.BytesRead(), Seconds: el, ETASeconds: el / float64(i+1) * float64(layers-i-1),
+				Plan: plan.String()}
 			if obs.routedAt.After(layerStart) {
 				p.RoutedSeconds = obs.routedAt.Sub(layerStart).Seconds()
 			}
@@ -275,9 +311,9 @@ type waveOut struct {
 }
 
 // captureLayer takes the hidden states and lens readouts the wave asked for after layer i.
-func (e *Engine) captureLayer(pass *model.Pass, st *model.State, i int, hidden, lens []int, targets []int32, topK int, w *waveOut) error {
+func (e *Engine) captureLayer(pass *model.Pass, st *model.Wave, i int, hidden, lens []int, targets []int32, topK int, w *waveOut) error {
 	if slices.Contains(hidden, i) {
-		v, err := e.Model.Ops.ToHost(st.P)
+		v, err := pass.Hidden(st)
 		if err != nil {
 			return fmt.Errorf("layer %d: hidden state: %w", i, err)
 		}
@@ -294,11 +330,6 @@ func (e *Engine) captureLayer(pass *model.Pass, st *model.State, i int, hidden, 
 }
 
 // readout is the output path (output mix, norm, lm_head reductions) on the current state.
-func (e *Engine) readout(pass *model.Pass, st *model.State, targets []int32, topK int) ([]ops.TokenStats, error) {
-	h, err := pass.Readout(e.globals, st)
-	if err != nil {
-		return nil, err
-	}
-	defer e.Model.Ops.Free(h)
-	return pass.Stats(e.globals, h, targets, topK)
+func (e *Engine) readout(pass *model.Pass, st *model.Wave, targets []int32, topK int) ([]ops.TokenStats, error) {
+	return pass.ReadoutStats(e.globals, st, targets, topK)
 }

@@ -28,6 +28,7 @@ func init() {
 
 // benchFlags are the flags of `potato bench`.
 type benchFlags struct {
+	mem                                      memoryFlags // --slice-tokens, --device-memory, --host-memory
 	backend, preset, precision, model, waves string
 	seed                                     uint64
 	seqLen, repeat, expertChunk, readWorkers int
@@ -37,6 +38,7 @@ type benchFlags struct {
 	cpuProfile                               string
 	hostCache, resident                      byteSize
 	directIO, opProfile                      bool
+	planOnly                                 bool
 }
 
 func runBench(ctx context.Context, args []string, stdout io.Writer) error {
@@ -60,6 +62,8 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.Var(&f.hostCache, "host-cache", "keep weights in host memory between waves, up to this size (e.g. 40GB; page-locked on cuda): an untimed first wave fills it, and the timed waves stream the weights from memory instead of the checkpoint")
 	fs.Var(&f.resident, "resident", "keep the layers' own weights (all but routed experts) on the backend between waves, up to this many checkpoint bytes (e.g. 10GB; device memory on cuda): the timed waves then move only the experts of the layers kept")
 	fs.IntVar(&f.prefetch, "prefetch-experts", -1, "routed experts of an MoE layer uploaded from the host cache before its router runs, in large waves (-1: all) (needs --host-cache)")
+	f.mem.register(fs)
+	fs.BoolVar(&f.planOnly, "plan-only", false, "print each wave size's plan (reads, slices, where the state lives, device peak) and stop, without computing")
 	fs.BoolVar(&f.directIO, "direct-io", false, "read the checkpoint with O_DIRECT, bypassing the page cache (from the disk itself)")
 	fs.BoolVar(&f.opProfile, "op-profile", false, "print, per layer kind, each op's calls and device time (MatMul by weight shape) against the layers' wall time, from the median run (cuda backend only; the ops are timed with CUDA events, as for the device timeline that the cuda backend always prints)")
 	if err := fs.Parse(args); err != nil {
@@ -93,12 +97,26 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 		sizes = append(sizes, n)
 	}
 	l, err := openEngine(ctx, dir, f.backend, f.precision, backendTuning{expertStreams: f.expertStreams}, replay.EngineOptions{ExpertChunk: f.expertChunk,
-		HostCacheBytes: int64(f.hostCache), ResidentBytes: int64(f.resident), PrefetchExperts: f.prefetch},
+		HostCacheBytes: int64(f.hostCache), ResidentBytes: int64(f.resident), PrefetchExperts: f.prefetch,
+		SliceTokens: f.mem.sliceTokens, DeviceMemory: int64(f.mem.device), HostMemory: int64(f.mem.host),
+		Log: func(s string) { fmt.Fprintln(stdout, "plan: "+s) }},
 		checkpoint.WithReadConcurrency(f.readWorkers), checkpoint.WithDirectIO(f.directIO))
 	if err != nil {
 		return err
 	}
 	defer l.Close()
+	if f.planOnly {
+		for _, n := range sizes {
+			_, lens := benchRequest(n, f.seqLen, l.engine.Model.Dims.Vocab)
+			p, err := l.engine.PlanWave(lens)
+			if err != nil {
+				fmt.Fprintf(stdout, "plan: %d tokens: %v\n", n, err)
+				continue
+			}
+			fmt.Fprintln(stdout, "plan: "+p.String())
+		}
+		return nil
+	}
 	cached := f.hostCache > 0
 	bound, err := measureBound(ctx, l, f.boundBandwidth == 0, f.boundFlops == 0, cached)
 	if err != nil {

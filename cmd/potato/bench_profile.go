@@ -245,11 +245,17 @@ func deviceTimeline(w io.Writer, kinds []string, spans []ops.OpSpan, bounds map[
 	}
 	var b strings.Builder
 	b.WriteString("\non the device timeline (a CUDA event at each layer's end on the compute stream):\n")
-	fmt.Fprintf(&b, "  %12s %8s %10s %10s %7s\n", "layer kind", "spans", "mean s", "bound s", "ratio")
+	fmt.Fprintf(&b, "  %12s %8s %10s %10s %7s\n", "layer kind", "spans", "s a layer", "bound s", "ratio")
 	perLayer = map[string][2]float64{}
+	layers := map[string]int{}
+	for _, k := range kinds {
+		layers[k]++
+	}
 	for _, k := range order {
 		a := byKind[k]
-		mean := a.secs / float64(a.n)
+		// A request run as several waves has a span per layer and wave: a layer's time is the sum over
+		// its waves, which the bound (of the whole request) is compared with, not the mean of one wave.
+		mean := a.secs / float64(max(layers[k], 1))
 		bound := bounds[k][1]
 		perLayer[k] = [2]float64{mean, bound}
 		ratio := 0.0

@@ -242,6 +242,20 @@ func TestDeviceTimeline(t *testing.T) {
 			t.Errorf("output lacks %q:\n%s", line, b.String())
 		}
 	}
+	// A request run as two waves: two spans per layer. A layer's time is their sum, against the bound of
+	// the whole request (the mean of one wave's span made a two-read request look faster than its bound).
+	b.Reset()
+	two := append(append([]ops.OpSpan{}, spans[:4]...), spans[:4]...)
+	per, _, _, err = deviceTimeline(&b, kinds, two, bounds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := per["kda+moe"][0]; math.Abs(got-0.8) > 1e-12 {
+		t.Errorf("two waves: kda+moe %g s a layer, want 0.8 (the sum of its waves)", got)
+	}
+	if !strings.Contains(b.String(), "kda+moe        4     0.8000     0.2500    3.20") {
+		t.Errorf("two waves: output\n%s", b.String())
+	}
 	b.Reset()
 	if _, _, ok, err := deviceTimeline(&b, kinds, []ops.OpSpan{{Label: "0", Seconds: 1}}, bounds); ok || err != nil || b.Len() != 0 {
 		t.Errorf("no device times: ok %v, err %v, printed %q; want nothing", ok, err, b.String())

@@ -30,3 +30,31 @@ func TestBenchCacheFlags(t *testing.T) {
 		t.Error("--host-cache lots: no error")
 	}
 }
+
+// TestBenchPlanOnly: --plan-only prints each size's plan without computing: one read while the host
+// holds the state, several (said in the plan) past --host-memory, and a refusal naming the budget.
+func TestBenchPlanOnly(t *testing.T) {
+	dir := tinyModel(t)
+	var out strings.Builder
+	err := runBench(context.Background(), []string{"--model", dir, "--tokens", "1024,1048576", "--seq-len", "4096",
+		"--plan-only", "--device-memory", "1GB", "--host-memory", "100MB"}, &out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"plan: wave 1,024 tokens (1 sequences, longest 1,024) in 1 read: 1 slice",
+		"plan: wave 1,048,576 tokens (256 sequences, longest 4,096) in 12 reads", "in host memory"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("bench --plan-only lacks %q:\n%s", want, out.String())
+		}
+	}
+	if strings.Contains(out.String(), "wave of 1024 tokens") {
+		t.Errorf("bench --plan-only computed a wave:\n%s", out.String())
+	}
+	out.Reset()
+	if err := runBench(context.Background(), []string{"--model", dir, "--tokens", "1024", "--plan-only", "--device-memory", "1MB"}, &out); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "--device-memory") {
+		t.Errorf("a 1 MB device budget: want a refusal naming --device-memory:\n%s", out.String())
+	}
+}

@@ -20,6 +20,7 @@ func init() {
 
 // replayFlags are the flags of `potato replay`.
 type replayFlags struct {
+	mem                                  memoryFlags // --slice-tokens, --device-memory, --host-memory
 	model, backend, precision            string
 	text, chat, thinking, tokens         string
 	topK, expertChunk, show              int
@@ -46,6 +47,7 @@ func runReplay(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.BoolVar(&f.float16, "float16", false, "store hidden states as float16 instead of float32")
 	fs.StringVar(&f.out, "out", "", "write the tables to FILE.arrow (Arrow IPC streams) or FILE.parquet, one file per table")
 	fs.IntVar(&f.expertChunk, "expert-chunk", 0, "routed experts resident at once per MoE layer (0: all chosen); results do not depend on it")
+	f.mem.register(fs)
 	fs.IntVar(&f.show, "show", 40, "positions printed per sequence (0: none)")
 	fs.BoolVar(&f.noProgress, "no-progress", false, "do not print per-layer progress on stderr")
 	if err := fs.Parse(args); err != nil {
@@ -54,7 +56,8 @@ func runReplay(ctx context.Context, args []string, stdout io.Writer) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("replay: unexpected argument %q", fs.Arg(0))
 	}
-	opts := replay.EngineOptions{ExpertChunk: f.expertChunk}
+	opts := replay.EngineOptions{ExpertChunk: f.expertChunk, Log: func(s string) { fmt.Fprintln(os.Stderr, "replay: "+s) }}
+	f.mem.apply(&opts)
 	if !f.noProgress {
 		opts.Progress = progressPrinter(os.Stderr)
 	}

@@ -24,6 +24,7 @@ func init() {
 
 // serveFlags are the flags of `potato serve`.
 type serveFlags struct {
+	mem                                                            memoryFlags // --slice-tokens, --device-memory, --host-memory
 	model, backend, precision, listen, tokenFile, spill, stateFile string
 	limits                                                         api.Limits
 	keep, gather, shutdownTimeout                                  time.Duration
@@ -55,6 +56,7 @@ func runServe(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.IntVar(&f.expertChunk, "expert-chunk", 0, "routed experts resident at once per MoE layer (0: all chosen); results do not depend on it")
 	fs.Var(&f.hostCache, "host-cache", "host memory that keeps weights between waves, e.g. 200GB (page-locked on cuda; 0: read every wave from the checkpoint); the default precision's engine only; results do not depend on it")
 	fs.Var(&f.resident, "resident", "checkpoint bytes of the layers' own weights (all but routed experts) kept on the backend between waves, e.g. 100GB (device memory on cuda; 0: upload every wave); the default precision's engine only; results do not depend on it")
+	f.mem.register(fs)
 	fs.IntVar(&f.prefetch, "prefetch-experts", -1, "routed experts of an MoE layer uploaded from the host cache before its router runs, in large waves (-1: all) (overlaps their copy with attention on cuda; needs --host-cache); results do not depend on it")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -101,6 +103,7 @@ func runServe(ctx context.Context, args []string, stdout io.Writer) error {
 func (f *serveFlags) config(ctx context.Context) (server.Config, error) {
 	cfg := server.Config{Backend: f.backend, Precision: f.precision, SpillDir: f.spill, Limits: f.limits,
 		Keep: f.keep, Gather: f.gather, ShutdownTimeout: f.shutdownTimeout, ExpertChunk: f.expertChunk, HostCacheBytes: int64(f.hostCache), ResidentBytes: int64(f.resident), PrefetchExperts: f.prefetch,
+		SliceTokens: f.mem.sliceTokens, DeviceMemory: int64(f.mem.device), HostMemory: int64(f.mem.host),
 		Logger: slog.New(slog.NewTextHandler(os.Stderr, nil))}
 	var err error
 	if cfg.ModelDir, err = modelDir(ctx, f.model); err != nil {

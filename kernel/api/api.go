@@ -146,6 +146,7 @@ type Progress struct {
 	BytesRead      int64    `json:"bytes_read"`
 	BytesPerSecond float64  `json:"bytes_per_second"`
 	ElapsedSeconds float64  `json:"elapsed_s"`
-	ETASeconds     float64  `json:"eta_s"` // naive: remaining layers at the mean time per layer so far
+	ETASeconds     float64  `json:"eta_s"`          // naive: remaining layers at the mean time per layer so far
+	Plan           string   `json:"plan,omitempty"` // the wave's plan: reads, slices, where the state lives, device peak
 	Error          string   `json:"error,omitempty"`
 }

@@ -46,6 +46,10 @@ type Config struct {
 	ShutdownTimeout time.Duration
 	// ExpertChunk is passed to the engines (replay.EngineOptions.ExpertChunk).
 	ExpertChunk int
+	// SliceTokens, DeviceMemory and HostMemory are the budgets every wave is planned against
+	// (replay.EngineOptions); the plan of each wave goes to the log and the jobs' progress.
+	SliceTokens              int
+	DeviceMemory, HostMemory int64
 	// HostCacheBytes is passed to the default precision's engine (replay.EngineOptions.HostCacheBytes):
 	// host memory that keeps weights between waves. The other precision's engine keeps none.
 	HostCacheBytes int64

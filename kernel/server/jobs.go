@@ -121,7 +121,7 @@ func (j *job) progressReport(pos int) api.Progress {
 	r := j.progress
 	p.Wave, p.Tokens = j.wave.id, j.wave.tokens
 	p.Layer, p.Layers, p.BytesRead = r.Layer, r.Layers, r.BytesRead
-	p.ElapsedSeconds, p.ETASeconds = r.Seconds, r.ETASeconds
+	p.ElapsedSeconds, p.ETASeconds, p.Plan = r.Seconds, r.ETASeconds, r.Plan
 	if r.Seconds > 0 {
 		p.BytesPerSecond = float64(r.BytesRead) / r.Seconds
 	}

@@ -108,7 +108,9 @@ func (s *Server) engine(ctx context.Context, p ops.Precision) (*Opened, error) {
 	// MaxWaveTokens also bounds the engine: a job larger than a wave runs as several (a gathered wave
 	// never exceeds it, but a single job may hold --max-request-tokens).
 	opts := replay.EngineOptions{ExpertChunk: s.cfg.ExpertChunk, Progress: s.onProgress,
-		MaxWaveTokens: s.cfg.Limits.MaxWaveTokens, PrefetchExperts: s.cfg.PrefetchExperts}
+		MaxWaveTokens: s.cfg.Limits.MaxWaveTokens, PrefetchExperts: s.cfg.PrefetchExperts,
+		SliceTokens: s.cfg.SliceTokens, DeviceMemory: s.cfg.DeviceMemory, HostMemory: s.cfg.HostMemory,
+		Log: func(line string) { s.log.Info("wave plan", "plan", line) }}
 	if p == s.prec {
 		// Only the default precision's engine keeps weights: a second one opened on demand would pin as
 		// much host and device memory again, past what the budgets were sized for.

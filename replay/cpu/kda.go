@@ -75,22 +75,40 @@ func (b *Backend) KDA(q, k, v, graw, braw ops.Tensor, aLog, dtBias ops.Tensor, h
 	if err := ops.CheckKDA(q, k, v, graw, braw, aLog, dtBias, heads, l); err != nil {
 		return nil, err
 	}
+	out, _ := b.kda(qt, kt, vt, gt, bt, at, dt, heads, lower, l, nil, false)
+	return out, nil
+}
+
+// kda runs KDA as documented above. init, when not nil, is the state S of every head (heads x d x d) that
+// sequence 0 starts from instead of zero (it continues from an earlier slice); with keepLast the state of
+// every head after the last sequence's last row is returned.
+func (b *Backend) kda(qt, kt, vt, gt, bt, at, dt *Tensor, heads int, lower float32, l ops.Layout, init []float32, keepLast bool) (*Tensor, []float32) {
 	rows, ch := qt.rows, qt.cols
 	d := ch / heads
 	scale := float32(1 / math.Sqrt(float64(d)))
 	out := newTensor(rows, ch)
 	seqs := l.Sequences()
+	var last []float32
+	if keepLast {
+		last = make([]float32, heads*d*d)
+	}
 	b.parallel(seqs*heads, func(task int) {
 		s, h := task/heads, task%heads
 		st := kdaState{S: make([]float32, d*d), scratch: make([]float32, 6*d), d: d}
+		if s == 0 && init != nil {
+			copy(st.S, init[h*d*d:(h+1)*d*d])
+		}
 		a := exp32(at.data[h])
 		for t := l.Starts[s]; t < l.Starts[s+1]; t++ {
 			c0 := t*ch + h*d
 			st.step(b, qt.data[c0:c0+d], kt.data[c0:c0+d], vt.data[c0:c0+d], gt.data[c0:c0+d],
 				dt.data[h*d:(h+1)*d], a, lower, scale, bt.data[t*heads+h], out.data[c0:c0+d])
 		}
+		if keepLast && s == seqs-1 {
+			copy(last[h*d*d:(h+1)*d*d], st.S)
+		}
 	})
-	return out, nil
+	return out, last
 }
 
 // kdaState is one head's recurrent state and its per-step scratch vectors.

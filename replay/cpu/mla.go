@@ -32,14 +32,21 @@ func (b *Backend) MLA(q, kv, ks ops.Tensor, heads, nope, shared, vdim int, l ops
 	if err := ops.CheckMLA(q, kv, ks, heads, nope, shared, vdim, l); err != nil {
 		return nil, err
 	}
-	rows, qk, kvw := qt.rows, nope+shared, nope+vdim
+	return b.mla(qt, kvt, kst, heads, nope, shared, vdim, l, 0), nil
+}
+
+// mla computes MLA as documented above for the query rows qOff.. of a layout over the key rows: q row i is
+// the query of key row qOff + i (the rows before qOff are an earlier slice's keys of sequence 0, whose
+// queries were answered then). The output has q's rows.
+func (b *Backend) mla(qt, kvt, kst *Tensor, heads, nope, shared, vdim int, l ops.Layout, qOff int) *Tensor {
+	qk, kvw := nope+shared, nope+vdim
 	div := float32(math.Sqrt(float64(qk)))
-	out := newTensor(rows, heads*vdim)
+	out := newTensor(qt.rows, heads*vdim)
 	type task struct{ s, h, t0, t1 int }
 	var tasks []task
 	for s := range l.Sequences() {
 		for h := range heads {
-			for t := l.Starts[s]; t < l.Starts[s+1]; t += mlaQueryBlock {
+			for t := max(l.Starts[s], qOff); t < l.Starts[s+1]; t += mlaQueryBlock {
 				tasks = append(tasks, task{s, h, t, min(t+mlaQueryBlock, l.Starts[s+1])})
 			}
 		}
@@ -50,7 +57,7 @@ func (b *Backend) MLA(q, kv, ks ops.Tensor, heads, nope, shared, vdim int, l ops
 		score := make([]float32, tk.t1-start)
 		acc := make([]float32, vdim)
 		for t := tk.t0; t < tk.t1; t++ {
-			qrow := qt.data[t*qt.cols+tk.h*qk:]
+			qrow := qt.data[(t-qOff)*qt.cols+tk.h*qk:]
 			qn, qs := qrow[:nope], qrow[nope:qk]
 			p := score[:t-start+1]
 			clear(p)
@@ -73,11 +80,11 @@ func (b *Backend) MLA(q, kv, ks ops.Tensor, heads, nope, shared, vdim int, l ops
 					acc[j] += float32(ps * x)
 				}
 			}
-			o := out.data[t*out.cols+tk.h*vdim:][:vdim]
+			o := out.data[(t-qOff)*out.cols+tk.h*vdim:][:vdim]
 			for j, x := range acc {
 				o[j] = b.r(x)
 			}
 		}
 	})
-	return out, nil
+	return out
 }

@@ -128,6 +128,10 @@ func (b *Backend) Free(x any) {
 		if t != nil {
 			t.w1, t.w3, t.w2, t.freed = nil, nil, nil, true
 		}
+	case *carry:
+		if t != nil {
+			t.x, t.state, t.latent, t.ks, t.freed = nil, nil, nil, nil, true
+		}
 	}
 }
 

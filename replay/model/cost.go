@@ -72,3 +72,53 @@ func (p *Plan) WidestActivation() int {
 	return max(d.Hidden, d.KDAWidth, d.DenseFFN, d.SharedWidth, d.Latent,
 		d.MLAHeads*(d.QKNope+d.QKShared), d.MLAHeads*(d.QKNope+d.VHead), d.TopK*d.ExpertFFN)
 }
+
+// SliceValuesPerToken bounds the activation values one row of a slice holds on the backend at the peak
+// of any sublayer, beyond the per-token state (the running sum and the AttnRes blocks, StateValuesPerToken).
+// It counts what the forward keeps alive at once: a sublayer's mix input and normed input, and the
+// intermediates of its attention or FFN alive together (each is freed once the next step has read it).
+// Bounding a slice's rows by it bounds the activations; the engine's plan multiplies it by the backend's
+// bytes a value and adds the routed experts' scratch (ops.ExpertScratch) for MoE layers.
+func (p *Plan) SliceValuesPerToken() int64 {
+	d := p.Dims()
+	h := int64(d.Hidden)
+	in := 3 * h // the mix output, the normed input and the sublayer's output
+	// KDA: a projection and its convolution, then the delta rule's four inputs and output (5 widths), one
+	// to spare
+	kda := in + 6*int64(d.KDAWidth) + int64(d.KDAHeadDim) + int64(d.KDAHeads)
+	mla := in + 2*int64(d.QLora) + int64(d.MLAHeads*(d.QKNope+d.QKShared)) + int64(2*d.KVLora+2*d.QKShared) +
+		int64(d.MLAHeads*(d.QKNope+d.VHead)) + 3*int64(d.MLAHeads*d.VHead)
+	dense := in + 3*int64(d.DenseFFN)
+	// MoE: the shared experts' three widths and output, z, the accumulator, the sum and its norm, the up
+	// projection; the routed experts' own scratch is the backend's (ops.ExpertScratch), planned apart
+	moe := in + 3*int64(d.SharedWidth) + h + 4*int64(d.Latent) + 2*h
+	var most int64
+	for _, l := range p.Layers {
+		a := kda
+		if l.Attn == MLA {
+			a = mla
+		}
+		f := dense
+		if l.FFN == MoE {
+			f = moe
+		}
+		most = max(most, a, f)
+	}
+	return most
+}
+
+// StateValuesPerToken is the per-token state a wave keeps between layers: the running sum and at most
+// MaxBlocks block vectors, hidden values each (K3: 9 x 7168).
+func (p *Plan) StateValuesPerToken() int64 {
+	return int64(p.MaxBlocks()+1) * int64(p.Dims().Hidden)
+}
+
+// CarryValues bounds what the token-mixing ops carry between slices for one sequence of the given length:
+// the short convolutions' last inputs, KDA's state of every head, MLA's key latents and shared keys.
+func (p *Plan) CarryValues(seqLen int) int64 {
+	d := p.Dims()
+	conv := 3 * int64(max(d.ConvKernel-1, 0)) * int64(d.KDAWidth)
+	kda := int64(d.KDAHeads) * int64(d.KDAHeadDim) * int64(d.KDAHeadDim)
+	mla := int64(seqLen) * int64(d.KVLora+d.QKShared)
+	return conv + kda + mla
+}

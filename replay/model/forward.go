@@ -53,8 +53,22 @@ type Pass struct {
 	// when the wave is large enough that nearly every expert will be chosen and the source is an
 	// ExpertPrefetcher (0: none; negative: all of them). Results do not depend on it.
 	PrefetchExperts int
-	layer           int
-	lastChosen      int // distinct experts the last MoE layer of this pass chose
+	// SliceTokens is the most rows of the wave a layer computes at once (0: the whole wave). A layer's
+	// weights, its routed experts included, are uploaded once and serve every slice; the token-mixing ops
+	// carry the state of a sequence that crosses a slice boundary (ops.Slicer). Results do not depend on
+	// it. A backend without ops.Slicer runs every layer over the whole wave.
+	SliceTokens int
+	// HostState keeps each slice's per-token state in host memory between its uses (for waves whose state
+	// does not fit on the device beside a slice's activations). Results do not depend on it.
+	HostState  bool
+	layer      int
+	lastChosen int // distinct experts the last MoE layer of this pass chose
+	slices     []ops.SliceLayout
+	cur        ops.SliceLayout // the slice a layer is running
+	curIndex   int
+	carries    carries            // the token-mixing ops' carries of the layer running
+	held       map[int]ops.Expert // routed experts uploaded for the layer running, shared by its slices
+	seen       seenObs            // what the slices of the layer running report, for the observer
 }
 
 // State is the per-token state a wave carries between layers (K3_SPEC.md 5.1): the completed AttnRes block
@@ -64,8 +78,12 @@ type State struct {
 	P      ops.Tensor // nil right after a layer banked it, until its attention output arrives
 }
 
-// Embed starts a wave's state: p = the embedding of each token.
-func (f *Pass) Embed(g *Globals, ids []int32) (*State, error) {
+// Sliced says whether the pass runs its layers in more than one slice.
+func (f *Pass) Sliced() bool { return len(f.slices) > 1 }
+
+// Embed starts a wave's state: p = the embedding of each token, slice by slice. It fixes the pass's
+// slices: SliceTokens rows each when the backend is an ops.Slicer, else one.
+func (f *Pass) Embed(g *Globals, ids []int32) (*Wave, error) {
 	if len(ids) != f.Layout.Tokens() {
 		return nil, fmt.Errorf("embed: %d ids for a layout of %d tokens", len(ids), f.Layout.Tokens())
 	}
@@ -74,11 +92,31 @@ func (f *Pass) Embed(g *Globals, ids []int32) (*State, error) {
 			return nil, fmt.Errorf("embed: token %d: id %d outside the vocabulary 0..%d", i, id, f.Model.Dims.Vocab-1)
 		}
 	}
-	p, err := f.Model.Ops.Gather(g.Embed, ids)
-	if err != nil {
-		return nil, fmt.Errorf("embed: %w", err)
+	n := f.SliceTokens
+	if _, ok := f.Model.Ops.(ops.Slicer); !ok {
+		n = 0
 	}
-	return &State{P: p}, nil
+	f.slices = ops.CutSlices(f.Layout, n)
+	w := &Wave{Bounds: ops.SliceBounds(f.slices), dev: make([]*State, len(f.slices))}
+	if f.HostState {
+		w.host = make([]*hostState, len(f.slices))
+		for j := range w.host {
+			w.host[j] = &hostState{}
+		}
+	}
+	for j := range f.slices {
+		p, err := f.Model.Ops.Gather(g.Embed, ids[w.Bounds[j]:w.Bounds[j+1]])
+		if err != nil {
+			w.Free(f.Model.Ops)
+			return nil, fmt.Errorf("embed: %w", err)
+		}
+		w.dev[j] = &State{P: p}
+		if err := w.put(f.Model.Ops, j); err != nil {
+			w.Free(f.Model.Ops)
+			return nil, fmt.Errorf("embed: %w", err)
+		}
+	}
+	return w, nil
 }
 
 // Free releases the state's tensors.
@@ -97,23 +135,44 @@ func (f *Pass) mix(blocks []ops.Tensor, v ops.Tensor, wg ops.Tensor, site Site) 
 	if err != nil {
 		return nil, fmt.Errorf("AttnRes %s mix: %w", site, err)
 	}
-	if f.Obs != nil {
-		f.Obs.Mix(f.layer, site, weights, len(vs))
-	}
+	f.seen.mix(f, site, weights, len(vs))
 	return out, nil
 }
 
-// Layer runs layer w.Layer.Index for the whole wave (K3_SPEC.md 5.1 steps 1-4), updating st.
-func (f *Pass) Layer(st *State, w *LayerWeights) error {
+// Layer runs layer w.Layer.Index for the whole wave (K3_SPEC.md 5.1 steps 1-4), slice after slice,
+// updating the wave's state.
+func (f *Pass) Layer(wv *Wave, w *LayerWeights) error {
 	if err := f.Ctx.Err(); err != nil {
 		return err
 	}
 	f.layer = w.Layer.Index
-	defer f.unused(w.Layer.Index)
-	if err := f.layerSteps(st, w); err != nil {
+	defer f.endLayer(w.Layer.Index)
+	err := f.Each(wv, func(j int, st *State) error {
+		return f.layerSteps(st, w)
+	})
+	if err == nil {
+		err = f.carries.check()
+	}
+	if err != nil {
 		return fmt.Errorf("layer %d (%s+%s): %w", w.Layer.Index, w.Layer.Attn, w.Layer.FFN, err)
 	}
+	f.seen.flush(f)
 	return nil
+}
+
+// endLayer releases what the layer's slices shared: carries left by a failed slice, the routed experts
+// held for every slice, those fetched ahead and never used.
+func (f *Pass) endLayer(layer int) {
+	f.carries.free(f.Model.Ops)
+	if f.held != nil {
+		f.lastChosen = len(f.held)
+	}
+	for _, e := range f.held {
+		f.Model.Ops.Free(e)
+	}
+	f.held = nil
+	f.seen = seenObs{}
+	f.unused(layer)
 }
 
 func (f *Pass) layerSteps(st *State, w *LayerWeights) error {
@@ -144,10 +203,13 @@ func (f *Pass) layerSteps(st *State, w *LayerWeights) error {
 		return fmt.Errorf("%s: %w", w.Layer.Attn, err)
 	}
 	// Experts fetched ahead of the router go now: the attention's work is queued, so on a device backend
-	// their copies run beside it (the AttnRes mix below is the first wait for the device).
-	if err := f.prefetch(w); err != nil {
-		b.Free(a)
-		return err
+	// their copies run beside it (the AttnRes mix below is the first wait for the device). Once a layer:
+	// its experts serve every slice.
+	if f.curIndex == 0 {
+		if err := f.prefetch(w); err != nil {
+			b.Free(a)
+			return err
+		}
 	}
 	if err := f.accumulate(st, a); err != nil {
 		return err

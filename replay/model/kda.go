@@ -32,26 +32,40 @@ func bindKDA(get func(string) ops.Tensor) *KDAWeights {
 // Forward computes KDA for the wave; x is the normed layer input.
 func (w *KDAWeights) Forward(f *Pass, x ops.Tensor) (ops.Tensor, error) {
 	// x: [tokens, hidden] bf16 -> y: [tokens, hidden] bf16
-	m, b, l := f.Model, f.Model.Ops, f.Layout
+	m, b := f.Model, f.Model.Ops
 	heads := m.Dims.KDAHeads
 	// the gate is lower*sigmoid(...), in (lower, 0): the lower bound scales the activation, it is not a clamp
 	lower := float32(m.Plan.Config.LinearAttn.GateLowerBound)
 	r := newRun(b)
 	defer r.free()
-	conv := func(x, w ops.Tensor, name string) ops.Tensor {
-		return r.do(name, func() (ops.Tensor, error) { return b.ShortConvSiLU(x, w, l) })
+	// each convolution carries its own last inputs from slice to slice
+	conv := func(x, w ops.Tensor, name string, c *ops.Carry) ops.Tensor {
+		return r.do(name, func() (ops.Tensor, error) { return f.shortConv(x, w, c) })
 	}
-	q := conv(r.mm(x, w.Q, "q_proj"), w.QConv, "q_conv1d")
-	k := conv(r.mm(x, w.K, "k_proj"), w.KConv, "k_conv1d")
-	v := conv(r.mm(x, w.V, "v_proj"), w.VConv, "v_conv1d")
-	graw := r.mm(r.mm(x, w.FA, "f_a_proj"), w.FB, "f_b_proj") // the decay gate before its activation
+	// Each projection is freed once convolved, and the delta rule's inputs once it ran: at most the
+	// four inputs of the delta rule and its output are alive at once, not every intermediate.
+	proj := func(w, cw ops.Tensor, name string, c *ops.Carry) ops.Tensor {
+		p := r.mm(x, w, name+"_proj")
+		out := conv(p, cw, name+"_conv1d", c)
+		r.drop(p)
+		return out
+	}
+	q := proj(w.Q, w.QConv, "q", &f.carries.conv[0])
+	k := proj(w.K, w.KConv, "k", &f.carries.conv[1])
+	v := proj(w.V, w.VConv, "v", &f.carries.conv[2])
+	fa := r.mm(x, w.FA, "f_a_proj")
+	graw := r.mm(fa, w.FB, "f_b_proj") // the decay gate before its activation
+	r.drop(fa)
 	braw := r.mm(x, w.B, "b_proj")
-	gout := r.mm(x, w.G, "g_proj") // the output gate before its sigmoid
 	o := r.do("delta rule", func() (ops.Tensor, error) {
-		return b.KDA(q, k, v, graw, braw, w.ALog, w.DtBias, heads, lower, l)
+		return f.kda(q, k, v, graw, braw, w.ALog, w.DtBias, heads, lower)
 	})
+	r.drop(q, k, v, graw, braw)
+	gout := r.mm(x, w.G, "g_proj") // the output gate before its sigmoid
 	// per head: RMSNorm with the shared o_norm weight, then times sigmoid of the output gate
-	o = r.do("o_norm", func() (ops.Tensor, error) { return b.GatedRMSNorm(o, w.ONorm, gout, m.eps) })
+	on := r.do("o_norm", func() (ops.Tensor, error) { return b.GatedRMSNorm(o, w.ONorm, gout, m.eps) })
+	r.drop(o, gout)
+	o = on
 	y := r.result("o_proj", func() (ops.Tensor, error) { return b.MatMul(o, w.O) })
 	return y, r.err
 }

@@ -33,23 +33,32 @@ func bindMLA(get func(string) ops.Tensor) *MLAWeights {
 // Forward computes gated MLA for the wave; x is the normed layer input.
 func (w *MLAWeights) Forward(f *Pass, x ops.Tensor) (ops.Tensor, error) {
 	// x: [tokens, hidden] bf16 -> y: [tokens, hidden] bf16
-	d, b, l := f.Model.Dims, f.Model.Ops, f.Layout
+	d, b := f.Model.Dims, f.Model.Ops
 	r := newRun(b)
 	defer r.free()
 	norm := func(x, w ops.Tensor, name string) ops.Tensor {
 		return r.do(name, func() (ops.Tensor, error) { return b.RMSNorm(x, w, mlaEps) })
 	}
-	cq := norm(r.mm(x, w.QA, "q_a_proj"), w.QANorm, "q_a_layernorm")
+	// Intermediates are freed as soon as the next step has read them, to keep the slice's peak low.
+	qa := r.mm(x, w.QA, "q_a_proj")
+	cq := norm(qa, w.QANorm, "q_a_layernorm")
+	r.drop(qa)
 	q := r.mm(cq, w.QB, "q_b_proj") // per head [q_nope | q_s]
+	r.drop(cq)
 	kv := r.mm(x, w.KVA, "kv_a_proj_with_mqa")
 	latent := r.do("kv latent", func() (ops.Tensor, error) { return b.Slice(kv, 0, d.KVLora) })
 	ks := r.do("shared key", func() (ops.Tensor, error) { return b.Slice(kv, d.KVLora, d.KVLora+d.QKShared) })
-	kvb := r.mm(norm(latent, w.KVNorm, "kv_a_layernorm"), w.KVB, "kv_b_proj") // per head [k_nope | v]
-	o := r.do("attention", func() (ops.Tensor, error) {
-		return b.MLA(q, kvb, ks, d.MLAHeads, d.QKNope, d.QKShared, d.VHead, l)
-	})
+	r.drop(kv)
+	cKV := norm(latent, w.KVNorm, "kv_a_layernorm")
+	r.drop(latent)
+	kvb := r.mm(cKV, w.KVB, "kv_b_proj") // per head [k_nope | v]
+	// sliced, the attention carries cKV and ks (kv latent + shared values a row), not the expanded kvb
+	o := r.do("attention", func() (ops.Tensor, error) { return f.mla(q, kvb, ks, cKV, w.KVB) })
+	r.drop(q, kvb, ks, cKV)
 	g := r.mm(x, w.G, "g_proj")
-	o = r.do("output gate", func() (ops.Tensor, error) { return b.MulSigmoid(o, g) })
+	og := r.do("output gate", func() (ops.Tensor, error) { return b.MulSigmoid(o, g) })
+	r.drop(o, g)
+	o = og
 	y := r.result("o_proj", func() (ops.Tensor, error) { return b.MatMul(o, w.O) })
 	return y, r.err
 }

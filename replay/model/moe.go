@@ -57,9 +57,7 @@ func (w *MoEWeights) Forward(f *Pass, x ops.Tensor) (ops.Tensor, error) {
 	if err != nil {
 		return nil, fmt.Errorf("router: %w", err)
 	}
-	if f.Obs != nil {
-		f.Obs.Routing(w.layer, routing)
-	}
+	f.seen.route(f, routing)
 	r := newRun(b)
 	defer r.free()
 	// The shared experts go first: they do not depend on the routed ones, and on a device backend their
@@ -85,28 +83,61 @@ func (w *MoEWeights) Forward(f *Pass, x ops.Tensor) (ops.Tensor, error) {
 }
 
 // experts fetches the chosen experts in ascending chunks and accumulates their weighted outputs. The chunk
-// size changes only how many experts are resident at once, never the result: each row sums its experts in
-// ascending id order either way.
+// size changes only how many experts are fetched at once, never the result: each row sums its experts in
+// ascending id order either way. Unsliced, a chunk is freed before the next is fetched; sliced, every
+// expert fetched stays for the layer's later slices, so that none is fetched twice in a layer.
 func (w *MoEWeights) experts(f *Pass, acc, z ops.Tensor, routing ops.Routing, beta, linBeta float32) error {
 	ids := Chosen(routing)
-	f.lastChosen = len(ids)
 	chunk := f.ExpertChunk
-	if chunk <= 0 {
-		chunk = len(ids)
+	if !f.Sliced() {
+		f.lastChosen = len(ids)
+		if chunk <= 0 {
+			chunk = len(ids)
+		}
+		for start := 0; start < len(ids); start += chunk {
+			part := ids[start:min(start+chunk, len(ids))]
+			experts, err := f.Experts.Experts(f.Ctx, w.layer, part)
+			if err != nil {
+				return fmt.Errorf("experts %v: %w", part, err)
+			}
+			err = f.Model.Ops.ExpertsAccumulate(acc, z, routing, experts, beta, linBeta)
+			for _, e := range experts {
+				f.Model.Ops.Free(e)
+			}
+			if err != nil {
+				return fmt.Errorf("experts %v: %w", part, err)
+			}
+		}
+		return nil
 	}
-	for start := 0; start < len(ids); start += chunk {
-		part := ids[start:min(start+chunk, len(ids))]
+	if f.held == nil {
+		f.held = make(map[int]ops.Expert)
+	}
+	var missing []int
+	for _, id := range ids {
+		if f.held[id] == nil {
+			missing = append(missing, id)
+		}
+	}
+	if chunk <= 0 {
+		chunk = max(len(missing), 1)
+	}
+	for start := 0; start < len(missing); start += chunk {
+		part := missing[start:min(start+chunk, len(missing))]
 		experts, err := f.Experts.Experts(f.Ctx, w.layer, part)
 		if err != nil {
 			return fmt.Errorf("experts %v: %w", part, err)
 		}
-		err = f.Model.Ops.ExpertsAccumulate(acc, z, routing, experts, beta, linBeta)
-		for _, e := range experts {
-			f.Model.Ops.Free(e)
+		for i, e := range experts {
+			f.held[part[i]] = e
 		}
-		if err != nil {
-			return fmt.Errorf("experts %v: %w", part, err)
-		}
+	}
+	use := make([]ops.Expert, len(ids))
+	for i, id := range ids {
+		use[i] = f.held[id]
+	}
+	if err := f.Model.Ops.ExpertsAccumulate(acc, z, routing, use, beta, linBeta); err != nil {
+		return fmt.Errorf("experts %v: %w", ids, err)
 	}
 	return nil
 }

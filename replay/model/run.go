@@ -51,3 +51,20 @@ func (r *run) free() {
 	}
 	r.temps = nil
 }
+
+// drop frees intermediates the sublayer no longer needs before it ends, so that fewer are alive at its
+// peak (the per-token activations bound how many tokens a slice may hold).
+func (r *run) drop(ts ...ops.Tensor) {
+	for _, t := range ts {
+		if t == nil {
+			continue
+		}
+		for i, x := range r.temps {
+			if x == t {
+				r.temps = append(r.temps[:i], r.temps[i+1:]...)
+				r.b.Free(t)
+				break
+			}
+		}
+	}
+}

@@ -39,7 +39,7 @@ type test struct {
 }
 
 // allTests lists every check, grouped by file.
-var allTests = concat(basicTests, hostTests, denseTests, attnTests, moeTests, logitTests, batchTests)
+var allTests = concat(basicTests, hostTests, denseTests, attnTests, moeTests, logitTests, batchTests, sliceTests)
 
 func concat(lists ...[]test) []test {
 	var out []test

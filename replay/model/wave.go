@@ -1,0 +1,174 @@
+package model
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/potato-k3/potato-k3/replay/ops"
+)
+
+// Wave is a wave's per-token state between layers, slice by slice: slice j holds rows Bounds[j] ..
+// Bounds[j+1]-1 of the wave (the running sum and the AttnRes blocks, K3_SPEC.md 5.1). Each slice's state
+// stays on the backend, or, with host state, lives in host memory between its uses and is uploaded for
+// each layer (the values are bfloat16 in BF16 precision, kept as such: 2 bytes a value).
+type Wave struct {
+	Bounds []int
+	dev    []*State     // per slice, on the backend (nil while on the host)
+	host   []*hostState // per slice, with host state
+}
+
+// hostState is one slice's state in host memory.
+type hostState struct {
+	blocks []hostRows
+	p      hostRows // empty only right after a bank, which never outlives a layer
+}
+
+// hostRows are rows x cols values in host memory: bfloat16 bits where every value is one, else float32.
+type hostRows struct {
+	rows, cols int
+	bf         []uint16
+	f          []float32
+}
+
+// download copies t to the host and frees it.
+func download(b ops.Backend, t ops.Tensor) (hostRows, error) {
+	v, err := b.ToHost(t)
+	if err != nil {
+		return hostRows{}, err
+	}
+	h := hostRows{rows: t.Rows(), cols: t.Cols()}
+	bf := make([]uint16, len(v))
+	for i, x := range v {
+		u := math.Float32bits(x)
+		if u&0xffff != 0 { // not a bfloat16 value (FP32 precision): keep float32
+			h.f = v
+			return h, nil
+		}
+		bf[i] = uint16(u >> 16)
+	}
+	h.bf = bf
+	return h, nil
+}
+
+// upload makes a backend tensor of h's values (FromHost rounds; they are already rounded, so the bits
+// are the ones downloaded).
+func (h hostRows) upload(b ops.Backend) (ops.Tensor, error) {
+	v := h.f
+	if v == nil {
+		v = make([]float32, len(h.bf))
+		for i, x := range h.bf {
+			v[i] = math.Float32frombits(uint32(x) << 16)
+		}
+	}
+	return b.FromHost(h.rows, h.cols, v)
+}
+
+// bytes is the host memory h holds.
+func (h hostRows) bytes() int64 { return 2*int64(len(h.bf)) + 4*int64(len(h.f)) }
+
+// Slices is the number of slices.
+func (w *Wave) Slices() int { return len(w.Bounds) - 1 }
+
+// HostBytes is the host memory the wave's state holds.
+func (w *Wave) HostBytes() int64 {
+	var n int64
+	for _, h := range w.host {
+		if h == nil {
+			continue
+		}
+		n += h.p.bytes()
+		for _, b := range h.blocks {
+			n += b.bytes()
+		}
+	}
+	return n
+}
+
+// load returns slice j's state on the backend.
+func (w *Wave) load(b ops.Backend, j int) (*State, error) {
+	if w.dev[j] != nil {
+		return w.dev[j], nil
+	}
+	h := w.host[j]
+	st := &State{}
+	for _, hb := range h.blocks {
+		t, err := hb.upload(b)
+		if err != nil {
+			st.Free(b)
+			return nil, fmt.Errorf("state of slice %d: %w", j, err)
+		}
+		st.Blocks = append(st.Blocks, t)
+	}
+	if h.p.rows > 0 {
+		t, err := h.p.upload(b)
+		if err != nil {
+			st.Free(b)
+			return nil, fmt.Errorf("state of slice %d: %w", j, err)
+		}
+		st.P = t
+	}
+	w.dev[j] = st
+	return st, nil
+}
+
+// put ends slice j's use: with host state its tensors go back to the host (only the running sum and
+// blocks banked since the last download: banked blocks never change) and are freed.
+func (w *Wave) put(b ops.Backend, j int) error {
+	if w.host == nil || w.dev[j] == nil {
+		return nil
+	}
+	st, h := w.dev[j], w.host[j]
+	w.dev[j] = nil
+	defer st.Free(b)
+	for i := len(h.blocks); i < len(st.Blocks); i++ {
+		hb, err := download(b, st.Blocks[i])
+		if err != nil {
+			return fmt.Errorf("state of slice %d: block %d: %w", j, i, err)
+		}
+		h.blocks = append(h.blocks, hb)
+	}
+	h.p = hostRows{}
+	if st.P != nil {
+		p, err := download(b, st.P)
+		if err != nil {
+			return fmt.Errorf("state of slice %d: running sum: %w", j, err)
+		}
+		h.p = p
+	}
+	return nil
+}
+
+// Free releases the wave's state.
+func (w *Wave) Free(b ops.Backend) {
+	for j, st := range w.dev {
+		if st != nil {
+			st.Free(b)
+			w.dev[j] = nil
+		}
+	}
+	w.host = nil
+}
+
+// Each runs fn on every slice's state in order, uploading and putting back host state around it: fn gets
+// the slice index and its state on the backend.
+func (f *Pass) Each(w *Wave, fn func(j int, st *State) error) error {
+	b := f.Model.Ops
+	for j := range w.Slices() {
+		if err := f.Ctx.Err(); err != nil {
+			return err
+		}
+		st, err := w.load(b, j)
+		if err != nil {
+			return err
+		}
+		f.cur, f.curIndex = f.slices[j], j
+		err = fn(j, st)
+		if perr := w.put(b, j); err == nil {
+			err = perr
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,290 @@
+package replay
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/potato-k3/potato-k3/replay/model"
+	"github.com/potato-k3/potato-k3/replay/ops"
+)
+
+// WavePlan is how the engine runs a set of sequences, decided before the first layer from the memory
+// budgets and the model: how many weight reads (waves), how many slices each layer runs in, where the
+// per-token state lives, and the device and host memory that takes. The engine never finds a limit by
+// running out of memory: a plan that does not fit is refused before any compute, with the budget named.
+type WavePlan struct {
+	Tokens, Sequences, Longest int
+	// Waves is the number of weight reads the sequences take: 1 unless the host cannot hold the state of
+	// all of them (or MaxWaveTokens bounds the wave).
+	Waves      int
+	WaveTokens int // the most tokens of one wave
+	// SliceTokens is the most rows a layer computes at once; Slices the number of slices of the largest
+	// wave. A backend without ops.Slicer runs each wave in one slice.
+	SliceTokens, Slices int
+	Sliceable           bool
+	HostState           bool  // the state lives in host memory between layers, streamed slice by slice
+	StateBytes          int64 // the per-token state of the largest wave
+	// DevicePeak is the planned device memory of the largest wave: weights (WeightBytes), one slice's
+	// activations, the carries, and the state when it stays on the device.
+	DevicePeak, WeightBytes int64
+	HostBytes               int64 // host memory of the state (0 when it stays on the device)
+	DeviceBudget            int64
+	HostBudget              int64
+}
+
+// String is the plan line that replay, bench and the service print before the first layer.
+func (p WavePlan) String() string {
+	reads := "1 read"
+	if p.Waves > 1 {
+		reads = fmt.Sprintf("%d reads (waves of at most %s tokens)", p.Waves, commas(p.WaveTokens))
+	}
+	slices := "1 slice"
+	if p.Slices > 1 {
+		slices = fmt.Sprintf("%d slices of %s", p.Slices, commas(p.SliceTokens))
+	}
+	where := "on the device"
+	if p.HostState {
+		where = "in host memory"
+	}
+	s := fmt.Sprintf("wave %s tokens (%d sequences, longest %s) in %s: %s; state %s %s; device peak %s of %s (weights %s)",
+		commas(p.Tokens), p.Sequences, commas(p.Longest), reads, slices, gb(p.StateBytes), where, gb(p.DevicePeak),
+		gb(p.DeviceBudget), gb(p.WeightBytes))
+	if !p.Sliceable {
+		s += "; this backend does not slice layers"
+	}
+	return s
+}
+
+// gb writes a byte count in GB, or MB below a gigabyte.
+func gb(n int64) string {
+	if n < 1e9 {
+		return fmt.Sprintf("%.1f MB", float64(n)/1e6)
+	}
+	return fmt.Sprintf("%.1f GB", float64(n)/1e9)
+}
+
+// commas writes n with thousands separators.
+func commas(n int) string {
+	s := strconv.Itoa(n)
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
+}
+
+// ErrBudget marks a request that the memory budgets cannot hold.
+var ErrBudget = fmt.Errorf("replay: over the memory budget")
+
+// minSlice is the smallest slice the planner picks on its own: below it a layer's weights are read by the
+// device more times than its activations are worth. A budget that leaves less is refused.
+const minSlice = 64
+
+// PlanWave plans sequences of the given lengths, as Run would before any compute: a request the budgets
+// cannot hold is an error naming the budget (ErrBudget).
+func (e *Engine) PlanWave(lens []int) (WavePlan, error) { return e.planWave(lens) }
+
+// planWave plans sequences of the given lengths on e's backend and budgets.
+func (e *Engine) planWave(lens []int) (WavePlan, error) {
+	m := e.Plan
+	p := WavePlan{Sequences: len(lens), DeviceBudget: e.deviceBudget(), HostBudget: e.hostBudget()}
+	for _, n := range lens {
+		p.Tokens += n
+		p.Longest = max(p.Longest, n)
+	}
+	_, p.Sliceable = e.Model.Ops.(ops.Slicer)
+	act, state, hostState := e.tokenBytes()
+	carry := m.CarryValues(p.Longest) * 4
+	p.WeightBytes = e.weightPeak(p.Sliceable)
+	avail := p.DeviceBudget - p.WeightBytes - carry
+	least := int64(minSlice)
+	if e.opts.SliceTokens > 0 {
+		least = int64(min(e.opts.SliceTokens, minSlice))
+	}
+	if avail < least*act {
+		return p, fmt.Errorf("%w: the device budget of %s leaves %s after %s of weights and %s of carries, "+
+			"less than a slice of %d tokens needs (%s); give more with --device-memory, or fewer experts at once with --expert-chunk",
+			ErrBudget, gb(p.DeviceBudget), gb(max(avail, 0)), gb(p.WeightBytes), gb(carry), least, gb(least*act))
+	}
+	wave := p.Tokens
+	if e.opts.MaxWaveTokens > 0 {
+		wave = min(wave, max(e.opts.MaxWaveTokens, p.Longest))
+	}
+	slice := e.opts.SliceTokens
+	switch {
+	case !p.Sliceable:
+		// one slice: a wave holds its state and activations on the device at once
+		wave = min(wave, int(avail/(act+state)))
+		if wave < p.Longest {
+			return p, fmt.Errorf("%w: a sequence of %s tokens needs %s of device memory unsliced, and the %s backend "+
+				"cannot slice layers (budget %s, %s after the weights)", ErrBudget, commas(p.Longest),
+				gb(int64(p.Longest)*(act+state)), e.Model.Ops.Name(), gb(p.DeviceBudget), gb(avail))
+		}
+		slice = wave
+	case slice > 0:
+		slice = min(slice, wave)
+		if int64(slice)*act > avail {
+			return p, fmt.Errorf("%w: slices of %s tokens need %s of activations, more than the %s the device budget "+
+				"leaves after the weights (--slice-tokens, --device-memory)", ErrBudget, commas(slice), gb(int64(slice)*act), gb(avail))
+		}
+		p.HostState = int64(wave)*state+int64(slice)*act > avail
+	default:
+		if int64(wave)*(act+state) <= avail {
+			slice = wave // everything fits at once
+		} else if rest := avail - int64(wave)*state; rest >= int64(min(wave, 4096))*act {
+			slice = int(rest / act) // state on the device, layers in slices
+		} else {
+			p.HostState = true
+			slice = int(avail / (act + state)) // only the running slice's state on the device
+		}
+		slice = min(roundSlice(slice), wave)
+	}
+	if p.HostState && int64(wave)*hostState > p.HostBudget {
+		wave = int(p.HostBudget / hostState)
+		if wave < p.Longest {
+			return p, fmt.Errorf("%w: the state of a sequence of %s tokens (%s) does not fit the host budget of %s (--host-memory)",
+				ErrBudget, commas(p.Longest), gb(int64(p.Longest)*hostState), gb(p.HostBudget))
+		}
+	}
+	p.WaveTokens, p.SliceTokens = wave, slice
+	p.Waves = waveCount(lens, wave)
+	p.Slices = (wave + slice - 1) / max(slice, 1)
+	p.StateBytes = int64(wave) * state
+	p.DevicePeak = p.WeightBytes + carry + int64(min(slice, wave))*act
+	if p.HostState {
+		p.HostBytes = int64(wave) * hostState
+		p.StateBytes = p.HostBytes
+		p.DevicePeak += int64(min(slice, wave)) * state
+	} else {
+		p.DevicePeak += int64(wave) * state
+	}
+	return p, nil
+}
+
+// tokenBytes are the bytes a token of a wave takes: on the device in a slice's activations (act), in
+// the per-token state on the device (float32 tensors on every backend) and in host memory (bfloat16
+// values, float32 in FP32 precision).
+func (e *Engine) tokenBytes() (act, state, hostState int64) {
+	eb := int64(4)
+	if s, ok := e.Model.Ops.(ops.ActivationSizer); ok {
+		eb = int64(s.ActivationElementBytes())
+	}
+	hostEB := int64(2)
+	if e.Model.Ops.Precision() == ops.FP32 {
+		hostEB = 4
+	}
+	v := e.Plan.StateValuesPerToken()
+	return e.Plan.SliceValuesPerToken()*eb + e.expertScratch(), 4 * v, hostEB * v
+}
+
+// expertScratch is the routed experts' scratch a token takes in ExpertsAccumulate (0 without MoE layers).
+func (e *Engine) expertScratch() int64 {
+	d := e.Model.Dims
+	if e.Plan.Count(model.KDA, model.MoE)+e.Plan.Count(model.MLA, model.MoE) == 0 {
+		return 0
+	}
+	if s, ok := e.Model.Ops.(ops.ExpertScratch); ok {
+		return s.ExpertScratchBytes(1, d.TopK, d.Latent, d.ExpertFFN)
+	}
+	return 4 * int64(d.TopK) * int64(d.Latent+2*d.ExpertFFN)
+}
+
+// roundSlice rounds a slice size down to a multiple of 1,024 tokens when it is larger.
+func roundSlice(n int) int {
+	if n > 1024 {
+		return n / 1024 * 1024
+	}
+	return max(n, 1)
+}
+
+// waveCount is how many waves runSplit makes of sequences lens with at most limit tokens each.
+func waveCount(lens []int, limit int) int {
+	waves, tokens := 0, 0
+	for _, n := range lens {
+		if tokens > 0 && tokens+n > limit {
+			waves, tokens = waves+1, 0
+		}
+		tokens += n
+	}
+	if tokens > 0 {
+		waves++
+	}
+	return max(waves, 1)
+}
+
+// uploaded is what stays uploaded between waves: the globals and the resident layers.
+func (e *Engine) uploaded() int64 {
+	var n int64
+	for _, s := range e.Plan.GlobalTensors() {
+		n += s.Bytes()
+	}
+	return n + e.kept.bytes()
+}
+
+// weightPeak is the device memory the weights take at the peak of a wave, in checkpoint bytes: the
+// globals, the resident layers, the largest layer's own tensors, and its routed experts held at once (all
+// of them when sliced, since a layer's experts serve every slice; else a chunk).
+func (e *Engine) weightPeak(sliced bool) int64 {
+	m := e.Plan
+	var own, experts int64
+	for i, l := range m.Layers {
+		o, x := m.LayerBytes(i)
+		own = max(own, o)
+		if l.FFN == model.MoE {
+			per := x / int64(m.Config.NumExperts)
+			held := int64(m.Config.NumExperts)
+			if !sliced && e.opts.ExpertChunk > 0 {
+				held = int64(min(e.opts.ExpertChunk, m.Config.NumExperts))
+			}
+			experts = max(experts, per*held)
+		}
+	}
+	return e.uploaded() + own + experts
+}
+
+// memoryMargin is the share of free memory the default budgets leave alone.
+const memoryMargin = 0.1
+
+// deviceBudget is EngineOptions.DeviceMemory, else the backend's free device memory less a margin, else
+// (a backend with no device: the CPU's) the host's.
+func (e *Engine) deviceBudget() int64 {
+	if e.opts.DeviceMemory > 0 {
+		return e.opts.DeviceMemory
+	}
+	if d, ok := e.Model.Ops.(ops.DeviceMemory); ok {
+		if free, err := d.FreeDeviceMemory(); err == nil && free > 0 {
+			// the globals and resident layers are uploaded already: they count as the budget's
+			return int64(float64(free)*(1-memoryMargin)) + e.uploaded()
+		}
+	}
+	return e.hostBudget()
+}
+
+// hostBudget is EngineOptions.HostMemory, else the host's available memory less a margin.
+func (e *Engine) hostBudget() int64 {
+	if e.opts.HostMemory > 0 {
+		return e.opts.HostMemory
+	}
+	return int64(float64(availableMemory()) * (1 - memoryMargin))
+}
+
+// availableMemory reads MemAvailable from /proc/meminfo (8 GiB where there is none).
+func availableMemory() int64 {
+	f, err := os.Open("/proc/meminfo")
+	if err != nil {
+		return 8 << 30
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), "MemAvailable:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
+			if err == nil {
+				return kb << 10
+			}
+		}
+	}
+	return 8 << 30
+}

@@ -1,0 +1,247 @@
+package replay
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/potato-k3/potato-k3/replay/cpu"
+	"github.com/potato-k3/potato-k3/replay/ops"
+)
+
+// sliceSeqs are a wave whose sequences slice boundaries cut at many positions: shorter than the short
+// convolution's kernel, across a 64-row chunk, and one long sequence.
+var sliceSeqLens = []int{1, 3, 17, 64, 65, 150}
+
+// TestSliceInvariance: a wave run with its layers in slices of any size, with the state on the device or
+// in host memory, gives every table bit for bit as the unsliced wave (tiny and small presets, both
+// precisions). Slice sizes 1 and sizes that cut sequences at every residue of the convolution kernel (4)
+// and of 64.
+func TestSliceInvariance(t *testing.T) {
+	opts := Options{TopK: 5, Lens: []int{1, 3}, Router: true, AttnRes: true}
+	cases := []struct {
+		preset string
+		sizes  []int
+	}{
+		{"tiny", []int{1, 2, 3, 5, 7, 63, 64, 65, 129, 200}},
+		{"small", []int{13, 100}},
+	}
+	if testing.Short() {
+		cases[0].sizes = []int{1, 7, 65}
+		cases = cases[:1]
+	}
+	for _, c := range cases {
+		for _, prec := range []ops.Precision{ops.BF16, ops.FP32} {
+			t.Run(fmt.Sprintf("%s/%s", c.preset, prec), func(t *testing.T) {
+				seqs := randomSequences(5, 3328, sliceSeqLens...)
+				o := opts
+				o.Hidden = []int{0, 2}
+				whole := openPreset(t, c.preset, 1, cpu.New(cpu.Options{Precision: prec}), EngineOptions{})
+				want := runOne(t, whole, Request{Sequences: seqs, Options: o})
+				for _, n := range c.sizes {
+					for _, host := range []bool{false, true} {
+						eo := EngineOptions{SliceTokens: n}
+						if host { // a device budget too small for the wave's state: it goes to host memory
+							eo.DeviceMemory = slicedDevice(t, c.preset, n)
+						}
+						var plan string
+						eo.Log = func(s string) { plan = s }
+						e := openPreset(t, c.preset, 1, cpu.New(cpu.Options{Precision: prec}), eo)
+						got := runOne(t, e, Request{Sequences: seqs, Options: o})
+						if host != strings.Contains(plan, "in host memory") {
+							t.Fatalf("slices of %d, host state %v: plan %q", n, host, plan)
+						}
+						if !reflect.DeepEqual(got, want) {
+							t.Errorf("slices of %d (host state %v): results differ from the unsliced wave; plan %s", n, host, plan)
+						}
+					}
+				}
+			})
+		}
+	}
+}
+
+// slicedDevice is a device budget that holds the weights and a slice of n tokens but not the state of the
+// whole test wave.
+func slicedDevice(t *testing.T, preset string, n int) int64 {
+	t.Helper()
+	e := openPreset(t, preset, 1, cpu.New(cpu.Options{}), EngineOptions{DeviceMemory: 1 << 40})
+	total := 0
+	for _, l := range sliceSeqLens {
+		total += l
+	}
+	act, state, _ := e.tokenBytes()
+	if n >= total {
+		t.Fatalf("slices of %d cover the whole test wave of %d tokens: no state to put off the device", n, total)
+	}
+	// a slice's activations and state, and half the state of the rest of the wave
+	return e.weightPeak(true) + e.Plan.CarryValues(150)*4 + int64(n)*(act+state) + int64(total-n)*state/2
+}
+
+// counting is a backend that counts the bytes of the activations and carries it holds, to hold the
+// engine to its plan. Weights (Upload, UploadExpert) are left out: the plan counts them in checkpoint
+// bytes.
+type counting struct {
+	*cpu.Backend
+	mu         sync.Mutex
+	live, peak int64
+	sizes      map[any]int64
+}
+
+func newCounting(p ops.Precision) *counting {
+	return &counting{Backend: cpu.New(cpu.Options{Precision: p}), sizes: map[any]int64{}}
+}
+
+func (c *counting) add(x any, n int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.sizes[x] = n
+	c.live += n
+	c.peak = max(c.peak, c.live)
+}
+
+func (c *counting) t(x ops.Tensor, err error) (ops.Tensor, error) {
+	if err == nil && x != nil {
+		c.add(x, 4*int64(x.Rows())*int64(x.Cols()))
+	}
+	return x, err
+}
+
+func (c *counting) carry(x ops.Tensor, k ops.Carry, err error) (ops.Tensor, ops.Carry, error) {
+	c.t(x, err)
+	if err == nil && k != nil {
+		c.add(k, k.CarryBytes())
+	}
+	return x, k, err
+}
+
+func (c *counting) Free(x any) {
+	c.mu.Lock()
+	if n, ok := c.sizes[x]; ok {
+		c.live -= n
+		delete(c.sizes, x)
+	}
+	c.mu.Unlock()
+	c.Backend.Free(x)
+}
+
+func (c *counting) FromHost(r, k int, d []float32) (ops.Tensor, error) {
+	return c.t(c.Backend.FromHost(r, k, d))
+}
+func (c *counting) Gather(w ops.Tensor, ids []int32) (ops.Tensor, error) {
+	return c.t(c.Backend.Gather(w, ids))
+}
+func (c *counting) MatMul(x, w ops.Tensor) (ops.Tensor, error) { return c.t(c.Backend.MatMul(x, w)) }
+func (c *counting) Slice(x ops.Tensor, a, b int) (ops.Tensor, error) {
+	return c.t(c.Backend.Slice(x, a, b))
+}
+func (c *counting) Add(a, b ops.Tensor) (ops.Tensor, error) { return c.t(c.Backend.Add(a, b)) }
+func (c *counting) RMSNorm(x, w ops.Tensor, eps float32) (ops.Tensor, error) {
+	return c.t(c.Backend.RMSNorm(x, w, eps))
+}
+func (c *counting) GatedRMSNorm(x, w, g ops.Tensor, eps float32) (ops.Tensor, error) {
+	return c.t(c.Backend.GatedRMSNorm(x, w, g, eps))
+}
+func (c *counting) MulSigmoid(x, g ops.Tensor) (ops.Tensor, error) {
+	return c.t(c.Backend.MulSigmoid(x, g))
+}
+func (c *counting) AttnResMix(vs []ops.Tensor, wg ops.Tensor) (ops.Tensor, []float32, error) {
+	out, w, err := c.Backend.AttnResMix(vs, wg)
+	c.t(out, err)
+	return out, w, err
+}
+func (c *counting) ShortConvSiLU(x, w ops.Tensor, l ops.Layout) (ops.Tensor, error) {
+	return c.t(c.Backend.ShortConvSiLU(x, w, l))
+}
+func (c *counting) KDA(q, k, v, g, b, a, dt ops.Tensor, h int, lo float32, l ops.Layout) (ops.Tensor, error) {
+	return c.t(c.Backend.KDA(q, k, v, g, b, a, dt, h, lo, l))
+}
+func (c *counting) MLA(q, kv, ks ops.Tensor, h, n, s, v int, l ops.Layout) (ops.Tensor, error) {
+	return c.t(c.Backend.MLA(q, kv, ks, h, n, s, v, l))
+}
+func (c *counting) SiTUGLU(g, u ops.Tensor, b, lb float32) (ops.Tensor, error) {
+	return c.t(c.Backend.SiTUGLU(g, u, b, lb))
+}
+func (c *counting) Zeros(r, k int) (ops.Tensor, error)     { return c.t(c.Backend.Zeros(r, k)) }
+func (c *counting) Round(x ops.Tensor) (ops.Tensor, error) { return c.t(c.Backend.Round(x)) }
+func (c *counting) ShortConvSiLUSlice(x, w ops.Tensor, l ops.SliceLayout, in ops.Carry) (ops.Tensor, ops.Carry, error) {
+	return c.carry(c.Backend.ShortConvSiLUSlice(x, w, l, in))
+}
+func (c *counting) KDASlice(q, k, v, g, b, a, dt ops.Tensor, h int, lo float32, l ops.SliceLayout, in ops.Carry) (ops.Tensor, ops.Carry, error) {
+	return c.carry(c.Backend.KDASlice(q, k, v, g, b, a, dt, h, lo, l, in))
+}
+func (c *counting) MLASlice(q, kv, ks, lat, kvb ops.Tensor, h, n, s, v int, l ops.SliceLayout, in ops.Carry) (ops.Tensor, ops.Carry, error) {
+	return c.carry(c.Backend.MLASlice(q, kv, ks, lat, kvb, h, n, s, v, l, in))
+}
+
+// TestPlanBoundsDevice: on a device budget a fraction of what the wave's state needs, the engine plans
+// slices with the state in host memory, runs the wave in one read, and the activations and carries it
+// holds never pass the plan's device peak (less the weights, which the counting backend leaves out).
+func TestPlanBoundsDevice(t *testing.T) {
+	lens := []int{300, 41, 700, 5, 1000}
+	c := newCounting(ops.BF16)
+	probe := openPreset(t, "tiny", 1, cpu.New(cpu.Options{}), EngineOptions{})
+	total := 0
+	for _, n := range lens {
+		total += n
+	}
+	_, state, _ := probe.tokenBytes()
+	budget := probe.weightPeak(true) + probe.Plan.CarryValues(1000)*4 + int64(total)*state/4 // a quarter of the state
+	var plans []string
+	e := openPreset(t, "tiny", 1, c, EngineOptions{DeviceMemory: budget, Log: func(s string) { plans = append(plans, s) }})
+	seqs := randomSequences(9, 3328, lens...)
+	c.mu.Lock()
+	c.live, c.peak = 0, 0 // the globals' setup is not the wave's
+	clear(c.sizes)
+	c.mu.Unlock()
+	got, st, err := e.Run(context.Background(), []Request{{Sequences: seqs, Options: Options{TopK: 3, Lens: []int{4}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := e.plan
+	if p.Waves != 1 || !p.HostState || p.Slices < 4 {
+		t.Fatalf("plan %s: want one read, host state and several slices", p)
+	}
+	if st.Sequences != len(lens) || len(plans) != 1 {
+		t.Fatalf("stats %+v, plan lines %q", st, plans)
+	}
+	if limit := p.DevicePeak - p.WeightBytes; c.peak > limit {
+		t.Errorf("device peak of activations and carries %d bytes, over the plan's %d (%s)", c.peak, limit, p)
+	}
+	t.Logf("%s; counted peak %.2f MB of %.2f planned", p, float64(c.peak)/1e6, float64(p.DevicePeak-p.WeightBytes)/1e6)
+	// and the same results as an unsliced run with room to spare
+	whole := openTiny(t, ops.BF16, EngineOptions{})
+	want := runOne(t, whole, Request{Sequences: seqs, Options: Options{TopK: 3, Lens: []int{4}}})
+	if !reflect.DeepEqual(got, want) {
+		t.Error("the planned, sliced run differs from the unsliced one")
+	}
+}
+
+// TestPlanRefuses: budgets that cannot hold a request are refused before any compute, naming the
+// budget and its flag.
+func TestPlanRefuses(t *testing.T) {
+	probe := openPreset(t, "tiny", 1, cpu.New(cpu.Options{}), EngineOptions{})
+	w := probe.weightPeak(true)
+	cases := []struct {
+		name string
+		opts EngineOptions
+		want string
+	}{
+		{"device below the weights", EngineOptions{DeviceMemory: w / 2}, "--device-memory"},
+		{"host below one sequence's state", EngineOptions{DeviceMemory: w + 2<<20, HostMemory: 1 << 10}, "--host-memory"},
+		{"slice over the device", EngineOptions{DeviceMemory: w + 2<<20, SliceTokens: 1 << 20}, "--slice-tokens"},
+	}
+	seqs := randomSequences(2, 3328, 900)
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			e := openTiny(t, ops.BF16, c.opts)
+			_, _, err := e.Run(context.Background(), []Request{{Sequences: seqs}})
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("err %v, want one naming %s", err, c.want)
+			}
+		})
+	}
+}
