@@ -105,20 +105,28 @@ func shortConv4Fits(out, x, w uint64, ch, taps int) bool {
 // precision, k_kda_exact_rD for widths 32, 64 and 128 otherwise (the state in registers), else
 // k_kda_exact with (d*d + 3d) * 4 bytes of dynamic shared memory.
 func (b *Backend) KDA(q, k, v, graw, braw ops.Tensor, aLog, dtBias ops.Tensor, heads int, lower float32, l ops.Layout) (ops.Tensor, error) {
+	out, _, err := b.kda(q, k, v, graw, braw, aLog, dtBias, heads, lower, l, nil, false)
+	return out, err
+}
+
+// kda is KDA with, for token slices (slice.go), the state sequence 0 starts from (init, heads x d x d
+// float32, nil: zero) and, with keepLast, the state after the last sequence's last row returned.
+func (b *Backend) kda(q, k, v, graw, braw ops.Tensor, aLog, dtBias ops.Tensor, heads int, lower float32, l ops.Layout,
+	init *Tensor, keepLast bool) (ops.Tensor, *Tensor, error) {
 	const op = "KDA"
 	ts, err := b.tensors(op, []string{"q", "k", "v", "graw", "braw", "aLog", "dtBias"}, q, k, v, graw, braw, aLog, dtBias)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	qt := ts[0]
 	if err := ops.CheckKDA(q, k, v, graw, braw, aLog, dtBias, heads, l); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	rows, ch := qt.rows, qt.cols
 	d := ch / heads
 	shmem := 4 * (d*d + 3*d)
 	if d > 1024 || shmem > b.info.MaxSharedOptin {
-		return nil, shapeErr(op, "head width %d: the state needs %d bytes of shared memory, the device allows %d (and at most 1024 threads)",
+		return nil, nil, shapeErr(op, "head width %d: the state needs %d bytes of shared memory, the device allows %d (and at most 1024 threads)",
 			d, shmem, b.info.MaxSharedOptin)
 	}
 	scale := float32(1 / math.Sqrt(float64(d)))
@@ -126,11 +134,26 @@ func (b *Backend) KDA(q, k, v, graw, braw ops.Tensor, aLog, dtBias ops.Tensor, h
 	for i, s := range l.Starts {
 		starts[i] = int32(s)
 	}
-	var out *Tensor
+	if init != nil && (init.rows != heads*d || init.cols != d) {
+		return nil, nil, shapeErr(op, "carried state %v: want %dx%d", init, heads*d, d)
+	}
+	var out, last *Tensor
 	err = b.run(op, func(c *opCtx) error {
 		in, err := c.f32All(ts)
 		if err != nil {
 			return err
+		}
+		var initp, finp uint64
+		if init != nil {
+			if initp, err = c.f32(init); err != nil {
+				return err
+			}
+		}
+		if keepLast {
+			if last, err = c.out(heads*d, d); err != nil {
+				return err
+			}
+			finp = last.ptr
 		}
 		if out, err = c.out(rows, ch); err != nil || out.n() == 0 {
 			return err
@@ -159,12 +182,12 @@ func (b *Backend) KDA(q, k, v, graw, braw ops.Tensor, aLog, dtBias ops.Tensor, h
 		if err != nil {
 			return err
 		}
-		return c.kdaRecurrence(out.ptr, qn, kn, dec, beta, in[2], sp, l.Sequences(), heads, d)
+		return c.kdaRecurrence(out.ptr, qn, kn, dec, beta, in[2], sp, l.Sequences(), heads, d, initp, finp)
 	})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return out, nil
+	return out, last, nil
 }
 
 // kdaPrepPairs is the number of (row, head) pairs a block of the prep normalises: 16 (one warp sums the
@@ -186,12 +209,14 @@ func (c *opCtx) kdaPrep(fast bool, qn, kn, dec, beta uint64, in []uint64, rows, 
 
 // kdaRecurrence launches the delta rule over seqs x heads blocks, the kernel kdaRecurrenceKernel picks
 // for the backend's precision and head width d.
-func (c *opCtx) kdaRecurrence(out, qn, kn, dec, beta, v, starts uint64, seqs, heads, d int) error {
+// init, when not 0, is the state (heads x d x d float32) sequence 0 starts from; fin, when not 0, receives
+// the last sequence's state after its last row (token slices, slice.go).
+func (c *opCtx) kdaRecurrence(out, qn, kn, dec, beta, v, starts uint64, seqs, heads, d int, init, fin uint64) error {
 	name, shmem := kdaRecurrenceKernel(c.b.bf == 1, d)
 	if shmem == 0 {
-		return c.launch(name, d2(seqs, heads), d1(d), 0, out, qn, kn, dec, beta, v, starts, int32(heads), c.b.bf)
+		return c.launch(name, d2(seqs, heads), d1(d), 0, out, qn, kn, dec, beta, v, starts, int32(heads), c.b.bf, init, fin)
 	}
-	return c.launch(name, d2(seqs, heads), d1(d), shmem, out, qn, kn, dec, beta, v, starts, int32(heads), int32(d), c.b.bf)
+	return c.launch(name, d2(seqs, heads), d1(d), shmem, out, qn, kn, dec, beta, v, starts, int32(heads), int32(d), c.b.bf, init, fin)
 }
 
 // kdaRecurrenceKernel is the recurrence kernel for head width d (d threads a block in each) and its

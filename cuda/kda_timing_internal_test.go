@@ -119,7 +119,7 @@ func timeKDA(t *testing.T, b *Backend, seqs, n, heads, d, runs int) {
 			}
 			rec := func() error {
 				name, _ := kdaRecurrenceKernel(fast, d)
-				return c.launch(name, d2(seqs, heads), d1(d), 0, out[v], qn[v], kn[v], dec[v], beta[v], in[2], sp, int32(heads), c.b.bf)
+				return c.launch(name, d2(seqs, heads), d1(d), 0, out[v], qn[v], kn[v], dec[v], beta[v], in[2], sp, int32(heads), c.b.bf, uint64(0), uint64(0))
 			}
 			pms, err := eventTime(c, runs, prep)
 			if err != nil {

@@ -3,6 +3,8 @@ package cuda
 import (
 	"math"
 
+	"github.com/potato-k3/potato-k3/cuda/bind"
+
 	"github.com/potato-k3/potato-k3/replay/ops"
 )
 
@@ -54,16 +56,72 @@ func (b *Backend) MLA(q, kv, ks ops.Tensor, heads, nope, shared, vdim int, l ops
 	if err := ops.CheckMLA(q, kv, ks, heads, nope, shared, vdim, l); err != nil {
 		return nil, err
 	}
+	return b.mla(ts, heads, nope, shared, vdim, l, 0)
+}
+
+// mla runs MLA's kernel for the precision and head sizes. l is a layout over the key rows (ts[1], ts[2]);
+// the query rows ts[0] are the key rows from qOff on (qOff > 0: the rows before are an earlier slice's
+// keys of sequence 0, slice.go), and so are the output's. Only query tiles holding a row from qOff on run;
+// the tile holding row qOff runs whole, its rows before qOff on zero queries into a scratch output.
+func (b *Backend) mla(ts []*Tensor, heads, nope, shared, vdim int, l ops.Layout, qOff int) (ops.Tensor, error) {
 	if b.bf == 1 && !b.opts.NoTensorCores {
 		if tc, ok := mlaTCFor(nope+shared, vdim); ok {
-			return b.mlaTC(tc, ts, heads, nope, shared, vdim, l)
+			return b.mlaTC(tc, ts, heads, nope, shared, vdim, l, qOff)
 		}
 	}
-	return b.mlaCUDACores(ts, heads, nope, shared, vdim, l)
+	return b.mlaCUDACores(ts, heads, nope, shared, vdim, l, qOff)
+}
+
+// tilesFrom keeps the tasks (sequence start, t0, t1) whose tile ends after row qOff and returns them with
+// the first row any of them reads (the lowest t0).
+func tilesFrom(tasks []int32, qOff int) ([]int32, int) {
+	if qOff == 0 {
+		return tasks, 0
+	}
+	kept, low := tasks[:0:0], qOff
+	for i := 0; i < len(tasks); i += 3 {
+		if int(tasks[i+2]) > qOff {
+			kept = append(kept, tasks[i:i+3]...)
+			low = min(low, int(tasks[i+1]))
+		}
+	}
+	return kept, low
+}
+
+// mlaQueries returns the query and output device addresses a kernel indexes by key row, for query rows
+// qt from row qOff on whose tiles start at row low <= qOff: when low < qOff, q gets qOff - low zero rows
+// before it (a temporary) and the output a scratch of as many rows, copied into out after the kernel.
+func (c *opCtx) mlaQueries(qt *Tensor, out *Tensor, ocols, qOff, low int) (qp, op uint64, finish func() error, err error) {
+	qcols := qt.cols
+	pad := qOff - low
+	qbase, obase := qt.ptr, out.ptr
+	finish = func() error { return nil }
+	if pad > 0 {
+		d := c.b.drv
+		if qbase, err = c.temp(4 * (pad + qt.rows) * qcols); err != nil {
+			return 0, 0, nil, err
+		}
+		if err = d.Check("cuMemsetD32Async", bind.Call(d.CuMemsetD32Async, uintptr(qbase), 0, uintptr(pad*qcols), c.stream())); err != nil {
+			return 0, 0, nil, err
+		}
+		if err = d.Check("cuMemcpyDtoDAsync", bind.Call(d.CuMemcpyDtoDAsync, uintptr(qbase+uint64(4*pad*qcols)), uintptr(qt.ptr),
+			uintptr(4*qt.rows*qcols), c.stream())); err != nil {
+			return 0, 0, nil, err
+		}
+		if obase, err = c.temp(4 * (pad + qt.rows) * ocols); err != nil {
+			return 0, 0, nil, err
+		}
+		finish = func() error {
+			return d.Check("cuMemcpyDtoDAsync", bind.Call(d.CuMemcpyDtoDAsync, uintptr(out.ptr), uintptr(obase+uint64(4*pad*ocols)),
+				uintptr(4*qt.rows*ocols), c.stream()))
+		}
+	}
+	// the kernels index q and out by key row; rows from low on are inside the buffers
+	return qbase - uint64(4*low*qcols), obase - uint64(4*low*ocols), finish, nil
 }
 
 // mlaCUDACores launches version 1.
-func (b *Backend) mlaCUDACores(ts []*Tensor, heads, nope, shared, vdim int, l ops.Layout) (ops.Tensor, error) {
+func (b *Backend) mlaCUDACores(ts []*Tensor, heads, nope, shared, vdim int, l ops.Layout, qOff int) (ops.Tensor, error) {
 	const op = "MLA"
 	rows, qk := ts[0].rows, nope+shared
 	shmem := 4 * (mlaQB*qk + mlaKC*(qk+1) + mlaKC*vdim + mlaQB*mlaKC + mlaQB*vdim + 3*mlaQB)
@@ -76,6 +134,7 @@ func (b *Backend) mlaCUDACores(ts []*Tensor, heads, nope, shared, vdim int, l op
 			tasks = append(tasks, int32(l.Starts[s]), int32(t), int32(min(t+mlaQB, l.Starts[s+1])))
 		}
 	}
+	tasks, low := tilesFrom(tasks, qOff)
 	div := float32(math.Sqrt(float64(qk)))
 	var out *Tensor
 	err := b.run(op, func(c *opCtx) error {
@@ -90,8 +149,15 @@ func (b *Backend) mlaCUDACores(ts []*Tensor, heads, nope, shared, vdim int, l op
 		if err != nil {
 			return err
 		}
-		return c.launch("k_mla", d2(len(tasks)/3, heads), d1(mlaThreads), shmem,
-			out.ptr, in[0], in[1], in[2], tp, int32(heads), int32(nope), int32(shared), int32(vdim), div, b.bf)
+		qp, opp, finish, err := c.mlaQueries(ts[0], out, heads*vdim, qOff, low)
+		if err != nil {
+			return err
+		}
+		if err := c.launch("k_mla", d2(len(tasks)/3, heads), d1(mlaThreads), shmem,
+			opp, qp, in[1], in[2], tp, int32(heads), int32(nope), int32(shared), int32(vdim), div, b.bf); err != nil {
+			return err
+		}
+		return finish()
 	})
 	if err != nil {
 		return nil, err

@@ -67,14 +67,15 @@ func mlaTCTasks(l ops.Layout) []int32 {
 
 // mlaTC launches version 2 (BF16 precision): per group of heads, k_mla_prep (bfloat16 keys and values)
 // then the kernel k.
-func (b *Backend) mlaTC(k mlaTCKernel, ts []*Tensor, heads, nope, shared, vdim int, l ops.Layout) (ops.Tensor, error) {
+func (b *Backend) mlaTC(k mlaTCKernel, ts []*Tensor, heads, nope, shared, vdim int, l ops.Layout, qOff int) (ops.Tensor, error) {
 	const op = "MLA"
-	rows, qk := ts[0].rows, nope+shared
+	// rows: the key rows (qOff more than the queries' when a slice continues a sequence, MLA's mla)
+	rows, qk := ts[1].rows, nope+shared
 	shmem := 2 * mlaTCTile * (k.qkp + mlaTCPad + k.vp + mlaTCPad) * 2
 	if shmem > b.info.MaxSharedOptin {
 		return nil, shapeErr(op, "head sizes qk %d, vdim %d need %d bytes of shared memory on the tensor cores, the device allows %d", qk, vdim, shmem, b.info.MaxSharedOptin)
 	}
-	tasks := mlaTCTasks(l)
+	tasks, low := tilesFrom(mlaTCTasks(l), qOff)
 	perHead := rows * (k.qkp + k.vp) * 2
 	group := max(1, min(heads, mlaTCTempMax/max(perHead, 1)))
 	scale := float32(math.Log2E / math.Sqrt(float64(qk)))
@@ -84,10 +85,14 @@ func (b *Backend) mlaTC(k mlaTCKernel, ts []*Tensor, heads, nope, shared, vdim i
 		if err != nil {
 			return err
 		}
-		if out, err = c.out(rows, heads*vdim); err != nil || len(tasks) == 0 {
+		if out, err = c.out(ts[0].rows, heads*vdim); err != nil || len(tasks) == 0 {
 			return err
 		}
 		tp, err := uploadTemp(c, tasks)
+		if err != nil {
+			return err
+		}
+		qp, opp, finish, err := c.mlaQueries(ts[0], out, heads*vdim, qOff, low)
 		if err != nil {
 			return err
 		}
@@ -113,11 +118,11 @@ func (b *Backend) mlaTC(k mlaTCKernel, ts []*Tensor, heads, nope, shared, vdim i
 				return err
 			}
 			if err := c.launch(k.name, d2(len(tasks)/3, hg), d1(mlaTCThreads), shmem,
-				out.ptr, in[0], kb, vb, tp, int32(heads), int32(h0), int64(rows), int32(qk), int32(vdim), scale, b.bf); err != nil {
+				opp, qp, kb, vb, tp, int32(heads), int32(h0), int64(rows), int32(qk), int32(vdim), scale, b.bf); err != nil {
 				return err
 			}
 		}
-		return nil
+		return finish()
 	})
 	if err != nil {
 		return nil, err

@@ -233,13 +233,22 @@ func (b *Backend) ToHost(x ops.Tensor) ([]float32, error) {
 	return out, nil
 }
 
-// Free releases a *Tensor's or *Expert's device memory (stream-ordered: after the work already queued);
+// Free releases a *Tensor's, *Expert's or token-slice carry's device memory (stream-ordered: after the work already queued);
 // later use is an ErrFreed error. nil, a second Free, another backend's objects and objects of a closed
 // backend are ignored.
 func (b *Backend) Free(x any) {
 	var ptrs []uint64
 	var ex *Expert
 	switch t := x.(type) {
+	case *carry: // a token slice's carry (slice.go): its tensors
+		if t == nil || t.freed {
+			return
+		}
+		t.freed = true
+		for _, c := range t.t {
+			b.Free(c)
+		}
+		return
 	case *Tensor:
 		if t == nil || t.freed || t.b != b {
 			return

@@ -3,6 +3,7 @@ package replay
 import (
 	"math"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/potato-k3/potato-k3/cuda"
@@ -138,6 +139,36 @@ func TestCUDABatchInvariance(t *testing.T) {
 				}
 			}
 			t.Logf("cuda %s, expert chunk %d: %d of %d sequences bit-identical in the wave and alone", prec, chunk, same, len(order))
+		}
+	}
+}
+
+// TestCUDASliceInvariance: on the CUDA backend a wave run in slices of several sizes, with the state on
+// the device and in host memory, gives every table bit for bit as the unsliced wave (both precisions):
+// the carried convolution, KDA state and MLA keys on the device.
+func TestCUDASliceInvariance(t *testing.T) {
+	opts := Options{TopK: 5, Lens: []int{1, 3}, Hidden: []int{0, 2}, Router: true, AttnRes: true}
+	for _, prec := range []ops.Precision{ops.BF16, ops.FP32} {
+		seqs := randomSequences(5, 3328, sliceSeqLens...)
+		whole := openPreset(t, "tiny", 1, newCUDA(t, cuda.Options{Precision: prec}), EngineOptions{})
+		want := runOne(t, whole, Request{Sequences: seqs, Options: opts})
+		for _, n := range []int{1, 7, 64, 65, 129} {
+			for _, host := range []bool{false, true} {
+				eo := EngineOptions{SliceTokens: n}
+				var plan string
+				eo.Log = func(s string) { plan = s }
+				e := openPreset(t, "tiny", 1, newCUDA(t, cuda.Options{Precision: prec}), eo)
+				if host {
+					e.opts.DeviceMemory = slicedDeviceFor(t, e, n)
+				}
+				got := runOne(t, e, Request{Sequences: seqs, Options: opts})
+				if host != strings.Contains(plan, "in host memory") || !strings.Contains(plan, "slices of") {
+					t.Errorf("%s, slices of %d, host state %v: plan %q", prec, n, host, plan)
+				}
+				if !reflect.DeepEqual(got, want) {
+					t.Errorf("%s, slices of %d (host state %v): results differ from the unsliced wave; plan %s", prec, n, host, plan)
+				}
+			}
 		}
 	}
 }

@@ -88,7 +88,6 @@ func (e *Engine) PlanWave(lens []int) (WavePlan, error) { return e.planWave(lens
 
 // planWave plans sequences of the given lengths on e's backend and budgets.
 func (e *Engine) planWave(lens []int) (WavePlan, error) {
-	m := e.Plan
 	p := WavePlan{Sequences: len(lens), DeviceBudget: e.deviceBudget(), HostBudget: e.hostBudget()}
 	for _, n := range lens {
 		p.Tokens += n
@@ -96,7 +95,7 @@ func (e *Engine) planWave(lens []int) (WavePlan, error) {
 	}
 	_, p.Sliceable = e.Model.Ops.(ops.Slicer)
 	act, state, hostState := e.tokenBytes()
-	carry := m.CarryValues(p.Longest) * 4
+	carry := e.carryBytes(p.Longest, p.Sliceable)
 	p.WeightBytes = e.weightPeak(p.Sliceable)
 	avail := p.DeviceBudget - p.WeightBytes - carry
 	least := int64(minSlice)
@@ -177,6 +176,16 @@ func (e *Engine) tokenBytes() (act, state, hostState int64) {
 	}
 	v := e.Plan.StateValuesPerToken()
 	return e.Plan.SliceValuesPerToken()*eb + e.expertScratch(), 4 * v, hostEB * v
+}
+
+// carryBytes is what the token-mixing ops carry for the longest sequence, and, sliced, the transient
+// expansion of its earlier keys in a slice's MLA.
+func (e *Engine) carryBytes(longest int, sliced bool) int64 {
+	n := e.Plan.CarryValues(longest) * 4
+	if sliced {
+		n += e.Plan.PrefixValues(longest) * 4
+	}
+	return n
 }
 
 // expertScratch is the routed experts' scratch a token takes in ExpertsAccumulate (0 without MoE layers).

@@ -68,7 +68,12 @@ func TestSliceInvariance(t *testing.T) {
 // whole test wave.
 func slicedDevice(t *testing.T, preset string, n int) int64 {
 	t.Helper()
-	e := openPreset(t, preset, 1, cpu.New(cpu.Options{}), EngineOptions{DeviceMemory: 1 << 40})
+	return slicedDeviceFor(t, openPreset(t, preset, 1, cpu.New(cpu.Options{}), EngineOptions{DeviceMemory: 1 << 40}), n)
+}
+
+// slicedDeviceFor is slicedDevice for engine e's model and backend.
+func slicedDeviceFor(t *testing.T, e *Engine, n int) int64 {
+	t.Helper()
 	total := 0
 	for _, l := range sliceSeqLens {
 		total += l
@@ -78,7 +83,7 @@ func slicedDevice(t *testing.T, preset string, n int) int64 {
 		t.Fatalf("slices of %d cover the whole test wave of %d tokens: no state to put off the device", n, total)
 	}
 	// a slice's activations and state, and half the state of the rest of the wave
-	return e.weightPeak(true) + e.Plan.CarryValues(150)*4 + int64(n)*(act+state) + int64(total-n)*state/2
+	return e.weightPeak(true) + e.carryBytes(150, true) + int64(n)*(act+state) + int64(total-n)*state/2
 }
 
 // counting is a backend that counts the bytes of the activations and carries it holds, to hold the
@@ -189,7 +194,7 @@ func TestPlanBoundsDevice(t *testing.T) {
 		total += n
 	}
 	_, state, _ := probe.tokenBytes()
-	budget := probe.weightPeak(true) + probe.Plan.CarryValues(1000)*4 + int64(total)*state/4 // a quarter of the state
+	budget := probe.weightPeak(true) + probe.carryBytes(1000, true) + int64(total)*state/4 // a quarter of the state
 	var plans []string
 	e := openPreset(t, "tiny", 1, c, EngineOptions{DeviceMemory: budget, Log: func(s string) { plans = append(plans, s) }})
 	seqs := randomSequences(9, 3328, lens...)
@@ -224,13 +229,13 @@ func TestPlanBoundsDevice(t *testing.T) {
 // budget and its flag.
 func TestPlanRefuses(t *testing.T) {
 	probe := openPreset(t, "tiny", 1, cpu.New(cpu.Options{}), EngineOptions{})
-	w := probe.weightPeak(true)
+	w := probe.weightPeak(true) + probe.carryBytes(900, true) // the weights and a 900-token sequence's carries
 	cases := []struct {
 		name string
 		opts EngineOptions
 		want string
 	}{
-		{"device below the weights", EngineOptions{DeviceMemory: w / 2}, "--device-memory"},
+		{"device below the weights", EngineOptions{DeviceMemory: probe.weightPeak(true) / 2}, "--device-memory"},
 		{"host below one sequence's state", EngineOptions{DeviceMemory: w + 2<<20, HostMemory: 1 << 10}, "--host-memory"},
 		{"slice over the device", EngineOptions{DeviceMemory: w + 2<<20, SliceTokens: 1 << 20}, "--slice-tokens"},
 	}

@@ -119,7 +119,8 @@ extern "C" __global__ void k_shortconv4(float* out, const float* x, const float*
 // Shared memory (dynamic): S (d*d floats) then qn, kn, dec of the current row (d floats each).
 // Launch: blockDim d, gridDim (sequences, heads), dynamic shared memory (d*d + 3*d) * 4 bytes.
 extern "C" __global__ void k_kda_exact(float* out, const float* qn, const float* kn, const float* dec, const float* beta,
-                                 const float* v, const int* starts, int heads, int d, int bf) {
+                                 const float* v, const int* starts, int heads, int d, int bf, const float* init,
+                                 float* fin) {
     extern __shared__ float smem[];
     float* S = smem;
     float* sq = S + d * d;
@@ -127,7 +128,8 @@ extern "C" __global__ void k_kda_exact(float* out, const float* qn, const float*
     float* sd = sk + d;
     int s = blockIdx.x, h = blockIdx.y, j = threadIdx.x;
     i64 ch = (i64)heads * d;
-    for (int i = 0; i < d; i++) S[i * d + j] = 0.0f;
+    const float* S0 = init != nullptr && s == 0 ? init + (i64)h * d * d : nullptr;  // a carried state
+    for (int i = 0; i < d; i++) S[i * d + j] = S0 != nullptr ? S0[i * d + j] : 0.0f;
     for (i64 t = starts[s]; t < starts[s + 1]; t++) {
         i64 base = t * ch + (i64)h * d;
         sq[j] = qn[base + j];
@@ -150,6 +152,8 @@ extern "C" __global__ void k_kda_exact(float* out, const float* qn, const float*
         out[base + j] = rnd(o, bf);
         __syncthreads();
     }
+    if (fin != nullptr && s == gridDim.x - 1)  // the last sequence goes on in the next slice
+        for (int i = 0; i < d; i++) fin[(i64)h * d * d + i * d + j] = S[i * d + j];
 }
 
 // KDA_RECURRENCE(name, impl, D, bounds...) defines the extern "C" kernel name that runs impl<D> over one
@@ -157,8 +161,8 @@ extern "C" __global__ void k_kda_exact(float* out, const float* qn, const float*
 #define KDA_RECURRENCE(name, impl, D, ...)                                                                  \
     extern "C" __global__ void __launch_bounds__(__VA_ARGS__)                                               \
         name(float* out, const float* qn, const float* kn, const float* dec, const float* beta, const float* v, \
-             const int* starts, int heads, int bf) {                                                         \
-        impl<D>(out, qn, kn, dec, beta, v, starts, heads, bf);                                               \
+             const int* starts, int heads, int bf, const float* init, float* fin) {                          \
+        impl<D>(out, qn, kn, dec, beta, v, starts, heads, bf, init, fin);                                    \
     }
 
 
@@ -295,15 +299,16 @@ __device__ __forceinline__ float mac(float acc, float a, float b) { return __fad
 template <int D>
 __device__ __forceinline__ void kda_merged(float* out, const float* qn, const float* kn, const float* dec,
                                            const float* beta, const float* v, const int* starts, int heads,
-                                           int bf) {
+                                           int bf, const float* init, float* fin) {
     __shared__ float4 st[2][D];  // [which half][i]: (kn_t, qn_t, dec_t+1, kn_t+1) of this pass and the next
     int s = blockIdx.x, h = blockIdx.y, j = threadIdx.x;
     i64 ch = (i64)heads * D;
     i64 t0 = starts[s], t1 = starts[s + 1];
     if (t0 >= t1) return;
     float S[D];
+    const float* S0 = init != nullptr && s == 0 ? init + (i64)h * D * D : nullptr;  // a carried state
 #pragma unroll
-    for (int i = 0; i < D; i++) S[i] = 0.0f;
+    for (int i = 0; i < D; i++) S[i] = S0 != nullptr ? S0[i * D + j] : 0.0f;
     const float* qp = qn + (i64)h * D + j;  // column j of head h, row 0
     const float* kp = kn + (i64)h * D + j;
     const float* dp = dec + (i64)h * D + j;
@@ -317,7 +322,10 @@ __device__ __forceinline__ void kda_merged(float* out, const float* qn, const fl
         __syncthreads();  // the other half was last read in the pass before, which every thread has ended
         float u = __fmul_rn(bc, __fsub_rn(vc, ks));
         kc = kx, qc = qx, vc = vx, bc = bx;
-        kx = qx = dx = vx = bx = 0.0f;  // the row after t+1, in flight during this pass
+        // the row after t+1, in flight during this pass; past the end its decay is 1, so that the last
+        // pass leaves S as the last row made it (the state a carry hands on; unused otherwise)
+        kx = qx = vx = bx = 0.0f;
+        dx = 1.0f;
         if (t + 2 < t1) {
             i64 r = (t + 2) * ch;
             kx = kp[r], qx = qp[r], dx = dp[r], vx = vp[r], bx = beta[(t + 2) * heads + h];
@@ -336,6 +344,10 @@ __device__ __forceinline__ void kda_merged(float* out, const float* qn, const fl
         }
         if (t >= t0) out[t * ch + (i64)h * D + j] = rnd(o, bf);
         cur ^= 1;
+    }
+    if (fin != nullptr && s == gridDim.x - 1) {  // the last sequence goes on in the next slice
+#pragma unroll
+        for (int i = 0; i < D; i++) fin[(i64)h * D * D + i * D + j] = S[i];
     }
 }
 
@@ -360,7 +372,8 @@ KDA_RECURRENCE(k_kda_exact_r128, kda_merged, 128, 128, 3)
 // Launch: blockDim R * D / C (at least D), gridDim (sequences, heads), no dynamic shared memory.
 template <int D, int R, int C>
 __device__ __forceinline__ void kda_split(float* out, const float* qn, const float* kn, const float* dec,
-                                          const float* beta, const float* v, const int* starts, int heads, int bf) {
+                                          const float* beta, const float* v, const int* starts, int heads, int bf,
+                                          const float* init, float* fin) {
     constexpr int P = D / C;  // threads of a row slice (one column each, C times)
     constexpr int N = D / R;  // rows a thread
     static_assert(R * P >= D, "one staging thread per channel");
@@ -374,10 +387,11 @@ __device__ __forceinline__ void kda_split(float* out, const float* qn, const flo
     const i64 t0 = starts[s], t1 = starts[s + 1];
     if (t0 >= t1) return;
     float S[C][N];
+    const float* S0 = init != nullptr && s == 0 ? init + (i64)h * D * D : nullptr;  // a carried state
 #pragma unroll
     for (int c = 0; c < C; c++)
 #pragma unroll
-        for (int i = 0; i < N; i++) S[c][i] = 0.0f;
+        for (int i = 0; i < N; i++) S[c][i] = S0 != nullptr ? S0[(r * N + i) * D + p + c * P] : 0.0f;
     const i64 hb = (i64)h * D + (stager ? tid : 0);  // channel tid of head h, row 0
     // this pass's row t (k, q, v, beta) and the next row t+1 (k, q, dec, v, beta); t = t0-1 is empty
     float kc = 0.0f, qc = 0.0f, vc = 0.0f, bc = 0.0f;
@@ -408,7 +422,9 @@ __device__ __forceinline__ void kda_split(float* out, const float* qn, const flo
         }
         if (t == t1) break;  // the last row's output is written; no pass left
         kc = kx, qc = qx, vc = vx, bc = bx;
-        kx = qx = dx = vx = bx = 0.0f;  // the row after t+1, in flight during this pass
+        // the row after t+1, in flight during this pass; past the end its decay is 1 (as kda_merged's)
+        kx = qx = vx = bx = 0.0f;
+        dx = 1.0f;
         if (t + 2 < t1) {
             bx = beta[(t + 2) * heads + h];
             if (stager) {
@@ -433,6 +449,12 @@ __device__ __forceinline__ void kda_split(float* out, const float* qn, const flo
         }
         cur ^= 1;
     }
+    if (fin != nullptr && s == gridDim.x - 1) {  // the last sequence goes on in the next slice
+#pragma unroll
+        for (int c = 0; c < C; c++)
+#pragma unroll
+            for (int i = 0; i < N; i++) fin[(i64)h * D * D + (r * N + i) * D + p + c * P] = S[c][i];
+    }
 }
 
 // KDA_SPLIT(name, D, R, C, blocks) defines the extern "C" kernel name that runs kda_split<D, R, C> with
@@ -440,8 +462,8 @@ __device__ __forceinline__ void kda_split(float* out, const float* qn, const flo
 #define KDA_SPLIT(name, D, R, C, blocks)                                                                    \
     extern "C" __global__ void __launch_bounds__(R * D / C, blocks)                                         \
         name(float* out, const float* qn, const float* kn, const float* dec, const float* beta, const float* v, \
-             const int* starts, int heads, int bf) {                                                         \
-        kda_split<D, R, C>(out, qn, kn, dec, beta, v, starts, heads, bf);                                    \
+             const int* starts, int heads, int bf, const float* init, float* fin) {                          \
+        kda_split<D, R, C>(out, qn, kn, dec, beta, v, starts, heads, bf, init, fin);                         \
     }
 // Two threads a column, two columns a thread (half the unsplit pass's shared loads), D threads; 3 blocks
 // an SM (168 registers a thread, no spills: kda.cu's header).

@@ -122,3 +122,14 @@ func (p *Plan) CarryValues(seqLen int) int64 {
 	mla := int64(seqLen) * int64(d.KVLora+d.QKShared)
 	return conv + kda + mla
 }
+
+// PrefixValues bounds the transient values an MLA op of a slice holds for a sequence that began seqLen
+// rows before: its carried key latents expanded again to every head's keys and values (kv_b_proj's
+// output), and the slice's keys put after them, both alive while they are joined (0 without MLA layers).
+func (p *Plan) PrefixValues(seqLen int) int64 {
+	if len(p.LayerIndices(MLA)) == 0 {
+		return 0
+	}
+	d := p.Dims()
+	return 2 * int64(seqLen) * (int64(d.MLAHeads)*int64(d.QKNope+d.VHead) + int64(d.QKShared))
+}

@@ -34,10 +34,18 @@ func testSlices(s *suite) {
 	if !ok {
 		s.Skipf("backend %s has no ops.Slicer", s.b.Name())
 	}
-	for _, op := range s.slicedOps(sl) {
-		s.slicedSame(op)
+	// small widths, then the head sizes a device backend has kernels of its own for (K3's KDA heads of
+	// 128, also 64 and 32; K3's MLA heads of 128 + 64 and values of 128)
+	for _, sh := range []sliceShape{{32, 2, 2, 8, 4, 8, 12}, {256, 2, 2, 128, 64, 128, 32}, {128, 2, 1, 16, 8, 12, 16}, {64, 2, 1, 16, 8, 12, 16}} {
+		for _, op := range s.slicedOps(sl, sh) {
+			s.slicedSame(op)
+		}
 	}
 }
+
+// sliceShape is a set of widths for the sliced ops: KDA channels and heads (head width ch/heads), MLA
+// heads, nope, shared, value and latent widths.
+type sliceShape struct{ ch, heads, mh, nope, shared, vdim, lat int }
 
 // slicedSame compares each slicing of the wave with the whole wave, bit for bit.
 func (s *suite) slicedSame(op slicedOp) {
@@ -93,32 +101,33 @@ func (s *suite) slicedSame(op slicedOp) {
 	}
 }
 
-// slicedOps lists the three token-mixing ops at small widths.
-func (s *suite) slicedOps(sl ops.Slicer) []slicedOp {
-	const ch, kk, heads = 32, 4, 2
+// slicedOps lists the three token-mixing ops at the widths of sh.
+func (s *suite) slicedOps(sl ops.Slicer, sh sliceShape) []slicedOp {
+	const kk = 4
+	ch, heads := sh.ch, sh.heads
+	mh, nope, shared, vdim, lat := sh.mh, sh.nope, sh.shared, sh.vdim, sh.lat
 	b := s.b
 	conv, _ := s.weightF32(ch, kk, s.normals(ch*kk, 0.5))
 	aLog, _ := s.weightF32(1, heads+2, s.normals(heads+2, 0.5))
 	dtBias, _ := s.weightF32(1, ch, s.normals(ch, 0.5))
-	const mh, nope, shared, vdim, lat = 2, 8, 4, 8, 12
-	kvb, _ := s.randWeight(mh*(nope+vdim), lat, 1/math.Sqrt(lat))
+	kvb, _ := s.randWeight(mh*(nope+vdim), lat, 1/math.Sqrt(float64(lat)))
 	s.Cleanup(func() { s.free(conv, aLog, dtBias, kvb) })
 	return []slicedOp{
-		{"ShortConvSiLU", []int{ch}, func(x []ops.Tensor, l ops.SliceLayout, in ops.Carry, whole bool) (ops.Tensor, ops.Carry, error) {
+		{fmt.Sprintf("ShortConvSiLU %d channels", ch), []int{ch}, func(x []ops.Tensor, l ops.SliceLayout, in ops.Carry, whole bool) (ops.Tensor, ops.Carry, error) {
 			if whole {
 				out, err := b.ShortConvSiLU(x[0], conv, l.Layout)
 				return out, nil, err
 			}
 			return sl.ShortConvSiLUSlice(x[0], conv, l, in)
 		}},
-		{"KDA", []int{ch, ch, ch, ch, heads}, func(x []ops.Tensor, l ops.SliceLayout, in ops.Carry, whole bool) (ops.Tensor, ops.Carry, error) {
+		{fmt.Sprintf("KDA %d heads of %d", heads, ch/heads), []int{ch, ch, ch, ch, heads}, func(x []ops.Tensor, l ops.SliceLayout, in ops.Carry, whole bool) (ops.Tensor, ops.Carry, error) {
 			if whole {
 				out, err := b.KDA(x[0], x[1], x[2], x[3], x[4], aLog, dtBias, heads, -5, l.Layout)
 				return out, nil, err
 			}
 			return sl.KDASlice(x[0], x[1], x[2], x[3], x[4], aLog, dtBias, heads, -5, l, in)
 		}},
-		{"MLA", []int{mh * (nope + shared), lat, shared}, func(x []ops.Tensor, l ops.SliceLayout, in ops.Carry, whole bool) (ops.Tensor, ops.Carry, error) {
+		{fmt.Sprintf("MLA %d heads of %d+%d, values %d", mh, nope, shared, vdim), []int{mh * (nope + shared), lat, shared}, func(x []ops.Tensor, l ops.SliceLayout, in ops.Carry, whole bool) (ops.Tensor, ops.Carry, error) {
 			// the kv rows come from the latent rows, as in the model, so a carried latent expands to them
 			kv, err := b.MatMul(x[1], kvb)
 			if err != nil {

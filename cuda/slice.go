@@ -1,0 +1,295 @@
+package cuda
+
+import (
+	"fmt"
+
+	"github.com/potato-k3/potato-k3/cuda/bind"
+	"github.com/potato-k3/potato-k3/replay/ops"
+)
+
+// Token slices (ops.Slicer): a wave too large for the device runs each layer slice by slice, and the
+// token-mixing ops hand the state of the sequence that crosses a slice boundary to the next slice. Each
+// carried computation is the unsliced kernel's, so a sliced wave has the unsliced wave's bits:
+//
+//   - ShortConvSiLU runs the whole slice as unsliced (a continued sequence's first kernel-1 rows then see
+//     zeros where its earlier inputs were), and recomputes those first rows from the carried inputs: at
+//     most 2(kernel-1) rows, against a copy of the slice's x.
+//   - KDA's recurrence kernels take the state sequence 0 starts from and write the last sequence's state
+//     after its last row (kda.cu: init, fin); the state is what the next row of the unsliced kernel sees.
+//   - MLA expands the continued sequence's carried key latents with the same MatMul that made its kv rows
+//     (rows are independent), puts them and the carried shared keys before the slice's keys, and runs the
+//     unsliced kernels on query tiles from the one holding the slice's first row: tiles and key blocks
+//     stay anchored at the sequence start, so every row meets the same blocks in the same order. The
+//     prefix is expanded whole: memory grows with the sequence's length (the plan counts it).
+
+// carry is the CUDA backend's ops.Carry.
+type carry struct {
+	op    string
+	t     []*Tensor // conv: the last inputs [rows x ch]; KDA: the state [heads*d x d]; MLA: latent, ks
+	freed bool
+}
+
+// CarryBytes is the device memory the carry holds.
+func (c *carry) CarryBytes() int64 {
+	var n int64
+	for _, t := range c.t {
+		n += 4 * int64(t.n())
+	}
+	return n
+}
+
+// takeCarry checks that in is nil or a live carry that op made on this backend.
+func (b *Backend) takeCarry(op string, in ops.Carry) (*carry, error) {
+	if in == nil {
+		return nil, nil
+	}
+	c, ok := in.(*carry)
+	switch {
+	case !ok || c == nil:
+		return nil, argErr(op, "carry is a %T, not a cuda carry", in)
+	case c.freed:
+		return nil, fmt.Errorf("%w: %s: carry", ErrFreed, op)
+	case c.op != op:
+		return nil, argErr(op, "carry made by %s", c.op)
+	}
+	for _, t := range c.t {
+		if t.b != b || t.freed {
+			return nil, argErr(op, "carry of another backend, or freed")
+		}
+	}
+	return c, nil
+}
+
+// rowRange is rows lo .. hi-1 of a float32 tensor.
+type rowRange struct {
+	t      *Tensor
+	lo, hi int
+}
+
+// catRows returns a new float32 tensor of the given row ranges one after the other (cols columns each;
+// zero rows where t is nil), by device-to-device copies on the stream.
+func (b *Backend) catRows(op string, cols int, parts ...rowRange) (*Tensor, error) {
+	rows := 0
+	for _, p := range parts {
+		if p.t != nil && (p.t.cols != cols || p.t.dt != dtF32 || p.lo < 0 || p.hi > p.t.rows || p.lo > p.hi) {
+			return nil, shapeErr(op, "rows %d..%d of %v into %d columns", p.lo, p.hi, p.t, cols)
+		}
+		rows += p.hi - p.lo
+	}
+	var out *Tensor
+	err := b.run(op, func(c *opCtx) error {
+		var err error
+		if out, err = c.out(rows, cols); err != nil || out.n() == 0 {
+			return err
+		}
+		d, at := b.drv, out.ptr
+		for _, p := range parts {
+			n := uintptr(4 * (p.hi - p.lo) * cols)
+			switch {
+			case n == 0:
+			case p.t == nil:
+				if err := d.Check("cuMemsetD32Async", bind.Call(d.CuMemsetD32Async, uintptr(at), 0, n/4, c.stream())); err != nil {
+					return err
+				}
+			default:
+				src := p.t.ptr + uint64(4*p.lo*cols)
+				if err := d.Check("cuMemcpyDtoDAsync", bind.Call(d.CuMemcpyDtoDAsync, uintptr(at), uintptr(src), n, c.stream())); err != nil {
+					return err
+				}
+			}
+			at += uint64(n)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// copyRows copies rows of src over rows from dstRow on of dst (same columns), on the stream.
+func (b *Backend) copyRows(op string, dst *Tensor, dstRow int, src rowRange) error {
+	n := src.hi - src.lo
+	if n == 0 {
+		return nil
+	}
+	if src.t.cols != dst.cols || dstRow+n > dst.rows {
+		return shapeErr(op, "rows %d..%d of %v over row %d of %v", src.lo, src.hi, src.t, dstRow, dst)
+	}
+	return b.run(op, func(c *opCtx) error {
+		d := b.drv
+		return d.Check("cuMemcpyDtoDAsync", bind.Call(d.CuMemcpyDtoDAsync, uintptr(dst.ptr+uint64(4*dstRow*dst.cols)),
+			uintptr(src.t.ptr+uint64(4*src.lo*src.t.cols)), uintptr(4*n*dst.cols), c.stream()))
+	})
+}
+
+// ShortConvSiLUSlice is ShortConvSiLU over one slice of a wave (ops.Slicer).
+func (b *Backend) ShortConvSiLUSlice(x, w ops.Tensor, l ops.SliceLayout, in ops.Carry) (ops.Tensor, ops.Carry, error) {
+	const op = "ShortConvSiLU"
+	c, err := b.takeCarry(op, in)
+	if err != nil {
+		return nil, nil, err
+	}
+	ts, err := b.tensors(op, []string{"x", "w"}, x, w)
+	if err != nil {
+		return nil, nil, err
+	}
+	xt, wt := ts[0], ts[1]
+	if err := ops.CheckSliceLayout(op, l, xt.rows, in); err != nil {
+		return nil, nil, err
+	}
+	if xt.dt != dtF32 {
+		return nil, nil, argErr(op, "x %v is a weight, not an activation", xt)
+	}
+	out, err := b.ShortConvSiLU(x, w, l.Layout)
+	if err != nil {
+		return nil, nil, err
+	}
+	keep := wt.cols - 1 // the inputs a row's window reaches back
+	ot := out.(*Tensor)
+	fail := func(err error) (ops.Tensor, ops.Carry, error) {
+		b.Free(ot)
+		return nil, nil, err
+	}
+	if c != nil && keep > 0 && l.Starts[1] > 0 {
+		// the continued piece's first rows again, with the carried inputs before them
+		m := min(keep, l.Starts[1])
+		pre := c.t[0]
+		small, err := b.catRows(op, xt.cols, rowRange{pre, 0, pre.rows}, rowRange{xt, 0, m})
+		if err != nil {
+			return fail(err)
+		}
+		so, err := b.ShortConvSiLU(small, w, ops.Layout{Starts: []int{0, small.rows}})
+		b.Free(small)
+		if err != nil {
+			return fail(err)
+		}
+		err = b.copyRows(op, ot, 0, rowRange{so.(*Tensor), pre.rows, pre.rows + m})
+		b.Free(so)
+		if err != nil {
+			return fail(err)
+		}
+	}
+	if !l.Open {
+		return ot, nil, nil
+	}
+	// the open sequence's last inputs: from this slice, and from the carry when its piece is short
+	s := l.Sequences() - 1
+	lo, hi := l.Starts[s], l.Starts[s+1]
+	parts := []rowRange{{xt, max(lo, hi-keep), hi}}
+	if n := hi - lo; n < keep && s == 0 && c != nil {
+		pre := c.t[0]
+		parts = []rowRange{{pre, max(0, pre.rows-(keep-n)), pre.rows}, parts[0]}
+	}
+	next, err := b.catRows(op, xt.cols, parts...)
+	if err != nil {
+		return fail(err)
+	}
+	return ot, &carry{op: op, t: []*Tensor{next}}, nil
+}
+
+// KDASlice is KDA over one slice of a wave (ops.Slicer): the recurrence starts sequence 0 from the carried
+// state and hands the last sequence's state on.
+func (b *Backend) KDASlice(q, k, v, graw, braw ops.Tensor, aLog, dtBias ops.Tensor, heads int, lower float32, l ops.SliceLayout, in ops.Carry) (ops.Tensor, ops.Carry, error) {
+	const op = "KDA"
+	c, err := b.takeCarry(op, in)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := ops.CheckSliceLayout(op, l, q.Rows(), in); err != nil {
+		return nil, nil, err
+	}
+	var init *Tensor
+	if c != nil {
+		init = c.t[0]
+	}
+	out, last, err := b.kda(q, k, v, graw, braw, aLog, dtBias, heads, lower, l.Layout, init, l.Open)
+	if err != nil {
+		return nil, nil, err
+	}
+	if !l.Open {
+		return out, nil, nil
+	}
+	return out, &carry{op: op, t: []*Tensor{last}}, nil
+}
+
+// MLASlice is MLA over one slice of a wave (ops.Slicer).
+func (b *Backend) MLASlice(q, kv, ks, latent, kvb ops.Tensor, heads, nope, shared, vdim int, l ops.SliceLayout, in ops.Carry) (ops.Tensor, ops.Carry, error) {
+	const op = "MLA"
+	c, err := b.takeCarry(op, in)
+	if err != nil {
+		return nil, nil, err
+	}
+	ts, err := b.tensors(op, []string{"q", "kv", "ks", "latent", "kvb"}, q, kv, ks, latent, kvb)
+	if err != nil {
+		return nil, nil, err
+	}
+	qt, kvt, kst, lt, wt := ts[0], ts[1], ts[2], ts[3], ts[4]
+	if err := ops.CheckMLA(q, kv, ks, heads, nope, shared, vdim, l.Layout); err != nil {
+		return nil, nil, err
+	}
+	if err := ops.CheckSliceLayout(op, l, qt.rows, in); err != nil {
+		return nil, nil, err
+	}
+	if lt.rows != qt.rows || wt.cols != lt.cols || wt.rows != kvt.cols || lt.dt != dtF32 || kst.dt != dtF32 || kvt.dt != dtF32 {
+		return nil, nil, shapeErr(op, "latent %v with kv_b %v: want %d activation rows and kv_b %d x latent", lt, wt, qt.rows, kvt.cols)
+	}
+	var out ops.Tensor
+	if c == nil {
+		if out, err = b.MLA(q, kv, ks, heads, nope, shared, vdim, l.Layout); err != nil {
+			return nil, nil, err
+		}
+	} else {
+		pl, pk := c.t[0], c.t[1]
+		if pl.rows != l.Offset || pl.cols != lt.cols || pk.rows != l.Offset || pk.cols != shared {
+			return nil, nil, shapeErr(op, "carry of %d rows for a slice at offset %d", pl.rows, l.Offset)
+		}
+		pre, err := b.MatMul(pl, wt) // the carried rows' kv, as their own slice made it
+		if err != nil {
+			return nil, nil, err
+		}
+		keys, err := b.catRows(op, kvt.cols, rowRange{pre.(*Tensor), 0, pl.rows}, rowRange{kvt, 0, kvt.rows})
+		b.Free(pre)
+		if err != nil {
+			return nil, nil, err
+		}
+		kss, err := b.catRows(op, shared, rowRange{pk, 0, pk.rows}, rowRange{kst, 0, kst.rows})
+		if err != nil {
+			b.Free(keys)
+			return nil, nil, err
+		}
+		el := ops.Layout{Starts: make([]int, len(l.Starts))}
+		for i, s := range l.Starts {
+			el.Starts[i] = s + l.Offset
+		}
+		el.Starts[0] = 0
+		out, err = b.mla([]*Tensor{qt, keys, kss}, heads, nope, shared, vdim, el, l.Offset)
+		b.Free(keys)
+		b.Free(kss)
+		if err != nil {
+			return nil, nil, err
+		}
+	}
+	if !l.Open {
+		return out, nil, nil
+	}
+	s := l.Sequences() - 1
+	lo, hi := l.Starts[s], l.Starts[s+1]
+	lp, kp := []rowRange{{lt, lo, hi}}, []rowRange{{kst, lo, hi}}
+	if c != nil && s == 0 {
+		lp = append([]rowRange{{c.t[0], 0, c.t[0].rows}}, lp...)
+		kp = append([]rowRange{{c.t[1], 0, c.t[1].rows}}, kp...)
+	}
+	nl, err := b.catRows(op, lt.cols, lp...)
+	if err != nil {
+		b.Free(out)
+		return nil, nil, err
+	}
+	nk, err := b.catRows(op, shared, kp...)
+	if err != nil {
+		b.Free(out)
+		b.Free(nl)
+		return nil, nil, err
+	}
+	return out, &carry{op: op, t: []*Tensor{nl, nk}}, nil
+}
