@@ -293,3 +293,5 @@ func (b *Backend) MLASlice(q, kv, ks, latent, kvb ops.Tensor, heads, nope, share
 	}
 	return out, &carry{op: op, t: []*Tensor{nl, nk}}, nil
 }
+
+var _ ops.Slicer = (*Backend)(nil)

@@ -152,7 +152,7 @@ extern "C" __global__ void k_kda_exact(float* out, const float* qn, const float*
         out[base + j] = rnd(o, bf);
         __syncthreads();
     }
-    if (fin != nullptr && s == gridDim.x - 1)  // the last sequence goes on in the next slice
+    if (fin != nullptr && s == (int)gridDim.x - 1)  // the last sequence goes on in the next slice
         for (int i = 0; i < d; i++) fin[(i64)h * d * d + i * d + j] = S[i * d + j];
 }
 
@@ -345,7 +345,7 @@ __device__ __forceinline__ void kda_merged(float* out, const float* qn, const fl
         if (t >= t0) out[t * ch + (i64)h * D + j] = rnd(o, bf);
         cur ^= 1;
     }
-    if (fin != nullptr && s == gridDim.x - 1) {  // the last sequence goes on in the next slice
+    if (fin != nullptr && s == (int)gridDim.x - 1) {  // the last sequence goes on in the next slice
 #pragma unroll
         for (int i = 0; i < D; i++) fin[(i64)h * D * D + i * D + j] = S[i];
     }
@@ -449,7 +449,7 @@ __device__ __forceinline__ void kda_split(float* out, const float* qn, const flo
         }
         cur ^= 1;
     }
-    if (fin != nullptr && s == gridDim.x - 1) {  // the last sequence goes on in the next slice
+    if (fin != nullptr && s == (int)gridDim.x - 1) {  // the last sequence goes on in the next slice
 #pragma unroll
         for (int c = 0; c < C; c++)
 #pragma unroll
