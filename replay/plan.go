@@ -25,8 +25,11 @@ type WavePlan struct {
 	// wave. A backend without ops.Slicer runs each wave in one slice.
 	SliceTokens, Slices int
 	Sliceable           bool
-	HostState           bool  // the state lives in host memory between layers, streamed slice by slice
-	StateBytes          int64 // the per-token state of the largest wave
+	// HostState: the state of slices DeviceSlices.. lives in host memory between layers, streamed slice by
+	// slice; the first DeviceSlices keep theirs on the device.
+	HostState    bool
+	DeviceSlices int
+	StateBytes   int64 // the per-token state of the largest wave
 	// DevicePeak is the planned device memory of the largest wave: weights (WeightBytes), one slice's
 	// activations, the carries, and the state when it stays on the device.
 	DevicePeak, WeightBytes int64
@@ -47,7 +50,7 @@ func (p WavePlan) String() string {
 	}
 	where := "on the device"
 	if p.HostState {
-		where = "in host memory"
+		where = fmt.Sprintf("in host memory (%s) and on the device (%d slices)", gb(p.HostBytes), p.DeviceSlices)
 	}
 	s := fmt.Sprintf("wave %s tokens (%d sequences, longest %s) in %s: %s; state %s %s; device peak %s of %s (weights %s)",
 		commas(p.Tokens), p.Sequences, commas(p.Longest), reads, slices, gb(p.StateBytes), where, gb(p.DevicePeak),
@@ -135,15 +138,22 @@ func (e *Engine) planWave(lens []int) (WavePlan, error) {
 		} else if rest := avail - int64(wave)*state; rest >= int64(min(wave, 4096))*act {
 			slice = int(rest / act) // state on the device, layers in slices
 		} else {
+			// Part of the state in host memory: slices that leave half the budget to state on the device,
+			// halved while the state left for the host does not fit there (smaller slices leave room on the
+			// device for more slices' state).
 			p.HostState = true
-			slice = int(avail / (act + state)) // only the running slice's state on the device
+			slice = roundSlice(int(avail / 2 / (act + state)))
+			for slice/2 >= min(sliceFloor, wave) && int64(hostTokens(wave, slice, avail, act, state))*hostState > p.HostBudget {
+				slice = roundSlice(slice / 2)
+			}
 		}
 		slice = min(roundSlice(slice), wave)
 	}
-	if p.HostState && int64(wave)*hostState > p.HostBudget {
-		wave = int(p.HostBudget / hostState)
+	if p.HostState && int64(hostTokens(wave, slice, avail, act, state))*hostState > p.HostBudget {
+		// the sequences go in several waves, each as large as the device and the host hold
+		wave = devSlices(slice, avail, act, state)*slice + int(p.HostBudget/hostState)
 		if wave < p.Longest {
-			return p, fmt.Errorf("%w: the state of a sequence of %s tokens (%s) does not fit the host budget of %s (--host-memory)",
+			return p, fmt.Errorf("%w: the state of a sequence of %s tokens (%s) does not fit the host budget of %s (--host-memory) beside what the device holds",
 				ErrBudget, commas(p.Longest), gb(int64(p.Longest)*hostState), gb(p.HostBudget))
 		}
 	}
@@ -153,9 +163,14 @@ func (e *Engine) planWave(lens []int) (WavePlan, error) {
 	p.StateBytes = int64(wave) * state
 	p.DevicePeak = p.WeightBytes + carry + int64(min(slice, wave))*act
 	if p.HostState {
-		p.HostBytes = int64(wave) * hostState
-		p.StateBytes = p.HostBytes
-		p.DevicePeak += int64(min(slice, wave)) * state
+		p.DeviceSlices = min(devSlices(slice, avail, act, state), p.Slices)
+		p.HostState = p.DeviceSlices < p.Slices
+	}
+	if p.HostState {
+		onDevice := min(p.DeviceSlices*slice, wave)
+		p.HostBytes = int64(wave-onDevice) * hostState
+		p.StateBytes = int64(onDevice)*state + p.HostBytes
+		p.DevicePeak += int64(min(onDevice+slice, wave)) * state // the resident slices' and the running one's
 	} else {
 		p.DevicePeak += int64(wave) * state
 	}
@@ -199,6 +214,21 @@ func (e *Engine) expertScratch() int64 {
 	}
 	return 4 * int64(d.TopK) * int64(d.Latent+2*d.ExpertFFN)
 }
+
+// devSlices is how many slices of n tokens keep their state on the device beside the running slice's
+// activations and state, of avail bytes.
+func devSlices(n int, avail, act, state int64) int {
+	return int(max(0, (avail-int64(n)*(act+state))/(int64(n)*state)))
+}
+
+// hostTokens is how many tokens of a wave keep their state in host memory with slices of n tokens.
+func hostTokens(wave, n int, avail, act, state int64) int {
+	return max(0, wave-devSlices(n, avail, act, state)*n)
+}
+
+// sliceFloor is the smallest slice the planner halves to for room on the device: below it a layer's
+// matmuls run on too few rows to keep the device busy, and more reads cost less than smaller slices.
+const sliceFloor = 4096
 
 // roundSlice rounds a slice size down to a multiple of 1,024 tokens when it is larger.
 func roundSlice(n int) int {

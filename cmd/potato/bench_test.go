@@ -42,7 +42,7 @@ func TestBenchPlanOnly(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"plan: wave 1,024 tokens (1 sequences, longest 1,024) in 1 read: 1 slice",
-		"plan: wave 1,048,576 tokens (256 sequences, longest 4,096) in 12 reads", "in host memory"} {
+		"plan: wave 1,048,576 tokens (256 sequences, longest 4,096) in 2 reads", "in host memory"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("bench --plan-only lacks %q:\n%s", want, out.String())
 		}

@@ -58,17 +58,19 @@ type Pass struct {
 	// carry the state of a sequence that crosses a slice boundary (ops.Slicer). Results do not depend on
 	// it. A backend without ops.Slicer runs every layer over the whole wave.
 	SliceTokens int
-	// HostState keeps each slice's per-token state in host memory between its uses (for waves whose state
-	// does not fit on the device beside a slice's activations). Results do not depend on it.
-	HostState  bool
-	layer      int
-	lastChosen int // distinct experts the last MoE layer of this pass chose
-	slices     []ops.SliceLayout
-	cur        ops.SliceLayout // the slice a layer is running
-	curIndex   int
-	carries    carries            // the token-mixing ops' carries of the layer running
-	held       map[int]ops.Expert // routed experts uploaded for the layer running, shared by its slices
-	seen       seenObs            // what the slices of the layer running report, for the observer
+	// HostState keeps the per-token state of slices DeviceSlices.. in host memory between their uses (for
+	// waves whose state does not fit on the device beside a slice's activations); the first DeviceSlices
+	// keep theirs on the device. Results do not depend on either.
+	HostState    bool
+	DeviceSlices int
+	layer        int
+	lastChosen   int // distinct experts the last MoE layer of this pass chose
+	slices       []ops.SliceLayout
+	cur          ops.SliceLayout // the slice a layer is running
+	curIndex     int
+	carries      carries            // the token-mixing ops' carries of the layer running
+	held         map[int]ops.Expert // routed experts uploaded for the layer running, shared by its slices
+	seen         seenObs            // what the slices of the layer running report, for the observer
 }
 
 // State is the per-token state a wave carries between layers (K3_SPEC.md 5.1): the completed AttnRes block
@@ -100,7 +102,7 @@ func (f *Pass) Embed(g *Globals, ids []int32) (*Wave, error) {
 	w := &Wave{Bounds: ops.SliceBounds(f.slices), dev: make([]*State, len(f.slices))}
 	if f.HostState {
 		w.host = make([]*hostState, len(f.slices))
-		for j := range w.host {
+		for j := f.DeviceSlices; j < len(w.host); j++ {
 			w.host[j] = &hostState{}
 		}
 	}

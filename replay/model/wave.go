@@ -9,12 +9,12 @@ import (
 
 // Wave is a wave's per-token state between layers, slice by slice: slice j holds rows Bounds[j] ..
 // Bounds[j+1]-1 of the wave (the running sum and the AttnRes blocks, K3_SPEC.md 5.1). Each slice's state
-// stays on the backend, or, with host state, lives in host memory between its uses and is uploaded for
-// each layer (the values are bfloat16 in BF16 precision, kept as such: 2 bytes a value).
+// stays on the backend, or, for the slices with host state, lives in host memory between its uses and is
+// uploaded for each layer (the values are bfloat16 in BF16 precision, kept as such: 2 bytes a value).
 type Wave struct {
 	Bounds []int
 	dev    []*State     // per slice, on the backend (nil while on the host)
-	host   []*hostState // per slice, with host state
+	host   []*hostState // per slice with host state (nil: on the device); nil: every slice on the device
 }
 
 // hostState is one slice's state in host memory.
@@ -114,7 +114,7 @@ func (w *Wave) load(b ops.Backend, j int) (*State, error) {
 // put ends slice j's use: with host state its tensors go back to the host (only the running sum and
 // blocks banked since the last download: banked blocks never change) and are freed.
 func (w *Wave) put(b ops.Backend, j int) error {
-	if w.host == nil || w.dev[j] == nil {
+	if w.host == nil || w.host[j] == nil || w.dev[j] == nil { // on the device between layers
 		return nil
 	}
 	st, h := w.dev[j], w.host[j]
