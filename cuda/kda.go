@@ -100,7 +100,7 @@ func shortConv4Fits(out, x, w uint64, ch, taps int) bool {
 // order (ascending i) per sequence and head and every prep value depends on its own row only, so a
 // sequence's bits never depend on the wave in either precision.
 //
-// Launches (kdaKernels): the prep over kdaPrepPairs(d) (row, head) pairs a block of 128 threads; the
+// Launches (kdaPrep, kdaRecurrenceKernel): the prep over kdaPrepPairs(d) (row, head) pairs a block of 128 threads; the
 // recurrence one block per (sequence, head) of d threads: k_kda_fast_rD for widths 64 and 128 in BF16
 // precision, k_kda_exact_rD for widths 32, 64 and 128 otherwise (the state in registers), else
 // k_kda_exact with (d*d + 3d) * 4 bytes of dynamic shared memory.

@@ -9,9 +9,10 @@ import (
 	"github.com/potato-k3/potato-k3/replay/ops"
 )
 
-// Version 2 of route.cu and of kda.cu's short convolution against version 1, bit for bit, on shapes with
-// tails (rows 1, 63, 64, 65, 129, 65,536), exact ties, NaN and infinities. Version 1 equals the CPU backend
-// (TestAgainstCPU); the router's version 1 is also checked here against the CPU backend's insertion top-k
+// route.cu's warp-a-row top-k (k_route_topk_v2) against its thread-a-row kernel (k_route_topk, the
+// general one), and kda.cu's k_shortconv4 against k_shortconv, bit for bit, on shapes with tails (rows 1,
+// 63, 64, 65, 129, 65,536), exact ties, NaN and infinities. The general kernels equal the CPU backend
+// (TestAgainstCPU); k_route_topk is also checked here against the CPU backend's insertion top-k
 // (routeRef) on the sigmoids it leaves in the logits.
 
 // routeRef is replay/cpu's routeRows on one row of sigmoids s: v = s + bias, the insertion top-k, the sum
