@@ -36,6 +36,7 @@ type WavePlan struct {
 	HostBytes               int64 // host memory of the state (0 when it stays on the device)
 	DeviceBudget            int64
 	HostBudget              int64
+	Note                    string // why the plan is not the usual one, if it is not
 }
 
 // String is the plan line that replay, bench and the service print before the first layer.
@@ -55,7 +56,9 @@ func (p WavePlan) String() string {
 	s := fmt.Sprintf("wave %s tokens (%d sequences, longest %s) in %s: %s; state %s %s; device peak %s of %s (weights %s)",
 		commas(p.Tokens), p.Sequences, commas(p.Longest), reads, slices, gb(p.StateBytes), where, gb(p.DevicePeak),
 		gb(p.DeviceBudget), gb(p.WeightBytes))
-	if !p.Sliceable {
+	if p.Note != "" {
+		s += "; " + p.Note
+	} else if !p.Sliceable {
 		s += "; this backend does not slice layers"
 	}
 	return s
@@ -91,19 +94,34 @@ func (e *Engine) PlanWave(lens []int) (WavePlan, error) { return e.planWave(lens
 
 // planWave plans sequences of the given lengths on e's backend and budgets.
 func (e *Engine) planWave(lens []int) (WavePlan, error) {
-	p := WavePlan{Sequences: len(lens), DeviceBudget: e.deviceBudget(), HostBudget: e.hostBudget()}
+	_, sliceable := e.Model.Ops.(ops.Slicer)
+	p, err := e.planWith(lens, sliceable)
+	if err != nil && sliceable && e.opts.SliceTokens == 0 && e.opts.ExpertChunk > 0 {
+		// Sliced, a layer's experts serve every slice, so all of them are on the device at once; when
+		// they do not fit (a small card), layers run unsliced with the experts in chunks.
+		if q, qerr := e.planWith(lens, false); qerr == nil {
+			q.Note = fmt.Sprintf("layers unsliced: a layer's routed experts (%s) do not fit the device at once beside a slice",
+				gb(e.weightPeak(true)-e.uploaded()))
+			return q, nil
+		}
+	}
+	return p, err
+}
+
+// planWith plans lens with layers in slices (sliced) or whole.
+func (e *Engine) planWith(lens []int, sliced bool) (WavePlan, error) {
+	p := WavePlan{Sequences: len(lens), DeviceBudget: e.deviceBudget(), HostBudget: e.hostBudget(), Sliceable: sliced}
 	for _, n := range lens {
 		p.Tokens += n
 		p.Longest = max(p.Longest, n)
 	}
-	_, p.Sliceable = e.Model.Ops.(ops.Slicer)
 	act, state, hostState := e.tokenBytes()
 	carry := e.carryBytes(p.Longest, p.Sliceable)
 	p.WeightBytes = e.weightPeak(p.Sliceable)
 	avail := p.DeviceBudget - p.WeightBytes - carry
-	least := int64(minSlice)
+	least := int64(min(minSlice, max(p.Tokens, 1))) // a wave smaller than a slice needs only its own
 	if e.opts.SliceTokens > 0 {
-		least = int64(min(e.opts.SliceTokens, minSlice))
+		least = min(least, int64(e.opts.SliceTokens))
 	}
 	if avail < least*act {
 		return p, fmt.Errorf("%w: the device budget of %s leaves %s after %s of weights and %s of carries, "+
@@ -120,9 +138,9 @@ func (e *Engine) planWave(lens []int) (WavePlan, error) {
 		// one slice: a wave holds its state and activations on the device at once
 		wave = min(wave, int(avail/(act+state)))
 		if wave < p.Longest {
-			return p, fmt.Errorf("%w: a sequence of %s tokens needs %s of device memory unsliced, and the %s backend "+
-				"cannot slice layers (budget %s, %s after the weights)", ErrBudget, commas(p.Longest),
-				gb(int64(p.Longest)*(act+state)), e.Model.Ops.Name(), gb(p.DeviceBudget), gb(avail))
+			return p, fmt.Errorf("%w: a sequence of %s tokens needs %s of device memory with its layers unsliced "+
+				"(budget %s, %s after the weights; the %s backend slices layers only when a layer's routed experts fit the device at once)",
+				ErrBudget, commas(p.Longest), gb(int64(p.Longest)*(act+state)), gb(p.DeviceBudget), gb(avail), e.Model.Ops.Name())
 		}
 		slice = wave
 	case slice > 0:

@@ -250,3 +250,26 @@ func TestPlanRefuses(t *testing.T) {
 		})
 	}
 }
+
+// TestPlanUnslicedWhenExpertsDoNotFit: sliced, every routed expert of a layer stays on the device for its
+// slices; on a device too small for that but large enough for chunks of experts, the plan runs layers
+// unsliced and says why, and the results are the unsliced ones.
+func TestPlanUnslicedWhenExpertsDoNotFit(t *testing.T) {
+	seqs := randomSequences(4, 3328, 5, 7)
+	probe := openPreset(t, "tiny", 1, cpu.New(cpu.Options{}), EngineOptions{ExpertChunk: 1})
+	act, state, _ := probe.tokenBytes()
+	chunked := probe.weightPeak(false) + probe.carryBytes(7, false) + 12*(act+state)
+	if all := probe.weightPeak(true) + probe.carryBytes(7, true) + minSlice*act; chunked >= all {
+		t.Fatalf("test setup: the chunked budget %d does not fall below the sliced one %d", chunked, all)
+	}
+	var plan string
+	e := openTiny(t, ops.BF16, EngineOptions{ExpertChunk: 1, DeviceMemory: chunked, Log: func(s string) { plan = s }})
+	got := runOne(t, e, Request{Sequences: seqs, Options: Options{TopK: 3}})
+	if !strings.Contains(plan, "layers unsliced: a layer's routed experts") || !strings.Contains(plan, "1 slice") {
+		t.Errorf("plan %q: want one slice and the reason", plan)
+	}
+	want := runOne(t, openTiny(t, ops.BF16, EngineOptions{}), Request{Sequences: seqs, Options: Options{TopK: 3}})
+	if !reflect.DeepEqual(got, want) {
+		t.Error("results differ from an unconstrained run")
+	}
+}
