@@ -29,6 +29,9 @@ type Engine struct {
 	// fitTokens, when not 0, bounds the engine's waves below one that ran out of device memory.
 	fitTokens int
 	plan      WavePlan // of the wave running
+	// maxRows bounds the rows of one slice (or of an unsliced wave) by what the backend can index
+	// (ops.ElementLimit; 0: no bound)
+	maxRows int
 	// ConfigSHA256 is the hex SHA-256 of the model directory's config.json (empty for engines made with
 	// NewEngine): results carry it so that a cache or a reader can tell models apart.
 	ConfigSHA256 string
@@ -79,14 +82,11 @@ type EngineOptions struct {
 // NewEngine binds a plan and a tensor reader to a backend and uploads the global weights.
 func NewEngine(ctx context.Context, plan *model.Plan, r Reader, b ops.Backend, opts EngineOptions) (*Engine, error) {
 	m := model.New(plan, b)
-	if l, ok := b.(ops.ElementLimit); ok { // keep every activation within what the backend can index
-		most := int(min(l.MaxElements()/int64(plan.WidestActivation()), 1<<40))
-		if opts.MaxWaveTokens == 0 || opts.MaxWaveTokens > most {
-			opts.MaxWaveTokens = most
-		}
-	}
 	e := &Engine{Plan: plan, Model: m, reader: r, opts: opts, pool: newHostPool(b), cache: newHostCache(opts.HostCacheBytes),
 		kept: newResidentLayers(opts.ResidentBytes)}
+	if l, ok := b.(ops.ElementLimit); ok { // keep every activation within what the backend can index
+		e.maxRows = int(min(l.MaxElements()/int64(plan.WidestActivation()), 1<<40))
+	}
 	src := readAhead(ctx, r, plan.GlobalTensors(), e.pool, &e.held, nil, -1)
 	g, err := m.LoadGlobals(ctx, src)
 	src.release(e.pool, &e.held, nil)

@@ -113,7 +113,28 @@ func TestElementLimitBoundsWaves(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Error("results under the element limit differ from one wave")
 	}
-	if _, _, err := e.Run(context.Background(), []Request{{Sequences: randomSequences(22, 3328, 41)}}); err == nil || !strings.Contains(err.Error(), "41 tokens, more than the 40") {
+	if _, _, err := e.Run(context.Background(), []Request{{Sequences: randomSequences(22, 3328, 41)}}); err == nil || !strings.Contains(err.Error(), "a sequence of 41 tokens is more than the 40 rows") {
 		t.Errorf("a sequence past the limit: %v", err)
+	}
+}
+
+// limitedSlicer is limitedBackend with the CPU backend's ops.Slicer.
+type limitedSlicer struct{ *cpu.Backend }
+
+func (limitedSlicer) MaxElements() int64 { return 40 * 256 }
+
+// TestElementLimitBoundsSlices: on a backend that slices layers the element limit bounds a slice, not the
+// wave: the same requests run in one read (a sequence past the limit too), with the results of one wave.
+func TestElementLimitBoundsSlices(t *testing.T) {
+	var plans []string
+	e := openPreset(t, "tiny", 1, limitedSlicer{cpu.New(cpu.Options{Precision: ops.BF16})}, EngineOptions{Log: func(s string) { plans = append(plans, s) }})
+	req := Request{Sequences: randomSequences(21, 3328, 30, 30, 20, 41), Options: Options{TopK: 2}}
+	got := runOne(t, e, req)
+	want := runOne(t, openTiny(t, ops.BF16, EngineOptions{}), req)
+	if !reflect.DeepEqual(got, want) {
+		t.Error("results under the element limit differ from one wave")
+	}
+	if len(plans) != 1 || !strings.Contains(plans[0], "in 1 read: 4 slices of 40") {
+		t.Errorf("plans %q: want one read in slices of 40", plans)
 	}
 }

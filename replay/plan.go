@@ -137,6 +137,13 @@ func (e *Engine) planWith(lens []int, sliced bool) (WavePlan, error) {
 	case !p.Sliceable:
 		// one slice: a wave holds its state and activations on the device at once
 		wave = min(wave, int(avail/(act+state)))
+		if e.maxRows > 0 && e.maxRows < p.Longest {
+			return p, fmt.Errorf("%w: a sequence of %s tokens is more than the %s rows the %s backend can index at once "+
+				"(ops.ElementLimit), and its layers run unsliced", ErrBudget, commas(p.Longest), commas(e.maxRows), e.Model.Ops.Name())
+		}
+		if e.maxRows > 0 && wave > e.maxRows {
+			wave = e.maxRows // what the backend can index (ops.ElementLimit)
+		}
 		if wave < p.Longest {
 			return p, fmt.Errorf("%w: a sequence of %s tokens needs %s of device memory with its layers unsliced "+
 				"(budget %s, %s after the weights; the %s backend slices layers only when a layer's routed experts fit the device at once)",
@@ -145,6 +152,9 @@ func (e *Engine) planWith(lens []int, sliced bool) (WavePlan, error) {
 		slice = wave
 	case slice > 0:
 		slice = min(slice, wave)
+		if e.maxRows > 0 {
+			slice = min(slice, e.maxRows)
+		}
 		if int64(slice)*act > avail {
 			return p, fmt.Errorf("%w: slices of %s tokens need %s of activations, more than the %s the device budget "+
 				"leaves after the weights (--slice-tokens, --device-memory)", ErrBudget, commas(slice), gb(int64(slice)*act), gb(avail))
@@ -164,6 +174,9 @@ func (e *Engine) planWith(lens []int, sliced bool) (WavePlan, error) {
 			for slice/2 >= min(sliceFloor, wave) && int64(hostTokens(wave, slice, avail, act, state))*hostState > p.HostBudget {
 				slice = roundSlice(slice / 2)
 			}
+		}
+		if e.maxRows > 0 && slice > e.maxRows { // what the backend can index (ops.ElementLimit)
+			slice = e.maxRows
 		}
 		slice = min(roundSlice(slice), wave)
 	}

@@ -24,6 +24,8 @@ const (
 	MemHostAllocPortable          = 1
 	MemHostAllocDeviceMap         = 2
 	MempoolAttrReleaseThreshold   = 4
+	MempoolAttrReservedMemCurrent = 5 // CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT: bytes the pool holds from the device
+	MempoolAttrUsedMemCurrent     = 7 // CU_MEMPOOL_ATTR_USED_MEM_CURRENT: bytes of it allocated now
 	EventDisableTiming            = 2 // CU_EVENT_DISABLE_TIMING
 	Success                       = 0
 	ErrorNotReady                 = 600 // CUDA_ERROR_NOT_READY: cuEventQuery's "not yet"
@@ -42,7 +44,7 @@ type Driver struct {
 	CuDeviceTotalMem, CuDevicePrimaryCtxRetain, CuDevicePrimaryCtxRelease, CuCtxSetCurrent           uintptr
 	CuMemAlloc, CuMemFree, CuMemAllocAsync, CuMemFreeAsync, CuMemHostAlloc, CuMemFreeHost            uintptr
 	CuMemcpyHtoDAsync, CuMemcpyDtoHAsync, CuMemcpyDtoDAsync, CuMemsetD32Async                        uintptr
-	CuDeviceGetDefaultMemPool, CuMemPoolSetAttribute                                                 uintptr
+	CuDeviceGetDefaultMemPool, CuMemPoolSetAttribute, CuMemPoolGetAttribute                          uintptr
 	CuStreamCreate, CuStreamDestroy, CuStreamSynchronize                                             uintptr
 	CuEventCreate, CuEventRecord, CuEventSynchronize, CuEventElapsedTime, CuEventDestroy             uintptr
 	CuEventQuery                                                                                     uintptr
@@ -132,6 +134,7 @@ func openDriver() (*Driver, error) {
 		"cuMemFreeAsync":                           &d.CuMemFreeAsync,
 		"cuDeviceGetDefaultMemPool":                &d.CuDeviceGetDefaultMemPool,
 		"cuMemPoolSetAttribute":                    &d.CuMemPoolSetAttribute,
+		"cuMemPoolGetAttribute":                    &d.CuMemPoolGetAttribute,
 	})
 	if err != nil {
 		return nil, err

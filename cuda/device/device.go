@@ -23,6 +23,8 @@ type Device struct {
 	// Async is stream-ordered allocation (cuMemAllocAsync from the device's pool) being available;
 	// without it Malloc and Free are cuMemAlloc and a synchronised cuMemFree.
 	Async bool
+	// Pool is the device's default memory pool (with Async): it keeps freed blocks for reuse.
+	Pool uintptr
 
 	mods []uintptr
 	fns  map[string]uintptr
@@ -72,8 +74,26 @@ func (d *Device) open() error {
 		if err := dr.Check("cuMemPoolSetAttribute(release threshold)", bind.Call(dr.CuMemPoolSetAttribute, pool, bind.MempoolAttrReleaseThreshold, uintptr(unsafe.Pointer(&threshold)))); err != nil {
 			return err
 		}
+		d.Pool = pool
 	}
 	return nil
+}
+
+// PoolIdle is the memory the pool holds from the device and has not allocated (freed blocks it keeps for
+// reuse): free for new allocations, though the driver counts it as used. 0 without a pool.
+func (d *Device) PoolIdle() (int64, error) {
+	if d.Pool == 0 {
+		return 0, nil
+	}
+	var reserved, used uint64
+	dr := d.Drv
+	if err := dr.Check("cuMemPoolGetAttribute(reserved)", bind.Call(dr.CuMemPoolGetAttribute, d.Pool, bind.MempoolAttrReservedMemCurrent, uintptr(unsafe.Pointer(&reserved)))); err != nil {
+		return 0, err
+	}
+	if err := dr.Check("cuMemPoolGetAttribute(used)", bind.Call(dr.CuMemPoolGetAttribute, d.Pool, bind.MempoolAttrUsedMemCurrent, uintptr(unsafe.Pointer(&used)))); err != nil {
+		return 0, err
+	}
+	return int64(reserved) - int64(min(used, reserved)), nil
 }
 
 // Module is one compiled image and the extern "C" kernels to look up in it.

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Token-sliced layers on the H200 (issue 13), in one device call: plans for large waves and long sequences,
+# then the k3-layer bench (K3's real layer sizes, 3 layers: one of each kind) on waves past what one slice
+# holds, each with its plan line and the GPU memory peak (nvidia-smi, sampled every 100 ms) beside the plan's
+# device peak. Build here first and carry .dev/after:
+#   mkdir -p .dev/after && CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o .dev/after/potato ./cmd/potato && gzip -9f .dev/after/potato
+#   run(command="bash scripts/gpu_slice_check.sh", carry=[".dev/after"], timeout_s=600)
+# Writes $OUT/summary.txt (plan lines, waves, per-kind tables, memory peaks), $OUT/steps.txt and each
+# step's full output. docs/benchmarks.md records the figures.
+set -uo pipefail
+OUT=${OUT:-/tmp/out}
+MODEL=${MODEL:-/tmp/k3layer}
+mkdir -p "$OUT" /tmp/slice
+P=/tmp/slice/potato
+if [[ -f .dev/after/potato.gz ]]; then gunzip -c .dev/after/potato.gz > "$P"; else cp .dev/after/potato "$P"; fi
+chmod +x "$P"
+t0=$(date +%s)
+log() { echo "[$(( $(date +%s) - t0 ))s] $*" | tee -a "$OUT/steps.txt"; }
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
+free -g | tee -a "$OUT/gpu.txt"
+if [[ ! -d "$MODEL" ]]; then
+  log "synth $MODEL"
+  "$P" synth --preset k3-layer --layers 3 --seed 1 --out "$MODEL" > "$OUT/synth.txt" 2>&1
+  log "synth exit $?"
+fi
+FLAGS=(--backend cuda --model "$MODEL" --expert-chunk 128 --bound-flops 790e12 --bound-bandwidth 55e9 --repeat 1)
+PINNED=(--host-cache 45GB --resident 5GB)
+# step NAME LIMIT ARGS...: runs the binary with ARGS for at most LIMIT seconds (less near the call's end)
+step() {
+  local name=$1 lim=$2
+  shift 2
+  local left=$(( 585 - ($(date +%s) - t0) ))
+  if (( left < 25 )); then log "SKIPPED $name (no time left)"; echo "== $name: skipped, no time left" >> "$OUT/summary.txt"; return; fi
+  (( lim > left )) && lim=$left
+  log "$name: $*"
+  nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 100 > "/tmp/slice/$name.mem" 2>/dev/null &
+  local mp=$!
+  timeout "$lim" "$P" "$@" > "$OUT/$name.txt" 2>&1
+  local rc=$?
+  kill "$mp" 2>/dev/null; wait "$mp" 2>/dev/null
+  local peak
+  peak=$(sort -n "/tmp/slice/$name.mem" | tail -1)
+  log "$name exit $rc; GPU memory peak $peak MiB"
+  {
+    echo "== $name (exit $rc; GPU memory peak $peak MiB = $(( ${peak:-0} * 1048576 / 1000000000 )) GB): $*"
+    grep -E "^plan:|^wave of|kda\+|mla\+|readout|full K3|warning|over the memory|warm-up|^  op |ExpertsAccumulate|KDA |MLA |Error|error" "$OUT/$name.txt" | head -80
+  } >> "$OUT/summary.txt"
+}
+step plans 120 bench "${FLAGS[@]}" --plan-only --tokens 65536,131072,262144,1048576 --seq-len 4096
+step plans_single 60 bench "${FLAGS[@]}" --plan-only --tokens 65536,262144,524288,1048576 --seq-len 1048576
+step plans_24gb 60 bench "${FLAGS[@]}" --plan-only --device-memory 24GB --tokens 16384,32768,262144 --seq-len 262144
+step pinned_262k 150 bench "${FLAGS[@]}" "${PINNED[@]}" --tokens 262144 --seq-len 4096
+step pinned_1m 200 bench "${FLAGS[@]}" "${PINNED[@]}" --tokens 1048576 --seq-len 4096
+step disk_262k 120 bench "${FLAGS[@]}" --direct-io --tokens 262144 --seq-len 4096
+step single_262k 150 bench "${FLAGS[@]}" --tokens 262144 --seq-len 262144
+log done
