@@ -1,6 +1,9 @@
 package replay
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"slices"
 )
@@ -88,4 +91,12 @@ func union(lists ...[]int) []int {
 	}
 	slices.Sort(out)
 	return slices.Compact(out)
+}
+
+// Hash is the SHA-256, in hexadecimal, of the request's JSON encoding (every sequence's tokens, pieces,
+// messages and channels, and the options): equal requests have equal hashes, whatever produced them.
+func (r *Request) Hash() string {
+	data, _ := json.Marshal(r) // plain slices, strings, ints and bools: Marshal cannot fail
+	sum := sha256.Sum256(data)
+	return hex.EncodeToString(sum[:])
 }

@@ -1,6 +1,8 @@
 package tables
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"sort"
 	"strconv"
@@ -31,7 +33,29 @@ const (
 	MetaEngine        = "potato.engine_version" // version of the engine that computed the results
 	MetaPrecision     = "potato.precision"      // "bf16" or "fp32" (DESIGN.md, Numerics)
 	MetaBackend       = "potato.backend"        // "cpu", "cuda", ...
+	MetaResultSet     = "potato.result_set"     // one id shared by every table of one run (NewSetID)
+	MetaRequestHash   = "potato.request_hash"   // hash of what was replayed (replay.Request.Hash)
 )
+
+// ProvenanceKeys are the metadata keys every producer of results (the CLI, the service) puts on every
+// table, so that tables of different runs can never be taken for one set.
+var ProvenanceKeys = []string{MetaResultSet, MetaRequestHash, MetaConfigHash, MetaEngine, MetaPrecision, MetaBackend}
+
+// NewSetID returns a fresh result-set id: 16 random hexadecimal digits.
+func NewSetID() string {
+	var b [8]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// metaValue returns the value of key in schema's metadata, or "".
+func metaValue(schema *arrow.Schema, key string) string {
+	md := schema.Metadata()
+	if i := md.FindKey(key); i >= 0 {
+		return md.Values()[i]
+	}
+	return ""
+}
 
 // SchemaVersion is bumped whenever a column is added, removed, renamed or changes type, so that a reader
 // of old files can tell which layout it holds. Version 2 added topk_tokens to the tokens and lens tables.
