@@ -31,13 +31,26 @@ func FromText(tok *tokenizer.Tokenizer, text string) (Sequence, error) {
 }
 
 // FromConversation renders a conversation with the K3 chat format into a sequence. The conversation's
-// thinking mode must be set.
+// thinking mode must be set. The sequence's Conversation is c.ID and its Thinking the mode ("on", "off").
 func FromConversation(tok *tokenizer.Tokenizer, c tokenizer.Conversation) (Sequence, error) {
 	toks, err := tok.EncodeConversation(c)
 	if err != nil {
 		return Sequence{}, err
 	}
-	return FromTokens(tok, toks), nil
+	s := FromTokens(tok, toks)
+	s.Conversation, s.Thinking = c.ID, ThinkingName(c.Thinking)
+	return s, nil
+}
+
+// ThinkingName is the spelling of a thinking mode in results and messages: "on", "off", or "" unset.
+func ThinkingName(t tokenizer.Thinking) string {
+	switch t {
+	case tokenizer.ThinkingOn:
+		return "on"
+	case tokenizer.ThinkingOff:
+		return "off"
+	}
+	return ""
 }
 
 // FromIDs makes a sequence of token ids, with pieces when a tokenizer is at hand (tok may be nil).

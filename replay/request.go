@@ -15,6 +15,10 @@ type Sequence struct {
 	Pieces   []string
 	Messages []int32
 	Channels []string
+	// Conversation and Thinking describe a sequence rendered from a conversation: its id (from the input,
+	// else its line or item number) and its thinking mode, "on" or "off". Both are "" otherwise.
+	Conversation string
+	Thinking     string
 }
 
 // Options choose what a request gets back beyond the per-token statistics. They never change a result.

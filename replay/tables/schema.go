@@ -58,8 +58,9 @@ func metaValue(schema *arrow.Schema, key string) string {
 }
 
 // SchemaVersion is bumped whenever a column is added, removed, renamed or changes type, so that a reader
-// of old files can tell which layout it holds. Version 2 added topk_tokens to the tokens and lens tables.
-const SchemaVersion = 2
+// of old files can tell which layout it holds. Version 2 added topk_tokens to the tokens and lens tables;
+// version 3 conversation and thinking to the tokens table, and .arrow files became Arrow IPC files.
+const SchemaVersion = 3
 
 // Column types shared by several tables. Lists use arrow's default element field ("item", nullable), the
 // same type pyarrow.list_(pyarrow.int32()) builds, so that schemas compare equal across languages; the
@@ -103,6 +104,11 @@ var tokensFields = []arrow.Field{
 	topIDs,
 	topPieces,
 	topLogp,
+	// The conversation the sequence was rendered from: its id (from the input, else its line or item
+	// number in the file) and thinking mode ("on" or "off"); both "" for text and token ids. Together with
+	// message they say which turn of which conversation, replayed how, a row belongs to.
+	{Name: "conversation", Type: stringType},
+	{Name: "thinking", Type: stringType},
 }
 
 // lensFields is the logit-lens table: one row per position of every sequence at every requested layer, the
