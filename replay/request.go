@@ -59,10 +59,8 @@ func (r *Request) Validate(vocab, layers int, lim Limits) error {
 		name   string
 		layers []int
 	}{{"hidden", o.Hidden}, {"lens", o.Lens}} {
-		for _, l := range list.layers {
-			if l < 0 || l >= layers {
-				return fmt.Errorf("request: %s layer %d outside 0..%d", list.name, l, layers-1)
-			}
+		if err := CheckLayers(list.layers, layers); err != nil {
+			return fmt.Errorf("request: %s: %w", list.name, err)
 		}
 	}
 	for i, s := range r.Sequences {
@@ -83,6 +81,37 @@ func (r *Request) Validate(vocab, layers int, lim Limits) error {
 				return fmt.Errorf("request: sequence %d position %d: token id %d outside the vocabulary 0..%d", i, t, id, vocab-1)
 			}
 		}
+	}
+	return nil
+}
+
+// LayerError is a layer list's refusal by CheckLayers: the entry at Index holds Layer, which is outside
+// the model (Repeat false) or given before (Repeat true).
+type LayerError struct {
+	Index, Layer, Layers int
+	Repeat               bool
+}
+
+func (e *LayerError) Error() string {
+	if e.Repeat {
+		return fmt.Sprintf("layer %d appears twice (give each layer once)", e.Layer)
+	}
+	return fmt.Sprintf("layer %d outside 0..%d (layers are 0-indexed; the model has %d)", e.Layer, e.Layers-1, e.Layers)
+}
+
+// CheckLayers is the one rule for a layer list (Options.Hidden, Options.Lens), in the CLI, the service and
+// the engine: every entry is a layer of the model (0..layers-1) and none is given twice, in any order. A
+// repeat is refused rather than dropped, so that what was asked is what the tables hold.
+func CheckLayers(list []int, layers int) error {
+	seen := make(map[int]bool, len(list))
+	for i, l := range list {
+		if l < 0 || l >= layers {
+			return &LayerError{Index: i, Layer: l, Layers: layers}
+		}
+		if seen[l] {
+			return &LayerError{Index: i, Layer: l, Layers: layers, Repeat: true}
+		}
+		seen[l] = true
 	}
 	return nil
 }
