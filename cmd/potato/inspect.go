@@ -73,7 +73,10 @@ func inspect(dir string, perLayer bool, w io.Writer) error {
 			checkpoint.IndexFile, sum.IndexTotalSize, sum.Bytes)
 		problems++
 	}
-	if err := d.Check(plan.Tensors(), model.IgnoredPrefixes...); err != nil {
+	if err := plan.Fit(d.Lookup); err != nil {
+		fmt.Fprintf(w, "VIOLATION %v\n", err)
+		problems++
+	} else if err := d.Check(plan.Tensors(), model.IgnoredPrefixes...); err != nil {
 		problems += printMismatch(w, err)
 	}
 	problems += checkTokenizer(w, dir, plan.Config)
