@@ -114,7 +114,7 @@ func TestBadRequests(t *testing.T) {
 		{"top-k too large", Request{Sequences: []Sequence{ok}, Options: Options{TopK: 4000}}, "top_k 4000"},
 		{"unknown lens layer", Request{Sequences: []Sequence{ok}, Options: Options{Lens: []int{8}}}, "lens: layer 8 outside 0..7"},
 		{"repeated lens layer", Request{Sequences: []Sequence{ok}, Options: Options{Lens: []int{1, 3, 1}}}, "lens: layer 1 appears twice"},
-		{"unknown hidden layer", Request{Sequences: []Sequence{ok}, Options: Options{Hidden: []int{-1}}}, "hidden layer -1"},
+		{"unknown hidden layer", Request{Sequences: []Sequence{ok}, Options: Options{Hidden: []int{-1}}}, "hidden: layer -1"},
 		{"pieces mismatch", Request{Sequences: []Sequence{{Tokens: ok.Tokens, Pieces: []string{"a"}}}}, "1 pieces for 5 tokens"},
 	}
 	for _, tc := range tests {

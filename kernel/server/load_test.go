@@ -158,6 +158,9 @@ func loadPool() []api.Request {
 		o.TopK = i % 6
 		if i%3 == 0 {
 			o.Lens = []int{i % 8, 7}
+			if i%8 == 7 {
+				o.Lens = []int{7} // a layer once (a repeat is refused)
+			}
 		}
 		if i%5 == 1 {
 			o.Hidden = []int{(i + 2) % 8}
