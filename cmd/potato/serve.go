@@ -26,7 +26,7 @@ func init() {
 type serveFlags struct {
 	model, backend, precision, listen, tokenFile, spill, stateFile string
 	limits                                                         api.Limits
-	keep, gather, shutdownTimeout                                  time.Duration
+	keep, gather, shutdownTimeout, readTimeout                     time.Duration
 	expertChunk, prefetch                                          int
 	hostCache, resident                                            byteSize
 }
@@ -52,6 +52,7 @@ func runServe(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.DurationVar(&f.keep, "keep", 30*time.Minute, "how long results stay after they were fetched, and failed jobs' status")
 	fs.DurationVar(&f.gather, "gather", 50*time.Millisecond, "wait this long after a request reaches an idle engine, so that requests sent together share a wave")
 	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 10*time.Minute, "on SIGTERM, how long the wave in flight may take to finish before it is failed")
+	fs.DurationVar(&f.readTimeout, "read-timeout", time.Minute, "how long a client may take to send a job's body (headers: 10s; an idle kept-alive connection: 2m)")
 	fs.IntVar(&f.expertChunk, "expert-chunk", 0, "routed experts resident at once per MoE layer (0: all chosen); results do not depend on it")
 	fs.Var(&f.hostCache, "host-cache", "host memory that keeps weights between waves, e.g. 200GB (page-locked on cuda; 0: read every wave from the checkpoint); the default precision's engine only; results do not depend on it")
 	fs.Var(&f.resident, "resident", "checkpoint bytes of the layers' own weights (all but routed experts) kept on the backend between waves, e.g. 100GB (device memory on cuda; 0: upload every wave); the default precision's engine only; results do not depend on it")
@@ -64,6 +65,10 @@ func runServe(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	cfg, err := f.config(ctx)
 	if err != nil {
+		return err
+	}
+	// Refuse an exposed address without a token before the engine opens or anything prints "listening".
+	if err := server.CheckListen(f.listen, cfg.Token); err != nil {
 		return err
 	}
 	// The engine opens and the spill is read before anything listens, so a client never reaches a server
@@ -100,7 +105,7 @@ func runServe(ctx context.Context, args []string, stdout io.Writer) error {
 // config turns the flags into a server.Config, the model and spill directories defaulting to the cache.
 func (f *serveFlags) config(ctx context.Context) (server.Config, error) {
 	cfg := server.Config{Backend: f.backend, Precision: f.precision, SpillDir: f.spill, Limits: f.limits,
-		Keep: f.keep, Gather: f.gather, ShutdownTimeout: f.shutdownTimeout, ExpertChunk: f.expertChunk, HostCacheBytes: int64(f.hostCache), ResidentBytes: int64(f.resident), PrefetchExperts: f.prefetch,
+		Keep: f.keep, Gather: f.gather, ShutdownTimeout: f.shutdownTimeout, ReadTimeout: f.readTimeout, ExpertChunk: f.expertChunk, HostCacheBytes: int64(f.hostCache), ResidentBytes: int64(f.resident), PrefetchExperts: f.prefetch,
 		Logger: slog.New(slog.NewTextHandler(os.Stderr, nil))}
 	var err error
 	if cfg.ModelDir, err = modelDir(ctx, f.model); err != nil {

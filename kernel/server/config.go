@@ -54,6 +54,12 @@ type Config struct {
 	ResidentBytes int64
 	// PrefetchExperts is passed to the engines (replay.EngineOptions.PrefetchExperts).
 	PrefetchExperts int
+	// ReadHeaderTimeout bounds how long a client may take to send a request's headers (default 10 s);
+	// ReadTimeout how long it may take to send a job's body (default 1 minute: 64 MiB at about 1 MB/s),
+	// so that a body trickling in at a byte a second does not hold a connection and a goroutine forever;
+	// IdleTimeout how long a kept-alive connection may wait for its next request (default 2 minutes).
+	// Responses have no write timeout: progress streams and large tables take as long as they take.
+	ReadHeaderTimeout, ReadTimeout, IdleTimeout time.Duration
 	// Logger receives one line per job and wave; nil means slog.Default().
 	Logger *slog.Logger
 }
@@ -123,6 +129,9 @@ func (c Config) withDefaults() (Config, error) {
 	c.Keep = or(c.Keep, 30*time.Minute)
 	c.Gather = or(c.Gather, 50*time.Millisecond)
 	c.ShutdownTimeout = or(c.ShutdownTimeout, 10*time.Minute)
+	c.ReadHeaderTimeout = or(c.ReadHeaderTimeout, 10*time.Second)
+	c.ReadTimeout = or(c.ReadTimeout, time.Minute)
+	c.IdleTimeout = or(c.IdleTimeout, 2*time.Minute)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}

@@ -88,7 +88,7 @@ func (s *Server) handleInfo(w http.ResponseWriter, r *http.Request) {
 
 // handleSubmit queues a job: 202 with its status and a Location header.
 func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request) {
-	req, err := decodeRequest(w, r, s.cfg.Limits.MaxBodyBytes)
+	req, err := decodeRequest(w, r, s.cfg.Limits.MaxBodyBytes, s.cfg.ReadTimeout)
 	if err != nil {
 		writeError(w, err)
 		return

@@ -47,6 +47,34 @@ func Listen(addr string) (net.Listener, error) {
 	return l, nil
 }
 
+// CheckExposure refuses an address reachable from other machines without a bearer token.
+func CheckExposure(a net.Addr, token string) error {
+	if !LocalAddr(a) && token == "" {
+		return fmt.Errorf("server: %s is reachable from other machines: give a bearer token (--token-file) or listen on loopback or a unix socket", a)
+	}
+	return nil
+}
+
+// CheckListen checks a --listen address and the token before anything opens or listens, so that a
+// refusal comes before "listening on": the address must parse, and one that is not loopback (or a unix
+// socket) needs a token. A host name is resolved; 0.0.0.0, :: and an empty host are every interface.
+func CheckListen(addr, token string) error {
+	if path, ok := strings.CutPrefix(addr, "unix:"); ok {
+		if path == "" {
+			return errors.New("server: listen unix: no socket path")
+		}
+		return nil
+	}
+	ta, err := net.ResolveTCPAddr("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("server: --listen %q: %w", addr, err)
+	}
+	if ta.IP == nil {
+		ta.IP = net.IPv4zero // ":7878" listens on every interface
+	}
+	return CheckExposure(ta, token)
+}
+
 // LocalAddr reports whether a is a unix socket or a loopback TCP address: reachable from this machine
 // only, so that no token is required.
 func LocalAddr(a net.Addr) bool {

@@ -6,10 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"reflect"
 	"slices"
 	"strconv"
+	"time"
 
 	"github.com/potato-k3/potato-k3/datasets"
 	"github.com/potato-k3/potato-k3/kernel/api"
@@ -38,14 +40,29 @@ func tooLarge(flag string, limit int64, format string, args ...any) *httpError {
 		msg: fmt.Sprintf(format, args...) + fmt.Sprintf(": the limit is %d (%s)", limit, flag)}
 }
 
-// decodeRequest reads one JSON request body, refusing unknown fields, keys given twice or in another
-// case than the field's (checkKeys), and trailing data.
-func decodeRequest(w http.ResponseWriter, r *http.Request, limit int64) (api.Request, error) {
+// decodeRequest reads one JSON request body within timeout (0: none), refusing unknown fields, keys
+// given twice or in another case than the field's (checkKeys), and trailing data.
+func decodeRequest(w http.ResponseWriter, r *http.Request, limit int64, timeout time.Duration) (api.Request, error) {
 	var req api.Request
+	rc := http.NewResponseController(w)
+	if timeout > 0 && rc.SetReadDeadline(time.Now().Add(timeout)) == nil {
+		defer func() {
+			if w.Header().Get("Connection") != "close" {
+				rc.SetReadDeadline(time.Time{})
+			}
+		}()
+	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 	var mbe *http.MaxBytesError
 	if errors.As(err, &mbe) {
 		return req, tooLarge("--max-body-bytes", limit, "request body too large")
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		// close the connection after the answer: net/http would otherwise wait for the rest of the body
+		w.Header().Set("Connection", "close")
+		return req, &httpError{status: http.StatusRequestTimeout,
+			msg: fmt.Sprintf("the request body did not arrive within %v (--read-timeout)", timeout)}
 	}
 	if err != nil {
 		return req, badRequest("reading the request: %v", err)
