@@ -82,7 +82,7 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 	if dir == "" {
 		var err error
 		fmt.Fprintf(os.Stderr, "bench: preset %s seed %d (written to the cache on first use)\n", f.preset, f.seed)
-		if dir, err = synth.Cached(ctx, f.preset, f.seed); err != nil {
+		if dir, err = synth.CachedVerified(ctx, f.preset, f.seed, os.Stderr); err != nil {
 			return err
 		}
 	}
