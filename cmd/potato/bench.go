@@ -102,6 +102,10 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	defer l.Close()
 	cached := f.hostCache > 0
+	// Measuring the bound and the warm-up take tens of seconds on a large model: say what runs (stderr).
+	if f.boundBandwidth == 0 || f.boundFlops == 0 {
+		fmt.Fprintf(os.Stderr, "bench: measuring the bound (weight bandwidth: up to %d GB of the checkpoint read; matmul rate)\n", measureReadCap>>30)
+	}
 	bound, err := measureBound(ctx, l, f.boundBandwidth == 0, f.boundFlops == 0, cached)
 	if err != nil {
 		return err
@@ -126,6 +130,7 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	if cached || f.resident > 0 { // fill the host cache and the resident layers with an untimed wave of the largest size (it chooses the most experts)
 		start := time.Now()
+		fmt.Fprintf(os.Stderr, "bench: warm-up wave of %d tokens (untimed)\n", slices.Max(sizes))
 		if _, err := runBenchWave(ctx, l, slices.Max(sizes), f.seqLen); err != nil {
 			return err
 		}

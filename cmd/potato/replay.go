@@ -45,7 +45,7 @@ func runReplay(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.StringVar(&f.chat, "chat", "", "conversations to replay: .jsonl (one per line), .json or .parquet; - for JSONL on stdin")
 	fs.StringVar(&f.thinking, "thinking", "", "with --chat: on or off, for conversations that do not say; a conversation that says the other mode is refused")
 	fs.StringVar(&f.tokens, "tokens", "", "token ids to replay, comma-separated")
-	fs.IntVar(&f.topK, "top-k", 5, "alternatives kept per position")
+	fs.IntVar(&f.topK, "top-k", 0, "alternatives kept per position (0, as the service and the engine: none)")
 	fs.StringVar(&f.hidden, "hidden", "", "layers whose hidden state (the running sum p) to return: 0,3,5-7 or all (each layer once)")
 	fs.StringVar(&f.lens, "lens", "", "layers to read out with the logit lens: 0,3,5-7 or all (each layer once)")
 	fs.BoolVar(&f.router, "router", false, "return every MoE layer's expert choices")
@@ -319,12 +319,13 @@ func progressPrinter(w io.Writer) func(replay.Progress) {
 	}
 }
 
-// eta formats the time left: "done" after the last layer, else at least "<1s" (rounding 0.4 s down to
-// "0s" read as done), in whole seconds above that.
+// eta formats the time left: after the last layer only the readout (lm_head over the vocabulary), which
+// the engine's estimate leaves out; else at least "<1s" (rounding 0.4 s down to "0s" read as done), in
+// whole seconds above that.
 func eta(p replay.Progress) string {
 	switch d := time.Duration(p.ETASeconds * float64(time.Second)); {
 	case p.Layer >= p.Layers:
-		return "done"
+		return "the final readout"
 	case d < time.Second:
 		return "<1s"
 	default:
