@@ -24,6 +24,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("POST "+api.PathJobs+"/{id}/cancel", s.withJob(s.handleCancel))
 	mux.HandleFunc("GET "+api.PathJobs+"/{id}/progress", s.withJob(s.handleProgress))
 	mux.HandleFunc("GET "+api.PathJobs+"/{id}/tables/{table}", s.withJob(s.handleTable))
+	mux.HandleFunc("POST "+api.PathJobs+"/{id}/tables/{table}/received", s.withJob(s.handleReceived))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, &httpError{status: http.StatusNotFound, msg: "no endpoint " + r.Method + " " + r.URL.Path})
 	})

@@ -172,6 +172,9 @@ func (ts *testServer) table(t *testing.T, id, name string) *tables.Table {
 		t.Fatal(err)
 	}
 	t.Cleanup(tab.Release)
+	if code, data := ts.do(t, "POST", api.ReceivedPath(id, name), ""); code != http.StatusNoContent { // as kernel.Client does
+		t.Fatalf("confirming table %s of %s: %d %s", name, id, code, data)
+	}
 	return tab
 }
 
