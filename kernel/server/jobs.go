@@ -47,9 +47,9 @@ type job struct {
 	sent      map[string]bool // tables whose stream this server wrote to a client to its end
 	fetched   map[string]bool // tables a client confirmed it read to their end (received)
 	fetchedAt time.Time       // when every table had been fetched once: the Keep period starts
-	config    string    // config hash of the engine that ran it
-	removed   bool      // results deleted: nothing may write its directory again
-	alone     bool      // its shared wave failed: it is retried in a wave of its own (Server.finish)
+	config    string          // config hash of the engine that ran it
+	removed   bool            // results deleted: nothing may write its directory again
+	alone     bool            // its shared wave failed: it is retried in a wave of its own (Server.finish)
 
 	persist sync.Mutex // held while the manifest is snapshotted and written, so writes land in order
 }
