@@ -26,7 +26,7 @@ type replayFlags struct {
 	model, backend, precision              string
 	text, textFile, chat, thinking, tokens string
 	topK, expertChunk, show                int
-	maxTokens, maxWaveTokens               int
+	maxTokens, maxWaveTokens, maxRequest   int
 	hidden, lens, out                      string
 	router, attnres, float16, noProgress   bool
 	stdin                                  io.Reader // os.Stdin; a test's reader
@@ -54,6 +54,7 @@ func runReplay(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.StringVar(&f.out, "out", "", "write the tables to FILE.arrow (Arrow IPC files), FILE.arrows (IPC streams) or FILE.parquet, one file per table")
 	fs.IntVar(&f.maxTokens, "max-tokens", d.MaxSequenceTokens, "most tokens of one sequence (as potato serve); a longer one is refused before any compute")
 	fs.IntVar(&f.maxWaveTokens, "max-wave-tokens", d.MaxWaveTokens, "most tokens of one wave (as potato serve): more sequences run as several waves, with the same results")
+	fs.IntVar(&f.maxRequest, "max-request-tokens", d.MaxRequestTokens, "most tokens of all sequences together (as potato serve): the results are held in memory until written")
 	fs.IntVar(&f.expertChunk, "expert-chunk", 0, "routed experts resident at once per MoE layer (0: all chosen); results do not depend on it")
 	fs.IntVar(&f.show, "show", 40, "positions printed per sequence (0: none)")
 	fs.BoolVar(&f.noProgress, "no-progress", false, "do not print per-layer progress on stderr")
@@ -114,8 +115,8 @@ func (f *replayFlags) check() (input, error) {
 	if f.topK < 0 {
 		return in, fmt.Errorf("replay: --top-k %d is negative", f.topK)
 	}
-	if f.maxTokens <= 0 || f.maxWaveTokens <= 0 {
-		return in, fmt.Errorf("replay: --max-tokens %d and --max-wave-tokens %d must be positive", f.maxTokens, f.maxWaveTokens)
+	if f.maxTokens <= 0 || f.maxWaveTokens <= 0 || f.maxRequest <= 0 {
+		return in, fmt.Errorf("replay: --max-tokens %d, --max-wave-tokens %d and --max-request-tokens %d must be positive", f.maxTokens, f.maxWaveTokens, f.maxRequest)
 	}
 	if f.thinking != "" && f.chat == "" {
 		return in, errors.New("replay: --thinking is for --chat (text and token ids have no thinking mode)")
@@ -261,6 +262,7 @@ func (f *replayFlags) request(l *loaded, in input) (replay.Request, error) {
 		}
 		req.Sequences = []replay.Sequence{s}
 	default:
+		total := 0
 		for i, c := range in.convs {
 			s, err := replay.FromConversation(l.tok, c)
 			if err != nil {
@@ -268,6 +270,10 @@ func (f *replayFlags) request(l *loaded, in input) (replay.Request, error) {
 			}
 			if len(s.Tokens) > limit {
 				return req, tooLong(fmt.Sprintf("%s: conversation %d (id %q)", f.chat, i+1, c.ID), len(s.Tokens))
+			}
+			if total += len(s.Tokens); total > f.maxRequest {
+				return req, fmt.Errorf("replay: %s: conversations 1..%d have %d tokens: the limit is %d (--max-request-tokens)",
+					f.chat, i+1, total, f.maxRequest)
 			}
 			req.Sequences = append(req.Sequences, s)
 		}

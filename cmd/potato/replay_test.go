@@ -77,6 +77,8 @@ func TestReplayChecksBeforeCompute(t *testing.T) {
 		{"conversation past --max-wave-tokens", []string{"--chat", chats, "--max-wave-tokens", "20"},
 			`conversation 1 (id "greeting") has`},
 		{"tokens past --max-tokens", []string{"--tokens", "1,2,3", "--max-tokens", "2"}, "--tokens has 3 tokens: the limit is 2 (--max-tokens)"},
+		{"conversations past --max-request-tokens", []string{"--chat", chats, "--max-request-tokens", "300"},
+			"tokens: the limit is 300 (--max-request-tokens)"},
 	}
 	for _, tt := range withModel {
 		t.Run(tt.name, func(t *testing.T) {

@@ -211,6 +211,19 @@ func (s *Server) sequence(i int, in api.Input, thinking *bool, limit textLimit) 
 	if c.ID == "" {
 		c.ID = strconv.Itoa(i) // the input's index, as seq_id counts inputs
 	}
+	// The chat format encodes every content and reasoning text on its own, so their tokens are a lower
+	// bound of the rendering's: count them against the limit first, stopping there, before rendering.
+	left := limit.n
+	for m, msg := range c.Messages {
+		for _, text := range []string{msg.Content, msg.Reasoning} {
+			ids, ok := s.tok.EncodeLimit(text, left)
+			if !ok {
+				return replay.Sequence{}, tooLarge(limit.flag, int64(limit.n),
+					"inputs[%d] has more than %d tokens (counting stopped in messages[%d])", i, limit.n, m)
+			}
+			left -= len(ids)
+		}
+	}
 	seq, err := replay.FromConversation(s.tok, c)
 	if err != nil {
 		return seq, badRequest("inputs[%d].conversation: %v", i, err)
