@@ -52,6 +52,16 @@ func TestReplayChecksBeforeCompute(t *testing.T) {
 		{"misspelled key", []string{"--chat", typo}, `typo.jsonl line 2: messages[0]: unknown key "contnet"`},
 		{"missing text file", []string{"--text-file", filepath.Join(dir, "none.txt")}, "--text-file: open"},
 	}
+	if os.Getuid() != 0 { // root writes anywhere
+		ro := filepath.Join(dir, "ro")
+		os.Mkdir(ro, 0o555)
+		before = append(before, struct {
+			name string
+			args []string
+			want string
+		}{"read-only out directory", []string{"--text", "x", "--out", filepath.Join(ro, "r.arrow")},
+			"directory " + ro + " is not writable: permission denied"})
+	}
 	for _, tt := range before {
 		t.Run(tt.name, func(t *testing.T) {
 			var stdout bytes.Buffer
