@@ -99,7 +99,7 @@ func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	j := &job{id: newID(), label: req.Label, prec: prec, opts: req.Options, seqs: len(rr.Sequences), req: rr,
+	j := &job{id: newID(), label: req.Label, prec: prec, opts: req.Options, seqs: len(rr.Sequences), req: rr, reqHash: rr.Hash(),
 		state: api.StateQueued, created: time.Now(), config: s.info.ConfigSHA256,
 		progress: replay.Progress{Layers: s.info.Layers}}
 	for _, seq := range rr.Sequences {

@@ -35,6 +35,7 @@ type job struct {
 	seqs      int
 	tokens    int
 	req       replay.Request // dropped once the wave is over
+	reqHash   string         // req.Hash(), for the tables' potato.request_hash
 	state     api.JobState
 	errMsg    string
 	created   time.Time

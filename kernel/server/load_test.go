@@ -391,7 +391,7 @@ func (c *loadClient) table(id, name string) (*tables.Table, error) {
 
 // tableDiff is nil when got holds exactly want's schema (metadata included) and rows.
 func tableDiff(got, want *tables.Table) error {
-	if !got.Schema.Equal(want.Schema) || !got.Schema.Metadata().Equal(want.Schema.Metadata()) {
+	if !got.Schema.Equal(want.Schema) || !sameProvenance(got, want) {
 		return fmt.Errorf("schema %v, want %v", got.Schema, want.Schema)
 	}
 	g, w := got.ArrowTable(), want.ArrowTable()
