@@ -27,6 +27,7 @@ type replayFlags struct {
 	text, textFile, chat, thinking, tokens string
 	topK, expertChunk, show                int
 	maxTokens, maxWaveTokens, maxRequest   int
+	maxResult                              byteSize
 	hidden, lens, out                      string
 	router, attnres, float16, noProgress   bool
 	stdin                                  io.Reader // os.Stdin; a test's reader
@@ -55,6 +56,7 @@ func runReplay(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.IntVar(&f.maxTokens, "max-tokens", d.MaxSequenceTokens, "most tokens of one sequence (as potato serve); a longer one is refused before any compute")
 	fs.IntVar(&f.maxWaveTokens, "max-wave-tokens", d.MaxWaveTokens, "most tokens of one wave (as potato serve): more sequences run as several waves, with the same results")
 	fs.IntVar(&f.maxRequest, "max-request-tokens", d.MaxRequestTokens, "most tokens of all sequences together (as potato serve): the results are held in memory until written")
+	fs.Var(&f.maxResult, "max-result-bytes", "most host memory the results may hold until written, e.g. 8GB (default: half the memory available)")
 	fs.IntVar(&f.expertChunk, "expert-chunk", 0, "routed experts resident at once per MoE layer (0: all chosen); results do not depend on it")
 	fs.IntVar(&f.show, "show", 40, "positions printed per sequence (0: none)")
 	fs.BoolVar(&f.noProgress, "no-progress", false, "do not print per-layer progress on stderr")
@@ -278,7 +280,10 @@ func (f *replayFlags) request(l *loaded, in input) (replay.Request, error) {
 			req.Sequences = append(req.Sequences, s)
 		}
 	}
-	return req, req.Validate(vocab, layers, replay.Limits{})
+	if err := req.Validate(vocab, layers, replay.Limits{}); err != nil {
+		return req, err
+	}
+	return req, checkResultBytes(req, l.engine.Plan, l.engine.Model.Dims.Hidden, int64(f.maxResult))
 }
 
 // applyThinking applies a --thinking mode (on, off or "") to conversations, by one rule shared with the
