@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/potato-k3/potato-k3/kernel/api"
 )
 
@@ -82,3 +83,29 @@ func itoa(n int) string {
 		}
 	}
 }
+
+// The tokens table names each row's conversation (its id, else the input's index) and thinking mode, and
+// is "" for both on text and token ids.
+func TestConversationColumns(t *testing.T) {
+	ts := startServer(t, Config{}, testHooks{})
+	req := api.Request{Inputs: []api.Input{
+		{Conversation: []byte(`{"id": "a", "messages": [{"role": "user", "content": "Hi"}], "thinking": true}`)},
+		{Conversation: []byte(`{"messages": [{"role": "user", "content": "Yo"}]}`)},
+		api.TextInput("plain"),
+	}, Thinking: ptr(true)}
+	id := ts.waitState(t, ts.submit(t, req).ID, api.StateDone).ID
+	tab := ts.table(t, id, "tokens")
+	want := map[int32][2]string{0: {"a", "on"}, 1: {"1", "on"}, 2: {"", ""}}
+	for _, rec := range tab.Records {
+		seq := rec.Column(rec.Schema().FieldIndices("seq_id")[0]).(*array.Int32)
+		conv := rec.Column(rec.Schema().FieldIndices("conversation")[0]).(*array.String)
+		thinking := rec.Column(rec.Schema().FieldIndices("thinking")[0]).(*array.String)
+		for i := range int(rec.NumRows()) {
+			if w := want[seq.Value(i)]; conv.Value(i) != w[0] || thinking.Value(i) != w[1] {
+				t.Fatalf("seq %d row %d: conversation %q thinking %q, want %q %q", seq.Value(i), i, conv.Value(i), thinking.Value(i), w[0], w[1])
+			}
+		}
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
