@@ -62,6 +62,8 @@ func TestHostileRequests(t *testing.T) {
 		{"not an object", `[{"tokens": [1]}]`, 400, "malformed request JSON"},
 		{"text past --max-tokens once tokenized", `{"inputs": [{"text": "` + strings.Repeat("word ", 12) + `"}]}`, 413,
 			"inputs[0] has more than 20 tokens (tokenizing stopped there): the limit is 20 (--max-tokens)"},
+		{"text past what is left of --max-request-tokens", `{"inputs": [{"tokens": [1,2,3,4,5,6,7,8,9,10]}, {"tokens": [1,2,3,4,5,6,7,8,9,10]}, {"text": "` + strings.Repeat("word ", 12) + `"}]}`, 413,
+			"the request has more than 30 tokens (inputs[0..2], tokenizing stopped there): the limit is 30 (--max-request-tokens)"},
 		{"conversation past --max-tokens while counted", conv(`{"messages": [{"role": "user", "content": "` + strings.Repeat("word ", 30) + `"}]}`), 413,
 			"inputs[0] has more than 20 tokens (counting stopped in messages[0]): the limit is 20 (--max-tokens)"},
 		{"conversation past --max-tokens once rendered", conv(`{"messages": [{"role": "user", "content": "` + strings.Repeat("ab ", 9) + `"}]}`), 413,

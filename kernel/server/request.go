@@ -109,12 +109,12 @@ func (s *Server) build(req api.Request) (replay.Request, ops.Precision, error) {
 	for i, in := range req.Inputs {
 		// Text is tokenized only up to the first limit it would pass: a 60 MB text is refused after its
 		// first --max-tokens tokens, not tokenized whole (2.95 GB and 12 s) and then refused.
-		limit := textLimit{lim.MaxSequenceTokens, "--max-tokens"}
+		limit := textLimit{n: lim.MaxSequenceTokens, flag: "--max-tokens"}
 		if lim.MaxWaveTokens < limit.n {
-			limit = textLimit{lim.MaxWaveTokens, "--max-wave-tokens"}
+			limit = textLimit{n: lim.MaxWaveTokens, flag: "--max-wave-tokens"}
 		}
 		if left := lim.MaxRequestTokens - total; left < limit.n {
-			limit = textLimit{left, "--max-request-tokens"}
+			limit = textLimit{n: left, flag: "--max-request-tokens", request: lim.MaxRequestTokens}
 		}
 		seq, err := s.sequence(i, in, req.Thinking, limit)
 		if err != nil {
@@ -144,10 +144,19 @@ func (s *Server) build(req api.Request) (replay.Request, ops.Precision, error) {
 	return out, prec, nil
 }
 
-// textLimit is the most tokens input i may have and the flag that sets it.
+// textLimit is the most tokens input i may have and the flag that sets it; request is the request's
+// limit when what is left of it is the bound.
 type textLimit struct {
-	n    int
-	flag string
+	n, request int
+	flag       string
+}
+
+// refuse is the 413 of input i past the limit, counting stopped where.
+func (l textLimit) refuse(i int, where string) error {
+	if l.request > 0 {
+		return tooLarge(l.flag, int64(l.request), "the request has more than %d tokens (inputs[0..%d], %s)", l.request, i, where)
+	}
+	return tooLarge(l.flag, int64(l.n), "inputs[%d] has more than %d tokens (%s)", i, l.n, where)
 }
 
 // sequence tokenizes input i, a text only up to limit tokens.
@@ -178,7 +187,7 @@ func (s *Server) sequence(i int, in api.Input, thinking *bool, limit textLimit) 
 	if in.Text != nil {
 		seq, err := replay.FromTextLimit(s.tok, *in.Text, limit.n)
 		if errors.Is(err, replay.ErrTooManyTokens) {
-			return seq, tooLarge(limit.flag, int64(limit.n), "inputs[%d] has more than %d tokens (tokenizing stopped there)", i, limit.n)
+			return seq, limit.refuse(i, "tokenizing stopped there")
 		}
 		if err != nil {
 			return seq, badRequest("inputs[%d]: %v", i, err)
@@ -218,8 +227,7 @@ func (s *Server) sequence(i int, in api.Input, thinking *bool, limit textLimit) 
 		for _, text := range []string{msg.Content, msg.Reasoning} {
 			ids, ok := s.tok.EncodeLimit(text, left)
 			if !ok {
-				return replay.Sequence{}, tooLarge(limit.flag, int64(limit.n),
-					"inputs[%d] has more than %d tokens (counting stopped in messages[%d])", i, limit.n, m)
+				return replay.Sequence{}, limit.refuse(i, fmt.Sprintf("counting stopped in messages[%d]", m))
 			}
 			left -= len(ids)
 		}
