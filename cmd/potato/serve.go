@@ -40,7 +40,7 @@ func runServe(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.StringVar(&f.backend, "backend", "cpu", "backend: cpu or cuda")
 	fs.StringVar(&f.precision, "precision", "bf16", "default precision, bf16 or fp32 (the other opens on a request's first use)")
 	fs.StringVar(&f.listen, "listen", server.DefaultListen, "host:port, or unix:/path for a unix socket; any address but loopback or a socket needs --token-file")
-	fs.StringVar(&f.tokenFile, "token-file", "", "file holding the bearer token every request must carry (at least 16 characters)")
+	fs.StringVar(&f.tokenFile, "token-file", "", "file holding the bearer token every request must carry (at least 16 characters); - for stdin")
 	fs.StringVar(&f.spill, "spill", "", "directory for results and job manifests (default: spill/ under the cache directory)")
 	fs.StringVar(&f.stateFile, "state-file", "", "write the address and pid here once listening (for notebook clients); removed at exit")
 	fs.Int64Var(&f.limits.MaxBodyBytes, "max-body-bytes", d.MaxBodyBytes, "largest request body")

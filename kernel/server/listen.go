@@ -5,6 +5,7 @@ import (
 	"crypto/subtle"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"net"
 	"net/http"
@@ -106,10 +107,16 @@ func authorized(r *http.Request, token string) bool {
 	return subtle.ConstantTimeCompare(g[:], w[:]) == 1
 }
 
-// ReadToken reads a bearer token from path: the file's content without surrounding white space. A
+// ReadToken reads a bearer token from path (- for stdin): the content without surrounding white space. A
 // token shorter than 16 characters is refused (it could be guessed).
 func ReadToken(path string) (string, error) {
-	data, err := os.ReadFile(path)
+	var data []byte
+	var err error
+	if path == "-" { // stdin: a secret store can pipe it in without a file
+		data, err = io.ReadAll(io.LimitReader(os.Stdin, 1<<16))
+	} else {
+		data, err = os.ReadFile(path)
+	}
 	if err != nil {
 		return "", fmt.Errorf("server: token file: %w", err)
 	}
