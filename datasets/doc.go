@@ -11,8 +11,11 @@
 // A message has a role (system, user, assistant, tool), content (a string, null, or a list of
 // {"type": "text", "text": ...} parts, which are joined), reasoning_content (also read as "reasoning" or
 // "thinking"), name, tool_calls ({id, type: "function", function: {name, arguments}}, arguments as a JSON
-// string, kept verbatim, or an object, written as compact JSON) and tool_call_id. Unknown keys are
-// ignored; anything else that does not fit is an *Error naming the file, the line and the field:
+// string, kept verbatim, or an object, written as compact JSON) and tool_call_id. An unknown key (at
+// the top, in a message, a tool call, its function or a content part) is an error naming it, so that a
+// misspelled "contnet" is not read as an empty turn; "metadata" at the top is the one key ignored. A
+// conversation without an "id" gets its line (JSONL), item (JSON) or row (Parquet) number. Anything
+// else that does not fit is an *Error naming the file, the line and the field:
 //
 //	datasets: chats.jsonl line 3: messages[2].role: unknown role "bot" (want system, user, assistant or tool)
 //

@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"github.com/potato-k3/potato-k3/replay/tokenizer"
@@ -19,7 +20,8 @@ import (
 const MaxLineBytes = 64 << 20
 
 // ReadJSONL reads one conversation per line from r. name is the file name used in errors. Blank lines are
-// skipped. Each line is an object {"messages": [...], "id", "thinking", "thinking_effort",
+// skipped. A conversation without an "id" gets its line number (1-based) as its ID, so that results can
+// name it; ReadJSON gives the item number, ReadParquet the row number. Each line is an object {"messages": [...], "id", "thinking", "thinking_effort",
 // "add_generation_prompt"} or a bare array of messages; see the package documentation for the message
 // shape. The first invalid line stops the read with an *Error naming name, the line and the field.
 func ReadJSONL(r io.Reader, name string) ([]tokenizer.Conversation, error) {
@@ -36,6 +38,9 @@ func ReadJSONL(r io.Reader, name string) ([]tokenizer.Conversation, error) {
 		c, err := parseConversation(data)
 		if err != nil {
 			return nil, locate(err, name, "line", line)
+		}
+		if c.ID == "" {
+			c.ID = strconv.Itoa(line) // results name their conversation (tables' conversation column)
 		}
 		convs = append(convs, c)
 	}
@@ -71,6 +76,9 @@ func ReadJSON(r io.Reader, name string) ([]tokenizer.Conversation, error) {
 		var err error
 		if convs[i], err = parseConversation(item); err != nil {
 			return nil, locate(err, name, "item", i+1)
+		}
+		if convs[i].ID == "" {
+			convs[i].ID = strconv.Itoa(i + 1)
 		}
 	}
 	return convs, nil

@@ -37,7 +37,7 @@ func TestReadJSONLShapes(t *testing.T) {
 			tokenizer.Conversation{Thinking: tokenizer.ThinkingUnset, Messages: []tokenizer.Message{user("x")}}},
 		{"numeric id", `{"id":12345678901234567890,"messages":[{"role":"user","content":"x"}]}`,
 			tokenizer.Conversation{ID: "12345678901234567890", Messages: []tokenizer.Message{user("x")}}},
-		{"unknown keys ignored", `{"source":"web","meta":{"a":1},"messages":[{"role":"user","content":"x","extra":1}]}`,
+		{"metadata ignored", `{"metadata":{"source":"web","a":1},"messages":[{"role":"user","content":"x"}]}`,
 			tokenizer.Conversation{Messages: []tokenizer.Message{user("x")}}},
 		{"text parts", `[{"role":"user","content":[{"type":"text","text":"a "},{"type":"text","text":"b"}]}]`,
 			tokenizer.Conversation{Messages: []tokenizer.Message{user("a b")}}},
@@ -67,6 +67,9 @@ func TestReadJSONLShapes(t *testing.T) {
 			got, err := ReadJSONL(strings.NewReader(tt.line+"\n"), "t.jsonl")
 			if err != nil {
 				t.Fatal(err)
+			}
+			if tt.want.ID == "" {
+				tt.want.ID = "1" // the line number
 			}
 			if len(got) != 1 || !reflect.DeepEqual(got[0], tt.want) {
 				t.Errorf("(-want +got):\n-%+v\n+%+v", tt.want, got)
@@ -110,6 +113,15 @@ func TestReadJSONLErrors(t *testing.T) {
 			1, "messages[0].tool_calls[0].function.arguments", "want a JSON string or object"},
 		{"thinking string", `{"thinking":"yes","messages":[{"role":"user"}]}`, 1, "thinking", "want true or false"},
 		{"bad effort", `{"thinking_effort":"extreme","messages":[{"role":"user"}]}`, 1, "thinking_effort", "not one of"},
+		// Unknown keys: a misspelled "content" became an empty turn, a misspelled "thinking" an unset mode.
+		{"misspelled content", ok + "\n" + `{"thinking":false,"messages":[{"role":"user","contnet":"Hi"}]}`,
+			2, "messages[0]", `unknown key "contnet" (want role, content, reasoning_content, reasoning, thinking, name, tool_call_id, tool_calls)`},
+		{"misspelled thinking", `{"thinkng":true,"messages":[{"role":"user","content":"x"}]}`,
+			1, "", `unknown key "thinkng" (want messages, id, thinking, thinking_effort, add_generation_prompt, metadata)`},
+		{"unknown tool call key", `[{"role":"assistant","tool_calls":[{"function":{"name":"f","argument":"{}"}}]}]`,
+			1, "messages[0].tool_calls[0].function", `unknown key "argument" (want name, arguments)`},
+		{"unknown part key", `[{"role":"user","content":[{"type":"text","txt":"a"}]}]`,
+			1, "messages[0].content[0]", `unknown key "txt" (want type, text)`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"unicode/utf8"
 
@@ -19,7 +20,9 @@ import (
 type obj map[string]json.RawMessage
 
 // parseConversation reads {"messages": [...], "id", "thinking", "thinking_effort", "add_generation_prompt"}
-// or a bare array of messages. Unknown top-level keys (metadata, source, tools ...) are ignored.
+// or a bare array of messages. "metadata" is ignored (a place for anything of the caller's); any other
+// key, at the top or inside a message, tool call or content part, is an error naming it: a misspelled
+// "contnet" would otherwise become an empty turn, a "thinkng" an unset mode.
 func parseConversation(data []byte) (tokenizer.Conversation, error) {
 	var c tokenizer.Conversation
 	data = bytes.TrimSpace(data)
@@ -31,6 +34,9 @@ func parseConversation(data []byte) (tokenizer.Conversation, error) {
 	var o obj
 	if err := json.Unmarshal(data, &o); err != nil {
 		return c, fmt.Errorf("want a JSON object with \"messages\" or an array of messages: %w", err)
+	}
+	if err := knownKeys(o, "", conversationKeys); err != nil {
+		return c, err
 	}
 	raw, ok := o["messages"]
 	if !ok {
@@ -94,6 +100,9 @@ func parseMessage(data []byte, path string) (tokenizer.Message, error) {
 	var o obj
 	if err := json.Unmarshal(data, &o); err != nil || o == nil {
 		return m, errorf(path, "want a message object")
+	}
+	if err := knownKeys(o, path, messageKeys); err != nil {
+		return m, err
 	}
 	role, err := stringField(o, "role", path+".role")
 	if err != nil {
@@ -164,6 +173,9 @@ func contentField(raw json.RawMessage, path string) (string, error) {
 		if typ != "text" {
 			return "", errorf(pp+".type", "part of type %q is not supported (only text)", typ)
 		}
+		if err := knownKeys(p, pp, partKeys); err != nil {
+			return "", err
+		}
 		text, err := stringField(p, "text", pp+".text")
 		if err != nil {
 			return "", err
@@ -192,6 +204,9 @@ func toolCalls(raw json.RawMessage, path string) ([]tokenizer.ToolCall, error) {
 		if o == nil {
 			return nil, errorf(p, "want a tool call object")
 		}
+		if err := knownKeys(o, p, toolCallKeys); err != nil {
+			return nil, err
+		}
 		var err error
 		if calls[i].ID, err = stringField(o, "id", p+".id"); err != nil {
 			return nil, err
@@ -206,8 +221,12 @@ func toolCalls(raw json.RawMessage, path string) ([]tokenizer.ToolCall, error) {
 		fn := o
 		if rawFn, ok := o["function"]; ok {
 			fp := p + ".function"
+			fn = nil // not into o's map: Unmarshal would merge the two
 			if err := json.Unmarshal(rawFn, &fn); err != nil || fn == nil {
 				return nil, errorf(fp, "want an object with name and arguments")
+			}
+			if err := knownKeys(fn, fp, functionKeys); err != nil {
+				return nil, err
 			}
 			p = fp
 		}
@@ -329,4 +348,28 @@ func kind(raw json.RawMessage) string {
 		return "null"
 	}
 	return "a number"
+}
+
+// The keys each object of the chat shape may hold (knownKeys).
+var (
+	conversationKeys = []string{"messages", "id", "thinking", "thinking_effort", "add_generation_prompt", "metadata"}
+	messageKeys      = []string{"role", "content", "reasoning_content", "reasoning", "thinking", "name", "tool_call_id", "tool_calls"}
+	partKeys         = []string{"type", "text"}
+	toolCallKeys     = []string{"id", "type", "function", "name", "arguments"}
+	functionKeys     = []string{"name", "arguments"}
+)
+
+// knownKeys refuses the first key of o (in sorted order) that is not in known, naming it and path.
+func knownKeys(o obj, path string, known []string) error {
+	var unknown []string
+	for k := range o {
+		if !slices.Contains(known, k) {
+			unknown = append(unknown, k)
+		}
+	}
+	if len(unknown) == 0 {
+		return nil
+	}
+	slices.Sort(unknown)
+	return errorf(path, "unknown key %q (want %s)", unknown[0], strings.Join(known, ", "))
 }

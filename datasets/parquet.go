@@ -47,6 +47,9 @@ func ReadParquet(r parquet.ReaderAtSeeker, name string) ([]tokenizer.Conversatio
 			if err != nil {
 				return locate(err, name, "row", row)
 			}
+			if c.ID == "" {
+				c.ID = strconv.Itoa(row) // results name their conversation (tables' conversation column)
+			}
 			convs = append(convs, c)
 		}
 		return nil

@@ -72,6 +72,8 @@
 //	for line in urllib.request.urlopen(f"{base}/v1/jobs/{job['id']}/progress"):
 //	    print(json.loads(line))            # until "state" is done, failed or cancelled
 //	tokens = pyarrow.ipc.open_stream(urllib.request.urlopen(f"{base}/v1/jobs/{job['id']}/tables/tokens")).read_all()
+//	# read to its end: confirm, so that the engine counts it as fetched and keeps it for --keep only
+//	urllib.request.urlopen(urllib.request.Request(f"{base}/v1/jobs/{job['id']}/tables/tokens/received", method="POST"))
 //
 // (polars: polars.from_arrow(tokens); a unix socket needs a client that dials one, such as
 // requests-unixsocket, or `curl --unix-socket`.)

@@ -148,6 +148,11 @@ func (c *Client) fetchTable(ctx context.Context, id, name string) (arrow.RecordB
 	if err != nil {
 		return nil, fmt.Errorf("kernel: job %s: table %s: %w", id, name, err)
 	}
+	// Read to its end-of-stream marker: confirm, so that the engine counts the table as fetched (and
+	// starts keeping it for --keep only). A failed confirmation loses nothing: the results stay longer.
+	if ack, err := c.request(ctx, http.MethodPost, api.ReceivedPath(id, name), nil); err == nil {
+		ack.Body.Close()
+	}
 	return rec, nil
 }
 

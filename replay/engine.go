@@ -118,6 +118,10 @@ func Open(ctx context.Context, dir string, b ops.Backend, opts EngineOptions, ck
 	if err != nil {
 		return nil, nil, err
 	}
+	if err := plan.Fit(d.Lookup); err != nil {
+		d.Close()
+		return nil, nil, err
+	}
 	if err := d.Check(plan.Tensors(), model.IgnoredPrefixes...); err != nil {
 		d.Close()
 		return nil, nil, err

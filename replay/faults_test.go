@@ -112,8 +112,9 @@ func TestBadRequests(t *testing.T) {
 		{"id out of range", Request{Sequences: []Sequence{{Tokens: []int32{1, 3328}}}}, "token id 3328 outside the vocabulary"},
 		{"negative id", Request{Sequences: []Sequence{ok, {Tokens: []int32{-1}}}}, "sequence 1 position 0: token id -1"},
 		{"top-k too large", Request{Sequences: []Sequence{ok}, Options: Options{TopK: 4000}}, "top_k 4000"},
-		{"unknown lens layer", Request{Sequences: []Sequence{ok}, Options: Options{Lens: []int{8}}}, "lens layer 8 outside 0..7"},
-		{"unknown hidden layer", Request{Sequences: []Sequence{ok}, Options: Options{Hidden: []int{-1}}}, "hidden layer -1"},
+		{"unknown lens layer", Request{Sequences: []Sequence{ok}, Options: Options{Lens: []int{8}}}, "lens: layer 8 outside 0..7"},
+		{"repeated lens layer", Request{Sequences: []Sequence{ok}, Options: Options{Lens: []int{1, 3, 1}}}, "lens: layer 1 appears twice"},
+		{"unknown hidden layer", Request{Sequences: []Sequence{ok}, Options: Options{Hidden: []int{-1}}}, "hidden: layer -1"},
 		{"pieces mismatch", Request{Sequences: []Sequence{{Tokens: ok.Tokens, Pieces: []string{"a"}}}}, "1 pieces for 5 tokens"},
 	}
 	for _, tc := range tests {

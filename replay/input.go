@@ -1,6 +1,7 @@
 package replay
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/potato-k3/potato-k3/replay/tokenizer"
@@ -30,14 +31,47 @@ func FromText(tok *tokenizer.Tokenizer, text string) (Sequence, error) {
 	return FromTokens(tok, toks), nil
 }
 
+// ErrTooManyTokens is returned (wrapped, with the count reached) by FromTextLimit for a text past its limit.
+var ErrTooManyTokens = errors.New("too many tokens")
+
+// FromTextLimit is FromText for a text of at most limit tokens: past that it stops tokenizing and returns
+// an error wrapping ErrTooManyTokens, having held no more than limit ids.
+func FromTextLimit(tok *tokenizer.Tokenizer, text string, limit int) (Sequence, error) {
+	ids, ok := tok.EncodeLimit(text, limit)
+	if !ok {
+		return Sequence{}, fmt.Errorf("text: more than %d tokens (tokenizing stopped there): %w", limit, ErrTooManyTokens)
+	}
+	if len(ids) == 0 {
+		return Sequence{}, fmt.Errorf("text: it encodes to no tokens")
+	}
+	toks := make([]tokenizer.Token, len(ids))
+	for i, id := range ids {
+		toks[i] = tokenizer.Token{ID: id, Message: -1, Channel: tokenizer.ChannelText}
+	}
+	return FromTokens(tok, toks), nil
+}
+
 // FromConversation renders a conversation with the K3 chat format into a sequence. The conversation's
-// thinking mode must be set.
+// thinking mode must be set. The sequence's Conversation is c.ID and its Thinking the mode ("on", "off").
 func FromConversation(tok *tokenizer.Tokenizer, c tokenizer.Conversation) (Sequence, error) {
 	toks, err := tok.EncodeConversation(c)
 	if err != nil {
 		return Sequence{}, err
 	}
-	return FromTokens(tok, toks), nil
+	s := FromTokens(tok, toks)
+	s.Conversation, s.Thinking = c.ID, ThinkingName(c.Thinking)
+	return s, nil
+}
+
+// ThinkingName is the spelling of a thinking mode in results and messages: "on", "off", or "" unset.
+func ThinkingName(t tokenizer.Thinking) string {
+	switch t {
+	case tokenizer.ThinkingOn:
+		return "on"
+	case tokenizer.ThinkingOff:
+		return "off"
+	}
+	return ""
 }
 
 // FromIDs makes a sequence of token ids, with pieces when a tokenizer is at hand (tok may be nil).

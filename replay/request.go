@@ -1,6 +1,9 @@
 package replay
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"slices"
 )
@@ -12,6 +15,10 @@ type Sequence struct {
 	Pieces   []string
 	Messages []int32
 	Channels []string
+	// Conversation and Thinking describe a sequence rendered from a conversation: its id (from the input,
+	// else its line or item number) and its thinking mode, "on" or "off". Both are "" otherwise.
+	Conversation string
+	Thinking     string
 }
 
 // Options choose what a request gets back beyond the per-token statistics. They never change a result.
@@ -52,10 +59,8 @@ func (r *Request) Validate(vocab, layers int, lim Limits) error {
 		name   string
 		layers []int
 	}{{"hidden", o.Hidden}, {"lens", o.Lens}} {
-		for _, l := range list.layers {
-			if l < 0 || l >= layers {
-				return fmt.Errorf("request: %s layer %d outside 0..%d", list.name, l, layers-1)
-			}
+		if err := CheckLayers(list.layers, layers); err != nil {
+			return fmt.Errorf("request: %s: %w", list.name, err)
 		}
 	}
 	for i, s := range r.Sequences {
@@ -80,6 +85,37 @@ func (r *Request) Validate(vocab, layers int, lim Limits) error {
 	return nil
 }
 
+// LayerError is a layer list's refusal by CheckLayers: the entry at Index holds Layer, which is outside
+// the model (Repeat false) or given before (Repeat true).
+type LayerError struct {
+	Index, Layer, Layers int
+	Repeat               bool
+}
+
+func (e *LayerError) Error() string {
+	if e.Repeat {
+		return fmt.Sprintf("layer %d appears twice (give each layer once)", e.Layer)
+	}
+	return fmt.Sprintf("layer %d outside 0..%d (layers are 0-indexed; the model has %d)", e.Layer, e.Layers-1, e.Layers)
+}
+
+// CheckLayers is the one rule for a layer list (Options.Hidden, Options.Lens), in the CLI, the service and
+// the engine: every entry is a layer of the model (0..layers-1) and none is given twice, in any order. A
+// repeat is refused rather than dropped, so that what was asked is what the tables hold.
+func CheckLayers(list []int, layers int) error {
+	seen := make(map[int]bool, len(list))
+	for i, l := range list {
+		if l < 0 || l >= layers {
+			return &LayerError{Index: i, Layer: l, Layers: layers}
+		}
+		if seen[l] {
+			return &LayerError{Index: i, Layer: l, Layers: layers, Repeat: true}
+		}
+		seen[l] = true
+	}
+	return nil
+}
+
 // union merges the layer lists of several requests, sorted and without repeats.
 func union(lists ...[]int) []int {
 	var out []int
@@ -88,4 +124,12 @@ func union(lists ...[]int) []int {
 	}
 	slices.Sort(out)
 	return slices.Compact(out)
+}
+
+// Hash is the SHA-256, in hexadecimal, of the request's JSON encoding (every sequence's tokens, pieces,
+// messages and channels, and the options): equal requests have equal hashes, whatever produced them.
+func (r *Request) Hash() string {
+	data, _ := json.Marshal(r) // plain slices, strings, ints and bools: Marshal cannot fail
+	sum := sha256.Sum256(data)
+	return hex.EncodeToString(sum[:])
 }

@@ -12,6 +12,8 @@ type Result struct {
 	Pieces   []string
 	Messages []int32
 	Channels []string
+	// Conversation and Thinking are the sequence's (Sequence.Conversation, Sequence.Thinking).
+	Conversation, Thinking string
 	// Targets[t] is Tokens[t+1], the id the model is scored on at position t; -1 at the last position.
 	Targets []int32
 	// Stats are the model's next-token statistics at every position (logprob and rank are of the target).

@@ -26,6 +26,7 @@ func split(reqs []Request, layout ops.Layout, seqs []Sequence, targets []int32, 
 				Stats:   truncTopK(final[lo:hi], o.TopK),
 			}
 			r.Messages, r.Channels = seq.Messages, seq.Channels
+			r.Conversation, r.Thinking = seq.Conversation, seq.Thinking
 			for _, l := range o.Lens {
 				r.Lens = append(r.Lens, LayerStats{Layer: l, Stats: truncTopK(w.lens[l][lo:hi], o.TopK)})
 			}

@@ -246,6 +246,12 @@ func (e *Engine) runWave(ctx context.Context, reqs []Request) ([][]Result, WaveS
 	}
 	next := read(0)
 	for i := 0; i < layers; i++ {
+		// A cancelled wave stops before its next layer, even when that layer's weights need no read that
+		// would notice (resident, or in the host cache).
+		if err := ctx.Err(); err != nil {
+			next.release(e.pool, &e.held, e.cache)
+			return nil, stats, err
+		}
 		layerStart := time.Now()
 		cur := next
 		lw := e.kept.get(i)
@@ -295,6 +301,9 @@ func (e *Engine) runWave(ctx context.Context, reqs []Request) ([][]Result, WaveS
 			}
 			e.opts.Progress(p)
 		}
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, stats, err
 	}
 	final, err := e.readout(pass, st, targets, topK)
 	if err != nil {

@@ -84,7 +84,7 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 	if dir == "" {
 		var err error
 		fmt.Fprintf(os.Stderr, "bench: preset %s seed %d (written to the cache on first use)\n", f.preset, f.seed)
-		if dir, err = synth.Cached(ctx, f.preset, f.seed); err != nil {
+		if dir, err = synth.CachedVerified(ctx, f.preset, f.seed, os.Stderr); err != nil {
 			return err
 		}
 	}
@@ -118,6 +118,10 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 		return nil
 	}
 	cached := f.hostCache > 0
+	// Measuring the bound and the warm-up take tens of seconds on a large model: say what runs (stderr).
+	if f.boundBandwidth == 0 || f.boundFlops == 0 {
+		fmt.Fprintf(os.Stderr, "bench: measuring the bound (weight bandwidth: up to %d GB of the checkpoint read; matmul rate)\n", measureReadCap>>30)
+	}
 	bound, err := measureBound(ctx, l, f.boundBandwidth == 0, f.boundFlops == 0, cached)
 	if err != nil {
 		return err
@@ -142,6 +146,7 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	if cached || f.resident > 0 { // fill the host cache and the resident layers with an untimed wave of the largest size (it chooses the most experts)
 		start := time.Now()
+		fmt.Fprintf(os.Stderr, "bench: warm-up wave of %d tokens (untimed)\n", slices.Max(sizes))
 		if _, err := runBenchWave(ctx, l, slices.Max(sizes), f.seqLen); err != nil {
 			return err
 		}

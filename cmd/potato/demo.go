@@ -21,9 +21,14 @@ func init() {
 func runDemo(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 	fs.SetOutput(os.Stderr)
-	out := fs.String("out", "", "also write the tables to FILE.arrow or FILE.parquet")
+	out := fs.String("out", "", "also write the tables to FILE.arrow, FILE.arrows or FILE.parquet")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *out != "" {
+		if err := checkOut(*out); err != nil {
+			return err
+		}
 	}
 	l, err := openEngine(ctx, "", "cpu", "bf16", backendTuning{}, replay.EngineOptions{})
 	if err != nil {
@@ -59,7 +64,7 @@ func runDemo(ctx context.Context, args []string, stdout io.Writer) error {
 	fmt.Fprintln(stdout)
 	fmt.Fprintln(stdout, "\nnext: potato replay --text \"...\" [--lens all --router --out results.arrow]; potato help")
 	if *out != "" {
-		return writeTables(stdout, l, res[0], *out, false)
+		return writeTables(stdout, l, &req, res[0], *out, false)
 	}
 	return nil
 }

@@ -62,7 +62,7 @@ func modelDir(ctx context.Context, dir string) (string, error) {
 		return dir, nil
 	}
 	fmt.Fprintln(os.Stderr, "no --model: using the embedded default (the synthetic preset tiny, seed 1)")
-	return synth.Default(ctx)
+	return synth.DefaultVerified(ctx, os.Stderr)
 }
 
 // openEngine opens dir (or the default model) on the named backend; ckpt tunes the checkpoint reader.

@@ -22,24 +22,34 @@ func init() {
 // errDamaged is returned when the audit found violations; they have been printed already.
 var errDamaged = errors.New("inspect: the directory does not match the spec")
 
-// runInspect parses `potato inspect DIR` and prints the audit: the layer map, tensor counts and bytes per
-// layer kind and in total, dtypes, and every violation of the spec, each naming its file and tensor.
-func runInspect(_ context.Context, args []string, stdout io.Writer) error {
+// runInspect parses `potato inspect [--model] DIR` and prints the audit: the layer map, tensor counts and
+// bytes per layer kind and in total, dtypes, and every violation of the spec, each naming its file and
+// tensor. The model is named as for every other command (--model DIR; without it the embedded default);
+// the directory as the one argument stays accepted.
+func runInspect(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("inspect", flag.ContinueOnError)
 	fs.SetOutput(os.Stderr)
 	layers := fs.Bool("layers", true, "print one line per layer")
+	model := fs.String("model", "", "model directory (default: the embedded synthetic tiny model)")
 	fs.Usage = func() {
-		fmt.Fprintln(os.Stderr, "usage: potato inspect [-layers=false] DIR")
+		fmt.Fprintln(os.Stderr, "usage: potato inspect [-layers=false] [--model DIR | DIR]")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if fs.NArg() != 1 {
+	switch {
+	case fs.NArg() > 1, fs.NArg() == 1 && *model != "":
 		fs.Usage()
-		return errors.New("inspect: want exactly one model directory")
+		return errors.New("inspect: want one model directory (--model DIR or DIR)")
+	case fs.NArg() == 1:
+		*model = fs.Arg(0)
 	}
-	return inspect(fs.Arg(0), *layers, stdout)
+	dir, err := modelDir(ctx, *model)
+	if err != nil {
+		return err
+	}
+	return inspect(dir, *layers, stdout)
 }
 
 // inspect audits dir. A config that cannot be planned, a shard or index that cannot be opened, or
@@ -73,7 +83,10 @@ func inspect(dir string, perLayer bool, w io.Writer) error {
 			checkpoint.IndexFile, sum.IndexTotalSize, sum.Bytes)
 		problems++
 	}
-	if err := d.Check(plan.Tensors(), model.IgnoredPrefixes...); err != nil {
+	if err := plan.Fit(d.Lookup); err != nil {
+		fmt.Fprintf(w, "VIOLATION %v\n", err)
+		problems++
+	} else if err := d.Check(plan.Tensors(), model.IgnoredPrefixes...); err != nil {
 		problems += printMismatch(w, err)
 	}
 	problems += checkTokenizer(w, dir, plan.Config)

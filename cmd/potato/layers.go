@@ -4,10 +4,13 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/potato-k3/potato-k3/replay"
 )
 
 // parseLayers reads a layer list flag: "all", or comma-separated 0-indexed layers and ranges ("0,3,8-11").
-// An empty string is no layers.
+// An empty string is no layers. A layer may be given once (replay.CheckLayers, the service's rule too):
+// "1,1" and "0-7,3" are refused, since a repeated layer would repeat its rows.
 func parseLayers(s string, layers int) ([]int, error) {
 	s = strings.TrimSpace(s)
 	if s == "" {
@@ -39,6 +42,9 @@ func parseLayers(s string, layers int) ([]int, error) {
 			}
 			out = append(out, l)
 		}
+	}
+	if err := replay.CheckLayers(out, layers); err != nil {
+		return nil, fmt.Errorf("layer list %q: %w", s, err)
 	}
 	return out, nil
 }

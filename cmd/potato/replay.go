@@ -2,13 +2,16 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/potato-k3/potato-k3/datasets"
+	"github.com/potato-k3/potato-k3/kernel/server"
 	"github.com/potato-k3/potato-k3/replay"
 	"github.com/potato-k3/potato-k3/replay/tables"
 	"github.com/potato-k3/potato-k3/replay/tokenizer"
@@ -20,32 +23,41 @@ func init() {
 
 // replayFlags are the flags of `potato replay`.
 type replayFlags struct {
-	mem                                  memoryFlags // --slice-tokens, --device-memory, --host-memory
-	model, backend, precision            string
-	text, chat, thinking, tokens         string
-	topK, expertChunk, show              int
-	hidden, lens, out                    string
-	router, attnres, float16, noProgress bool
+	mem                                    memoryFlags // --slice-tokens, --device-memory, --host-memory
+	model, backend, precision              string
+	text, textFile, chat, thinking, tokens string
+	topK, expertChunk, show                int
+	maxTokens, maxWaveTokens, maxRequest   int
+	maxResult                              byteSize
+	hidden, lens, out                      string
+	router, attnres, float16, noProgress   bool
+	stdin                                  io.Reader // os.Stdin; a test's reader
 }
 
 func runReplay(ctx context.Context, args []string, stdout io.Writer) error {
-	var f replayFlags
+	f := replayFlags{stdin: os.Stdin}
 	fs := flag.NewFlagSet("replay", flag.ContinueOnError)
 	fs.SetOutput(os.Stderr)
+	d := server.DefaultLimits
 	fs.StringVar(&f.model, "model", "", "model directory (default: the embedded synthetic tiny model)")
 	fs.StringVar(&f.backend, "backend", "cpu", "backend: cpu or cuda")
 	fs.StringVar(&f.precision, "precision", "bf16", "bf16 (rounds where the reference does) or fp32 (audits)")
 	fs.StringVar(&f.text, "text", "", "raw text to replay (no BOS is added)")
-	fs.StringVar(&f.chat, "chat", "", "conversations to replay: .jsonl (one per line) or .parquet")
-	fs.StringVar(&f.thinking, "thinking", "", "with --chat: on or off, for conversations that do not say (required then)")
+	fs.StringVar(&f.textFile, "text-file", "", "file of raw text to replay, - for stdin (for texts past the argument limit)")
+	fs.StringVar(&f.chat, "chat", "", "conversations to replay: .jsonl (one per line), .json or .parquet; - for JSONL on stdin")
+	fs.StringVar(&f.thinking, "thinking", "", "with --chat: on or off, for conversations that do not say; a conversation that says the other mode is refused")
 	fs.StringVar(&f.tokens, "tokens", "", "token ids to replay, comma-separated")
-	fs.IntVar(&f.topK, "top-k", 5, "alternatives kept per position")
-	fs.StringVar(&f.hidden, "hidden", "", "layers whose hidden state (the running sum p) to return: 0,3,5-7 or all")
-	fs.StringVar(&f.lens, "lens", "", "layers to read out with the logit lens: 0,3,5-7 or all")
+	fs.IntVar(&f.topK, "top-k", 0, "alternatives kept per position (0, as the service and the engine: none)")
+	fs.StringVar(&f.hidden, "hidden", "", "layers whose hidden state (the running sum p) to return: 0,3,5-7 or all (each layer once)")
+	fs.StringVar(&f.lens, "lens", "", "layers to read out with the logit lens: 0,3,5-7 or all (each layer once)")
 	fs.BoolVar(&f.router, "router", false, "return every MoE layer's expert choices")
 	fs.BoolVar(&f.attnres, "attnres", false, "return every AttnRes mix's weights")
 	fs.BoolVar(&f.float16, "float16", false, "store hidden states as float16 instead of float32")
-	fs.StringVar(&f.out, "out", "", "write the tables to FILE.arrow (Arrow IPC streams) or FILE.parquet, one file per table")
+	fs.StringVar(&f.out, "out", "", "write the tables to FILE.arrow (Arrow IPC files), FILE.arrows (IPC streams) or FILE.parquet, one file per table")
+	fs.IntVar(&f.maxTokens, "max-tokens", d.MaxSequenceTokens, "most tokens of one sequence (as potato serve); a longer one is refused before any compute")
+	fs.IntVar(&f.maxWaveTokens, "max-wave-tokens", d.MaxWaveTokens, "most tokens of one wave (as potato serve): more sequences run as several waves, with the same results")
+	fs.IntVar(&f.maxRequest, "max-request-tokens", d.MaxRequestTokens, "most tokens of all sequences together (as potato serve): the results are held in memory until written")
+	fs.Var(&f.maxResult, "max-result-bytes", "most host memory the results may hold until written, e.g. 8GB (default: half the memory available)")
 	fs.IntVar(&f.expertChunk, "expert-chunk", 0, "routed experts resident at once per MoE layer (0: all chosen); results do not depend on it")
 	f.mem.register(fs)
 	fs.IntVar(&f.show, "show", 40, "positions printed per sequence (0: none)")
@@ -56,7 +68,12 @@ func runReplay(ctx context.Context, args []string, stdout io.Writer) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("replay: unexpected argument %q", fs.Arg(0))
 	}
-	opts := replay.EngineOptions{ExpertChunk: f.expertChunk, Log: func(s string) { fmt.Fprintln(os.Stderr, "replay: "+s) }}
+	in, err := f.check()
+	if err != nil {
+		return err
+	}
+	opts := replay.EngineOptions{ExpertChunk: f.expertChunk, MaxWaveTokens: f.maxWaveTokens,
+		Log: func(s string) { fmt.Fprintln(os.Stderr, "replay: "+s) }}
 	f.mem.apply(&opts)
 	if !f.noProgress {
 		opts.Progress = progressPrinter(os.Stderr)
@@ -66,7 +83,7 @@ func runReplay(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	defer l.Close()
-	req, err := f.request(l)
+	req, err := f.request(l, in)
 	if err != nil {
 		return err
 	}
@@ -78,16 +95,101 @@ func runReplay(ctx context.Context, args []string, stdout io.Writer) error {
 	if f.out == "" {
 		return nil
 	}
-	return writeTables(stdout, l, res[0], f.out, f.float16)
+	return writeTables(stdout, l, &req, res[0], f.out, f.float16)
 }
 
-// writeTables writes results as Arrow or Parquet tables, one file per table, with provenance metadata and
-// the top-k ids named by the tokenizer when the model has one.
-func writeTables(stdout io.Writer, l *loaded, res []replay.Result, out string, float16 bool) error {
-	opts := tables.Options{HiddenFloat16: float16, Metadata: map[string]string{
-		tables.MetaConfigHash: l.engine.ConfigSHA256, tables.MetaEngine: replay.Version,
-		tables.MetaPrecision: l.precision.String(), tables.MetaBackend: l.backend,
-	}}
+// input is what check read before the engine opened: the text of --text or --text-file, or the
+// conversations of --chat (with --thinking applied).
+type input struct {
+	text  string
+	convs []tokenizer.Conversation
+}
+
+// check runs every check that needs no model, before the engine opens: one input, the numbers, the output
+// path, and the input files read and parsed, so that no mistake surfaces after the replay.
+func (f *replayFlags) check() (input, error) {
+	var in input
+	inputs := 0
+	for _, s := range []string{f.text, f.textFile, f.chat, f.tokens} {
+		if s != "" {
+			inputs++
+		}
+	}
+	if inputs != 1 {
+		return in, errors.New("replay: give exactly one of --text, --text-file, --chat, --tokens")
+	}
+	if f.topK < 0 {
+		return in, fmt.Errorf("replay: --top-k %d is negative", f.topK)
+	}
+	if f.maxTokens <= 0 || f.maxWaveTokens <= 0 || f.maxRequest <= 0 {
+		return in, fmt.Errorf("replay: --max-tokens %d, --max-wave-tokens %d and --max-request-tokens %d must be positive", f.maxTokens, f.maxWaveTokens, f.maxRequest)
+	}
+	if f.thinking != "" && f.chat == "" {
+		return in, errors.New("replay: --thinking is for --chat (text and token ids have no thinking mode)")
+	}
+	if f.out != "" {
+		if err := checkOut(f.out); err != nil {
+			return in, err
+		}
+	}
+	in.text = f.text
+	var err error
+	switch {
+	case f.textFile == "-":
+		b, err := io.ReadAll(f.stdin)
+		if err != nil {
+			return in, fmt.Errorf("replay: --text-file -: %w", err)
+		}
+		in.text = string(b)
+	case f.textFile != "":
+		b, err := os.ReadFile(f.textFile)
+		if err != nil {
+			return in, fmt.Errorf("replay: --text-file: %w", err)
+		}
+		in.text = string(b)
+	case f.chat == "-":
+		in.convs, err = datasets.ReadJSONL(f.stdin, "stdin")
+	case f.chat != "":
+		in.convs, err = datasets.Load(f.chat)
+	}
+	if err != nil {
+		return in, err
+	}
+	if f.chat != "" {
+		if err := applyThinking(in.convs, f.thinking); err != nil {
+			return in, err
+		}
+	}
+	return in, nil
+}
+
+// checkOut checks --out before any compute: a known extension, and a directory that exists and takes a
+// new file (a probe file is created and removed).
+func checkOut(out string) error {
+	if _, err := tables.FormatOf(out); err != nil {
+		return fmt.Errorf("--out %s: unknown extension %q (want .arrow, .arrows or .parquet)", out, filepath.Ext(out))
+	}
+	dir := filepath.Dir(out)
+	info, err := os.Stat(dir)
+	if err != nil {
+		return fmt.Errorf("--out %s: directory %s does not exist", out, dir)
+	}
+	if !info.IsDir() {
+		return fmt.Errorf("--out %s: %s is not a directory", out, dir)
+	}
+	probe, err := os.CreateTemp(dir, ".potato-out-check-*")
+	if err != nil {
+		return fmt.Errorf("--out %s: directory %s is not writable: %w", out, dir, errors.Unwrap(err))
+	}
+	probe.Close()
+	os.Remove(probe.Name())
+	return nil
+}
+
+// writeTables writes results as one result set (tables.WriteSet: all tables or none), with provenance
+// metadata on every table and the top-k ids named by the tokenizer when the model has one.
+func writeTables(stdout io.Writer, l *loaded, req *replay.Request, res []replay.Result, out string, float16 bool) error {
+	opts := tables.Options{HiddenFloat16: float16, Metadata: provenance(l, req)}
 	if l.tok != nil {
 		opts.Piece = l.tok.Piece
 	}
@@ -106,76 +208,111 @@ func writeTables(stdout io.Writer, l *loaded, res []replay.Result, out string, f
 	return nil
 }
 
-// request turns the input flags into one replay request.
-func (f *replayFlags) request(l *loaded) (replay.Request, error) {
+// provenance is the metadata every table of one CLI run carries (tables.ProvenanceKeys).
+func provenance(l *loaded, req *replay.Request) map[string]string {
+	return map[string]string{
+		tables.MetaResultSet: tables.NewSetID(), tables.MetaRequestHash: req.Hash(),
+		tables.MetaConfigHash: l.engine.ConfigSHA256, tables.MetaEngine: replay.Version,
+		tables.MetaPrecision: l.precision.String(), tables.MetaBackend: l.backend,
+	}
+}
+
+// request turns the checked input into one replay request, refusing what the model cannot take before
+// any compute: layers outside it or given twice, a top-k past the vocabulary, a sequence longer than
+// --max-tokens or a wave (text is tokenized only up to the limit).
+func (f *replayFlags) request(l *loaded, in input) (replay.Request, error) {
 	layers := len(l.engine.Plan.Layers)
+	vocab := l.engine.Model.Dims.Vocab
 	var req replay.Request
 	var err error
 	req.Options.TopK, req.Options.Router, req.Options.AttnRes = f.topK, f.router, f.attnres
+	if f.topK > vocab {
+		return req, fmt.Errorf("replay: --top-k %d is past the vocabulary (%d ids)", f.topK, vocab)
+	}
 	if req.Options.Hidden, err = parseLayers(f.hidden, layers); err != nil {
 		return req, fmt.Errorf("--hidden: %w", err)
 	}
 	if req.Options.Lens, err = parseLayers(f.lens, layers); err != nil {
 		return req, fmt.Errorf("--lens: %w", err)
 	}
-	inputs := 0
-	for _, s := range []string{f.text, f.chat, f.tokens} {
-		if s != "" {
-			inputs++
-		}
-	}
-	if inputs != 1 {
-		return req, fmt.Errorf("replay: give exactly one of --text, --chat, --tokens")
-	}
-	if (f.text != "" || f.chat != "") && l.tok == nil {
+	if f.tokens == "" && l.tok == nil {
 		return req, fmt.Errorf("replay: %s has no tiktoken.model: give --tokens", l.dir)
 	}
-	switch {
-	case f.text != "":
-		s, err := replay.FromText(l.tok, f.text)
-		if err != nil {
-			return req, err
+	limit, limitFlag := f.maxTokens, "--max-tokens"
+	if f.maxWaveTokens < limit {
+		limit, limitFlag = f.maxWaveTokens, "--max-wave-tokens"
+	}
+	tooLong := func(what string, n int) error {
+		if n < 0 {
+			return fmt.Errorf("replay: %s has more than %d tokens: the limit is %d (%s)", what, limit, limit, limitFlag)
 		}
-		req.Sequences = []replay.Sequence{s}
+		return fmt.Errorf("replay: %s has %d tokens: the limit is %d (%s)", what, n, limit, limitFlag)
+	}
+	switch {
 	case f.tokens != "":
 		ids, err := parseIDs(f.tokens)
 		if err != nil {
 			return req, err
 		}
+		if len(ids) > limit {
+			return req, tooLong("--tokens", len(ids))
+		}
 		req.Sequences = []replay.Sequence{replay.FromIDs(l.tok, ids)}
-	default:
-		convs, err := datasets.Load(f.chat)
+	case in.convs == nil:
+		s, err := replay.FromTextLimit(l.tok, in.text, limit)
+		if errors.Is(err, replay.ErrTooManyTokens) {
+			return req, tooLong("the text", -1)
+		}
 		if err != nil {
 			return req, err
 		}
-		if err := applyThinking(convs, f.thinking); err != nil {
-			return req, err
-		}
-		for i, c := range convs {
+		req.Sequences = []replay.Sequence{s}
+	default:
+		total := 0
+		for i, c := range in.convs {
 			s, err := replay.FromConversation(l.tok, c)
 			if err != nil {
-				return req, fmt.Errorf("%s: conversation %d: %w", f.chat, i+1, err)
+				return req, fmt.Errorf("%s: conversation %d (id %q): %w", f.chat, i+1, c.ID, err)
+			}
+			if len(s.Tokens) > limit {
+				return req, tooLong(fmt.Sprintf("%s: conversation %d (id %q)", f.chat, i+1, c.ID), len(s.Tokens))
+			}
+			if total += len(s.Tokens); total > f.maxRequest {
+				return req, fmt.Errorf("replay: %s: conversations 1..%d have %d tokens: the limit is %d (--max-request-tokens)",
+					f.chat, i+1, total, f.maxRequest)
 			}
 			req.Sequences = append(req.Sequences, s)
 		}
 	}
-	return req, req.Validate(l.engine.Model.Dims.Vocab, layers, replay.Limits{})
+	if err := req.Validate(vocab, layers, replay.Limits{}); err != nil {
+		return req, err
+	}
+	return req, checkResultBytes(req, l.engine.Plan, l.engine.Model.Dims.Hidden, int64(f.maxResult))
 }
 
-// applyThinking sets the --thinking mode on conversations that do not carry their own.
+// applyThinking applies a --thinking mode (on, off or "") to conversations, by one rule shared with the
+// service's request-level "thinking": the mode fills in conversations that do not give theirs; one that
+// gives the other mode is an error naming it (a flag never silently loses to a line, nor overrides it);
+// without the mode every conversation must give its own.
 func applyThinking(convs []tokenizer.Conversation, mode string) error {
+	var t tokenizer.Thinking
 	switch mode {
 	case "on":
-		datasets.SetThinking(convs, tokenizer.ThinkingOn)
+		t = tokenizer.ThinkingOn
 	case "off":
-		datasets.SetThinking(convs, tokenizer.ThinkingOff)
+		t = tokenizer.ThinkingOff
 	case "":
 	default:
 		return fmt.Errorf("--thinking %q: want on or off", mode)
 	}
 	for i, c := range convs {
-		if c.Thinking == tokenizer.ThinkingUnset {
-			return fmt.Errorf("conversation %d says nothing of thinking mode: give --thinking on|off (the model's output depends on it)", i+1)
+		switch {
+		case c.Thinking == tokenizer.ThinkingUnset && t == tokenizer.ThinkingUnset:
+			return fmt.Errorf("conversation %d (id %q) says nothing of thinking mode: give --thinking on|off (the model's output depends on it)", i+1, c.ID)
+		case c.Thinking == tokenizer.ThinkingUnset:
+			convs[i].Thinking = t
+		case t != tokenizer.ThinkingUnset && c.Thinking != t:
+			return fmt.Errorf("conversation %d (id %q) says \"thinking\": %v but --thinking is %s: remove one of them", i+1, c.ID, c.Thinking == tokenizer.ThinkingOn, mode)
 		}
 	}
 	return nil
@@ -193,7 +330,20 @@ func progressPrinter(w io.Writer) func(replay.Progress) {
 		}
 		fmt.Fprintf(w, "layer %d of %d, %d tokens, %.1f MB read (%.1f MB/s), %s elapsed, ETA %s\n",
 			p.Layer, p.Layers, p.Tokens, float64(p.BytesRead)/1e6, rate,
-			(time.Duration(p.Seconds * float64(time.Second))).Round(time.Millisecond),
-			(time.Duration(p.ETASeconds * float64(time.Second))).Round(time.Second))
+			(time.Duration(p.Seconds * float64(time.Second))).Round(time.Millisecond), eta(p))
+	}
+}
+
+// eta formats the time left: after the last layer only the readout (lm_head over the vocabulary), which
+// the engine's estimate leaves out; else at least "<1s" (rounding 0.4 s down to "0s" read as done), in
+// whole seconds above that.
+func eta(p replay.Progress) string {
+	switch d := time.Duration(p.ETASeconds * float64(time.Second)); {
+	case p.Layer >= p.Layers:
+		return "the final readout"
+	case d < time.Second:
+		return "<1s"
+	default:
+		return d.Round(time.Second).String()
 	}
 }

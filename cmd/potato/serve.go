@@ -27,7 +27,7 @@ type serveFlags struct {
 	mem                                                            memoryFlags // --slice-tokens, --device-memory, --host-memory
 	model, backend, precision, listen, tokenFile, spill, stateFile string
 	limits                                                         api.Limits
-	keep, gather, shutdownTimeout                                  time.Duration
+	keep, gather, shutdownTimeout, readTimeout                     time.Duration
 	expertChunk, prefetch                                          int
 	hostCache, resident                                            byteSize
 }
@@ -41,7 +41,7 @@ func runServe(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.StringVar(&f.backend, "backend", "cpu", "backend: cpu or cuda")
 	fs.StringVar(&f.precision, "precision", "bf16", "default precision, bf16 or fp32 (the other opens on a request's first use)")
 	fs.StringVar(&f.listen, "listen", server.DefaultListen, "host:port, or unix:/path for a unix socket; any address but loopback or a socket needs --token-file")
-	fs.StringVar(&f.tokenFile, "token-file", "", "file holding the bearer token every request must carry (at least 16 characters)")
+	fs.StringVar(&f.tokenFile, "token-file", "", "file holding the bearer token every request must carry (at least 16 characters); - for stdin")
 	fs.StringVar(&f.spill, "spill", "", "directory for results and job manifests (default: spill/ under the cache directory)")
 	fs.StringVar(&f.stateFile, "state-file", "", "write the address and pid here once listening (for notebook clients); removed at exit")
 	fs.Int64Var(&f.limits.MaxBodyBytes, "max-body-bytes", d.MaxBodyBytes, "largest request body")
@@ -53,6 +53,7 @@ func runServe(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.DurationVar(&f.keep, "keep", 30*time.Minute, "how long results stay after they were fetched, and failed jobs' status")
 	fs.DurationVar(&f.gather, "gather", 50*time.Millisecond, "wait this long after a request reaches an idle engine, so that requests sent together share a wave")
 	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 10*time.Minute, "on SIGTERM, how long the wave in flight may take to finish before it is failed")
+	fs.DurationVar(&f.readTimeout, "read-timeout", time.Minute, "how long a client may take to send a job's body (headers: 10s; an idle kept-alive connection: 2m)")
 	fs.IntVar(&f.expertChunk, "expert-chunk", 0, "routed experts resident at once per MoE layer (0: all chosen); results do not depend on it")
 	fs.Var(&f.hostCache, "host-cache", "host memory that keeps weights between waves, e.g. 200GB (page-locked on cuda; 0: read every wave from the checkpoint); the default precision's engine only; results do not depend on it")
 	fs.Var(&f.resident, "resident", "checkpoint bytes of the layers' own weights (all but routed experts) kept on the backend between waves, e.g. 100GB (device memory on cuda; 0: upload every wave); the default precision's engine only; results do not depend on it")
@@ -66,6 +67,10 @@ func runServe(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	cfg, err := f.config(ctx)
 	if err != nil {
+		return err
+	}
+	// Refuse an exposed address without a token before the engine opens or anything prints "listening".
+	if err := server.CheckListen(f.listen, cfg.Token); err != nil {
 		return err
 	}
 	// The engine opens and the spill is read before anything listens, so a client never reaches a server
@@ -102,7 +107,7 @@ func runServe(ctx context.Context, args []string, stdout io.Writer) error {
 // config turns the flags into a server.Config, the model and spill directories defaulting to the cache.
 func (f *serveFlags) config(ctx context.Context) (server.Config, error) {
 	cfg := server.Config{Backend: f.backend, Precision: f.precision, SpillDir: f.spill, Limits: f.limits,
-		Keep: f.keep, Gather: f.gather, ShutdownTimeout: f.shutdownTimeout, ExpertChunk: f.expertChunk, HostCacheBytes: int64(f.hostCache), ResidentBytes: int64(f.resident), PrefetchExperts: f.prefetch,
+		Keep: f.keep, Gather: f.gather, ShutdownTimeout: f.shutdownTimeout, ReadTimeout: f.readTimeout, ExpertChunk: f.expertChunk, HostCacheBytes: int64(f.hostCache), ResidentBytes: int64(f.resident), PrefetchExperts: f.prefetch,
 		SliceTokens: f.mem.sliceTokens, DeviceMemory: int64(f.mem.device), HostMemory: int64(f.mem.host),
 		Logger: slog.New(slog.NewTextHandler(os.Stderr, nil))}
 	var err error

@@ -34,13 +34,18 @@ func TestServeRefusals(t *testing.T) {
 		want string
 	}{
 		{[]string{"--listen", "0.0.0.0:0"}, "is reachable from other machines: give a bearer token (--token-file)"},
+		{[]string{"--listen", ":0"}, "is reachable from other machines"},
 		{[]string{"--token-file", short}, "the token has 7 characters, want at least 16"},
 		{[]string{"--precision", "fp8"}, "fp8"},
 	} {
 		args := append([]string{"serve", "--model", model, "--spill", t.TempDir()}, tt.args...)
-		err := run(context.Background(), args, &bytes.Buffer{})
+		var stdout bytes.Buffer
+		err := run(context.Background(), args, &stdout)
 		if err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("potato %v: %v, want …%s…", tt.args, err, tt.want)
+		}
+		if strings.Contains(stdout.String(), "listening") { // before, 0.0.0.0 printed it, then refused
+			t.Errorf("potato %v printed %q before refusing", tt.args, stdout.String())
 		}
 	}
 }

@@ -9,8 +9,10 @@ import (
 	"github.com/potato-k3/potato-k3/replay"
 )
 
-// printSummary writes a readable per-token table of each sequence: the token, the log-probability the
-// model gave it at the position before, its rank, the entropy there, and the top alternatives.
+// printSummary writes a readable per-token table of each sequence, row for row the Arrow tokens table: at
+// position t the token there, the next token (target_id, the token at t+1), the log-probability and rank
+// the model gave that next token at t, the entropy at t and the top alternatives for the next token. The
+// last position has no next token: its logprob and rank are blank, as they are null in the table.
 func printSummary(w io.Writer, l *loaded, res []replay.Result, st replay.WaveStats, show int) {
 	fmt.Fprintf(w, "%s: %d sequences, %d tokens, %s on %s, %.1f MB of weights read in %.2fs\n",
 		l.dir, st.Sequences, st.Tokens, l.precision, l.backend, float64(st.BytesRead())/1e6, st.Seconds)
@@ -32,13 +34,17 @@ func printSummary(w io.Writer, l *loaded, res []replay.Result, st replay.WaveSta
 			continue
 		}
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "pos\ttoken\tchannel\tlogprob\trank\tentropy\ttop alternatives (next token)")
+		fmt.Fprintln(tw, summaryHeader)
 		for t := 0; t < len(r.Tokens) && t < show; t++ {
 			s := r.Stats[t]
-			// the token at t is scored at t-1: show its logprob and rank beside it
-			lp, rank := "", ""
-			if t > 0 {
-				lp, rank = fmt.Sprintf("%.3f", r.Stats[t-1].Logprob), fmt.Sprint(r.Stats[t-1].Rank)
+			// row t is Arrow row t: the logprob and rank of the next token (target_id), scored at t
+			next, lp, rank := "", "", ""
+			if r.Targets[t] >= 0 {
+				next = quote(piece(l, r, r.Targets[t]))
+				if t+1 < len(r.Pieces) {
+					next = quote(tokenPiece(l, r, t+1))
+				}
+				lp, rank = fmt.Sprintf("%.3f", s.Logprob), fmt.Sprint(s.Rank)
 			}
 			var alts []string
 			for i, id := range s.TopIDs {
@@ -48,7 +54,7 @@ func printSummary(w io.Writer, l *loaded, res []replay.Result, st replay.WaveSta
 			if len(r.Channels) > t {
 				ch = r.Channels[t]
 			}
-			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%.3f\t%s\n", t, quote(tokenPiece(l, r, t)), ch, lp, rank, s.Entropy, strings.Join(alts, ", "))
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%.3f\t%s\n", t, quote(tokenPiece(l, r, t)), ch, next, lp, rank, s.Entropy, strings.Join(alts, ", "))
 		}
 		tw.Flush()
 		if len(r.Tokens) > show {
@@ -56,6 +62,10 @@ func printSummary(w io.Writer, l *loaded, res []replay.Result, st replay.WaveSta
 		}
 	}
 }
+
+// summaryHeader names the printed columns after the tokens table's, saying which token each number is
+// about: next is target_id, and logprob(next) and rank(next) score it at pos.
+const summaryHeader = "pos\ttoken\tchannel\tnext (target)\tlogprob(next)\trank(next)\tentropy\ttop-k for next"
 
 func tokenPiece(l *loaded, r replay.Result, t int) string {
 	if len(r.Pieces) > t {

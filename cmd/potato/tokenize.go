@@ -18,17 +18,19 @@ func init() {
 	commands["tokenize"] = command{"show the tokens of text or chat conversations: id, piece, message, channel", runTokenize}
 }
 
-// runTokenize parses `potato tokenize --model DIR (--text STRING [--special] | --chat FILE --thinking on|off)`.
+// runTokenize parses `potato tokenize [--model DIR] (--text STRING [--special] | --text-file FILE | --chat
+// FILE [--thinking on|off])`; without --model, the embedded default, as for every other command.
 func runTokenize(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("tokenize", flag.ContinueOnError)
 	fs.SetOutput(os.Stderr)
-	model := fs.String("model", "", "model directory with tiktoken.model and tokenizer_config.json")
+	model := fs.String("model", "", "model directory with tiktoken.model and tokenizer_config.json (default: the embedded synthetic tiny model)")
 	text := fs.String("text", "", "raw text to tokenize (no BOS is added)")
+	textFile := fs.String("text-file", "", "file of raw text to tokenize, - for stdin")
 	special := fs.Bool("special", false, "with --text: names of special tokens such as <|open|> become special ids")
 	chat := fs.String("chat", "", "JSONL file of conversations, one per line (- for stdin)")
 	thinking := fs.String("thinking", "", "with --chat: on or off, for conversations that do not say (required then)")
 	fs.Usage = func() {
-		fmt.Fprintln(os.Stderr, "usage: potato tokenize --model DIR (--text STRING [--special] | --chat FILE --thinking on|off)\n\n"+
+		fmt.Fprintln(os.Stderr, "usage: potato tokenize [--model DIR] (--text STRING [--special] | --text-file FILE | --chat FILE [--thinking on|off])\n\n"+
 			"A conversation line looks like {\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}],\n"+
 			"\"thinking_effort\": \"high\", \"add_generation_prompt\": true}.\n\nflags:")
 		fs.PrintDefaults()
@@ -38,11 +40,34 @@ func runTokenize(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	textSet := false
 	fs.Visit(func(f *flag.Flag) { textSet = textSet || f.Name == "text" })
-	if *model == "" || textSet == (*chat != "") || fs.NArg() > 0 {
-		fs.Usage()
-		return errors.New("tokenize: --model DIR and exactly one of --text or --chat are required")
+	given := 0
+	for _, set := range []bool{textSet, *textFile != "", *chat != ""} {
+		if set {
+			given++
+		}
 	}
-	tok, err := tokenizer.Load(*model)
+	if given != 1 || fs.NArg() > 0 {
+		fs.Usage()
+		return errors.New("tokenize: exactly one of --text, --text-file or --chat is required")
+	}
+	if *textFile != "" {
+		var b []byte
+		var err error
+		if *textFile == "-" {
+			b, err = io.ReadAll(os.Stdin)
+		} else {
+			b, err = os.ReadFile(*textFile)
+		}
+		if err != nil {
+			return fmt.Errorf("tokenize: --text-file: %w", err)
+		}
+		*text, textSet = string(b), true
+	}
+	dir, err := modelDir(ctx, *model)
+	if err != nil {
+		return err
+	}
+	tok, err := tokenizer.Load(dir)
 	if err != nil {
 		return err
 	}

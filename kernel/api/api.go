@@ -37,6 +37,12 @@ func CancelPath(id string) string { return JobPath(id) + "/cancel" }
 // TablePath is one result table of a finished job as an Arrow IPC stream (GET).
 func TablePath(id, table string) string { return JobPath(id) + "/tables/" + url.PathEscape(table) }
 
+// ReceivedPath confirms that a client read a table's stream to its end (POST, 204): only then does the
+// table count as fetched (JobStatus.Fetched), and once every table has, the keep period starts. A server
+// cannot tell a client that read all of a stream from one that hung up with the last megabytes still in
+// the sockets' buffers. A client that never confirms leaves the results until it deletes the job.
+func ReceivedPath(id, table string) string { return TablePath(id, table) + "/received" }
+
 // Request is one replay request: its inputs, in the order their results are numbered (seq_id), and what
 // to capture. Unknown fields are refused.
 type Request struct {
@@ -56,7 +62,7 @@ type Input struct {
 	// Conversation is one conversation in the common chat shape that package datasets reads:
 	// {"messages": [{"role", "content", "reasoning_content", "tool_calls", ...}], "thinking": bool,
 	// "thinking_effort", "add_generation_prompt"}, rendered with the K3 chat format. Unknown keys inside
-	// a conversation are ignored, as in a dataset file.
+	// a conversation are refused, as in a dataset file ("metadata" is ignored).
 	Conversation json.RawMessage `json:"conversation,omitempty"`
 	// Tokens are token ids, replayed as they are.
 	Tokens []int32 `json:"tokens,omitempty"`

@@ -58,6 +58,12 @@ type Config struct {
 	ResidentBytes int64
 	// PrefetchExperts is passed to the engines (replay.EngineOptions.PrefetchExperts).
 	PrefetchExperts int
+	// ReadHeaderTimeout bounds how long a client may take to send a request's headers (default 10 s);
+	// ReadTimeout how long it may take to send a job's body (default 1 minute: 64 MiB at about 1 MB/s),
+	// so that a body trickling in at a byte a second does not hold a connection and a goroutine forever;
+	// IdleTimeout how long a kept-alive connection may wait for its next request (default 2 minutes).
+	// Responses have no write timeout: progress streams and large tables take as long as they take.
+	ReadHeaderTimeout, ReadTimeout, IdleTimeout time.Duration
 	// Logger receives one line per job and wave; nil means slog.Default().
 	Logger *slog.Logger
 }
@@ -82,15 +88,18 @@ func OpenCPU(ctx context.Context, dir string, prec ops.Precision, opts replay.En
 	return &Opened{Engine: e, Backend: b.Name(), Close: func() { e.Close(); d.Close() }}, nil
 }
 
-// DefaultLimits are the limits of a server whose Config leaves them zero. They are sized for K3 on one
-// GPU: a wave of about 128k tokens is where the pass stops being bound by reading the weights.
+// DefaultLimits are the limits of a server whose Config leaves them zero. A sequence and a wave may hold
+// K3's context of 1,048,576 tokens: one read of the weights serves every token of a wave, so the engine
+// plans each wave from the memory budgets (replay.WavePlan: token-sliced layers, state off the device)
+// and refuses, with the budget named, what they cannot hold; these limits only bound what one request
+// may ask for.
 var DefaultLimits = api.Limits{
 	MaxBodyBytes:      64 << 20,
-	MaxSequenceTokens: 128 << 10,
+	MaxSequenceTokens: 1 << 20,
 	MaxRequestTokens:  1 << 20,
 	MaxSequences:      4096,
 	MaxTopK:           1024,
-	MaxWaveTokens:     128 << 10,
+	MaxWaveTokens:     1 << 20,
 }
 
 // withDefaults returns c with every unset field at its default, or an error for a field that has none.
@@ -127,6 +136,9 @@ func (c Config) withDefaults() (Config, error) {
 	c.Keep = or(c.Keep, 30*time.Minute)
 	c.Gather = or(c.Gather, 50*time.Millisecond)
 	c.ShutdownTimeout = or(c.ShutdownTimeout, 10*time.Minute)
+	c.ReadHeaderTimeout = or(c.ReadHeaderTimeout, 10*time.Second)
+	c.ReadTimeout = or(c.ReadTimeout, time.Minute)
+	c.IdleTimeout = or(c.IdleTimeout, 2*time.Minute)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}

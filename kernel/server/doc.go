@@ -29,6 +29,8 @@
 //	GET    /v1/jobs/ID/progress            progress lines until the job is done, failed or cancelled
 //	GET    /v1/jobs/ID/tables/NAME         a done job's table (tokens, lens, hidden, router, attnres) as
 //	                                       application/vnd.apache.arrow.stream
+//	POST   /v1/jobs/ID/tables/NAME/received   confirm the table was read to its end: 204 (409 if it was
+//	                                       not sent to its end); only then does it count as fetched
 //	POST   /v1/jobs/ID/cancel              cancel a queued or running job (409 when it is over)
 //	DELETE /v1/jobs/ID                     cancel if needed, and delete the job and its results now: 204
 //
@@ -46,8 +48,11 @@
 //	  "label": "pilot run"                               // optional, shown with the job
 //	}
 //
-// A conversation is in the common chat shape package datasets reads from files; its thinking mode must
-// be given, on it or on the request, since the model's output depends on it. A progress line:
+// A conversation is in the common chat shape package datasets reads from files (an unknown key is
+// refused, naming it); its thinking mode must be given, on it or on the request, since the model's
+// output depends on it; the request's mode fills in conversations that give none, and one that gives the
+// other mode is refused. A repeated layer in hidden or lens is refused (replay.CheckLayers, the CLI's
+// rule too). A progress line:
 //
 //	{"id": "…", "state": "running", "wave": 3, "layer": 17, "layers": 93, "tokens": 12345,
 //	 "bytes_read": 281000000000, "bytes_per_second": 41200000000, "elapsed_s": 6.8, "eta_s": 30.4}

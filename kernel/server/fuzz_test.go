@@ -74,7 +74,7 @@ func FuzzRequest(f *testing.F) {
 		s := fuzzTarget(t)
 		rec := httptest.NewRecorder()
 		r := httptest.NewRequest("POST", api.PathJobs, bytes.NewReader(body))
-		req, err := decodeRequest(rec, r, s.cfg.Limits.MaxBodyBytes)
+		req, err := decodeRequest(rec, r, s.cfg.Limits.MaxBodyBytes, 0)
 		var rr replay.Request
 		if err == nil {
 			rr, _, err = s.build(req)

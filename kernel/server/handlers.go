@@ -24,6 +24,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("POST "+api.PathJobs+"/{id}/cancel", s.withJob(s.handleCancel))
 	mux.HandleFunc("GET "+api.PathJobs+"/{id}/progress", s.withJob(s.handleProgress))
 	mux.HandleFunc("GET "+api.PathJobs+"/{id}/tables/{table}", s.withJob(s.handleTable))
+	mux.HandleFunc("POST "+api.PathJobs+"/{id}/tables/{table}/received", s.withJob(s.handleReceived))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, &httpError{status: http.StatusNotFound, msg: "no endpoint " + r.Method + " " + r.URL.Path})
 	})
@@ -88,7 +89,7 @@ func (s *Server) handleInfo(w http.ResponseWriter, r *http.Request) {
 
 // handleSubmit queues a job: 202 with its status and a Location header.
 func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request) {
-	req, err := decodeRequest(w, r, s.cfg.Limits.MaxBodyBytes)
+	req, err := decodeRequest(w, r, s.cfg.Limits.MaxBodyBytes, s.cfg.ReadTimeout)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -98,7 +99,7 @@ func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	j := &job{id: newID(), label: req.Label, prec: prec, opts: req.Options, seqs: len(rr.Sequences), req: rr,
+	j := &job{id: newID(), label: req.Label, prec: prec, opts: req.Options, seqs: len(rr.Sequences), req: rr, reqHash: rr.Hash(),
 		state: api.StateQueued, created: time.Now(), config: s.info.ConfigSHA256,
 		progress: replay.Progress{Layers: s.info.Layers}}
 	for _, seq := range rr.Sequences {

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/potato-k3/potato-k3/kernel/api"
 )
@@ -44,5 +45,49 @@ func TestTableHangUpIsNotAFetch(t *testing.T) {
 	}
 	if st := ts.status(t, id); !slices.Contains(st.Fetched, "hidden") || st.Expires == nil {
 		t.Errorf("after the full fetch: fetched %v, expires %v", st.Fetched, st.Expires)
+	}
+}
+
+// A client that read all but the last megabyte of a 10 MB table and hung up has not fetched it, though
+// the server wrote the whole stream (the rest fit in the sockets' buffers): before, that counted as
+// fetched and started the keep period. Only the client's confirmation (api.ReceivedPath) counts, and it
+// is refused for a table the server did not send to its end.
+func TestTableReadAlmostToTheEndIsNotAFetch(t *testing.T) {
+	ts := startServer(t, Config{}, testHooks{})
+	var inputs []api.Input
+	for i := range 24 {
+		inputs = append(inputs, api.Input{Tokens: seq(13*i, 100)})
+	}
+	req := api.Request{Inputs: inputs, Options: api.Options{Hidden: []int{0, 1, 2, 3, 4, 5, 6, 7}}}
+	id := ts.waitState(t, ts.submit(t, req).ID, api.StateDone).ID
+	if code, _ := ts.do(t, "POST", api.ReceivedPath(id, "hidden"), ""); code != http.StatusConflict {
+		t.Errorf("confirming a table never sent: %d, want 409", code)
+	}
+	resp, err := (&http.Client{Transport: &http.Transport{}}).Get(ts.url + api.TablePath(id, "hidden"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The same stream again, read to within 1 MB of its end, then dropped.
+	resp, err = (&http.Client{Transport: &http.Transport{}}).Get(ts.url + api.TablePath(id, "hidden"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadFull(resp.Body, make([]byte, len(body)-1<<20)); err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	time.Sleep(100 * time.Millisecond) // the server finishes its writes into the buffers
+	if st := ts.status(t, id); slices.Contains(st.Fetched, "hidden") || st.Expires != nil {
+		t.Errorf("after reading %d of %d bytes: fetched %v, expires %v", len(body)-1<<20, len(body), st.Fetched, st.Expires)
+	}
+	ts.table(t, id, "hidden") // read to the end and confirmed
+	ts.table(t, id, "tokens")
+	if st := ts.status(t, id); !slices.Contains(st.Fetched, "hidden") || st.Expires == nil {
+		t.Errorf("after full reads confirmed: fetched %v, expires %v", st.Fetched, st.Expires)
 	}
 }

@@ -35,6 +35,7 @@ type job struct {
 	seqs      int
 	tokens    int
 	req       replay.Request // dropped once the wave is over
+	reqHash   string         // req.Hash(), for the tables' potato.request_hash
 	state     api.JobState
 	errMsg    string
 	created   time.Time
@@ -44,11 +45,12 @@ type job struct {
 	waveRec   *api.Wave       // the wave as a manifest recorded it, for jobs found again after a restart
 	progress  replay.Progress // the wave's last report while running
 	tables    []string
-	fetched   map[string]bool
-	fetchedAt time.Time // when every table had been fetched once: the Keep period starts
-	config    string    // config hash of the engine that ran it
-	removed   bool      // results deleted: nothing may write its directory again
-	alone     bool      // its shared wave failed: it is retried in a wave of its own (Server.finish)
+	sent      map[string]bool // tables whose stream this server wrote to a client to its end
+	fetched   map[string]bool // tables a client confirmed it read to their end (received)
+	fetchedAt time.Time       // when every table had been fetched once: the Keep period starts
+	config    string          // config hash of the engine that ran it
+	removed   bool            // results deleted: nothing may write its directory again
+	alone     bool            // its shared wave failed: it is retried in a wave of its own (Server.finish)
 
 	persist sync.Mutex // held while the manifest is snapshotted and written, so writes land in order
 }

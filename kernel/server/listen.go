@@ -5,6 +5,7 @@ import (
 	"crypto/subtle"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"net"
 	"net/http"
@@ -47,6 +48,34 @@ func Listen(addr string) (net.Listener, error) {
 	return l, nil
 }
 
+// CheckExposure refuses an address reachable from other machines without a bearer token.
+func CheckExposure(a net.Addr, token string) error {
+	if !LocalAddr(a) && token == "" {
+		return fmt.Errorf("server: %s is reachable from other machines: give a bearer token (--token-file) or listen on loopback or a unix socket", a)
+	}
+	return nil
+}
+
+// CheckListen checks a --listen address and the token before anything opens or listens, so that a
+// refusal comes before "listening on": the address must parse, and one that is not loopback (or a unix
+// socket) needs a token. A host name is resolved; 0.0.0.0, :: and an empty host are every interface.
+func CheckListen(addr, token string) error {
+	if path, ok := strings.CutPrefix(addr, "unix:"); ok {
+		if path == "" {
+			return errors.New("server: listen unix: no socket path")
+		}
+		return nil
+	}
+	ta, err := net.ResolveTCPAddr("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("server: --listen %q: %w", addr, err)
+	}
+	if ta.IP == nil {
+		ta.IP = net.IPv4zero // ":7878" listens on every interface
+	}
+	return CheckExposure(ta, token)
+}
+
 // LocalAddr reports whether a is a unix socket or a loopback TCP address: reachable from this machine
 // only, so that no token is required.
 func LocalAddr(a net.Addr) bool {
@@ -78,10 +107,16 @@ func authorized(r *http.Request, token string) bool {
 	return subtle.ConstantTimeCompare(g[:], w[:]) == 1
 }
 
-// ReadToken reads a bearer token from path: the file's content without surrounding white space. A
+// ReadToken reads a bearer token from path (- for stdin): the content without surrounding white space. A
 // token shorter than 16 characters is refused (it could be guessed).
 func ReadToken(path string) (string, error) {
-	data, err := os.ReadFile(path)
+	var data []byte
+	var err error
+	if path == "-" { // stdin: a secret store can pipe it in without a file
+		data, err = io.ReadAll(io.LimitReader(os.Stdin, 1<<16))
+	} else {
+		data, err = os.ReadFile(path)
+	}
 	if err != nil {
 		return "", fmt.Errorf("server: token file: %w", err)
 	}

@@ -109,6 +109,18 @@ func TestReadToken(t *testing.T) {
 			t.Errorf("%q: %v, want …%s…", tt.content, err, tt.want)
 		}
 	}
+	// "-" reads it from stdin, as every file flag of potato takes "-".
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { w.WriteString("0123456789abcdef\n"); w.Close() }()
+	old := os.Stdin
+	os.Stdin = r
+	defer func() { os.Stdin = old; r.Close() }()
+	if tok, err := ReadToken("-"); err != nil || tok != "0123456789abcdef" {
+		t.Errorf("ReadToken(-): %q, %v", tok, err)
+	}
 }
 
 // The API over a unix socket, private to its owner; a dead server's socket file is replaced.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -172,6 +173,9 @@ func (ts *testServer) table(t *testing.T, id, name string) *tables.Table {
 		t.Fatal(err)
 	}
 	t.Cleanup(tab.Release)
+	if code, data := ts.do(t, "POST", api.ReceivedPath(id, name), ""); code != http.StatusNoContent { // as kernel.Client does
+		t.Fatalf("confirming table %s of %s: %d %s", name, id, code, data)
+	}
 	return tab
 }
 
@@ -203,11 +207,23 @@ func solo(t *testing.T, r replay.Request, prec ops.Precision, float16 bool) *tab
 	return set
 }
 
+// sameProvenance reports whether got's metadata is want's (a solo build's) plus the run's own keys, the
+// result set (the job id) and the request hash.
+func sameProvenance(got, want *tables.Table) bool {
+	g, w := got.Schema.Metadata().ToMap(), want.Schema.Metadata().ToMap()
+	delete(g, tables.MetaResultSet)
+	delete(g, tables.MetaRequestHash)
+	return maps.Equal(g, w)
+}
+
 // sameTable fails the test unless got holds the same schema (metadata included) and rows as want.
 func sameTable(t *testing.T, job string, got, want *tables.Table) {
 	t.Helper()
-	if !got.Schema.Equal(want.Schema) || !got.Schema.Metadata().Equal(want.Schema.Metadata()) {
+	if !got.Schema.Equal(want.Schema) || !sameProvenance(got, want) {
 		t.Fatalf("job %s table %s: schema\n got  %v\n want %v", job, want.Name, got.Schema, want.Schema)
+	}
+	if md := got.Schema.Metadata().ToMap(); md[tables.MetaResultSet] != job || len(md[tables.MetaRequestHash]) != 64 {
+		t.Fatalf("job %s table %s: result set %q, request hash %q", job, want.Name, md[tables.MetaResultSet], md[tables.MetaRequestHash])
 	}
 	g, w := got.ArrowTable(), want.ArrowTable()
 	defer g.Release()

@@ -6,9 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"reflect"
 	"slices"
+	"strconv"
+	"time"
 
 	"github.com/potato-k3/potato-k3/datasets"
 	"github.com/potato-k3/potato-k3/kernel/api"
@@ -37,14 +40,29 @@ func tooLarge(flag string, limit int64, format string, args ...any) *httpError {
 		msg: fmt.Sprintf(format, args...) + fmt.Sprintf(": the limit is %d (%s)", limit, flag)}
 }
 
-// decodeRequest reads one JSON request body, refusing unknown fields, keys given twice or in another
-// case than the field's (checkKeys), and trailing data.
-func decodeRequest(w http.ResponseWriter, r *http.Request, limit int64) (api.Request, error) {
+// decodeRequest reads one JSON request body within timeout (0: none), refusing unknown fields, keys
+// given twice or in another case than the field's (checkKeys), and trailing data.
+func decodeRequest(w http.ResponseWriter, r *http.Request, limit int64, timeout time.Duration) (api.Request, error) {
 	var req api.Request
+	rc := http.NewResponseController(w)
+	if timeout > 0 && rc.SetReadDeadline(time.Now().Add(timeout)) == nil {
+		defer func() {
+			if w.Header().Get("Connection") != "close" {
+				rc.SetReadDeadline(time.Time{})
+			}
+		}()
+	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 	var mbe *http.MaxBytesError
 	if errors.As(err, &mbe) {
 		return req, tooLarge("--max-body-bytes", limit, "request body too large")
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		// close the connection after the answer: net/http would otherwise wait for the rest of the body
+		w.Header().Set("Connection", "close")
+		return req, &httpError{status: http.StatusRequestTimeout,
+			msg: fmt.Sprintf("the request body did not arrive within %v (--read-timeout)", timeout)}
 	}
 	if err != nil {
 		return req, badRequest("reading the request: %v", err)
@@ -89,7 +107,16 @@ func (s *Server) build(req api.Request) (replay.Request, ops.Precision, error) {
 	}
 	total := 0
 	for i, in := range req.Inputs {
-		seq, err := s.sequence(i, in, req.Thinking)
+		// Text is tokenized only up to the first limit it would pass: a 60 MB text is refused after its
+		// first --max-tokens tokens, not tokenized whole (2.95 GB and 12 s) and then refused.
+		limit := textLimit{n: lim.MaxSequenceTokens, flag: "--max-tokens"}
+		if lim.MaxWaveTokens < limit.n {
+			limit = textLimit{n: lim.MaxWaveTokens, flag: "--max-wave-tokens"}
+		}
+		if left := lim.MaxRequestTokens - total; left < limit.n {
+			limit = textLimit{n: left, flag: "--max-request-tokens", request: lim.MaxRequestTokens}
+		}
+		seq, err := s.sequence(i, in, req.Thinking, limit)
 		if err != nil {
 			return out, prec, err
 		}
@@ -117,8 +144,23 @@ func (s *Server) build(req api.Request) (replay.Request, ops.Precision, error) {
 	return out, prec, nil
 }
 
-// sequence tokenizes input i.
-func (s *Server) sequence(i int, in api.Input, thinking *bool) (replay.Sequence, error) {
+// textLimit is the most tokens input i may have and the flag that sets it; request is the request's
+// limit when what is left of it is the bound.
+type textLimit struct {
+	n, request int
+	flag       string
+}
+
+// refuse is the 413 of input i past the limit, counting stopped where.
+func (l textLimit) refuse(i int, where string) error {
+	if l.request > 0 {
+		return tooLarge(l.flag, int64(l.request), "the request has more than %d tokens (inputs[0..%d], %s)", l.request, i, where)
+	}
+	return tooLarge(l.flag, int64(l.n), "inputs[%d] has more than %d tokens (%s)", i, l.n, where)
+}
+
+// sequence tokenizes input i, a text only up to limit tokens.
+func (s *Server) sequence(i int, in api.Input, thinking *bool, limit textLimit) (replay.Sequence, error) {
 	given := 0
 	for _, set := range []bool{in.Text != nil, in.Conversation != nil, in.Tokens != nil} {
 		if set {
@@ -143,7 +185,10 @@ func (s *Server) sequence(i int, in api.Input, thinking *bool) (replay.Sequence,
 		return replay.Sequence{}, badRequest("inputs[%d]: the model directory has no tokenizer: send token ids", i)
 	}
 	if in.Text != nil {
-		seq, err := replay.FromText(s.tok, *in.Text)
+		seq, err := replay.FromTextLimit(s.tok, *in.Text, limit.n)
+		if errors.Is(err, replay.ErrTooManyTokens) {
+			return seq, limit.refuse(i, "tokenizing stopped there")
+		}
 		if err != nil {
 			return seq, badRequest("inputs[%d]: %v", i, err)
 		}
@@ -153,14 +198,39 @@ func (s *Server) sequence(i int, in api.Input, thinking *bool) (replay.Sequence,
 	if err != nil {
 		return replay.Sequence{}, err
 	}
-	if c.Thinking == tokenizer.ThinkingUnset && thinking != nil {
-		c.Thinking = tokenizer.ThinkingOff
+	// The one thinking rule (as potato replay's --thinking): the request's mode fills in a conversation
+	// that gives none; a conversation that gives the other mode is refused, not silently preferred.
+	if thinking != nil {
+		want := tokenizer.ThinkingOff
 		if *thinking {
-			c.Thinking = tokenizer.ThinkingOn
+			want = tokenizer.ThinkingOn
+		}
+		switch c.Thinking {
+		case tokenizer.ThinkingUnset:
+			c.Thinking = want
+		case want:
+		default:
+			return replay.Sequence{}, badRequest("inputs[%d].conversation.thinking: %v conflicts with the request's \"thinking\": %v: remove one of them",
+				i, c.Thinking == tokenizer.ThinkingOn, *thinking)
 		}
 	}
 	if c.Thinking == tokenizer.ThinkingUnset {
 		return replay.Sequence{}, badRequest("inputs[%d].conversation: no thinking mode: set \"thinking\" on the conversation or the request (the model's output depends on it)", i)
+	}
+	if c.ID == "" {
+		c.ID = strconv.Itoa(i) // the input's index, as seq_id counts inputs
+	}
+	// The chat format encodes every content and reasoning text on its own, so their tokens are a lower
+	// bound of the rendering's: count them against the limit first, stopping there, before rendering.
+	left := limit.n
+	for m, msg := range c.Messages {
+		for _, text := range []string{msg.Content, msg.Reasoning} {
+			ids, ok := s.tok.EncodeLimit(text, left)
+			if !ok {
+				return replay.Sequence{}, limit.refuse(i, fmt.Sprintf("counting stopped in messages[%d]", m))
+			}
+			left -= len(ids)
+		}
 	}
 	seq, err := replay.FromConversation(s.tok, c)
 	if err != nil {
@@ -188,6 +258,12 @@ func conversation(raw json.RawMessage, path string) (tokenizer.Conversation, err
 	case len(convs) != 1:
 		return tokenizer.Conversation{}, badRequest("%s: want one conversation object", path)
 	}
+	var given struct {
+		ID json.RawMessage `json:"id"`
+	}
+	if json.Unmarshal(raw, &given) != nil || given.ID == nil || string(given.ID) == "null" {
+		convs[0].ID = "" // not the "1" of the one-item list: sequence names it by its input
+	}
 	return convs[0], nil
 }
 
@@ -205,11 +281,9 @@ func (s *Server) options(o api.Options) (replay.Options, error) {
 		name   string
 		layers []int
 	}{{"hidden", o.Hidden}, {"lens", o.Lens}} {
-		for k, l := range list.layers {
-			if l < 0 || l >= layers {
-				return replay.Options{}, badRequest("options.%s[%d]: layer %d outside 0..%d (the model has %d layers)",
-					list.name, k, l, layers-1, layers)
-			}
+		var le *replay.LayerError
+		if err := replay.CheckLayers(list.layers, layers); errors.As(err, &le) {
+			return replay.Options{}, badRequest("options.%s[%d]: %v", list.name, le.Index, err)
 		}
 	}
 	out := replay.Options{TopK: o.TopK, Hidden: sortedSet(o.Hidden), Lens: sortedSet(o.Lens),
@@ -223,12 +297,12 @@ func (s *Server) options(o api.Options) (replay.Options, error) {
 	return out, nil
 }
 
-// sortedSet is layers sorted without repeats (a repeated layer would repeat its rows).
+// sortedSet is layers (checked by replay.CheckLayers: no repeats) in increasing order.
 func sortedSet(layers []int) []int {
 	if len(layers) == 0 {
 		return nil
 	}
 	out := slices.Clone(layers)
 	slices.Sort(out)
-	return slices.Compact(out)
+	return out
 }

@@ -33,6 +33,8 @@ func TestBadRequests(t *testing.T) {
 		{"negative id", `{"inputs": [{"tokens": [-1]}]}`, "inputs[0].tokens[0]: token id -1 outside"},
 		{"hidden layer", `{"inputs": [{"tokens": [1]}], "options": {"hidden": [0, 8]}}`, "options.hidden[1]: layer 8 outside 0..7"},
 		{"lens layer", `{"inputs": [{"tokens": [1]}], "options": {"lens": [-1]}}`, "options.lens[0]: layer -1 outside 0..7"},
+		{"repeated lens layer", `{"inputs": [{"tokens": [1]}], "options": {"lens": [0, 7, 0]}}`, "options.lens[2]: layer 0 appears twice (give each layer once)"},
+		{"repeated hidden layer", `{"inputs": [{"tokens": [1]}], "options": {"hidden": [3, 3]}}`, "options.hidden[1]: layer 3 appears twice (give each layer once)"},
 		{"top_k too large", `{"inputs": [{"tokens": [1]}], "options": {"top_k": 51}}`, "options.top_k 51 is too large: at most 50 (--max-top-k 50"},
 		{"top_k negative", `{"inputs": [{"tokens": [1]}], "options": {"top_k": -1}}`, "options.top_k -1 is negative"},
 		{"precision", `{"inputs": [{"tokens": [1]}], "options": {"precision": "fp8"}}`, `options.precision "fp8": want bf16 or fp32`},

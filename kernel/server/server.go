@@ -191,11 +191,13 @@ func (s *Server) broadcast() {
 // Serve answers the API on l until Shutdown. It refuses a listener that is neither loopback nor a unix
 // socket when the server has no token: anyone who reaches the port could otherwise use the engine.
 func (s *Server) Serve(l net.Listener) error {
-	if !LocalAddr(l.Addr()) && s.cfg.Token == "" {
-		return fmt.Errorf("server: %s is reachable from other machines: give a bearer token (--token-file) or listen on loopback or a unix socket", l.Addr())
+	if err := CheckExposure(l.Addr(), s.cfg.Token); err != nil {
+		return err
 	}
-	// No write timeout: progress streams and large tables take as long as they take.
-	hs := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
+	// No write timeout: progress streams and large tables take as long as they take. The body's timeout
+	// (ReadTimeout) is set per request where a body is read (decodeRequest): http.Server's ReadTimeout
+	// would also end the connection's background read under a long progress stream.
+	hs := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: s.cfg.ReadHeaderTimeout, IdleTimeout: s.cfg.IdleTimeout,
 		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)}
 	s.mu.Lock()
 	if s.closing {

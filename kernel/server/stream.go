@@ -89,7 +89,35 @@ func (s *Server) handleTable(w http.ResponseWriter, r *http.Request, j *job) {
 		s.log.Warn("sending a table", "job", j.id, "table", name, "err", err)
 		return // the client left mid-stream: not fetched
 	}
+	// Written to the end is not read to the end: the last megabytes may sit in socket buffers when the
+	// client hangs up. The table counts as fetched once the client confirms (handleReceived).
+	s.mu.Lock()
+	if j.sent == nil {
+		j.sent = map[string]bool{}
+	}
+	j.sent[name] = true
+	s.mu.Unlock()
+}
+
+// handleReceived is a client's confirmation that it read table name of j to the end of its stream (the
+// IPC end-of-stream marker): only then does the table count as fetched, and once every table has, the
+// Keep period starts. A table this server did not send to its end is refused with 409.
+func (s *Server) handleReceived(w http.ResponseWriter, r *http.Request, j *job) {
+	name := r.PathValue("table")
+	s.mu.Lock()
+	sent, st := j.sent[name], j.state
+	s.mu.Unlock()
+	switch {
+	case !slices.Contains(tables.TableNames, name):
+		writeError(w, &httpError{status: http.StatusNotFound, msg: "no table " + name + ": the tables are " + strings.Join(tables.TableNames, ", ")})
+		return
+	case st != api.StateDone || !sent:
+		writeError(w, &httpError{status: http.StatusConflict, msg: "table " + name + " of job " + j.id +
+			" was not sent to its end: fetch it (GET " + api.TablePath(j.id, name) + ") before confirming it"})
+		return
+	}
 	s.fetched(j, name)
+	w.WriteHeader(http.StatusNoContent)
 }
 
 // progressNote is " (layer 3 of 8)" for a running job, "" otherwise.

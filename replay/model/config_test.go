@@ -82,7 +82,6 @@ func TestConfigRefusals(t *testing.T) {
 		{"hidden size", func(f *File) { f.TextConfig.HiddenSize = 0 }, "hidden_size"},
 		{"eps", func(f *File) { f.TextConfig.RMSNormEps = 0 }, "rms_norm_eps"},
 		{"kv heads", func(f *File) { f.TextConfig.NumKeyValueHeads = 8 }, "num_key_value_heads"},
-		{"head dims do not multiply out", func(f *File) { f.TextConfig.VHeadDim = 64 }, "v_head_dim"},
 		{"layer listed twice", func(f *File) {
 			f.TextConfig.LinearAttn.KDALayers = append(f.TextConfig.LinearAttn.KDALayers, 4)
 		}, "layer 4 is in both"},
@@ -113,7 +112,6 @@ func TestConfigRefusals(t *testing.T) {
 		{"moe frequency", func(f *File) { f.TextConfig.MoELayerFreq = 2 }, "moe_layer_freq"},
 		{"block size", func(f *File) { f.TextConfig.AttnResBlockSize = 0 }, "attn_res_block_size"},
 		{"situ beta", func(f *File) { f.TextConfig.SiTUBeta = 0 }, "activation_situ_beta"},
-		{"A_log padding", func(f *File) { f.TextConfig.LinearAttn.HeadDim = 64; f.TextConfig.LinearAttn.NumHeads = 192 }, "A_log"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -161,4 +159,58 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("plan has %d layers for num_hidden_layers %d", len(p.Layers), p.Config.NumHiddenLayers)
 		}
 	})
+}
+
+// The architecture, not K3's numbers: KDA and MLA widths may differ (each attention kind has its own
+// o_proj), more KDA heads than head_dim is fine, and A_log may be padded past num_heads to any length
+// (the reference loader pads to a multiple of 128); only fewer than num_heads entries, or another rank,
+// is refused.
+func TestArchitectureNotK3Numbers(t *testing.T) {
+	c := K3TextConfig()
+	c.LinearAttn.NumHeads, c.LinearAttn.HeadDim = 192, 64 // KDA width 12,288 at head_dim 64: heads > head_dim
+	c.VHeadDim = 64                                       // MLA width 96 x 64 = 6,144, not the KDA width
+	p, err := NewPlan(c)
+	if err != nil {
+		t.Fatalf("NewPlan refused an architecture-valid config: %v", err)
+	}
+	if d := p.Dims(); d.KDAWidth != 12288 || d.MLAHeads*d.VHead != 6144 || d.ALogLen != 192 {
+		t.Errorf("dims: KDA width %d, MLA width %d, A_log %d", d.KDAWidth, d.MLAHeads*d.VHead, d.ALogLen)
+	}
+	name := p.FirstKDAALog()
+	for _, tt := range []struct {
+		shape []int64
+		want  int    // the A_log length taken
+		err   string // "" when accepted
+	}{
+		{nil, 192, ""},
+		{[]int64{192}, 192, ""},
+		{[]int64{256}, 256, ""}, // padded to a multiple of 128
+		{[]int64{128}, 0, "want [n] F32 with n >= 192 (linear_attn_config.num_heads; the rest padding), got [128]"},
+		{[]int64{1, 256}, 0, "got [1 256]"},
+	} {
+		p.ALogLen = 0
+		err := p.SetALogLen(name, tt.shape)
+		switch {
+		case tt.err == "" && (err != nil || p.Dims().ALogLen != tt.want):
+			t.Errorf("A_log %v: -want length %d +got %d, %v", tt.shape, tt.want, p.Dims().ALogLen, err)
+		case tt.err != "" && (err == nil || !strings.Contains(err.Error(), tt.err) || !strings.Contains(err.Error(), name)):
+			t.Errorf("A_log %v: -want an error naming %s …%s… +got %v", tt.shape, name, tt.err, err)
+		}
+	}
+	for _, s := range p.LayerTensors(0) {
+		if strings.HasSuffix(s.Name, "self_attn.o_proj.weight") && s.Shape[1] != 12288 {
+			t.Errorf("KDA o_proj %v, want [7168 12288]", s.Shape)
+		}
+	}
+	for i, l := range p.Layers {
+		if l.Attn != MLA {
+			continue
+		}
+		for _, s := range p.LayerTensors(i) {
+			if strings.HasSuffix(s.Name, "self_attn.o_proj.weight") && s.Shape[1] != 6144 {
+				t.Errorf("MLA o_proj %v, want [7168 6144]", s.Shape)
+			}
+		}
+		break
+	}
 }

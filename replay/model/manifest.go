@@ -1,6 +1,7 @@
 package model
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/potato-k3/potato-k3/replay/checkpoint"
@@ -34,7 +35,7 @@ type Dims struct {
 	KDAHeadDim  int // 128
 	KDAWidth    int // heads x head dim: 12288
 	ConvKernel  int // 4
-	ALogLen     int // A_log is stored padded to head_dim entries: 128
+	ALogLen     int // A_log's stored entries: num_heads used, the rest padding (128 in K3; Plan.SetALogLen)
 	MLAHeads    int // 96
 	QLora       int // 1536
 	KVLora      int // 512
@@ -56,13 +57,66 @@ func (p *Plan) Dims() Dims {
 		Hidden: c.HiddenSize, Vocab: c.VocabSize,
 		KDAHeads: c.LinearAttn.NumHeads, KDAHeadDim: c.LinearAttn.HeadDim,
 		KDAWidth: c.LinearAttn.NumHeads * c.LinearAttn.HeadDim, ConvKernel: c.LinearAttn.ShortConvKernelSize,
-		ALogLen:  c.LinearAttn.HeadDim,
+		ALogLen:  p.aLogLen(),
 		MLAHeads: c.NumAttentionHeads, QLora: c.QLoraRank, KVLora: c.KVLoraRank,
 		QKNope: c.QKNopeHeadDim, QKShared: c.QKRopeHeadDim, VHead: c.VHeadDim,
 		DenseFFN: c.IntermediateSize, Experts: c.NumExperts, TopK: c.NumExpertsPerToken,
 		ExpertFFN: c.MoEIntermediateSize, Latent: c.RoutedExpertHidden,
 		SharedWidth: c.NumSharedExperts * c.MoEIntermediateSize,
 	}
+}
+
+// aLogLen is A_log's stored length: as SetALogLen set it, else head_dim entries (K3's 128, the release's
+// padding) or num_heads where there are more heads than that.
+func (p *Plan) aLogLen() int {
+	if p.ALogLen > 0 {
+		return p.ALogLen
+	}
+	return max(p.Config.LinearAttn.HeadDim, p.Config.LinearAttn.NumHeads)
+}
+
+// ErrALog is matched by SetALogLen's refusals.
+var ErrALog = errors.New("model: A_log")
+
+// SetALogLen sets the length A_log has in the checkpoint, given the shape stored for the first KDA layer
+// (shape nil: the plan has no KDA layer, or the tensor is missing, which Check reports). The architecture
+// uses num_heads entries; a checkpoint may pad past them (K3 to head_dim = 128, other loaders to a
+// multiple of 128), so any one-dimensional length of at least num_heads is taken; a shorter one, or
+// another rank, is refused naming the tensor. Every KDA layer must then store that length (Check).
+func (p *Plan) SetALogLen(name string, shape []int64) error {
+	if shape == nil {
+		return nil
+	}
+	heads := p.Config.LinearAttn.NumHeads
+	if len(shape) != 1 || shape[0] < int64(heads) {
+		return fmt.Errorf("%w: tensor %s: want [n] F32 with n >= %d (linear_attn_config.num_heads; the rest padding), got %v", ErrALog, name, heads, shape)
+	}
+	p.ALogLen = int(shape[0])
+	return nil
+}
+
+// Fit takes from a checkpoint what the architecture leaves to it (A_log's padded length, SetALogLen),
+// before the checkpoint is checked against Tensors. lookup is checkpoint.Dir.Lookup.
+func (p *Plan) Fit(lookup func(name string) (checkpoint.Tensor, bool)) error {
+	name := p.FirstKDAALog()
+	if name == "" {
+		return nil
+	}
+	if t, ok := lookup(name); ok {
+		return p.SetALogLen(name, t.Shape)
+	}
+	return nil
+}
+
+// FirstKDAALog is the name of the first KDA layer's A_log ("" when no layer is KDA): the tensor whose
+// stored shape SetALogLen takes.
+func (p *Plan) FirstKDAALog() string {
+	for i, l := range p.Layers {
+		if l.Attn == KDA {
+			return LayerPrefix(i) + "self_attn.A_log"
+		}
+	}
+	return ""
 }
 
 // LayerPrefix is the name prefix of layer i's tensors.

@@ -53,6 +53,8 @@ type Layer struct {
 type Plan struct {
 	Config TextConfig
 	Layers []Layer
+	// ALogLen is A_log's stored length (SetALogLen); 0 means the default, head_dim.
+	ALogLen int
 }
 
 // NewPlan validates c and derives the layer plan. Every refusal names the config field at fault.

@@ -56,13 +56,10 @@ func validate(c *TextConfig) error {
 	if c.NumKeyValueHeads != c.NumAttentionHeads {
 		return fmt.Errorf("%w: text_config.num_key_value_heads = %d: MLA needs it equal to num_attention_heads = %d", ErrConfig, c.NumKeyValueHeads, c.NumAttentionHeads)
 	}
-	if kda, mla := c.LinearAttn.NumHeads*c.LinearAttn.HeadDim, c.NumAttentionHeads*c.VHeadDim; kda != mla {
-		// Both attention kinds write the same o_proj input width in K3 (96 x 128 = 12288).
-		return fmt.Errorf("%w: linear_attn_config.num_heads x head_dim = %d but num_attention_heads x v_head_dim = %d: K3 uses one width for both", ErrConfig, kda, mla)
-	}
-	if c.LinearAttn.NumHeads > c.LinearAttn.HeadDim {
-		return fmt.Errorf("%w: linear_attn_config.num_heads = %d exceeds head_dim = %d: A_log is stored padded to head_dim entries", ErrConfig, c.LinearAttn.NumHeads, c.LinearAttn.HeadDim)
-	}
+	// The KDA width (linear_attn_config.num_heads x head_dim) and the MLA width (num_attention_heads x
+	// v_head_dim) are independent: each kind has its own o_proj back to hidden_size. K3 happens to use
+	// 12,288 for both; the architecture does not require it. A_log's stored length is the checkpoint's
+	// (Plan.SetALogLen), at least num_heads.
 	if !c.MLAUseNope {
 		return fmt.Errorf("%w: text_config.mla_use_nope = false: K3's MLA has no rotary embedding; a rotary MLA is not supported", ErrConfig)
 	}

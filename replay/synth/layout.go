@@ -41,6 +41,10 @@ func NewLayout(p Preset, n int, seed uint64) (*Layout, error) {
 	if err != nil {
 		return nil, fmt.Errorf("synth: preset %s: %w", p.Name, err)
 	}
+	if p.aLogPad > 0 {
+		heads := tc.LinearAttn.NumHeads
+		plan.ALogLen = (heads + p.aLogPad - 1) / p.aLogPad * p.aLogPad
+	}
 	specs := writeOrder(plan, p.vision)
 	var total int64
 	for _, s := range specs {

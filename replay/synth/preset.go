@@ -31,6 +31,9 @@ type Preset struct {
 	vision visionShape
 	// numBPE is the number of byte-level BPE tokens; the vocabulary is numBPE + tokenizer.NumSpecials.
 	numBPE int
+	// aLogPad, when not 0, stores A_log padded to a multiple of this many entries (the reference loader
+	// pads to 128), instead of K3's head_dim entries.
+	aLogPad int
 }
 
 // officialShardBytes is the mean shard size of the release (1,560,860,324,864 bytes in 96 shards): the
@@ -45,6 +48,12 @@ func Presets() []Preset {
 			Name:    "tiny",
 			Summary: "8 layers, hidden 128, 16 experts (4 active), 3,328-token vocabulary: a few MB, seconds on a CPU",
 			Layers:  8, text: tinyText, shards: fixed(4), vision: smallVision, numBPE: 3072,
+		},
+		{
+			Name: "tiny-wide",
+			Summary: "tiny with a KDA width (8 heads x 32) twice the MLA width (4 x 32) and A_log padded to 128, " +
+				"as a checkpoint of another K3-architecture model may be: validation follows the architecture",
+			Layers: 8, text: tinyWideText, shards: fixed(4), vision: smallVision, numBPE: 3072, aLogPad: 128,
 		},
 		{
 			Name:    "small",
@@ -139,6 +148,14 @@ func tinyText(int) model.TextConfig {
 	c.NumExperts, c.NumExpertsPerToken, c.NumSharedExperts = 16, 4, 1
 	c.MoEIntermediateSize, c.RoutedExpertHidden = 64, 64
 	c.AttnResBlockSize = 3
+	return c
+}
+
+// tinyWideText is tinyText with twice the KDA heads: the KDA width (256) and the MLA width (128) differ,
+// which the architecture allows (each attention kind has its own o_proj) and K3 does not use.
+func tinyWideText(n int) model.TextConfig {
+	c := tinyText(n)
+	c.LinearAttn.NumHeads = 8
 	return c
 }
 

@@ -1,5 +1,5 @@
 // Package tables turns replay results into Apache Arrow tables and writes and reads them as Arrow IPC
-// streams and Parquet files: the form in which potato-k3 hands results to researchers (Go notebooks,
+// files and streams and Parquet files: the form in which potato-k3 hands results to researchers (Go notebooks,
 // pyarrow, polars, DuckDB).
 //
 // # Tables
@@ -7,7 +7,7 @@
 // Build converts []replay.Result into a Set of up to five tables; schema.go documents every column:
 //
 //	tokens   seq_id pos token_id token message channel target_id logprob rank entropy
-//	         topk_ids topk_tokens topk_logprobs
+//	         topk_ids topk_tokens topk_logprobs conversation thinking
 //	lens     seq_id pos layer entropy target_logprob target_rank topk_ids topk_tokens topk_logprobs
 //	hidden   seq_id pos layer vector (fixed_size_list<float32 or float16>[dim])
 //	router   seq_id pos layer expert_ids expert_weights
@@ -33,29 +33,35 @@
 // # Files
 //
 // WriteSet writes one file per table, the table name inserted before the extension, which picks the
-// format (.arrow or .arrows: an Arrow IPC stream; .parquet: zstd-compressed Parquet with the Arrow schema
-// stored in it):
+// format (.arrow: an Arrow IPC file, random access, what readers that open a path expect; .arrows: an
+// Arrow IPC stream; .parquet: zstd-compressed Parquet with the Arrow schema stored in it):
 //
 //	--out results.arrow     results.tokens.arrow   results.lens.arrow   results.hidden.arrow ...
 //	--out results.parquet   results.tokens.parquet results.lens.parquet ...
 //
-// Each write goes to a temporary file in the same directory and is renamed into place. ReadSet reads the
-// files back; ReadFile, ReadIPC and ReadParquet read one table. Over HTTP, WriteIPC's output is served as
-// ContentType, application/vnd.apache.arrow.stream.
+// A Set is one result set, published whole or not at all: its tables are written into a temporary
+// directory beside the target and renamed into place only when all are written, and an earlier run's
+// tables that this set does not hold are removed. Every producer stamps each table with
+// ProvenanceKeys (MetaResultSet, one id a run; MetaRequestHash; MetaConfigHash; MetaEngine;
+// MetaPrecision; MetaBackend), and ReadSet refuses tables of two result sets. ReadFile, ReadIPC,
+// ReadIPCFile and ReadParquet read one table (ReadFile also reads a .arrow file that holds a stream, as
+// written before schema version 3). Over HTTP, WriteIPC's stream is served as ContentType,
+// application/vnd.apache.arrow.stream.
 //
-// Note that the .arrow files are Arrow IPC *streams*, not the IPC file (Feather) format: open them with a
-// stream reader. From Python:
+// From Python and DuckDB (the .arrow lines read the IPC file format; .arrows needs a stream reader):
 //
-//	import pyarrow, pyarrow.parquet
-//	tokens = pyarrow.ipc.open_stream(open("results.tokens.arrow", "rb")).read_all()
+//	import pyarrow, pyarrow.feather, pyarrow.parquet
+//	tokens = pyarrow.ipc.open_file("results.tokens.arrow").read_all()   # or pyarrow.feather.read_table
+//	tokens = pyarrow.ipc.open_stream(open("results.tokens.arrows", "rb")).read_all()
 //	tokens = pyarrow.parquet.read_table("results.tokens.parquet")
 //	tokens.schema.metadata[b"potato.table"]       # b"tokens"
 //
 //	import polars
-//	tokens = polars.read_ipc_stream("results.tokens.arrow")
+//	tokens = polars.read_ipc("results.tokens.arrow")          # polars.read_ipc_stream for .arrows
 //
-//	-- DuckDB
+//	-- DuckDB: Parquet natively; Arrow IPC files with the community arrow extension
 //	SELECT * FROM 'results.tokens.parquet';
+//	INSTALL nanoarrow FROM community; LOAD nanoarrow; SELECT * FROM read_arrow('results.tokens.arrow');
 //
 // # Back to Go values
 //

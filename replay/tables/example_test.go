@@ -112,5 +112,5 @@ func ExampleWriteSet() {
 	// Output:
 	// results.tokens.parquet
 	// results.lens.parquet
-	// lens rows: 2 schema version: 2
+	// lens rows: 2 schema version: 3
 }

@@ -21,20 +21,24 @@ import (
 // (only the tables the Set holds). One file per table because an Arrow IPC stream or a Parquet file holds
 // exactly one schema: each file is then a plain table that pyarrow, polars and DuckDB open with no
 // knowledge of this package, and a researcher can ls the directory and see what was captured. The
-// extension picks the format: .arrow or .arrows an Arrow IPC stream, .parquet a Parquet file.
+// extension picks the format: .arrow an Arrow IPC file (random access), .arrows an Arrow IPC stream,
+// .parquet a Parquet file.
 
 // Format names returned by FormatOf.
 const (
-	FormatIPC     = "arrow"
-	FormatParquet = "parquet"
+	FormatIPC       = "arrow"   // the Arrow IPC file format (ipcfile.go)
+	FormatIPCStream = "arrows"  // the Arrow IPC stream format (ipc.go)
+	FormatParquet   = "parquet" // Parquet (parquet.go)
 )
 
-// FormatOf returns FormatIPC for a path ending in .arrow or .arrows, FormatParquet for .parquet, and an
-// error naming the path otherwise.
+// FormatOf returns FormatIPC for a path ending in .arrow, FormatIPCStream for .arrows, FormatParquet for
+// .parquet, and an error naming the path otherwise.
 func FormatOf(path string) (string, error) {
 	switch strings.ToLower(filepath.Ext(path)) {
-	case ".arrow", ".arrows":
+	case ".arrow":
 		return FormatIPC, nil
+	case ".arrows":
+		return FormatIPCStream, nil
 	case ".parquet":
 		return FormatParquet, nil
 	}
@@ -56,14 +60,18 @@ func WriteFile(path string, t *Table) error {
 	if err != nil {
 		return err
 	}
-	if format == FormatParquet {
+	switch format {
+	case FormatParquet:
 		return WriteParquet(path, t)
+	case FormatIPC:
+		return writeAtomic(path, func(w io.Writer) error { return WriteTableIPCFile(w, t) })
 	}
 	return writeAtomic(path, func(w io.Writer) error { return WriteTableIPC(w, t) })
 }
 
-// ReadFile reads the table at path in the format its extension names (see FormatOf). mem allocates the
-// records; nil means memory.DefaultAllocator. The caller releases the table.
+// ReadFile reads the table at path in the format its extension names (see FormatOf). A .arrow file that
+// holds an Arrow IPC stream (as this package wrote before schema version 3) is read as a stream. mem
+// allocates the records; nil means memory.DefaultAllocator. The caller releases the table.
 func ReadFile(path string, mem memory.Allocator) (*Table, error) {
 	format, err := FormatOf(path)
 	if err != nil {
@@ -77,6 +85,23 @@ func ReadFile(path string, mem memory.Allocator) (*Table, error) {
 		return nil, fmt.Errorf("tables: %w", err)
 	}
 	defer f.Close()
+	if format == FormatIPC {
+		file, err := isIPCFile(f)
+		if err != nil {
+			return nil, fmt.Errorf("tables: %w", err)
+		}
+		if file {
+			info, err := f.Stat()
+			if err != nil {
+				return nil, fmt.Errorf("tables: %w", err)
+			}
+			t, err := ReadIPCFile(f, info.Size(), mem)
+			if err != nil {
+				return nil, fmt.Errorf("%w (file %s)", err, path)
+			}
+			return t, nil
+		}
+	}
 	t, err := ReadIPC(bufio.NewReaderSize(f, 1<<20), mem)
 	if err != nil {
 		return nil, fmt.Errorf("%w (file %s)", err, path)
@@ -84,32 +109,65 @@ func ReadFile(path string, mem memory.Allocator) (*Table, error) {
 	return t, nil
 }
 
-// WriteSet writes every table of s to TablePath(path, name), each atomically, and returns the paths it
-// wrote. Tables the set does not hold are not written, and files left by an earlier run for them are not
-// removed. On error the tables written so far stay.
+// WriteSet writes every table of s to TablePath(path, name) as one result set, and returns the paths it
+// wrote. The set is published whole or not at all: every table is first written and synced into a
+// temporary directory beside path, and only when all are there are they renamed into place, after the
+// files of tables this set does not hold (left by an earlier run under the same name) are removed, so
+// that the directory never holds a new table beside an old run's. On error before the renames (a full
+// disk, a table that does not write) nothing under path changes and the temporary directory is removed.
+// A rename can fail only when the directory itself goes away or is made read-only in that instant; then
+// the error says so, and ReadSet refuses the mixed files by their MetaResultSet.
 func WriteSet(path string, s *Set) ([]string, error) {
 	if _, err := FormatOf(path); err != nil {
 		return nil, err
 	}
-	var written []string
+	dir, base := filepath.Split(path)
+	if dir == "" {
+		dir = "."
+	}
+	tmp, err := os.MkdirTemp(dir, "."+base+".*.tmp")
+	if err != nil {
+		return nil, fmt.Errorf("tables: writing %s: %w", path, err)
+	}
+	defer os.RemoveAll(tmp) // empty after a good publish
+	var staged, written []string
 	for _, t := range s.Tables() {
 		p := TablePath(path, t.Name)
-		if err := WriteFile(p, t); err != nil {
-			return written, err
+		if err := WriteFile(filepath.Join(tmp, filepath.Base(p)), t); err != nil {
+			return nil, fmt.Errorf("tables: writing the result set %s: table %s: %w (nothing was replaced)", path, t.Name, err)
 		}
-		written = append(written, p)
+		staged, written = append(staged, filepath.Join(tmp, filepath.Base(p))), append(written, p)
+	}
+	for _, name := range TableNames {
+		if s.Table(name) != nil {
+			continue
+		}
+		if err := os.Remove(TablePath(path, name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("tables: writing the result set %s: removing an earlier run's table: %w (nothing was replaced)", path, err)
+		}
+	}
+	for i := range staged {
+		if err := os.Rename(staged[i], written[i]); err != nil {
+			return written[:i], fmt.Errorf("tables: writing the result set %s: %w (%d of %d tables were replaced)", path, err, i, len(staged))
+		}
+	}
+	if d, err := os.Open(dir); err == nil { // make the renames durable
+		d.Sync()
+		d.Close()
 	}
 	return written, nil
 }
 
 // ReadSet reads the tables at TablePath(path, name) for every name in TableNames that has a file, and
-// checks that each file's "potato.table" metadata, when present, names the table its path says. It fails
-// when no table file exists. The caller releases the set.
+// checks that each file's "potato.table" metadata, when present, names the table its path says, and that
+// every table that carries a MetaResultSet carries the same one (tables of different runs are never one
+// set). It fails when no table file exists. The caller releases the set.
 func ReadSet(path string, mem memory.Allocator) (*Set, error) {
 	if _, err := FormatOf(path); err != nil {
 		return nil, err
 	}
 	set, found := &Set{}, 0
+	var setID, setFrom string
 	for _, name := range TableNames {
 		p := TablePath(path, name)
 		t, err := ReadFile(p, mem)
@@ -128,6 +186,14 @@ func ReadSet(path string, mem memory.Allocator) (*Set, error) {
 		t.Name = name
 		*set.slot(name) = t
 		found++
+		if id := metaValue(t.Schema, MetaResultSet); id != "" {
+			if setID == "" {
+				setID, setFrom = id, p
+			} else if id != setID {
+				set.Release()
+				return nil, fmt.Errorf("tables: %s belongs to result set %s, %s to %s: tables of different runs", p, id, setFrom, setID)
+			}
+		}
 	}
 	if found == 0 {
 		return nil, fmt.Errorf("tables: no table files %s: %w", TablePath(path, "*"), fs.ErrNotExist)

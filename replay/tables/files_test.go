@@ -2,6 +2,7 @@ package tables
 
 import (
 	"errors"
+	"github.com/potato-k3/potato-k3/replay"
 	"io"
 	"io/fs"
 	"os"
@@ -22,7 +23,7 @@ func TestTablePath(t *testing.T) {
 			t.Errorf("TablePath(%q, %q): -want %q +got %q", tt.path, tt.name, tt.want, got)
 		}
 	}
-	for path, want := range map[string]string{"a.arrow": FormatIPC, "a.ARROWS": FormatIPC, "a.parquet": FormatParquet, "a.csv": ""} {
+	for path, want := range map[string]string{"a.arrow": FormatIPC, "a.ARROWS": FormatIPCStream, "a.Arrow": FormatIPC, "a.parquet": FormatParquet, "a.csv": ""} {
 		got, err := FormatOf(path)
 		if got != want || (want == "") != (err != nil) {
 			t.Errorf("FormatOf(%q): -want %q +got %q, %v", path, want, got, err)
@@ -94,4 +95,109 @@ func TestReadSetErrors(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "bad.tokens.parquet") {
 		t.Errorf("corrupt file: -want an error naming the file +got %v", err)
 	}
+}
+
+// TestWriteSetAtomic checks that a result set is published whole or not at all: a write that fails on
+// its second table leaves the earlier run's files exactly as they were and no temporary entry; a good
+// write of fewer tables removes the earlier run's other tables; ReadSet refuses tables of two runs.
+func TestWriteSetAtomic(t *testing.T) {
+	mem := checkedAlloc(t)
+	build := func(id string, in []replay.Result) *Set {
+		set, err := Build(in, Options{Allocator: mem, Metadata: map[string]string{MetaResultSet: id}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(set.Release)
+		return set
+	}
+	all := makeResults(5, 4, spec{seq: 1, tokens: 5, conv: true})
+	for _, ext := range []string{".arrow", ".arrows", ".parquet"} {
+		t.Run(ext, func(t *testing.T) {
+			dir := t.TempDir()
+			path := filepath.Join(dir, "res"+ext)
+			first := build("aaaa", all)
+			if _, err := WriteSet(path, first); err != nil {
+				t.Fatal(err)
+			}
+			before := dirContents(t, dir)
+			// The second run's lens table does not write (its records are another table's), as a full disk
+			// fails a write after the tokens table is done.
+			broken := build("bbbb", all)
+			lens := broken.Lens
+			broken.Lens = &Table{Name: LensTable, Schema: lens.Schema, Records: broken.Tokens.Records}
+			_, err := WriteSet(path, broken)
+			broken.Lens = lens
+			if err == nil || !strings.Contains(err.Error(), "table lens") || !strings.Contains(err.Error(), "nothing was replaced") {
+				t.Errorf("error: -want naming table lens and nothing replaced +got %v", err)
+			}
+			if d := cmpContents(before, dirContents(t, dir)); d != "" {
+				t.Errorf("a failed write changed the directory: %s", d)
+			}
+			back, err := ReadSet(path, mem)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := metaValue(back.Tokens.Schema, MetaResultSet); got != "aaaa" {
+				t.Errorf("tokens after a failed write: result set -want aaaa +got %s", got)
+			}
+			back.Release()
+			// A good run that captured only tokens: the earlier lens, hidden... files go.
+			only := build("cccc", makeResults(6, 4, spec{seq: 1, tokens: 3}))
+			for _, p := range []**Table{&only.Lens, &only.Hidden, &only.Router, &only.AttnRes} {
+				(*p).Release()
+				*p = nil
+			}
+			written, err := WriteSet(path, only)
+			if err != nil || len(written) != 1 {
+				t.Fatalf("WriteSet of tokens only: %v, %v", written, err)
+			}
+			if names := dirContents(t, dir); len(names) != 1 {
+				t.Errorf("after a tokens-only run the directory holds %v, want the tokens table alone", names)
+			}
+			// Tables of two runs side by side (copied by hand) are refused.
+			if _, err := WriteSet(filepath.Join(dir, "other"+ext), first); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Rename(TablePath(filepath.Join(dir, "other"+ext), LensTable), TablePath(path, LensTable)); err != nil {
+				t.Fatal(err)
+			}
+			_, err = ReadSet(path, mem)
+			if err == nil || !strings.Contains(err.Error(), "tables of different runs") {
+				t.Errorf("mixed runs: -want refused +got %v", err)
+			}
+		})
+	}
+}
+
+// dirContents maps every entry of dir to its bytes.
+func dirContents(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, e := range entries {
+		b, _ := os.ReadFile(filepath.Join(dir, e.Name()))
+		out[e.Name()] = string(b)
+	}
+	return out
+}
+
+// cmpContents describes how two dirContents differ, or returns "".
+func cmpContents(want, got map[string]string) string {
+	var d []string
+	for k, v := range want {
+		if g, ok := got[k]; !ok {
+			d = append(d, "-"+k)
+		} else if g != v {
+			d = append(d, "~"+k)
+		}
+	}
+	for k := range got {
+		if _, ok := want[k]; !ok {
+			d = append(d, "+"+k)
+		}
+	}
+	return strings.Join(d, " ")
 }

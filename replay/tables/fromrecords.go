@@ -10,7 +10,8 @@ import (
 )
 
 // FromRecords turns records of the tokens table back into one Result per sequence, the inverse of the
-// tokens part of Build: SeqID, Tokens, Pieces, Messages, Channels, Targets and Stats are filled (Pieces,
+// tokens part of Build: SeqID, Tokens, Pieces, Messages, Channels, Conversation, Thinking, Targets and
+// Stats are filled (Pieces,
 // Messages and Channels always have one entry per token; a null logprob or rank becomes 0 as in
 // ops.TokenStats). topk_tokens is checked against topk_ids when present but not read back (Build names the
 // ids again); a table without it, written before schema version 2, reads as well. Columns are found by
@@ -38,6 +39,9 @@ func FromRecords(recs ...arrow.RecordBatch) ([]replay.Result, error) {
 				pos = append(pos, nil)
 			}
 			r := &out[k]
+			if c.conv != nil && c.thinking != nil {
+				r.Conversation, r.Thinking = c.conv.Value(i), c.thinking.Value(i)
+			}
 			pos[k] = append(pos[k], c.pos.Value(i))
 			r.Tokens = append(r.Tokens, c.tokenID.Value(i))
 			r.Pieces = append(r.Pieces, c.token.Value(i))
@@ -72,6 +76,7 @@ func FromRecords(recs ...arrow.RecordBatch) ([]replay.Result, error) {
 type tokenCols struct {
 	seq, pos, tokenID, message, target, rank *array.Int32
 	token, channel                           stringArray
+	conv, thinking                           stringArray // nil in a table before schema version 3
 	logprob, entropy                         *array.Float32
 	topIDs                                   int32Lists
 	topLogp                                  float32Lists
@@ -111,8 +116,20 @@ func tokenColumns(rec arrow.RecordBatch) (c tokenCols, err error) {
 	if err = checkPieceLists(rec, t, c.topIDs); err != nil {
 		return c, err
 	}
-	c.topLogp, err = float32ListColumn(rec, t, "topk_logprobs")
-	return c, err
+	if c.topLogp, err = float32ListColumn(rec, t, "topk_logprobs"); err != nil {
+		return c, err
+	}
+	for _, f := range []struct {
+		dst  *stringArray
+		name string
+	}{{&c.conv, "conversation"}, {&c.thinking, "thinking"}} {
+		if rec.Schema().HasField(f.name) {
+			if *f.dst, err = stringColumn(rec, t, f.name); err != nil {
+				return c, err
+			}
+		}
+	}
+	return c, nil
 }
 
 // positionOrder checks that pos (the pos column of one sequence's rows, or of one capture's) is a

@@ -69,6 +69,7 @@ func makeResults(seed uint64, dim int, specs ...spec) []replay.Result {
 			}
 		}
 		if s.conv {
+			r.Conversation, r.Thinking = fmt.Sprintf("conv-%d", s.seq), []string{"on", "off"}[n%2]
 			for t := range n {
 				r.Pieces = append(r.Pieces, fmt.Sprintf("tok%d'\"é", r.Tokens[t]))
 				r.Messages = append(r.Messages, int32(t/3))

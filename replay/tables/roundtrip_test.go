@@ -46,6 +46,7 @@ var roundTrips = []struct {
 		return back
 	}},
 	{"WriteSet .arrow", viaFiles("results.arrow")},
+	{"WriteSet .arrows", viaFiles("results.arrows")},
 	{"WriteSet .parquet", viaFiles("results.parquet")},
 }
 

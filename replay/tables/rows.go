@@ -39,6 +39,11 @@ func appendTokens(b *array.RecordBuilder, r *replay.Result, _ int, from, to int,
 	}
 	b.Field(6).(*array.Int32Builder).AppendValues(r.Targets[from:to], nil)
 	appendStats(b, 7, r.Stats[from:to], r.Targets[from:to], piece)
+	conv, thinking := b.Field(13).(*array.StringBuilder), b.Field(14).(*array.StringBuilder)
+	for t := from; t < to; t++ {
+		conv.Append(r.Conversation)
+		thinking.Append(r.Thinking)
+	}
 }
 
 // appendLens appends the rows of r.Lens[part]; piece names the top-k ids (nil: none).

@@ -1,6 +1,8 @@
 package tables
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"sort"
 	"strconv"
@@ -31,11 +33,34 @@ const (
 	MetaEngine        = "potato.engine_version" // version of the engine that computed the results
 	MetaPrecision     = "potato.precision"      // "bf16" or "fp32" (DESIGN.md, Numerics)
 	MetaBackend       = "potato.backend"        // "cpu", "cuda", ...
+	MetaResultSet     = "potato.result_set"     // one id shared by every table of one run (NewSetID)
+	MetaRequestHash   = "potato.request_hash"   // hash of what was replayed (replay.Request.Hash)
 )
 
+// ProvenanceKeys are the metadata keys every producer of results (the CLI, the service) puts on every
+// table, so that tables of different runs can never be taken for one set.
+var ProvenanceKeys = []string{MetaResultSet, MetaRequestHash, MetaConfigHash, MetaEngine, MetaPrecision, MetaBackend}
+
+// NewSetID returns a fresh result-set id: 16 random hexadecimal digits.
+func NewSetID() string {
+	var b [8]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// metaValue returns the value of key in schema's metadata, or "".
+func metaValue(schema *arrow.Schema, key string) string {
+	md := schema.Metadata()
+	if i := md.FindKey(key); i >= 0 {
+		return md.Values()[i]
+	}
+	return ""
+}
+
 // SchemaVersion is bumped whenever a column is added, removed, renamed or changes type, so that a reader
-// of old files can tell which layout it holds. Version 2 added topk_tokens to the tokens and lens tables.
-const SchemaVersion = 2
+// of old files can tell which layout it holds. Version 2 added topk_tokens to the tokens and lens tables;
+// version 3 conversation and thinking to the tokens table, and .arrow files became Arrow IPC files.
+const SchemaVersion = 3
 
 // Column types shared by several tables. Lists use arrow's default element field ("item", nullable), the
 // same type pyarrow.list_(pyarrow.int32()) builds, so that schemas compare equal across languages; the
@@ -79,6 +104,11 @@ var tokensFields = []arrow.Field{
 	topIDs,
 	topPieces,
 	topLogp,
+	// The conversation the sequence was rendered from: its id (from the input, else its line or item
+	// number in the file) and thinking mode ("on" or "off"); both "" for text and token ids. Together with
+	// message they say which turn of which conversation, replayed how, a row belongs to.
+	{Name: "conversation", Type: stringType},
+	{Name: "thinking", Type: stringType},
 }
 
 // lensFields is the logit-lens table: one row per position of every sequence at every requested layer, the

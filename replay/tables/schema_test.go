@@ -20,7 +20,7 @@ func TestSchemaColumns(t *testing.T) {
 	}{
 		{TokensTable, false, []string{"seq_id int32", "pos int32", "token_id int32", "token utf8", "message int32",
 			"channel utf8", "target_id int32", "logprob float32 null", "rank int32 null", "entropy float32",
-			"topk_ids " + ids, "topk_tokens " + strs, "topk_logprobs " + f32s}},
+			"topk_ids " + ids, "topk_tokens " + strs, "topk_logprobs " + f32s, "conversation utf8", "thinking utf8"}},
 		{LensTable, false, []string{"seq_id int32", "pos int32", "layer int32", "entropy float32",
 			"target_logprob float32 null", "target_rank int32 null", "topk_ids " + ids, "topk_tokens " + strs,
 			"topk_logprobs " + f32s}},
@@ -49,7 +49,7 @@ func TestSchemaColumns(t *testing.T) {
 			if strings.Join(got, "\n") != strings.Join(tt.want, "\n") {
 				t.Errorf("columns:\n-want %q\n+got  %q", tt.want, got)
 			}
-			wantMeta := map[string]string{MetaTable: tt.table, MetaSchemaVersion: "2", MetaEngine: "v0.1"}
+			wantMeta := map[string]string{MetaTable: tt.table, MetaSchemaVersion: "3", MetaEngine: "v0.1"}
 			if got := sc.Metadata().ToMap(); len(got) != len(wantMeta) {
 				t.Errorf("metadata: -want %v +got %v", wantMeta, got)
 			}

@@ -22,6 +22,25 @@ func (t *Tokenizer) AppendEncode(dst []int32, text string) []int32 {
 	return dst
 }
 
+// EncodeLimit is Encode that stops early: it returns Encode(text) and true when that has at most limit
+// ids, else false and at most limit ids plus one piece's, having encoded only that much of text, so that
+// a service can refuse a text by its token count without tokenizing all of it (or holding its ids).
+func (t *Tokenizer) EncodeLimit(text string, limit int) ([]int32, bool) {
+	var dst []int32
+	ok := forEachChunk(text, func(chunk string) bool {
+		for i := 0; i < len(chunk); {
+			j := pieceEnd(chunk, i)
+			dst = t.appendPiece(dst, chunk[i:j])
+			if len(dst) > limit {
+				return false
+			}
+			i = j
+		}
+		return true
+	})
+	return dst, ok
+}
+
 // EncodeSpecial returns the ids of text with special tokens enabled: every occurrence of a special
 // token's name becomes its id (tiktoken's allowed_special="all"), the text between is encoded as by
 // Encode. Where two names match at one position the longer wins (the names of Kimi's specials are never

@@ -1,6 +1,7 @@
 package tokenizer
 
 import (
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -236,4 +237,35 @@ func builtinForTest(t testing.TB, n int) *Tokenizer {
 		t.Fatal(err)
 	}
 	return tok
+}
+
+// TestEncodeLimit checks that EncodeLimit equals Encode up to its limit, and past it stops: a 16 MB text
+// under a limit of 100 tokens allocates a few kB of ids, not the text's millions.
+func TestEncodeLimit(t *testing.T) {
+	tok, err := Builtin(3072)
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := "The capital of France is Paris. 你好世界 " + strings.Repeat("ab ", 40)
+	want := tok.Encode(text)
+	for _, limit := range []int{len(want), len(want) + 1, 1 << 20} {
+		got, ok := tok.EncodeLimit(text, limit)
+		if !ok || !slices.Equal(got, want) {
+			t.Errorf("limit %d: -want %v, true +got %v, %v", limit, want, got, ok)
+		}
+	}
+	if got, ok := tok.EncodeLimit(text, len(want)-1); ok || len(got) < len(want)-1 || !slices.Equal(got, want[:len(got)]) {
+		t.Errorf("limit %d: -want a prefix of %v, false +got %v, %v", len(want)-1, want, got, ok)
+	}
+	huge := strings.Repeat("word ", 16<<20/5)
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	got, ok := tok.EncodeLimit(huge, 100)
+	runtime.ReadMemStats(&after)
+	if ok || len(got) > 200 {
+		t.Errorf("16 MB text, limit 100: got %d ids, ok %v", len(got), ok)
+	}
+	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 1<<20 {
+		t.Errorf("16 MB text, limit 100: allocated %d bytes, want under 1 MiB", alloc)
+	}
 }
