@@ -30,19 +30,41 @@ func TestMain(m *testing.M) {
 			setupErr = fmt.Errorf("%w: -short (executing the notebooks takes minutes)", errMissing)
 			return m.Run()
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+		budgetEnd = budgetDeadline(time.Now())
+		ctx, cancel := context.WithDeadline(context.Background(), budgetEnd)
 		defer cancel()
 		var err error
 		h, err = newHarness(ctx)
 		if h != nil {
 			defer os.RemoveAll(h.tmp)
-			defer kernel.Shutdown() // the engine the last notebook started, if it is still up
+			defer func() { reap(h.marker) }() // whatever is left: kernels, cells, engines
+			defer kernel.Shutdown()           // the engine the last notebook started, if it is still up
 		}
 		if err != nil {
 			h, setupErr = nil, err
 		}
 		return m.Run()
 	}())
+}
+
+// budgetEnd is when the notebook runs must be over, leaving go test's -timeout a margin for the cleanup:
+// go test kills a test binary that overruns, and a killed binary runs no deferred cleanup, so the GoNB
+// kernels and potato serve it started would outlive it.
+var budgetEnd time.Time
+
+// budgetDeadline is start plus go test's -timeout (10 minutes by default) less a minute; far ahead when
+// the timeout is off (-timeout 0).
+func budgetDeadline(start time.Time) time.Time {
+	timeout := 10 * time.Minute
+	if f := flag.Lookup("test.timeout"); f != nil {
+		if d, err := time.ParseDuration(f.Value.String()); err == nil {
+			timeout = d
+		}
+	}
+	if timeout <= 0 {
+		return start.Add(24 * time.Hour)
+	}
+	return start.Add(timeout - time.Minute)
 }
 
 // order runs quickstart first: it is the notebook a newcomer opens.
@@ -101,21 +123,24 @@ func testNotebook(t *testing.T, name string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := context.Background()
-	if d, ok := t.Deadline(); ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadline(ctx, d.Add(-30*time.Second))
-		defer cancel()
-	}
-	// Each notebook starts its own engine, as it would for a newcomer.
+	ctx, cancel := context.WithDeadline(context.Background(), budgetEnd)
+	defer cancel()
+	// Each notebook starts its own engine, as it would for a newcomer; nothing it started outlives it.
 	defer func() {
 		if err := kernel.Shutdown(); err != nil {
 			t.Errorf("stopping the engine after %s: %v", name, err)
+		}
+		if pids := reap(h.marker); len(pids) > 0 {
+			t.Logf("stopped %d processes %s left running: %v", len(pids), name, pids)
 		}
 	}()
 	start := time.Now()
 	outPath, log, err := h.execute(ctx, path)
 	if err != nil {
+		if ctx.Err() != nil {
+			t.Fatalf("%s did not finish within the test's time budget (go test -timeout less a minute for the cleanup, until %s): %v\n%s",
+				name, budgetEnd.Format(time.TimeOnly), err, tail(string(log), 40))
+		}
 		t.Fatalf("%v\n%s", err, tail(string(log), 40))
 	}
 	t.Logf("%s executed in %s", name, time.Since(start).Round(100*time.Millisecond))

@@ -136,6 +136,13 @@ func (in *notebookInstall) run(ctx context.Context) error {
 	}
 	fmt.Fprintf(in.out, "project    %s\n", in.project)
 
+	// Every module go.mod pins, into the module cache: notebook cells build offline against exactly these
+	// versions (the kernel runs with GOPROXY=off), and so does go test ./... afterwards.
+	if _, err := in.command(ctx, in.project, nil, in.goCmd, "mod", "download"); err != nil {
+		return fmt.Errorf("downloading the modules go.mod pins (cells build offline against them): %w", err)
+	}
+	fmt.Fprintf(in.out, "modules    every module go.mod pins, in $(go env GOMODCACHE)\n")
+
 	gonb := filepath.Join(in.binDir, exeName("gonb"))
 	if _, err := in.command(ctx, in.project, nil, in.goCmd, "build", "-o", gonb, gonbPackage); err != nil {
 		return fmt.Errorf("building GoNB from %s/go.mod: %w", in.project, err)
@@ -159,7 +166,8 @@ func (in *notebookInstall) run(ctx context.Context) error {
 		return fmt.Errorf("registering the kernel with Jupyter: %w", err)
 	}
 	spec := filepath.Join(in.jupyterDir, "kernels", "gonb", "kernel.json")
-	if err := setKernelPath(spec, in.kernelPath("${PATH}")); err != nil {
+	logPath := filepath.Join(filepath.Dir(spec), "gonb.log")
+	if err := setKernelSpec(spec, in.kernelPath("${PATH}"), logPath); err != nil {
 		return err
 	}
 	fmt.Fprintf(in.out, "kernel     %s (\"Go (gonb)\"; go.work uses %s)\n", spec, in.project)
@@ -217,9 +225,24 @@ func (in *notebookInstall) kernelPath(rest string) string {
 	return strings.Join(append(dirs, rest), string(os.PathListSeparator))
 }
 
-// setKernelPath sets PATH in the env of the kernel spec at path, keeping whatever else GoNB wrote.
-// Jupyter (jupyter_client 7 and later) replaces ${PATH} there with its own PATH when it starts the kernel.
-func setKernelPath(path, value string) error {
+// kernelEnv is the environment the kernel spec adds, besides PATH. Cells resolve modules only from the
+// go.work (this checkout, hence its go.mod's versions) and the module cache: GOPROXY=off makes a cell
+// that would fetch a module fail instead of downloading a newer version than go.mod pins (GoNB's
+// auto-get runs go get after every cell; the notebooks also turn it off with %noautoget), and
+// GOTOOLCHAIN=local keeps go from fetching another toolchain.
+var kernelEnv = map[string]string{"GOPROXY": "off", "GOTOOLCHAIN": "local"}
+
+// quietLog are the klog flags the kernel runs with: its log goes to a file beside the kernel spec
+// (capped at 10 MB) instead of the terminal that runs jupyter, where every kernel start printed
+// errors that are none ("gopls is not installed": completion only).
+func quietLog(logPath string) []string {
+	return []string{"-logtostderr=false", "-alsologtostderr=false", "-log_file=" + logPath, "-log_file_max_size=10", "-stderrthreshold=FATAL"}
+}
+
+// setKernelSpec sets PATH (to value) and kernelEnv in the env of the kernel spec at path, and replaces
+// the logging flags of its command line with quietLog's, keeping whatever else GoNB wrote. Jupyter
+// (jupyter_client 7 and later) replaces ${PATH} there with its own PATH when it starts the kernel.
+func setKernelSpec(path, value, logPath string) error {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return fmt.Errorf("gonb wrote no kernel spec: %w", err)
@@ -233,7 +256,26 @@ func setKernelPath(path, value string) error {
 		env = map[string]any{}
 	}
 	env["PATH"] = value
+	for k, v := range kernelEnv {
+		env[k] = v
+	}
 	spec["env"] = env
+	if argv, ok := spec["argv"].([]any); ok {
+		var kept []any
+		for _, a := range argv {
+			s, _ := a.(string)
+			name, _, _ := strings.Cut(strings.TrimLeft(s, "-"), "=")
+			switch name {
+			case "logtostderr", "alsologtostderr", "log_file", "log_dir", "log_file_max_size", "stderrthreshold":
+				continue
+			}
+			kept = append(kept, a)
+		}
+		for _, f := range quietLog(logPath) {
+			kept = append(kept, f)
+		}
+		spec["argv"] = kept
+	}
 	out, err := json.MarshalIndent(spec, "", "  ")
 	if err != nil {
 		return err
