@@ -62,7 +62,7 @@ func TestReplayTables(t *testing.T) {
 	}
 	piece := res.Tokens().Column(3).(*array.String).Value(1) // "token", the text of the second piece
 	for _, s := range []string{"job " + st.ID, "3 sequences", "tables: tokens, lens, hidden, router, attnres",
-		">" + html.EscapeString(piece) + "<", "13 columns (first 20 shown)"} {
+		">" + html.EscapeString(`"`+strings.ReplaceAll(piece, " ", "␣")+`"`) + "<", "13 columns (first 20 shown)"} {
 		if !strings.Contains(out, s) {
 			t.Errorf("HTML lacks %q", s)
 		}
