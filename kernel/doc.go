@@ -55,7 +55,7 @@
 // # Progress
 //
 // Inside GoNB (gonbui.IsNotebook, set from the environment GoNB gives the programs it runs) Wait shows a
-// bar that updates in place: "layer 17 of 93 · 12,345 tokens · 41.2 GB/s · ETA 3m12s". Elsewhere it is
+// bar that updates in place: "17 of 93 layers done · next layer 17 · 12,345 tokens · 41.2 GB/s · ETA 3m12s" (layers are counted done, and named from 0 as in the tables). Elsewhere it is
 // silent, unless WithProgress names a writer for one line per layer.
 //
 // # From Python
