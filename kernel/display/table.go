@@ -23,8 +23,8 @@ const (
 	// wrapStyle makes a table wider than the output scroll inside its cell (the columns read first stay in
 	// view) instead of widening the page.
 	wrapStyle = `overflow-x:auto;max-width:100%`
-	footStyle  = `color:#666;font-size:11px;font-family:sans-serif;margin:2px 0 8px 0`
-	errStyle   = `color:#b00;font-family:sans-serif`
+	footStyle = `color:#666;font-size:11px;font-family:sans-serif;margin:2px 0 8px 0`
+	errStyle  = `color:#b00;font-family:sans-serif`
 )
 
 // HTMLTable renders the first maxRows rows of rec as an HTML table: a header with each column's name and
@@ -155,7 +155,9 @@ func columnOrder(schema *arrow.Schema) []int {
 
 // pieceColumn says whether a column holds token pieces (token, topk_tokens): they are shown quoted with
 // their spaces visible, since a leading space is half of what a piece says.
-func pieceColumn(name string) bool { return name == "token" || name == "topk_tokens" || name == "piece" }
+func pieceColumn(name string) bool {
+	return name == "token" || name == "topk_tokens" || name == "piece"
+}
 
 // footer is "N rows × M columns", with "(first K shown)" when rows were left out and "in B batches".
 func footer(total int64, cols, shown, batches int) string {
