@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -176,6 +177,13 @@ func testNotebook(t *testing.T, name string) {
 		}
 	}
 	checkContent(t, name, got)
+	checkPlots(t, got)
+	// nbclient writes the kernel's language_info, whose empty pygments_lexer makes nbconvert highlight
+	// Go as Python: name the Go lexer before the notebook is rendered or written back.
+	if err := setLanguageInfo(outPath); err != nil {
+		t.Fatal(err)
+	}
+	checkHTML(t, ctx, outPath, got)
 	data, err := os.ReadFile(outPath)
 	if err != nil {
 		t.Fatal(err)
@@ -199,30 +207,64 @@ type want struct {
 	min      int
 }
 
-// wants lists what each notebook exists to show. gonbui sends SVG plots as text/html on purpose, so
-// that the HTML export of a notebook shows them.
+// wants lists what each notebook exists to show. Plots are PNG images (plotCells checks each plot
+// cell); the text/plain beside each image is its title.
 var wants = map[string][]want{
 	"quickstart.ipynb": {
 		{"engine description", "stdout", []string{"layers", "hidden size", "vocabulary"}, 1},
-		{"tokens table", "text/html", []string{"rows ×", "seq_id", "token_id", "channel", "target_id", "logprob", "rank", "entropy", "topk_ids", "topk_tokens", "topk_logprobs"}, 1},
-		{"logprob strip", "text/html", []string{"data-surprise=", "surprise −log p"}, 1},
+		{"tokens table", "text/html", []string{"rows ×", "seq_id", "token_id", "channel", "target_id", "logprob", "rank", "entropy", "topk_ids", "topk_tokens", "topk_logprobs", "␣"}, 1},
+		{"logprob strip", "text/plain", []string{"Surprise per token"}, 1},
 		{"means by channel", "stdout", []string{"mean -logprob", "response"}, 1},
 	},
 	"entropy_per_layer.ipynb": {
 		{"lens table", "text/html", []string{"rows ×", "layer", "entropy", "target_rank", "topk_tokens"}, 1},
-		{"entropy plots", "text/html", []string{"<svg", "Logit-lens entropy"}, 2},
+		{"entropy plots", "text/plain", []string{"Logit-lens entropy"}, 2},
 		{"last layer equals the output", "stdout", []string{" 0 differ from the model's output"}, 1},
 	},
 	"hidden_states.ipynb": {
-		{"hidden table", "text/html", []string{"rows ×", "vector", "fixed_size_list&lt;float32&gt;"}, 1},
-		{"norm plot", "text/html", []string{"<svg", "L2 norm by layer"}, 1},
+		{"hidden table", "text/html", []string{"rows ×", "vector", "fixed_size_list&lt;float32&gt;", "‖x‖₂"}, 1},
+		{"norm plot", "text/plain", []string{"L2 norm by layer"}, 1},
 	},
 	"routing_and_attnres.ipynb": {
 		{"router table", "text/html", []string{"rows ×", "expert_ids", "expert_weights"}, 1},
 		{"attnres table", "text/html", []string{"rows ×", "site", "weights"}, 1},
-		{"plots (experts, AttnRes, top-k)", "text/html", []string{"<svg"}, 3},
+		{"plots (experts, AttnRes, top-k)", "image/png", nil, 3},
 		{"expert counts from Info", "stdout", []string{"16 routed experts per MoE layer, 4 chosen per token"}, 1},
 	},
+}
+
+// plotCall matches the calls that show a figure in a cell: show(fig) (the notebooks' helper) or a
+// Figure's Display method.
+var plotCall = regexp.MustCompile(`\bshow\(|fig\.Display\(|\.DisplaySVG\(`)
+
+// checkPlots checks that every cell that shows a plot carries it as an image (image/png), which every
+// notebook viewer shows, and that no output is an SVG or a plot sent as HTML: Jupyter sanitises the HTML
+// of a notebook it does not trust, as a fresh clone is, and GitHub does too, so such a plot collapses
+// into its axis text.
+func checkPlots(t *testing.T, nb *notebook) {
+	t.Helper()
+	for i, c := range nb.Cells {
+		if c.CellType != "code" {
+			continue
+		}
+		for _, o := range c.Outputs {
+			if html, ok := o.text("text/html"); ok && strings.Contains(html, "<svg") {
+				t.Errorf("cell %d shows an SVG as HTML, which an untrusted notebook (a fresh clone) reduces to its axis text", i)
+			}
+		}
+		if !plotCall.MatchString(string(c.Source)) {
+			continue
+		}
+		images := 0
+		for _, o := range c.Outputs {
+			if data, ok := o.Data["image/png"]; ok && len(data) > 100 {
+				images++
+			}
+		}
+		if images == 0 {
+			t.Errorf("cell %d shows a plot but has no image/png output (kinds %v)\n--- cell source ---\n%s", i, c.kinds(), head(string(c.Source), 12))
+		}
+	}
 }
 
 // checkContent checks nb against wants[name].

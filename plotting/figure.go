@@ -113,7 +113,8 @@ func (f *Figure) Bundle() (data map[string]any, metadata map[string]any, err err
 	}
 	w, h := f.Width.Dots(pngDPI), f.Height.Dots(pngDPI)
 	return map[string]any{"image/png": png, "text/plain": f.AltText()},
-		map[string]any{"image/png": map[string]any{"width": int(math.Round(w)), "height": int(math.Round(h))}}, nil
+		// map[string]int: GoNB's pipe is gob, which registers that type and not map[string]any
+		map[string]any{"image/png": map[string]int{"width": int(math.Round(w)), "height": int(math.Round(h))}}, nil
 }
 
 // AltText is the figure's text form, for viewers that show no images: its title.
