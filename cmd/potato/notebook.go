@@ -34,10 +34,12 @@ const (
 // notebookUsage is the help of `potato notebook`.
 const notebookUsage = `usage: potato notebook install [--jupyter-dir DIR] [--bin DIR] [--project DIR]
 
-Installs the GoNB Jupyter kernel (gonb ` + gonbVersion + `, built from this checkout's go.mod) and goimports
+Downloads every module this checkout's go.mod pins (notebook cells then build offline against exactly
+those versions), installs the GoNB Jupyter kernel (gonb ` + gonbVersion + `, built from this checkout's go.mod) and goimports
 (` + goimportsVersion + `, which GoNB runs on every cell), then registers the kernel with Jupyter so that every
 notebook starts with a go.work that uses this checkout: cells import github.com/potato-k3/potato-k3/...
-with no setup cell. Needs go and jupyter on PATH.
+with no setup cell, with GOPROXY=off (no cell fetches a module) and GoNB's log in gonb.log beside the kernel
+spec. Needs go and jupyter on PATH, and the network once.
 
 Then open notebooks/quickstart.ipynb in Jupyter, pick the kernel "Go (gonb)" and run all cells.
 
@@ -171,7 +173,7 @@ func (in *notebookInstall) run(ctx context.Context) error {
 		return err
 	}
 	fmt.Fprintf(in.out, "kernel     %s (\"Go (gonb)\"; go.work uses %s)\n", spec, in.project)
-	fmt.Fprintf(in.out, "\nnext: jupyter notebook %s\n      (pick the kernel \"Go (gonb)\" if asked, then run all cells)\n",
+	fmt.Fprintf(in.out, "\nnext: jupyter notebook --no-browser --allow-root %s\n      (open the URL it prints; pick the kernel \"Go (gonb)\" if asked, then run all cells;\n      --allow-root only matters as root, --no-browser on a machine without a desktop)\n",
 		filepath.Join(in.project, "notebooks", "quickstart.ipynb"))
 	return nil
 }

@@ -112,11 +112,25 @@ func TestNotebookInstallDefaults(t *testing.T) {
 	if want := bin + ":" + fakes + ":${PATH}"; env["PATH"] != want {
 		t.Errorf("kernel PATH %q, want %q", env["PATH"], want)
 	}
+	// Offline and pinned cells; GoNB's log in a file, not the terminal.
+	if env["GOPROXY"] != "off" || env["GOTOOLCHAIN"] != "local" {
+		t.Errorf("kernel env %v, want GOPROXY=off and GOTOOLCHAIN=local", env)
+	}
+	logFile := filepath.Join(os.Getenv("FAKE_JUPYTER_DATA"), "kernels", "gonb", "gonb.log")
+	for _, want := range []string{"-logtostderr=false", "-log_file=" + logFile, "-stderrthreshold=FATAL"} {
+		if !slices.Contains(argv, want) {
+			t.Errorf("kernel argv %q, want %s among them", argv, want)
+		}
+	}
+	if slices.Contains(argv, "-logtostderr=true") {
+		t.Errorf("kernel argv %q still logs to the terminal", argv)
+	}
 	log, err := os.ReadFile(filepath.Join(fakes, "log"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, want := range []string{
+		"go " + project + " GOBIN= mod download\n",
 		"go " + project + " GOBIN= build -o " + filepath.Join(bin, "gonb") + " github.com/janpfeifer/gonb\n",
 		"go " + project + " GOBIN=" + bin + " install golang.org/x/tools/cmd/goimports@" + goimportsVersion + "\n",
 		"gonb " + project + " JUPYTER_DATA_DIR=" + os.Getenv("FAKE_JUPYTER_DATA") + " --install --force_deps --go_work=" + project + "\n",
