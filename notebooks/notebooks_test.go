@@ -36,10 +36,10 @@ func TestMain(m *testing.M) {
 		defer cancel()
 		var err error
 		h, err = newHarness(ctx)
-		if h != nil {
-			defer os.RemoveAll(h.tmp)
-			defer func() { reap(h.marker) }() // whatever is left: kernels, cells, engines
-			defer kernel.Shutdown()           // the engine the last notebook started, if it is still up
+		if made := h; made != nil {
+			defer os.RemoveAll(made.tmp)
+			defer reap(made.marker) // whatever is left: kernels, cells, engines
+			defer kernel.Shutdown() // the engine the last notebook started, if it is still up
 		}
 		if err != nil {
 			h, setupErr = nil, err
