@@ -12,6 +12,9 @@ import (
 	"testing"
 )
 
+// EnvHTMLDir names a directory to keep the HTML exports in, for a look in a browser.
+const EnvHTMLDir = "POTATO_NOTEBOOK_HTML"
+
 // goLanguageInfo is the language metadata the notebooks carry: GoNB reports an empty pygments_lexer and
 // codemirror_mode, with which nbconvert's HTML export highlights Go as Python and Jupyter's editor does
 // not highlight at all.
@@ -73,18 +76,25 @@ func checkHTML(t *testing.T, ctx context.Context, path string, nb *notebook) {
 	}
 	plots := 0
 	for _, c := range nb.Cells {
-		if c.CellType == "code" && plotCall.MatchString(string(c.Source)) {
+		if isPlotCell(c) {
 			plots++
 		}
 	}
 	if got := len(embeddedPNG.FindAll(page, -1)); got < plots {
 		t.Errorf("HTML export: %d embedded PNG images, want one for each of the %d plot cells", got, plots)
 	}
-	if bytes.Contains(page, []byte("application/vnd.jupyter.stderr")) {
+	// Outputs carry their mime type in a double-quoted attribute; the page's style sheet names the same
+	// types in single-quoted selectors.
+	if bytes.Contains(page, []byte(`data-mime-type="application/vnd.jupyter.stderr"`)) {
 		t.Errorf("HTML export shows an error or standard-error output")
 	}
-	if bytes.Contains(page, []byte("jp-RenderedSVG")) {
+	if bytes.Contains(page, []byte(`data-mime-type="image/svg+xml"`)) {
 		t.Errorf("HTML export has an SVG output, whose elements nbconvert strips")
+	}
+	if dir := os.Getenv(EnvHTMLDir); dir != "" {
+		if err := os.WriteFile(filepath.Join(dir, filepath.Base(strings.TrimSuffix(path, ".ipynb")+".html")), page, 0o644); err != nil {
+			t.Error(err)
+		}
 	}
 	// Every notebook declares func check; Go's lexer marks func as a declaration keyword, Python's as a name.
 	if !bytes.Contains(page, []byte(`<span class="kd">func</span>`)) {
