@@ -152,7 +152,7 @@ func (in *notebookInstall) run(ctx context.Context) error {
 	fmt.Fprintf(in.out, "gonb       %s (%s)\n", gonb, gonbVersion)
 
 	goimports := filepath.Join(in.binDir, exeName("goimports"))
-	if _, err := in.command(ctx, in.project, []string{"GOBIN=" + in.binDir}, in.goCmd, "install", goimportsPackage+"@"+goimportsVersion); err != nil {
+	if _, err := in.installGoimports(ctx); err != nil {
 		if _, statErr := os.Stat(goimports); statErr != nil {
 			return fmt.Errorf("installing goimports (GoNB runs it on every cell): %w", err)
 		}
@@ -176,6 +176,28 @@ func (in *notebookInstall) run(ctx context.Context) error {
 	fmt.Fprintf(in.out, "\nnext: jupyter notebook --no-browser --allow-root %s\n      (open the URL it prints; pick the kernel \"Go (gonb)\" if asked, then run all cells;\n      --allow-root only matters as root, --no-browser on a machine without a desktop)\n",
 		filepath.Join(in.project, "notebooks", "quickstart.ipynb"))
 	return nil
+}
+
+// installGoimports installs goimports at goimportsVersion into binDir. Offline, go install pkg@version
+// fails even with the module in the cache (it looks up the module's deprecation on the proxy): it then
+// tries again with the module cache's own download tree as the proxy, which answers those lookups from
+// what an earlier install fetched (and verified).
+func (in *notebookInstall) installGoimports(ctx context.Context) ([]byte, error) {
+	gobin := "GOBIN=" + in.binDir
+	out, err := in.command(ctx, in.project, []string{gobin}, in.goCmd, "install", goimportsPackage+"@"+goimportsVersion)
+	if err == nil {
+		return out, nil
+	}
+	env, envErr := in.command(ctx, "", nil, in.goCmd, "env", "GOMODCACHE")
+	modcache := strings.TrimSpace(string(env))
+	if envErr != nil || modcache == "" {
+		return nil, err
+	}
+	proxy := "GOPROXY=file://" + filepath.ToSlash(filepath.Join(modcache, "cache", "download"))
+	if out, err2 := in.command(ctx, in.project, []string{gobin, proxy}, in.goCmd, "install", goimportsPackage+"@"+goimportsVersion); err2 == nil {
+		return out, nil
+	}
+	return nil, err
 }
 
 // defaultBinDir is where `go install` puts binaries: $(go env GOBIN), else $(go env GOPATH)/bin.
