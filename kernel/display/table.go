@@ -14,12 +14,15 @@ import (
 const DefaultMaxRows = 20
 
 // Inline styles: a notebook output has no stylesheet of ours, and the HTML export of a notebook must
-// look the same as the live cell, so every element carries its own style.
+// look the same as the live cell, so every element carries its own style. Jupyter drops style attributes
+// from the outputs of a notebook it does not trust (a fresh clone), so cells also carry the HTML
+// attributes its sanitiser keeps: align (strings left, numbers right, where Jupyter's own style sheet
+// right-aligns every cell) and nowrap (a wide table scrolls in the output area instead of wrapping).
 const (
 	tableStyle = `border-collapse:collapse;font-family:ui-monospace,Menlo,Consolas,monospace;font-size:12px`
 	thStyle    = `border-bottom:2px solid #888;padding:2px 8px;text-align:left;vertical-align:bottom`
 	typeStyle  = `color:#888;font-weight:normal`
-	tdStyle    = `border-bottom:1px solid #ddd;padding:2px 8px;white-space:pre;text-align:left`
+	tdStyle    = `border-bottom:1px solid #ddd;padding:2px 8px;white-space:pre`
 	// wrapStyle makes a table wider than the output scroll inside its cell (the columns read first stay in
 	// view) instead of widening the page.
 	wrapStyle = `overflow-x:auto;max-width:100%`
@@ -106,7 +109,7 @@ func render(schema *arrow.Schema, recs []arrow.RecordBatch, total int64, batches
 	b.WriteString("<thead><tr>")
 	for _, c := range order {
 		f := schema.Field(c)
-		fmt.Fprintf(&b, `<th style="%s">%s<br/><span style="%s">%s</span></th>`,
+		fmt.Fprintf(&b, `<th align="left" style="%s">%s<br/><span style="%s">%s</span></th>`,
 			thStyle, html.EscapeString(f.Name), typeStyle, html.EscapeString(typeName(f.Type)))
 	}
 	b.WriteString("</tr></thead>\n<tbody>\n")
@@ -116,11 +119,11 @@ func render(schema *arrow.Schema, recs []arrow.RecordBatch, total int64, batches
 			b.WriteString("<tr>")
 			for _, c := range order {
 				col := rec.Column(c)
-				align := ""
+				align, style := "left", ";text-align:left"
 				if isNumeric(col.DataType()) {
-					align = ";text-align:right"
+					align, style = "right", ";text-align:right"
 				}
-				fmt.Fprintf(&b, `<td style="%s%s">%s</td>`, tdStyle, align, cellHTML(col, i, pieceColumn(schema.Field(c).Name)))
+				fmt.Fprintf(&b, `<td align="%s" nowrap="nowrap" style="%s%s">%s</td>`, align, tdStyle, style, cellHTML(col, i, pieceColumn(schema.Field(c).Name)))
 			}
 			b.WriteString("</tr>\n")
 			shown++

@@ -284,6 +284,10 @@ func TestColumnOrderAndPieces(t *testing.T) {
 	if cells := got.Rows[0]; cells[1] != "&#34;␣␣if&#34;" || cells[2] != `[&#34;␣the&#34;, &#34;\n&#34;]` {
 		t.Errorf("pieces: token %q, topk_tokens %q", cells[1], cells[2])
 	}
+	// Untrusted, Jupyter drops the styles: the align and nowrap attributes stay.
+	if !strings.Contains(out, `<td align="left" nowrap="nowrap"`) || !strings.Contains(out, `<td align="right" nowrap="nowrap"`) {
+		t.Errorf("cells lack the align and nowrap attributes an untrusted notebook keeps: %.300s", out)
+	}
 	if !strings.HasPrefix(out, `<div style="overflow-x:auto`) || !strings.Contains(out, "text-align:left") {
 		t.Errorf("want the table in a scrolling div, cells left-aligned: %.200s", out)
 	}
