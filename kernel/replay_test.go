@@ -137,7 +137,7 @@ func TestJobsOutliveTheCell(t *testing.T) {
 	if res.Tokens().NumRows() == 0 || res.Status.ID != st.ID {
 		t.Errorf("fetched %d rows of %s", res.Tokens().NumRows(), res.Status.ID)
 	}
-	if !strings.Contains(progress.String(), "layer 8 of 8") || !strings.Contains(progress.String(), "done in") {
+	if !strings.Contains(progress.String(), "8 of 8 layers done") || !strings.Contains(progress.String(), "done in") {
 		t.Errorf("progress lines:\n%s", progress.String())
 	}
 
