@@ -15,9 +15,10 @@ const DefaultMaxRows = 20
 
 // Inline styles: a notebook output has no stylesheet of ours, and the HTML export of a notebook must
 // look the same as the live cell, so every element carries its own style. Jupyter drops style attributes
-// from the outputs of a notebook it does not trust (a fresh clone), so cells also carry the HTML
-// attributes its sanitiser keeps: align (strings left, numbers right, where Jupyter's own style sheet
-// right-aligns every cell) and nowrap (a wide table scrolls in the output area instead of wrapping).
+// from the outputs of a notebook it does not trust (a fresh clone), and its own style sheet right-aligns
+// every table cell: a string cell's text sits in a <div align="left">, which the sanitiser keeps and
+// which overrides the inherited alignment (seen in Jupyter 6.4; an align attribute on the cell itself
+// loses to that style sheet). Untrusted, a wide table wraps instead of scrolling.
 const (
 	tableStyle = `border-collapse:collapse;font-family:ui-monospace,Menlo,Consolas,monospace;font-size:12px`
 	thStyle    = `border-bottom:2px solid #888;padding:2px 8px;text-align:left;vertical-align:bottom`
@@ -109,7 +110,7 @@ func render(schema *arrow.Schema, recs []arrow.RecordBatch, total int64, batches
 	b.WriteString("<thead><tr>")
 	for _, c := range order {
 		f := schema.Field(c)
-		fmt.Fprintf(&b, `<th align="left" style="%s">%s<br/><span style="%s">%s</span></th>`,
+		fmt.Fprintf(&b, `<th style="%s">%s<br/><span style="%s">%s</span></th>`,
 			thStyle, html.EscapeString(f.Name), typeStyle, html.EscapeString(typeName(f.Type)))
 	}
 	b.WriteString("</tr></thead>\n<tbody>\n")
@@ -119,11 +120,12 @@ func render(schema *arrow.Schema, recs []arrow.RecordBatch, total int64, batches
 			b.WriteString("<tr>")
 			for _, c := range order {
 				col := rec.Column(c)
-				align, style := "left", ";text-align:left"
+				text := cellHTML(col, i, pieceColumn(schema.Field(c).Name))
 				if isNumeric(col.DataType()) {
-					align, style = "right", ";text-align:right"
+					fmt.Fprintf(&b, `<td style="%s;text-align:right">%s</td>`, tdStyle, text)
+				} else {
+					fmt.Fprintf(&b, `<td style="%s;text-align:left"><div align="left">%s</div></td>`, tdStyle, text)
 				}
-				fmt.Fprintf(&b, `<td align="%s" nowrap="nowrap" style="%s%s">%s</td>`, align, tdStyle, style, cellHTML(col, i, pieceColumn(schema.Field(c).Name)))
 			}
 			b.WriteString("</tr>\n")
 			shown++
