@@ -16,7 +16,7 @@ import (
 //
 //	go test ./datasets -run '^$' -fuzz FuzzReadJSONL -fuzztime 30s
 func FuzzReadJSONL(f *testing.F) {
-	for _, line := range bytes.Split(examplesJSONL, []byte("\n")) {
+	for _, line := range bytes.Split(ExamplesJSONL(), []byte("\n")) {
 		f.Add(line)
 	}
 	for _, seed := range []string{

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/potato-k3/potato-k3/datasets/examples"
+
 	"github.com/potato-k3/potato-k3/replay/tokenizer"
 )
 
@@ -220,12 +222,16 @@ func TestSetThinking(t *testing.T) {
 }
 
 func TestExamples(t *testing.T) {
-	convs, err := ReadJSONL(strings.NewReader(string(examplesJSONL)), "examples.jsonl")
+	convs, err := ReadJSONL(strings.NewReader(string(ExamplesJSONL())), "examples.jsonl")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got := Examples(); !reflect.DeepEqual(got, convs) || len(got) < 10 || len(got) > 20 {
 		t.Fatalf("Examples: %d conversations, want 10-20 equal to the parsed file", len(got))
+	}
+	// The light reader a notebook cell uses (no Parquet linked) agrees with the strict one.
+	if light := examples.All(); !reflect.DeepEqual(light, convs) {
+		t.Errorf("examples.All() differs from ReadJSONL of the same file:\n%+v\nwant\n%+v", light, convs)
 	}
 	// The set promises a tool call, reasoning, Chinese text, and an explicit thinking mode on every line.
 	var tool, reasoning, chinese bool

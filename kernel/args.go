@@ -5,11 +5,12 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/potato-k3/potato-k3/datasets/examples"
 	"github.com/potato-k3/potato-k3/kernel/api"
 	"github.com/potato-k3/potato-k3/replay/tokenizer"
 )
 
-// Arg is an input or an option of Replay and Submit: Text, Chat, Conversations and Tokens add
+// Arg is an input or an option of Replay and Submit: Text, Chat, Example, Conversations and Tokens add
 // sequences, in order (the order is their seq_id in the results); TopK, Hidden, Lens, LensAll, Router,
 // AttnRes, Precision, Float16, Thinking and Label set options.
 type Arg interface {
@@ -43,6 +44,25 @@ func Texts(ss ...string) Arg {
 func Tokens(ids ...int32) Arg {
 	return argFunc(func(r *api.Request) error {
 		r.Inputs = append(r.Inputs, api.Input{Tokens: slices.Clone(ids)})
+		return nil
+	})
+}
+
+// Example replays bundled example conversations by id, one sequence each, in order: the conversations
+// of package datasets/examples (examples.IDs lists them). An unknown id is an error that lists the ids.
+//
+//	res, err := c.Replay(ctx, kernel.Example("greeting"), kernel.TopK(5))
+func Example(ids ...string) Arg {
+	return argFunc(func(r *api.Request) error {
+		for _, id := range ids {
+			conv, err := examples.Get(id)
+			if err != nil {
+				return fmt.Errorf("kernel: %w", err)
+			}
+			if err := Chat(conv).apply(r); err != nil {
+				return err
+			}
+		}
 		return nil
 	})
 }

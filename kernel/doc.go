@@ -19,11 +19,20 @@
 //	defer res.Release()
 //	res.Display() // a summary line and the first rows of the tokens table
 //
-// Inputs are Text, Texts, Chat, Conversations and Tokens; their order is the seq_id of the results.
+// Inputs are Text, Texts, Chat, Example (a bundled conversation by id: kernel.Example("greeting")),
+// Conversations and Tokens; their order is the seq_id of the results.
 // Options are TopK, Hidden, Lens, LensAll, Router, AttnRes, Precision("fp32"), Float16, Thinking (for
 // conversations that do not set their own) and Label. res.Tokens(), Lens(), Hidden(), Router() and
 // AttnRes() are arrow.RecordBatch values, one per table (nil when not asked for); their columns are
 // documented in package replay/tables. HTML is the pure rendering behind Display.
+//
+// # Results across cells
+//
+// Every GoNB cell is a new program, so a result is gone when its cell ends. ReplayCached is Replay with a
+// results cache on disk (CacheDir()/kernel/results, one Arrow IPC stream per table): a request equal to
+// an earlier one, to an engine on the same model, reads the stored tables back (Result.FromCache)
+// instead of replaying, so the cells of a notebook that look at one replay from different sides replay
+// it once.
 //
 // # Which engine
 //
@@ -55,7 +64,7 @@
 // # Progress
 //
 // Inside GoNB (gonbui.IsNotebook, set from the environment GoNB gives the programs it runs) Wait shows a
-// bar that updates in place: "layer 17 of 93 · 12,345 tokens · 41.2 GB/s · ETA 3m12s". Elsewhere it is
+// bar that updates in place: "17 of 93 layers done · next layer 17 · 12,345 tokens · 41.2 GB/s · ETA 3m12s" (layers are counted done, and named from 0 as in the tables). Elsewhere it is
 // silent, unless WithProgress names a writer for one line per layer.
 //
 // # From Python

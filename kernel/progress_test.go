@@ -16,13 +16,13 @@ func TestDisplayProgress(t *testing.T) {
 		title, line string
 	}{
 		{api.Progress{ID: "j", State: api.StateQueued, QueuePosition: 2, Layers: 93, Tokens: 40},
-			"job j queued (position 2)", "layer 0 of 93 · 40 tokens · ETA …"},
+			"job j queued (position 2)", "0 of 93 layers done · next layer 0 · 40 tokens · ETA …"},
 		{api.Progress{ID: "j", State: api.StateRunning, Wave: 3, Layer: 31, Layers: 93, Tokens: 12345, BytesRead: 500e9, ElapsedSeconds: 10},
-			"job j in wave 3", "layer 31 of 93 · 12,345 tokens · 50 GB/s · ETA 20s"},
+			"job j in wave 3", "31 of 93 layers done · next layer 31 · 12,345 tokens · 50 GB/s · ETA 20s"},
 		{api.Progress{ID: "j", State: api.StateDone, Wave: 3, Layer: 93, Layers: 93, ElapsedSeconds: 30},
-			"job j done", "layer 93 of 93 · done in 30s"},
+			"job j done", "93 of 93 layers done · done in 30s"},
 		{api.Progress{ID: "j", State: api.StateFailed, Layer: 4, Layers: 93, Error: "out of memory", ElapsedSeconds: 1},
-			"job j failed", "layer 4 of 93 · failed: out of memory"},
+			"job j failed", "4 of 93 layers done · next layer 4 · failed: out of memory"},
 	} {
 		d := displayProgress(tt.p)
 		if d.Title != tt.title || d.Summary() != tt.line {

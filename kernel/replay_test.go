@@ -62,7 +62,7 @@ func TestReplayTables(t *testing.T) {
 	}
 	piece := res.Tokens().Column(3).(*array.String).Value(1) // "token", the text of the second piece
 	for _, s := range []string{"job " + st.ID, "3 sequences", "tables: tokens, lens, hidden, router, attnres",
-		">" + html.EscapeString(piece) + "<", "15 columns (first 20 shown)"} {
+		">" + html.EscapeString(`"`+strings.ReplaceAll(piece, " ", "␣")+`"`) + "<", "15 columns (first 20 shown)"} {
 		if !strings.Contains(out, s) {
 			t.Errorf("HTML lacks %q", s)
 		}
@@ -137,7 +137,7 @@ func TestJobsOutliveTheCell(t *testing.T) {
 	if res.Tokens().NumRows() == 0 || res.Status.ID != st.ID {
 		t.Errorf("fetched %d rows of %s", res.Tokens().NumRows(), res.Status.ID)
 	}
-	if !strings.Contains(progress.String(), "layer 8 of 8") || !strings.Contains(progress.String(), "done in") {
+	if !strings.Contains(progress.String(), "8 of 8 layers done") || !strings.Contains(progress.String(), "done in") {
 		t.Errorf("progress lines:\n%s", progress.String())
 	}
 

@@ -22,7 +22,9 @@ import (
 // says which model, engine version, precision and backend computed them. Release it when done.
 type Result struct {
 	Status api.JobStatus // the job as it finished: id, wave, options, config hash
-	tables map[string]arrow.RecordBatch
+	// FromCache is set when ReplayCached read the result from the results cache instead of replaying.
+	FromCache bool
+	tables    map[string]arrow.RecordBatch
 }
 
 // Tokens is the per-token table: seq_id, pos, token_id, token, message, channel, target_id, logprob,
@@ -68,7 +70,11 @@ func (r *Result) Summary() string {
 			names = append(names, name)
 		}
 	}
-	return s + " · tables: " + strings.Join(names, ", ")
+	s += " · tables: " + strings.Join(names, ", ")
+	if r.FromCache {
+		s += " · from the results cache"
+	}
+	return s
 }
 
 // HTML renders the summary and the first rows of the tokens table, the cell output of Display. It is a

@@ -22,7 +22,16 @@
 // the test skips, saying what is missing, unless POTATO_REQUIRE_NOTEBOOKS=1 (as in CI), where it fails.
 //
 // Every cell is compiled and run as its own program, so a notebook keeps no values between cells, only
-// declarations; the state lives in the resident engine that kernel.Connect starts on first use. The
-// test builds the potato command once and hands it to the kernel as $POTATO_BIN, and stops the
-// background engine after each notebook, so that every notebook also starts one.
+// declarations; the state lives in the resident engine that kernel.Connect starts on first use, and
+// kernel's ReplayCached reads a repeated request's result back from disk. Each notebook's first cell
+// turns GoNB's auto-get off (%noautoget), so cells build offline against the versions go.mod pins.
+//
+// The test runs the set-up README gives (potato notebook install, into a private Jupyter directory),
+// with GOPROXY=off and GOTOOLCHAIN=local: a cell that would fetch a module fails. It builds the potato
+// command once and hands it to the kernel as $POTATO_BIN, and stops the background engine after each
+// notebook, so that every notebook also starts one; every process a run started (kernels, cells, potato
+// serve) is stopped when the notebook ends, and the runs keep inside go test's -timeout less a minute.
+// Each executed notebook must carry an image/png output in every cell that shows a plot, and is also
+// rendered to HTML with nbconvert: every plot an embedded PNG, no error output, the code highlighted as
+// Go (the test sets the notebooks' language_info for nbconvert).
 package notebooks

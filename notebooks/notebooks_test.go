@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -30,12 +31,14 @@ func TestMain(m *testing.M) {
 			setupErr = fmt.Errorf("%w: -short (executing the notebooks takes minutes)", errMissing)
 			return m.Run()
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+		budgetEnd = budgetDeadline(time.Now())
+		ctx, cancel := context.WithDeadline(context.Background(), budgetEnd)
 		defer cancel()
 		var err error
 		h, err = newHarness(ctx)
-		if h != nil {
-			defer os.RemoveAll(h.tmp)
+		if made := h; made != nil {
+			defer os.RemoveAll(made.tmp)
+			defer reap(made.marker) // whatever is left: kernels, cells, engines
 			defer kernel.Shutdown() // the engine the last notebook started, if it is still up
 		}
 		if err != nil {
@@ -43,6 +46,26 @@ func TestMain(m *testing.M) {
 		}
 		return m.Run()
 	}())
+}
+
+// budgetEnd is when the notebook runs must be over, leaving go test's -timeout a margin for the cleanup:
+// go test kills a test binary that overruns, and a killed binary runs no deferred cleanup, so the GoNB
+// kernels and potato serve it started would outlive it.
+var budgetEnd time.Time
+
+// budgetDeadline is start plus go test's -timeout (10 minutes by default) less a minute; far ahead when
+// the timeout is off (-timeout 0).
+func budgetDeadline(start time.Time) time.Time {
+	timeout := 10 * time.Minute
+	if f := flag.Lookup("test.timeout"); f != nil {
+		if d, err := time.ParseDuration(f.Value.String()); err == nil {
+			timeout = d
+		}
+	}
+	if timeout <= 0 {
+		return start.Add(24 * time.Hour)
+	}
+	return start.Add(timeout - time.Minute)
 }
 
 // order runs quickstart first: it is the notebook a newcomer opens.
@@ -101,24 +124,34 @@ func testNotebook(t *testing.T, name string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := context.Background()
-	if d, ok := t.Deadline(); ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadline(ctx, d.Add(-30*time.Second))
-		defer cancel()
-	}
-	// Each notebook starts its own engine, as it would for a newcomer.
+	ctx, cancel := context.WithDeadline(context.Background(), budgetEnd)
+	defer cancel()
+	// Each notebook starts its own engine, as it would for a newcomer; nothing it started outlives it.
 	defer func() {
 		if err := kernel.Shutdown(); err != nil {
 			t.Errorf("stopping the engine after %s: %v", name, err)
+		}
+		if pids := reap(h.marker); len(pids) > 0 {
+			t.Logf("stopped %d processes %s left running: %v", len(pids), name, pids)
 		}
 	}()
 	start := time.Now()
 	outPath, log, err := h.execute(ctx, path)
 	if err != nil {
+		if ctx.Err() != nil {
+			t.Fatalf("%s did not finish within the test's time budget (go test -timeout less a minute for the cleanup, until %s): %v\n%s",
+				name, budgetEnd.Format(time.TimeOnly), err, tail(string(log), 40))
+		}
 		t.Fatalf("%v\n%s", err, tail(string(log), 40))
 	}
 	t.Logf("%s executed in %s", name, time.Since(start).Round(100*time.Millisecond))
+	// nbconvert's output holds the kernel's standard error: GoNB's log goes to a file (potato notebook
+	// install), so the messages it printed at every start must not show.
+	for _, noise := range []string{"gopls is not installed", "Error message"} {
+		if strings.Contains(string(log), noise) {
+			t.Errorf("the kernel printed %q at start (its log should go to gonb.log):\n%s", noise, tail(string(log), 10))
+		}
+	}
 	got, err := readNotebook(outPath)
 	if err != nil {
 		t.Fatal(err)
@@ -151,6 +184,13 @@ func testNotebook(t *testing.T, name string) {
 		}
 	}
 	checkContent(t, name, got)
+	checkPlots(t, got)
+	// nbclient writes the kernel's language_info, whose empty pygments_lexer makes nbconvert highlight
+	// Go as Python: name the Go lexer before the notebook is rendered or written back.
+	if err := setLanguageInfo(outPath); err != nil {
+		t.Fatal(err)
+	}
+	checkHTML(t, ctx, outPath, got)
 	data, err := os.ReadFile(outPath)
 	if err != nil {
 		t.Fatal(err)
@@ -174,30 +214,71 @@ type want struct {
 	min      int
 }
 
-// wants lists what each notebook exists to show. gonbui sends SVG plots as text/html on purpose, so
-// that the HTML export of a notebook shows them.
+// wants lists what each notebook exists to show. Plots are PNG images (plotCells checks each plot
+// cell); the text/plain beside each image is its title.
 var wants = map[string][]want{
 	"quickstart.ipynb": {
 		{"engine description", "stdout", []string{"layers", "hidden size", "vocabulary"}, 1},
-		{"tokens table", "text/html", []string{"rows ×", "seq_id", "token_id", "channel", "target_id", "logprob", "rank", "entropy", "topk_ids", "topk_tokens", "topk_logprobs"}, 1},
-		{"logprob strip", "text/html", []string{"data-surprise=", "surprise −log p"}, 1},
+		{"tokens table", "text/html", []string{"rows ×", "seq_id", "token_id", "channel", "target_id", "logprob", "rank", "entropy", "topk_ids", "topk_tokens", "topk_logprobs", "␣"}, 1},
+		{"logprob strip", "text/plain", []string{"Surprise per token"}, 1},
 		{"means by channel", "stdout", []string{"mean -logprob", "response"}, 1},
 	},
 	"entropy_per_layer.ipynb": {
 		{"lens table", "text/html", []string{"rows ×", "layer", "entropy", "target_rank", "topk_tokens"}, 1},
-		{"entropy plots", "text/html", []string{"<svg", "Logit-lens entropy"}, 2},
+		{"entropy plots", "text/plain", []string{"Logit-lens entropy"}, 2},
 		{"last layer equals the output", "stdout", []string{" 0 differ from the model's output"}, 1},
 	},
 	"hidden_states.ipynb": {
-		{"hidden table", "text/html", []string{"rows ×", "vector", "fixed_size_list&lt;float32&gt;"}, 1},
-		{"norm plot", "text/html", []string{"<svg", "L2 norm by layer"}, 1},
+		{"hidden table", "text/html", []string{"rows ×", "vector", "fixed_size_list&lt;float32&gt;", "‖x‖₂"}, 1},
+		{"norm plot", "text/plain", []string{"L2 norm by layer"}, 1},
 	},
 	"routing_and_attnres.ipynb": {
 		{"router table", "text/html", []string{"rows ×", "expert_ids", "expert_weights"}, 1},
 		{"attnres table", "text/html", []string{"rows ×", "site", "weights"}, 1},
-		{"plots (experts, AttnRes, top-k)", "text/html", []string{"<svg"}, 3},
+		{"plots (experts, AttnRes, top-k)", "image/png", nil, 3},
 		{"expert counts from Info", "stdout", []string{"16 routed experts per MoE layer, 4 chosen per token"}, 1},
 	},
+}
+
+// plotCall matches the calls that show a figure in a cell: show(fig) (the notebooks' helper) or a
+// Figure's Display method.
+var plotCall = regexp.MustCompile(`\bshow\(fig\)|check\(fig\.Display\(\)\)|\.DisplaySVG\(\)`)
+
+// isPlotCell reports whether c shows a plot: a cell with a body (after %%) that calls plotCall. The
+// declaration cell that defines show is not one.
+func isPlotCell(c cell) bool {
+	_, body, ok := strings.Cut(string(c.Source), "%%")
+	return c.CellType == "code" && ok && plotCall.MatchString(body)
+}
+
+// checkPlots checks that every cell that shows a plot carries it as an image (image/png), which every
+// notebook viewer shows, and that no output is an SVG or a plot sent as HTML: Jupyter sanitises the HTML
+// of a notebook it does not trust, as a fresh clone is, and GitHub does too, so such a plot collapses
+// into its axis text.
+func checkPlots(t *testing.T, nb *notebook) {
+	t.Helper()
+	for i, c := range nb.Cells {
+		if c.CellType != "code" {
+			continue
+		}
+		for _, o := range c.Outputs {
+			if html, ok := o.text("text/html"); ok && strings.Contains(html, "<svg") {
+				t.Errorf("cell %d shows an SVG as HTML, which an untrusted notebook (a fresh clone) reduces to its axis text", i)
+			}
+		}
+		if !isPlotCell(c) {
+			continue
+		}
+		images := 0
+		for _, o := range c.Outputs {
+			if data, ok := o.Data["image/png"]; ok && len(data) > 100 {
+				images++
+			}
+		}
+		if images == 0 {
+			t.Errorf("cell %d shows a plot but has no image/png output (kinds %v)\n--- cell source ---\n%s", i, c.kinds(), head(string(c.Source), 12))
+		}
+	}
 }
 
 // checkContent checks nb against wants[name].

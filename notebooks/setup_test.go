@@ -21,6 +21,7 @@ type harness struct {
 	tmp       string   // everything the runs write: binaries, cache, Jupyter directories, outputs
 	nbconvert []string // the command that runs jupyter nbconvert
 	env       []string // the environment of nbconvert, hence of the kernel and of each cell
+	marker    string   // markerEnv=... in env: every process the runs start inherits it (see reap)
 }
 
 // errMissing wraps the reasons the notebooks cannot run on this machine (a skip unless EnvRequire).
@@ -61,6 +62,12 @@ func newHarness(ctx context.Context) (*harness, error) {
 	if err := readSources(filepath.Join(root, "cmd", "potato")); err != nil {
 		return h, err
 	}
+	// Every module go.mod pins must already be in the module cache: the runs have no network
+	// (GOPROXY=off), as on a machine offline after set-up. go mod download checks it without fetching.
+	if out, err := h.run(ctx, root, goCmd, "mod", "download"); err != nil {
+		return h, fmt.Errorf("the module cache lacks modules go.mod pins, and the notebooks run offline "+
+			"(run `go mod download` or `go run ./cmd/potato notebook install` once with network): %w\n%s", err, tail(string(out), 10))
+	}
 	// One potato for every notebook, so that no cell falls back to `go run`; and the packages the cells
 	// import, so that the compile cost (and any module download) lands here rather than in a cell.
 	bin := filepath.Join(tmp, "bin", "potato")
@@ -72,9 +79,16 @@ func newHarness(ctx context.Context) (*harness, error) {
 	}
 	h.env = append(h.env, "POTATO_BIN="+bin)
 
-	// The kernel spec, with --go_work: every notebook starts with a go.work that uses the checkout.
-	if out, err := h.run(ctx, root, gonb, "--install", "--force_deps", "--go_work="+root); err != nil {
-		return h, fmt.Errorf("gonb --install: %w\n%s", err, out)
+	// The set-up README gives, into the private Jupyter directory: the kernel spec (a go.work that uses
+	// the checkout, GOPROXY=off, the log in a file), gonb and goimports rebuilt from the module cache.
+	binDir := filepath.Join(tmp, "bin")
+	// The goimports on PATH, for install to keep if it cannot build its own offline.
+	if data, err := os.ReadFile(goimports); err == nil {
+		os.WriteFile(filepath.Join(binDir, filepath.Base(goimports)), data, 0o755)
+	}
+	if out, err := h.run(ctx, root, bin, "notebook", "install", "--jupyter-dir", h.jupyterData(),
+		"--bin", binDir, "--project", root); err != nil {
+		return h, fmt.Errorf("potato notebook install: %w\n%s", err, out)
 	}
 	return h, nil
 }
@@ -115,15 +129,24 @@ func (h *harness) makeEnv(ctx context.Context, goCmd, gonb, goimports string) er
 			set(k, filepath.Join(h.tmp, strings.ToLower(k)))
 		}
 	}
-	path := []string{filepath.Dir(gonb), filepath.Dir(goimports), filepath.Dir(goCmd)}
+	// The gonb and goimports that potato notebook install builds into tmp/bin come first.
+	path := []string{filepath.Join(h.tmp, "bin"), filepath.Dir(gonb), filepath.Dir(goimports), filepath.Dir(goCmd)}
 	if p := env["PATH"]; p != "" {
 		path = append(path, p)
 	}
 	set("PATH", strings.Join(path, string(os.PathListSeparator)))
+	// Offline and pinned: no module may be fetched (a cell that would fetch fails), go.mod files are not
+	// rewritten, and go never downloads another toolchain. The notebooks turn GoNB's auto-get off in
+	// their first cell (%noautoget); GOPROXY=off makes any fetch left an error rather than a download.
+	set("GOPROXY", "off")
+	set("GOTOOLCHAIN", "local")
+	set("GOFLAGS", strings.TrimSpace(env["GOFLAGS"]+" -mod=readonly"))
+	h.marker = markerEnv + "=" + filepath.Base(h.tmp)
+	set(markerEnv, filepath.Base(h.tmp))
 	set("POTATO_CACHE", filepath.Join(h.tmp, "cache"))
 	delete(env, "POTATO_ADDR") // always the background engine on the embedded default
 	delete(env, "POTATO_BIN")  // set to the potato built here
-	set("JUPYTER_DATA_DIR", filepath.Join(h.tmp, "jupyter", "data"))
+	set("JUPYTER_DATA_DIR", h.jupyterData())
 	set("JUPYTER_CONFIG_DIR", filepath.Join(h.tmp, "jupyter", "config"))
 	set("JUPYTER_RUNTIME_DIR", filepath.Join(h.tmp, "jupyter", "runtime"))
 	delete(env, "JUPYTER_PATH") // only the kernel spec registered here
@@ -136,6 +159,9 @@ func (h *harness) makeEnv(ctx context.Context, goCmd, gonb, goimports string) er
 	// kernel.Shutdown in this process must find the engine the notebooks started.
 	return os.Setenv("POTATO_CACHE", env["POTATO_CACHE"])
 }
+
+// jupyterData is the private Jupyter data directory, where the kernel spec goes.
+func (h *harness) jupyterData() string { return filepath.Join(h.tmp, "jupyter", "data") }
 
 // readSources reads the Go files of dir. go test caches a passing result keyed by the test binary and
 // by the files the test opened: the command's own package cannot be imported (deps_test.go imports the
@@ -176,6 +202,7 @@ func (h *harness) run(ctx context.Context, dir, name string, args ...string) ([]
 	cmd := exec.CommandContext(ctx, name, args...)
 	cmd.Dir = dir
 	cmd.Env = h.env
+	ownGroup(cmd)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err := cmd.Run()

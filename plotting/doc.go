@@ -7,23 +7,32 @@
 // Each figure takes plain rows; the *Rows functions read them from the engine's record batches, by column
 // name, and say which column is missing or has the wrong type:
 //
-//	lens, err := plotting.LensRows(result.Lens...)             // seq_id, pos, layer, entropy
+//	res, err := c.Replay(ctx, kernel.Example("greeting"), kernel.LensAll()) // a kernel.Client c
+//	lens, err := plotting.LensRows(res.Lens())                 // seq_id, pos, layer, entropy
 //	fig, err := plotting.EntropyByLayer(lens, plotting.EntropyOptions{Seq: 0, Positions: []int32{3, 17, 42}})
-//	fig.Display()                                              // in a GoNB cell
+//	fig.Display()                                              // in a GoNB cell: a PNG image
 //	fig.WriteFile("entropy.png")                               // or .svg
 //
 // A Figure renders as SVG (Figure.SVG) or PNG (Figure.PNG), sized for an 800-pixel notebook column.
 // Figure.Plot is the gonum plot itself: change a title or an axis range before rendering.
 //
+// Display sends a PNG (image/png, at 1.5 times the density for sharp text), the one form every viewer of
+// a notebook shows: Jupyter sanitises the HTML outputs of a notebook it does not trust (a fresh clone),
+// as GitHub's notebook view does, so a plot sent as HTML collapses into its axis text there; image/svg+xml
+// outputs are not rendered for an untrusted notebook either and nbconvert's HTML export strips them.
+// DisplaySVG sends SVG as an image for those who want it.
+//
 // # The figures
 //
-//   - EntropyByLayer: one curve per chosen position (up to ten), entropy in nats against layer.
+//   - EntropyByLayer: one curve per chosen position (up to ten, of one sequence or, with Curves, of
+//     several), entropy in nats against layer, ln V for reference with Vocab.
 //     EntropyHeatmap: the same for every position at once, layer on y and position on x.
-//   - LogprobStrip: HTML, not a plot. The text of a sequence with each token shaded by its surprise
-//     (-logprob, read from the row before it, which predicted it); hover a token for its logprob, rank,
-//     entropy and top alternatives. Show it with DisplayHTML.
+//   - LogprobStripFigure: the text of a sequence with each token shaded by its surprise (-logprob, read
+//     from the row before it, which predicted it), as an image. LogprobStrip is the same as HTML, where
+//     hovering a token shows its logprob, rank, entropy and top alternatives (DisplayHTML); an untrusted
+//     notebook drops its shading.
 //   - TopK and TopKAt: horizontal bars of the probabilities of the top-k next tokens at one position,
-//     the token that actually came next in orange.
+//     the token that actually came next in orange and marked, with its rank when outside the top k.
 //   - AttnResHeatmap: each sublayer input (layer and site) against the block vectors it mixes, then the
 //     partial sum of the current block; weights averaged over the chosen positions.
 //   - CountExperts and ExpertUsageHeatmap: how many tokens chose each routed expert, per layer.

@@ -2,8 +2,12 @@ package plotting
 
 import (
 	"fmt"
+	"image/color"
 	"math"
 	"slices"
+	"strconv"
+
+	"gonum.org/v1/plot"
 
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
@@ -24,6 +28,18 @@ type EntropyOptions struct {
 	// default is "pos N". Labels without Positions label positions 0, 1, 2 ...
 	Labels []string
 	Title  string // default "Logit-lens entropy by layer (seq N)"
+	// Curves, for EntropyByLayer, are the (sequence, position) pairs drawn, in place of Seq and Positions:
+	// positions of several sequences in one figure. A Curve without a Label is called "seq S pos P".
+	Curves []Curve
+	// Vocab, when > 0, draws the entropy of the uniform distribution over the vocabulary, ln Vocab, as a
+	// dashed reference line: the most a next-token entropy can be (Info.Vocab gives it).
+	Vocab int
+}
+
+// Curve is one curve of EntropyByLayer: a position of a sequence.
+type Curve struct {
+	Seq, Pos int32
+	Label    string
 }
 
 // label is the name of position pos, the i-th chosen.
@@ -63,22 +79,43 @@ func lensBySeq(rows []LensRow, seq int32) (map[int32]map[int32]float64, error) {
 }
 
 // EntropyByLayer draws, for each chosen position, the entropy of the logit-lens readout (nats) against
-// the layer it is read from: one curve per position, layer on x. A curve that falls early means the
-// model settled on its prediction early in depth.
+// the layer it is read from: one curve per position, layer on x (every layer labelled while they fit), the
+// legend below the axes so that it covers no curve, and ln V for reference when opts.Vocab is set. A
+// curve that falls early means the model settled on its prediction early in depth. opts.Curves picks
+// positions of several sequences; otherwise opts.Positions of opts.Seq.
 func EntropyByLayer(rows []LensRow, opts EntropyOptions) (*Figure, error) {
-	if len(opts.Positions) == 0 || len(opts.Positions) > MaxCurves {
-		return nil, inputError("EntropyByLayer: %d positions chosen, want 1 to %d (EntropyHeatmap shows more)",
-			len(opts.Positions), MaxCurves)
+	curves := opts.Curves
+	if len(curves) == 0 {
+		for i, pos := range opts.Positions {
+			curves = append(curves, Curve{Seq: opts.Seq, Pos: pos, Label: opts.label(i, pos)})
+		}
+	} else if opts.Title == "" {
+		opts.Title = "Logit-lens entropy by layer"
 	}
-	byPos, err := lensBySeq(rows, opts.Seq)
-	if err != nil {
-		return nil, err
+	if len(curves) == 0 || len(curves) > MaxCurves {
+		return nil, inputError("EntropyByLayer: %d positions chosen, want 1 to %d (EntropyHeatmap shows more)",
+			len(curves), MaxCurves)
+	}
+	bySeq := map[int32]map[int32]map[int32]float64{}
+	for _, cv := range curves {
+		if bySeq[cv.Seq] != nil {
+			continue
+		}
+		byPos, err := lensBySeq(rows, cv.Seq)
+		if err != nil {
+			return nil, err
+		}
+		bySeq[cv.Seq] = byPos
 	}
 	p := newPlot(opts.title(), "layer", "entropy (nats)")
-	p.Legend.Top = true
 	p.Y.Min = 0
-	for i, pos := range opts.Positions {
-		layers := byPos[pos]
+	legend := plot.NewLegend()
+	legend.TextStyle.Font.Size = tickSize
+	legend.Top, legend.Left = true, true
+	legend.Padding = vg.Points(4)
+	minLayer, maxLayer := math.Inf(1), math.Inf(-1)
+	for i, cv := range curves {
+		layers := bySeq[cv.Seq][cv.Pos]
 		var xys plotter.XYs
 		for layer, e := range layers {
 			if !math.IsNaN(e) && !math.IsInf(e, 0) {
@@ -86,20 +123,84 @@ func EntropyByLayer(rows []LensRow, opts EntropyOptions) (*Figure, error) {
 			}
 		}
 		if len(xys) == 0 {
-			return nil, inputError("EntropyByLayer: seq %d pos %d has no lens rows with an entropy", opts.Seq, pos)
+			return nil, inputError("EntropyByLayer: seq %d pos %d has no lens rows with an entropy", cv.Seq, cv.Pos)
 		}
 		slices.SortFunc(xys, func(a, b plotter.XY) int { return int(a.X - b.X) })
+		minLayer, maxLayer = math.Min(minLayer, xys[0].X), math.Max(maxLayer, xys[len(xys)-1].X)
 		line, points, err := plotter.NewLinePoints(xys)
 		if err != nil {
-			return nil, fmt.Errorf("plotting: EntropyByLayer: pos %d: %w", pos, err)
+			return nil, fmt.Errorf("plotting: EntropyByLayer: pos %d: %w", cv.Pos, err)
 		}
 		c := curveColors[i]
 		line.Color, line.Width = c, vg.Points(1.5)
 		points.Color, points.Shape, points.Radius = c, draw.CircleGlyph{}, vg.Points(2)
 		p.Add(line, points)
-		p.Legend.Add(opts.label(i, pos), line, points)
+		label := cv.Label
+		if label == "" {
+			label = fmt.Sprintf("seq %d pos %d", cv.Seq, cv.Pos)
+		}
+		legend.Add(label, line, points)
 	}
-	return &Figure{Plot: p, Width: DefaultWidth, Height: DefaultHeight}, nil
+	if opts.Vocab > 1 {
+		lnV := math.Log(float64(opts.Vocab))
+		ref, err := plotter.NewLine(plotter.XYs{{X: minLayer, Y: lnV}, {X: maxLayer, Y: lnV}})
+		if err != nil {
+			return nil, fmt.Errorf("plotting: EntropyByLayer: %w", err)
+		}
+		ref.Color, ref.Width, ref.Dashes = color.Gray{0x77}, vg.Points(1), []vg.Length{vg.Points(4), vg.Points(3)}
+		p.Add(ref)
+		legend.Add(fmt.Sprintf("ln V = %.2f: uniform over the %s-token vocabulary, the largest entropy", lnV, thousands(opts.Vocab)), ref)
+		p.Y.Max = math.Max(p.Y.Max, lnV*1.04)
+	}
+	p.X.Tick.Marker = layerTicks{}
+	p.X.Min, p.X.Max = minLayer-0.3, maxLayer+0.3
+	rowH := tickSize*1.2 + legend.Padding
+	entries := len(curves)
+	if opts.Vocab > 1 {
+		entries++
+	}
+	legendH := vg.Length(entries)*rowH + 6
+	f := &Figure{Plot: p, Width: DefaultWidth, Height: DefaultHeight + legendH}
+	f.custom = func(c draw.Canvas) {
+		p.Draw(draw.Crop(c, 0, 0, legendH, 0))
+		legend.YOffs = 0
+		legend.Draw(draw.Crop(c, vg.Length(40), 0, 0, -(c.Max.Y - c.Min.Y - legendH)))
+	}
+	return f, nil
+}
+
+// layerTicks labels every layer while at most 24 fit, else every 2nd, 5th, 10th ... layer, with unlabelled
+// ticks at the others: the default ticker labelled only layers 0, 3 and 6 of eight.
+type layerTicks struct{}
+
+// Ticks implements plot.Ticker.
+func (layerTicks) Ticks(min, max float64) []plot.Tick {
+	lo, hi := int(math.Ceil(min)), int(math.Floor(max))
+	step := 1
+	for _, nice := range []int{1, 2, 5, 10, 20, 50, 100} {
+		step = nice
+		if (hi-lo)/nice < 24 {
+			break
+		}
+	}
+	var ticks []plot.Tick
+	for l := lo; l <= hi; l++ {
+		t := plot.Tick{Value: float64(l)}
+		if l%step == 0 {
+			t.Label = strconv.Itoa(l)
+		}
+		ticks = append(ticks, t)
+	}
+	return ticks
+}
+
+// thousands writes 3328 as 3,328.
+func thousands(n int) string {
+	s := strconv.Itoa(n)
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
 }
 
 // EntropyHeatmap draws the logit-lens entropy of one sequence as a heatmap: layer on y (first layer at the

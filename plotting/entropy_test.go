@@ -50,6 +50,31 @@ func TestEntropyByLayer(t *testing.T) {
 	}
 }
 
+// Curves of several sequences in one figure, ln V as a dashed reference, and every layer labelled.
+func TestEntropyByLayerCurvesAndVocab(t *testing.T) {
+	rows := append(lensGrid(0, 6, 8), lensGrid(1, 3, 8)...)
+	d := svgOf(t)(EntropyByLayer(rows, EntropyOptions{Vocab: 3328,
+		Curves: []Curve{{Seq: 0, Pos: 1, Label: "first"}, {Seq: 1, Pos: 2}}}))
+	checkTexts(t, d, "first", "seq 1 pos 2", "ln V = 8.11: uniform over the 3,328-token vocabulary, the largest entropy",
+		"0", "1", "2", "3", "4", "5", "6", "7")
+	if got := len(d.strokeColors()); got < 3 {
+		t.Errorf("want two curves and the reference line, got %d stroke colours", got)
+	}
+	if _, err := EntropyByLayer(rows, EntropyOptions{Curves: []Curve{{Seq: 5, Pos: 0}}}); !errors.Is(err, ErrInput) {
+		t.Errorf("a sequence with no rows: %v", err)
+	}
+	ticks := layerTicks{}.Ticks(-0.3, 92.3)
+	labelled := 0
+	for _, tk := range ticks {
+		if tk.Label != "" {
+			labelled++
+		}
+	}
+	if len(ticks) != 93 || labelled != 19 {
+		t.Errorf("93 layers: %d ticks, %d labelled; want 93 and every 5th (19)", len(ticks), labelled)
+	}
+}
+
 func TestEntropyErrors(t *testing.T) {
 	rows := lensGrid(0, 3, 4)
 	dup := append(lensGrid(0, 1, 2), LensRow{Pos: 0, Layer: 1})

@@ -67,7 +67,8 @@ func CountExperts(rows []RouterRow, numExperts int) (ExpertUsage, error) {
 
 // ExpertUsageHeatmap draws u as a heatmap: MoE layer on y (first at the bottom), expert id on x, the
 // number of tokens that chose the expert as colour. A column that stays dark across layers is an expert
-// this data never needs; a bright cell is one a wave would read for many tokens. title may be empty.
+// this data never needs; a bright cell is one a wave would read for many tokens. The colour scale starts
+// at 0 tokens. title may be empty.
 func ExpertUsageHeatmap(u ExpertUsage, title string) (*Figure, error) {
 	if len(u.Layers) == 0 || len(u.Counts) != len(u.Layers) {
 		return nil, inputError("ExpertUsageHeatmap: %d layers and %d rows of counts", len(u.Layers), len(u.Counts))
@@ -92,6 +93,6 @@ func ExpertUsageHeatmap(u ExpertUsage, title string) (*Figure, error) {
 	}
 	return newHeatmap(heatmapSpec{
 		title: title, xLabel: "expert", yLabel: "layer", scaleLabel: "tokens", z: z,
-		rowValues: int32sToFloats(u.Layers),
+		rowValues: int32sToFloats(u.Layers), fromZero: true,
 	})
 }

@@ -52,6 +52,9 @@ type Figure struct {
 	Plot          *plot.Plot
 	Width, Height vg.Length
 	scale         *plot.Plot // the colour bar of a heatmap; nil for other figures
+	// custom draws a figure that is not a gonum plot (LogprobStripFigure) in place of Plot, which then
+	// holds only its title.
+	custom func(c draw.Canvas)
 }
 
 // SVG renders the figure as an SVG document.
@@ -78,8 +81,11 @@ func fixRasters(svg []byte) []byte {
 }
 
 // PNG renders the figure as a PNG image at 96 dpi (800 px wide at the default width).
-func (f *Figure) PNG() ([]byte, error) {
-	c := vgimg.NewWith(vgimg.UseWH(f.Width, f.Height), vgimg.UseDPI(pngDPI))
+func (f *Figure) PNG() ([]byte, error) { return f.pngAt(pngDPI) }
+
+// pngAt renders the figure as a PNG image at dpi dots per inch.
+func (f *Figure) pngAt(dpi int) ([]byte, error) {
+	c := vgimg.NewWith(vgimg.UseWH(f.Width, f.Height), vgimg.UseDPI(dpi))
 	if err := f.draw(draw.New(c)); err != nil {
 		return nil, err
 	}
@@ -88,6 +94,35 @@ func (f *Figure) PNG() ([]byte, error) {
 		return nil, fmt.Errorf("plotting: writing PNG: %w", err)
 	}
 	return b.Bytes(), nil
+}
+
+// displayDPI is the resolution of the PNG a notebook shows: 1.5 times pngDPI, drawn at pngDPI's size
+// (the metadata's width), so that it stays sharp on a high-density screen.
+const displayDPI = 3 * pngDPI / 2
+
+// Bundle is what Display sends to the notebook, as Jupyter mime bundle data and metadata: the figure as
+// image/png ([]byte, base64 on the wire) at 1.5 times the density, shown at its 96-dpi width, and its
+// title as text/plain. A PNG is the one form of a plot that every viewer shows: Jupyter sanitises the
+// HTML outputs of a notebook it does not trust (a fresh clone), and so does GitHub's notebook view, so an
+// SVG sent as HTML (gonbui.DisplaySvg) collapses into its axis text; Jupyter does not render
+// image/svg+xml outputs of an untrusted notebook either, and nbconvert's HTML export strips them.
+func (f *Figure) Bundle() (data map[string]any, metadata map[string]any, err error) {
+	png, err := f.pngAt(displayDPI)
+	if err != nil {
+		return nil, nil, err
+	}
+	w, h := f.Width.Dots(pngDPI), f.Height.Dots(pngDPI)
+	return map[string]any{"image/png": png, "text/plain": f.AltText()},
+		// map[string]int: GoNB's pipe is gob, which registers that type and not map[string]any
+		map[string]any{"image/png": map[string]int{"width": int(math.Round(w)), "height": int(math.Round(h))}}, nil
+}
+
+// AltText is the figure's text form, for viewers that show no images: its title.
+func (f *Figure) AltText() string {
+	if f.Plot != nil && f.Plot.Title.Text != "" {
+		return "figure: " + f.Plot.Title.Text
+	}
+	return "figure"
 }
 
 // WriteTo writes the figure as SVG to w.
@@ -132,6 +167,10 @@ func (f *Figure) draw(c draw.Canvas) (err error) {
 	// A margin all round: gonum sizes the axes with its own font metrics, and a browser drawing the SVG
 	// with a wider fallback font would otherwise push the tick labels and the legend past the edges.
 	c = draw.Crop(c, figureMargin, -figureMargin, figureMargin/2, -figureMargin/2)
+	if f.custom != nil {
+		f.custom(c)
+		return nil
+	}
 	if f.scale == nil {
 		f.Plot.Draw(c)
 		return nil

@@ -37,6 +37,9 @@ type heatmapSpec struct {
 	z                                 [][]float64 // z[row][col]; NaN is a missing cell
 	rowNames, colNames                []string    // tick labels; nil for plain numbers
 	rowValues, colValues              []float64   // numeric tick values when names are nil; nil for 0..n-1
+	// fromZero starts the colour scale at 0 rather than at the smallest value: for counts, where a scale
+	// starting near the minimum makes a layer's least used expert look unused.
+	fromZero bool
 }
 
 // newHeatmap builds the figure. The colour scale spans the finite values; a constant grid is widened by
@@ -61,6 +64,9 @@ func newHeatmap(s heatmapSpec) (*Figure, error) {
 	}
 	if lo > hi {
 		return nil, inputError("%s: every cell is missing", s.title)
+	}
+	if s.fromZero && lo > 0 {
+		lo = 0
 	}
 	if lo == hi {
 		lo, hi = lo-0.5, hi+0.5

@@ -6,6 +6,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgimg"
 )
 
 func TestAttnResHeatmap(t *testing.T) {
@@ -152,6 +155,23 @@ func TestExpertUsageHeatmap(t *testing.T) {
 		if !errors.Is(err, ErrInput) || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("%s: want an ErrInput containing %q, got %v", tt.name, tt.want, err)
 		}
+	}
+}
+
+// The expert-usage colour scale starts at 0, not at the least count seen.
+func TestExpertUsageScaleFromZero(t *testing.T) {
+	u := ExpertUsage{Layers: []int32{1, 2}, Counts: [][]int{{5, 9}, {7, 6}}, Tokens: []int{7, 7}}
+	fig, err := ExpertUsageHeatmap(u, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bar := fig.scale
+	if bar == nil {
+		t.Fatal("no colour bar")
+	}
+	bar.Draw(draw.New(vgimg.New(100, 300))) // the bar's axis range is set when drawn
+	if bar.Y.Min != 0 || bar.Y.Max != 9 {
+		t.Errorf("colour scale %g..%g, want 0..9", bar.Y.Min, bar.Y.Max)
 	}
 }
 

@@ -13,9 +13,13 @@ import (
 // (TargetID, Logprob, Rank, Entropy, TopK*) are about the next token: row p says how well the model,
 // having read tokens 0..p, predicted token p+1.
 type TokenRow struct {
-	SeqID, Pos   int32
-	TokenID      int32
-	Token        string  // the text piece of TokenID
+	SeqID, Pos int32
+	TokenID    int32
+	Token      string // the text piece of TokenID
+	// Channel is the part of the conversation token TokenID belongs to (system, user, reasoning, response,
+	// tool_call, tool_result, structure for the chat markup; "" for raw text or a table without the
+	// column). Row p's prediction is about token p+1, whose channel is the next row's.
+	Channel      string
 	TargetID     int32   // the next token; -1 at the last position
 	Logprob      float64 // log-probability of TargetID; NaN at the last position
 	Rank         int32   // rank of TargetID among all tokens, 1 = top
@@ -48,7 +52,7 @@ type AttnResRow struct {
 }
 
 // TokenRows reads the tokens table. Required columns: seq_id, pos, token_id, token, target_id, logprob,
-// rank. Optional: entropy, topk_ids, topk_logprobs, topk_tokens (their fields stay NaN or empty when
+// rank. Optional: channel, entropy, topk_ids, topk_logprobs, topk_tokens (their fields stay "", NaN or empty when
 // absent; a topk_tokens list is either empty or as long as topk_ids).
 func TokenRows(recs ...arrow.RecordBatch) ([]TokenRow, error) {
 	var rows []TokenRow
@@ -65,6 +69,12 @@ func TokenRows(recs ...arrow.RecordBatch) ([]TokenRow, error) {
 			return nil, err
 		}
 		var entropy func(int) float64
+		var channel func(int) string
+		if hasColumn(rec, "channel") {
+			if channel, err1 = stringColumn(rec, t, "channel"); err1 != nil {
+				return nil, err1
+			}
+		}
 		var topIDs func(int) []int32
 		var topLPs func(int) []float64
 		var topPieces func(int) []string
@@ -90,6 +100,9 @@ func TokenRows(recs ...arrow.RecordBatch) ([]TokenRow, error) {
 				Logprob: lp(i), Rank: rank(i), Entropy: nan}
 			if entropy != nil {
 				r.Entropy = entropy(i)
+			}
+			if channel != nil {
+				r.Channel = channel(i)
 			}
 			if topIDs != nil {
 				r.TopKIDs, r.TopKLogprobs = topIDs(i), topLPs(i)

@@ -70,7 +70,7 @@ func TestTokenRows(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := TokenRow{SeqID: 0, Pos: 0, TokenID: 10, Token: "Hi", TargetID: 11, Logprob: -0.5, Rank: 2, Entropy: 1.25,
+	want := TokenRow{SeqID: 0, Pos: 0, TokenID: 10, Token: "Hi", Channel: "user", TargetID: 11, Logprob: -0.5, Rank: 2, Entropy: 1.25,
 		TopKIDs: []int32{11, 12}, TopKLogprobs: []float64{-0.5, -1}, TopKTokens: []string{"!", `\n`}}
 	if len(rows) != 4 || !reflect.DeepEqual(rows[0], want) {
 		t.Errorf("(-want +got):\n-%+v\n+%+v", want, rows)

@@ -39,41 +39,16 @@ const (
 // is drawn unshaded; a row whose target_id is not the next row's token_id is an error (rows from two
 // different sequences, or a broken table). Each span carries data-pos and, when shaded, data-surprise.
 func LogprobStrip(rows []TokenRow, opts StripOptions) (string, error) {
-	if opts.MaxSurprise <= 0 {
-		opts.MaxSurprise = defaultMaxSurprise
+	opts = opts.withDefaults()
+	seq, prevs, err := stripSeq("LogprobStrip", rows, opts)
+	if err != nil {
+		return "", err
 	}
-	if opts.TopK <= 0 {
-		opts.TopK = defaultStripTopK
-	}
-	seq := make([]TokenRow, 0, len(rows))
-	for _, r := range rows {
-		if r.SeqID == opts.Seq {
-			seq = append(seq, r)
-		}
-	}
-	if len(seq) == 0 {
-		return "", inputError("LogprobStrip: no rows for seq %d (of %d rows)", opts.Seq, len(rows))
-	}
-	slices.SortFunc(seq, func(a, b TokenRow) int { return int(a.Pos) - int(b.Pos) })
-	for i := 1; i < len(seq); i++ {
-		if seq[i].Pos == seq[i-1].Pos {
-			return "", inputError("LogprobStrip: seq %d pos %d appears twice", opts.Seq, seq[i].Pos)
-		}
-	}
-
 	var b strings.Builder
 	b.WriteString(`<div style="font-family:ui-monospace,Menlo,Consolas,monospace;font-size:13px;line-height:1.9;` +
 		`white-space:pre-wrap;word-break:break-word;max-width:780px">`)
 	for i, r := range seq {
-		var prev *TokenRow
-		if i > 0 && seq[i-1].Pos == r.Pos-1 {
-			prev = &seq[i-1]
-			if prev.TargetID != r.TokenID {
-				return "", inputError("LogprobStrip: seq %d pos %d: target_id %d but the next token_id is %d",
-					opts.Seq, prev.Pos, prev.TargetID, r.TokenID)
-			}
-		}
-		writeToken(&b, r, prev, opts)
+		writeToken(&b, r, prevs[i], opts)
 	}
 	b.WriteString("</div>\n")
 	fmt.Fprintf(&b, `<div style="font-family:sans-serif;font-size:11px;color:#555">surprise −log p: 0 `+
@@ -81,6 +56,46 @@ func LogprobStrip(rows []TokenRow, opts StripOptions) (string, error) {
 		`background:linear-gradient(to right,rgba(%s,0),rgba(%s,%g))"></span> %s nats and more</div>`,
 		shadeRGB, shadeRGB, maxAlpha, strconv.FormatFloat(opts.MaxSurprise, 'g', 4, 64))
 	return b.String(), nil
+}
+
+// withDefaults fills in the defaults of unset options.
+func (o StripOptions) withDefaults() StripOptions {
+	if o.MaxSurprise <= 0 {
+		o.MaxSurprise = defaultMaxSurprise
+	}
+	if o.TopK <= 0 {
+		o.TopK = defaultStripTopK
+	}
+	return o
+}
+
+// stripSeq returns the rows of opts.Seq by position and, for each, the row that predicted it (nil for the
+// first token and after a gap). what names the caller in errors.
+func stripSeq(what string, rows []TokenRow, opts StripOptions) ([]TokenRow, []*TokenRow, error) {
+	seq := make([]TokenRow, 0, len(rows))
+	for _, r := range rows {
+		if r.SeqID == opts.Seq {
+			seq = append(seq, r)
+		}
+	}
+	if len(seq) == 0 {
+		return nil, nil, inputError("%s: no rows for seq %d (of %d rows)", what, opts.Seq, len(rows))
+	}
+	slices.SortFunc(seq, func(a, b TokenRow) int { return int(a.Pos) - int(b.Pos) })
+	prevs := make([]*TokenRow, len(seq))
+	for i := 1; i < len(seq); i++ {
+		if seq[i].Pos == seq[i-1].Pos {
+			return nil, nil, inputError("%s: seq %d pos %d appears twice", what, opts.Seq, seq[i].Pos)
+		}
+		if seq[i-1].Pos == seq[i].Pos-1 {
+			prevs[i] = &seq[i-1]
+			if prevs[i].TargetID != seq[i].TokenID {
+				return nil, nil, inputError("%s: seq %d pos %d: target_id %d but the next token_id is %d",
+					what, opts.Seq, prevs[i].Pos, prevs[i].TargetID, seq[i].TokenID)
+			}
+		}
+	}
+	return seq, prevs, nil
 }
 
 // writeToken writes one token's span; prev is the row that predicted it, nil when there is none.

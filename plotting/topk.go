@@ -62,7 +62,17 @@ func TopK(alts []Alternative, title string) (*Figure, error) {
 		p.Add(bar)
 		names[n-1-i] = a.Label
 		labels.XYs = append(labels.XYs, plotter.XY{X: prob, Y: y})
-		labels.Labels = append(labels.Labels, fmt.Sprintf("%.1f%%", 100*prob))
+		labels.Labels = append(labels.Labels, percent(prob))
+		if a.Target {
+			// A marker where the bar ends, so that the token that came next shows even where its bar is
+			// too short to see (outside the top k, a probability of 0.03% is a bar of a fraction of a pixel).
+			mark, err := plotter.NewScatter(plotter.XYs{{X: prob, Y: y}})
+			if err != nil {
+				return nil, fmt.Errorf("plotting: TopK: %w", err)
+			}
+			mark.GlyphStyle = draw.GlyphStyle{Color: targetColor, Radius: vg.Points(4), Shape: draw.PyramidGlyph{}}
+			p.Add(mark)
+		}
 	}
 	text, err := plotter.NewLabels(labels)
 	if err != nil {
@@ -78,6 +88,19 @@ func TopK(alts []Alternative, title string) (*Figure, error) {
 	p.X.Min, p.X.Max = 0, math.Min(1, maxP*1.2+0.02) // room for the percentages
 	height := vg.Length(math.Max(200, 90+24*float64(n)))
 	return &Figure{Plot: p, Width: DefaultWidth, Height: height}, nil
+}
+
+// percent labels a probability with the digits it needs: 41.3%, 2.5%, 0.034%, 4.2e-06% (never 0.0% for a
+// probability that is not 0).
+func percent(p float64) string {
+	switch pc := 100 * p; {
+	case pc == 0:
+		return "0%"
+	case pc >= 1:
+		return fmt.Sprintf("%.1f%%", pc)
+	default:
+		return fmt.Sprintf("%.2g%%", pc)
+	}
 }
 
 // TopKAt draws the top-k predictions stored in the tokens row at (seq, pos): what the model expected after

@@ -25,7 +25,7 @@ func TestTopK(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			d := svgOf(t)(TopK(tt.alts, ""))
 			checkTexts(t, d, tt.wantTexts...)
-			targets := d.fills(targetColor) // no legend swatch: the axis label explains the colour
+			targets := d.fills(targetColor) / 2 // its bar and its marker; no legend swatch: the axis label explains the colour
 			if got := d.fills(barColor) + targets; got != tt.wantBars || targets != tt.wantTargets {
 				t.Errorf("bars: want %d (%d target), got %d (%d target)", tt.wantBars, tt.wantTargets, got, targets)
 			}
@@ -41,13 +41,13 @@ func TestTopKAt(t *testing.T) {
 
 	d := svgOf(t)(TopKAt(rows, 0, 0, decode))
 	checkTexts(t, d, `Next token after "a" (seq 0, pos 0)`, `"b"`, `" seven"`)
-	if got := d.fills(targetColor); got != 1 {
-		t.Errorf("pos 0: want the target bar orange, got %d", got)
+	if got := d.fills(targetColor); got != 2 {
+		t.Errorf("pos 0: want the target bar and its marker orange, got %d", got)
 	}
 
 	d = svgOf(t)(TopKAt(rows, 0, 1, decode))
 	checkTexts(t, d, `" seven"`, `"\n"`, `"c" (rank 9)`)
-	if bars, targets := d.fills(barColor), d.fills(targetColor); bars != 2 || targets != 1 {
+	if bars, targets := d.fills(barColor), d.fills(targetColor); bars != 2 || targets != 2 {
 		t.Errorf("pos 1: want 2 bars and the target added, got %d and %d", bars, targets)
 	}
 
@@ -59,6 +59,31 @@ func TestTopKAt(t *testing.T) {
 	rows[1].TopKTokens = []string{` seven`, `\n`}
 	d = svgOf(t)(TopKAt(rows, 0, 1, nil))
 	checkTexts(t, d, `" seven"`, `"\n"`, `"c" (rank 9)`)
+}
+
+// The token that came next, outside the top k with a tiny probability, is labelled with its digits (not
+// 0.0%) and marked where its bar ends, so that it shows although the bar is a fraction of a pixel.
+func TestTopKAtUnlikelyTarget(t *testing.T) {
+	rows := tokenSeq(0, []string{"a", "b"}, []float64{-8})
+	rows[0].TopKIDs, rows[0].TopKLogprobs, rows[0].Rank = []int32{7, 8}, []float64{-0.2, -2}, 1234
+	d := svgOf(t)(TopKAt(rows, 0, 0, nil))
+	checkTexts(t, d, "0.034%", `"b" (rank 1234)`)
+	for _, s := range d.texts {
+		if s == "0.0%" {
+			t.Error("a probability labelled 0.0%")
+		}
+	}
+	if got := d.fills(targetColor); got < 2 {
+		t.Errorf("want the target's bar and its marker orange, got %d orange fills", got)
+	}
+}
+
+func TestPercent(t *testing.T) {
+	for p, want := range map[float64]string{0.413: "41.3%", 0.025: "2.5%", 3.35e-4: "0.034%", 4.2e-8: "4.2e-06%", 0: "0%"} {
+		if got := percent(p); got != want {
+			t.Errorf("percent(%g) = %q, want %q", p, got, want)
+		}
+	}
 }
 
 func TestQuotePiece(t *testing.T) {

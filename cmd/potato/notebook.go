@@ -34,10 +34,12 @@ const (
 // notebookUsage is the help of `potato notebook`.
 const notebookUsage = `usage: potato notebook install [--jupyter-dir DIR] [--bin DIR] [--project DIR]
 
-Installs the GoNB Jupyter kernel (gonb ` + gonbVersion + `, built from this checkout's go.mod) and goimports
+Downloads every module this checkout's go.mod pins (notebook cells then build offline against exactly
+those versions), installs the GoNB Jupyter kernel (gonb ` + gonbVersion + `, built from this checkout's go.mod) and goimports
 (` + goimportsVersion + `, which GoNB runs on every cell), then registers the kernel with Jupyter so that every
 notebook starts with a go.work that uses this checkout: cells import github.com/potato-k3/potato-k3/...
-with no setup cell. Needs go and jupyter on PATH.
+with no setup cell, with GOPROXY=off (no cell fetches a module) and GoNB's log in gonb.log beside the kernel
+spec. Needs go and jupyter on PATH, and the network once.
 
 Then open notebooks/quickstart.ipynb in Jupyter, pick the kernel "Go (gonb)" and run all cells.
 
@@ -136,6 +138,13 @@ func (in *notebookInstall) run(ctx context.Context) error {
 	}
 	fmt.Fprintf(in.out, "project    %s\n", in.project)
 
+	// Every module go.mod pins, into the module cache: notebook cells build offline against exactly these
+	// versions (the kernel runs with GOPROXY=off), and so does go test ./... afterwards.
+	if _, err := in.command(ctx, in.project, nil, in.goCmd, "mod", "download"); err != nil {
+		return fmt.Errorf("downloading the modules go.mod pins (cells build offline against them): %w", err)
+	}
+	fmt.Fprintf(in.out, "modules    every module go.mod pins, in $(go env GOMODCACHE)\n")
+
 	gonb := filepath.Join(in.binDir, exeName("gonb"))
 	if _, err := in.command(ctx, in.project, nil, in.goCmd, "build", "-o", gonb, gonbPackage); err != nil {
 		return fmt.Errorf("building GoNB from %s/go.mod: %w", in.project, err)
@@ -143,7 +152,7 @@ func (in *notebookInstall) run(ctx context.Context) error {
 	fmt.Fprintf(in.out, "gonb       %s (%s)\n", gonb, gonbVersion)
 
 	goimports := filepath.Join(in.binDir, exeName("goimports"))
-	if _, err := in.command(ctx, in.project, []string{"GOBIN=" + in.binDir}, in.goCmd, "install", goimportsPackage+"@"+goimportsVersion); err != nil {
+	if _, err := in.installGoimports(ctx); err != nil {
 		if _, statErr := os.Stat(goimports); statErr != nil {
 			return fmt.Errorf("installing goimports (GoNB runs it on every cell): %w", err)
 		}
@@ -159,13 +168,36 @@ func (in *notebookInstall) run(ctx context.Context) error {
 		return fmt.Errorf("registering the kernel with Jupyter: %w", err)
 	}
 	spec := filepath.Join(in.jupyterDir, "kernels", "gonb", "kernel.json")
-	if err := setKernelPath(spec, in.kernelPath("${PATH}")); err != nil {
+	logPath := filepath.Join(filepath.Dir(spec), "gonb.log")
+	if err := setKernelSpec(spec, in.kernelPath("${PATH}"), logPath); err != nil {
 		return err
 	}
 	fmt.Fprintf(in.out, "kernel     %s (\"Go (gonb)\"; go.work uses %s)\n", spec, in.project)
-	fmt.Fprintf(in.out, "\nnext: jupyter notebook %s\n      (pick the kernel \"Go (gonb)\" if asked, then run all cells)\n",
+	fmt.Fprintf(in.out, "\nnext: jupyter notebook --no-browser --allow-root %s\n      (open the URL it prints; pick the kernel \"Go (gonb)\" if asked, then run all cells;\n      --allow-root only matters as root, --no-browser on a machine without a desktop)\n",
 		filepath.Join(in.project, "notebooks", "quickstart.ipynb"))
 	return nil
+}
+
+// installGoimports installs goimports at goimportsVersion into binDir. Offline, go install pkg@version
+// fails even with the module in the cache (it looks up the module's deprecation on the proxy): it then
+// tries again with the module cache's own download tree as the proxy, which answers those lookups from
+// what an earlier install fetched (and verified).
+func (in *notebookInstall) installGoimports(ctx context.Context) ([]byte, error) {
+	gobin := "GOBIN=" + in.binDir
+	out, err := in.command(ctx, in.project, []string{gobin}, in.goCmd, "install", goimportsPackage+"@"+goimportsVersion)
+	if err == nil {
+		return out, nil
+	}
+	env, envErr := in.command(ctx, "", nil, in.goCmd, "env", "GOMODCACHE")
+	modcache := strings.TrimSpace(string(env))
+	if envErr != nil || modcache == "" {
+		return nil, err
+	}
+	proxy := "GOPROXY=file://" + filepath.ToSlash(filepath.Join(modcache, "cache", "download"))
+	if out, err2 := in.command(ctx, in.project, []string{gobin, proxy}, in.goCmd, "install", goimportsPackage+"@"+goimportsVersion); err2 == nil {
+		return out, nil
+	}
+	return nil, err
 }
 
 // defaultBinDir is where `go install` puts binaries: $(go env GOBIN), else $(go env GOPATH)/bin.
@@ -217,9 +249,24 @@ func (in *notebookInstall) kernelPath(rest string) string {
 	return strings.Join(append(dirs, rest), string(os.PathListSeparator))
 }
 
-// setKernelPath sets PATH in the env of the kernel spec at path, keeping whatever else GoNB wrote.
-// Jupyter (jupyter_client 7 and later) replaces ${PATH} there with its own PATH when it starts the kernel.
-func setKernelPath(path, value string) error {
+// kernelEnv is the environment the kernel spec adds, besides PATH. Cells resolve modules only from the
+// go.work (this checkout, hence its go.mod's versions) and the module cache: GOPROXY=off makes a cell
+// that would fetch a module fail instead of downloading a newer version than go.mod pins (GoNB's
+// auto-get runs go get after every cell; the notebooks also turn it off with %noautoget), and
+// GOTOOLCHAIN=local keeps go from fetching another toolchain.
+var kernelEnv = map[string]string{"GOPROXY": "off", "GOTOOLCHAIN": "local"}
+
+// quietLog are the klog flags the kernel runs with: its log goes to a file beside the kernel spec
+// (capped at 10 MB) instead of the terminal that runs jupyter, where every kernel start printed
+// errors that are none ("gopls is not installed": completion only).
+func quietLog(logPath string) []string {
+	return []string{"-logtostderr=false", "-alsologtostderr=false", "-log_file=" + logPath, "-log_file_max_size=10", "-stderrthreshold=FATAL"}
+}
+
+// setKernelSpec sets PATH (to value) and kernelEnv in the env of the kernel spec at path, and replaces
+// the logging flags of its command line with quietLog's, keeping whatever else GoNB wrote. Jupyter
+// (jupyter_client 7 and later) replaces ${PATH} there with its own PATH when it starts the kernel.
+func setKernelSpec(path, value, logPath string) error {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return fmt.Errorf("gonb wrote no kernel spec: %w", err)
@@ -233,7 +280,26 @@ func setKernelPath(path, value string) error {
 		env = map[string]any{}
 	}
 	env["PATH"] = value
+	for k, v := range kernelEnv {
+		env[k] = v
+	}
 	spec["env"] = env
+	if argv, ok := spec["argv"].([]any); ok {
+		var kept []any
+		for _, a := range argv {
+			s, _ := a.(string)
+			name, _, _ := strings.Cut(strings.TrimLeft(s, "-"), "=")
+			switch name {
+			case "logtostderr", "alsologtostderr", "log_file", "log_dir", "log_file_max_size", "stderrthreshold":
+				continue
+			}
+			kept = append(kept, a)
+		}
+		for _, f := range quietLog(logPath) {
+			kept = append(kept, f)
+		}
+		spec["argv"] = kept
+	}
 	out, err := json.MarshalIndent(spec, "", "  ")
 	if err != nil {
 		return err

@@ -20,7 +20,9 @@ echo "go $PWD GOBIN=$GOBIN $*" >> "$FAKE_LOG"
 case "$1" in
 env) echo "$FAKE_GOBIN"; echo "$FAKE_GOPATH" ;;
 build) /bin/cp "$FAKE_DIR/gonb.sh" "$3" ;;
-install) printf '#!/bin/sh\n' > "$GOBIN/goimports"; /bin/chmod +x "$GOBIN/goimports" ;;
+install) case "$FAKE_OFFLINE$GOPROXY" in 1file://*|file://*) ;; 1*) echo "go: module lookup disabled by GOPROXY=off" >&2; exit 1 ;; esac
+	echo "installed with GOPROXY=$GOPROXY" >> "$FAKE_LOG"
+	printf '#!/bin/sh\n' > "$GOBIN/goimports"; /bin/chmod +x "$GOBIN/goimports" ;;
 esac
 `
 	fakeGonb = `#!/bin/sh
@@ -69,6 +71,7 @@ func fakeTools(t *testing.T, withGo, withJupyter bool) (dir, project string) {
 	t.Setenv("FAKE_GOPATH", filepath.Join(t.TempDir(), "gopath"))
 	t.Setenv("FAKE_JUPYTER_DATA", filepath.Join(t.TempDir(), "jupyter-data"))
 	t.Setenv("FAKE_GONB_FAIL", "")
+	t.Setenv("FAKE_OFFLINE", "")
 	t.Setenv("JUPYTER_DATA_DIR", "")
 	return dir, project
 }
@@ -112,11 +115,25 @@ func TestNotebookInstallDefaults(t *testing.T) {
 	if want := bin + ":" + fakes + ":${PATH}"; env["PATH"] != want {
 		t.Errorf("kernel PATH %q, want %q", env["PATH"], want)
 	}
+	// Offline and pinned cells; GoNB's log in a file, not the terminal.
+	if env["GOPROXY"] != "off" || env["GOTOOLCHAIN"] != "local" {
+		t.Errorf("kernel env %v, want GOPROXY=off and GOTOOLCHAIN=local", env)
+	}
+	logFile := filepath.Join(os.Getenv("FAKE_JUPYTER_DATA"), "kernels", "gonb", "gonb.log")
+	for _, want := range []string{"-logtostderr=false", "-log_file=" + logFile, "-stderrthreshold=FATAL"} {
+		if !slices.Contains(argv, want) {
+			t.Errorf("kernel argv %q, want %s among them", argv, want)
+		}
+	}
+	if slices.Contains(argv, "-logtostderr=true") {
+		t.Errorf("kernel argv %q still logs to the terminal", argv)
+	}
 	log, err := os.ReadFile(filepath.Join(fakes, "log"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, want := range []string{
+		"go " + project + " GOBIN= mod download\n",
 		"go " + project + " GOBIN= build -o " + filepath.Join(bin, "gonb") + " github.com/janpfeifer/gonb\n",
 		"go " + project + " GOBIN=" + bin + " install golang.org/x/tools/cmd/goimports@" + goimportsVersion + "\n",
 		"gonb " + project + " JUPYTER_DATA_DIR=" + os.Getenv("FAKE_JUPYTER_DATA") + " --install --force_deps --go_work=" + project + "\n",
@@ -224,5 +241,28 @@ func TestNotebookUsage(t *testing.T) {
 	}
 	if err := run(context.Background(), []string{"notebook", "uninstall"}, &out); err == nil || !strings.Contains(err.Error(), `unknown subcommand "uninstall"`) {
 		t.Errorf("potato notebook uninstall: %v", err)
+	}
+}
+
+// Offline, go install pkg@version fails on its deprecation lookup: goimports is then installed with the
+// module cache's download tree as the proxy.
+func TestNotebookInstallOffline(t *testing.T) {
+	fakes, project := fakeTools(t, true, true)
+	t.Setenv("FAKE_OFFLINE", "1")
+	t.Setenv("FAKE_GOBIN", "")
+	var out bytes.Buffer
+	bin := t.TempDir()
+	if err := run(context.Background(), []string{"notebook", "install", "--project", project, "--bin", bin, "--jupyter-dir", t.TempDir()}, &out); err != nil {
+		t.Fatal(err)
+	}
+	log, err := os.ReadFile(filepath.Join(fakes, "log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(log), "installed with GOPROXY=file://") {
+		t.Errorf("goimports not installed from the module cache:\n%s", log)
+	}
+	if _, err := os.Stat(filepath.Join(bin, "goimports")); err != nil {
+		t.Error(err)
 	}
 }

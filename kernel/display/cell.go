@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"html"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -138,6 +139,9 @@ func formatList(a array.ListLike, i int) string {
 	start, end := a.ValueOffsets(i)
 	values := a.ListValues()
 	n := int(end - start)
+	if n > maxListItems && arrow.IsFloating(values.DataType().ID()) {
+		return formatVector(values, int(start), n)
+	}
 	var b strings.Builder
 	b.WriteByte('[')
 	for k := 0; k < n && k < maxListItems; k++ {
@@ -151,6 +155,62 @@ func formatList(a array.ListLike, i int) string {
 	}
 	b.WriteByte(']')
 	return b.String()
+}
+
+// formatVector summarises a long float list (a hidden state, 7,168 values on K3) by what tells vectors
+// apart at a glance: its length, L2 norm and largest magnitudes with their indices, and how many values
+// are exactly zero. Its first elements would say little: the tiny synthetic model's first dimensions are
+// zero by construction (replay/synth), which read like a bug.
+//
+//	[128] ‖x‖₂ 11.39 · largest |x|: [37] 2.113, [90] -1.872, [5] 1.5 · 6 zero
+func formatVector(values arrow.Array, start, n int) string {
+	var ss float64
+	zeros := 0
+	type entry struct {
+		k int
+		v float64
+	}
+	var top []entry // the three largest |x|, largest first
+	for k := 0; k < n; k++ {
+		var v float64
+		switch a := values.(type) {
+		case *array.Float32:
+			v = float64(a.Value(start + k))
+		case *array.Float64:
+			v = a.Value(start + k)
+		case *array.Float16:
+			v = float64(a.Value(start + k).Float32())
+		}
+		if values.IsNull(start + k) {
+			continue
+		}
+		ss += v * v
+		if v == 0 {
+			zeros++
+		}
+		top = append(top, entry{k, v})
+		slices.SortStableFunc(top, func(a, b entry) int {
+			if math.Abs(a.v) > math.Abs(b.v) {
+				return -1
+			}
+			if math.Abs(a.v) < math.Abs(b.v) {
+				return 1
+			}
+			return 0
+		})
+		if len(top) > 3 {
+			top = top[:3]
+		}
+	}
+	parts := make([]string, len(top))
+	for i, e := range top {
+		parts[i] = fmt.Sprintf("[%d] %s", e.k, formatFloat(e.v, 64))
+	}
+	s := fmt.Sprintf("[%d] ‖x‖₂ %s · largest |x|: %s", n, formatFloat(math.Sqrt(ss), 64), strings.Join(parts, ", "))
+	if zeros > 0 {
+		s += fmt.Sprintf(" · %d zero", zeros)
+	}
+	return s
 }
 
 // formatStruct prints {name: value, ...}.
@@ -170,12 +230,58 @@ func formatStruct(a *array.Struct, i int) string {
 	return b.String()
 }
 
-// cellHTML is the escaped cell with a grey style for nulls.
-func cellHTML(arr arrow.Array, i int) string {
+// cellHTML is the escaped cell with a grey style for nulls; pieces (a token column) are shown as
+// quotePiece shows them, list elements too.
+func cellHTML(arr arrow.Array, i int, pieces bool) string {
 	if arr.IsNull(i) {
 		return `<span style="color:#999">null</span>`
 	}
+	if pieces {
+		return html.EscapeString(pieceText(arr, i))
+	}
 	return html.EscapeString(cellText(arr, i))
+}
+
+// pieceText is cellText for a column of token pieces: each string quoted by quotePiece, a list as
+// ["␣the", "\n", …].
+func pieceText(arr arrow.Array, i int) string {
+	switch a := arr.(type) {
+	case *array.String:
+		return quotePiece(a.Value(i))
+	case *array.LargeString:
+		return quotePiece(a.Value(i))
+	case array.ListLike:
+		start, end := a.ValueOffsets(i)
+		values := a.ListValues()
+		n := int(end - start)
+		var b strings.Builder
+		b.WriteByte('[')
+		for k := 0; k < n && k < maxListItems; k++ {
+			if k > 0 {
+				b.WriteString(", ")
+			}
+			if values.IsNull(int(start) + k) {
+				b.WriteString("null")
+				continue
+			}
+			b.WriteString(pieceText(values, int(start)+k))
+		}
+		if n > maxListItems {
+			fmt.Fprintf(&b, ", … (%d)", n)
+		}
+		b.WriteByte(']')
+		return b.String()
+	}
+	return cellText(arr, i)
+}
+
+// quotePiece shows a token piece in double quotes with every space as ␣ (a leading space, or two, stay
+// visible even where HTML collapses white space, as a sanitised notebook does), control characters as Go
+// escapes, a double quote as \", and long pieces cut: "␣the", "\n", "␣␣if".
+func quotePiece(s string) string {
+	q := quoteIfNeeded(s)
+	q = strings.ReplaceAll(q, `"`, `\"`)
+	return `"` + strings.ReplaceAll(q, " ", "␣") + `"`
 }
 
 // isNumeric says whether a column is right-aligned.

@@ -27,6 +27,6 @@
 //	}
 //	bar.Finish(last)
 //
-// which renders as a bar and "layer 17 of 93 · 12,345 tokens · 41.2 GB/s · ETA 3m12s". ProgressHTML is
+// which renders as a bar and "17 of 93 layers done · next layer 17 · 12,345 tokens · 41.2 GB/s · ETA 3m12s" (layers are counted done, and named from 0 as in the tables). ProgressHTML is
 // the pure rendering, with Progress.Fraction, Rate and ETA behind it.
 package display

@@ -38,5 +38,5 @@ func ExampleProgress_Summary() {
 	p := display.Progress{Layer: 31, Layers: 93, Tokens: 12345, Bytes: 500e9, Elapsed: 10 * time.Second}
 	fmt.Println(p.Summary())
 	// Output:
-	// layer 31 of 93 · 12,345 tokens · 50 GB/s · ETA 20s
+	// 31 of 93 layers done · next layer 31 · 12,345 tokens · 50 GB/s · ETA 20s
 }

@@ -58,9 +58,20 @@ func (p Progress) ETA() (eta time.Duration, ok bool) {
 	return time.Duration(float64(p.Elapsed) * (1 - f) / f), true
 }
 
-// Summary is the one-line text of the report: "layer 17 of 93 · 12,345 tokens · 41.2 GB/s · ETA 3m12s".
+// layersDone is "17 of 93 layers done · next layer 17": a count, then the 0-based index of the next.
+func layersDone(done, layers int) string {
+	s := fmt.Sprintf("%d of %d layers done", done, layers)
+	if done < layers {
+		s += fmt.Sprintf(" · next layer %d", done)
+	}
+	return s
+}
+
+// Summary is the one-line text of the report: "17 of 93 layers done · next layer 17 · 12,345 tokens ·
+// 41.2 GB/s · ETA 3m12s". It counts layers done, and names the next one by its index, from 0 as the
+// tables do (layers 0 to 92 on K3).
 func (p Progress) Summary() string {
-	parts := []string{fmt.Sprintf("layer %d of %d", p.Layer, p.Layers)}
+	parts := []string{layersDone(p.Layer, p.Layers)}
 	if p.Tokens > 0 {
 		parts = append(parts, plural(p.Tokens, "token"))
 	}

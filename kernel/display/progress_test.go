@@ -13,16 +13,16 @@ func TestProgressSummary(t *testing.T) {
 		p    Progress
 		want string
 	}{
-		{"start", Progress{Layers: 93, Tokens: 100}, "layer 0 of 93 · 100 tokens · ETA …"},
+		{"start", Progress{Layers: 93, Tokens: 100}, "0 of 93 layers done · next layer 0 · 100 tokens · ETA …"},
 		{"by layers", Progress{Layer: 31, Layers: 93, Tokens: 12345, Bytes: 500e9, Elapsed: 10 * time.Second},
-			"layer 31 of 93 · 12,345 tokens · 50 GB/s · ETA 20s"},
+			"31 of 93 layers done · next layer 31 · 12,345 tokens · 50 GB/s · ETA 20s"},
 		{"by bytes", Progress{Layer: 10, Layers: 93, Tokens: 1, Bytes: 250e9, TotalBytes: 1000e9, Elapsed: time.Minute},
-			"layer 10 of 93 · 1 token · 4.17 GB/s · ETA 3m00s"},
+			"10 of 93 layers done · next layer 10 · 1 token · 4.17 GB/s · ETA 3m00s"},
 		{"done", Progress{Layer: 93, Layers: 93, Bytes: 1.5e12, Elapsed: 30 * time.Second, Done: true},
-			"layer 93 of 93 · 50 GB/s · done in 30s"},
+			"93 of 93 layers done · 50 GB/s · done in 30s"},
 		{"failed", Progress{Layer: 4, Layers: 93, Elapsed: time.Second, Err: "out of memory"},
-			"layer 4 of 93 · failed: out of memory"},
-		{"long", Progress{Layer: 1, Layers: 93, Elapsed: time.Hour}, "layer 1 of 93 · ETA 92h00m"},
+			"4 of 93 layers done · next layer 4 · failed: out of memory"},
+		{"long", Progress{Layer: 1, Layers: 93, Elapsed: time.Hour}, "1 of 93 layers done · next layer 1 · ETA 92h00m"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -57,7 +57,7 @@ func TestProgressHTML(t *testing.T) {
 	if err := xml.Unmarshal([]byte(s), new(struct{})); err != nil {
 		t.Fatalf("not well-formed: %v\n%s", err, s)
 	}
-	for _, want := range []string{"replay &lt;3&gt; &amp; more", "width:25.0%", "layer 1 of 4", "ETA 3s"} {
+	for _, want := range []string{"replay &lt;3&gt; &amp; more", "width:25.0%", "1 of 4 layers done · next layer 1", "ETA 3s"} {
 		if !strings.Contains(s, want) {
 			t.Errorf("missing %q in %s", want, s)
 		}

@@ -3,6 +3,7 @@ package display
 import (
 	"fmt"
 	"html"
+	"slices"
 	"strings"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -13,14 +14,21 @@ import (
 const DefaultMaxRows = 20
 
 // Inline styles: a notebook output has no stylesheet of ours, and the HTML export of a notebook must
-// look the same as the live cell, so every element carries its own style.
+// look the same as the live cell, so every element carries its own style. Jupyter drops style attributes
+// from the outputs of a notebook it does not trust (a fresh clone), and its own style sheet right-aligns
+// every table cell: a string cell's text sits in a <div align="left">, which the sanitiser keeps and
+// which overrides the inherited alignment (seen in Jupyter 6.4; an align attribute on the cell itself
+// loses to that style sheet). Untrusted, a wide table wraps instead of scrolling.
 const (
 	tableStyle = `border-collapse:collapse;font-family:ui-monospace,Menlo,Consolas,monospace;font-size:12px`
 	thStyle    = `border-bottom:2px solid #888;padding:2px 8px;text-align:left;vertical-align:bottom`
 	typeStyle  = `color:#888;font-weight:normal`
 	tdStyle    = `border-bottom:1px solid #ddd;padding:2px 8px;white-space:pre`
-	footStyle  = `color:#666;font-size:11px;font-family:sans-serif;margin:2px 0 8px 0`
-	errStyle   = `color:#b00;font-family:sans-serif`
+	// wrapStyle makes a table wider than the output scroll inside its cell (the columns read first stay in
+	// view) instead of widening the page.
+	wrapStyle = `overflow-x:auto;max-width:100%`
+	footStyle = `color:#666;font-size:11px;font-family:sans-serif;margin:2px 0 8px 0`
+	errStyle  = `color:#b00;font-family:sans-serif`
 )
 
 // HTMLTable renders the first maxRows rows of rec as an HTML table: a header with each column's name and
@@ -97,9 +105,11 @@ func renderBatches(schema *arrow.Schema, recs []arrow.RecordBatch, maxRows int) 
 // footer with total rows (and the batch count when batches > 0).
 func render(schema *arrow.Schema, recs []arrow.RecordBatch, total int64, batches, maxRows int) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, `<table style="%s">`, tableStyle)
+	order := columnOrder(schema)
+	fmt.Fprintf(&b, `<div style="%s"><table style="%s">`, wrapStyle, tableStyle)
 	b.WriteString("<thead><tr>")
-	for _, f := range schema.Fields() {
+	for _, c := range order {
+		f := schema.Field(c)
 		fmt.Fprintf(&b, `<th style="%s">%s<br/><span style="%s">%s</span></th>`,
 			thStyle, html.EscapeString(f.Name), typeStyle, html.EscapeString(typeName(f.Type)))
 	}
@@ -108,21 +118,50 @@ func render(schema *arrow.Schema, recs []arrow.RecordBatch, total int64, batches
 	for _, rec := range recs {
 		for i := 0; i < int(rec.NumRows()) && shown < maxRows; i++ {
 			b.WriteString("<tr>")
-			for c := 0; c < int(rec.NumCols()); c++ {
+			for _, c := range order {
 				col := rec.Column(c)
-				align := ""
+				text := cellHTML(col, i, pieceColumn(schema.Field(c).Name))
 				if isNumeric(col.DataType()) {
-					align = ";text-align:right"
+					fmt.Fprintf(&b, `<td style="%s;text-align:right">%s</td>`, tdStyle, text)
+				} else {
+					fmt.Fprintf(&b, `<td style="%s;text-align:left"><div align="left">%s</div></td>`, tdStyle, text)
 				}
-				fmt.Fprintf(&b, `<td style="%s%s">%s</td>`, tdStyle, align, cellHTML(col, i))
 			}
 			b.WriteString("</tr>\n")
 			shown++
 		}
 	}
-	b.WriteString("</tbody></table>\n")
+	b.WriteString("</tbody></table></div>\n")
 	fmt.Fprintf(&b, `<p style="%s">%s</p>`, footStyle, footer(total, len(schema.Fields()), shown, batches))
 	return b.String()
+}
+
+// firstColumns are the columns a researcher reads first, in the order shown: where a row is, the token,
+// how the model scored the next one, and the alternatives beside it; the ids and the rest follow. Columns
+// not named here keep the schema's order after these.
+var firstColumns = []string{"seq_id", "pos", "layer", "site", "token", "logprob", "target_logprob", "rank", "target_rank",
+	"topk_tokens", "topk_logprobs", "entropy", "channel", "message"}
+
+// columnOrder is the order render shows schema's columns in: firstColumns, then the others as they are.
+func columnOrder(schema *arrow.Schema) []int {
+	var order []int
+	for _, name := range firstColumns {
+		if idx := schema.FieldIndices(name); len(idx) > 0 {
+			order = append(order, idx[0])
+		}
+	}
+	for i := range schema.Fields() {
+		if !slices.Contains(order, i) {
+			order = append(order, i)
+		}
+	}
+	return order
+}
+
+// pieceColumn says whether a column holds token pieces (token, topk_tokens): they are shown quoted with
+// their spaces visible, since a leading space is half of what a piece says.
+func pieceColumn(name string) bool {
+	return name == "token" || name == "topk_tokens" || name == "piece"
 }
 
 // footer is "N rows × M columns", with "(first K shown)" when rows were left out and "in B batches".

@@ -75,7 +75,7 @@ func parse(t *testing.T, s string) parsed {
 					Inner string `xml:",innerxml"`
 				} `xml:"td"`
 			} `xml:"tbody>tr"`
-		} `xml:"table"`
+		} `xml:"div>table"`
 		Foot string `xml:"p"`
 	}
 	if err := xml.Unmarshal([]byte("<div>"+s+"</div>"), &doc); err != nil {
@@ -87,8 +87,12 @@ func parse(t *testing.T, s string) parsed {
 	}
 	for _, r := range doc.Table.Rows {
 		var row []string
-		for _, c := range r.Cells {
-			row = append(row, c.Inner)
+		for _, c := range r.Cells { // a string cell's text is in <div align="left"> (see tdStyle)
+			inner := c.Inner
+			if rest, ok := strings.CutPrefix(inner, `<div align="left">`); ok {
+				inner = strings.TrimSuffix(rest, "</div>")
+			}
+			row = append(row, inner)
 		}
 		p.Rows = append(p.Rows, row)
 	}
@@ -148,11 +152,11 @@ func TestHTMLTableCells(t *testing.T) {
 		want     string // inner XML of the cell, so escaped
 	}{
 		{0, 0, "0"},
-		{0, 1, "&lt;b&gt;"},
-		{1, 1, " the"},
-		{2, 1, `\n\t`},
-		{3, 1, "a&amp;b"},
-		{4, 1, "héllo 世界"},
+		{0, 1, "&#34;&lt;b&gt;&#34;"}, // pieces quoted, spaces as ␣
+		{1, 1, "&#34;␣the&#34;"},
+		{2, 1, `&#34;\n\t&#34;`},
+		{3, 1, "&#34;a&amp;b&#34;"},
+		{4, 1, "&#34;héllo␣世界&#34;"},
 		{0, 2, "-2.303"},
 		{1, 2, "-4.605"},
 		{11, 2, `<span style="color:#999">null</span>`},
@@ -180,7 +184,7 @@ func TestHTMLRecordsAndTable(t *testing.T) {
 	if want := "7 rows × 5 columns in 2 batches (first 5 shown)"; got.Foot != want {
 		t.Errorf("records footer: want %q, got %q", want, got.Foot)
 	}
-	if len(got.Rows) != 5 || got.Rows[3][1] != "b" || got.Rows[2][1] != "a" {
+	if len(got.Rows) != 5 || got.Rows[3][1] != "&#34;b&#34;" || got.Rows[2][1] != "&#34;a&#34;" {
 		t.Errorf("records rows: want a,a,a,b,b; got %v", got.Rows)
 	}
 
@@ -190,7 +194,7 @@ func TestHTMLRecordsAndTable(t *testing.T) {
 	if want := "10 rows × 5 columns (first 6 shown)"; got.Foot != want {
 		t.Errorf("table footer: want %q, got %q", want, got.Foot)
 	}
-	if len(got.Rows) != 6 || got.Rows[5][1] != "b" {
+	if len(got.Rows) != 6 || got.Rows[5][1] != "&#34;b&#34;" {
 		t.Errorf("table rows across chunks: got %v", got.Rows)
 	}
 }
@@ -245,5 +249,68 @@ func TestGroupThousands(t *testing.T) {
 		if got := groupThousands(tt.in); got != tt.want {
 			t.Errorf("groupThousands(%d): want %q, got %q", tt.in, tt.want, got)
 		}
+	}
+}
+
+// The columns a researcher reads first come first, top-k beside the token; pieces are quoted with their
+// spaces visible, in lists too; strings are left-aligned and a wide table scrolls inside its div.
+func TestColumnOrderAndPieces(t *testing.T) {
+	mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
+	defer mem.AssertSize(t, 0)
+	schema := arrow.NewSchema([]arrow.Field{
+		{Name: "token_id", Type: arrow.PrimitiveTypes.Int32},
+		{Name: "topk_ids", Type: arrow.ListOf(arrow.PrimitiveTypes.Int32)},
+		{Name: "topk_tokens", Type: arrow.ListOf(arrow.BinaryTypes.String)},
+		{Name: "pos", Type: arrow.PrimitiveTypes.Int32},
+		{Name: "token", Type: arrow.BinaryTypes.String},
+		{Name: "message", Type: arrow.PrimitiveTypes.Int32},
+	}, nil)
+	b := array.NewRecordBuilder(mem, schema)
+	defer b.Release()
+	b.Field(0).(*array.Int32Builder).Append(7)
+	ids := b.Field(1).(*array.ListBuilder)
+	ids.Append(true)
+	ids.ValueBuilder().(*array.Int32Builder).AppendValues([]int32{1, 2}, nil)
+	toks := b.Field(2).(*array.ListBuilder)
+	toks.Append(true)
+	toks.ValueBuilder().(*array.StringBuilder).AppendValues([]string{" the", "\n"}, nil)
+	b.Field(3).(*array.Int32Builder).Append(0)
+	b.Field(4).(*array.StringBuilder).Append("  if")
+	b.Field(5).(*array.Int32Builder).Append(1)
+	rec := b.NewRecordBatch()
+	defer rec.Release()
+	out := HTMLTable(rec, 5)
+	got := parse(t, out)
+	want := []string{"pos int32", "token utf8", "topk_tokens list<utf8>", "message int32", "token_id int32", "topk_ids list<int32>"}
+	if strings.Join(got.Head, "|") != strings.Join(want, "|") {
+		t.Errorf("header (-want +got):\n-%q\n+%q", want, got.Head)
+	}
+	if cells := got.Rows[0]; cells[1] != "&#34;␣␣if&#34;" || cells[2] != `[&#34;␣the&#34;, &#34;\n&#34;]` {
+		t.Errorf("pieces: token %q, topk_tokens %q", cells[1], cells[2])
+	}
+	// Untrusted, Jupyter drops the styles and right-aligns cells: a string's div keeps it left.
+	if !strings.Contains(out, `<div align="left">&#34;␣␣if&#34;</div>`) {
+		t.Errorf("string cells lack the left-aligned div an untrusted notebook keeps: %.300s", out)
+	}
+	if !strings.HasPrefix(out, `<div style="overflow-x:auto`) || !strings.Contains(out, "text-align:left") {
+		t.Errorf("want the table in a scrolling div, cells left-aligned: %.200s", out)
+	}
+}
+
+// A long float list shows its length, norm, largest values and zero count, not its first elements.
+func TestFormatVector(t *testing.T) {
+	mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
+	defer mem.AssertSize(t, 0)
+	b := array.NewFloat32Builder(mem)
+	defer b.Release()
+	vals := make([]float32, 16) // zeros first, as on the tiny model
+	vals[9], vals[12], vals[15], vals[3] = 3, -4, 1, 0.5
+	b.AppendValues(vals, nil)
+	arr := b.NewFloat32Array()
+	defer arr.Release()
+	got := formatVector(arr, 0, 16)
+	want := "[16] ‖x‖₂ 5.123 · largest |x|: [12] -4, [9] 3, [15] 1 · 12 zero"
+	if got != want {
+		t.Errorf("formatVector:\nwant %q\ngot  %q", want, got)
 	}
 }

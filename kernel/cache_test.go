@@ -1,0 +1,86 @@
+package kernel
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/apache/arrow-go/v18/arrow/array"
+
+	"github.com/potato-k3/potato-k3/datasets/examples"
+	"github.com/potato-k3/potato-k3/kernel/server"
+)
+
+// ReplayCached replays once per distinct request: the second identical call reads the stored tables,
+// equal to the first's, and a different request replays again.
+func TestReplayCached(t *testing.T) {
+	t.Setenv(EnvCache, t.TempDir())
+	c, err := Connect(WithAddr(startServer(t, "127.0.0.1:0", server.Config{})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+	first, err := c.ReplayCached(ctx, Example("greeting"), TopK(3), Lens(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Release()
+	if first.FromCache {
+		t.Error("the first call came from the cache")
+	}
+	second, err := c.ReplayCached(ctx, Example("greeting"), TopK(3), Lens(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer second.Release()
+	if !second.FromCache || second.Status.ID != first.Status.ID {
+		t.Errorf("second call: FromCache %v, job %s; want the first job %s from the cache", second.FromCache, second.Status.ID, first.Status.ID)
+	}
+	for _, name := range []string{"tokens", "lens"} {
+		a, b := first.Table(name), second.Table(name)
+		if a == nil || b == nil || !array.RecordEqual(a, b) || !a.Schema().Equal(b.Schema()) {
+			t.Errorf("table %s differs between the replay and the cached copy", name)
+		}
+	}
+	other, err := c.ReplayCached(ctx, Example("greeting"), TopK(4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Release()
+	if other.FromCache {
+		t.Error("a different request came from the cache")
+	}
+	// A damaged entry replays again.
+	dir, _ := stateDir()
+	entries, _ := filepath.Glob(filepath.Join(dir, resultsDir, "*", "tokens.arrows"))
+	for _, e := range entries {
+		os.WriteFile(e, []byte("not arrow"), 0o600)
+	}
+	again, err := c.ReplayCached(ctx, Example("greeting"), TopK(3), Lens(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer again.Release()
+	if again.FromCache {
+		t.Error("a damaged entry was read")
+	}
+}
+
+// Example replays bundled conversations by id and names the ids there are when one is unknown.
+func TestExample(t *testing.T) {
+	req, err := buildRequest([]Arg{Example("greeting", "why-sky-blue")})
+	if err != nil || len(req.Inputs) != 2 {
+		t.Fatalf("Example: %d inputs, %v", len(req.Inputs), err)
+	}
+	conv, _ := examples.Get("greeting")
+	want, _ := buildRequest([]Arg{Chat(conv)})
+	if string(req.Inputs[0].Conversation) != string(want.Inputs[0].Conversation) {
+		t.Errorf("Example(greeting) sends %s, Chat of the same conversation %s", req.Inputs[0].Conversation, want.Inputs[0].Conversation)
+	}
+	if _, err := buildRequest([]Arg{Example("no-such")}); !errors.Is(err, examples.ErrUnknown) {
+		t.Errorf("unknown id: %v", err)
+	}
+}
