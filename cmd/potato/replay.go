@@ -21,6 +21,7 @@ func init() {
 // replayFlags are the flags of `potato replay`.
 type replayFlags struct {
 	mem                                  memoryFlags // --slice-tokens, --device-memory, --host-memory
+	job                                  jobFlags    // --shard, --wave-tokens (datasetjob.go)
 	model, backend, precision            string
 	text, chat, thinking, tokens         string
 	topK, expertChunk, show              int
@@ -48,6 +49,7 @@ func runReplay(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.StringVar(&f.out, "out", "", "write the tables to FILE.arrow (Arrow IPC streams) or FILE.parquet, one file per table")
 	fs.IntVar(&f.expertChunk, "expert-chunk", 0, "routed experts resident at once per MoE layer (0: all chosen); results do not depend on it")
 	f.mem.register(fs)
+	f.job.register(fs)
 	fs.IntVar(&f.show, "show", 40, "positions printed per sequence (0: none)")
 	fs.BoolVar(&f.noProgress, "no-progress", false, "do not print per-layer progress on stderr")
 	if err := fs.Parse(args); err != nil {
@@ -60,6 +62,12 @@ func runReplay(ctx context.Context, args []string, stdout io.Writer) error {
 	f.mem.apply(&opts)
 	if !f.noProgress {
 		opts.Progress = progressPrinter(os.Stderr)
+	}
+	if job, err := f.job.wanted(&f); err != nil || job { // --chat and --out DIR/: a dataset job (datasetjob.go)
+		if err != nil {
+			return err
+		}
+		return runDatasetJob(ctx, &f, opts, stdout)
 	}
 	l, err := openEngine(ctx, f.model, f.backend, f.precision, backendTuning{}, opts)
 	if err != nil {
