@@ -53,3 +53,11 @@ func bytesText(n int64) string {
 	}
 	return fmt.Sprintf("%.1f GB", float64(n)/1e9)
 }
+
+// count writes n and the noun, plural unless n is 1: "1 wave", "3 waves".
+func count(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return commas(int64(n)) + " " + noun + "s"
+}

@@ -104,11 +104,11 @@ func Run(ctx context.Context, eng Engine, cfg Config, items []Item) (Summary, er
 		return sum, err
 	}
 	if sum.Skipped > 0 {
-		cfg.log(fmt.Sprintf("job: resuming %s: %d parts hold %s of %s conversations; %s to go in %d waves",
-			cfg.Dir, len(m.Parts), commas(int64(sum.Skipped)), commas(int64(sum.Conversations)), commas(int64(len(todo))), len(waves)))
+		cfg.log(fmt.Sprintf("job: resuming %s: %s hold %s of %s conversations; %s to go in %s",
+			cfg.Dir, count(len(m.Parts), "part"), commas(int64(sum.Skipped)), commas(int64(sum.Conversations)), commas(int64(len(todo))), count(len(waves), "wave")))
 	} else {
-		cfg.log(fmt.Sprintf("job: %s conversations (%s tokens) of shard %s in %d waves of at most %s tokens into %s",
-			commas(int64(sum.Conversations)), commas(sum.Tokens), cfg.Shard, len(waves), commas(int64(cfg.WaveTokens)), cfg.Dir))
+		cfg.log(fmt.Sprintf("job: %s (%s tokens) of shard %s in %s of at most %s tokens into %s",
+			count(sum.Conversations, "conversation"), commas(sum.Tokens), cfg.Shard, count(len(waves), "wave"), commas(int64(cfg.WaveTokens)), cfg.Dir))
 	}
 	start := time.Now()
 	for w, wave := range waves {
