@@ -156,6 +156,32 @@ func TestResumeAfterKill(t *testing.T) {
 	}
 	singleRun(t, j, filepath.Join(out, "single.parquet"))
 	sameFiles(t, filepath.Join(out, "merged.parquet"), filepath.Join(out, "single.parquet"))
+
+	// A part damaged after the fact (its size no longer the manifest's) is dropped and its conversations
+	// replayed; nothing else runs again.
+	damaged := m.Parts[1]
+	f, err := os.OpenFile(filepath.Join(dir, damaged.Files[tables.TokensTable].Path), os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Write([]byte("x"))
+	f.Close()
+	eng.seqs = 0
+	var logs []string
+	j.cfg.Log = func(s string) { logs = append(logs, s) }
+	if _, err := job.Run(context.Background(), eng, j.cfg, j.items); err != nil {
+		t.Fatal(err)
+	}
+	if eng.seqs != damaged.Conversations {
+		t.Errorf("after damaging %s (%d conversations) the rerun replayed %d", damaged.Name, damaged.Conversations, eng.seqs)
+	}
+	if len(logs) == 0 || !strings.Contains(logs[0], damaged.Name+"'s files are missing or changed") {
+		t.Errorf("no warning about %s: %q", damaged.Name, logs)
+	}
+	if _, err := job.Merge(filepath.Join(out, "merged2.parquet"), []string{dir}, job.MergeOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	sameFiles(t, filepath.Join(out, "merged2.parquet"), filepath.Join(out, "single.parquet"))
 }
 
 // Three shards run apart, merged, equal one run of the whole dataset byte for byte (tokens and lens
