@@ -38,9 +38,9 @@ func TestShardCoverage(t *testing.T) {
 		}
 	}
 	// The shard depends on the id alone: these values are fixed for all time (manifests rely on them).
-	for id, want := range map[string]int{"line:1": job.ShardOf("line:1", 4), "q1": job.ShardOf("q1", 4)} {
-		if got := job.ShardOf(id, 4); got != want {
-			t.Errorf("ShardOf(%q, 4) = %d then %d", id, want, got)
+	for id, want := range map[string]int{"greeting": 0, "line:2": 1, "tool-weather": 1, "row:7": 2} {
+		if got := job.ShardOf(id, 3); got != want {
+			t.Errorf("ShardOf(%q, 3) = %d, want %d: the shard of a conversation must never change", id, got, want)
 		}
 	}
 }
