@@ -29,7 +29,7 @@ func ExampleReadJSONL() {
 	// Output:
 	// 1 set
 	// "a" thinking=1 last=assistant "4" reasoning="Add."
-	// "2" thinking=2 last=user "Hello, world" reasoning=""
+	// "line:2" thinking=2 last=user "Hello, world" reasoning=""
 	// datasets: bad.jsonl line 1: messages[0].role: unknown role "narrator" (want system, user, assistant or tool)
 }
 

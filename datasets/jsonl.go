@@ -40,7 +40,7 @@ func ReadJSONL(r io.Reader, name string) ([]tokenizer.Conversation, error) {
 			return nil, locate(err, name, "line", line)
 		}
 		if c.ID == "" {
-			c.ID = strconv.Itoa(line) // results name their conversation (tables' conversation column)
+			c.ID = "line:" + strconv.Itoa(line) // results name their conversation (tables' conversation column), as datasets.Entry.Name
 		}
 		convs = append(convs, c)
 	}
@@ -78,7 +78,7 @@ func ReadJSON(r io.Reader, name string) ([]tokenizer.Conversation, error) {
 			return nil, locate(err, name, "item", i+1)
 		}
 		if convs[i].ID == "" {
-			convs[i].ID = strconv.Itoa(i + 1)
+			convs[i].ID = "item:" + strconv.Itoa(i+1)
 		}
 	}
 	return convs, nil

@@ -71,7 +71,7 @@ func TestReadJSONLShapes(t *testing.T) {
 				t.Fatal(err)
 			}
 			if tt.want.ID == "" {
-				tt.want.ID = "1" // the line number
+				tt.want.ID = "line:1" // the line number, as datasets.Entry.Name
 			}
 			if len(got) != 1 || !reflect.DeepEqual(got[0], tt.want) {
 				t.Errorf("(-want +got):\n-%+v\n+%+v", tt.want, got)

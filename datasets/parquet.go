@@ -48,7 +48,7 @@ func ReadParquet(r parquet.ReaderAtSeeker, name string) ([]tokenizer.Conversatio
 				return locate(err, name, "row", row)
 			}
 			if c.ID == "" {
-				c.ID = strconv.Itoa(row) // results name their conversation (tables' conversation column)
+				c.ID = "row:" + strconv.Itoa(row) // results name their conversation (tables' conversation column), as datasets.Entry.Name
 			}
 			convs = append(convs, c)
 		}

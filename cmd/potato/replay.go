@@ -24,6 +24,7 @@ func init() {
 // replayFlags are the flags of `potato replay`.
 type replayFlags struct {
 	mem                                    memoryFlags // --slice-tokens, --device-memory, --host-memory
+	job                                    jobFlags    // --shard, --wave-tokens (datasetjob.go)
 	model, backend, precision              string
 	text, textFile, chat, thinking, tokens string
 	topK, expertChunk, show                int
@@ -60,6 +61,7 @@ func runReplay(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.Var(&f.maxResult, "max-result-bytes", "most host memory the results may hold until written, e.g. 8GB (default: half the memory available)")
 	fs.IntVar(&f.expertChunk, "expert-chunk", 0, "routed experts resident at once per MoE layer (0: all chosen); results do not depend on it")
 	f.mem.register(fs)
+	f.job.register(fs)
 	fs.IntVar(&f.show, "show", 40, "positions printed per sequence (0: none)")
 	fs.BoolVar(&f.noProgress, "no-progress", false, "do not print per-layer progress on stderr")
 	if err := fs.Parse(args); err != nil {
@@ -77,6 +79,12 @@ func runReplay(ctx context.Context, args []string, stdout io.Writer) error {
 	f.mem.apply(&opts)
 	if !f.noProgress {
 		opts.Progress = progressPrinter(os.Stderr)
+	}
+	if job, err := f.job.wanted(&f); err != nil || job { // --chat and --out DIR/: a dataset job (datasetjob.go)
+		if err != nil {
+			return err
+		}
+		return runDatasetJob(ctx, &f, opts, stdout)
 	}
 	l, err := openEngine(ctx, f.model, f.backend, f.precision, backendTuning{}, opts)
 	if err != nil {
@@ -127,7 +135,7 @@ func (f *replayFlags) check() (input, error) {
 	if f.thinking != "" && f.chat == "" {
 		return in, errors.New("replay: --thinking is for --chat (text and token ids have no thinking mode)")
 	}
-	if f.out != "" {
+	if f.out != "" && (f.chat == "" || !isJobDir(f.out)) { // a dataset job's directory is the job's to check
 		if err := checkOut(f.out); err != nil {
 			return in, err
 		}

@@ -224,8 +224,8 @@ func TestReplayResultSetProvenance(t *testing.T) {
 		rec := set.Tokens.Records[0]
 		conv := rec.Column(rec.Schema().FieldIndices("conversation")[0]).(*array.String)
 		thinking := rec.Column(rec.Schema().FieldIndices("thinking")[0]).(*array.String)
-		if conv.Value(0) != "greeting" || conv.Value(conv.Len()-1) != "2" || thinking.Value(0) != "off" {
-			t.Errorf("conversation %q..%q, thinking %q: want greeting..2 (its line), off", conv.Value(0), conv.Value(conv.Len()-1), thinking.Value(0))
+		if conv.Value(0) != "greeting" || conv.Value(conv.Len()-1) != "line:2" || thinking.Value(0) != "off" {
+			t.Errorf("conversation %q..%q, thinking %q: want greeting..line:2 (its line), off", conv.Value(0), conv.Value(conv.Len()-1), thinking.Value(0))
 		}
 		return mds
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/ipc"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 )
@@ -38,6 +39,34 @@ func WriteTableIPCFile(w io.Writer, t *Table) (err error) {
 	}
 	if err := fw.Close(); err != nil {
 		return fmt.Errorf("tables: writing %s as an Arrow IPC file: footer: %w", t.Name, err)
+	}
+	return nil
+}
+
+// WriteIPCFileFrom writes the records of rr to w as one Arrow IPC file, batch by batch (a merge of many
+// parts never holds them all).
+func WriteIPCFileFrom(w io.Writer, rr array.RecordReader) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("tables: writing an Arrow IPC file: %v", p)
+		}
+	}()
+	fw, err := ipc.NewFileWriter(w, ipc.WithSchema(rr.Schema()))
+	if err != nil {
+		return fmt.Errorf("tables: writing an Arrow IPC file: %w", err)
+	}
+	for b := 0; rr.Next(); b++ {
+		if err := fw.Write(rr.RecordBatch()); err != nil {
+			fw.Close()
+			return fmt.Errorf("tables: writing an Arrow IPC file: batch %d: %w", b, err)
+		}
+	}
+	if err := rr.Err(); err != nil {
+		fw.Close()
+		return fmt.Errorf("tables: writing an Arrow IPC file: %w", err)
+	}
+	if err := fw.Close(); err != nil {
+		return fmt.Errorf("tables: writing an Arrow IPC file: footer: %w", err)
 	}
 	return nil
 }

@@ -1,0 +1,188 @@
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/potato-k3/potato-k3/datasets"
+	"github.com/potato-k3/potato-k3/datasets/job"
+	"github.com/potato-k3/potato-k3/replay"
+	"github.com/potato-k3/potato-k3/replay/tables"
+	"github.com/potato-k3/potato-k3/replay/tokenizer"
+)
+
+// jobFlags are the flags of `potato replay` that only a dataset job (--chat with --out DIR/) reads.
+type jobFlags struct {
+	shard      string
+	waveTokens int
+}
+
+// register adds --shard and --wave-tokens to fs.
+func (j *jobFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&j.shard, "shard", "", "with --chat and --out DIR/: replay only shard I/N of the conversations (by id), e.g. 0/4; N jobs cover the dataset exactly once")
+	fs.IntVar(&j.waveTokens, "wave-tokens", job.DefaultWaveTokens, "with --out DIR/: most tokens of one wave of a dataset job, each wave written as a part before the next begins; results do not depend on it")
+}
+
+// wanted reports whether the replay flags ask for a dataset job (--chat with --out naming a directory),
+// and refuses the job flags without one.
+func (j *jobFlags) wanted(f *replayFlags) (bool, error) {
+	if f.chat != "" && f.out != "" && isJobDir(f.out) {
+		return true, nil
+	}
+	if j.shard != "" {
+		return false, fmt.Errorf("replay: --shard needs a dataset job: --chat DATA --out DIR/")
+	}
+	return false, nil
+}
+
+// isJobDir reports whether --out names a directory: it ends in a slash or is an existing directory.
+func isJobDir(out string) bool {
+	if strings.HasSuffix(out, "/") || strings.HasSuffix(out, string(filepath.Separator)) {
+		return true
+	}
+	st, err := os.Stat(out)
+	return err == nil && st.IsDir()
+}
+
+// runDatasetJob is `potato replay --chat DATA --out DIR/`: the conversations of DATA (or of its --shard)
+// replayed in waves into Parquet parts and a manifest in DIR, resuming what DIR already holds.
+func runDatasetJob(ctx context.Context, f *replayFlags, opts replay.EngineOptions, stdout io.Writer) error {
+	if f.text != "" || f.tokens != "" {
+		return fmt.Errorf("replay: --out %s is a directory: a dataset job replays --chat only", f.out)
+	}
+	shard, err := job.ParseShard(f.job.shard)
+	if err != nil {
+		return err
+	}
+	entries, err := datasets.LoadEntries(f.chat)
+	if err != nil {
+		return err
+	}
+	convs := make([]tokenizer.Conversation, len(entries))
+	ids := make([]string, len(entries))
+	for i, e := range entries {
+		convs[i], ids[i] = e.Conversation, e.Name()
+		if convs[i].ID == "" {
+			convs[i].ID = ids[i] // the tables' conversation column, as a single replay names it (datasets.Load)
+		}
+	}
+	if err := applyThinking(convs, f.thinking); err != nil {
+		return err
+	}
+	if err := job.CheckIDs(ids); err != nil {
+		return fmt.Errorf("%s: %w", f.chat, err)
+	}
+	dataHash, err := fileSHA256(f.chat)
+	if err != nil {
+		return err
+	}
+	l, err := openEngine(ctx, f.model, f.backend, f.precision, backendTuning{}, opts)
+	if err != nil {
+		return err
+	}
+	defer l.Close()
+	if l.tok == nil {
+		return fmt.Errorf("replay: %s has no tiktoken.model: a dataset job needs the tokenizer", l.dir)
+	}
+	layers := len(l.engine.Plan.Layers)
+	var o replay.Options
+	o.TopK, o.Router, o.AttnRes = f.topK, f.router, f.attnres
+	if o.Hidden, err = parseLayers(f.hidden, layers); err != nil {
+		return fmt.Errorf("--hidden: %w", err)
+	}
+	if o.Lens, err = parseLayers(f.lens, layers); err != nil {
+		return fmt.Errorf("--lens: %w", err)
+	}
+	var items []job.Item
+	req := replay.Request{Options: o}
+	for i := range convs {
+		if !shard.Has(ids[i]) {
+			continue
+		}
+		s, err := replay.FromConversation(l.tok, convs[i])
+		if err != nil {
+			return fmt.Errorf("%s: conversation %s: %w", f.chat, ids[i], err)
+		}
+		items = append(items, job.Item{ID: ids[i], Seq: i, Sequence: s})
+		req.Sequences = append(req.Sequences, s)
+	}
+	if len(items) == 0 {
+		return fmt.Errorf("replay: shard %s of %s holds no conversation", shard, f.chat)
+	}
+	// Every conversation is checked before the first wave, so that a bad one does not stop the job hours in.
+	if err := req.Validate(l.engine.Model.Dims.Vocab, layers, replay.Limits{}); err != nil {
+		return err
+	}
+	tokHash, err := tokenizerSHA256(l.dir)
+	if err != nil {
+		return err
+	}
+	cfg := job.Config{
+		Dir: f.out, Dataset: f.chat, DatasetSize: len(entries), Shard: shard, WaveTokens: f.job.waveTokens, Options: o,
+		Settings: job.Settings{Dataset: dataHash, ConfigHash: l.engine.ConfigSHA256, Tokenizer: tokHash,
+			Engine: replay.Version, Precision: l.precision.String(), Backend: l.backend, Thinking: f.thinking,
+			TopK: o.TopK, Hidden: o.Hidden, Lens: o.Lens, Router: o.Router, AttnRes: o.AttnRes, Float16: f.float16},
+		Tables: tables.Options{HiddenFloat16: f.float16, Piece: l.tok.Piece, Metadata: map[string]string{
+			tables.MetaConfigHash: l.engine.ConfigSHA256, tables.MetaEngine: replay.Version,
+			tables.MetaPrecision: l.precision.String(), tables.MetaBackend: l.backend,
+		}},
+		Log: func(s string) { fmt.Fprintln(os.Stderr, s) },
+	}
+	sum, err := job.Run(ctx, l.engine, cfg, items)
+	if err != nil {
+		return err
+	}
+	rate := 0.0
+	if sum.Seconds > 0 {
+		rate = float64(sum.TokensRun) / sum.Seconds
+	}
+	fmt.Fprintf(stdout, "job complete: %d conversations (%d tokens) of shard %s in %s: %d parts; this run %d waves, %d conversations skipped, %d tokens in %.1f s (%.0f tokens/s), %.1f MB of weights read\n",
+		sum.Conversations, sum.Tokens, shard, f.out, sum.Parts, sum.Waves, sum.Skipped, sum.TokensRun, sum.Seconds, rate, float64(sum.BytesRead)/1e6)
+	return nil
+}
+
+// fileSHA256 is the hex SHA-256 of a file's bytes.
+func fileSHA256(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", fmt.Errorf("%s: %w", path, err)
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// tokenizerSHA256 hashes the files the tokenizer is read from (tiktoken.model, tokenizer_config.json),
+// each length-prefixed by its name; "" when the model has neither.
+func tokenizerSHA256(dir string) (string, error) {
+	h := sha256.New()
+	found := false
+	for _, name := range []string{"tiktoken.model", "tokenizer_config.json"} {
+		data, err := os.ReadFile(filepath.Join(dir, name))
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return "", err
+		}
+		found = true
+		fmt.Fprintf(h, "%s %d\n", name, len(data))
+		h.Write(data)
+	}
+	if !found {
+		return "", nil
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}

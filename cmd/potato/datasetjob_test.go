@@ -1,0 +1,126 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/potato-k3/potato-k3/datasets/job"
+	"github.com/potato-k3/potato-k3/replay/tables"
+)
+
+// smallDataset writes the first n bundled examples as JSONL, with the ids of every other one dropped
+// (those are named by their line) and a blank line in between, and returns its path.
+func smallDataset(t *testing.T, n int) string {
+	t.Helper()
+	f, err := os.Open("../../datasets/examples/examples.jsonl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var b bytes.Buffer
+	sc := bufio.NewScanner(f)
+	sc.Buffer(nil, 1<<20)
+	for i := 0; i < n && sc.Scan(); i++ {
+		line := sc.Bytes()
+		if i%2 == 1 {
+			var o map[string]json.RawMessage
+			if err := json.Unmarshal(line, &o); err != nil {
+				t.Fatal(err)
+			}
+			delete(o, "id")
+			line, _ = json.Marshal(o)
+		}
+		b.Write(line)
+		b.WriteString("\n")
+		if i == 2 {
+			b.WriteString("\n")
+		}
+	}
+	path := filepath.Join(t.TempDir(), "small.jsonl")
+	if err := os.WriteFile(path, b.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// potato replay --chat DATA --out DIR/ --shard I/3 three times, then potato merge, gives the files of one
+// potato replay --out FILE.parquet byte for byte; a rerun replays nothing; ids come from the input, or
+// the line.
+func TestDatasetJobCLI(t *testing.T) {
+	model := tinyModel(t)
+	data := smallDataset(t, 6)
+	root := t.TempDir()
+	common := []string{"replay", "--model", model, "--chat", data, "--thinking", "off", "--top-k", "3", "--no-progress"}
+	runOK := func(args ...string) string {
+		t.Helper()
+		var out bytes.Buffer
+		if err := run(context.Background(), append(append([]string{}, common...), args...), &out); err != nil {
+			t.Fatalf("potato %s: %v", strings.Join(args, " "), err)
+		}
+		return out.String()
+	}
+	single := filepath.Join(root, "single.parquet")
+	runOK("--show", "0", "--out", single)
+	var dirs []string
+	ids := map[string]bool{}
+	for i := 0; i < 3; i++ {
+		dir := filepath.Join(root, fmt.Sprintf("shard%d", i)) + "/"
+		runOK("--shard", fmt.Sprintf("%d/3", i), "--wave-tokens", "400", "--out", dir)
+		dirs = append(dirs, dir)
+		m, err := job.ReadManifest(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for id := range m.Done {
+			ids[id] = true
+		}
+	}
+	for _, want := range []string{"greeting", "line:2", "line:5", "line:7"} { // line 4 is blank
+		if !ids[want] {
+			t.Errorf("no conversation %q in the manifests (have %v)", want, ids)
+		}
+	}
+	if len(ids) != 6 {
+		t.Errorf("the shards hold %d conversations, want 6", len(ids))
+	}
+	var out bytes.Buffer
+	merged := filepath.Join(root, "merged.parquet")
+	if err := run(context.Background(), append([]string{"merge", "--out", merged}, dirs...), &out); err != nil {
+		t.Fatal(err)
+	}
+	// The same rows and columns as the single run (each run's tables carry their own result-set id and
+	// request hash in the metadata, so the files differ in those bytes).
+	for _, table := range []string{"tokens"} {
+		a, err := tables.ReadParquet(filepath.Join(root, "merged."+table+".parquet"), memory.DefaultAllocator)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := tables.ReadParquet(filepath.Join(root, "single."+table+".parquet"), memory.DefaultAllocator)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !tables.SameRows(a, b) {
+			t.Errorf("merged.%s.parquet (%d rows) differs from the single run's (%d rows)", table, a.NumRows(), b.NumRows())
+		}
+	}
+	if got := runOK("--shard", "0/3", "--out", dirs[0]); !strings.Contains(got, "this run 0 waves") {
+		t.Errorf("rerun of a finished shard: %q, want no wave", got)
+	}
+	err := run(context.Background(), append(append([]string{}, common...), "--shard", "0/3", "--out", filepath.Join(root, "x.parquet")), &out)
+	if err == nil || !strings.Contains(err.Error(), "--shard needs a dataset job") {
+		t.Errorf("--shard with --out FILE: %v", err)
+	}
+	// another setting that changes results: the manifest's key refuses the directory
+	err = run(context.Background(), append(append([]string{}, common[:len(common)-3]...), "--top-k", "4", "--shard", "1/3", "--out", dirs[1]), &out)
+	if err == nil || !strings.Contains(err.Error(), "top") {
+		t.Errorf("a job directory resumed with --top-k 4: %v", err)
+	}
+}

@@ -1,0 +1,42 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/potato-k3/potato-k3/datasets/job"
+)
+
+func init() {
+	commands["merge"] = command{"merge dataset-job directories (the shards of one job) into one table set", runMerge}
+}
+
+func runMerge(ctx context.Context, args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("merge", flag.ContinueOnError)
+	fs.SetOutput(os.Stderr)
+	out := fs.String("out", "", "the table set to write: FILE.parquet or FILE.arrow (FILE.tokens.parquet, ...)")
+	partial := fs.Bool("partial", false, "merge incomplete jobs and shard sets with shards missing")
+	fs.Usage = func() {
+		fmt.Fprintln(os.Stderr, "usage: potato merge --out FILE.parquet DIR...")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *out == "" || fs.NArg() == 0 {
+		fs.Usage()
+		return fmt.Errorf("merge: give --out FILE.parquet and the job directories")
+	}
+	sum, err := job.Merge(*out, fs.Args(), job.MergeOptions{Partial: *partial})
+	if err != nil {
+		return err
+	}
+	for _, p := range sum.Files {
+		fmt.Fprintln(stdout, "wrote", p)
+	}
+	fmt.Fprintf(stdout, "merged %d conversations from %d parts of %d directories\n", sum.Conversations, sum.Parts, sum.Dirs)
+	return nil
+}

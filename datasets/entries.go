@@ -1,0 +1,97 @@
+package datasets
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/potato-k3/potato-k3/replay/tokenizer"
+)
+
+// Entry is one conversation of a dataset file with where it was read from, so that a conversation
+// without an "id" can still be named stably (a dataset job keys its manifest and its shards by it).
+type Entry struct {
+	Conversation tokenizer.Conversation
+	Unit         string // "line" (JSONL), "item" (a JSON array) or "row" (Parquet), as in *Error
+	N            int    // the 1-based line, item or row number
+}
+
+// Name is the conversation's id when it has one, else its place in the file: "line:12", "item:3",
+// "row:7" (counted from 1, as errors count them).
+func (e Entry) Name() string {
+	if e.Conversation.ID != "" {
+		return e.Conversation.ID
+	}
+	return fmt.Sprintf("%s:%d", e.Unit, e.N)
+}
+
+// LoadEntries reads the conversations of path as Load does, in the same order, each with the line
+// (JSONL, blank lines counted), item (JSON array) or row (Parquet) it came from.
+func LoadEntries(path string) ([]Entry, error) {
+	ext := strings.ToLower(filepath.Ext(path))
+	if ext == ".jsonl" || ext == ".ndjson" {
+		return loadJSONLEntries(path)
+	}
+	if ext == ".json" {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return nil, fmt.Errorf("datasets: %w", err)
+		}
+		if !isArrayOfConversations(data) {
+			return readJSONLEntries(bytes.NewReader(data), path)
+		}
+	}
+	convs, err := Load(path)
+	if err != nil {
+		return nil, err
+	}
+	unit := "row"
+	if ext == ".json" {
+		unit = "item"
+	}
+	out := make([]Entry, len(convs))
+	for i, c := range convs {
+		out[i] = Entry{Conversation: c, Unit: unit, N: i + 1}
+	}
+	return out, nil
+}
+
+func loadJSONLEntries(path string) ([]Entry, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("datasets: %w", err)
+	}
+	defer f.Close()
+	return readJSONLEntries(f, path)
+}
+
+// readJSONLEntries is ReadJSONL keeping each conversation's line number.
+func readJSONLEntries(r interface{ Read([]byte) (int, error) }, name string) ([]Entry, error) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 64<<10), MaxLineBytes)
+	var out []Entry
+	line := 0
+	for sc.Scan() {
+		line++
+		data := bytes.TrimSpace(sc.Bytes())
+		if len(data) == 0 {
+			continue
+		}
+		c, err := parseConversation(data)
+		if err != nil {
+			return nil, locate(err, name, "line", line)
+		}
+		out = append(out, Entry{Conversation: c, Unit: "line", N: line})
+	}
+	if err := sc.Err(); err != nil {
+		if errors.Is(err, bufio.ErrTooLong) {
+			return nil, locate(fmt.Errorf("line longer than %d bytes", MaxLineBytes), name, "line", line+1)
+		}
+		return nil, fmt.Errorf("datasets: reading %s: %w", name, err)
+	}
+	return out, nil
+}

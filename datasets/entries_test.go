@@ -1,0 +1,51 @@
+package datasets_test
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/potato-k3/potato-k3/datasets"
+)
+
+// LoadEntries reads what Load reads, in order, and names a conversation by its id, else by its line
+// (blank lines counted) or item.
+func TestLoadEntries(t *testing.T) {
+	dir := t.TempDir()
+	jsonl := filepath.Join(dir, "c.jsonl")
+	os.WriteFile(jsonl, []byte(`{"id":"a","messages":[{"role":"user","content":"x"}]}
+
+[{"role":"user","content":"y"}]
+{"id":7,"messages":[{"role":"user","content":"z"}]}
+`), 0o644)
+	array := filepath.Join(dir, "c.json")
+	os.WriteFile(array, []byte(`[{"messages":[{"role":"user","content":"x"}]},{"id":"b","messages":[{"role":"user","content":"y"}]}]`), 0o644)
+	for _, tt := range []struct {
+		path string
+		want []string
+	}{
+		{jsonl, []string{"a", "line:3", "7"}},
+		{array, []string{"item:1", "b"}},
+	} {
+		entries, err := datasets.LoadEntries(tt.path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		convs, err := datasets.Load(tt.path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(entries) != len(tt.want) || len(convs) != len(entries) {
+			t.Fatalf("%s: %d entries, %d conversations, want %d", tt.path, len(entries), len(convs), len(tt.want))
+		}
+		for i, e := range entries {
+			if e.Name() != tt.want[i] || e.Conversation.Messages[0].Content != convs[i].Messages[0].Content {
+				t.Errorf("%s entry %d: %q (%q), want %q (%q)", tt.path, i, e.Name(), e.Conversation.Messages[0].Content,
+					tt.want[i], convs[i].Messages[0].Content)
+			}
+		}
+	}
+	if _, err := datasets.LoadEntries(filepath.Join(dir, "missing.jsonl")); err == nil {
+		t.Error("a missing file: no error")
+	}
+}

@@ -1,0 +1,147 @@
+package job
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// ManifestName is the manifest's file name in a job directory.
+const ManifestName = "manifest.json"
+
+// Format is the manifest's "format" field; a reader refuses another one.
+const Format = "potato-k3 dataset job 1"
+
+// Manifest is a job directory's record of what is done: the job's settings and key, its shard, and every
+// finished part with the conversations it holds. It is rewritten whole and atomically after each wave,
+// after that wave's part files are in place, so that whatever a crash leaves, the manifest names only
+// complete parts; part files it does not name are an interrupted wave's, and a resumed job deletes them.
+type Manifest struct {
+	Format   string   `json:"format"`
+	Key      string   `json:"key"`
+	Settings Settings `json:"settings"`
+	Dataset  string   `json:"dataset"` // the path the job was given (informative; its hash is in Settings)
+	// Conversations and Tokens are the dataset's (all shards); ShardConversations and ShardTokens this
+	// shard's share.
+	Conversations      int    `json:"dataset_conversations"`
+	Shard              string `json:"shard"` // I/N
+	ShardConversations int    `json:"shard_conversations"`
+	ShardTokens        int64  `json:"shard_tokens"`
+	// Complete is set when every conversation of the shard is in a part.
+	Complete bool   `json:"complete"`
+	Parts    []Part `json:"parts"`
+	// Done maps each finished conversation's id to where its rows are.
+	Done map[string]Done `json:"conversations"`
+}
+
+// Part is one finished wave: a Parquet file per table, named Name + "." + table + ".parquet".
+type Part struct {
+	Name          string          `json:"name"` // part-00000, part-00001, ...
+	Files         map[string]File `json:"files"`
+	Conversations int             `json:"conversations"`
+	Tokens        int64           `json:"tokens"`
+	BytesRead     int64           `json:"bytes_read"` // weight bytes the wave's pass read
+	Seconds       float64         `json:"seconds"`    // the wave's engine time
+	Finished      time.Time       `json:"finished"`
+}
+
+// File is one table file of a part, with its size (checked when a job resumes).
+type File struct {
+	Path  string `json:"path"` // relative to the job directory
+	Bytes int64  `json:"bytes"`
+	Rows  int64  `json:"rows"`
+}
+
+// Done is where a finished conversation is: its part and its seq_id (its index in the dataset).
+type Done struct {
+	Part   string `json:"part"`
+	SeqID  int    `json:"seq_id"`
+	Tokens int    `json:"tokens"`
+}
+
+// ReadManifest reads dir's manifest; the error wraps fs.ErrNotExist when there is none.
+func ReadManifest(dir string) (*Manifest, error) {
+	data, err := os.ReadFile(filepath.Join(dir, ManifestName))
+	if err != nil {
+		return nil, fmt.Errorf("job: %w", err)
+	}
+	var m Manifest
+	if err := json.Unmarshal(data, &m); err != nil {
+		return nil, fmt.Errorf("job: %s: %w", filepath.Join(dir, ManifestName), err)
+	}
+	if m.Format != Format {
+		return nil, fmt.Errorf("job: %s: format %q, want %q", filepath.Join(dir, ManifestName), m.Format, Format)
+	}
+	if m.Done == nil {
+		m.Done = map[string]Done{}
+	}
+	return &m, nil
+}
+
+// write replaces dir's manifest atomically.
+func (m *Manifest) write(dir string) error {
+	return writeAtomic(filepath.Join(dir, ManifestName), func(w io.Writer) error {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", " ")
+		return enc.Encode(m)
+	})
+}
+
+// writeAtomic writes a temporary file beside path with write, syncs it, renames it over path and syncs
+// the directory, so that after a crash path holds the old content or the new, never part of either.
+func writeAtomic(path string, write func(io.Writer) error) (err error) {
+	dir, base := filepath.Split(path)
+	if dir == "" {
+		dir = "."
+	}
+	f, err := os.CreateTemp(dir, "."+base+".*.tmp")
+	if err != nil {
+		return fmt.Errorf("job: writing %s: %w", path, err)
+	}
+	defer func() {
+		if err != nil {
+			f.Close()
+			os.Remove(f.Name())
+		}
+	}()
+	// Through a buffer, which also keeps f from writers that close what they write to (pqarrow does).
+	bw := bufio.NewWriterSize(f, 1<<20)
+	if err := write(bw); err != nil {
+		return fmt.Errorf("job: writing %s: %w", path, err)
+	}
+	if err := bw.Flush(); err != nil {
+		return fmt.Errorf("job: writing %s: %w", path, err)
+	}
+	if err := f.Chmod(0o644); err != nil {
+		return fmt.Errorf("job: writing %s: %w", path, err)
+	}
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("job: writing %s: %w", path, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("job: writing %s: %w", path, err)
+	}
+	if err := os.Rename(f.Name(), path); err != nil {
+		return fmt.Errorf("job: writing %s: %w", path, err)
+	}
+	return syncDir(dir)
+}
+
+// syncDir makes the directory's entries (a rename) durable.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("job: %w", err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil && !errors.Is(err, fs.ErrInvalid) {
+		return fmt.Errorf("job: syncing %s: %w", dir, err)
+	}
+	return nil
+}

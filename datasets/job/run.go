@@ -1,0 +1,340 @@
+package job
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/potato-k3/potato-k3/replay"
+	"github.com/potato-k3/potato-k3/replay/tables"
+)
+
+// Engine is what a job needs of *replay.Engine: running a wave, and planning one without running it.
+type Engine interface {
+	Run(ctx context.Context, reqs []replay.Request) ([][]replay.Result, replay.WaveStats, error)
+	PlanWave(lens []int) (replay.WavePlan, error)
+}
+
+// DefaultWaveTokens is the default budget of a job's wave: large enough that a full K3 pass is
+// copy-bound on an H200 (DESIGN.md: below roughly 100k tokens the read dominates), small enough that a
+// crash loses about a minute of GPU time there.
+const DefaultWaveTokens = 65536
+
+// Config is one job: where it writes, what it computes and how big its waves are.
+type Config struct {
+	Dir         string
+	Settings    Settings
+	Dataset     string // the dataset's path, recorded in the manifest
+	DatasetSize int    // conversations in the whole dataset (all shards)
+	Shard       Shard
+	// WaveTokens bounds the tokens of one wave (0: DefaultWaveTokens); a wave is also cut to what the
+	// engine's plan runs in one read of the weights. A conversation longer than it runs alone.
+	WaveTokens int
+	Options    replay.Options // must agree with Settings (TopK, Hidden, Lens, Router, AttnRes)
+	// Tables builds the parts: Piece names the top-k ids, HiddenFloat16 must equal Settings.Float16, and
+	// Metadata is stored in every part's schema, as a single replay stores it.
+	Tables tables.Options
+	// Log receives the job's lines: the resume summary, each wave's progress, warnings.
+	Log func(string)
+}
+
+// Summary is what one Run did.
+type Summary struct {
+	Conversations, Done int   // of the shard, and finished (before this run included)
+	Tokens, TokensDone  int64 // likewise in tokens
+	Skipped             int   // conversations already done when the run began
+	Waves               int   // waves this run replayed
+	Parts               int   // parts in the directory
+	TokensRun           int64 // tokens this run replayed
+	BytesRead           int64 // weight bytes this run's waves read
+	Seconds             float64
+}
+
+// Run replays items (the shard's conversations, in dataset order) into cfg.Dir, resuming what the
+// directory already holds: conversations in its manifest are skipped, part files the manifest does not
+// name (an interrupted wave's) are deleted, and the rest runs in waves, each written as Parquet parts and
+// recorded in the manifest before the next begins. A directory whose manifest has another key or shard is
+// refused with the differing settings named.
+func Run(ctx context.Context, eng Engine, cfg Config, items []Item) (Summary, error) {
+	var sum Summary
+	if cfg.WaveTokens <= 0 {
+		cfg.WaveTokens = DefaultWaveTokens
+	}
+	if cfg.Shard.Count == 0 {
+		cfg.Shard = Shard{0, 1}
+	}
+	if cfg.Tables.HiddenFloat16 != cfg.Settings.Float16 {
+		return sum, fmt.Errorf("job: Tables.HiddenFloat16 and Settings.Float16 differ")
+	}
+	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
+		return sum, fmt.Errorf("job: %w", err)
+	}
+	unlock, err := lockDir(cfg.Dir)
+	if err != nil {
+		return sum, err
+	}
+	defer unlock()
+	m, err := openManifest(cfg, items)
+	if err != nil {
+		return sum, err
+	}
+	if err := tidy(cfg.Dir, m, cfg.log); err != nil {
+		return sum, err
+	}
+	var todo []Item
+	for _, it := range items {
+		sum.Conversations++
+		sum.Tokens += int64(len(it.Sequence.Tokens))
+		if _, ok := m.Done[it.ID]; ok {
+			sum.Skipped++
+			sum.TokensDone += int64(len(it.Sequence.Tokens))
+			continue
+		}
+		todo = append(todo, it)
+	}
+	sum.Done = sum.Skipped
+	waves, err := pack(todo, cfg.WaveTokens, eng.PlanWave)
+	if err != nil {
+		return sum, err
+	}
+	if sum.Skipped > 0 {
+		cfg.log(fmt.Sprintf("job: resuming %s: %s hold %s of %s conversations; %s to go in %s",
+			cfg.Dir, count(len(m.Parts), "part"), commas(int64(sum.Skipped)), commas(int64(sum.Conversations)), commas(int64(len(todo))), count(len(waves), "wave")))
+	} else {
+		cfg.log(fmt.Sprintf("job: %s (%s tokens) of shard %s in %s of at most %s tokens into %s",
+			count(sum.Conversations, "conversation"), commas(sum.Tokens), cfg.Shard, count(len(waves), "wave"), commas(int64(cfg.WaveTokens)), cfg.Dir))
+	}
+	start := time.Now()
+	for w, wave := range waves {
+		if err := ctx.Err(); err != nil {
+			return sum, err
+		}
+		part, err := runWave(ctx, eng, cfg, m, wave)
+		if err != nil {
+			return sum, fmt.Errorf("job: wave %d of %d: %w", w+1, len(waves), err)
+		}
+		sum.Waves++
+		sum.Done += len(wave)
+		sum.TokensDone += part.Tokens
+		sum.TokensRun += part.Tokens
+		sum.BytesRead += part.BytesRead
+		sum.Seconds = time.Since(start).Seconds()
+		cfg.log(progressLine(w+1, len(waves), part, sum))
+	}
+	sum.Seconds = time.Since(start).Seconds()
+	sum.Parts = len(m.Parts)
+	if !m.Complete {
+		m.Complete = true
+		if err := m.write(cfg.Dir); err != nil {
+			return sum, err
+		}
+	}
+	return sum, nil
+}
+
+func (c Config) log(s string) {
+	if c.Log != nil {
+		c.Log(s)
+	}
+}
+
+// openManifest reads the directory's manifest and checks that it is this job's, or starts a new one.
+func openManifest(cfg Config, items []Item) (*Manifest, error) {
+	key := cfg.Settings.Key()
+	m, err := ReadManifest(cfg.Dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		m = &Manifest{Format: Format, Key: key, Settings: cfg.Settings, Dataset: cfg.Dataset,
+			Conversations: cfg.DatasetSize, Shard: cfg.Shard.String(), Done: map[string]Done{}}
+		for _, it := range items {
+			m.ShardConversations++
+			m.ShardTokens += int64(len(it.Sequence.Tokens))
+		}
+		return m, m.write(cfg.Dir)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if m.Key != key {
+		return nil, fmt.Errorf("job: %s holds a job with other settings (key %.12s, this one %.12s): %s; "+
+			"give another --out directory, or the same settings to resume", cfg.Dir, m.Key, key,
+			strings.Join(m.Settings.Diff(cfg.Settings), "; "))
+	}
+	if m.Shard != cfg.Shard.String() {
+		return nil, fmt.Errorf("job: %s holds shard %s, this job is shard %s: give each shard its own directory", cfg.Dir, m.Shard, cfg.Shard)
+	}
+	return m, nil
+}
+
+// tidy makes the directory hold exactly what the manifest names: parts whose files are missing or of
+// another size are dropped from it (their conversations run again), and part files or temporary files it
+// does not name (a wave that was in flight) are deleted. Other files are left alone.
+func tidy(dir string, m *Manifest, log func(string)) error {
+	named := map[string]bool{}
+	kept := m.Parts[:0]
+	for _, p := range m.Parts {
+		ok := true
+		for _, f := range p.Files {
+			st, err := os.Stat(filepath.Join(dir, f.Path))
+			if err != nil || st.Size() != f.Bytes {
+				ok = false
+			}
+		}
+		if !ok {
+			log(fmt.Sprintf("job: warning: %s's files are missing or changed: its conversations run again", p.Name))
+			for id, d := range m.Done {
+				if d.Part == p.Name {
+					delete(m.Done, id)
+				}
+			}
+			m.Complete = false
+			continue
+		}
+		kept = append(kept, p)
+		for _, f := range p.Files {
+			named[f.Path] = true
+		}
+	}
+	dropped := len(kept) != len(m.Parts)
+	m.Parts = kept
+	if dropped {
+		if err := m.write(dir); err != nil {
+			return err
+		}
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("job: %w", err)
+	}
+	removed := 0
+	for _, e := range entries {
+		n := e.Name()
+		stray := strings.HasPrefix(n, "part-") && strings.HasSuffix(n, ".parquet") && !named[n]
+		temp := (strings.HasPrefix(n, ".part-") || strings.HasPrefix(n, "."+ManifestName+".")) && strings.HasSuffix(n, ".tmp")
+		if stray || temp {
+			if err := os.Remove(filepath.Join(dir, n)); err != nil {
+				return fmt.Errorf("job: %w", err)
+			}
+			removed++
+		}
+	}
+	if removed > 0 {
+		log(fmt.Sprintf("job: removed %d files of an interrupted wave from %s", removed, dir))
+	}
+	return nil
+}
+
+// pack cuts items, in order, into waves of at most budget tokens (a longer conversation alone), then
+// cuts again any wave the engine's plan would run in more than one read of the weights, so that every
+// wave of the job is one pass. It plans every wave before the first runs: a conversation the memory
+// budgets cannot hold is refused before any compute.
+func pack(items []Item, budget int, plan func([]int) (replay.WavePlan, error)) ([][]Item, error) {
+	var waves [][]Item
+	var cur []Item
+	tokens := 0
+	cut := func(items []Item, budget int) {
+		for _, it := range items {
+			n := len(it.Sequence.Tokens)
+			if len(cur) > 0 && tokens+n > budget {
+				waves = append(waves, cur)
+				cur, tokens = nil, 0
+			}
+			cur = append(cur, it)
+			tokens += n
+		}
+		if len(cur) > 0 {
+			waves = append(waves, cur)
+			cur, tokens = nil, 0
+		}
+	}
+	cut(items, budget)
+	var out [][]Item
+	for _, w := range waves {
+		lens := make([]int, len(w))
+		for i, it := range w {
+			lens[i] = len(it.Sequence.Tokens)
+		}
+		p, err := plan(lens)
+		if err != nil {
+			return nil, fmt.Errorf("job: conversation %s: %w", w[0].ID, err)
+		}
+		if p.Waves <= 1 || len(w) == 1 {
+			out = append(out, w)
+			continue
+		}
+		waves = nil
+		cut(w, p.WaveTokens)
+		out = append(out, waves...)
+	}
+	return out, nil
+}
+
+// runWave replays one wave, writes its part and records it in the manifest.
+func runWave(ctx context.Context, eng Engine, cfg Config, m *Manifest, wave []Item) (Part, error) {
+	req := replay.Request{Options: cfg.Options, Sequences: make([]replay.Sequence, len(wave))}
+	for i, it := range wave {
+		req.Sequences[i] = it.Sequence
+	}
+	res, stats, err := eng.Run(ctx, []replay.Request{req})
+	if err != nil {
+		return Part{}, err
+	}
+	results := res[0]
+	for i := range results {
+		results[i].SeqID = int32(wave[i].Seq) // the seq_id a single replay of the whole dataset gives it
+	}
+	set, err := tables.Build(results, cfg.Tables)
+	if err != nil {
+		return Part{}, err
+	}
+	defer set.Release()
+	p := Part{Name: nextPart(m), Files: map[string]File{}, Conversations: len(wave), BytesRead: stats.BytesRead(),
+		Seconds: stats.Seconds}
+	paths, err := tables.WriteSet(filepath.Join(cfg.Dir, p.Name+".parquet"), set)
+	if err != nil {
+		return Part{}, err
+	}
+	for _, t := range set.Tables() {
+		path := tables.TablePath(filepath.Join(cfg.Dir, p.Name+".parquet"), t.Name)
+		if !slices.Contains(paths, path) {
+			return Part{}, fmt.Errorf("job: %s was not written", path)
+		}
+		st, err := os.Stat(path)
+		if err != nil {
+			return Part{}, fmt.Errorf("job: %w", err)
+		}
+		p.Files[t.Name] = File{Path: filepath.Base(path), Bytes: st.Size(), Rows: t.NumRows()}
+	}
+	// The part files are each synced and renamed into place; the directory sync makes the renames
+	// durable before the manifest that names them.
+	if err := syncDir(cfg.Dir); err != nil {
+		return Part{}, err
+	}
+	for _, it := range wave {
+		p.Tokens += int64(len(it.Sequence.Tokens))
+		m.Done[it.ID] = Done{Part: p.Name, SeqID: it.Seq, Tokens: len(it.Sequence.Tokens)}
+	}
+	p.Finished = time.Now().UTC()
+	m.Parts = append(m.Parts, p)
+	if err := m.write(cfg.Dir); err != nil {
+		return Part{}, err
+	}
+	return p, nil
+}
+
+// nextPart names the part after the highest one in the manifest.
+func nextPart(m *Manifest) string {
+	n := 0
+	for _, p := range m.Parts {
+		var k int
+		if _, err := fmt.Sscanf(p.Name, "part-%d", &k); err == nil && k+1 > n {
+			n = k + 1
+		}
+	}
+	return fmt.Sprintf("part-%05d", n)
+}
