@@ -86,7 +86,7 @@ func TestSlurmArray(t *testing.T) {
 	runCmd(t, ctx, root, env, script, "start", cluster)
 	defer exec.Command(script, "stop", cluster).Run()
 	env = append(env, "SLURM_CONF="+filepath.Join(cluster, "slurm.conf"), "POTATO="+potato, "MODEL="+model,
-		"DATA="+data, "RESULTS="+filepath.Join(root, "results"), "BACKEND=cpu", "THINKING=off",
+		"DATA="+data, "RESULTS="+filepath.Join(root, "results"), "BACKEND=cpu", "THINKING=", // every bundled example gives its thinking mode
 		"LOCAL_NVME="+filepath.Join(root, "nvme"), "POTATO_ARGS=--wave-tokens 600 --top-k 3")
 	sbatch, _ := filepath.Abs("slurm/potato-array.sbatch")
 	// The script's own directives stay (--gres=gpu:1 is met by the test node's count-only GPU); only the
@@ -114,7 +114,7 @@ func TestSlurmArray(t *testing.T) {
 	merged := filepath.Join(root, "merged.parquet")
 	runCmd(t, ctx, root, env, potato, append([]string{"merge", "--out", merged}, shards...)...)
 	single := filepath.Join(root, "single.parquet")
-	runCmd(t, ctx, root, env, potato, "replay", "--model", model, "--chat", data, "--thinking", "off", "--top-k", "3",
+	runCmd(t, ctx, root, env, potato, "replay", "--model", model, "--chat", data, "--top-k", "3",
 		"--show", "0", "--no-progress", "--out", single)
 	// the same rows as the local run (the two runs' tables carry their own result-set ids)
 	a, err1 := tables.ReadParquet(filepath.Join(root, "merged.tokens.parquet"), memory.DefaultAllocator)
