@@ -175,7 +175,8 @@ type Progress struct {
 	BytesRead     int64 // weight bytes read so far in this wave
 	Seconds       float64
 	ETASeconds    float64 // naive: remaining layers at the mean time per layer so far
-	// RoutedSeconds is how long after the layer started its router returned (0 in a dense layer): on a
+	// RoutedSeconds is how long after the layer started its router returned (0 in a dense layer, and in a
+	// wave run in slices, whose routers run once a slice): on a
 	// device backend the router's result is the first wait for the device, so this is the time of the
 	// layer's upload, attention and router, before any routed expert could be fetched.
 	RoutedSeconds float64

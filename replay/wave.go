@@ -296,7 +296,8 @@ func (e *Engine) runWave(ctx context.Context, reqs []Request) ([][]Result, WaveS
 			p := Progress{Layer: i + 1, Layers: layers, Tokens: len(ids),
 				BytesRead: stats.BytesRead(), Seconds: el, ETASeconds: el / float64(i+1) * float64(layers-i-1),
 				Plan: plan.String()}
-			if obs.routedAt.After(layerStart) {
+			// sliced, the routing of every slice reaches the observer at the layer's end: no router time
+			if obs.routedAt.After(layerStart) && !pass.Sliced() {
 				p.RoutedSeconds = obs.routedAt.Sub(layerStart).Seconds()
 			}
 			e.opts.Progress(p)
