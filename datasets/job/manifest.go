@@ -1,7 +1,6 @@
 package job
 
 import (
-	"bufio"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/potato-k3/potato-k3/replay/tables"
 )
 
 // ManifestName is the manifest's file name in a job directory.
@@ -93,44 +94,14 @@ func (m *Manifest) write(dir string) error {
 	})
 }
 
-// writeAtomic writes a temporary file beside path with write, syncs it, renames it over path and syncs
-// the directory, so that after a crash path holds the old content or the new, never part of either.
-func writeAtomic(path string, write func(io.Writer) error) (err error) {
-	dir, base := filepath.Split(path)
-	if dir == "" {
-		dir = "."
+// writeAtomic writes path through a temporary file beside it, synced and renamed, and syncs the
+// directory (tables.WriteAtomic), so that after a crash path holds the old content or the new, never part
+// of either.
+func writeAtomic(path string, write func(io.Writer) error) error {
+	if err := tables.WriteAtomic(path, write); err != nil {
+		return fmt.Errorf("job: %w", err)
 	}
-	f, err := os.CreateTemp(dir, "."+base+".*.tmp")
-	if err != nil {
-		return fmt.Errorf("job: writing %s: %w", path, err)
-	}
-	defer func() {
-		if err != nil {
-			f.Close()
-			os.Remove(f.Name())
-		}
-	}()
-	// Through a buffer, which also keeps f from writers that close what they write to (pqarrow does).
-	bw := bufio.NewWriterSize(f, 1<<20)
-	if err := write(bw); err != nil {
-		return fmt.Errorf("job: writing %s: %w", path, err)
-	}
-	if err := bw.Flush(); err != nil {
-		return fmt.Errorf("job: writing %s: %w", path, err)
-	}
-	if err := f.Chmod(0o644); err != nil {
-		return fmt.Errorf("job: writing %s: %w", path, err)
-	}
-	if err := f.Sync(); err != nil {
-		return fmt.Errorf("job: writing %s: %w", path, err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("job: writing %s: %w", path, err)
-	}
-	if err := os.Rename(f.Name(), path); err != nil {
-		return fmt.Errorf("job: writing %s: %w", path, err)
-	}
-	return syncDir(dir)
+	return nil
 }
 
 // syncDir makes the directory's entries (a rename) durable.

@@ -201,8 +201,12 @@ func ReadSet(path string, mem memory.Allocator) (*Set, error) {
 	return set, nil
 }
 
-// writeAtomic calls write with a buffered temporary file beside path, syncs it and renames it to path.
-// On any error the temporary file is removed and path is untouched.
+// WriteAtomic calls write with a buffered temporary file beside path, syncs it, renames it to path and
+// syncs the directory, so that after a crash path holds its old content or the new, never part of either
+// (dataset jobs write their parts and manifests with it too). On any error the temporary file is removed
+// and path is untouched.
+func WriteAtomic(path string, write func(io.Writer) error) error { return writeAtomic(path, write) }
+
 func writeAtomic(path string, write func(io.Writer) error) (err error) {
 	dir, base := filepath.Split(path)
 	if dir == "" {
@@ -227,6 +231,20 @@ func writeAtomic(path string, write func(io.Writer) error) (err error) {
 	}
 	if err := os.Rename(f.Name(), path); err != nil {
 		return fmt.Errorf("tables: writing %s: %w", path, err)
+	}
+	return syncDir(dir)
+}
+
+// syncDir makes the directory's entries (a rename) durable; a file system that cannot sync a directory
+// is left as it is.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("tables: %w", err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil && !errors.Is(err, fs.ErrInvalid) {
+		return fmt.Errorf("tables: syncing %s: %w", dir, err)
 	}
 	return nil
 }
