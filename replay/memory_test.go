@@ -11,27 +11,53 @@ import (
 	"github.com/potato-k3/potato-k3/replay/ops"
 )
 
-// accountingBackend counts the weight bytes a backend holds: uploads add, Free subtracts. Together with
-// the engine's read-ahead counter it measures how many layers of weights are held at once.
-type accountingBackend struct {
-	ops.Backend
-	engine *Engine // set after NewEngine, to sample its read-ahead bytes
-	mu     sync.Mutex
-	live   map[any]int64
-	held   int64
-	peak   int64
+// liveBytes counts the bytes of the objects a test backend made and has not freed, and their peak (plus
+// extra(), when set, at each addition).
+type liveBytes struct {
+	mu         sync.Mutex
+	live       map[any]int64
+	held, peak int64
+	extra      func() int64
 }
 
-func (a *accountingBackend) add(key any, n int64) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	a.live[key] = n
-	a.held += n
-	total := a.held
-	if a.engine != nil {
-		total += a.engine.HeldBytes()
+func (l *liveBytes) add(key any, n int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.live == nil {
+		l.live = map[any]int64{}
 	}
-	a.peak = max(a.peak, total)
+	l.live[key] = n
+	l.held += n
+	total := l.held
+	if l.extra != nil {
+		total += l.extra()
+	}
+	l.peak = max(l.peak, total)
+}
+
+// drop forgets key's bytes (a Free).
+func (l *liveBytes) drop(key any) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if n, ok := l.live[key]; ok {
+		l.held -= n
+		delete(l.live, key)
+	}
+}
+
+// reset starts the count again from nothing.
+func (l *liveBytes) reset() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.held, l.peak = 0, 0
+	clear(l.live)
+}
+
+// accountingBackend counts the weight bytes a backend holds: uploads add, Free subtracts. Together with
+// the engine's read-ahead counter (extra) it measures how many layers of weights are held at once.
+type accountingBackend struct {
+	ops.Backend
+	liveBytes
 }
 
 func (a *accountingBackend) Upload(dt ops.DType, rows, cols int, raw []byte) (ops.Tensor, error) {
@@ -51,23 +77,18 @@ func (a *accountingBackend) UploadExpert(id, latent, ffn int, w1p, w1s, w3p, w3s
 }
 
 func (a *accountingBackend) Free(t any) {
-	a.mu.Lock()
-	if n, ok := a.live[t]; ok {
-		a.held -= n
-		delete(a.live, t)
-	}
-	a.mu.Unlock()
+	a.drop(t)
 	a.Backend.Free(t)
 }
 
 // TestAtMostTwoLayersHeld: while a wave runs, the weights held (uploaded to the backend plus read ahead in
 // host memory, not counting the resident globals) never exceed two layers' worth.
 func TestAtMostTwoLayersHeld(t *testing.T) {
-	acc := &accountingBackend{Backend: cpu.New(cpu.Options{Precision: ops.BF16}), live: map[any]int64{}}
+	acc := &accountingBackend{Backend: cpu.New(cpu.Options{Precision: ops.BF16})}
 	e := openPreset(t, "tiny", 1, acc, EngineOptions{})
 	acc.mu.Lock()
 	globals := acc.held
-	acc.engine, acc.peak = e, 0
+	acc.extra, acc.peak = e.HeldBytes, 0
 	acc.held = 0 // count layer weights only
 	for k := range acc.live {
 		delete(acc.live, k)

@@ -48,7 +48,7 @@ func TestResidentLayers(t *testing.T) {
 			}
 			defer d.Close()
 			r := &countingReader{Dir: d}
-			a := &accountingBackend{Backend: cpu.New(cpu.Options{Precision: ops.BF16}), live: map[any]int64{}}
+			a := &accountingBackend{Backend: cpu.New(cpu.Options{Precision: ops.BF16})}
 			e, err := NewEngine(context.Background(), plan, r, a, tc.opts)
 			if err != nil {
 				t.Fatal(err)

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"reflect"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/potato-k3/potato-k3/replay/cpu"
@@ -91,21 +90,11 @@ func slicedDeviceFor(t *testing.T, e *Engine, n int) int64 {
 // bytes.
 type counting struct {
 	*cpu.Backend
-	mu         sync.Mutex
-	live, peak int64
-	sizes      map[any]int64
+	liveBytes
 }
 
 func newCounting(p ops.Precision) *counting {
-	return &counting{Backend: cpu.New(cpu.Options{Precision: p}), sizes: map[any]int64{}}
-}
-
-func (c *counting) add(x any, n int64) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.sizes[x] = n
-	c.live += n
-	c.peak = max(c.peak, c.live)
+	return &counting{Backend: cpu.New(cpu.Options{Precision: p})}
 }
 
 func (c *counting) t(x ops.Tensor, err error) (ops.Tensor, error) {
@@ -124,12 +113,7 @@ func (c *counting) carry(x ops.Tensor, k ops.Carry, err error) (ops.Tensor, ops.
 }
 
 func (c *counting) Free(x any) {
-	c.mu.Lock()
-	if n, ok := c.sizes[x]; ok {
-		c.live -= n
-		delete(c.sizes, x)
-	}
-	c.mu.Unlock()
+	c.drop(x)
 	c.Backend.Free(x)
 }
 
@@ -198,10 +182,7 @@ func TestPlanBoundsDevice(t *testing.T) {
 	var plans []string
 	e := openPreset(t, "tiny", 1, c, EngineOptions{DeviceMemory: budget, Log: func(s string) { plans = append(plans, s) }})
 	seqs := randomSequences(9, 3328, lens...)
-	c.mu.Lock()
-	c.live, c.peak = 0, 0 // the globals' setup is not the wave's
-	clear(c.sizes)
-	c.mu.Unlock()
+	c.reset() // the globals' setup is not the wave's
 	got, st, err := e.Run(context.Background(), []Request{{Sequences: seqs, Options: Options{TopK: 3, Lens: []int{4}}}})
 	if err != nil {
 		t.Fatal(err)
