@@ -254,3 +254,17 @@ func TestPlanUnslicedWhenExpertsDoNotFit(t *testing.T) {
 		t.Error("results differ from an unconstrained run")
 	}
 }
+
+// TestSliceInvarianceChunkedExperts: sliced, with the routed experts fetched in chunks (each slice
+// accumulates chunk by chunk and fetches what a chunk lacks), every table is the unsliced wave's.
+func TestSliceInvarianceChunkedExperts(t *testing.T) {
+	opts := Options{TopK: 5, Lens: []int{3}, Router: true}
+	seqs := randomSequences(6, 3328, sliceSeqLens...)
+	want := runOne(t, openTiny(t, ops.BF16, EngineOptions{}), Request{Sequences: seqs, Options: opts})
+	for _, c := range []struct{ slice, chunk int }{{7, 1}, {65, 3}, {129, 5}} {
+		e := openTiny(t, ops.BF16, EngineOptions{SliceTokens: c.slice, ExpertChunk: c.chunk})
+		if got := runOne(t, e, Request{Sequences: seqs, Options: opts}); !reflect.DeepEqual(got, want) {
+			t.Errorf("slices of %d, experts in chunks of %d: results differ from the unsliced wave", c.slice, c.chunk)
+		}
+	}
+}

@@ -85,7 +85,8 @@ func (w *MoEWeights) Forward(f *Pass, x ops.Tensor) (ops.Tensor, error) {
 // experts fetches the chosen experts in ascending chunks and accumulates their weighted outputs. The chunk
 // size changes only how many experts are fetched at once, never the result: each row sums its experts in
 // ascending id order either way. Unsliced, a chunk is freed before the next is fetched; sliced, every
-// expert fetched stays for the layer's later slices, so that none is fetched twice in a layer.
+// expert fetched stays for the layer's later slices, so that none is fetched twice in a layer, and each
+// slice accumulates chunk by chunk, fetching what a chunk lacks just before it.
 func (w *MoEWeights) experts(f *Pass, acc, z ops.Tensor, routing ops.Routing, beta, linBeta float32) error {
 	ids := Chosen(routing)
 	chunk := f.ExpertChunk
@@ -113,31 +114,36 @@ func (w *MoEWeights) experts(f *Pass, acc, z ops.Tensor, routing ops.Routing, be
 	if f.held == nil {
 		f.held = make(map[int]ops.Expert)
 	}
-	var missing []int
-	for _, id := range ids {
-		if f.held[id] == nil {
-			missing = append(missing, id)
-		}
-	}
 	if chunk <= 0 {
-		chunk = max(len(missing), 1)
+		chunk = max(len(ids), 1)
 	}
-	for start := 0; start < len(missing); start += chunk {
-		part := missing[start:min(start+chunk, len(missing))]
-		experts, err := f.Experts.Experts(f.Ctx, w.layer, part)
-		if err != nil {
+	// Chunk by chunk in ascending ids, as unsliced: the experts a chunk lacks are fetched, then the chunk
+	// is accumulated, so that on a device backend the next chunk's copies overlap this one's compute (the
+	// first slice fetches nearly all of a large wave's experts).
+	for start := 0; start < len(ids); start += chunk {
+		part := ids[start:min(start+chunk, len(ids))]
+		var missing []int
+		for _, id := range part {
+			if f.held[id] == nil {
+				missing = append(missing, id)
+			}
+		}
+		if len(missing) > 0 {
+			experts, err := f.Experts.Experts(f.Ctx, w.layer, missing)
+			if err != nil {
+				return fmt.Errorf("experts %v: %w", missing, err)
+			}
+			for i, e := range experts {
+				f.held[missing[i]] = e
+			}
+		}
+		use := make([]ops.Expert, len(part))
+		for i, id := range part {
+			use[i] = f.held[id]
+		}
+		if err := f.Model.Ops.ExpertsAccumulate(acc, z, routing, use, beta, linBeta); err != nil {
 			return fmt.Errorf("experts %v: %w", part, err)
 		}
-		for i, e := range experts {
-			f.held[part[i]] = e
-		}
-	}
-	use := make([]ops.Expert, len(ids))
-	for i, id := range ids {
-		use[i] = f.held[id]
-	}
-	if err := f.Model.Ops.ExpertsAccumulate(acc, z, routing, use, beta, linBeta); err != nil {
-		return fmt.Errorf("experts %v: %w", ids, err)
 	}
 	return nil
 }
