@@ -55,6 +55,7 @@ step plans_24gb 60 bench "${FLAGS[@]}" --plan-only --device-memory 24GB --tokens
 step pinned_262k 150 bench "${FLAGS[@]}" "${PINNED[@]}" --tokens 262144 --seq-len 4096
 step pinned_1m 200 bench "${FLAGS[@]}" "${PINNED[@]}" --tokens 1048576 --seq-len 4096
 step disk_262k 120 bench "${FLAGS[@]}" --direct-io --tokens 262144 --seq-len 4096
+step disk_1m 200 bench "${FLAGS[@]}" --direct-io --tokens 1048576 --seq-len 4096
 step single_262k 150 bench "${FLAGS[@]}" --tokens 262144 --seq-len 262144
 step single_16k_24gb 120 bench "${FLAGS[@]}" --device-memory 24GB --tokens 16384 --seq-len 16384
 log done
