@@ -2,10 +2,8 @@ package job
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"time"
@@ -104,15 +102,3 @@ func writeAtomic(path string, write func(io.Writer) error) error {
 	return nil
 }
 
-// syncDir makes the directory's entries (a rename) durable.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("job: %w", err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil && !errors.Is(err, fs.ErrInvalid) {
-		return fmt.Errorf("job: syncing %s: %w", dir, err)
-	}
-	return nil
-}

@@ -312,8 +312,8 @@ func runWave(ctx context.Context, eng Engine, cfg Config, m *Manifest, wave []It
 	}
 	// The part files are each synced and renamed into place; the directory sync makes the renames
 	// durable before the manifest that names them.
-	if err := syncDir(cfg.Dir); err != nil {
-		return Part{}, err
+	if err := tables.SyncDir(cfg.Dir); err != nil {
+		return Part{}, fmt.Errorf("job: %w", err)
 	}
 	for _, it := range wave {
 		p.Tokens += int64(len(it.Sequence.Tokens))

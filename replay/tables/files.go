@@ -151,10 +151,7 @@ func WriteSet(path string, s *Set) ([]string, error) {
 			return written[:i], fmt.Errorf("tables: writing the result set %s: %w (%d of %d tables were replaced)", path, err, i, len(staged))
 		}
 	}
-	if d, err := os.Open(dir); err == nil { // make the renames durable
-		d.Sync()
-		d.Close()
-	}
+	_ = SyncDir(dir) // make the renames durable; the tables are in place either way
 	return written, nil
 }
 
@@ -232,12 +229,12 @@ func writeAtomic(path string, write func(io.Writer) error) (err error) {
 	if err := os.Rename(f.Name(), path); err != nil {
 		return fmt.Errorf("tables: writing %s: %w", path, err)
 	}
-	return syncDir(dir)
+	return SyncDir(dir)
 }
 
-// syncDir makes the directory's entries (a rename) durable; a file system that cannot sync a directory
-// is left as it is.
-func syncDir(dir string) error {
+// SyncDir makes a directory's entries (a rename into it) durable; a file system that cannot sync a
+// directory is left as it is.
+func SyncDir(dir string) error {
 	d, err := os.Open(dir)
 	if err != nil {
 		return fmt.Errorf("tables: %w", err)
