@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -69,8 +70,9 @@ func loadJSONLEntries(path string) ([]Entry, error) {
 	return readJSONLEntries(f, path)
 }
 
-// readJSONLEntries is ReadJSONL keeping each conversation's line number.
-func readJSONLEntries(r interface{ Read([]byte) (int, error) }, name string) ([]Entry, error) {
+// readJSONLEntries reads JSONL as ReadJSONL documents, keeping each conversation's line number (and
+// leaving the ids the file does not give empty); ReadJSONL is built on it.
+func readJSONLEntries(r io.Reader, name string) ([]Entry, error) {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 64<<10), MaxLineBytes)
 	var out []Entry

@@ -1,10 +1,8 @@
 package datasets
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -25,30 +23,16 @@ const MaxLineBytes = 64 << 20
 // "add_generation_prompt"} or a bare array of messages; see the package documentation for the message
 // shape. The first invalid line stops the read with an *Error naming name, the line and the field.
 func ReadJSONL(r io.Reader, name string) ([]tokenizer.Conversation, error) {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 64<<10), MaxLineBytes)
-	var convs []tokenizer.Conversation
-	line := 0
-	for sc.Scan() {
-		line++
-		data := bytes.TrimSpace(sc.Bytes())
-		if len(data) == 0 {
-			continue
-		}
-		c, err := parseConversation(data)
-		if err != nil {
-			return nil, locate(err, name, "line", line)
-		}
-		if c.ID == "" {
-			c.ID = "line:" + strconv.Itoa(line) // results name their conversation (tables' conversation column), as datasets.Entry.Name
-		}
-		convs = append(convs, c)
+	entries, err := readJSONLEntries(r, name)
+	if err != nil {
+		return nil, err
 	}
-	if err := sc.Err(); err != nil {
-		if errors.Is(err, bufio.ErrTooLong) {
-			return nil, locate(fmt.Errorf("line longer than %d bytes", MaxLineBytes), name, "line", line+1)
+	convs := make([]tokenizer.Conversation, len(entries))
+	for i, e := range entries {
+		convs[i] = e.Conversation
+		if convs[i].ID == "" {
+			convs[i].ID = e.Name() // "line:N": results name their conversation (tables' conversation column)
 		}
-		return nil, fmt.Errorf("datasets: reading %s: %w", name, err)
 	}
 	return convs, nil
 }

@@ -101,4 +101,3 @@ func writeAtomic(path string, write func(io.Writer) error) error {
 	}
 	return nil
 }
-
