@@ -104,26 +104,11 @@ func readTableFile(path string) (arrow.RecordBatch, error) {
 		return nil, err
 	}
 	defer f.Close()
-	rd, err := ipc.NewReader(f)
+	rec, err := readStream(f)
 	if err != nil {
 		return nil, fmt.Errorf("kernel: %s: %w", path, err)
 	}
-	defer rd.Release()
-	var recs []arrow.RecordBatch
-	defer func() {
-		for _, r := range recs {
-			r.Release()
-		}
-	}()
-	for rd.Next() {
-		rec := rd.RecordBatch()
-		rec.Retain()
-		recs = append(recs, rec)
-	}
-	if err := rd.Err(); err != nil {
-		return nil, fmt.Errorf("kernel: %s: %w", path, err)
-	}
-	return concat(rd.Schema(), recs)
+	return rec, nil
 }
 
 // writeCached stores r at dir: written into a temporary directory beside it, then renamed into place,

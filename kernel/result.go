@@ -3,6 +3,7 @@ package kernel
 import (
 	"context"
 	"fmt"
+	"io"
 	"html"
 	"net/http"
 	"strings"
@@ -131,9 +132,23 @@ func (c *Client) fetchTable(ctx context.Context, id, name string) (arrow.RecordB
 		return nil, err
 	}
 	defer resp.Body.Close()
-	rd, err := ipc.NewReader(resp.Body)
+	rec, err := readStream(resp.Body)
 	if err != nil {
 		return nil, fmt.Errorf("kernel: job %s: table %s: %w", id, name, err)
+	}
+	// Read to its end-of-stream marker: confirm, so that the engine counts the table as fetched (and
+	// starts keeping it for --keep only). A failed confirmation loses nothing: the results stay longer.
+	if ack, err := c.request(ctx, http.MethodPost, api.ReceivedPath(id, name), nil); err == nil {
+		ack.Body.Close()
+	}
+	return rec, nil
+}
+
+// readStream reads one Arrow IPC stream to its end-of-stream marker into one record.
+func readStream(r io.Reader) (arrow.RecordBatch, error) {
+	rd, err := ipc.NewReader(r)
+	if err != nil {
+		return nil, err
 	}
 	defer rd.Release()
 	var recs []arrow.RecordBatch
@@ -148,18 +163,9 @@ func (c *Client) fetchTable(ctx context.Context, id, name string) (arrow.RecordB
 		recs = append(recs, rec)
 	}
 	if err := rd.Err(); err != nil {
-		return nil, fmt.Errorf("kernel: job %s: table %s: %w", id, name, err)
+		return nil, err
 	}
-	rec, err := concat(rd.Schema(), recs)
-	if err != nil {
-		return nil, fmt.Errorf("kernel: job %s: table %s: %w", id, name, err)
-	}
-	// Read to its end-of-stream marker: confirm, so that the engine counts the table as fetched (and
-	// starts keeping it for --keep only). A failed confirmation loses nothing: the results stay longer.
-	if ack, err := c.request(ctx, http.MethodPost, api.ReceivedPath(id, name), nil); err == nil {
-		ack.Body.Close()
-	}
-	return rec, nil
+	return concat(rd.Schema(), recs)
 }
 
 // concat joins record batches of one schema into one record, so that a cell indexes columns directly.
