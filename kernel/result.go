@@ -3,8 +3,8 @@ package kernel
 import (
 	"context"
 	"fmt"
-	"io"
 	"html"
+	"io"
 	"net/http"
 	"strings"
 
