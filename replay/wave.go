@@ -62,7 +62,7 @@ func (e *Engine) Run(ctx context.Context, reqs []Request) ([][]Result, WaveStats
 		limit = max(e.fitTokens, p.Longest)
 	}
 	if total <= limit {
-		return e.runFitted(ctx, reqs, total)
+		return e.runFitted(ctx, reqs, total, &p)
 	}
 	e.log(p.String())
 	return e.runSplit(ctx, reqs, limit)
@@ -79,8 +79,8 @@ func (e *Engine) log(s string) {
 // as waves of half the tokens (and so on, down to one sequence a wave): the results are the same bits,
 // since a sequence's results do not depend on its wave. The engine then keeps its waves below the size
 // that failed. A single sequence that does not fit fails with the backend's error.
-func (e *Engine) runFitted(ctx context.Context, reqs []Request, total int) ([][]Result, WaveStats, error) {
-	res, st, err := e.runWave(ctx, reqs)
+func (e *Engine) runFitted(ctx context.Context, reqs []Request, total int, plan *WavePlan) ([][]Result, WaveStats, error) {
+	res, st, err := e.runWave(ctx, reqs, plan)
 	if err == nil || !errors.Is(err, ops.ErrOutOfMemory) || ctx.Err() != nil {
 		return res, st, err
 	}
@@ -127,7 +127,7 @@ func (e *Engine) runSplit(ctx context.Context, reqs []Request, limit int) ([][]R
 		if len(wave) == 0 {
 			return nil
 		}
-		res, st, err := e.runFitted(ctx, wave, tokens)
+		res, st, err := e.runFitted(ctx, wave, tokens, nil)
 		if err != nil {
 			return err
 		}
@@ -180,8 +180,9 @@ func (s WaveStats) add(o WaveStats) WaveStats {
 	return s
 }
 
-// runWave runs the requests as one wave.
-func (e *Engine) runWave(ctx context.Context, reqs []Request) ([][]Result, WaveStats, error) {
+// runWave runs the requests as one wave. given, when not nil, is the plan Run made of exactly these
+// requests; else runWave makes it.
+func (e *Engine) runWave(ctx context.Context, reqs []Request, given *WavePlan) ([][]Result, WaveStats, error) {
 	start := time.Now()
 	layers := len(e.Plan.Layers)
 	var (
@@ -208,13 +209,18 @@ func (e *Engine) runWave(ctx context.Context, reqs []Request) ([][]Result, WaveS
 			layout.Starts = append(layout.Starts, len(ids))
 		}
 	}
-	seqLens := make([]int, len(seqs))
-	for i, s := range seqs {
-		seqLens[i] = len(s.Tokens)
-	}
-	plan, err := e.planWave(seqLens)
-	if err != nil {
-		return nil, WaveStats{}, err
+	var plan WavePlan
+	if given != nil {
+		plan = *given
+	} else {
+		seqLens := make([]int, len(seqs))
+		for i, s := range seqs {
+			seqLens[i] = len(s.Tokens)
+		}
+		var err error
+		if plan, err = e.planWave(seqLens); err != nil {
+			return nil, WaveStats{}, err
+		}
 	}
 	if plan.Slices == 1 {
 		plan.SliceTokens = 0

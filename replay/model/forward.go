@@ -113,7 +113,7 @@ func (f *Pass) Embed(g *Globals, ids []int32) (*Wave, error) {
 			return nil, fmt.Errorf("embed: %w", err)
 		}
 		w.dev[j] = &State{P: p}
-		if err := w.put(f.Model.Ops, j); err != nil {
+		if err := w.put(f.Model.Ops, j, true); err != nil {
 			w.Free(f.Model.Ops)
 			return nil, fmt.Errorf("embed: %w", err)
 		}
@@ -149,7 +149,7 @@ func (f *Pass) Layer(wv *Wave, w *LayerWeights) error {
 	}
 	f.layer = w.Layer.Index
 	defer f.endLayer(w.Layer.Index)
-	err := f.Each(wv, func(j int, st *State) error {
+	err := f.each(wv, true, func(j int, st *State) error {
 		return f.layerSteps(st, w)
 	})
 	if err == nil {

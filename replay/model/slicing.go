@@ -147,7 +147,7 @@ func (f *Pass) ReadoutStats(g *Globals, w *Wave, targets []int32, k int) ([]ops.
 		return nil, fmt.Errorf("stats: %d targets for a wave of %d rows", len(targets), w.Bounds[len(w.Bounds)-1])
 	}
 	out := make([]ops.TokenStats, 0, len(targets))
-	err := f.Each(w, func(j int, st *State) error {
+	err := f.each(w, false, func(j int, st *State) error {
 		h, err := f.Readout(g, st)
 		if err != nil {
 			return err
@@ -168,7 +168,7 @@ func (f *Pass) ReadoutStats(g *Globals, w *Wave, targets []int32, k int) ([]ops.
 // that last ran), rows x hidden.
 func (f *Pass) Hidden(w *Wave) ([]float32, error) {
 	var out []float32
-	err := f.Each(w, func(j int, st *State) error {
+	err := f.each(w, false, func(j int, st *State) error {
 		if st.P == nil {
 			return fmt.Errorf("hidden state: the running sum is empty (mid-layer state)")
 		}

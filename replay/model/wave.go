@@ -111,15 +111,19 @@ func (w *Wave) load(b ops.Backend, j int) (*State, error) {
 	return st, nil
 }
 
-// put ends slice j's use: with host state its tensors go back to the host (only the running sum and
-// blocks banked since the last download: banked blocks never change) and are freed.
-func (w *Wave) put(b ops.Backend, j int) error {
+// put ends slice j's use: with host state its tensors are freed, after going back to the host when the
+// use changed them (only the running sum and blocks banked since the last download: banked blocks never
+// change; a readout changes nothing, so its slices' host copies stay as they are).
+func (w *Wave) put(b ops.Backend, j int, changed bool) error {
 	if w.host == nil || w.host[j] == nil || w.dev[j] == nil { // on the device between layers
 		return nil
 	}
 	st, h := w.dev[j], w.host[j]
 	w.dev[j] = nil
 	defer st.Free(b)
+	if !changed {
+		return nil
+	}
 	for i := len(h.blocks); i < len(st.Blocks); i++ {
 		hb, err := download(b, st.Blocks[i])
 		if err != nil {
@@ -149,9 +153,9 @@ func (w *Wave) Free(b ops.Backend) {
 	w.host = nil
 }
 
-// Each runs fn on every slice's state in order, uploading and putting back host state around it: fn gets
-// the slice index and its state on the backend.
-func (f *Pass) Each(w *Wave, fn func(j int, st *State) error) error {
+// each runs fn on every slice's state in order, uploading host state before it and putting it back
+// after (downloaded again only when fn changes it): fn gets the slice index and its state on the backend.
+func (f *Pass) each(w *Wave, changes bool, fn func(j int, st *State) error) error {
 	b := f.Model.Ops
 	for j := range w.Slices() {
 		if err := f.Ctx.Err(); err != nil {
@@ -163,7 +167,7 @@ func (f *Pass) Each(w *Wave, fn func(j int, st *State) error) error {
 		}
 		f.cur, f.curIndex = f.slices[j], j
 		err = fn(j, st)
-		if perr := w.put(b, j); err == nil {
+		if perr := w.put(b, j, changes); err == nil {
 			err = perr
 		}
 		if err != nil {
