@@ -44,8 +44,9 @@ const Version = "0.1.0"
 type EngineOptions struct {
 	// ExpertChunk is how many routed experts of a layer are resident at once (0: all chosen at once).
 	ExpertChunk int
-	// MaxWaveTokens bounds the tokens of one wave (0: no bound): larger requests run as several waves,
-	// which bounds the per-token state and activations a wave holds. Results do not depend on it.
+	// MaxWaveTokens bounds the tokens of one wave (0: no bound but the memory budgets, which the wave
+	// plan applies): larger requests run as several waves, each reading the weights again. Results do not
+	// depend on it.
 	MaxWaveTokens int
 	// HostCacheBytes is how much host memory may keep the layers' weights (their own tensors and routed
 	// experts) between waves, so that later waves read them from memory instead of the checkpoint (0: none;

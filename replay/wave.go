@@ -34,10 +34,12 @@ func (s WaveStats) BytesRead() int64 {
 }
 
 // Run replays every sequence of every request as one layer-major wave and returns, per request, one
-// Result per sequence. Each sequence's results are bit-identical to replaying it alone. When the requests
-// hold more than EngineOptions.MaxWaveTokens tokens, the sequences are split over several waves (each wave
-// reads the weights again) and the results put back in order; a single sequence longer than the bound is
-// refused with the bound named.
+// Result per sequence. Each sequence's results are bit-identical to replaying it alone. The wave is
+// planned first (WavePlan: slices, where the state lives, reads): when the requests hold more tokens than
+// EngineOptions.MaxWaveTokens or than the memory budgets let one wave hold, the sequences are split over
+// several waves (each wave reads the weights again) and the results put back in order; a request the
+// budgets cannot hold at all, or a single sequence longer than MaxWaveTokens, is refused with the bound
+// named before any compute.
 func (e *Engine) Run(ctx context.Context, reqs []Request) ([][]Result, WaveStats, error) {
 	limit := e.opts.MaxWaveTokens
 	total := 0
