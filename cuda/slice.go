@@ -66,12 +66,12 @@ type rowRange struct {
 	lo, hi int
 }
 
-// catRows returns a new float32 tensor of the given row ranges one after the other (cols columns each;
-// zero rows where t is nil), by device-to-device copies on the stream.
+// catRows returns a new float32 tensor of the given row ranges one after the other (cols columns each),
+// by device-to-device copies on the stream.
 func (b *Backend) catRows(op string, cols int, parts ...rowRange) (*Tensor, error) {
 	rows := 0
 	for _, p := range parts {
-		if p.t != nil && (p.t.cols != cols || p.t.dt != dtF32 || p.lo < 0 || p.hi > p.t.rows || p.lo > p.hi) {
+		if p.t.cols != cols || p.t.dt != dtF32 || p.lo < 0 || p.hi > p.t.rows || p.lo > p.hi {
 			return nil, shapeErr(op, "rows %d..%d of %v into %d columns", p.lo, p.hi, p.t, cols)
 		}
 		rows += p.hi - p.lo
@@ -85,13 +85,7 @@ func (b *Backend) catRows(op string, cols int, parts ...rowRange) (*Tensor, erro
 		d, at := b.drv, out.ptr
 		for _, p := range parts {
 			n := uintptr(4 * (p.hi - p.lo) * cols)
-			switch {
-			case n == 0:
-			case p.t == nil:
-				if err := d.Check("cuMemsetD32Async", bind.Call(d.CuMemsetD32Async, uintptr(at), 0, n/4, c.stream())); err != nil {
-					return err
-				}
-			default:
+			if n > 0 {
 				src := p.t.ptr + uint64(4*p.lo*cols)
 				if err := d.Check("cuMemcpyDtoDAsync", bind.Call(d.CuMemcpyDtoDAsync, uintptr(at), uintptr(src), n, c.stream())); err != nil {
 					return err
