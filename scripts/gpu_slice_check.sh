@@ -58,4 +58,19 @@ step disk_262k 120 bench "${FLAGS[@]}" --direct-io --tokens 262144 --seq-len 409
 step disk_1m 200 bench "${FLAGS[@]}" --direct-io --tokens 1048576 --seq-len 4096
 step single_262k 150 bench "${FLAGS[@]}" --tokens 262144 --seq-len 262144
 step single_16k_24gb 120 bench "${FLAGS[@]}" --device-memory 24GB --tokens 16384 --seq-len 16384
+step single_1m 300 bench "${FLAGS[@]}" --tokens 1048576 --seq-len 1048576
+step single_262k_24gb 200 bench "${FLAGS[@]}" --device-memory 24GB --tokens 262144 --seq-len 262144
+# Where a layer's time goes, per op (--op-profile), in one slice and past it.
+step prof_65k 120 bench "${FLAGS[@]}" "${PINNED[@]}" --op-profile --tokens 65536 --seq-len 4096
+step prof_262k 150 bench "${FLAGS[@]}" "${PINNED[@]}" --op-profile --tokens 262144 --seq-len 4096
+# The tables a replay writes, opened by pyarrow (installed on the GPU machine, not on CI's), as README says.
+if [[ $STEPS == all || " $STEPS " == *" arrow "* ]]; then
+  mkdir -p /tmp/slice/arrow
+  for ext in arrow arrows parquet; do
+    "$P" replay --text "The cat sat on the mat. It was warm." --top-k 3 --lens 0,1 --hidden 1 --router --attnres --no-progress --show 0 --out /tmp/slice/arrow/res.$ext >> "$OUT/arrow.txt" 2>&1
+  done
+  python3 scripts/arrow_readers_check.py /tmp/slice/arrow >> "$OUT/arrow.txt" 2>&1
+  log "arrow readers exit $?"
+  cat "$OUT/arrow.txt" >> "$OUT/summary.txt"
+fi
 log done
