@@ -90,6 +90,10 @@ type Options struct {
 	// path (experts_lt_lanes.go): 0 for the default (ltExpertStreams), 1 for the compute stream alone.
 	// Results are the same bits for every value; only the speed changes.
 	ExpertStreams int
+	// MLAPrefixRows is the most rows of a long sequence's earlier keys that a slice's MLA expands at once
+	// (slice_mla.go; 0: 32,768), a multiple of 64. Results are the same bits for every value; tests take
+	// it small to cross many parts.
+	MLAPrefixRows int
 }
 
 // CuBLASLtMode is Options.CuBLASLt.
@@ -185,6 +189,9 @@ func New(o Options) (*Backend, error) {
 	}
 	if o.ExpertStreams < 0 || o.ExpertStreams > maxExpertStreams {
 		return nil, fmt.Errorf("%w: ExpertStreams %d: want 0 (the default) to %d", ErrArgument, o.ExpertStreams, maxExpertStreams)
+	}
+	if o.MLAPrefixRows < 0 || o.MLAPrefixRows%mlaKeyBlock != 0 {
+		return nil, fmt.Errorf("%w: MLAPrefixRows %d: want 0 (the default) or a positive multiple of %d", ErrArgument, o.MLAPrefixRows, mlaKeyBlock)
 	}
 	if o.Device < 0 || o.Device >= drv.Devices {
 		return nil, fmt.Errorf("%w: device %d: %d CUDA devices present", ErrArgument, o.Device, drv.Devices)

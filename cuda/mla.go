@@ -56,20 +56,74 @@ func (b *Backend) MLA(q, kv, ks ops.Tensor, heads, nope, shared, vdim int, l ops
 	if err := ops.CheckMLA(q, kv, ks, heads, nope, shared, vdim, l); err != nil {
 		return nil, err
 	}
-	return b.mla(ts, heads, nope, shared, vdim, l, 0)
+	return b.mla(ts, heads, nope, shared, vdim, l, 0, nil)
+}
+
+// keyPart is the part of sequence 0's keys one launch of MLA's kernel walks when a slice continuing a
+// long sequence takes that sequence's earlier keys a chunk at a time (slice.go): ts[1] and ts[2] hold key
+// rows base.. of the layout, the tiles of sequence 0 walk keys lo .. hi-1 (hi < 0: to the end, and the
+// launch writes the output), and their softmax state waits in st between the launches. Parts before the
+// last launch only sequence 0's tiles and write no output.
+type keyPart struct {
+	base, lo, hi int
+	st           *Tensor
+}
+
+// last reports whether the part ends the keys (the launch writes the output).
+func (p *keyPart) last() bool { return p == nil || p.hi < 0 }
+
+// stateArgs are the kernel arguments klo, khi, st, st0 of a launch (st = 0: keys whole).
+func (p *keyPart) stateArgs(low int) []any {
+	if p == nil {
+		return []any{int64(0), int64(-1), uint64(0), int64(0)}
+	}
+	return []any{int64(p.lo), int64(p.hi), p.st.ptr, int64(low)}
+}
+
+// seq0Tasks keeps the tasks of the tiles of the sequence at row 0 (the parts before the last run only them).
+func seq0Tasks(tasks []int32) []int32 {
+	var kept []int32
+	for i := 0; i < len(tasks); i += 3 {
+		if tasks[i] == 0 {
+			kept = append(kept, tasks[i:i+3]...)
+		}
+	}
+	return kept
+}
+
+// mlaPartFloats is the float32 state MLA's kernel for these head sizes keeps between the key parts of
+// the tiles of sequence 0 of l from query row qOff on: per tile and head, version 2's 128 threads' o, m
+// and l (vp / 8 x 4 + 4 floats each), or version 1's accumulator, maxima and sums of its 16 rows.
+func (b *Backend) mlaPartFloats(heads, nope, shared, vdim int, l ops.Layout, qOff int) int {
+	first := qOff
+	if l.Sequences() > 0 {
+		first = l.Starts[1]
+	}
+	if tc, ok := b.mlaTCKernel(nope+shared, vdim); ok {
+		tiles := (first+mlaTCTile-1)/mlaTCTile - qOff/mlaTCTile
+		return tiles * heads * mlaTCThreads * (tc.vp/8*4 + 4)
+	}
+	tiles := (first+mlaQB-1)/mlaQB - qOff/mlaQB
+	return tiles * heads * (mlaQB*vdim + 2*mlaQB)
 }
 
 // mla runs MLA's kernel for the precision and head sizes. l is a layout over the key rows (ts[1], ts[2]);
 // the query rows ts[0] are the key rows from qOff on (qOff > 0: the rows before are an earlier slice's
 // keys of sequence 0, slice.go), and so are the output's. Only query tiles holding a row from qOff on run;
 // the tile holding row qOff runs whole, its rows before qOff on zero queries into a scratch output.
-func (b *Backend) mla(ts []*Tensor, heads, nope, shared, vdim int, l ops.Layout, qOff int) (ops.Tensor, error) {
-	if b.bf == 1 && !b.opts.NoTensorCores {
-		if tc, ok := mlaTCFor(nope+shared, vdim); ok {
-			return b.mlaTC(tc, ts, heads, nope, shared, vdim, l, qOff)
-		}
+func (b *Backend) mla(ts []*Tensor, heads, nope, shared, vdim int, l ops.Layout, qOff int, part *keyPart) (ops.Tensor, error) {
+	if tc, ok := b.mlaTCKernel(nope+shared, vdim); ok {
+		return b.mlaTC(tc, ts, heads, nope, shared, vdim, l, qOff, part)
 	}
-	return b.mlaCUDACores(ts, heads, nope, shared, vdim, l, qOff)
+	return b.mlaCUDACores(ts, heads, nope, shared, vdim, l, qOff, part)
+}
+
+// mlaTCKernel returns the tensor-core kernel (version 2) MLA runs for these head sizes, if it runs one.
+func (b *Backend) mlaTCKernel(qk, vdim int) (mlaTCKernel, bool) {
+	if b.bf == 1 && !b.opts.NoTensorCores {
+		return mlaTCFor(qk, vdim)
+	}
+	return mlaTCKernel{}, false
 }
 
 // tilesFrom keeps the tasks (sequence start, t0, t1) whose tile ends after row qOff and returns them with
@@ -94,8 +148,12 @@ func tilesFrom(tasks []int32, qOff int) ([]int32, int) {
 func (c *opCtx) mlaQueries(qt *Tensor, out *Tensor, ocols, qOff, low int) (qp, op uint64, finish func() error, err error) {
 	qcols := qt.cols
 	pad := qOff - low
-	qbase, obase := qt.ptr, out.ptr
+	qbase, obase := qt.ptr, uint64(0)
 	finish = func() error { return nil }
+	if out == nil { // a key part before the last: no output (its tiles save their state instead)
+		return qbase - uint64(4*low*qcols), 0, finish, nil
+	}
+	obase = out.ptr
 	if pad > 0 {
 		d := c.b.drv
 		if qbase, err = c.temp(4 * (pad + qt.rows) * qcols); err != nil {
@@ -121,7 +179,7 @@ func (c *opCtx) mlaQueries(qt *Tensor, out *Tensor, ocols, qOff, low int) (qp, o
 }
 
 // mlaCUDACores launches version 1.
-func (b *Backend) mlaCUDACores(ts []*Tensor, heads, nope, shared, vdim int, l ops.Layout, qOff int) (ops.Tensor, error) {
+func (b *Backend) mlaCUDACores(ts []*Tensor, heads, nope, shared, vdim int, l ops.Layout, qOff int, part *keyPart) (ops.Tensor, error) {
 	const op = "MLA"
 	rows, qk := ts[0].rows, nope+shared
 	shmem := 4 * (mlaQB*qk + mlaKC*(qk+1) + mlaKC*vdim + mlaQB*mlaKC + mlaQB*vdim + 3*mlaQB)
@@ -135,6 +193,9 @@ func (b *Backend) mlaCUDACores(ts []*Tensor, heads, nope, shared, vdim int, l op
 		}
 	}
 	tasks, low := tilesFrom(tasks, qOff)
+	if !part.last() {
+		tasks = seq0Tasks(tasks)
+	}
 	div := float32(math.Sqrt(float64(qk)))
 	var out *Tensor
 	err := b.run(op, func(c *opCtx) error {
@@ -142,8 +203,13 @@ func (b *Backend) mlaCUDACores(ts []*Tensor, heads, nope, shared, vdim int, l op
 		if err != nil {
 			return err
 		}
-		if out, err = c.out(rows, heads*vdim); err != nil || len(tasks) == 0 {
-			return err
+		if part.last() {
+			if out, err = c.out(rows, heads*vdim); err != nil {
+				return err
+			}
+		}
+		if len(tasks) == 0 {
+			return nil
 		}
 		tp, err := uploadTemp(c, tasks)
 		if err != nil {
@@ -153,14 +219,22 @@ func (b *Backend) mlaCUDACores(ts []*Tensor, heads, nope, shared, vdim int, l op
 		if err != nil {
 			return err
 		}
-		if err := c.launch("k_mla", d2(len(tasks)/3, heads), d1(mlaThreads), shmem,
-			opp, qp, in[1], in[2], tp, int32(heads), int32(nope), int32(shared), int32(vdim), div, b.bf); err != nil {
+		kv, ks := in[1], in[2]
+		if part != nil { // the kernel indexes keys by their row in the layout; the buffers start at row base
+			kv -= uint64(4 * part.base * ts[1].cols)
+			ks -= uint64(4 * part.base * ts[2].cols)
+		}
+		args := append([]any{opp, qp, kv, ks, tp, int32(heads), int32(nope), int32(shared), int32(vdim), div, b.bf}, part.stateArgs(low)...)
+		if err := c.launch("k_mla", d2(len(tasks)/3, heads), d1(mlaThreads), shmem, args...); err != nil {
 			return err
 		}
 		return finish()
 	})
 	if err != nil {
 		return nil, err
+	}
+	if out == nil {
+		return nil, nil
 	}
 	return out, nil
 }

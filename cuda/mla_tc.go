@@ -67,7 +67,7 @@ func mlaTCTasks(l ops.Layout) []int32 {
 
 // mlaTC launches version 2 (BF16 precision): per group of heads, k_mla_prep (bfloat16 keys and values)
 // then the kernel k.
-func (b *Backend) mlaTC(k mlaTCKernel, ts []*Tensor, heads, nope, shared, vdim int, l ops.Layout, qOff int) (ops.Tensor, error) {
+func (b *Backend) mlaTC(k mlaTCKernel, ts []*Tensor, heads, nope, shared, vdim int, l ops.Layout, qOff int, part *keyPart) (ops.Tensor, error) {
 	const op = "MLA"
 	// rows: the key rows (qOff more than the queries' when a slice continues a sequence, MLA's mla)
 	rows, qk := ts[1].rows, nope+shared
@@ -76,6 +76,9 @@ func (b *Backend) mlaTC(k mlaTCKernel, ts []*Tensor, heads, nope, shared, vdim i
 		return nil, shapeErr(op, "head sizes qk %d, vdim %d need %d bytes of shared memory on the tensor cores, the device allows %d", qk, vdim, shmem, b.info.MaxSharedOptin)
 	}
 	tasks, low := tilesFrom(mlaTCTasks(l), qOff)
+	if !part.last() {
+		tasks = seq0Tasks(tasks)
+	}
 	perHead := rows * (k.qkp + k.vp) * 2
 	group := max(1, min(heads, mlaTCTempMax/max(perHead, 1)))
 	scale := float32(math.Log2E / math.Sqrt(float64(qk)))
@@ -85,8 +88,13 @@ func (b *Backend) mlaTC(k mlaTCKernel, ts []*Tensor, heads, nope, shared, vdim i
 		if err != nil {
 			return err
 		}
-		if out, err = c.out(ts[0].rows, heads*vdim); err != nil || len(tasks) == 0 {
-			return err
+		if part.last() {
+			if out, err = c.out(ts[0].rows, heads*vdim); err != nil {
+				return err
+			}
+		}
+		if len(tasks) == 0 {
+			return nil
 		}
 		tp, err := uploadTemp(c, tasks)
 		if err != nil {
@@ -117,8 +125,14 @@ func (b *Backend) mlaTC(k mlaTCKernel, ts []*Tensor, heads, nope, shared, vdim i
 				int32(h0), int32(hg), int32(nope), int32(shared), int32(vdim), int32(k.qkp), int32(k.vp)); err != nil {
 				return err
 			}
-			if err := c.launch(k.name, d2(len(tasks)/3, hg), d1(mlaTCThreads), shmem,
-				opp, qp, kb, vb, tp, int32(heads), int32(h0), int64(rows), int32(qk), int32(vdim), scale, b.bf); err != nil {
+			// the kernel indexes keys by their row in the layout; the buffers start at row base
+			kbp, vbp := kb, vb
+			if part != nil {
+				kbp -= uint64(2 * part.base * k.qkp)
+				vbp -= uint64(2 * part.base * k.vp)
+			}
+			args := append([]any{opp, qp, kbp, vbp, tp, int32(heads), int32(h0), int64(rows), int32(qk), int32(vdim), scale, b.bf}, part.stateArgs(low)...)
+			if err := c.launch(k.name, d2(len(tasks)/3, hg), d1(mlaTCThreads), shmem, args...); err != nil {
 				return err
 			}
 		}
@@ -126,6 +140,9 @@ func (b *Backend) mlaTC(k mlaTCKernel, ts []*Tensor, heads, nope, shared, vdim i
 	})
 	if err != nil {
 		return nil, err
+	}
+	if out == nil {
+		return nil, nil
 	}
 	return out, nil
 }

@@ -238,29 +238,12 @@ func (b *Backend) MLASlice(q, kv, ks, latent, kvb ops.Tensor, heads, nope, share
 		if pl.rows != l.Offset || pl.cols != lt.cols || pk.rows != l.Offset || pk.cols != shared {
 			return nil, nil, shapeErr(op, "carry of %d rows for a slice at offset %d", pl.rows, l.Offset)
 		}
-		pre, err := b.MatMul(pl, wt) // the carried rows' kv, as their own slice made it
-		if err != nil {
-			return nil, nil, err
-		}
-		keys, err := b.catRows(op, kvt.cols, rowRange{pre.(*Tensor), 0, pl.rows}, rowRange{kvt, 0, kvt.rows})
-		b.Free(pre)
-		if err != nil {
-			return nil, nil, err
-		}
-		kss, err := b.catRows(op, shared, rowRange{pk, 0, pk.rows}, rowRange{kst, 0, kst.rows})
-		if err != nil {
-			b.Free(keys)
-			return nil, nil, err
-		}
 		el := ops.Layout{Starts: make([]int, len(l.Starts))}
 		for i, s := range l.Starts {
 			el.Starts[i] = s + l.Offset
 		}
 		el.Starts[0] = 0
-		out, err = b.mla([]*Tensor{qt, keys, kss}, heads, nope, shared, vdim, el, l.Offset)
-		b.Free(keys)
-		b.Free(kss)
-		if err != nil {
+		if out, err = b.mlaCarried(qt, kvt, kst, pl, pk, wt, heads, nope, shared, vdim, el, l.Offset); err != nil {
 			return nil, nil, err
 		}
 	}

@@ -157,7 +157,12 @@ func TestCUDASliceInvariance(t *testing.T) {
 				eo := EngineOptions{SliceTokens: n}
 				var plan string
 				eo.Log = func(s string) { plan = s }
-				e := openPreset(t, "tiny", 1, newCUDA(t, cuda.Options{Precision: prec}), eo)
+				// with the state in host memory, also the carried MLA prefix in parts of 64 rows
+				co := cuda.Options{Precision: prec}
+				if host {
+					co.MLAPrefixRows = 64
+				}
+				e := openPreset(t, "tiny", 1, newCUDA(t, co), eo)
 				if host {
 					e.opts.DeviceMemory = slicedDeviceFor(t, e, n)
 				}

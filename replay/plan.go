@@ -117,6 +117,9 @@ func (e *Engine) planWith(lens []int, sliced bool) (WavePlan, error) {
 	}
 	act, state, hostState := e.tokenBytes()
 	carry := e.carryBytes(p.Longest, p.Sliceable)
+	if _, perRow, ok := e.prefixBytes(p.Longest); ok && p.Sliceable {
+		act += perRow // a slice's rows joined after a carried prefix's keys, and the state between its parts
+	}
 	p.WeightBytes = e.weightPeak(p.Sliceable)
 	avail := p.DeviceBudget - p.WeightBytes - carry
 	least := int64(min(minSlice, max(p.Tokens, 1))) // a wave smaller than a slice needs only its own
@@ -229,9 +232,25 @@ func (e *Engine) tokenBytes() (act, state, hostState int64) {
 func (e *Engine) carryBytes(longest int, sliced bool) int64 {
 	n := e.Plan.CarryValues(longest) * 4
 	if sliced {
+		if fixed, _, ok := e.prefixBytes(longest); ok {
+			return n + fixed
+		}
 		n += e.Plan.PrefixValues(longest) * 4
 	}
 	return n
+}
+
+// prefixBytes is what a backend that says so (ops.PrefixSizer) holds in a slice's MLA for a sequence of
+// longest rows begun in earlier slices: bytes fixed for the call and bytes per row of the slice (ok false
+// without MLA layers or without the interface).
+func (e *Engine) prefixBytes(longest int) (fixed, perRow int64, ok bool) {
+	ps, isPS := e.Model.Ops.(ops.PrefixSizer)
+	if !isPS || len(e.Plan.LayerIndices(model.MLA)) == 0 {
+		return 0, 0, false
+	}
+	d := e.Model.Dims
+	fixed, perRow = ps.MLAPrefixBytes(longest, d.MLAHeads, d.QKNope, d.QKShared, d.VHead, d.KVLora)
+	return fixed, perRow, true
 }
 
 // expertScratch is the routed experts' scratch a token takes in ExpertsAccumulate (0 without MoE layers).

@@ -4,6 +4,8 @@
 # holds, each with its plan line and the GPU memory peak (nvidia-smi, sampled every 100 ms) beside the plan's
 # device peak. Build here first and carry .dev/after:
 #   mkdir -p .dev/after && CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o .dev/after/potato ./cmd/potato && gzip -9f .dev/after/potato
+#   (and for the tests step: CGO_ENABLED=0 go test -c -trimpath -ldflags='-s -w' -o .dev/after/cuda.test ./cuda, the same
+#   for ./replay to .dev/after/replay.test, both gzipped)
 #   run(command="bash scripts/gpu_slice_check.sh", carry=[".dev/after"], timeout_s=600)
 # Writes $OUT/summary.txt (plan lines, waves, per-kind tables, memory peaks), $OUT/steps.txt and each
 # step's full output. docs/benchmarks.md records the figures.
@@ -12,10 +14,25 @@ OUT=${OUT:-/tmp/out}
 MODEL=${MODEL:-/tmp/k3layer}
 mkdir -p "$OUT" /tmp/slice
 P=/tmp/slice/potato
-if [[ -f .dev/after/potato.gz ]]; then gunzip -c .dev/after/potato.gz > "$P"; else cp .dev/after/potato "$P"; fi
-chmod +x "$P"
+for f in potato cuda.test replay.test; do
+  if [[ -f .dev/after/$f.gz ]]; then gunzip -c .dev/after/$f.gz > "/tmp/slice/$f"; elif [[ -f .dev/after/$f ]]; then cp .dev/after/$f "/tmp/slice/$f"; fi
+  [[ -f /tmp/slice/$f ]] && chmod +x "/tmp/slice/$f"
+done
+ROOT=$(pwd)
 t0=$(date +%s)
 log() { echo "[$(( $(date +%s) - t0 ))s] $*" | tee -a "$OUT/steps.txt"; }
+# tests: the sliced-op checks on the device when the test binaries came along (go test -c ./cuda ./replay):
+# TESTS_CUDA and TESTS_REPLAY are their -test.run patterns.
+if [[ ${STEPS:-all} == all || " ${STEPS:-all} " == *" tests "* ]] && [[ -x /tmp/slice/cuda.test ]]; then
+  log "cuda.test -test.run ${TESTS_CUDA:=TestSlicesPrefixInParts|TestMLAPrefixRowsChecked|TestMLA|TestConformance$}"
+  (cd "$ROOT/cuda" && timeout 240 /tmp/slice/cuda.test -test.v -test.short -test.run "$TESTS_CUDA" > "$OUT/cuda_test.log" 2>&1)
+  log "cuda.test exit $? ($(grep -c -- '--- PASS' "$OUT/cuda_test.log") passed, $(grep -c -- '--- FAIL' "$OUT/cuda_test.log") failed)"
+  grep -E -- "--- FAIL|^FAIL|^ok|panic" "$OUT/cuda_test.log" | head -40 >> "$OUT/summary.txt"
+  log "replay.test -test.run ${TESTS_REPLAY:=TestCUDASliceInvariance}"
+  (cd "$ROOT/replay" && timeout 180 /tmp/slice/replay.test -test.v -test.run "$TESTS_REPLAY" > "$OUT/replay_test.log" 2>&1)
+  log "replay.test exit $? ($(grep -c -- '--- PASS' "$OUT/replay_test.log") passed, $(grep -c -- '--- FAIL' "$OUT/replay_test.log") failed)"
+  grep -E -- "--- FAIL|^FAIL|^ok|panic|differ" "$OUT/replay_test.log" | head -40 >> "$OUT/summary.txt"
+fi
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
 free -g | tee -a "$OUT/gpu.txt"
 if [[ ! -d "$MODEL" ]]; then
@@ -58,7 +75,7 @@ step disk_262k 120 bench "${FLAGS[@]}" --direct-io --tokens 262144 --seq-len 409
 step disk_1m 200 bench "${FLAGS[@]}" --direct-io --tokens 1048576 --seq-len 4096
 step single_262k 150 bench "${FLAGS[@]}" --tokens 262144 --seq-len 262144
 step single_16k_24gb 120 bench "${FLAGS[@]}" --device-memory 24GB --tokens 16384 --seq-len 16384
-step single_1m 300 bench "${FLAGS[@]}" --tokens 1048576 --seq-len 1048576
+step single_1m 330 bench "${FLAGS[@]}" --op-profile --tokens 1048576 --seq-len 1048576
 step single_262k_24gb 200 bench "${FLAGS[@]}" --device-memory 24GB --tokens 262144 --seq-len 262144
 # Where a layer's time goes, per op (--op-profile), in one slice and past it.
 step prof_65k 120 bench "${FLAGS[@]}" "${PINNED[@]}" --op-profile --tokens 65536 --seq-len 4096

@@ -13,7 +13,12 @@
 //      shares or the wave, so results are batch invariant. Against the CPU backend (two passes: max,
 //      then exp / sum) it differs at float32 rounding level. Shared memory rows of keys are padded by one
 //      word (qk + 1) so that the 32 lanes scoring one query read 32 banks.
-//      Version 2 (tensor cores, BF16 precision) is mla_tc.cu; this version stays for FP32 precision,
+//      Keys in parts (with mla_tc.cu's version 3): a sequence's keys may come in parts, one launch each
+//      (cuda/slice.go: a slice continuing a long sequence expands its earlier keys a chunk at a time):
+//      the tiles of the sequence at row 0 walk only the part's chunks, from the Acc, M and L the previous
+//      launch saved, saving them unless the part is the last; same chunks, same order, same arithmetic:
+//      the bits of one launch.
+//      The tensor-core version (BF16 precision) is mla_tc.cu; this version stays for FP32 precision,
 //      Options.NoTensorCores and head sizes mla_tc.cu has no instantiation for.
 #include "common.cuh"
 
@@ -24,10 +29,14 @@
 // k_mla: tasks[3*b .. 3*b+2] = (sequence start row, first query row t0, end row t1) of tile b =
 // blockIdx.x; head h = blockIdx.y.
 // Launch: blockDim 128, gridDim (tiles, heads), dynamic shared memory
-// (QB*qk + KC*(qk+1) + KC*vdim + QB*KC + QB*vdim + 3*QB) * 4 bytes.
+// (QB*qk + KC*(qk+1) + KC*vdim + QB*KC + QB*vdim + 3*QB) * 4 bytes. st == nullptr: every tile walks its
+// whole sequence. Otherwise the tiles of the sequence at row 0 walk keys klo .. khi - 1 (multiples of KC;
+// khi < 0: to the end), restoring Acc, M and L from st when klo > 0 and saving them there instead of
+// writing out when khi >= 0 (QB * vdim + 2 * QB floats per (tile (t0 - st0) / QB, head)).
 extern "C" __global__ void __launch_bounds__(MLA_THREADS) k_mla(float* out, const float* q, const float* kv,
                                                                 const float* ks, const int* tasks, int heads,
-                                                                int nope, int shared, int vdim, float div, int bf) {
+                                                                int nope, int shared, int vdim, float div, int bf,
+                                                                i64 klo, i64 khi, float* st, i64 st0) {
     extern __shared__ float smem[];
     int qk = nope + shared, kvw = nope + vdim, kst = qk + 1;
     float* Qs = smem;                // QB x qk
@@ -49,10 +58,26 @@ extern "C" __global__ void __launch_bounds__(MLA_THREADS) k_mla(float* out, cons
         int qi = idx / qk, i = idx - qi * qk;
         Qs[idx] = qi < nq ? q[(t0 + qi) * qcols + (i64)h * qk + i] : 0.0f;
     }
-    for (int idx = tid; idx < QB * vdim; idx += MLA_THREADS) Acc[idx] = 0.0f;
+    // keys in parts: the tiles of the sequence at row 0 walk only keys klo .. khi - 1 (khi < 0:
+    // to the end), from the state an earlier launch saved, saving theirs when they stop short of the end
+    i64 c0lo = start, c0hi = t1;
+    bool restore = false, save = false;
+    float* mine = nullptr;
+    if (start == 0 && st != nullptr) {
+        c0lo = klo;
+        if (khi >= 0) c0hi = khi;
+        restore = klo > 0;
+        save = khi >= 0;
+        mine = st + (((t0 - st0) / QB) * heads + h) * (i64)(QB * vdim + 2 * QB);
+    }
+    for (int idx = tid; idx < QB * vdim; idx += MLA_THREADS) Acc[idx] = restore ? mine[idx] : 0.0f;
+    if (restore && tid < QB) {
+        M[tid] = mine[QB * vdim + tid];
+        L[tid] = mine[QB * vdim + QB + tid];
+    }
     __syncthreads();
 
-    for (i64 c0 = start; c0 < t1; c0 += KC) {
+    for (i64 c0 = c0lo; c0 < c0hi; c0 += KC) {
         int nk = (int)min((i64)KC, t1 - c0);  // keys of this chunk that some query of the tile can see
         bool first = c0 == start;
         for (int idx = tid; idx < KC * qk; idx += MLA_THREADS) {
@@ -120,6 +145,14 @@ extern "C" __global__ void __launch_bounds__(MLA_THREADS) k_mla(float* out, cons
             Acc[idx] = first ? pv : __fadd_rn(__fmul_rn(Acc[idx], scale), pv);
         }
         __syncthreads();
+    }
+    if (save) {  // the next launch goes on from exactly this state
+        for (int idx = tid; idx < QB * vdim; idx += MLA_THREADS) mine[idx] = Acc[idx];
+        if (tid < QB) {
+            mine[QB * vdim + tid] = M[tid];
+            mine[QB * vdim + QB + tid] = L[tid];
+        }
+        return;
     }
     for (int idx = tid; idx < QB * vdim; idx += MLA_THREADS) {
         int qi = idx / vdim, j = idx - qi * vdim;

@@ -48,6 +48,12 @@
 //      and with them for the diagonal block, where a warp also skips the chunks of 16 keys none of its
 //      rows can see (their e_s are 0: the skip adds nothing). 229 registers (NVRTC 11.8's ptxas), no spills,
 //      2 blocks of 86 KiB shared memory per SM at K3's head sizes.
+//   3. A sequence's keys may come in parts, one launch each (a slice continuing a long sequence expands
+//      the earlier keys a chunk at a time instead of all at once, cuda/slice.go): the tiles of the
+//      sequence at row 0 walk only the key blocks of the part, from the registers the previous launch
+//      saved (o, m, and the per-lane l of every thread: 68 floats at VP = 128), saving them again
+//      unless the part is the last. The blocks are walked in the same order with the same arithmetic, so
+//      the output has the bits of one launch over all the keys.
 //      Next: wgmma (sm_90a) with TMA-staged blocks; 32 query rows a warp (half the shared-memory reads
 //      per mma; needs Q re-read from shared memory to fit the registers); the prep copy folded into the
 //      producer of kv if activations ever live as bf16 in memory (it is 7% of the time at 16 x 4096).
@@ -152,7 +158,8 @@ extern "C" __global__ void __launch_bounds__(256) k_mla_prep(u32* kb, u32* vb, c
 // values are kb, vb at local index blockIdx.y (k_mla_prep's layout). qk <= QKP, vdim <= VP.
 template <int QKP, int VP>
 __device__ __forceinline__ void mla_tc(float* out, const float* q, const u16* kb, const u16* vb, const int* tasks,
-                                       int heads, int h0, i64 rows, int qk, int vdim, float c, int bf) {
+                                       int heads, int h0, i64 rows, int qk, int vdim, float c, int bf, i64 klo,
+                                       i64 khi, float* st, i64 st0) {
     constexpr int KST = QKP + MLA_PAD, VST = VP + MLA_PAD;  // shared-memory row strides in halves
     constexpr int NT = MLA_BN / 8, VT = VP / 8, QC = QKP / 16;
     extern __shared__ __align__(16) unsigned char mla_smem[];
@@ -311,10 +318,33 @@ __device__ __forceinline__ void mla_tc(float* out, const float* q, const u16* kb
     };
 
     int nblk = (int)((t1 - start + MLA_BN - 1) / MLA_BN);
-    load(0, start);
-    for (int jb = 0; jb < nblk; jb++) {
+    // A sequence whose keys come in parts (version 3): the tiles of the sequence at row 0 walk only the
+    // blocks klo/64 .. khi/64 - 1 (khi < 0: to the end), starting from the state an earlier launch saved
+    // and saving theirs when the walk stops short of the end.
+    int jb0 = 0, jb1 = nblk;
+    bool restore = false, save = false;
+    float* mine = nullptr;
+    if (start == 0 && st != nullptr) {
+        jb0 = (int)(klo / MLA_BN);
+        if (khi >= 0) jb1 = (int)(khi / MLA_BN);
+        restore = jb0 > 0;
+        save = khi >= 0;
+        mine = st + ((((t0 - st0) / MLA_BM) * heads + h) * MLA_TC_THREADS + tid) * (i64)(VT * 4 + 4);
+    }
+    if (restore) {
+#pragma unroll
+        for (int j = 0; j < VT; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) o[j][e] = mine[j * 4 + e];
+        ma = mine[VT * 4];
+        mb = mine[VT * 4 + 1];
+        la = mine[VT * 4 + 2];
+        lb = mine[VT * 4 + 3];
+    }
+    load(jb0 & 1, start + (i64)jb0 * MLA_BN);
+    for (int jb = jb0; jb < jb1; jb++) {
         i64 kb0 = start + (i64)jb * MLA_BN;
-        if (jb + 1 < nblk) {
+        if (jb + 1 < jb1) {
             load((jb + 1) & 1, kb0 + MLA_BN);
             cp_async_wait<1>();
         } else {
@@ -325,6 +355,17 @@ __device__ __forceinline__ void mla_tc(float* out, const float* q, const u16* kb
         if (jb + 1 < nblk) block(mla_bool<false>{}, ks, vs, kb0);
         else block(mla_bool<true>{}, ks, vs, kb0);
         __syncthreads();
+    }
+    if (save) {  // registers as they stand: the next launch goes on from exactly here
+#pragma unroll
+        for (int j = 0; j < VT; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) mine[j * 4 + e] = o[j][e];
+        mine[VT * 4] = ma;
+        mine[VT * 4 + 1] = mb;
+        mine[VT * 4 + 2] = la;
+        mine[VT * 4 + 3] = lb;
+        return;
     }
 
     la = __fadd_rn(la, __shfl_xor_sync(0xffffffffu, la, 1));
@@ -347,12 +388,16 @@ __device__ __forceinline__ void mla_tc(float* out, const float* q, const u16* kb
 }
 
 // Launch (each): blockDim 128, gridDim (tiles, hg), dynamic shared memory 2 * 64 * (QKP + 8 + VP + 8) * 2
-// bytes; c = float32(log2(e) / sqrt(qk)). The suffix is QKP_VP.
+// bytes; c = float32(log2(e) / sqrt(qk)). The suffix is QKP_VP. st == nullptr: every tile walks its whole
+// sequence (klo, khi, st0 unused). Otherwise the tiles of the sequence at row 0 walk keys klo .. khi - 1
+// (multiples of 64; khi < 0: to the end), restoring their state from st when klo > 0 and saving it there
+// instead of writing out when khi >= 0: st holds VT * 4 + 4 floats a thread, per (tile (t0 - st0) / 64,
+// head, thread).
 #define MLA_TC_KERNEL(QKP, VP)                                                                                   \
     extern "C" __global__ void __launch_bounds__(MLA_TC_THREADS) k_mla_tc_##QKP##_##VP(                         \
         float* out, const float* q, const u16* kb, const u16* vb, const int* tasks, int heads, int h0, i64 rows, \
-        int qk, int vdim, float c, int bf) {                                                                     \
-        mla_tc<QKP, VP>(out, q, kb, vb, tasks, heads, h0, rows, qk, vdim, c, bf);                                \
+        int qk, int vdim, float c, int bf, i64 klo, i64 khi, float* st, i64 st0) {                               \
+        mla_tc<QKP, VP>(out, q, kb, vb, tasks, heads, h0, rows, qk, vdim, c, bf, klo, khi, st, st0);             \
     }
 
 MLA_TC_KERNEL(64, 64)

@@ -48,6 +48,15 @@ type Slicer interface {
 	MLASlice(q, kv, ks, latent, kvb Tensor, heads, nope, shared, vdim int, l SliceLayout, in Carry) (Tensor, Carry, error)
 }
 
+// PrefixSizer is an optional interface of a Slicer: what MLASlice holds beyond its inputs and output for
+// a slice that continues a sequence begun prefix rows before, as bytes fixed for the call (the earlier
+// keys expanded again, whole or a part at a time) and bytes per row of the slice (the slice's keys joined
+// after them, and state kept between parts). The engine plans a backend without it as holding the whole
+// prefix expanded (model.Plan.PrefixValues), as the CPU backend does.
+type PrefixSizer interface {
+	MLAPrefixBytes(prefix, heads, nope, shared, vdim, kvLora int) (fixed, perRow int64)
+}
+
 // CutSlices cuts layout l into consecutive slices of at most n rows (n <= 0: one slice). Each slice's
 // layout starts at row 0 of the slice; a sequence longer than the rest of a slice continues in the next.
 // Empty sequences are kept in the slice where their position falls, so every sequence of l appears in

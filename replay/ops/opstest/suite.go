@@ -32,6 +32,19 @@ func RunAll(t *testing.T, newBackend func(ops.Precision) ops.Backend) {
 	}
 }
 
+// RunSlices runs only the slice checks (ops.Slicer) in both precisions: for a backend whose options
+// change how its sliced ops work inside (a device backend's parts), without the whole suite again.
+func RunSlices(t *testing.T, newBackend func(ops.Precision) ops.Backend) {
+	for _, p := range []ops.Precision{ops.BF16, ops.FP32} {
+		t.Run(p.String(), func(t *testing.T) {
+			b := newBackend(p)
+			for _, c := range sliceTests {
+				t.Run(c.name, func(t *testing.T) { c.fn(newSuite(t, b, c.name)) })
+			}
+		})
+	}
+}
+
 // test is one named check of the suite.
 type test struct {
 	name string
