@@ -145,15 +145,15 @@ func tilesFrom(tasks []int32, qOff int) ([]int32, int) {
 // mlaQueries returns the query and output device addresses a kernel indexes by key row, for query rows
 // qt from row qOff on whose tiles start at row low <= qOff: when low < qOff, q gets qOff - low zero rows
 // before it (a temporary) and the output a scratch of as many rows, copied into out after the kernel.
+// With out nil (a key part before the last, which writes no output) only q is placed.
 func (c *opCtx) mlaQueries(qt *Tensor, out *Tensor, ocols, qOff, low int) (qp, op uint64, finish func() error, err error) {
 	qcols := qt.cols
 	pad := qOff - low
 	qbase, obase := qt.ptr, uint64(0)
-	finish = func() error { return nil }
-	if out == nil { // a key part before the last: no output (its tiles save their state instead)
-		return qbase - uint64(4*low*qcols), 0, finish, nil
+	if out != nil { // nil: a key part before the last, whose tiles save their state instead of an output
+		obase = out.ptr
 	}
-	obase = out.ptr
+	finish = func() error { return nil }
 	if pad > 0 {
 		d := c.b.drv
 		if qbase, err = c.temp(4 * (pad + qt.rows) * qcols); err != nil {
@@ -166,6 +166,9 @@ func (c *opCtx) mlaQueries(qt *Tensor, out *Tensor, ocols, qOff, low int) (qp, o
 			uintptr(4*qt.rows*qcols), c.stream())); err != nil {
 			return 0, 0, nil, err
 		}
+		if out == nil {
+			return qbase - uint64(4*low*qcols), 0, finish, nil
+		}
 		if obase, err = c.temp(4 * (pad + qt.rows) * ocols); err != nil {
 			return 0, 0, nil, err
 		}
@@ -175,6 +178,9 @@ func (c *opCtx) mlaQueries(qt *Tensor, out *Tensor, ocols, qOff, low int) (qp, o
 		}
 	}
 	// the kernels index q and out by key row; rows from low on are inside the buffers
+	if out == nil {
+		return qbase - uint64(4*low*qcols), 0, finish, nil
+	}
 	return qbase - uint64(4*low*qcols), obase - uint64(4*low*ocols), finish, nil
 }
 
