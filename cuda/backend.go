@@ -91,7 +91,7 @@ type Options struct {
 	// Results are the same bits for every value; only the speed changes.
 	ExpertStreams int
 	// MLAPrefixRows is the most rows of a long sequence's earlier keys that a slice's MLA expands at once
-	// (slice_mla.go; 0: 32,768), a multiple of 64. Results are the same bits for every value; tests take
+	// (slice_mla.go; 0: 16,384), a multiple of 64. Results are the same bits for every value; tests take
 	// it small to cross many parts.
 	MLAPrefixRows int
 }

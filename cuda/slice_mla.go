@@ -15,9 +15,10 @@ import (
 // slice's first sequence, and the last part, the prefix rows of the key block the slice starts in
 // followed by the slice's own keys, writes the output.
 
-// defaultMLAPrefixRows is the most rows of a carried prefix expanded at once by default: 32,768 rows of
-// K3's kv_b_proj output are 2.1 GB in float32, large enough that a part's launch keeps the device busy.
-const defaultMLAPrefixRows = 32768
+// defaultMLAPrefixRows is the most rows of a carried prefix expanded at once by default: 16,384 rows of
+// K3's kv_b_proj output are 1.1 GB in float32 (what a 24 GB card can spare beside a slice), and a part's
+// launch still keeps the device busy (the slice's queries times 16,384 keys).
+const defaultMLAPrefixRows = 16384
 
 // mlaKeyBlock is the key block both MLA kernels are anchored to (version 2's 64 rows, a multiple of
 // version 1's 32): parts begin and end on it, so that every block is walked whole, in order, once.

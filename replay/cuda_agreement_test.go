@@ -153,16 +153,22 @@ func TestCUDASliceInvariance(t *testing.T) {
 		whole := openPreset(t, "tiny", 1, newCUDA(t, cuda.Options{Precision: prec}), EngineOptions{})
 		want := runOne(t, whole, Request{Sequences: seqs, Options: opts})
 		for _, n := range []int{1, 7, 64, 65, 129} {
-			for _, host := range []bool{false, true} {
+			for _, mode := range []string{"device", "host", "expert-major"} {
+				host := mode != "device"
 				eo := EngineOptions{SliceTokens: n}
 				var plan string
 				eo.Log = func(s string) { plan = s }
-				// with the state in host memory, also the carried MLA prefix in parts of 64 rows
+				// with the state in host memory, also the carried MLA prefix in parts of 64 rows; then
+				// also the MoE layers expert-major, in chunks of 3 experts
 				co := cuda.Options{Precision: prec}
 				if host {
 					co.MLAPrefixRows = 64
 				}
+				if mode == "expert-major" {
+					eo.ExpertChunk = 3
+				}
 				e := openPreset(t, "tiny", 1, newCUDA(t, co), eo)
+				e.forceExpertMajor = mode == "expert-major"
 				if host {
 					e.opts.DeviceMemory = slicedDeviceFor(t, e, n)
 				}
@@ -171,7 +177,7 @@ func TestCUDASliceInvariance(t *testing.T) {
 					t.Errorf("%s, slices of %d, host state %v: plan %q", prec, n, host, plan)
 				}
 				if !reflect.DeepEqual(got, want) {
-					t.Errorf("%s, slices of %d (host state %v): results differ from the unsliced wave; plan %s", prec, n, host, plan)
+					t.Errorf("%s, slices of %d (%s): results differ from the unsliced wave; plan %s", prec, n, mode, plan)
 				}
 			}
 		}

@@ -32,6 +32,8 @@ type Engine struct {
 	// maxRows bounds the rows of one slice (or of an unsliced wave) by what the backend can index
 	// (ops.ElementLimit; 0: no bound)
 	maxRows int
+	// forceExpertMajor plans every sliced wave with MoE layers expert-major, budgets or not (tests)
+	forceExpertMajor bool
 	// ConfigSHA256 is the hex SHA-256 of the model directory's config.json (empty for engines made with
 	// NewEngine): results carry it so that a cache or a reader can tell models apart.
 	ConfigSHA256 string

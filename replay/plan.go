@@ -36,7 +36,13 @@ type WavePlan struct {
 	HostBytes               int64 // host memory of the state (0 when it stays on the device)
 	DeviceBudget            int64
 	HostBudget              int64
-	Note                    string // why the plan is not the usual one, if it is not
+	// ExpertMajor: layers run in slices and MoE layers expert chunk by expert chunk over every slice
+	// (model.Pass.ExpertMajor), for a device that cannot hold a layer's experts beside a slice. The
+	// slices' expert inputs and shared outputs wait in host memory (StashBytes), their accumulators on
+	// the device.
+	ExpertMajor bool
+	StashBytes  int64
+	Note        string // why the plan is not the usual one, if it is not
 }
 
 // String is the plan line that replay, bench and the service print before the first layer.
@@ -95,22 +101,48 @@ func (e *Engine) PlanWave(lens []int) (WavePlan, error) { return e.planWave(lens
 // planWave plans sequences of the given lengths on e's backend and budgets.
 func (e *Engine) planWave(lens []int) (WavePlan, error) {
 	_, sliceable := e.Model.Ops.(ops.Slicer)
-	p, err := e.planWith(lens, sliceable)
-	if err != nil && sliceable && e.opts.SliceTokens == 0 && e.opts.ExpertChunk > 0 {
-		// Sliced, a layer's experts serve every slice, so all of them are on the device at once; when
-		// they do not fit (a small card), layers run unsliced with the experts in chunks.
-		if q, qerr := e.planWith(lens, false); qerr == nil {
-			q.Note = fmt.Sprintf("layers unsliced: a layer's routed experts (%s) do not fit the device at once beside a slice",
-				gb(e.weightPeak(true)-e.uploaded()))
+	if !sliceable {
+		return e.planWith(lens, modeWhole)
+	}
+	experts := gb(e.weightPeak(true) - e.uploaded())
+	p, err := e.planWith(lens, modeSliced)
+	if e.forceExpertMajor {
+		err = fmt.Errorf("%w: expert-major forced", ErrBudget)
+	}
+	if err == nil || e.opts.ExpertChunk <= 0 || e.Plan.Count(model.KDA, model.MoE)+e.Plan.Count(model.MLA, model.MoE) == 0 {
+		return p, err
+	}
+	// Sliced, a layer's experts serve every slice, so all of them are on the device at once. When they do
+	// not fit (a small card): layers unsliced with the experts in chunks if the wave fits so (no extra
+	// traffic), else MoE layers expert-major, each chunk serving every slice.
+	if e.opts.SliceTokens == 0 && !e.forceExpertMajor {
+		if q, qerr := e.planWith(lens, modeWhole); qerr == nil {
+			q.Note = fmt.Sprintf("layers unsliced: a layer's routed experts (%s) do not fit the device at once beside a slice", experts)
 			return q, nil
 		}
 	}
-	return p, err
+	q, qerr := e.planWith(lens, modeMajor)
+	if qerr != nil {
+		return p, fmt.Errorf("%w; nor with MoE layers expert-major: %v", err, qerr)
+	}
+	q.Note = fmt.Sprintf("MoE layers expert-major, experts in chunks of %d, each serving every slice (a layer's routed experts, %s, do not fit the device at once beside a slice; expert inputs %s in host memory)",
+		e.opts.ExpertChunk, experts, gb(q.StashBytes))
+	return q, nil
 }
 
-// planWith plans lens with layers in slices (sliced) or whole.
-func (e *Engine) planWith(lens []int, sliced bool) (WavePlan, error) {
-	p := WavePlan{Sequences: len(lens), DeviceBudget: e.deviceBudget(), HostBudget: e.hostBudget(), Sliceable: sliced}
+// layerMode is how a plan runs the layers.
+type layerMode int
+
+const (
+	modeWhole  layerMode = iota // over the whole wave at once, the experts in chunks
+	modeSliced                  // in slices, each MoE layer's experts held for all its slices
+	modeMajor                   // in slices, MoE layers expert chunk by expert chunk (WavePlan.ExpertMajor)
+)
+
+// planWith plans lens with the layers run as mode says.
+func (e *Engine) planWith(lens []int, mode layerMode) (WavePlan, error) {
+	p := WavePlan{Sequences: len(lens), DeviceBudget: e.deviceBudget(), HostBudget: e.hostBudget(),
+		Sliceable: mode != modeWhole, ExpertMajor: mode == modeMajor}
 	for _, n := range lens {
 		p.Tokens += n
 		p.Longest = max(p.Longest, n)
@@ -120,7 +152,23 @@ func (e *Engine) planWith(lens []int, sliced bool) (WavePlan, error) {
 	if _, perRow, ok := e.prefixBytes(p.Longest); ok && p.Sliceable {
 		act += perRow // a slice's rows joined after a carried prefix's keys, and the state between its parts
 	}
-	p.WeightBytes = e.weightPeak(p.Sliceable)
+	if p.ExpertMajor {
+		// every slice's float32 expert accumulator on the device through the layer's chunks; its expert
+		// inputs and shared outputs in host memory, bfloat16 values (float32 in FP32 precision)
+		wave := p.Tokens
+		if e.opts.MaxWaveTokens > 0 {
+			wave = min(wave, max(e.opts.MaxWaveTokens, p.Longest))
+		}
+		d := e.Model.Dims
+		carry += 4 * int64(d.Latent) * int64(wave)
+		p.StashBytes = hostState / e.Plan.StateValuesPerToken() * int64(d.Latent+d.Hidden) * int64(wave)
+		if p.StashBytes > p.HostBudget {
+			return p, fmt.Errorf("%w: the expert inputs of %s tokens (%s) do not fit the host budget of %s (--host-memory)",
+				ErrBudget, commas(wave), gb(p.StashBytes), gb(p.HostBudget))
+		}
+		p.HostBudget -= p.StashBytes
+	}
+	p.WeightBytes = e.weightPeak(mode == modeSliced)
 	avail := p.DeviceBudget - p.WeightBytes - carry
 	least := int64(min(minSlice, max(p.Tokens, 1))) // a wave smaller than a slice needs only its own
 	if e.opts.SliceTokens > 0 {
@@ -208,6 +256,7 @@ func (e *Engine) planWith(lens []int, sliced bool) (WavePlan, error) {
 	} else {
 		p.DevicePeak += int64(wave) * state
 	}
+	p.HostBudget += p.StashBytes // the whole budget again, for the plan's readers
 	return p, nil
 }
 

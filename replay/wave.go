@@ -237,7 +237,8 @@ func (e *Engine) runWave(ctx context.Context, reqs []Request, given *WavePlan) (
 	defer experts.unusedAll() // the next layer's experts, fetched ahead, when a layer failed
 	pass := &model.Pass{Ctx: ctx, Model: e.Model, Layout: layout, Experts: experts, Obs: obs,
 		ExpertChunk: e.opts.ExpertChunk, PrefetchExperts: e.opts.PrefetchExperts,
-		SliceTokens: plan.SliceTokens, HostState: plan.HostState, DeviceSlices: plan.DeviceSlices}
+		SliceTokens: plan.SliceTokens, HostState: plan.HostState, DeviceSlices: plan.DeviceSlices,
+		ExpertMajor: plan.ExpertMajor}
 	w := &waveOut{lens: map[int][]ops.TokenStats{}, hidden: map[int][]float32{}}
 
 	st, err := pass.Embed(e.globals, ids)

@@ -63,14 +63,18 @@ type Pass struct {
 	// keep theirs on the device. Results do not depend on either.
 	HostState    bool
 	DeviceSlices int
-	layer        int
-	lastChosen   int // distinct experts the last MoE layer of this pass chose
-	slices       []ops.SliceLayout
-	cur          ops.SliceLayout // the slice a layer is running
-	curIndex     int
-	carries      carries            // the token-mixing ops' carries of the layer running
-	held         map[int]ops.Expert // routed experts uploaded for the layer running, shared by its slices
-	seen         seenObs            // what the slices of the layer running report, for the observer
+	// ExpertMajor runs a sliced wave's MoE layers expert chunk by expert chunk (moe_major.go): each chunk
+	// of ExpertChunk routed experts is uploaded once and serves every slice before it is freed, for a
+	// device that cannot hold a layer's experts beside a slice. Results do not depend on it.
+	ExpertMajor bool
+	layer       int
+	lastChosen  int // distinct experts the last MoE layer of this pass chose
+	slices      []ops.SliceLayout
+	cur         ops.SliceLayout // the slice a layer is running
+	curIndex    int
+	carries     carries            // the token-mixing ops' carries of the layer running
+	held        map[int]ops.Expert // routed experts uploaded for the layer running, shared by its slices
+	seen        seenObs            // what the slices of the layer running report, for the observer
 }
 
 // State is the per-token state a wave carries between layers (K3_SPEC.md 5.1): the completed AttnRes block
@@ -149,9 +153,14 @@ func (f *Pass) Layer(wv *Wave, w *LayerWeights) error {
 	}
 	f.layer = w.Layer.Index
 	defer f.endLayer(w.Layer.Index)
-	err := f.each(wv, true, func(j int, st *State) error {
-		return f.layerSteps(st, w)
-	})
+	var err error
+	if f.expertMajor(w) {
+		err = f.layerExpertMajor(wv, w)
+	} else {
+		err = f.each(wv, true, func(j int, st *State) error {
+			return f.layerSteps(st, w)
+		})
+	}
 	if err == nil {
 		err = f.carries.check()
 	}
@@ -178,6 +187,21 @@ func (f *Pass) endLayer(layer int) {
 }
 
 func (f *Pass) layerSteps(st *State, w *LayerWeights) error {
+	x, err := f.attnSteps(st, w)
+	if err != nil {
+		return err
+	}
+	y, err := w.FFN.Forward(f, x)
+	f.Model.Ops.Free(x)
+	if err != nil {
+		return fmt.Errorf("%s: %w", w.Layer.FFN, err)
+	}
+	return f.accumulate(st, y)
+}
+
+// attnSteps runs a layer's attention sublayer on a slice's state and returns the FFN's input, the
+// normed AttnRes mix before it (K3_SPEC.md 5.1 steps 1-3).
+func (f *Pass) attnSteps(st *State, w *LayerWeights) (ops.Tensor, error) {
 	b, m := f.Model.Ops, f.Model
 	// hidden, p, blocks: [tokens, hidden] bf16
 	pIn := st.P
@@ -185,7 +209,7 @@ func (f *Pass) layerSteps(st *State, w *LayerWeights) error {
 	if len(st.Blocks) > 0 { // only layer 0 runs with no block: it reads the embedding as is
 		var err error
 		if h, err = f.mix(st.Blocks, pIn, w.AttnMix, SiteAttn); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	if w.Layer.BlockStart { // bank p: layer 0 banks the embedding, layer 12k banks block k-1
@@ -197,39 +221,34 @@ func (f *Pass) layerSteps(st *State, w *LayerWeights) error {
 		b.Free(h)
 	}
 	if err != nil {
-		return fmt.Errorf("input_layernorm: %w", err)
+		return nil, fmt.Errorf("input_layernorm: %w", err)
 	}
 	a, err := w.Attn.Forward(f, x)
 	b.Free(x)
 	if err != nil {
-		return fmt.Errorf("%s: %w", w.Layer.Attn, err)
+		return nil, fmt.Errorf("%s: %w", w.Layer.Attn, err)
 	}
 	// Experts fetched ahead of the router go now: the attention's work is queued, so on a device backend
 	// their copies run beside it (the AttnRes mix below is the first wait for the device). Once a layer:
 	// its experts serve every slice.
-	if f.curIndex == 0 {
+	if f.curIndex == 0 && !f.expertMajor(w) {
 		if err := f.prefetch(w); err != nil {
 			b.Free(a)
-			return err
+			return nil, err
 		}
 	}
 	if err := f.accumulate(st, a); err != nil {
-		return err
+		return nil, err
 	}
 	if h, err = f.mix(st.Blocks, st.P, w.MLPMix, SiteMLP); err != nil {
-		return err
+		return nil, err
 	}
 	x, err = b.RMSNorm(h, w.FFNNorm, m.eps)
 	b.Free(h)
 	if err != nil {
-		return fmt.Errorf("post_attention_layernorm: %w", err)
+		return nil, fmt.Errorf("post_attention_layernorm: %w", err)
 	}
-	y, err := w.FFN.Forward(f, x)
-	b.Free(x)
-	if err != nil {
-		return fmt.Errorf("%s: %w", w.Layer.FFN, err)
-	}
-	return f.accumulate(st, y)
+	return x, nil
 }
 
 // accumulate adds a sublayer output to the running sum: p = a when p is empty, else rounded(p + a).

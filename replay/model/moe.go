@@ -51,30 +51,68 @@ func Chosen(r ops.Routing) []int {
 // projects it back and adds the shared experts.
 func (w *MoEWeights) Forward(f *Pass, x ops.Tensor) (ops.Tensor, error) {
 	// x: [tokens, hidden] bf16 -> y: [tokens, hidden] bf16
-	m, b := f.Model, f.Model.Ops
+	m := f.Model
 	beta, linBeta := m.situBetas()
+	in, err := w.before(f, x)
+	if err != nil {
+		return nil, err
+	}
+	defer in.free(m.Ops)
+	acc, err := m.Ops.Zeros(x.Rows(), m.Dims.Latent)
+	if err != nil {
+		return nil, fmt.Errorf("expert accumulator: %w", err)
+	}
+	defer m.Ops.Free(acc)
+	if err := w.experts(f, acc, in.z, in.routing, beta, linBeta); err != nil {
+		return nil, err
+	}
+	return w.after(f, acc, in.shared)
+}
+
+// moeInput is what an MoE layer computes from its input before the routed experts: the router's choice,
+// the shared experts' output and the routed experts' input z.
+type moeInput struct {
+	routing   ops.Routing
+	shared, z ops.Tensor // [tokens, hidden] and [tokens, latent] bf16
+}
+
+func (in *moeInput) free(b ops.Backend) {
+	for _, t := range []ops.Tensor{in.shared, in.z} {
+		if t != nil {
+			b.Free(t)
+		}
+	}
+	in.shared, in.z = nil, nil
+}
+
+// before routes x and runs the shared experts and the routed experts' down projection to the latent.
+func (w *MoEWeights) before(f *Pass, x ops.Tensor) (moeInput, error) {
+	m, b := f.Model, f.Model.Ops
 	routing, err := b.Route(x, w.Router, w.Bias, m.Dims.TopK, float32(m.Plan.Config.RoutedScalingFactor))
 	if err != nil {
-		return nil, fmt.Errorf("router: %w", err)
+		return moeInput{}, fmt.Errorf("router: %w", err)
 	}
 	f.seen.route(f, routing)
-	r := newRun(b)
-	defer r.free()
 	// The shared experts go first: they do not depend on the routed ones, and on a device backend their
 	// kernels then run while the routed experts' weights are still being fetched.
 	shared, err := w.Shared.Forward(f, x)
 	if err != nil {
-		return nil, fmt.Errorf("shared experts: %w", err)
+		return moeInput{}, fmt.Errorf("shared experts: %w", err)
 	}
-	r.temps = append(r.temps, shared)
-	z := r.mm(x, w.DownLatent, "routed_expert_down_proj") // [tokens, latent] bf16
-	acc := r.do("expert accumulator", func() (ops.Tensor, error) { return b.Zeros(x.Rows(), m.Dims.Latent) })
-	if r.err != nil {
-		return nil, r.err
+	z, err := b.MatMul(x, w.DownLatent) // [tokens, latent] bf16
+	if err != nil {
+		b.Free(shared)
+		return moeInput{}, fmt.Errorf("routed_expert_down_proj: %w", err)
 	}
-	if err := w.experts(f, acc, z, routing, beta, linBeta); err != nil {
-		return nil, err
-	}
+	return moeInput{routing: routing, shared: shared, z: z}, nil
+}
+
+// after ends the layer from the routed experts' float32 sum acc: rounded, normed, projected back to the
+// hidden width and added to the shared experts' output.
+func (w *MoEWeights) after(f *Pass, acc, shared ops.Tensor) (ops.Tensor, error) {
+	m, b := f.Model, f.Model.Ops
+	r := newRun(b)
+	defer r.free()
 	sum := r.do("expert sum", func() (ops.Tensor, error) { return b.Round(acc) })
 	normed := r.do("routed_expert_norm", func() (ops.Tensor, error) { return b.RMSNorm(sum, w.Norm, m.eps) })
 	up := r.mm(normed, w.UpLatent, "routed_expert_up_proj")
