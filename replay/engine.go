@@ -177,7 +177,9 @@ type Progress struct {
 	Tokens        int   // tokens in the wave
 	BytesRead     int64 // weight bytes read so far in this wave
 	Seconds       float64
-	ETASeconds    float64 // naive: remaining layers at the mean time per layer so far
+	// ETASeconds is naive: the remaining layers and the final readout (counted as one more layer) at the
+	// mean time per layer so far, so that it says more than 0 s while the readout runs.
+	ETASeconds float64
 	// RoutedSeconds is how long after the layer started its router returned (0 in a dense layer, and in a
 	// wave run in slices, whose routers run once a slice): on a
 	// device backend the router's result is the first wait for the device, so this is the time of the

@@ -133,3 +133,19 @@ func TestBadRequests(t *testing.T) {
 		t.Errorf("MaxSequence: %v", err)
 	}
 }
+
+// TestETACountsReadout: the progress after the last layer still gives time left (the final readout, counted
+// as one more layer at the mean time per layer), never 0 s while the readout runs.
+func TestETACountsReadout(t *testing.T) {
+	var last Progress
+	e := openTiny(t, ops.BF16, EngineOptions{Progress: func(p Progress) { last = p }})
+	if _, _, err := e.Run(context.Background(), []Request{{Sequences: randomSequences(3, 3328, 30)}}); err != nil {
+		t.Fatal(err)
+	}
+	if last.Layer != last.Layers || last.Layers == 0 {
+		t.Fatalf("last progress %+v: want the last layer", last)
+	}
+	if want := last.Seconds / float64(last.Layers); last.ETASeconds < want*0.999 || last.ETASeconds > want*1.001 {
+		t.Errorf("ETA after the last layer %.6fs, want the mean layer time %.6fs (the readout to come)", last.ETASeconds, want)
+	}
+}

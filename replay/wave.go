@@ -303,7 +303,7 @@ func (e *Engine) runWave(ctx context.Context, reqs []Request, given *WavePlan) (
 		if e.opts.Progress != nil {
 			el := time.Since(start).Seconds()
 			p := Progress{Layer: i + 1, Layers: layers, Tokens: len(ids),
-				BytesRead: stats.BytesRead(), Seconds: el, ETASeconds: el / float64(i+1) * float64(layers-i-1),
+				BytesRead: stats.BytesRead(), Seconds: el, ETASeconds: el / float64(i+1) * float64(layers-i),
 				Plan: plan.String()}
 			// sliced, the routing of every slice reaches the observer at the layer's end: no router time
 			if obs.routedAt.After(layerStart) && !pass.Sliced() {

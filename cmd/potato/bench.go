@@ -42,9 +42,15 @@ type benchFlags struct {
 }
 
 func runBench(ctx context.Context, args []string, stdout io.Writer) error {
+	return benchTo(ctx, args, stdout, os.Stderr)
+}
+
+// benchTo is runBench with the progress lines (what runs before the tables: the bound, the warm-up)
+// written to stderr.
+func benchTo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var f benchFlags
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	fs.SetOutput(os.Stderr)
+	fs.SetOutput(stderr)
 	fs.StringVar(&f.backend, "backend", "cpu", "backend: cpu or cuda")
 	fs.StringVar(&f.preset, "preset", "small", "synthetic preset to bench (written to the cache on first use), unless --model")
 	fs.Uint64Var(&f.seed, "seed", 1, "seed of the synthetic preset")
@@ -83,8 +89,8 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 	dir := f.model
 	if dir == "" {
 		var err error
-		fmt.Fprintf(os.Stderr, "bench: preset %s seed %d (written to the cache on first use)\n", f.preset, f.seed)
-		if dir, err = synth.CachedVerified(ctx, f.preset, f.seed, os.Stderr); err != nil {
+		fmt.Fprintf(stderr, "bench: preset %s seed %d (written to the cache on first use)\n", f.preset, f.seed)
+		if dir, err = synth.CachedVerified(ctx, f.preset, f.seed, stderr); err != nil {
 			return err
 		}
 	}
@@ -120,7 +126,7 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 	cached := f.hostCache > 0
 	// Measuring the bound and the warm-up take tens of seconds on a large model: say what runs (stderr).
 	if f.boundBandwidth == 0 || f.boundFlops == 0 {
-		fmt.Fprintf(os.Stderr, "bench: measuring the bound (weight bandwidth: up to %d GB of the checkpoint read; matmul rate)\n", measureReadCap>>30)
+		fmt.Fprintf(stderr, "bench: measuring the bound (weight bandwidth: up to %d GB of the checkpoint read; matmul rate)\n", measureReadCap>>30)
 	}
 	bound, err := measureBound(ctx, l, f.boundBandwidth == 0, f.boundFlops == 0, cached)
 	if err != nil {
@@ -146,7 +152,7 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	if cached || f.resident > 0 { // fill the host cache and the resident layers with an untimed wave of the largest size (it chooses the most experts)
 		start := time.Now()
-		fmt.Fprintf(os.Stderr, "bench: warm-up wave of %d tokens (untimed)\n", slices.Max(sizes))
+		fmt.Fprintf(stderr, "bench: warm-up wave of %d tokens (untimed)\n", slices.Max(sizes))
 		if _, err := runBenchWave(ctx, l, slices.Max(sizes), f.seqLen); err != nil {
 			return err
 		}

@@ -10,11 +10,17 @@ import (
 // untimed wave, then times waves that read nothing from the checkpoint; bad sizes are refused.
 func TestBenchCacheFlags(t *testing.T) {
 	dir := tinyModel(t)
-	var out strings.Builder
-	err := runBench(context.Background(), []string{"--model", dir, "--tokens", "96", "--seq-len", "48", "--repeat", "1",
-		"--host-cache", "100MB", "--resident", "1GB", "--bound-flops", "1e10"}, &out)
+	var out, progress strings.Builder
+	err := benchTo(context.Background(), []string{"--model", dir, "--tokens", "96", "--seq-len", "48", "--repeat", "1",
+		"--host-cache", "100MB", "--resident", "1GB", "--bound-flops", "1e10"}, &out, &progress)
 	if err != nil {
 		t.Fatal(err)
+	}
+	// stderr says what runs before the first table: the bound's measurement, then the warm-up wave
+	for _, want := range []string{"bench: measuring the bound (weight bandwidth", "bench: warm-up wave of 96 tokens (untimed)"} {
+		if !strings.Contains(progress.String(), want) {
+			t.Errorf("bench's progress on stderr lacks %q:\n%s", want, progress.String())
+		}
 	}
 	for _, want := range []string{"warm-up wave of 96 tokens", "resident layers", "measured: uploads from host memory",
 		"wave of 96 tokens (2 sequences of up to 48)", "to router s", "kda+moe"} {

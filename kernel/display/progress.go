@@ -25,6 +25,8 @@ type Progress struct {
 }
 
 // Fraction is how much of the pass is done, in [0, 1]: by bytes when TotalBytes is known, else by layers.
+// The final readout after the last layer counts as one more layer, so a pass whose layers are all done
+// is not done (and its ETA not 0) until Done.
 func (p Progress) Fraction() float64 {
 	var f float64
 	switch {
@@ -32,8 +34,11 @@ func (p Progress) Fraction() float64 {
 		return 1
 	case p.TotalBytes > 0:
 		f = float64(p.Bytes) / float64(p.TotalBytes)
+		if p.Layers > 0 {
+			f *= float64(p.Layers) / float64(p.Layers+1)
+		}
 	case p.Layers > 0:
-		f = float64(p.Layer) / float64(p.Layers)
+		f = float64(p.Layer) / float64(p.Layers+1)
 	}
 	return math.Max(0, math.Min(1, f))
 }

@@ -17,12 +17,13 @@ func TestProgressSummary(t *testing.T) {
 		{"by layers", Progress{Layer: 31, Layers: 93, Tokens: 12345, Bytes: 500e9, Elapsed: 10 * time.Second},
 			"31 of 93 layers done · next layer 31 · 12,345 tokens · 50 GB/s · ETA 20s"},
 		{"by bytes", Progress{Layer: 10, Layers: 93, Tokens: 1, Bytes: 250e9, TotalBytes: 1000e9, Elapsed: time.Minute},
-			"10 of 93 layers done · next layer 10 · 1 token · 4.17 GB/s · ETA 3m00s"},
+			"10 of 93 layers done · next layer 10 · 1 token · 4.17 GB/s · ETA 3m03s"},
 		{"done", Progress{Layer: 93, Layers: 93, Bytes: 1.5e12, Elapsed: 30 * time.Second, Done: true},
 			"93 of 93 layers done · 50 GB/s · done in 30s"},
 		{"failed", Progress{Layer: 4, Layers: 93, Elapsed: time.Second, Err: "out of memory"},
 			"4 of 93 layers done · next layer 4 · failed: out of memory"},
-		{"long", Progress{Layer: 1, Layers: 93, Elapsed: time.Hour}, "1 of 93 layers done · next layer 1 · ETA 92h00m"},
+		{"long", Progress{Layer: 1, Layers: 93, Elapsed: time.Hour}, "1 of 93 layers done · next layer 1 · ETA 93h00m"},
+		{"readout left", Progress{Layer: 93, Layers: 93, Elapsed: 93 * time.Second}, "93 of 93 layers done · ETA 1s"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -39,9 +40,10 @@ func TestProgressFraction(t *testing.T) {
 		want float64
 	}{
 		{Progress{}, 0},
-		{Progress{Layer: 1, Layers: 4}, 0.25},
+		{Progress{Layer: 1, Layers: 4}, 0.2}, // the readout after the last layer counts as a fifth step
+		{Progress{Layer: 4, Layers: 4}, 0.8}, // every layer done, the readout not yet
 		{Progress{Layer: 9, Layers: 4}, 1}, // clamped
-		{Progress{Layer: 1, Layers: 4, Bytes: 3, TotalBytes: 4}, 0.75},
+		{Progress{Layer: 1, Layers: 4, Bytes: 2, TotalBytes: 4}, 0.4},
 		{Progress{Layer: 1, Layers: 4, Done: true}, 1},
 	}
 	for _, tt := range tests {
@@ -57,7 +59,7 @@ func TestProgressHTML(t *testing.T) {
 	if err := xml.Unmarshal([]byte(s), new(struct{})); err != nil {
 		t.Fatalf("not well-formed: %v\n%s", err, s)
 	}
-	for _, want := range []string{"replay &lt;3&gt; &amp; more", "width:25.0%", "1 of 4 layers done · next layer 1", "ETA 3s"} {
+	for _, want := range []string{"replay &lt;3&gt; &amp; more", "width:20.0%", "1 of 4 layers done · next layer 1", "ETA 4s"} {
 		if !strings.Contains(s, want) {
 			t.Errorf("missing %q in %s", want, s)
 		}
