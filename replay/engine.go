@@ -32,8 +32,8 @@ type Engine struct {
 	// maxRows bounds the rows of one slice (or of an unsliced wave) by what the backend can index
 	// (ops.ElementLimit; 0: no bound)
 	maxRows int
-	group *deviceGroup // the devices of EngineOptions.Devices (devices.go); nil: this one alone
-	feed  *deviceFeed  // while a wave runs over devices: where this device's weights come from (feed.go)
+	group   *deviceGroup // the devices of EngineOptions.Devices (devices.go); nil: this one alone
+	feed    *deviceFeed  // while a wave runs over devices: where this device's weights come from (feed.go)
 	// ConfigSHA256 is the hex SHA-256 of the model directory's config.json (empty for engines made with
 	// NewEngine): results carry it so that a cache or a reader can tell models apart.
 	ConfigSHA256 string
