@@ -205,7 +205,7 @@ func (g *deviceGroup) runOnce(ctx context.Context, reqs []Request, shares [][]me
 			seqs += len(sh)
 		}
 	}
-	line := groupPlanLine(plans, active)
+	line := groupPlanLine(plans, active, len(g.engines))
 	e.log(line)
 	f := newFeed(e, len(active))
 	prog := newGroupProgress(e.opts.Progress, f, len(active), tokens, line)
@@ -283,10 +283,10 @@ func firstError(errs []error, active []int) error {
 	return first
 }
 
-// groupPlanLine is the combined plan of a wave over devices, printed before the devices' own plans:
-// "devices 2: wave 4,096 tokens (8 sequences, longest 1,000) in 1 read for all: device 0 2,048 tokens
-// (4 sequences, 1 slice, peak 3.4 MB of 3.5 MB); device 1 ...".
-func groupPlanLine(plans []WavePlan, active []int) string {
+// groupPlanLine is the combined plan of a wave over the active of n devices, printed before the devices'
+// own plans: "devices 2 of 2: wave 4,096 tokens (8 sequences, longest 1,000) in 1 read for all: device 0
+// 2,048 tokens (4 sequences, 1 slice, peak 3.4 MB of 3.5 MB); device 1 ...".
+func groupPlanLine(plans []WavePlan, active []int, n int) string {
 	tokens, seqs, longest := 0, 0, 0
 	var parts []string
 	for _, d := range active {
@@ -299,8 +299,8 @@ func groupPlanLine(plans []WavePlan, active []int) string {
 		parts = append(parts, fmt.Sprintf("device %d %s tokens (%d sequences, %s, peak %s of %s)",
 			d, commas(p.Tokens), p.Sequences, slice, gb(p.DevicePeak), gb(p.DeviceBudget)))
 	}
-	return fmt.Sprintf("devices %d: wave %s tokens (%d sequences, longest %s) in 1 read for all: %s",
-		len(active), commas(tokens), seqs, commas(longest), strings.Join(parts, "; "))
+	return fmt.Sprintf("devices %d of %d: wave %s tokens (%d sequences, longest %s) in 1 read for all: %s",
+		len(active), n, commas(tokens), seqs, commas(longest), strings.Join(parts, "; "))
 }
 
 // freeGlobals frees global weights uploaded to m's backend.

@@ -96,7 +96,7 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 		}
 		sizes = append(sizes, n)
 	}
-	l, err := openEngine(ctx, dir, f.backend, f.precision, backendTuning{expertStreams: f.expertStreams}, replay.EngineOptions{ExpertChunk: f.expertChunk,
+	l, err := openEngine(ctx, dir, f.backend, f.precision, backendTuning{expertStreams: f.expertStreams, devices: f.mem.devices}, replay.EngineOptions{ExpertChunk: f.expertChunk,
 		HostCacheBytes: int64(f.hostCache), ResidentBytes: int64(f.resident), PrefetchExperts: f.prefetch,
 		SliceTokens: f.mem.sliceTokens, DeviceMemory: int64(f.mem.device), HostMemory: int64(f.mem.host),
 		Log: func(s string) { fmt.Fprintln(stdout, "plan: "+s) }},
