@@ -216,6 +216,7 @@ func (g *deviceGroup) runOnce(ctx context.Context, reqs []Request, shares [][]me
 	stats := make([]WaveStats, len(g.engines))
 	errs := make([]error, len(g.engines))
 	var wg sync.WaitGroup
+	var logMu sync.Mutex // the devices log from their own goroutines: one line at a time
 	for k, d := range active {
 		eng := g.engines[d]
 		df := &deviceFeed{f: f, dev: k}
@@ -223,7 +224,11 @@ func (g *deviceGroup) runOnce(ctx context.Context, reqs []Request, shares [][]me
 		eng.opts.Progress = prog.device(k)
 		eng.opts.Log = nil
 		if logf != nil {
-			eng.opts.Log = func(s string) { logf(fmt.Sprintf("device %d: %s", d, s)) }
+			eng.opts.Log = func(s string) {
+				logMu.Lock()
+				defer logMu.Unlock()
+				logf(fmt.Sprintf("device %d: %s", d, s))
+			}
 		}
 		wave := make([]Request, len(shares[d]))
 		for i, m := range shares[d] {
