@@ -49,6 +49,7 @@ func (e *Engine) openDevices(ctx context.Context, src model.Source) error {
 		g.engines = append(g.engines, d)
 	}
 	e.group = g
+	shareHost(e.pool, e.opts.Devices) // the feed reads into e.pool: every device copies from it directly
 	return nil
 }
 

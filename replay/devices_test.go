@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/potato-k3/potato-k3/replay/checkpoint"
 	"github.com/potato-k3/potato-k3/replay/cpu"
@@ -309,4 +310,86 @@ func TestDevicesFaults(t *testing.T) {
 			}
 		}
 	})
+}
+
+// adoptingBackend is a pinnedBackend that can adopt another's host buffers (as the CUDA backend's
+// AdoptHost): it then counts uploads from them as from its own host memory.
+type adoptingBackend struct {
+	*pinnedBackend
+	adopted map[uintptr]bool
+}
+
+func (a *adoptingBackend) AdoptHost(buf []byte) error {
+	p := uintptr(unsafe.Pointer(unsafe.SliceData(buf)))
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.live[p], a.adopted[p] = len(buf), true
+	return nil
+}
+
+func (a *adoptingBackend) ForgetHost(buf []byte) {
+	p := uintptr(unsafe.Pointer(unsafe.SliceData(buf)))
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.adopted[p] {
+		delete(a.live, p)
+		delete(a.adopted, p)
+	}
+}
+
+// TestDevicesShareHostBuffers: over devices whose backends have host memory, the feed reads into device
+// 0's buffers and the other devices adopt them, so every device uploads every routed expert straight from
+// the buffer the checkpoint was read into (no staging copy); with the host cache too; results are one
+// device's bits, and after Close no buffer is live or adopted on any device.
+func TestDevicesShareHostBuffers(t *testing.T) {
+	dir := synthModel(t, "tiny", 1)
+	plan, err := model.ReadFile(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := checkpoint.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	req := []Request{{Sequences: randomSequences(4, 3328, 50, 70, 30, 90), Options: Options{TopK: 3, Lens: []int{6}}}}
+	want := runOne(t, openTiny(t, ops.BF16, EngineOptions{}), req...)
+	for _, cache := range []int64{0, 1 << 30} {
+		first := newPinnedBackend()
+		others := []*adoptingBackend{{newPinnedBackend(), map[uintptr]bool{}}, {newPinnedBackend(), map[uintptr]bool{}}}
+		eo := EngineOptions{HostCacheBytes: cache, ExpertChunk: 3}
+		for _, o := range others {
+			eo.Devices = append(eo.Devices, o)
+		}
+		e, err := NewEngine(context.Background(), plan, d, first, eo)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for wave := range 2 {
+			got, _, err := e.Run(context.Background(), req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(got, want) {
+				t.Errorf("cache %d, wave %d: results over devices sharing host buffers differ from one device's", cache, wave)
+			}
+		}
+		for k, o := range others {
+			o.mu.Lock()
+			in, all := o.expertsIn, o.hostMemBackend.experts
+			o.mu.Unlock()
+			if all == 0 || in != all {
+				t.Errorf("cache %d: device %d uploaded %d of %d experts from shared host buffers; want all", cache, k+1, in, all)
+			}
+		}
+		e.Close()
+		if n := len(first.live); n != 0 {
+			t.Errorf("cache %d: after Close device 0 has %d host buffers live", cache, n)
+		}
+		for k, o := range others {
+			if len(o.live) != 0 || len(o.adopted) != 0 {
+				t.Errorf("cache %d: after Close device %d has %d buffers live, %d adopted", cache, k+1, len(o.live), len(o.adopted))
+			}
+		}
+	}
 }
