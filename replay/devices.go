@@ -315,3 +315,47 @@ func freeGlobals(m *model.Model, g *model.Globals) {
 		m.Ops.Free(t)
 	}
 }
+
+// plan is Engine.PlanWave over the devices: the sequences spread as Run spreads them, each device's
+// share planned on its own budgets, and the plans summed into one: its tokens, sequences, state and host
+// bytes add up, its reads are the most any device needs, its waves hold what every device holds in one
+// (WaveTokens, the sum of the devices'), its device figures are the largest device's. Note names the
+// devices.
+func (g *deviceGroup) plan(lens []int) (WavePlan, error) {
+	ms := make([]member, len(lens))
+	for i, n := range lens {
+		ms[i] = member{0, i, n}
+	}
+	var out WavePlan
+	active := 0
+	for d, sh := range spread(ms, len(g.engines)) {
+		if len(sh) == 0 {
+			continue
+		}
+		share := make([]int, len(sh))
+		for i, m := range sh {
+			share[i] = m.tokens
+		}
+		p, err := g.engines[d].planWave(share)
+		if err != nil {
+			return p, fmt.Errorf("device %d: %w", d, err)
+		}
+		if active == 0 {
+			out = p
+		} else {
+			out.Tokens, out.Sequences, out.Longest = out.Tokens+p.Tokens, out.Sequences+p.Sequences, max(out.Longest, p.Longest)
+			out.Waves, out.WaveTokens = max(out.Waves, p.Waves), out.WaveTokens+p.WaveTokens
+			out.Slices, out.SliceTokens = max(out.Slices, p.Slices), max(out.SliceTokens, p.SliceTokens)
+			out.HostState, out.DeviceSlices = out.HostState || p.HostState, max(out.DeviceSlices, p.DeviceSlices)
+			out.StateBytes, out.HostBytes = out.StateBytes+p.StateBytes, out.HostBytes+p.HostBytes
+			out.DevicePeak, out.WeightBytes = max(out.DevicePeak, p.DevicePeak), max(out.WeightBytes, p.WeightBytes)
+			out.HostBudget += p.HostBudget
+		}
+		active++
+	}
+	if out.Waves <= 1 {
+		out.Waves, out.WaveTokens = 1, out.Tokens
+	}
+	out.Note = fmt.Sprintf("over %d of %d devices (device figures: the largest)", active, len(g.engines))
+	return out, nil
+}

@@ -236,6 +236,17 @@ func TestDevicesSplitWaves(t *testing.T) {
 	if st.Tokens != 390 || st.Sequences != 6 {
 		t.Errorf("stats of the split waves: %d tokens, %d sequences; want 390, 6", st.Tokens, st.Sequences)
 	}
+	// planned as Run spreads them: 90, 60, 50 on device 0 and 80, 70, 40 on device 1, three waves of 100 each
+	p, err := e.PlanWave([]int{90, 80, 70, 60, 50, 40})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Tokens != 390 || p.Sequences != 6 || p.Waves != 3 || p.WaveTokens != 200 || !strings.Contains(p.String(), "over 2 of 2 devices") {
+		t.Errorf("PlanWave over two devices: %d tokens, %d sequences, %d waves of %d (%s); want 390, 6, 3 of 200", p.Tokens, p.Sequences, p.Waves, p.WaveTokens, p)
+	}
+	if p, err := e.PlanWave([]int{90, 10}); err != nil || p.Waves != 1 || p.WaveTokens != 100 {
+		t.Errorf("PlanWave of 90 and 10 tokens over two devices: %v, %d waves of %d; want 1 of 100", err, p.Waves, p.WaveTokens)
+	}
 	_, _, err = e.Run(context.Background(), []Request{{Sequences: randomSequences(1, 3328, 101)}})
 	if err == nil || !strings.Contains(err.Error(), "MaxWaveTokens") {
 		t.Errorf("a sequence of 101 tokens past MaxWaveTokens 100: err %v", err)
