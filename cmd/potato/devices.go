@@ -42,7 +42,7 @@ func (d *deviceList) Set(v string) error {
 
 // devicesUsage is the help of --devices.
 const devicesUsage = "devices to spread each wave's sequences over, e.g. 0,1,2,3: one read of the weights feeds them all " +
-	"(0,0 opens device 0 twice, to check this on one GPU; give --device-memory then, else each plans for the whole card); results do not depend on it (default 0)"
+	"(0,0 opens device 0 twice, to check this on one GPU: each then plans for half of the card, unless --device-memory says otherwise); results do not depend on it (default 0)"
 
 // newBackends makes one backend of the named kind per device of devs (device 0 alone when devs is
 // empty): the first for the engine, the others for EngineOptions.Devices. close releases them all.
