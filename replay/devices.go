@@ -36,6 +36,12 @@ func (e *Engine) openDevices(ctx context.Context, src model.Source) error {
 	sub.Devices, sub.HostCacheBytes, sub.Progress, sub.Log = nil, 0, nil, nil
 	g := &deviceGroup{engines: []*Engine{e}}
 	for k, b := range e.opts.Devices {
+		// a sequence's bits are one device's only if every device computes as the first does
+		if own := e.Model.Ops; b.Name() != own.Name() || b.Precision() != own.Precision() {
+			g.closeOthers()
+			return fmt.Errorf("device %d: a %s backend in %s beside a %s backend in %s: the devices of an engine must be alike",
+				k+1, b.Name(), b.Precision(), own.Name(), own.Precision())
+		}
 		d := &Engine{Plan: e.Plan, Model: model.New(e.Plan, b), reader: e.reader, opts: sub, pool: newHostPool(b),
 			kept: newResidentLayers(sub.ResidentBytes)}
 		if l, ok := b.(ops.ElementLimit); ok { // as NewEngine: activations within what the backend indexes

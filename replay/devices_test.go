@@ -250,3 +250,26 @@ func TestDevicesSplitWaves(t *testing.T) {
 		t.Errorf("a sequence of 101 tokens past MaxWaveTokens 100: err %v", err)
 	}
 }
+
+// TestDevicesAlike: devices of another precision than the engine's are refused when the engine opens.
+func TestDevicesAlike(t *testing.T) {
+	dir := synthModel(t, "tiny", 1)
+	plan, err := model.ReadFile(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := checkpoint.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	fp32 := &deviceBackend{Backend: cpu.New(cpu.Options{Precision: ops.FP32})}
+	first := &deviceBackend{Backend: cpu.New(cpu.Options{Precision: ops.BF16})}
+	_, err = NewEngine(context.Background(), plan, d, first, EngineOptions{Devices: []ops.Backend{fp32}})
+	if err == nil || !strings.Contains(err.Error(), "must be alike") {
+		t.Fatalf("an fp32 device beside a bf16 one: err %v", err)
+	}
+	if first.held != 0 || fp32.held != 0 {
+		t.Errorf("after the refusal the backends hold %d and %d bytes", first.held, fp32.held)
+	}
+}
