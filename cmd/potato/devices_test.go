@@ -87,3 +87,42 @@ func TestReplayDevices(t *testing.T) {
 		}
 	}
 }
+
+// TestDatasetJobDevices: a dataset job over --devices 0,0 (waves cut by the plan of both devices) writes
+// the rows of a single run on one device, and a rerun on one device finds the job done (devices are not
+// in the manifest's key: they never change a row).
+func TestDatasetJobDevices(t *testing.T) {
+	model := tinyModel(t)
+	data := smallDataset(t, 6)
+	root := t.TempDir()
+	common := []string{"replay", "--model", model, "--chat", data, "--thinking", "off", "--top-k", "3", "--no-progress", "--show", "0"}
+	runOK := func(args ...string) string {
+		t.Helper()
+		var out bytes.Buffer
+		if err := run(context.Background(), append(append([]string{}, common...), args...), &out); err != nil {
+			t.Fatalf("potato %s: %v", strings.Join(args, " "), err)
+		}
+		return out.String()
+	}
+	single := filepath.Join(root, "single.parquet")
+	runOK("--out", single)
+	dir := filepath.Join(root, "job") + "/"
+	runOK("--devices", "0,0", "--wave-tokens", "600", "--out", dir)
+	runOK("--out", dir) // resumed on one device: nothing left to do
+	merged := filepath.Join(root, "merged.parquet")
+	var out bytes.Buffer
+	if err := run(context.Background(), []string{"merge", "--out", merged, dir}, &out); err != nil {
+		t.Fatal(err)
+	}
+	a, err := tables.ReadFile(filepath.Join(root, "merged.tokens.parquet"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := tables.ReadFile(filepath.Join(root, "single.tokens.parquet"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !tables.SameRows(a, b) {
+		t.Errorf("the job over two devices (%d rows) differs from the single run on one (%d rows)", a.NumRows(), b.NumRows())
+	}
+}
