@@ -15,7 +15,8 @@ import (
 // TestCUDADevices checks the orchestration of several GPUs on one (`--devices 0,0` and `0,0,0`): two or
 // three CUDA backends opened on device 0, each with its own thread, streams and host registry, run a
 // wave's sequences between them, fed by one reader, and every sequence gets the bits one CUDA backend
-// gives it, in every table, in both precisions, sliced and in expert chunks, and from the host cache;
+// gives it, in every table, in both precisions (bf16 on the tensor cores and on the CUDA cores), sliced
+// and in expert chunks, and from the host cache;
 // the checkpoint's bytes are read once (as many as one backend reads) and the combined stats equal one
 // backend's. GPU machines only (skips without CUDA):
 //
@@ -39,14 +40,15 @@ func TestCUDADevices(t *testing.T) {
 		for _, tc := range []struct {
 			name    string
 			devices int
-			prec    ops.Precision
+			o       cuda.Options
 			eo      EngineOptions
 			waves   int
 		}{
-			{"bf16, 2 on device 0", 2, ops.BF16, EngineOptions{}, 1},
-			{"fp32, 2 on device 0", 2, ops.FP32, EngineOptions{}, 1},
-			{"bf16, 3 on device 0, slices of 64, chunks of 3", 3, ops.BF16, EngineOptions{SliceTokens: 64, ExpertChunk: 3}, 1},
-			{"bf16, 2 on device 0, host cache", 2, ops.BF16, EngineOptions{HostCacheBytes: 4 << 30}, 2},
+			{"bf16, 2 on device 0", 2, cuda.Options{Precision: ops.BF16}, EngineOptions{}, 1},
+			{"bf16 on the CUDA cores, 2 on device 0", 2, cuda.Options{Precision: ops.BF16, NoTensorCores: true}, EngineOptions{}, 1},
+			{"fp32, 2 on device 0", 2, cuda.Options{Precision: ops.FP32}, EngineOptions{}, 1},
+			{"bf16, 3 on device 0, slices of 64, chunks of 3", 3, cuda.Options{Precision: ops.BF16}, EngineOptions{SliceTokens: 64, ExpertChunk: 3}, 1},
+			{"bf16, 2 on device 0, host cache", 2, cuda.Options{Precision: ops.BF16}, EngineOptions{HostCacheBytes: 4 << 30}, 2},
 		} {
 			t.Run(p.name+", "+tc.name, func(t *testing.T) {
 				d, err := checkpoint.Open(dir)
@@ -55,16 +57,16 @@ func TestCUDADevices(t *testing.T) {
 				}
 				defer d.Close()
 				one, many := &countingReader{Dir: d}, &countingReader{Dir: d}
-				single, err := NewEngine(context.Background(), plan, one, newCUDA(t, cuda.Options{Precision: tc.prec}), tc.eo)
+				single, err := NewEngine(context.Background(), plan, one, newCUDA(t, tc.o), tc.eo)
 				if err != nil {
 					t.Fatal(err)
 				}
 				defer single.Close()
 				eo := tc.eo
 				eo.DeviceMemory = 8 << 30 // each of the backends' share of the card
-				first := newCUDA(t, cuda.Options{Precision: tc.prec})
+				first := newCUDA(t, tc.o)
 				for range tc.devices - 1 {
-					eo.Devices = append(eo.Devices, newCUDA(t, cuda.Options{Precision: tc.prec}))
+					eo.Devices = append(eo.Devices, newCUDA(t, tc.o))
 				}
 				var lines []string
 				eo.Log = func(s string) { lines = append(lines, s) }
