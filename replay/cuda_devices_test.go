@@ -16,9 +16,8 @@ import (
 // three CUDA backends opened on device 0, each with its own thread, streams and host registry, run a
 // wave's sequences between them, fed by one reader, and every sequence gets the bits one CUDA backend
 // gives it, in every table, in both precisions (bf16 on the tensor cores and on the CUDA cores), sliced
-// and in expert chunks, and from the host cache;
-// the checkpoint's bytes are read once (as many as one backend reads) and the combined stats equal one
-// backend's. GPU machines only (skips without CUDA):
+// and in expert chunks, and from the host cache; the checkpoint's bytes are read once (as many as one
+// backend reads) and the combined stats equal one backend's. GPU machines only (skips without CUDA):
 //
 //	go test ./replay -run 'TestCUDADevices' -v
 func TestCUDADevices(t *testing.T) {
