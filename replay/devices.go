@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/potato-k3/potato-k3/replay/model"
 	"github.com/potato-k3/potato-k3/replay/ops"
@@ -18,8 +19,21 @@ import (
 // feed reads each layer and each chosen expert once into host memory for all of them. A sequence's
 // results are the bits it gets on one device, since they do not depend on its wave.
 type deviceGroup struct {
-	engines []*Engine   // one per device; [0] is the engine the caller holds
-	last    []WaveStats // per device: what the last wave sent it (zero for a device without a share)
+	engines []*Engine            // one per device; [0] is the engine the caller holds
+	last    []WaveStats          // per device: what the last wave sent it (zero for a device without a share)
+	cur     atomic.Pointer[feed] // the feed of the wave running, nil between waves
+}
+
+// heldBytes is the host memory the running wave's feed holds: weights read and not yet uploaded by
+// every device.
+func (g *deviceGroup) heldBytes() int64 {
+	if g == nil {
+		return 0
+	}
+	if f := g.cur.Load(); f != nil {
+		return f.held.Load()
+	}
+	return 0
 }
 
 // openDevices makes the engines of EngineOptions.Devices beside e (device 0), their globals uploaded
@@ -215,6 +229,8 @@ func (g *deviceGroup) runOnce(ctx context.Context, reqs []Request, shares [][]me
 	line := groupPlanLine(plans, active, len(g.engines))
 	e.log(line)
 	f := newFeed(e, len(active))
+	g.cur.Store(f)
+	defer g.cur.Store(nil)
 	prog := newGroupProgress(e.opts.Progress, f, len(active), tokens, line)
 	logf, userProgress := e.opts.Log, e.opts.Progress
 	ctx, cancel := context.WithCancel(ctx)

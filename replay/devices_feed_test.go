@@ -12,6 +12,7 @@ import (
 	"unsafe"
 
 	"github.com/potato-k3/potato-k3/replay/checkpoint"
+	"github.com/potato-k3/potato-k3/replay/cpu"
 	"github.com/potato-k3/potato-k3/replay/model"
 	"github.com/potato-k3/potato-k3/replay/ops"
 )
@@ -224,5 +225,66 @@ func TestDevicesInterleavings(t *testing.T) {
 			}
 		}
 		e.Close()
+	}
+}
+
+// slowBackend is a deviceBackend whose matmuls take 3 ms longer, and which samples the weights
+// the engine holds in host memory (HeldBytes, peak) while it computes.
+type slowBackend struct {
+	*deviceBackend
+	e    *Engine
+	peak int64
+}
+
+func (s *slowBackend) MatMul(x, w ops.Tensor) (ops.Tensor, error) {
+	time.Sleep(3 * time.Millisecond)
+	if s.e != nil {
+		s.peak = max(s.peak, s.e.HeldBytes())
+	}
+	return s.deviceBackend.MatMul(x, w)
+}
+
+// TestDevicesWindow: a device with a far smaller share (one token beside hundreds, on a slower device)
+// does not run ahead of the other by more than the window: the weights the feed holds in host memory stay
+// within window+1 layers' worth, not the whole model's.
+func TestDevicesWindow(t *testing.T) {
+	dir := synthModel(t, "tiny", 1)
+	plan, err := model.ReadFile(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := checkpoint.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	var total, largest int64
+	for i := range plan.Layers {
+		o, x := plan.LayerBytes(i)
+		total += o + x
+		largest = max(largest, o+x)
+	}
+	fast := &deviceBackend{Backend: cpu.New(cpu.Options{Precision: ops.BF16})}
+	slow := &slowBackend{deviceBackend: &deviceBackend{Backend: cpu.New(cpu.Options{Precision: ops.BF16})}}
+	// device 0 gets the long sequence (spread: longest first, to the lowest index) and is the slow one
+	e, err := NewEngine(context.Background(), plan, d, slow, EngineOptions{Devices: []ops.Backend{fast}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	slow.e = e
+	req := []Request{{Sequences: randomSequences(3, 3328, 300, 1)}}
+	want := runOne(t, openTiny(t, ops.BF16, EngineOptions{}), req...)
+	got := runOne(t, e, req...)
+	if !reflect.DeepEqual(got, want) {
+		t.Error("results differ from one device's")
+	}
+	t.Logf("weights held in host memory: peak %d bytes; the model's layers %d bytes, the largest %d", slow.peak, total, largest)
+	if slow.peak > 3*largest { // window+1 layers
+		t.Errorf("the feed held up to %d bytes of weights; want at most %d layers' worth (%d bytes a layer), not the model's %d",
+			slow.peak, window+1, largest, total)
+	}
+	if e.HeldBytes() != 0 {
+		t.Errorf("%d bytes held after the wave", e.HeldBytes())
 	}
 }

@@ -172,7 +172,7 @@ func (e *Engine) SetProgress(f func(Progress)) { e.opts.Progress = f }
 
 // HeldBytes is the host memory currently holding weights read and not yet uploaded: layers read ahead
 // and batches of experts (for tests of the two-layer bound).
-func (e *Engine) HeldBytes() int64 { return e.held.Load() }
+func (e *Engine) HeldBytes() int64 { return e.held.Load() + e.group.heldBytes() }
 
 // HostBufferBytes is the host memory of the engine's read buffers, in use or kept for the next layer or
 // wave (page-locked memory on a backend with ops.HostMemory). It is at most a few layers' worth.

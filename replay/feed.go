@@ -23,11 +23,15 @@ import (
 //   - an expert of layer L: when every device has uploaded it, or has asked for the experts of a later
 //     layer, or finished.
 //
-// The devices' passes run concurrently (one goroutine each, every backend on its own OS thread) and keep
-// within a layer or two of each other by themselves: each waits for reads only, never for another
-// device's compute, and reads start in ascending order, each device starting at most readsAhead batches
-// of experts ahead of its own uploads, so a pass waiting for an expert another device claimed always
-// finds that read started or startable (the lowest expert not yet read has an owner that can start it).
+// The devices' passes run concurrently (one goroutine each, every backend on its own OS thread). A
+// device's read of layer i waits until every device has asked for layer i-window (a device with a
+// smaller share would otherwise run ahead, and every layer it passed would stay in host memory for the
+// others): so at most window+1 layers' own tensors, and the experts of about window layers, are held. Apart
+// from that a pass waits for reads only, never for another device's compute, and reads start in
+// ascending order, each device starting at most readsAhead batches of experts ahead of its own uploads,
+// so a pass waiting for an expert another device claimed always finds that read started or startable
+// (the lowest expert not yet read has an owner that can start it; a device held back by the window has
+// claimed nothing another device still waits for, since all of those are of earlier layers).
 type feed struct {
 	r     Reader
 	plan  *model.Plan
@@ -36,9 +40,12 @@ type feed struct {
 	held  atomic.Int64
 	read  atomic.Int64 // bytes fetched so far (from the checkpoint or the cache), for the progress line
 
+	views sync.WaitGroup // the goroutines handing out layers (deviceFeed.layer), waited for by close
+
 	mu         sync.Mutex
-	layerNext  []int // per device: it has uploaded every layer below (math.MaxInt once its pass ended)
-	expertNext []int // per device: it asks for no more experts of the layers below
+	moved      chan struct{} // closed (and replaced) whenever a layerNext grows
+	layerNext  []int         // per device: it has uploaded every layer below (math.MaxInt once its pass ended)
+	expertNext []int         // per device: it asks for no more experts of the layers below
 	layers     map[int]*bundle
 	experts    map[[2]int]*sharedExpert
 	stats      WaveStats // per layer: bytes fetched once for all devices (Sequences, Tokens unset)
@@ -71,7 +78,7 @@ type sharedBatch struct {
 // newFeed makes the reader of one wave over n devices, on the primary engine's reader, pool and cache.
 func newFeed(e *Engine, n int) *feed {
 	layers := len(e.Plan.Layers)
-	return &feed{r: e.reader, plan: e.Plan, pool: e.pool, cache: e.cache,
+	return &feed{r: e.reader, plan: e.Plan, pool: e.pool, cache: e.cache, moved: make(chan struct{}),
 		layerNext: make([]int, n), expertNext: make([]int, n),
 		layers: map[int]*bundle{}, experts: map[[2]int]*sharedExpert{},
 		stats: WaveStats{LayerBytes: make([]int64, layers), ExpertBytes: make([]int64, layers),
@@ -85,27 +92,67 @@ type deviceFeed struct {
 	dev int
 }
 
-// layer returns layer i's own tensors for the device, starting their read when no device has yet.
-// The bundle returned shares the feed's bytes: releasing it frees nothing (it holds no arena).
+// window is how many layers a device's read may run ahead of the slowest device's.
+const window = 2
+
+// layer returns layer i's own tensors for the device at once; their read starts, unless a device has
+// started it already, once every device has asked for layer i-window. The bundle shares the feed's
+// bytes: releasing it frees nothing (it holds no arena).
 func (d *deviceFeed) layer(ctx context.Context, i int) *bundle {
 	f := d.f
 	f.mu.Lock()
-	f.layerNext[d.dev] = max(f.layerNext[d.dev], i)
-	src := f.layers[i]
-	if src == nil {
-		src = readAhead(ctx, f.r, f.plan.LayerTensors(i), f.pool, &f.held, f.cache, i)
-		f.layers[i] = src
+	if i > f.layerNext[d.dev] {
+		f.layerNext[d.dev] = i
+		f.wake()
 	}
 	done := f.doneLayers()
 	f.mu.Unlock()
 	f.releaseLayers(done)
 	v := &bundle{done: make(chan struct{}), layer: i}
+	f.views.Add(1)
 	go func() {
+		defer f.views.Done()
+		defer close(v.done)
+		if v.err = f.await(ctx, i-window); v.err != nil {
+			return
+		}
+		f.mu.Lock()
+		src := f.layers[i]
+		if src == nil {
+			src = readAhead(ctx, f.r, f.plan.LayerTensors(i), f.pool, &f.held, f.cache, i)
+			f.layers[i] = src
+		}
+		f.mu.Unlock()
 		<-src.done
 		v.bytes, v.bad, v.err, v.size, v.hit = src.bytes, src.bad, src.err, src.size, src.hit
-		close(v.done)
 	}()
 	return v
+}
+
+// wake tells the reads waiting for the window that a layerNext grew. Under f.mu.
+func (f *feed) wake() {
+	close(f.moved)
+	f.moved = make(chan struct{})
+}
+
+// await waits until every device has asked for layer j (or ended its pass), or ctx ends.
+func (f *feed) await(ctx context.Context, j int) error {
+	for {
+		f.mu.Lock()
+		lo, moved := math.MaxInt, f.moved
+		for _, n := range f.layerNext {
+			lo = min(lo, n)
+		}
+		f.mu.Unlock()
+		if lo >= j {
+			return nil
+		}
+		select {
+		case <-moved:
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+	}
 }
 
 // doneLayers removes and returns the layers every device has uploaded. Under f.mu.
@@ -145,6 +192,7 @@ func (d *deviceFeed) finish() {
 	f := d.f
 	f.mu.Lock()
 	f.layerNext[d.dev], f.expertNext[d.dev] = math.MaxInt, math.MaxInt
+	f.wake()
 	layers := f.doneLayers()
 	experts := f.doneExperts(nil)
 	f.mu.Unlock()
@@ -154,6 +202,7 @@ func (d *deviceFeed) finish() {
 
 // close frees every buffer left, once every device's pass has ended, and returns the wave's reads.
 func (f *feed) close() WaveStats {
+	f.views.Wait() // none is left waiting: every pass ended, and the window is open
 	f.mu.Lock()
 	for i := range f.layerNext {
 		f.layerNext[i], f.expertNext[i] = math.MaxInt, math.MaxInt
