@@ -33,6 +33,9 @@ type hostAllocs struct {
 	// checked: per stable buffer, the experts (their six parts' addresses and lengths) whose bytes were
 	// checked once: the bytes of a stable buffer never change, so a second upload skips the check.
 	checked map[uintptr]map[[6][2]uintptr]bool
+	// foreign: buffers of another backend's AllocHost registered here by AdoptHost (hostshare.go): copied
+	// from as pinned, never freed here, never stable.
+	foreign map[uintptr]bool
 }
 
 // partsKey identifies an expert's six parts by address and length.
@@ -98,6 +101,7 @@ func (h *hostAllocs) remove(p uintptr) bool {
 		return false
 	}
 	delete(h.m, p)
+	delete(h.foreign, p)
 	delete(h.stable, p)
 	delete(h.checked, p)
 	if i, ok := slices.BinarySearch(h.starts, p); ok {
@@ -159,7 +163,7 @@ func (b *Backend) FreeHost(buf []byte) error {
 	// Looked up and removed on the CUDA thread: a Close that came first has freed it with the rest.
 	return b.run(op, func(c *opCtx) error {
 		b.hosts.mu.Lock()
-		ok := b.hosts.remove(p)
+		ok := !b.hosts.foreign[p] && b.hosts.remove(p)
 		b.hosts.mu.Unlock()
 		if !ok {
 			return fmt.Errorf("%w: %#x is not a buffer from AllocHost (or was freed)", ErrArgument, p)
@@ -174,11 +178,14 @@ func (b *Backend) freeHost(p uintptr) error { return b.dv.FreePinned(p, false) }
 // releaseHosts frees every pinned buffer still registered (at Close; on the CUDA thread).
 func (b *Backend) releaseHosts() error {
 	b.hosts.mu.Lock()
-	m := b.hosts.m
-	b.hosts.m, b.hosts.stable, b.hosts.starts, b.hosts.checked = nil, nil, nil, nil
+	m, foreign := b.hosts.m, b.hosts.foreign
+	b.hosts.m, b.hosts.stable, b.hosts.starts, b.hosts.checked, b.hosts.foreign = nil, nil, nil, nil, nil
 	b.hosts.mu.Unlock()
 	var errs []error
 	for p := range m {
+		if foreign[p] { // another backend's (AdoptHost): it frees it
+			continue
+		}
 		errs = append(errs, b.dv.FreePinned(p, true))
 	}
 	return errors.Join(errs...)

@@ -31,7 +31,7 @@ func (b *Backend) MarkStable(buf []byte) error {
 	p := uintptr(unsafe.Pointer(unsafe.SliceData(buf)))
 	b.hosts.mu.Lock()
 	defer b.hosts.mu.Unlock()
-	if n, ok := b.hosts.m[p]; !ok || n != len(buf) {
+	if n, ok := b.hosts.m[p]; !ok || n != len(buf) || b.hosts.foreign[p] {
 		return fmt.Errorf("%w: %s: %#x (%d bytes) is not a whole buffer from AllocHost", ErrArgument, op, p, len(buf))
 	}
 	if b.hosts.stable == nil {

@@ -34,6 +34,8 @@ type Engine struct {
 	maxRows int
 	// forceExpertMajor plans every sliced wave with MoE layers expert-major, budgets or not (tests)
 	forceExpertMajor bool
+	group            *deviceGroup // the devices of EngineOptions.Devices (devices.go); nil: this one alone
+	feed             *deviceFeed  // while a wave runs over devices: where this device's weights come from (feed.go)
 	// ConfigSHA256 is the hex SHA-256 of the model directory's config.json (empty for engines made with
 	// NewEngine): results carry it so that a cache or a reader can tell models apart.
 	ConfigSHA256 string
@@ -76,6 +78,15 @@ type EngineOptions struct {
 	// available memory less 10%). Only when it cannot hold a wave's state are the sequences split into
 	// waves, each reading the weights again.
 	HostMemory int64
+	// Devices are the backends of further devices (one each, every one with its own context and OS thread
+	// on CUDA) that share the engine's weight stream: each wave's sequences are spread over the engine's
+	// backend and these by tokens, each layer and each chosen expert is read once into host memory and
+	// uploaded to every device from there, and each device runs its share (its own slices, state and
+	// carries, planned against DeviceMemory, and HostMemory divided among the devices). Results are the
+	// bits of one device. HostCacheBytes is one cache for all; PrefetchExperts does not apply (the devices'
+	// routers choose first, then the experts are read once). The engine closes the devices' engines; the
+	// caller closes the backends after it. (devices.go, feed.go)
+	Devices []ops.Backend
 	// Progress, when set, is called after every layer of a wave.
 	Progress func(Progress)
 	// Log, when set, receives the plan of every wave before its first layer, and warnings.
@@ -92,6 +103,11 @@ func NewEngine(ctx context.Context, plan *model.Plan, r Reader, b ops.Backend, o
 	}
 	src := readAhead(ctx, r, plan.GlobalTensors(), e.pool, &e.held, nil, -1)
 	g, err := m.LoadGlobals(ctx, src)
+	if err == nil {
+		if err = e.openDevices(ctx, src); err != nil { // the other devices' globals, from the same bytes
+			freeGlobals(m, g)
+		}
+	}
 	src.release(e.pool, &e.held, nil)
 	// The globals (the embedding and lm_head) are read once and are larger than any layer: keep no
 	// buffer of their size.
@@ -140,6 +156,7 @@ func Open(ctx context.Context, dir string, b ops.Backend, opts EngineOptions, ck
 
 // Close frees the resident weights, the host cache and the host buffers.
 func (e *Engine) Close() {
+	e.group.closeOthers()
 	e.kept.free(e.Model)
 	// A backend that fails to free host memory releases it when it closes.
 	_ = e.cache.clear(e.pool)
@@ -157,7 +174,7 @@ func (e *Engine) SetProgress(f func(Progress)) { e.opts.Progress = f }
 
 // HeldBytes is the host memory currently holding weights read and not yet uploaded: layers read ahead
 // and batches of experts (for tests of the two-layer bound).
-func (e *Engine) HeldBytes() int64 { return e.held.Load() }
+func (e *Engine) HeldBytes() int64 { return e.held.Load() + e.group.heldBytes() }
 
 // HostBufferBytes is the host memory of the engine's read buffers, in use or kept for the next layer or
 // wave (page-locked memory on a backend with ops.HostMemory). It is at most a few layers' worth.

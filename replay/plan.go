@@ -96,7 +96,12 @@ const minSlice = 64
 
 // PlanWave plans sequences of the given lengths, as Run would before any compute: a request the budgets
 // cannot hold is an error naming the budget (ErrBudget).
-func (e *Engine) PlanWave(lens []int) (WavePlan, error) { return e.planWave(lens) }
+func (e *Engine) PlanWave(lens []int) (WavePlan, error) {
+	if e.group != nil { // over several devices (devices.go)
+		return e.group.plan(lens)
+	}
+	return e.planWave(lens)
+}
 
 // planWave plans sequences of the given lengths on e's backend and budgets.
 func (e *Engine) planWave(lens []int) (WavePlan, error) {

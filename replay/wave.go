@@ -41,6 +41,9 @@ func (s WaveStats) BytesRead() int64 {
 // budgets cannot hold at all, or a single sequence longer than MaxWaveTokens, is refused with the bound
 // named before any compute.
 func (e *Engine) Run(ctx context.Context, reqs []Request) ([][]Result, WaveStats, error) {
+	if e.group != nil { // several devices (EngineOptions.Devices): devices.go
+		return e.group.run(ctx, reqs)
+	}
 	limit := e.opts.MaxWaveTokens
 	total := 0
 	var lens []int
@@ -239,6 +242,9 @@ func (e *Engine) runWave(ctx context.Context, reqs []Request, given *WavePlan) (
 		ExpertChunk: e.opts.ExpertChunk, PrefetchExperts: e.opts.PrefetchExperts,
 		SliceTokens: plan.SliceTokens, HostState: plan.HostState, DeviceSlices: plan.DeviceSlices,
 		ExpertMajor: plan.ExpertMajor}
+	if e.feed != nil {
+		pass.Experts = e.feed.experts(experts)
+	}
 	w := &waveOut{lens: map[int][]ops.TokenStats{}, hidden: map[int][]float32{}}
 
 	st, err := pass.Embed(e.globals, ids)
@@ -250,6 +256,9 @@ func (e *Engine) runWave(ctx context.Context, reqs []Request, given *WavePlan) (
 	read := func(i int) *bundle {
 		if e.kept.get(i) != nil {
 			return nil
+		}
+		if e.feed != nil { // one of several devices: read once for all (feed.go)
+			return e.feed.layer(ctx, i)
 		}
 		return readAhead(ctx, e.reader, e.Plan.LayerTensors(i), e.pool, &e.held, e.cache, i)
 	}

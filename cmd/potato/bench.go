@@ -102,7 +102,7 @@ func benchTo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		}
 		sizes = append(sizes, n)
 	}
-	l, err := openEngine(ctx, dir, f.backend, f.precision, backendTuning{expertStreams: f.expertStreams}, replay.EngineOptions{ExpertChunk: f.expertChunk,
+	l, err := openEngine(ctx, dir, f.backend, f.precision, backendTuning{expertStreams: f.expertStreams, devices: f.mem.devices}, replay.EngineOptions{ExpertChunk: f.expertChunk,
 		HostCacheBytes: int64(f.hostCache), ResidentBytes: int64(f.resident), PrefetchExperts: f.prefetch,
 		SliceTokens: f.mem.sliceTokens, DeviceMemory: int64(f.mem.device), HostMemory: int64(f.mem.host),
 		Log: func(s string) { fmt.Fprintln(stdout, "plan: "+s) }},
@@ -395,13 +395,16 @@ func benchWave(ctx context.Context, w io.Writer, l *loaded, bd bound, n, seqLen,
 		flops += plan.LayerFLOPs(i, lens)
 	}
 	flops += plan.OutputFLOPs(n)
-	boundS := max(float64(st.BytesRead())/bd.readBps, flops/bd.flops)
+	// Over --devices the FLOPs split among the devices; each layer's bytes cross every device's own link
+	// at once, so the weight bound stays one link's.
+	boundS := max(float64(st.BytesRead())/bd.readBps, flops/bd.flops/float64(l.engine.Devices()))
 	var cachedB int64
 	for _, c := range st.CachedBytes {
 		cachedB += c
 	}
 	fmt.Fprintf(w, "\nwave of %d tokens (%d sequences of up to %d): %.3fs median of %d, %.0f tokens/s, %.1f MB of weights per pass (%.1f MB from the host cache), %.2f GFLOP; bound %.3fs: ratio %.2f\n",
 		n, len(lens), seqLen, st.Seconds, len(runs), float64(n)/st.Seconds, float64(st.BytesRead())/1e6, float64(cachedB)/1e6, flops/1e9, boundS, st.Seconds/boundS)
+	printDevices(w, l) // the last run's shares, over --devices
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	// "to router s": the part of a layer before its router returned (its upload, attention and router),
 	// during which no routed expert can be fetched.

@@ -85,7 +85,7 @@ func runDatasetJob(ctx context.Context, f *replayFlags, opts replay.EngineOption
 	if err != nil {
 		return err
 	}
-	l, err := openEngine(ctx, f.model, f.backend, f.precision, backendTuning{}, opts)
+	l, err := openEngine(ctx, f.model, f.backend, f.precision, backendTuning{devices: f.mem.devices}, opts)
 	if err != nil {
 		return err
 	}

@@ -37,7 +37,9 @@ func (l *loaded) Close() {
 
 // backendTuning holds the backends' speed settings (bench flags), which leave results unchanged.
 type backendTuning struct {
-	expertStreams int // cuda.Options.ExpertStreams
+	expertStreams int        // cuda.Options.ExpertStreams
+	devices       deviceList // --devices: one backend each (devices.go); empty: device 0
+	device        int        // the device newBackend opens (cuda.Options.Device)
 }
 
 // newBackend makes the named backend: "cpu" (pure Go, everywhere) or "cuda" (an NVIDIA GPU with the CUDA
@@ -47,7 +49,7 @@ func newBackend(name string, prec ops.Precision, tune backendTuning) (ops.Backen
 	case "cpu":
 		return cpu.New(cpu.Options{Precision: prec}), nil, nil
 	case "cuda":
-		b, err := cuda.New(cuda.Options{Precision: prec, ExpertStreams: tune.expertStreams})
+		b, err := cuda.New(cuda.Options{Precision: prec, ExpertStreams: tune.expertStreams, Device: tune.device})
 		if err != nil {
 			return nil, nil, fmt.Errorf("backend cuda: %w (use --backend cpu on a machine without a GPU)", err)
 		}
@@ -74,8 +76,15 @@ func openEngine(ctx context.Context, dir, backend, precision string, tune backen
 	if dir, err = modelDir(ctx, dir); err != nil {
 		return nil, err
 	}
-	b, closeB, err := newBackend(backend, prec, tune)
+	b, more, closeB, err := newBackends(backend, prec, tune) // one per --devices entry (devices.go)
 	if err != nil {
+		return nil, err
+	}
+	opts.Devices = more
+	if err := shareDevices(os.Stderr, tune.devices, b, more, &opts); err != nil {
+		if closeB != nil {
+			closeB()
+		}
 		return nil, err
 	}
 	l := &loaded{dir: dir, backend: b.Name(), precision: prec, closeB: closeB}

@@ -10,10 +10,12 @@ import (
 type memoryFlags struct {
 	sliceTokens  int
 	device, host byteSize
+	devices      deviceList // --devices (devices.go): goes to openEngine's backendTuning
 }
 
 // register adds --slice-tokens, --device-memory and --host-memory to fs.
 func (m *memoryFlags) register(fs *flag.FlagSet) {
+	fs.Var(&m.devices, "devices", devicesUsage)
 	fs.IntVar(&m.sliceTokens, "slice-tokens", 0, "most tokens a layer computes at once; a layer's weights serve every slice (0: planned from --device-memory); results do not depend on it")
 	fs.Var(&m.device, "device-memory", "device memory a wave may plan for, e.g. 24GB (default: the device's free memory less 10%; the host's on cpu)")
 	fs.Var(&m.host, "host-memory", "host memory the per-token state may take off the device, e.g. 100GB (default: the available memory less 10%); only past it are sequences split into waves that each read the weights again")

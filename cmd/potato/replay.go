@@ -86,7 +86,7 @@ func runReplay(ctx context.Context, args []string, stdout io.Writer) error {
 		}
 		return runDatasetJob(ctx, &f, opts, stdout)
 	}
-	l, err := openEngine(ctx, f.model, f.backend, f.precision, backendTuning{}, opts)
+	l, err := openEngine(ctx, f.model, f.backend, f.precision, backendTuning{devices: f.mem.devices}, opts)
 	if err != nil {
 		return err
 	}
@@ -100,6 +100,7 @@ func runReplay(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	printSummary(stdout, l, res[0], stats, f.show)
+	printDevices(stdout, l)
 	if f.out == "" {
 		return nil
 	}

@@ -129,9 +129,9 @@ func (f *serveFlags) config(ctx context.Context) (server.Config, error) {
 	if f.gather == 0 {
 		cfg.Gather = -1 // --gather 0: start at once (Config treats 0 as the default)
 	}
-	backend := f.backend
+	backend, devices := f.backend, f.mem.devices
 	cfg.Open = func(ctx context.Context, dir string, prec ops.Precision, opts replay.EngineOptions) (*server.Opened, error) {
-		l, err := openEngine(ctx, dir, backend, prec.String(), backendTuning{}, opts)
+		l, err := openEngine(ctx, dir, backend, prec.String(), backendTuning{devices: devices}, opts)
 		if err != nil {
 			return nil, err
 		}

@@ -1,0 +1,97 @@
+package replay
+
+import (
+	"context"
+
+	"github.com/potato-k3/potato-k3/replay/checkpoint"
+	"github.com/potato-k3/potato-k3/replay/model"
+	"github.com/potato-k3/potato-k3/replay/ops"
+)
+
+// deviceExperts is the model.ExpertSource of one device's pass in a wave over several devices: the
+// experts come from the feed, read once for every device, and are uploaded by this device's model. x
+// is the device's own expertReader, whose counts make the device's WaveStats (its reads are unused).
+// It fetches nothing ahead of the router (no model.ExpertPrefetcher): results are the same either way.
+type deviceExperts struct {
+	d *deviceFeed
+	x *expertReader
+}
+
+// experts returns the device's expert source for a pass whose own expertReader is x.
+func (d *deviceFeed) experts(x *expertReader) model.ExpertSource { return &deviceExperts{d: d, x: x} }
+
+// Experts implements model.ExpertSource. It claims the experts no device has asked for yet, reads them
+// in batches (every tensor looked up first), and uploads all of ids in ascending order, each as soon as
+// its read (this device's or another's) is over.
+func (de *deviceExperts) Experts(ctx context.Context, layer int, ids []int) ([]ops.Expert, error) {
+	f, dev := de.d.f, de.d.dev
+	all, mine, freed := f.claim(dev, layer, ids)
+	f.releaseExperts(freed)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel() // a failed upload stops this device's reads; the entries they leave fail
+	ts := make([][][]checkpoint.Tensor, len(mine))
+	ends := map[*sharedExpert]bool{} // the last expert of each batch this call reads
+	var err error
+	for bi, b := range mine {
+		ts[bi] = make([][]checkpoint.Tensor, len(b))
+		for i, s := range b {
+			for _, spec := range f.plan.ExpertTensors(layer, s.id) {
+				t, lerr := lookup(f.r, spec)
+				if lerr != nil && err == nil {
+					err = lerr
+				}
+				ts[bi][i] = append(ts[bi][i], t)
+			}
+		}
+		ends[b[len(b)-1]] = true
+	}
+	if err != nil {
+		for _, b := range mine {
+			for _, s := range b {
+				s.err = err
+				close(s.done)
+			}
+		}
+		return nil, err
+	}
+	slots := make(chan struct{}, readsAhead)
+	go f.readClaimed(ctx, layer, mine, ts, slots)
+	out := make([]ops.Expert, 0, len(all))
+	for _, s := range all {
+		select {
+		case <-s.done:
+			err = s.err
+		case <-ctx.Done():
+			err = context.Cause(ctx)
+		}
+		if err != nil {
+			break
+		}
+		var ex ops.Expert
+		if ex, err = de.x.m.LoadExpert(ctx, layer, s.id, s.src); err != nil {
+			break
+		}
+		out = append(out, ex)
+		c := &de.x.counts[layer]
+		c.bytes.Add(s.size)
+		c.count.Add(1)
+		if s.cached {
+			c.cached.Add(s.size)
+		}
+		f.mu.Lock()
+		s.got[dev] = true
+		done := f.doneExperts(s)
+		f.mu.Unlock()
+		f.releaseExperts(done)
+		if ends[s] {
+			<-slots // this batch is uploaded here: the reader may start another
+		}
+	}
+	if err != nil {
+		for _, ex := range out {
+			de.x.m.Ops.Free(ex)
+		}
+		return nil, err
+	}
+	return out, nil
+}
