@@ -35,9 +35,12 @@ if [[ ${STEPS:-all} == all || " ${STEPS:-all} " == *" tests "* ]] && [[ -x /tmp/
 fi
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
 free -g | tee -a "$OUT/gpu.txt"
-if [[ ! -d "$MODEL" ]]; then
+# The model, unless only the tests and the Arrow check run; written beside and renamed, so that a call cut
+# short never leaves a half-written model for the next.
+if [[ ! -d "$MODEL" && " ${STEPS:-all} " != " tests " && " ${STEPS:-all} " != " arrow " && " ${STEPS:-all} " != " tests arrow " ]]; then
   log "synth $MODEL"
-  "$P" synth --preset k3-layer --layers 3 --seed 1 --out "$MODEL" > "$OUT/synth.txt" 2>&1
+  rm -rf "$MODEL.partial"
+  "$P" synth --preset k3-layer --layers 3 --seed 1 --out "$MODEL.partial" > "$OUT/synth.txt" 2>&1 && mv "$MODEL.partial" "$MODEL"
   log "synth exit $?"
 fi
 FLAGS=(--backend cuda --model "$MODEL" --expert-chunk 128 --bound-flops 790e12 --bound-bandwidth 55e9 --repeat 1)
