@@ -42,7 +42,7 @@ func TestProgressFraction(t *testing.T) {
 		{Progress{}, 0},
 		{Progress{Layer: 1, Layers: 4}, 0.2}, // the readout after the last layer counts as a fifth step
 		{Progress{Layer: 4, Layers: 4}, 0.8}, // every layer done, the readout not yet
-		{Progress{Layer: 9, Layers: 4}, 1}, // clamped
+		{Progress{Layer: 9, Layers: 4}, 1},   // clamped
 		{Progress{Layer: 1, Layers: 4, Bytes: 2, TotalBytes: 4}, 0.4},
 		{Progress{Layer: 1, Layers: 4, Done: true}, 1},
 	}
