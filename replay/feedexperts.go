@@ -2,6 +2,7 @@ package replay
 
 import (
 	"context"
+	"slices"
 
 	"github.com/potato-k3/potato-k3/replay/checkpoint"
 	"github.com/potato-k3/potato-k3/replay/model"
@@ -21,8 +22,8 @@ type deviceExperts struct {
 func (d *deviceFeed) experts(x *expertReader) model.ExpertSource { return &deviceExperts{d: d, x: x} }
 
 // Experts implements model.ExpertSource. It claims the experts no device has asked for yet, reads them
-// in batches (every tensor looked up first), and uploads all of ids in ascending order, each as soon as
-// its read (this device's or another's) is over.
+// in batches (every tensor looked up first), uploads those of ids the host cache holds in one batch, then
+// the others in ascending order, each as soon as its read (this device's or another's) is over.
 func (de *deviceExperts) Experts(ctx context.Context, layer int, ids []int) ([]ops.Expert, error) {
 	f, dev := de.d.f, de.d.dev
 	all, mine, freed := f.claim(dev, layer, ids)
@@ -57,7 +58,30 @@ func (de *deviceExperts) Experts(ctx context.Context, layer int, ids []int) ([]o
 	slots := make(chan struct{}, readsAhead)
 	go f.readClaimed(ctx, layer, mine, ts, slots)
 	out := make([]ops.Expert, 0, len(all))
+	// The host cache's experts first, in one batch (model.LoadExperts: on the CUDA backend one copy per
+	// cached buffer, not waited for), while the others are read; then the rest as their reads end.
+	var hitIDs []int
+	var hitSrcs []model.Source
+	var hits []*sharedExpert
 	for _, s := range all {
+		if s.cached {
+			hitIDs, hitSrcs, hits = append(hitIDs, s.id), append(hitSrcs, s.src), append(hits, s)
+		}
+	}
+	if len(hits) > 0 {
+		exs, herr := de.x.m.LoadExperts(ctx, layer, hitIDs, hitSrcs)
+		if herr != nil {
+			return nil, herr // the deferred cancel stops this call's reads
+		}
+		out = append(out, exs...)
+		for _, s := range hits {
+			de.uploaded(layer, s)
+		}
+	}
+	for _, s := range all {
+		if s.cached {
+			continue
+		}
 		select {
 		case <-s.done:
 			err = s.err
@@ -72,17 +96,7 @@ func (de *deviceExperts) Experts(ctx context.Context, layer int, ids []int) ([]o
 			break
 		}
 		out = append(out, ex)
-		c := &de.x.counts[layer]
-		c.bytes.Add(s.size)
-		c.count.Add(1)
-		if s.cached {
-			c.cached.Add(s.size)
-		}
-		f.mu.Lock()
-		s.got[dev] = true
-		done := f.doneExperts(s)
-		f.mu.Unlock()
-		f.releaseExperts(done)
+		de.uploaded(layer, s)
 		if ends[s] {
 			<-slots // this batch is uploaded here: the reader may start another
 		}
@@ -93,5 +107,23 @@ func (de *deviceExperts) Experts(ctx context.Context, layer int, ids []int) ([]o
 		}
 		return nil, err
 	}
+	// In the order of ids (ascending), as the model asks: the cached ones were uploaded first.
+	slices.SortFunc(out, func(a, b ops.Expert) int { return a.ID() - b.ID() })
 	return out, nil
+}
+
+// uploaded counts expert s of layer as sent to this device and frees it when no device needs it more.
+func (de *deviceExperts) uploaded(layer int, s *sharedExpert) {
+	c := &de.x.counts[layer]
+	c.bytes.Add(s.size)
+	c.count.Add(1)
+	if s.cached {
+		c.cached.Add(s.size)
+	}
+	f := de.d.f
+	f.mu.Lock()
+	s.got[de.d.dev] = true
+	done := f.doneExperts(s)
+	f.mu.Unlock()
+	f.releaseExperts(done)
 }
