@@ -9,22 +9,93 @@ import (
 	"github.com/potato-k3/potato-k3/replay/ops"
 )
 
-// deviceExperts is the model.ExpertSource of one device's pass in a wave over several devices: the
-// experts come from the feed, read once for every device, and are uploaded by this device's model. x
-// is the device's own expertReader, whose counts make the device's WaveStats (its reads are unused).
-// It fetches nothing ahead of the router (no model.ExpertPrefetcher): results are the same either way.
+// deviceExperts is the model.ExpertSource (and model.ExpertPrefetcher) of one device's pass in a wave
+// over several devices: the experts come from the feed, read once for every device, and are uploaded by
+// this device's model. x is the device's own expertReader, whose counts make the device's WaveStats (its
+// reads are unused). Used by the device's pass only.
 type deviceExperts struct {
-	d *deviceFeed
-	x *expertReader
+	d   *deviceFeed
+	x   *expertReader
+	pre map[int]map[int]ops.Expert // per layer: experts fetched ahead of the router, not yet handed out
+}
+
+var _ model.ExpertPrefetcher = (*deviceExperts)(nil)
+
+// Prefetch implements model.ExpertPrefetcher: those of ids the host cache holds are uploaded now (an
+// upload from there never waits for a read) and kept for the layer's Experts calls.
+func (de *deviceExperts) Prefetch(ctx context.Context, layer int, ids []int) error {
+	var want []int
+	for _, id := range ids {
+		if _, held := de.pre[layer][id]; held {
+			continue
+		}
+		if _, ok := de.d.f.cache.expert(layer, id); ok {
+			want = append(want, id)
+		}
+	}
+	if len(want) == 0 {
+		return nil
+	}
+	exs, err := de.fetch(ctx, layer, want)
+	if err != nil {
+		return err
+	}
+	if de.pre == nil {
+		de.pre = map[int]map[int]ops.Expert{}
+	}
+	if de.pre[layer] == nil {
+		de.pre[layer] = map[int]ops.Expert{}
+	}
+	for _, ex := range exs {
+		de.pre[layer][ex.ID()] = ex
+	}
+	return nil
+}
+
+// Unused implements model.ExpertPrefetcher: it frees the experts of layer fetched ahead and not handed
+// out.
+func (de *deviceExperts) Unused(layer int) {
+	for _, ex := range de.pre[layer] {
+		de.x.m.Ops.Free(ex)
+	}
+	delete(de.pre, layer)
+}
+
+// Experts implements model.ExpertSource: those of ids fetched ahead of the router, and the others
+// fetched now (fetch), in the order of ids.
+func (de *deviceExperts) Experts(ctx context.Context, layer int, ids []int) ([]ops.Expert, error) {
+	var rest []int
+	var out []ops.Expert
+	for _, id := range ids {
+		if ex, ok := de.pre[layer][id]; ok {
+			out = append(out, ex)
+			delete(de.pre[layer], id)
+		} else {
+			rest = append(rest, id)
+		}
+	}
+	if len(rest) > 0 {
+		exs, err := de.fetch(ctx, layer, rest)
+		if err != nil {
+			for _, ex := range out {
+				de.x.m.Ops.Free(ex)
+			}
+			return nil, err
+		}
+		out = append(out, exs...)
+	}
+	slices.SortFunc(out, func(a, b ops.Expert) int { return a.ID() - b.ID() })
+	return out, nil
 }
 
 // experts returns the device's expert source for a pass whose own expertReader is x.
 func (d *deviceFeed) experts(x *expertReader) model.ExpertSource { return &deviceExperts{d: d, x: x} }
 
-// Experts implements model.ExpertSource. It claims the experts no device has asked for yet, reads them
-// in batches (every tensor looked up first), uploads those of ids the host cache holds in one batch, then
-// the others in ascending order, each as soon as its read (this device's or another's) is over.
-func (de *deviceExperts) Experts(ctx context.Context, layer int, ids []int) ([]ops.Expert, error) {
+// fetch uploads experts ids (ascending) of layer to the device and returns them in that order. It claims
+// the experts no device has asked for yet, reads them in batches (every tensor looked up first), uploads
+// those of ids the host cache holds in one batch, then the others in ascending order, each as soon as its
+// read (this device's or another's) is over.
+func (de *deviceExperts) fetch(ctx context.Context, layer int, ids []int) ([]ops.Expert, error) {
 	f, dev := de.d.f, de.d.dev
 	all, mine, freed := f.claim(dev, layer, ids)
 	f.releaseExperts(freed)
