@@ -48,6 +48,7 @@ func TestCUDADevices(t *testing.T) {
 			{"fp32, 2 on device 0", 2, cuda.Options{Precision: ops.FP32}, EngineOptions{}, 1},
 			{"bf16, 3 on device 0, slices of 64, chunks of 3", 3, cuda.Options{Precision: ops.BF16}, EngineOptions{SliceTokens: 64, ExpertChunk: 3}, 1},
 			{"bf16, 2 on device 0, host cache", 2, cuda.Options{Precision: ops.BF16}, EngineOptions{HostCacheBytes: 4 << 30}, 2},
+			{"bf16, 2 on device 0, host cache, experts fetched ahead", 2, cuda.Options{Precision: ops.BF16}, EngineOptions{HostCacheBytes: 4 << 30, PrefetchExperts: -1}, 2},
 		} {
 			t.Run(p.name+", "+tc.name, func(t *testing.T) {
 				d, err := checkpoint.Open(dir)
@@ -102,7 +103,8 @@ func TestCUDADevices(t *testing.T) {
 					if readN != read1 {
 						t.Errorf("wave %d: %d bytes read over %d backends, %d on one: want each byte read once", wave, readN, tc.devices, read1)
 					}
-					if stN.BytesRead() != st1.BytesRead() || !reflect.DeepEqual(stN.ExpertsRead, st1.ExpertsRead) {
+					// (fetched ahead of the router, a device's share may choose too few experts for it where the whole wave does not)
+					if tc.eo.PrefetchExperts == 0 && (stN.BytesRead() != st1.BytesRead() || !reflect.DeepEqual(stN.ExpertsRead, st1.ExpertsRead)) {
 						t.Errorf("wave %d: combined stats %d bytes, experts %v; one backend %d, %v", wave, stN.BytesRead(), stN.ExpertsRead, st1.BytesRead(), st1.ExpertsRead)
 					}
 				}

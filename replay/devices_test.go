@@ -96,6 +96,8 @@ func TestDevicesBitIdentical(t *testing.T) {
 		{"two devices, slices of 16, chunks of 5", 2, ops.BF16, EngineOptions{SliceTokens: 16, ExpertChunk: 5}, false},
 		{"two devices, host cache", 2, ops.BF16, EngineOptions{HostCacheBytes: 1 << 30}, true},
 		{"two devices, resident layers and host cache", 2, ops.BF16, EngineOptions{ResidentBytes: own, HostCacheBytes: 1 << 30, ExpertChunk: 4}, true},
+		{"three devices, host cache, experts fetched ahead", 3, ops.BF16, EngineOptions{HostCacheBytes: 1 << 30, PrefetchExperts: -1}, true},
+		{"two devices, host cache, 5 experts fetched ahead, chunks of 3", 2, ops.BF16, EngineOptions{HostCacheBytes: 1 << 30, PrefetchExperts: 5, ExpertChunk: 3}, true},
 		{"nine devices, seven sequences", 9, ops.BF16, EngineOptions{}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -83,9 +83,8 @@ type EngineOptions struct {
 	// backend and these by tokens, each layer and each chosen expert is read once into host memory and
 	// uploaded to every device from there, and each device runs its share (its own slices, state and
 	// carries, planned against DeviceMemory, and HostMemory divided among the devices). Results are the
-	// bits of one device. HostCacheBytes is one cache for all; PrefetchExperts does not apply (the devices'
-	// routers choose first, then the experts are read once). The engine closes the devices' engines; the
-	// caller closes the backends after it. (devices.go, feed.go)
+	// bits of one device. HostCacheBytes is one cache for all the devices; the other options apply to each.
+	// The engine closes the devices' engines; the caller closes the backends after it. (devices.go, feed.go)
 	Devices []ops.Backend
 	// Progress, when set, is called after every layer of a wave.
 	Progress func(Progress)
