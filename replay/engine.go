@@ -32,6 +32,9 @@ type Engine struct {
 	// maxRows bounds the rows of one slice (or of an unsliced wave) by what the backend can index
 	// (ops.ElementLimit; 0: no bound)
 	maxRows int
+	slab    aheadSlab // the host buffers experts are read ahead of their routers into (readahead.go)
+	// aheadBatch, when not 0, replaces expertBatch as the experts a read-ahead buffer holds (for tests)
+	aheadBatch int
 	// ConfigSHA256 is the hex SHA-256 of the model directory's config.json (empty for engines made with
 	// NewEngine): results carry it so that a cache or a reader can tell models apart.
 	ConfigSHA256 string
@@ -64,6 +67,15 @@ type EngineOptions struct {
 	// their copies then overlap the layer's attention. 0: none; negative: all of a layer's experts. Results
 	// do not depend on it.
 	PrefetchExperts int
+	// ExpertReadAhead is how much host memory may hold routed experts read from the checkpoint before
+	// their layer's router runs, in waves large enough that nearly every expert is chosen (tokens x top-k
+	// >= 4 x experts): a MoE layer's experts are then read, in ascending id order, as soon as its own
+	// weights are (while the layer before computes), and uploaded from those buffers once chosen; those no
+	// token chose are freed at the layer's end. 0: one MoE layer's experts, within the host budget
+	// (HostMemory) less the state kept in host memory, the host cache and the other read buffers; negative:
+	// off (experts are read only once chosen). The plan line says when it is on. Results do not depend
+	// on it.
+	ExpertReadAhead int64
 	// SliceTokens is the most tokens a layer computes at once (0: planned from the device budget): a
 	// layer's weights are uploaded once per wave and serve every slice. Results do not depend on it.
 	SliceTokens int
@@ -140,6 +152,7 @@ func Open(ctx context.Context, dir string, b ops.Backend, opts EngineOptions, ck
 func (e *Engine) Close() {
 	e.kept.free(e.Model)
 	// A backend that fails to free host memory releases it when it closes.
+	e.slab.fit(e.pool, 0, 0)
 	_ = e.cache.clear(e.pool)
 	_ = e.pool.trim()
 	if e.globals != nil {
