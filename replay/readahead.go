@@ -31,10 +31,6 @@ import (
 // batches finishing in ascending order.
 const aheadInFlight = 3
 
-// minAheadSlots is the fewest slots worth reading ahead into: fewer would hold too little of a layer to
-// change its time.
-const minAheadSlots = 2
-
 // aheadBytesPerExpert is an upper bound of the arena bytes one expert takes in a slot: its tensors, each
 // placed as arenaLayout places it (a fresh page, then its file offset modulo the page size).
 func aheadBytesPerExpert(p *model.Plan) int64 {
@@ -64,9 +60,11 @@ func (e *Engine) readAheadBudget(p WavePlan) int64 {
 	if e.opts.ExpertReadAhead < 0 || per == 0 || !model.CoversExperts(e.Model.Dims, tokens) {
 		return 0
 	}
+	slot := e.aheadSlotBytes()
 	want := e.opts.ExpertReadAhead
-	if want == 0 {
-		want = per * int64(e.Model.Dims.Experts)
+	if want == 0 { // a whole layer's experts, in slots
+		batch := e.aheadBatchSize()
+		want = int64((e.Model.Dims.Experts+batch-1)/batch) * slot
 	}
 	var own int64
 	for i := range e.Plan.Layers {
@@ -78,11 +76,15 @@ func (e *Engine) readAheadBudget(p WavePlan) int64 {
 		reserve += e.cache.budget - e.cache.bytes()
 	}
 	n := min(want, p.HostBudget-p.HostBytes-reserve)
-	slot := int64(e.aheadBatchSize()) * per
-	if n < minAheadSlots*slot {
+	if n < slot {
 		return 0
 	}
 	return n / slot * slot
+}
+
+// aheadSlotBytes is the size of one read-ahead slot: a batch of experts, whole pages.
+func (e *Engine) aheadSlotBytes() int64 {
+	return int64(alignUp(int(int64(e.aheadBatchSize())*aheadBytesPerExpert(e.Plan)), arenaAlign))
 }
 
 // aheadBatchSize is how many experts one read-ahead batch (one slot) holds: expertBatch, unless a test
@@ -142,6 +144,7 @@ type expertAhead struct {
 	// reading all of a layer's experts would then read too many for nothing.
 	skip   atomic.Bool
 	unused atomic.Int64 // bytes read ahead and never uploaded (no token chose those experts)
+	used   atomic.Int64 // bytes read ahead and uploaded
 }
 
 // aheadLayer is the read-ahead of one MoE layer. Under expertAhead.mu.
@@ -181,19 +184,17 @@ type aheadBatch struct {
 
 // startAhead starts the read-ahead of a wave whose plan grants budget bytes (nil: none).
 func (e *Engine) startAhead(ctx context.Context, budget int64) *expertAhead {
-	per := aheadBytesPerExpert(e.Plan)
-	batch := e.aheadBatchSize()
-	size := alignUp(int(int64(batch)*per), arenaAlign)
+	size := e.aheadSlotBytes()
 	slots := 0
-	if budget > 0 {
-		slots = int(budget / int64(size))
+	if budget > 0 && size > 0 {
+		slots = int(budget / size)
 	}
-	e.slab.fit(e.pool, size, slots)
-	if slots < minAheadSlots {
+	e.slab.fit(e.pool, int(size), slots)
+	if slots < 1 {
 		return nil
 	}
 	a := &expertAhead{r: e.reader, plan: e.Plan, pool: e.pool, cache: e.cache, held: &e.held, slab: &e.slab,
-		slots: slots, batch: batch, jobs: make(chan *aheadLayer, len(e.Plan.Layers)), wake: make(chan struct{}, 1),
+		slots: slots, batch: e.aheadBatchSize(), jobs: make(chan *aheadLayer, len(e.Plan.Layers)), wake: make(chan struct{}, 1),
 		reads: make(chan struct{}, aheadInFlight), layers: map[int]*aheadLayer{}}
 	a.ctx, a.cancel = context.WithCancel(ctx)
 	a.wg.Add(1)
@@ -454,6 +455,14 @@ func (a *expertAhead) unusedBytes() int64 {
 	return a.unused.Load()
 }
 
+// usedBytes is the bytes read ahead and uploaded (WaveStats.ReadAheadBytes); 0 for nil.
+func (a *expertAhead) usedBytes() int64 {
+	if a == nil {
+		return 0
+	}
+	return a.used.Load()
+}
+
 // handBack gives back experts claimed and not uploaded (after an error).
 func (a *expertAhead) handBack(exs []*aheadExpert) {
 	for _, ex := range exs {
@@ -538,6 +547,7 @@ func (x *expertReader) upload(ctx context.Context, layer int, exs []*aheadExpert
 		*out = append(*out, got...)
 		for _, ex := range group {
 			x.counts[layer].bytes.Add(ex.size)
+			x.ahead.used.Add(ex.size)
 			x.ahead.unref(b, ex, true)
 		}
 		x.counts[layer].count.Add(int64(n))

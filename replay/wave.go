@@ -24,7 +24,9 @@ type WaveStats struct {
 	// (EngineOptions.ExpertReadAhead) that no token chose: read, never sent to the backend, not in
 	// ExpertBytes.
 	ReadAheadUnused int64
-	Seconds         float64
+	// ReadAheadBytes is, of ExpertBytes, the bytes read from the checkpoint ahead of their routers.
+	ReadAheadBytes int64
+	Seconds        float64
 }
 
 // BytesRead is the total of weight bytes the wave sent to the backend, from the checkpoint or the host
@@ -178,6 +180,7 @@ func (s WaveStats) add(o WaveStats) WaveStats {
 	s.Tokens += o.Tokens
 	s.Seconds += o.Seconds
 	s.ReadAheadUnused += o.ReadAheadUnused
+	s.ReadAheadBytes += o.ReadAheadBytes
 	for i := range s.LayerBytes {
 		s.LayerBytes[i] += o.LayerBytes[i]
 		s.ExpertBytes[i] += o.ExpertBytes[i]
@@ -322,7 +325,7 @@ func (e *Engine) runWave(ctx context.Context, reqs []Request, given *WavePlan) (
 		}
 	}
 	experts.ahead.close() // every layer is done: the read-ahead's buffers go back before the readout
-	stats.ReadAheadUnused = experts.ahead.unusedBytes()
+	stats.ReadAheadUnused, stats.ReadAheadBytes = experts.ahead.unusedBytes(), experts.ahead.usedBytes()
 	if err := ctx.Err(); err != nil {
 		return nil, stats, err
 	}
