@@ -171,7 +171,9 @@ func (e *Engine) SetProgress(f func(Progress)) { e.opts.Progress = f }
 func (e *Engine) HeldBytes() int64 { return e.held.Load() }
 
 // HostBufferBytes is the host memory of the engine's read buffers, in use or kept for the next layer or
-// wave (page-locked memory on a backend with ops.HostMemory). It is at most a few layers' worth.
+// wave (page-locked memory on a backend with ops.HostMemory). It is at most a few layers' worth: two
+// layers' own weights, a few batches of experts, and the buffers of experts read ahead of their routers
+// (EngineOptions.ExpertReadAhead, one MoE layer's experts at most by default).
 func (e *Engine) HostBufferBytes() int64 { return e.pool.bytes() }
 
 // ResidentBytes is the checkpoint bytes of the layers whose own weights stay on the backend between waves

@@ -40,6 +40,7 @@ type WavePlan struct {
 	// of their routers (EngineOptions.ExpertReadAhead; 0: not read ahead, the wave being too small to
 	// choose nearly every expert, or the host budget too small).
 	ExpertReadAhead int64
+	readAheadOff    string // why a wave large enough for the read-ahead goes without it
 	Note            string // why the plan is not the usual one, if it is not
 }
 
@@ -62,6 +63,8 @@ func (p WavePlan) String() string {
 		gb(p.DeviceBudget), gb(p.WeightBytes))
 	if p.ExpertReadAhead > 0 {
 		s += fmt.Sprintf("; experts read ahead from disk (up to %s of host memory)", gb(p.ExpertReadAhead))
+	} else if p.readAheadOff != "" {
+		s += "; " + p.readAheadOff
 	}
 	if p.Note != "" {
 		s += "; " + p.Note
@@ -103,7 +106,7 @@ func (e *Engine) PlanWave(lens []int) (WavePlan, error) { return e.planWave(lens
 func (e *Engine) planWave(lens []int) (WavePlan, error) {
 	p, err := e.planSlicing(lens)
 	if err == nil {
-		p.ExpertReadAhead = e.readAheadBudget(p)
+		p.ExpertReadAhead, p.readAheadOff = e.readAheadBudget(p)
 	}
 	return p, err
 }

@@ -54,11 +54,13 @@ func aheadBytesPerExpert(p *model.Plan) int64 {
 // (by default one MoE layer's experts), within what the host budget leaves after the state kept in host
 // memory, the host cache's budget and the engine's other read buffers (two layers' own weights and the
 // batches read after the router).
-func (e *Engine) readAheadBudget(p WavePlan) int64 {
+//
+// When the wave is large enough but the budget leaves no room, why is the second result, for the plan line.
+func (e *Engine) readAheadBudget(p WavePlan) (int64, string) {
 	per := aheadBytesPerExpert(e.Plan)
 	tokens := min(p.Tokens, p.WaveTokens)
 	if e.opts.ExpertReadAhead < 0 || per == 0 || !model.CoversExperts(e.Model.Dims, tokens) {
-		return 0
+		return 0, ""
 	}
 	slot := e.aheadSlotBytes()
 	want := e.opts.ExpertReadAhead
@@ -77,9 +79,10 @@ func (e *Engine) readAheadBudget(p WavePlan) int64 {
 	}
 	n := min(want, p.HostBudget-p.HostBytes-reserve)
 	if n < slot {
-		return 0
+		return 0, fmt.Sprintf("experts not read ahead: the host budget of %s leaves %s after %s of state and %s of other buffers, less than a batch of experts (%s)",
+			gb(p.HostBudget), gb(max(p.HostBudget-p.HostBytes-reserve, 0)), gb(p.HostBytes), gb(reserve), gb(slot))
 	}
-	return n / slot * slot
+	return n / slot * slot, ""
 }
 
 // aheadSlotBytes is the size of one read-ahead slot: a batch of experts, whole pages.
