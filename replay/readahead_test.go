@@ -7,11 +7,13 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/potato-k3/potato-k3/replay/checkpoint"
 	"github.com/potato-k3/potato-k3/replay/cpu"
 	"github.com/potato-k3/potato-k3/replay/model"
 	"github.com/potato-k3/potato-k3/replay/ops"
+	"github.com/potato-k3/potato-k3/replay/synth"
 )
 
 // tensorCounter counts the reads of every tensor through it, and calls hook (when set) before each
@@ -305,5 +307,105 @@ func TestExpertReadAheadStops(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestExpertReadAheadBudgetAtK3Size: at K3's sizes (the k3-layer preset's plan, no weights) a wave of
+// 1,048,576 tokens may read a whole MoE layer's experts ahead (56 batches of 16: 15.8 GB) when the host
+// budget has room, what the budget leaves after the other read buffers when it has less, and none (the
+// plan line saying why) below one batch.
+func TestExpertReadAheadBudgetAtK3Size(t *testing.T) {
+	pr, err := synth.LookupPreset("k3-layer")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := pr.TextConfig(3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan, err := model.NewPlan(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &Engine{Plan: plan, Model: model.New(plan, cpu.New(cpu.Options{})), pool: newHostPool(nil)}
+	slot := e.aheadSlotBytes()
+	for _, tt := range []struct {
+		host       int64
+		tokens     int
+		wantSlots  int64
+		wantReason bool
+	}{{100e9, 1 << 20, 56, false}, {12e9, 1 << 20, -1, false}, {5e9, 1 << 20, 0, true}, {100e9, 223, 0, false}} {
+		p := WavePlan{Tokens: tt.tokens, WaveTokens: tt.tokens, HostBudget: tt.host}
+		got, why := e.readAheadBudget(p)
+		switch {
+		case tt.wantSlots >= 0 && got != tt.wantSlots*slot:
+			t.Errorf("host %s, %d tokens: %d bytes (%d batches), want %d batches", gb(tt.host), tt.tokens, got, got/slot, tt.wantSlots)
+		case tt.wantSlots < 0 && (got <= 0 || got >= 56*slot || got%slot != 0):
+			t.Errorf("host %s: %d bytes, want part of a layer, in whole batches", gb(tt.host), got)
+		case (why != "") != tt.wantReason:
+			t.Errorf("host %s, %d tokens: reason %q", gb(tt.host), tt.tokens, why)
+		}
+	}
+}
+
+// TestExpertReadAheadBeforeTheRouter: the experts of MoE layer i+1 are read while layer i still runs
+// (here: while the progress callback after layer i holds the wave), not once layer i+1's router has
+// chosen them; and with the read-ahead off they are not.
+func TestExpertReadAheadBeforeTheRouter(t *testing.T) {
+	for _, on := range []bool{true, false} {
+		var mu sync.Mutex
+		readFor := map[string]bool{} // the layer prefixes whose experts were read
+		changed := make(chan struct{}, 1)
+		var early, moe int
+		var e *Engine
+		opts := EngineOptions{SliceTokens: 32}
+		if !on {
+			opts.ExpertReadAhead = -1
+		}
+		opts.Progress = func(p Progress) {
+			if p.Layer >= p.Layers || e.Plan.Layers[p.Layer].FFN != model.MoE {
+				return
+			}
+			moe++
+			prefix := model.ExpertPrefix(p.Layer, 0)
+			prefix = prefix[:strings.Index(prefix, "block_sparse_moe")]
+			wait := time.After(5 * time.Second)
+			if !on {
+				wait = time.After(200 * time.Millisecond)
+			}
+			for {
+				mu.Lock()
+				done := readFor[prefix]
+				mu.Unlock()
+				if done {
+					early++
+					return
+				}
+				select {
+				case <-changed:
+				case <-wait:
+					return
+				}
+			}
+		}
+		var c *tensorCounter
+		e, c = openCounted(t, cpu.New(cpu.Options{Precision: ops.BF16}), opts)
+		c.hook = func(_ context.Context, first string) error {
+			mu.Lock()
+			readFor[first[:strings.Index(first, "block_sparse_moe")]] = true
+			mu.Unlock()
+			select {
+			case changed <- struct{}{}:
+			default:
+			}
+			return nil
+		}
+		runOne(t, e, Request{Sequences: randomSequences(54, 3328, 100)})
+		if on && (moe == 0 || early != moe) {
+			t.Errorf("read-ahead on: the experts of %d of %d MoE layers were read before the layer started, want all", early, moe)
+		}
+		if !on && early != 0 {
+			t.Errorf("read-ahead off: the experts of %d MoE layers were read before the layer started, want none", early)
+		}
 	}
 }
