@@ -143,6 +143,9 @@ type expertAhead struct {
 
 	mu     sync.Mutex
 	layers map[int]*aheadLayer
+	// inUse is the slots taken from the slab now, peak the most at once: the slots kept idle for the
+	// next wave, so that a wave that reads nothing ahead (all in the host cache) keeps none pinned.
+	inUse, peak int
 	// skip is set when the last MoE layer done chose fewer than 90% of its experts (as prefetch's rule):
 	// reading all of a layer's experts would then read too many for nothing.
 	skip   atomic.Bool
@@ -359,12 +362,14 @@ func (a *expertAhead) acquire(l *aheadLayer) []byte {
 		if n := len(a.slab.idle); n > 0 {
 			arena := a.slab.idle[n-1]
 			a.slab.idle = a.slab.idle[:n-1]
+			a.taken()
 			a.mu.Unlock()
 			return arena
 		}
 		grow := a.slab.n < a.slots
 		if grow {
 			a.slab.n++
+			a.taken()
 		}
 		size := a.slab.size
 		a.mu.Unlock()
@@ -373,6 +378,7 @@ func (a *expertAhead) acquire(l *aheadLayer) []byte {
 			if err != nil { // the experts left are read after the router, as without read-ahead
 				a.mu.Lock()
 				a.slab.n--
+				a.inUse--
 				a.mu.Unlock()
 				return nil
 			}
@@ -386,10 +392,17 @@ func (a *expertAhead) acquire(l *aheadLayer) []byte {
 	}
 }
 
+// taken counts a slot taken from the slab. Under mu.
+func (a *expertAhead) taken() {
+	a.inUse++
+	a.peak = max(a.peak, a.inUse)
+}
+
 // putSlot gives a slot back to the slab and wakes the worker.
 func (a *expertAhead) putSlot(arena []byte) {
 	a.mu.Lock()
 	a.slab.idle = append(a.slab.idle, arena)
+	a.inUse--
 	a.mu.Unlock()
 	a.signal()
 }
@@ -418,6 +431,7 @@ func (a *expertAhead) unref(b *aheadBatch, ex *aheadExpert, used bool) {
 		a.pool.disown(b.arena)
 		a.mu.Lock()
 		a.slab.n-- // the cache keeps it; a new slot may take its place
+		a.inUse--
 		a.mu.Unlock()
 		a.signal()
 		return
@@ -512,6 +526,7 @@ func (a *expertAhead) close() {
 	for _, i := range layers {
 		a.drop(i)
 	}
+	a.slab.fit(a.pool, a.slab.size, a.peak) // every slot is idle now
 }
 
 // upload waits for the experts claimed ahead (exs, ascending) and uploads them from their slots, the

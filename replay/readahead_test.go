@@ -175,7 +175,8 @@ func TestExpertReadAheadOnlyForLargeWaves(t *testing.T) {
 }
 
 // TestExpertReadAheadWithHostCache: the experts read ahead fill the host cache as those read after the
-// router do, so a second wave reads no expert from the checkpoint, with the same bits.
+// router do, so a second wave reads no expert from the checkpoint, with the same bits, and keeps no
+// read-ahead buffer it did not use.
 func TestExpertReadAheadWithHostCache(t *testing.T) {
 	req := Request{Sequences: randomSequences(52, 3328, 120), Options: Options{TopK: 2}}
 	want := runOne(t, openTiny(t, ops.BF16, EngineOptions{ExpertReadAhead: -1}), req)
@@ -194,6 +195,9 @@ func TestExpertReadAheadWithHostCache(t *testing.T) {
 		}
 		if (wave == 0) != (experts > 0) {
 			t.Errorf("wave %d: %d expert tensors read from the checkpoint", wave, experts)
+		}
+		if wave > 0 && e.slab.n != 0 {
+			t.Errorf("wave %d read nothing ahead and keeps %d read-ahead buffers", wave, e.slab.n)
 		}
 		if err := slabWhole(e); err != nil {
 			t.Error(err)
