@@ -77,6 +77,9 @@ func (e *Engine) readAheadBudget(p WavePlan) (int64, string) {
 	if e.cache != nil {
 		reserve += e.cache.budget - e.cache.bytes()
 	}
+	if want < slot {
+		return 0, fmt.Sprintf("experts not read ahead: %s (EngineOptions.ExpertReadAhead) is less than a batch of experts (%s)", gb(want), gb(slot))
+	}
 	n := min(want, p.HostBudget-p.HostBytes-reserve)
 	if n < slot {
 		return 0, fmt.Sprintf("experts not read ahead: the host budget of %s leaves %s after %s of state and %s of other buffers, less than a batch of experts (%s)",
