@@ -104,8 +104,9 @@ func (e *Engine) aheadBatchSize() int {
 
 // aheadSlab is the engine's slots: equal arenas from the pool, kept across layers and waves so that a
 // layer's read-ahead does not pin its memory again (pinning ran at about 3 GB/s on the H200: 1.2 s for
-// 3.5 GB, cuda/records/JOURNAL.md). A wave takes what its budget allows and leaves the rest idle; Close,
-// or a wave with a smaller budget or another slot size, releases them.
+// 3.5 GB, cuda/records/JOURNAL.md; on the CUDA backend the pinning runs on its CUDA thread). A wave
+// takes what its budget allows and keeps, for the next, as many as it used at once; a wave with a smaller
+// budget or another slot size, and Close, release the rest.
 type aheadSlab struct {
 	size int      // bytes of every slot
 	idle [][]byte // slots not in use
