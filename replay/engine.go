@@ -36,6 +36,9 @@ type Engine struct {
 	forceExpertMajor bool
 	group            *deviceGroup // the devices of EngineOptions.Devices (devices.go); nil: this one alone
 	feed             *deviceFeed  // while a wave runs over devices: where this device's weights come from (feed.go)
+	slab             aheadSlab    // the host buffers experts are read ahead of their routers into (readahead.go)
+	// aheadBatch, when not 0, replaces expertBatch as the experts a read-ahead buffer holds (for tests)
+	aheadBatch int
 	// ConfigSHA256 is the hex SHA-256 of the model directory's config.json (empty for engines made with
 	// NewEngine): results carry it so that a cache or a reader can tell models apart.
 	ConfigSHA256 string
@@ -68,6 +71,15 @@ type EngineOptions struct {
 	// their copies then overlap the layer's attention. 0: none; negative: all of a layer's experts. Results
 	// do not depend on it.
 	PrefetchExperts int
+	// ExpertReadAhead is how much host memory may hold routed experts read from the checkpoint before
+	// their layer's router runs, in waves large enough that nearly every expert is chosen (tokens x top-k
+	// >= 4 x experts): a MoE layer's experts are then read, in ascending id order, as soon as its own
+	// weights are (while the layer before computes), and uploaded from those buffers once chosen; those no
+	// token chose are freed at the layer's end. 0: one MoE layer's experts, within the host budget
+	// (HostMemory) less the state kept in host memory, the host cache and the other read buffers; negative:
+	// off (experts are read only once chosen). The plan line says when it is on. Results do not depend
+	// on it.
+	ExpertReadAhead int64
 	// SliceTokens is the most tokens a layer computes at once (0: planned from the device budget): a
 	// layer's weights are uploaded once per wave and serve every slice. Results do not depend on it.
 	SliceTokens int
@@ -158,6 +170,7 @@ func (e *Engine) Close() {
 	e.group.closeOthers()
 	e.kept.free(e.Model)
 	// A backend that fails to free host memory releases it when it closes.
+	e.slab.fit(e.pool, 0, 0)
 	_ = e.cache.clear(e.pool)
 	_ = e.pool.trim()
 	if e.globals != nil {
@@ -176,7 +189,9 @@ func (e *Engine) SetProgress(f func(Progress)) { e.opts.Progress = f }
 func (e *Engine) HeldBytes() int64 { return e.held.Load() + e.group.heldBytes() }
 
 // HostBufferBytes is the host memory of the engine's read buffers, in use or kept for the next layer or
-// wave (page-locked memory on a backend with ops.HostMemory). It is at most a few layers' worth.
+// wave (page-locked memory on a backend with ops.HostMemory). It is at most a few layers' worth: two
+// layers' own weights, a few batches of experts, and the buffers of experts read ahead of their routers
+// (EngineOptions.ExpertReadAhead, one MoE layer's experts at most by default).
 func (e *Engine) HostBufferBytes() int64 { return e.pool.bytes() }
 
 // ResidentBytes is the checkpoint bytes of the layers whose own weights stay on the backend between waves

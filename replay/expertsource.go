@@ -31,6 +31,8 @@ type expertReader struct {
 	counts []expertCounts
 	// pre holds, per layer, experts fetched ahead of the router (Prefetch) and not yet handed out.
 	pre map[int]map[int]ops.Expert
+	// ahead reads a large wave's experts from the checkpoint before the router (readahead.go); nil: off.
+	ahead *expertAhead
 }
 
 // expertCounts are one layer's expert traffic.
@@ -73,12 +75,13 @@ func (x *expertReader) Prefetch(ctx context.Context, layer int, ids []int) error
 }
 
 // Unused implements model.ExpertPrefetcher: it frees the experts of layer fetched ahead and not handed
-// out.
+// out, and the host buffers of those read ahead from the checkpoint.
 func (x *expertReader) Unused(layer int) {
 	for _, ex := range x.pre[layer] {
 		x.m.Ops.Free(ex)
 	}
 	delete(x.pre, layer)
+	x.ahead.drop(layer)
 }
 
 // unusedAll frees every expert fetched ahead and not handed out (at the end of a wave, however it ended).
@@ -120,9 +123,10 @@ type expertRead struct {
 	err   error
 }
 
-// Experts implements model.ExpertSource. Experts the host cache holds are uploaded from there first,
-// while a goroutine reads the others batch after batch (every tensor looked up before anything is read);
-// each batch is uploaded as soon as it is read, in ascending order.
+// Experts implements model.ExpertSource. Experts the read-ahead holds or is reading are uploaded from
+// its buffers first, then those the host cache holds, while a goroutine reads the others batch after
+// batch (every tensor looked up before anything is read); each batch is uploaded as soon as it is read,
+// in ascending order.
 func (x *expertReader) Experts(ctx context.Context, layer int, all []int) ([]ops.Expert, error) {
 	var ids []int // those to read
 	hits := map[int]mapSource{}
@@ -137,6 +141,7 @@ func (x *expertReader) Experts(ctx context.Context, layer int, all []int) ([]ops
 			ids = append(ids, e)
 		}
 	}
+	ahead, ids := x.ahead.claim(layer, ids) // the read-ahead no longer reads what it has not started
 	specs := make([][]checkpoint.Spec, len(ids))
 	ts := make([][]checkpoint.Tensor, len(ids))
 	for i, e := range ids {
@@ -147,6 +152,7 @@ func (x *expertReader) Experts(ctx context.Context, layer int, all []int) ([]ops
 				for _, done := range out { // taken from those fetched ahead
 					x.m.Ops.Free(done)
 				}
+				x.ahead.handBack(ahead)
 				return nil, err
 			}
 			ts[i] = append(ts[i], t)
@@ -156,8 +162,11 @@ func (x *expertReader) Experts(ctx context.Context, layer int, all []int) ([]ops
 	defer cancel()
 	reads := make(chan *expertRead, readsAhead)
 	go x.readBatches(ctx, &x.counts[layer], ids, specs, ts, reads)
-	var err error
 	// Uploads run on this goroutine: backends do not promise concurrent uploads.
+	err := x.upload(ctx, layer, ahead, &out)
+	if err != nil {
+		cancel()
+	}
 	var hitIDs []int
 	var hitSrcs []model.Source
 	for _, e := range all {
@@ -165,11 +174,13 @@ func (x *expertReader) Experts(ctx context.Context, layer int, all []int) ([]ops
 			hitIDs, hitSrcs = append(hitIDs, e), append(hitSrcs, src)
 		}
 	}
-	if exs, herr := x.uploadCached(ctx, layer, hitIDs, hitSrcs); herr != nil {
-		err = herr
-		cancel()
-	} else {
-		out = append(out, exs...)
+	if err == nil { // else the reads below stop at once
+		if exs, herr := x.uploadCached(ctx, layer, hitIDs, hitSrcs); herr != nil {
+			err = herr
+			cancel()
+		} else {
+			out = append(out, exs...)
+		}
 	}
 	for rd := range reads { // drained to the end: every arena goes back to the pool or to the cache
 		<-rd.done

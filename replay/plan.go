@@ -42,7 +42,12 @@ type WavePlan struct {
 	// the device.
 	ExpertMajor bool
 	StashBytes  int64
-	Note        string // why the plan is not the usual one, if it is not
+	// ExpertReadAhead is the host memory routed experts may take while read from the checkpoint ahead
+	// of their routers (EngineOptions.ExpertReadAhead; 0: not read ahead, the wave being too small to
+	// choose nearly every expert, or the host budget too small).
+	ExpertReadAhead int64
+	readAheadOff    string // why a wave large enough for the read-ahead goes without it
+	Note            string // why the plan is not the usual one, if it is not
 }
 
 // String is the plan line that replay, bench and the service print before the first layer.
@@ -62,6 +67,11 @@ func (p WavePlan) String() string {
 	s := fmt.Sprintf("wave %s tokens (%d sequences, longest %s) in %s: %s; state %s %s; device peak %s of %s (weights %s)",
 		commas(p.Tokens), p.Sequences, commas(p.Longest), reads, slices, gb(p.StateBytes), where, gb(p.DevicePeak),
 		gb(p.DeviceBudget), gb(p.WeightBytes))
+	if p.ExpertReadAhead > 0 {
+		s += fmt.Sprintf("; experts read ahead from disk (up to %s of host memory)", gb(p.ExpertReadAhead))
+	} else if p.readAheadOff != "" {
+		s += "; " + p.readAheadOff
+	}
 	if p.Note != "" {
 		s += "; " + p.Note
 	} else if !p.Sliceable {
@@ -105,6 +115,16 @@ func (e *Engine) PlanWave(lens []int) (WavePlan, error) {
 
 // planWave plans sequences of the given lengths on e's backend and budgets.
 func (e *Engine) planWave(lens []int) (WavePlan, error) {
+	p, err := e.planSlicing(lens)
+	if err == nil {
+		p.ExpertReadAhead, p.readAheadOff = e.readAheadBudget(p)
+	}
+	return p, err
+}
+
+// planSlicing plans lens with layers in slices when the backend slices, else (or when the experts of a
+// layer do not fit the device at once) whole.
+func (e *Engine) planSlicing(lens []int) (WavePlan, error) {
 	_, sliceable := e.Model.Ops.(ops.Slicer)
 	if !sliceable {
 		return e.planWith(lens, modeWhole)

@@ -20,7 +20,13 @@ type WaveStats struct {
 	// CachedBytes per layer: of LayerBytes + ExpertBytes, the bytes that came from the host cache
 	// (EngineOptions.HostCacheBytes) rather than from the checkpoint.
 	CachedBytes []int64
-	Seconds     float64
+	// ReadAheadUnused is the bytes of routed experts read from the checkpoint ahead of their routers
+	// (EngineOptions.ExpertReadAhead) that no token chose: read, never sent to the backend, not in
+	// ExpertBytes.
+	ReadAheadUnused int64
+	// ReadAheadBytes is, of ExpertBytes, the bytes read from the checkpoint ahead of their routers.
+	ReadAheadBytes int64
+	Seconds        float64
 }
 
 // BytesRead is the total of weight bytes the wave sent to the backend, from the checkpoint or the host
@@ -176,6 +182,8 @@ func (s WaveStats) add(o WaveStats) WaveStats {
 	s.Sequences += o.Sequences
 	s.Tokens += o.Tokens
 	s.Seconds += o.Seconds
+	s.ReadAheadUnused += o.ReadAheadUnused
+	s.ReadAheadBytes += o.ReadAheadBytes
 	for i := range s.LayerBytes {
 		s.LayerBytes[i] += o.LayerBytes[i]
 		s.ExpertBytes[i] += o.ExpertBytes[i]
@@ -238,6 +246,8 @@ func (e *Engine) runWave(ctx context.Context, reqs []Request, given *WavePlan) (
 	experts := &expertReader{r: e.reader, m: e.Model, pool: e.pool, cache: e.cache, held: &e.held,
 		counts: make([]expertCounts, layers)}
 	defer experts.unusedAll() // the next layer's experts, fetched ahead, when a layer failed
+	experts.ahead = e.startAhead(ctx, plan.ExpertReadAhead)
+	defer experts.ahead.close() // a failed wave's read-ahead stops and gives its buffers back
 	pass := &model.Pass{Ctx: ctx, Model: e.Model, Layout: layout, Experts: experts, Obs: obs,
 		ExpertChunk: e.opts.ExpertChunk, PrefetchExperts: e.opts.PrefetchExperts,
 		SliceTokens: plan.SliceTokens, HostState: plan.HostState, DeviceSlices: plan.DeviceSlices,
@@ -263,6 +273,7 @@ func (e *Engine) runWave(ctx context.Context, reqs []Request, given *WavePlan) (
 		return readAhead(ctx, e.reader, e.Plan.LayerTensors(i), e.pool, &e.held, e.cache, i)
 	}
 	next := read(0)
+	experts.ahead.layer(0, next) // a MoE layer's experts are read once its own weights are
 	for i := 0; i < layers; i++ {
 		// A cancelled wave stops before its next layer, even when that layer's weights need no read that
 		// would notice (resident, or in the host cache).
@@ -289,6 +300,7 @@ func (e *Engine) runWave(ctx context.Context, reqs []Request, given *WavePlan) (
 		// Read the next layer while this one computes: at most two layers of weights are held.
 		if i+1 < layers {
 			next = read(i + 1)
+			experts.ahead.layer(i+1, next)
 		}
 		err := pass.Layer(st, lw)
 		if !resident && (err != nil || !e.kept.keep(i, lw, stats.LayerBytes[i])) {
@@ -303,6 +315,7 @@ func (e *Engine) runWave(ctx context.Context, reqs []Request, given *WavePlan) (
 		stats.ExpertBytes[i] = experts.counts[i].bytes.Load()
 		stats.ExpertsRead[i] = int(experts.counts[i].count.Load())
 		stats.CachedBytes[i] += experts.counts[i].cached.Load()
+		experts.ahead.chose(i, stats.ExpertsRead[i])
 		if err := e.captureLayer(pass, st, i, hidden, lens, targets, topK, w); err != nil {
 			if i+1 < layers {
 				next.release(e.pool, &e.held, e.cache)
@@ -321,6 +334,8 @@ func (e *Engine) runWave(ctx context.Context, reqs []Request, given *WavePlan) (
 			e.opts.Progress(p)
 		}
 	}
+	experts.ahead.close() // every layer is done: the read-ahead's buffers go back before the readout
+	stats.ReadAheadUnused, stats.ReadAheadBytes = experts.ahead.unusedBytes(), experts.ahead.usedBytes()
 	if err := ctx.Err(); err != nil {
 		return nil, stats, err
 	}

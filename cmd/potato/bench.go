@@ -38,6 +38,7 @@ type benchFlags struct {
 	cpuProfile                               string
 	hostCache, resident                      byteSize
 	directIO, opProfile                      bool
+	noReadAhead                              bool
 	planOnly                                 bool
 }
 
@@ -68,6 +69,7 @@ func benchTo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs.Var(&f.hostCache, "host-cache", "keep weights in host memory between waves, up to this size (e.g. 40GB; page-locked on cuda): an untimed first wave fills it, and the timed waves stream the weights from memory instead of the checkpoint")
 	fs.Var(&f.resident, "resident", "keep the layers' own weights (all but routed experts) on the backend between waves, up to this many checkpoint bytes (e.g. 10GB; device memory on cuda): the timed waves then move only the experts of the layers kept")
 	fs.IntVar(&f.prefetch, "prefetch-experts", -1, "routed experts of an MoE layer uploaded from the host cache before its router runs, in large waves (-1: all) (needs --host-cache)")
+	fs.BoolVar(&f.noReadAhead, "no-expert-read-ahead", false, "read a MoE layer's routed experts from the checkpoint only once its router has chosen them; by default a wave large enough to choose nearly all of them (tokens x top-k >= 4 x experts) reads them ahead, as soon as the layer's own weights are read, into up to one layer's worth of host memory (the plan line says so); results do not depend on it")
 	f.mem.register(fs)
 	fs.BoolVar(&f.planOnly, "plan-only", false, "print each wave size's plan (reads, slices, where the state lives, device peak) and stop, without computing")
 	fs.BoolVar(&f.directIO, "direct-io", false, "read the checkpoint with O_DIRECT, bypassing the page cache (from the disk itself)")
@@ -105,7 +107,7 @@ func benchTo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	l, err := openEngine(ctx, dir, f.backend, f.precision, backendTuning{expertStreams: f.expertStreams, devices: f.mem.devices}, replay.EngineOptions{ExpertChunk: f.expertChunk,
 		HostCacheBytes: int64(f.hostCache), ResidentBytes: int64(f.resident), PrefetchExperts: f.prefetch,
 		SliceTokens: f.mem.sliceTokens, DeviceMemory: int64(f.mem.device), HostMemory: int64(f.mem.host),
-		Log: func(s string) { fmt.Fprintln(stdout, "plan: "+s) }},
+		ExpertReadAhead: readAheadOption(f.noReadAhead), Log: func(s string) { fmt.Fprintln(stdout, "plan: "+s) }},
 		checkpoint.WithReadConcurrency(f.readWorkers), checkpoint.WithDirectIO(f.directIO))
 	if err != nil {
 		return err
@@ -405,6 +407,10 @@ func benchWave(ctx context.Context, w io.Writer, l *loaded, bd bound, n, seqLen,
 	fmt.Fprintf(w, "\nwave of %d tokens (%d sequences of up to %d): %.3fs median of %d, %.0f tokens/s, %.1f MB of weights per pass (%.1f MB from the host cache), %.2f GFLOP; bound %.3fs: ratio %.2f\n",
 		n, len(lens), seqLen, st.Seconds, len(runs), float64(n)/st.Seconds, float64(st.BytesRead())/1e6, float64(cachedB)/1e6, flops/1e9, boundS, st.Seconds/boundS)
 	printDevices(w, l) // the last run's shares, over --devices
+	if st.ReadAheadBytes+st.ReadAheadUnused > 0 {
+		fmt.Fprintf(w, "experts read ahead of their routers: %.1f MB used, %.1f MB read and chosen by no token\n",
+			float64(st.ReadAheadBytes)/1e6, float64(st.ReadAheadUnused)/1e6)
+	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	// "to router s": the part of a layer before its router returned (its upload, attention and router),
 	// during which no routed expert can be fetched.
@@ -512,4 +518,13 @@ func medianIndex(runs []replay.WaveStats) int {
 		}
 	}
 	return idx[len(idx)/2]
+}
+
+// readAheadOption is EngineOptions.ExpertReadAhead for --no-expert-read-ahead: off (negative), or the
+// engine's default (one MoE layer's experts within the host budget).
+func readAheadOption(off bool) int64 {
+	if off {
+		return -1
+	}
+	return 0
 }

@@ -24,6 +24,11 @@ type ExpertPrefetcher interface {
 // with probability about exp(-T k / E), so a wave with T k >= 4 E leaves out under 2% of those fetched.
 const minCoverage = 4
 
+// CoversExperts reports whether a wave of tokens is expected to choose nearly every routed expert of an
+// MoE layer (tokens x top-k >= minCoverage x experts): the rule that gates fetching experts before the
+// router, from the host cache here and from the checkpoint in the engine.
+func CoversExperts(d Dims, tokens int) bool { return tokens*d.TopK >= minCoverage*d.Experts }
+
 // prefetch fetches the first PrefetchExperts experts (all when negative) of MoE layer w ahead of its
 // router, once the layer's attention is queued, when the source can and the wave is large enough that
 // nearly all of them will be chosen (and the last MoE layer of this pass did choose at least 90% of its
@@ -35,7 +40,7 @@ func (f *Pass) prefetch(w *LayerWeights) error {
 		return nil
 	}
 	d := f.Model.Dims
-	if f.Layout.Tokens()*d.TopK < minCoverage*d.Experts || (f.lastChosen > 0 && 10*f.lastChosen < 9*d.Experts) {
+	if !CoversExperts(d, f.Layout.Tokens()) || (f.lastChosen > 0 && 10*f.lastChosen < 9*d.Experts) {
 		return nil
 	}
 	n := f.PrefetchExperts
