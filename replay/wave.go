@@ -238,6 +238,9 @@ func (e *Engine) runWave(ctx context.Context, reqs []Request, given *WavePlan) (
 	if plan.Slices == 1 {
 		plan.SliceTokens = 0
 	}
+	if e.feed != nil { // over several devices the feed reads every expert once for all (feed.go)
+		plan.ExpertReadAhead, plan.readAheadOff = 0, ""
+	}
 	e.plan = plan
 	e.log(plan.String())
 	stats := WaveStats{Sequences: len(seqs), Tokens: len(ids), LayerBytes: make([]int64, layers),
@@ -246,7 +249,7 @@ func (e *Engine) runWave(ctx context.Context, reqs []Request, given *WavePlan) (
 	experts := &expertReader{r: e.reader, m: e.Model, pool: e.pool, cache: e.cache, held: &e.held,
 		counts: make([]expertCounts, layers)}
 	defer experts.unusedAll() // the next layer's experts, fetched ahead, when a layer failed
-	experts.ahead = e.startAhead(ctx, plan.ExpertReadAhead)
+	experts.ahead = e.startAhead(ctx, plan.ExpertReadAhead) // nil over several devices (above)
 	defer experts.ahead.close() // a failed wave's read-ahead stops and gives its buffers back
 	pass := &model.Pass{Ctx: ctx, Model: e.Model, Layout: layout, Experts: experts, Obs: obs,
 		ExpertChunk: e.opts.ExpertChunk, PrefetchExperts: e.opts.PrefetchExperts,
