@@ -13,6 +13,9 @@ import (
 // 128 attend to it in two and three launches, each continuing the last one's softmax state: the unsliced
 // op's bits, on the tensor-core kernel (BF16) and on the CUDA cores (FP32, and BF16 with NoTensorCores).
 func TestSlicesPrefixInParts(t *testing.T) {
+	if err := cuda.Available(); err != nil {
+		t.Skipf("CUDA backend not available on this machine: %v", err)
+	}
 	for _, tc := range []struct {
 		name string
 		off  bool
