@@ -86,7 +86,7 @@ def main(argv=None):
     ap.add_argument("--warmup", type=int, default=50)
     ap.add_argument("--bias-rate", type=float, default=2e-3)
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=1, help="torch CPU threads (on a shared 2-core machine 1 was 7x faster than 2)")
     ap.add_argument("--eval-every", type=int, default=100)
     ap.add_argument("--eval-tokens", type=int, default=20000)
     ap.add_argument("--max-minutes", type=float, default=0,
