@@ -22,7 +22,7 @@ var files embed.FS
 // Digest is synth.DirDigest of the demo model's directory: the embedded files must produce it
 // (TestDigest), and a cached copy is checked against it before every use, so a flipped bit in the cache
 // can never change results silently.
-const Digest = "0000000000000000000000000000000000000000000000000000000000000000"
+const Digest = "d0360373fa3d8b5b883a8ca9807665b780e6acad0ff6427e5381ee1fb1ea33ea"
 
 // ErrDamaged is matched (errors.Is) by Dir's error when even a freshly written copy does not match Digest.
 var ErrDamaged = errors.New("demomodel: the written model does not match its digest")
