@@ -92,6 +92,16 @@ def main(argv=None):
     for k, v in ev.get("examples_mean_logprob", {}).items():
         w("| mean logprob on datasets/examples/examples.jsonl, Go engine %s | %.3f nats (the synthetic tiny default: %s) |"
           % (k, v, ev.get("examples_mean_logprob_before", {}).get(k, "-10.7")))
+    if "heldout_loss_engine_bf16" in ev:
+        w("| held-out loss measured by the Go engine on the exported checkpoint (bf16, first %d tokens) | %.4f nats/token |"
+          % (ev["heldout_engine_tokens"], ev["heldout_loss_engine_bf16"]))
+    for k, v in ev.get("goldens", {}).items():
+        w("| Go engine vs k3_ref goldens, %s | %s |" % (k, v))
+    w("")
+    w("The held-out losses are over the first %d tokens of the held-out split (consecutive windows of %d);"
+      % (summ.get("final_eval_tokens", 0), summ["seq"]))
+    w("the unigram entropy is that of the whole split. The synthetic default's mean logprob was measured with")
+    w("the same tool (`replay/demomodel/internal/evaluate`); the issue quoted about -10.7.")
     w("")
     w("Logit-lens entropy per layer (nats, averaged over held-out positions, quantised weights): %s."
       % ", ".join("%d: %.2f" % (i, e) for i, e in enumerate(lens)))
