@@ -132,12 +132,13 @@ def attn_res_mix(nm, vectors, gw):
     """AR(V; w, gamma) over vectors v_0..v_m (each [T, H]), gw = gamma * w folded (fp32, [H]).
 
     score_i = (sum_d gw_d v_i[d]) / sqrt(mean_d v_i[d]^2 + 1e-5); p = softmax_i(score); AR = sum_i p_i v_i
-    (the raw vectors). Computed in the activation dtype, output rounded to bf16 (c). Returns (AR, p [m+1, T])."""
+    (the raw vectors). Computed in the activation dtype, output rounded to bf16 (c). Returns (AR, p [m+1, T]).
+    Leading dims beyond T (a batch: vectors [B, T, H]) broadcast, for the trainer (k3_ref/train)."""
     V = torch.stack(vectors, dim=0)  # [m+1, T, H]
     inv_rms = torch.rsqrt((V * V).mean(dim=-1) + ATTN_RES_EPS)  # [m+1, T]
     score = torch.matmul(V, gw) * inv_rms  # [m+1, T]
     p = torch.softmax(score, dim=0)
-    out = (p[:, :, None] * V).sum(dim=0)
+    out = (p[..., None] * V).sum(dim=0)
     return nm.round(out), p
 
 

@@ -16,6 +16,7 @@ import (
 	"github.com/potato-k3/potato-k3/datasets"
 	"github.com/potato-k3/potato-k3/kernel/api"
 	"github.com/potato-k3/potato-k3/kernel/server"
+	"github.com/potato-k3/potato-k3/replay/demomodel"
 	"github.com/potato-k3/potato-k3/replay/synth"
 	"github.com/potato-k3/potato-k3/replay/tokenizer"
 )
@@ -55,7 +56,7 @@ func TestConnectStartsBackgroundEngine(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	def, err := synth.Default(ctx) // the embedded default, in the test's cache directory
+	def, err := demomodel.Dir(ctx, nil) // the embedded default, in the test's cache directory
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,9 +15,10 @@ func init() {
 	commands["demo"] = command{"replay two bundled conversations on the embedded default model (no GPU, no downloads)", runDemo}
 }
 
-// runDemo is the main job on the embedded default: the synthetic tiny model on the CPU backend replays two
-// of the bundled example conversations, with the logit lens at every layer, and prints what a researcher
-// gets per token. The model is synthetic, so the predictions are not language; the machinery is the real one.
+// runDemo is the main job on the embedded default: the demo model (replay/demomodel, a small K3 trained on
+// real text) on the CPU backend replays two of the bundled example conversations, with the logit lens at
+// two layers, and prints what a researcher gets per token. The model is tiny, so its predictions are
+// text-like rather than good; the machinery is the real one.
 func runDemo(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 	fs.SetOutput(os.Stderr)

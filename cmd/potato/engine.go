@@ -11,8 +11,8 @@ import (
 	"github.com/potato-k3/potato-k3/replay"
 	"github.com/potato-k3/potato-k3/replay/checkpoint"
 	"github.com/potato-k3/potato-k3/replay/cpu"
+	"github.com/potato-k3/potato-k3/replay/demomodel"
 	"github.com/potato-k3/potato-k3/replay/ops"
-	"github.com/potato-k3/potato-k3/replay/synth"
 	"github.com/potato-k3/potato-k3/replay/tokenizer"
 )
 
@@ -63,8 +63,8 @@ func modelDir(ctx context.Context, dir string) (string, error) {
 	if dir != "" {
 		return dir, nil
 	}
-	fmt.Fprintln(os.Stderr, "no --model: using the embedded default (the synthetic preset tiny, seed 1)")
-	return synth.DefaultVerified(ctx, os.Stderr)
+	fmt.Fprintln(os.Stderr, "no --model: using the embedded default ("+demomodel.Name+")")
+	return demomodel.Dir(ctx, os.Stderr)
 }
 
 // openEngine opens dir (or the default model) on the named backend; ckpt tunes the checkpoint reader.

@@ -30,7 +30,7 @@ func runInspect(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("inspect", flag.ContinueOnError)
 	fs.SetOutput(os.Stderr)
 	layers := fs.Bool("layers", true, "print one line per layer")
-	model := fs.String("model", "", "model directory (default: the embedded synthetic tiny model)")
+	model := fs.String("model", "", "model directory (default: the embedded demo model, a small K3 trained on text)")
 	fs.Usage = func() {
 		fmt.Fprintln(os.Stderr, "usage: potato inspect [-layers=false] [--model DIR | DIR]")
 		fs.PrintDefaults()

@@ -40,7 +40,7 @@ func runReplay(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("replay", flag.ContinueOnError)
 	fs.SetOutput(os.Stderr)
 	d := server.DefaultLimits
-	fs.StringVar(&f.model, "model", "", "model directory (default: the embedded synthetic tiny model)")
+	fs.StringVar(&f.model, "model", "", "model directory (default: the embedded demo model, a small K3 trained on text)")
 	fs.StringVar(&f.backend, "backend", "cpu", "backend: cpu or cuda")
 	fs.StringVar(&f.precision, "precision", "bf16", "bf16 (rounds where the reference does) or fp32 (audits)")
 	fs.StringVar(&f.text, "text", "", "raw text to replay (no BOS is added)")

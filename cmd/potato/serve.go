@@ -37,7 +37,7 @@ func runServe(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(os.Stderr)
 	d := server.DefaultLimits
-	fs.StringVar(&f.model, "model", "", "model directory (default: the embedded synthetic tiny model)")
+	fs.StringVar(&f.model, "model", "", "model directory (default: the embedded demo model, a small K3 trained on text)")
 	fs.StringVar(&f.backend, "backend", "cpu", "backend: cpu or cuda")
 	fs.StringVar(&f.precision, "precision", "bf16", "default precision, bf16 or fp32 (the other opens on a request's first use)")
 	fs.StringVar(&f.listen, "listen", server.DefaultListen, "host:port, or unix:/path for a unix socket; any address but loopback or a socket needs --token-file")

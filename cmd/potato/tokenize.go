@@ -23,7 +23,7 @@ func init() {
 func runTokenize(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("tokenize", flag.ContinueOnError)
 	fs.SetOutput(os.Stderr)
-	model := fs.String("model", "", "model directory with tiktoken.model and tokenizer_config.json (default: the embedded synthetic tiny model)")
+	model := fs.String("model", "", "model directory with tiktoken.model and tokenizer_config.json (default: the embedded demo model, a small K3 trained on text)")
 	text := fs.String("text", "", "raw text to tokenize (no BOS is added)")
 	textFile := fs.String("text-file", "", "file of raw text to tokenize, - for stdin")
 	special := fs.Bool("special", false, "with --text: names of special tokens such as <|open|> become special ids")

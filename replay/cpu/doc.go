@@ -1,5 +1,5 @@
 // Package cpu is the pure-Go implementation of ops.Backend: the reference every other backend is checked
-// against, and the embedded default that runs the tiny synthetic model on any laptop.
+// against, and the embedded default that runs the small demo model (replay/demomodel) on any laptop.
 //
 // A Backend holds no state of its own; tensors are float32 slices. Weights are decoded exactly (BF16 and
 // F32 as stored, MXFP4 experts at upload); in ops.BF16 precision every value an op writes at a "rounded"

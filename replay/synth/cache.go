@@ -17,8 +17,9 @@ import (
 // default models and committed goldens made by an older generator are not mistaken for current ones.
 const Version = 1
 
-// DefaultPreset and DefaultSeed name the embedded default model: what the engine runs when no model
-// directory is given (no GPU, no downloaded weights).
+// DefaultPreset and DefaultSeed name the synthetic default: the synthetic model that the conditioning
+// tests and `potato bench` start from, kept in the cache like any preset. The engine's embedded default
+// (what it runs when no model directory is given) is the trained demo model of package demomodel.
 const (
 	DefaultPreset = "tiny"
 	DefaultSeed   = 1
@@ -46,7 +47,7 @@ func Cached(ctx context.Context, preset string, seed uint64) (string, error) {
 
 // CachedVerified is Cached that verifies the directory's bytes before use against the digest recorded
 // when it was written (DigestFile; a cache from before digests were recorded is checked, for the embedded
-// default, against DefaultDigest, compiled in): a damaged directory (a flipped bit, a truncated shard, a
+// synthetic default, against DefaultDigest, compiled in): a damaged directory (a flipped bit, a truncated shard, a
 // file removed or added) would otherwise change results without a word. A damaged one is removed and
 // written again, with a line to warn (nil: none) naming what differed. Hashing the tiny default's 5 MB
 // takes a few milliseconds.
@@ -89,7 +90,7 @@ func CachedVerified(ctx context.Context, preset string, seed uint64, warn io.Wri
 	return dir, nil
 }
 
-// Default returns the embedded default model's directory, writing it into the cache on first use.
+// Default returns the synthetic default's directory, writing it into the cache on first use.
 func Default(ctx context.Context) (string, error) { return Cached(ctx, DefaultPreset, DefaultSeed) }
 
 // DefaultVerified is Default with CachedVerified's check and warning.
@@ -97,7 +98,7 @@ func DefaultVerified(ctx context.Context, warn io.Writer) (string, error) {
 	return CachedVerified(ctx, DefaultPreset, DefaultSeed, warn)
 }
 
-// DefaultDigest is DirDigest of the embedded default model (preset tiny, seed 1, generator Version 1):
+// DefaultDigest is DirDigest of the synthetic default (preset tiny, seed 1, generator Version 1):
 // recorded here so that a cached copy is checked against what the generator makes, not only against
 // its own digest file (TestDefaultDigest writes the model and compares).
 const DefaultDigest = "ca61718a95b4f8860be57aef12597fcd35d5703131e16d9251ecd6c31688d2ba"
