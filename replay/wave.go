@@ -248,9 +248,9 @@ func (e *Engine) runWave(ctx context.Context, reqs []Request, given *WavePlan) (
 	obs := &capture{router: wantRouter, mixes: wMix}
 	experts := &expertReader{r: e.reader, m: e.Model, pool: e.pool, cache: e.cache, held: &e.held,
 		counts: make([]expertCounts, layers)}
-	defer experts.unusedAll() // the next layer's experts, fetched ahead, when a layer failed
+	defer experts.unusedAll()                               // the next layer's experts, fetched ahead, when a layer failed
 	experts.ahead = e.startAhead(ctx, plan.ExpertReadAhead) // nil over several devices (above)
-	defer experts.ahead.close() // a failed wave's read-ahead stops and gives its buffers back
+	defer experts.ahead.close()                             // a failed wave's read-ahead stops and gives its buffers back
 	pass := &model.Pass{Ctx: ctx, Model: e.Model, Layout: layout, Experts: experts, Obs: obs,
 		ExpertChunk: e.opts.ExpertChunk, PrefetchExperts: e.opts.PrefetchExperts,
 		SliceTokens: plan.SliceTokens, HostState: plan.HostState, DeviceSlices: plan.DeviceSlices,
