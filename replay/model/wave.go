@@ -2,7 +2,6 @@ package model
 
 import (
 	"fmt"
-	"math"
 
 	"github.com/potato-k3/potato-k3/replay/ops"
 )
@@ -37,16 +36,11 @@ func download(b ops.Backend, t ops.Tensor) (hostRows, error) {
 		return hostRows{}, err
 	}
 	h := hostRows{rows: t.Rows(), cols: t.Cols()}
-	bf := make([]uint16, len(v))
-	for i, x := range v {
-		u := math.Float32bits(x)
-		if u&0xffff != 0 { // not a bfloat16 value (FP32 precision): keep float32
-			h.f = v
-			return h, nil
-		}
-		bf[i] = uint16(u >> 16)
+	if bf, ok := toBF16Bits(v); ok {
+		h.bf = bf
+	} else { // not all bfloat16 values (FP32 precision): keep float32
+		h.f = v
 	}
-	h.bf = bf
 	return h, nil
 }
 
@@ -55,10 +49,7 @@ func download(b ops.Backend, t ops.Tensor) (hostRows, error) {
 func (h hostRows) upload(b ops.Backend) (ops.Tensor, error) {
 	v := h.f
 	if v == nil {
-		v = make([]float32, len(h.bf))
-		for i, x := range h.bf {
-			v[i] = math.Float32frombits(uint32(x) << 16)
-		}
+		v = fromBF16Bits(h.bf)
 	}
 	return b.FromHost(h.rows, h.cols, v)
 }
