@@ -60,7 +60,7 @@ func (b *Backend) MLA(q, kv, ks ops.Tensor, heads, nope, shared, vdim int, l ops
 }
 
 // keyPart is the part of sequence 0's keys one launch of MLA's kernel walks when a slice continuing a
-// long sequence takes that sequence's earlier keys a chunk at a time (slice.go): ts[1] and ts[2] hold key
+// long sequence takes that sequence's earlier keys a chunk at a time (slice_mla.go): ts[1] and ts[2] hold key
 // rows base.. of the layout, the tiles of sequence 0 walk keys lo .. hi-1 (hi < 0: to the end, and the
 // launch writes the output), and their softmax state waits in st between the launches. Parts before the
 // last launch only sequence 0's tiles and write no output.
