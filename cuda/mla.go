@@ -80,15 +80,68 @@ func (p *keyPart) stateArgs(low int) []any {
 	return []any{int64(p.lo), int64(p.hi), p.st.ptr, int64(low)}
 }
 
-// seq0Tasks keeps the tasks of the tiles of the sequence at row 0 (the parts before the last run only them).
-func seq0Tasks(tasks []int32) []int32 {
+// tiles keeps the query tiles (tasks of sequence start, t0, t1) a launch runs, with the first row any
+// of them reads: those holding a row from qOff on (tilesFrom), and for a part before the last only those
+// of the sequence at row 0.
+func (p *keyPart) tiles(tasks []int32, qOff int) ([]int32, int) {
+	tasks, low := tilesFrom(tasks, qOff)
+	if p.last() {
+		return tasks, low
+	}
 	var kept []int32
 	for i := 0; i < len(tasks); i += 3 {
 		if tasks[i] == 0 {
 			kept = append(kept, tasks[i:i+3]...)
 		}
 	}
-	return kept
+	return kept, low
+}
+
+// rebase returns the address a kernel indexes by key row for a buffer of key rows from the part's base
+// on, rowBytes a row (the buffer itself without a part: its rows are the layout's).
+func (p *keyPart) rebase(ptr uint64, rowBytes int) uint64 {
+	if p == nil {
+		return ptr
+	}
+	return ptr - uint64(p.base*rowBytes)
+}
+
+// mlaLaunch is what the launches of both MLA kernels share (mlaBegin), on the CUDA thread.
+type mlaLaunch struct {
+	in     []uint64 // q, kv and ks as float32
+	out    *Tensor  // nil for a key part before the last, which writes no output
+	tasks  uint64   // the query tiles on the device
+	q, o   uint64   // the query and output addresses the kernel indexes by key row (mlaQueries)
+	finish func() error
+}
+
+// mlaBegin reads the inputs as float32, makes the output (unless part is before the last) and, when
+// some tile runs (run), uploads the tiles and places the queries and output.
+func (c *opCtx) mlaBegin(ts []*Tensor, tasks []int32, ocols, qOff, low int, part *keyPart) (m mlaLaunch, run bool, err error) {
+	if m.in, err = c.f32All(ts); err != nil {
+		return m, false, err
+	}
+	if part.last() {
+		if m.out, err = c.out(ts[0].rows, ocols); err != nil {
+			return m, false, err
+		}
+	}
+	if len(tasks) == 0 {
+		return m, false, nil
+	}
+	if m.tasks, err = uploadTemp(c, tasks); err != nil {
+		return m, false, err
+	}
+	m.q, m.o, m.finish, err = c.mlaQueries(ts[0], m.out, ocols, qOff, low)
+	return m, err == nil, err
+}
+
+// result is the op's output: none (a nil interface, not a nil *Tensor) for a key part before the last.
+func (m *mlaLaunch) result() ops.Tensor {
+	if m.out == nil {
+		return nil
+	}
+	return m.out
 }
 
 // mlaPartFloats is the float32 state MLA's kernel for these head sizes keeps between the key parts of
@@ -147,15 +200,10 @@ func tilesFrom(tasks []int32, qOff int) ([]int32, int) {
 // before it (a temporary) and the output a scratch of as many rows, copied into out after the kernel.
 // With out nil (a key part before the last, which writes no output) only q is placed.
 func (c *opCtx) mlaQueries(qt *Tensor, out *Tensor, ocols, qOff, low int) (qp, op uint64, finish func() error, err error) {
-	qcols := qt.cols
-	pad := qOff - low
-	qbase, obase := qt.ptr, uint64(0)
-	if out != nil { // nil: a key part before the last, whose tiles save their state instead of an output
-		obase = out.ptr
-	}
+	qcols, pad, d := qt.cols, qOff-low, c.b.drv
+	qbase := qt.ptr
 	finish = func() error { return nil }
 	if pad > 0 {
-		d := c.b.drv
 		if qbase, err = c.temp(4 * (pad + qt.rows) * qcols); err != nil {
 			return 0, 0, nil, err
 		}
@@ -166,9 +214,14 @@ func (c *opCtx) mlaQueries(qt *Tensor, out *Tensor, ocols, qOff, low int) (qp, o
 			uintptr(4*qt.rows*qcols), c.stream())); err != nil {
 			return 0, 0, nil, err
 		}
-		if out == nil {
-			return qbase - uint64(4*low*qcols), 0, finish, nil
-		}
+	}
+	// the kernels index q and out by key row; rows from low on are inside the buffers
+	qp = qbase - uint64(4*low*qcols)
+	if out == nil { // a key part before the last: its tiles save their state instead of an output
+		return qp, 0, finish, nil
+	}
+	obase := out.ptr
+	if pad > 0 {
 		if obase, err = c.temp(4 * (pad + qt.rows) * ocols); err != nil {
 			return 0, 0, nil, err
 		}
@@ -177,17 +230,13 @@ func (c *opCtx) mlaQueries(qt *Tensor, out *Tensor, ocols, qOff, low int) (qp, o
 				uintptr(4*qt.rows*ocols), c.stream()))
 		}
 	}
-	// the kernels index q and out by key row; rows from low on are inside the buffers
-	if out == nil {
-		return qbase - uint64(4*low*qcols), 0, finish, nil
-	}
-	return qbase - uint64(4*low*qcols), obase - uint64(4*low*ocols), finish, nil
+	return qp, obase - uint64(4*low*ocols), finish, nil
 }
 
 // mlaCUDACores launches version 1.
 func (b *Backend) mlaCUDACores(ts []*Tensor, heads, nope, shared, vdim int, l ops.Layout, qOff int, part *keyPart) (ops.Tensor, error) {
 	const op = "MLA"
-	rows, qk := ts[0].rows, nope+shared
+	qk := nope + shared
 	shmem := 4 * (mlaQB*qk + mlaKC*(qk+1) + mlaKC*vdim + mlaQB*mlaKC + mlaQB*vdim + 3*mlaQB)
 	if shmem > b.info.MaxSharedOptin {
 		return nil, shapeErr(op, "head sizes qk %d, vdim %d need %d bytes of shared memory, the device allows %d", qk, vdim, shmem, b.info.MaxSharedOptin)
@@ -198,49 +247,24 @@ func (b *Backend) mlaCUDACores(ts []*Tensor, heads, nope, shared, vdim int, l op
 			tasks = append(tasks, int32(l.Starts[s]), int32(t), int32(min(t+mlaQB, l.Starts[s+1])))
 		}
 	}
-	tasks, low := tilesFrom(tasks, qOff)
-	if !part.last() {
-		tasks = seq0Tasks(tasks)
-	}
+	tasks, low := part.tiles(tasks, qOff)
 	div := float32(math.Sqrt(float64(qk)))
-	var out *Tensor
+	var m mlaLaunch
 	err := b.run(op, func(c *opCtx) error {
-		in, err := c.f32All(ts)
-		if err != nil {
+		var run bool
+		var err error
+		if m, run, err = c.mlaBegin(ts, tasks, heads*vdim, qOff, low, part); !run {
 			return err
 		}
-		if part.last() {
-			if out, err = c.out(rows, heads*vdim); err != nil {
-				return err
-			}
-		}
-		if len(tasks) == 0 {
-			return nil
-		}
-		tp, err := uploadTemp(c, tasks)
-		if err != nil {
-			return err
-		}
-		qp, opp, finish, err := c.mlaQueries(ts[0], out, heads*vdim, qOff, low)
-		if err != nil {
-			return err
-		}
-		kv, ks := in[1], in[2]
-		if part != nil { // the kernel indexes keys by their row in the layout; the buffers start at row base
-			kv -= uint64(4 * part.base * ts[1].cols)
-			ks -= uint64(4 * part.base * ts[2].cols)
-		}
-		args := append([]any{opp, qp, kv, ks, tp, int32(heads), int32(nope), int32(shared), int32(vdim), div, b.bf}, part.stateArgs(low)...)
+		kv, ks := part.rebase(m.in[1], 4*ts[1].cols), part.rebase(m.in[2], 4*ts[2].cols)
+		args := append([]any{m.o, m.q, kv, ks, m.tasks, int32(heads), int32(nope), int32(shared), int32(vdim), div, b.bf}, part.stateArgs(low)...)
 		if err := c.launch("k_mla", d2(len(tasks)/3, heads), d1(mlaThreads), shmem, args...); err != nil {
 			return err
 		}
-		return finish()
+		return m.finish()
 	})
 	if err != nil {
 		return nil, err
 	}
-	if out == nil {
-		return nil, nil
-	}
-	return out, nil
+	return m.result(), nil
 }

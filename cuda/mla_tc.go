@@ -75,33 +75,15 @@ func (b *Backend) mlaTC(k mlaTCKernel, ts []*Tensor, heads, nope, shared, vdim i
 	if shmem > b.info.MaxSharedOptin {
 		return nil, shapeErr(op, "head sizes qk %d, vdim %d need %d bytes of shared memory on the tensor cores, the device allows %d", qk, vdim, shmem, b.info.MaxSharedOptin)
 	}
-	tasks, low := tilesFrom(mlaTCTasks(l), qOff)
-	if !part.last() {
-		tasks = seq0Tasks(tasks)
-	}
+	tasks, low := part.tiles(mlaTCTasks(l), qOff)
 	perHead := rows * (k.qkp + k.vp) * 2
 	group := max(1, min(heads, mlaTCTempMax/max(perHead, 1)))
 	scale := float32(math.Log2E / math.Sqrt(float64(qk)))
-	var out *Tensor
+	var m mlaLaunch
 	err := b.run(op, func(c *opCtx) error {
-		in, err := c.f32All(ts)
-		if err != nil {
-			return err
-		}
-		if part.last() {
-			if out, err = c.out(ts[0].rows, heads*vdim); err != nil {
-				return err
-			}
-		}
-		if len(tasks) == 0 {
-			return nil
-		}
-		tp, err := uploadTemp(c, tasks)
-		if err != nil {
-			return err
-		}
-		qp, opp, finish, err := c.mlaQueries(ts[0], out, heads*vdim, qOff, low)
-		if err != nil {
+		var run bool
+		var err error
+		if m, run, err = c.mlaBegin(ts, tasks, heads*vdim, qOff, low, part); !run {
 			return err
 		}
 		kb, err := c.temp(group * rows * k.qkp * 2)
@@ -121,28 +103,20 @@ func (b *Backend) mlaTC(k mlaTCKernel, ts []*Tensor, heads, nope, shared, vdim i
 		}
 		for h0 := 0; h0 < heads; h0 += group {
 			hg := min(group, heads-h0)
-			if err := c.launch("k_mla_prep", d1((hg*rows+7)/8), d1(256), 0, kb, vb, in[1], in[2], int64(rows), int32(heads),
+			if err := c.launch("k_mla_prep", d1((hg*rows+7)/8), d1(256), 0, kb, vb, m.in[1], m.in[2], int64(rows), int32(heads),
 				int32(h0), int32(hg), int32(nope), int32(shared), int32(vdim), int32(k.qkp), int32(k.vp)); err != nil {
 				return err
 			}
-			// the kernel indexes keys by their row in the layout; the buffers start at row base
-			kbp, vbp := kb, vb
-			if part != nil {
-				kbp -= uint64(2 * part.base * k.qkp)
-				vbp -= uint64(2 * part.base * k.vp)
-			}
-			args := append([]any{opp, qp, kbp, vbp, tp, int32(heads), int32(h0), int64(rows), int32(qk), int32(vdim), scale, b.bf}, part.stateArgs(low)...)
+			kbp, vbp := part.rebase(kb, 2*k.qkp), part.rebase(vb, 2*k.vp)
+			args := append([]any{m.o, m.q, kbp, vbp, m.tasks, int32(heads), int32(h0), int64(rows), int32(qk), int32(vdim), scale, b.bf}, part.stateArgs(low)...)
 			if err := c.launch(k.name, d2(len(tasks)/3, hg), d1(mlaTCThreads), shmem, args...); err != nil {
 				return err
 			}
 		}
-		return finish()
+		return m.finish()
 	})
 	if err != nil {
 		return nil, err
 	}
-	if out == nil {
-		return nil, nil
-	}
-	return out, nil
+	return m.result(), nil
 }
