@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"path/filepath"
 
@@ -49,14 +48,9 @@ func Dir(ctx context.Context, warn io.Writer) (string, error) {
 		if err == nil {
 			err = fmt.Errorf("SHA-256 %s, want %s", got, Digest)
 		}
-		if warn != nil {
-			fmt.Fprintf(warn, "potato: the cached model %s is damaged (%v): writing it again\n", dir, err)
+		if err := synth.RemoveDamaged(dir, err, warn); err != nil {
+			return "", fmt.Errorf("demomodel: %w", err)
 		}
-		aside := fmt.Sprintf("%s.damaged-%d", dir, os.Getpid())
-		if err := os.Rename(dir, aside); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return "", fmt.Errorf("demomodel: moving the damaged %s aside: %w", dir, err)
-		}
-		os.RemoveAll(aside)
 	}
 	if err := ctx.Err(); err != nil {
 		return "", err

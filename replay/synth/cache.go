@@ -62,14 +62,9 @@ func CachedVerified(ctx context.Context, preset string, seed uint64, warn io.Wri
 		if err == nil {
 			return dir, nil
 		}
-		if warn != nil {
-			fmt.Fprintf(warn, "potato: the cached model %s is damaged (%v): writing it again\n", dir, err)
+		if err := RemoveDamaged(dir, err, warn); err != nil {
+			return "", fmt.Errorf("synth: cache: %w", err)
 		}
-		aside := fmt.Sprintf("%s.damaged-%d", dir, os.Getpid())
-		if err := os.Rename(dir, aside); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return "", fmt.Errorf("synth: cache: moving the damaged %s aside: %w", dir, err)
-		}
-		os.RemoveAll(aside)
 	}
 	if err := os.MkdirAll(root, 0o755); err != nil {
 		return "", fmt.Errorf("synth: cache: %w", err)
@@ -90,12 +85,19 @@ func CachedVerified(ctx context.Context, preset string, seed uint64, warn io.Wri
 	return dir, nil
 }
 
-// Default returns the synthetic default's directory, writing it into the cache on first use.
-func Default(ctx context.Context) (string, error) { return Cached(ctx, DefaultPreset, DefaultSeed) }
-
-// DefaultVerified is Default with CachedVerified's check and warning.
-func DefaultVerified(ctx context.Context, warn io.Writer) (string, error) {
-	return CachedVerified(ctx, DefaultPreset, DefaultSeed, warn)
+// RemoveDamaged takes a cached model directory whose bytes failed their check (why) out of the way, so
+// that the caller can write it again: a line to warn (nil: none) naming what differed, then the directory
+// moved aside (a reader holding it keeps a whole copy) and removed.
+func RemoveDamaged(dir string, why error, warn io.Writer) error {
+	if warn != nil {
+		fmt.Fprintf(warn, "potato: the cached model %s is damaged (%v): writing it again\n", dir, why)
+	}
+	aside := fmt.Sprintf("%s.damaged-%d", dir, os.Getpid())
+	if err := os.Rename(dir, aside); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("moving the damaged %s aside: %w", dir, err)
+	}
+	os.RemoveAll(aside)
+	return nil
 }
 
 // DefaultDigest is DirDigest of the synthetic default (preset tiny, seed 1, generator Version 1):
