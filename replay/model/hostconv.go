@@ -4,6 +4,7 @@ import (
 	"math"
 	"runtime"
 	"sync"
+	"sync/atomic"
 )
 
 // Converting a slice's state between float32 and the bfloat16 bits kept in host memory touches every
@@ -33,21 +34,18 @@ func eachRange(n int, fn func(lo, hi int)) {
 // else ok false.
 func toBF16Bits(v []float32) (bf []uint16, ok bool) {
 	bf = make([]uint16, len(v))
-	var mu sync.Mutex
-	ok = true
+	var float32s atomic.Bool // some value is not a bfloat16 value: every range stops
 	eachRange(len(v), func(lo, hi int) {
-		for i := lo; i < hi; i++ {
+		for i := lo; i < hi && !float32s.Load(); i++ {
 			u := math.Float32bits(v[i])
 			if u&0xffff != 0 {
-				mu.Lock()
-				ok = false
-				mu.Unlock()
+				float32s.Store(true)
 				return
 			}
 			bf[i] = uint16(u >> 16)
 		}
 	})
-	if !ok {
+	if float32s.Load() {
 		return nil, false
 	}
 	return bf, true
