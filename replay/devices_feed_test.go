@@ -13,7 +13,6 @@ import (
 
 	"github.com/potato-k3/potato-k3/replay/checkpoint"
 	"github.com/potato-k3/potato-k3/replay/cpu"
-	"github.com/potato-k3/potato-k3/replay/model"
 	"github.com/potato-k3/potato-k3/replay/ops"
 )
 
@@ -23,16 +22,7 @@ import (
 // devices with the tensor named, leaves nothing held on any device or in the feed's buffers, and the next
 // wave runs with the bits of one device; a cancelled wave stops every device.
 func TestDevicesFaults(t *testing.T) {
-	dir := synthModel(t, "tiny", 1)
-	plan, err := model.ReadFile(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := checkpoint.Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
+	plan, d := openSynth(t, "tiny", 1)
 	req := []Request{{Sequences: randomSequences(2, 3328, 20, 90, 45)}}
 	want := runOne(t, openTiny(t, ops.BF16, EngineOptions{}), req...)
 	for _, match := range []string{"layers.5.self_attn.q_proj.weight", "layers.2.block_sparse_moe.experts."} {
@@ -119,16 +109,7 @@ func (a *adoptingBackend) ForgetHost(buf []byte) {
 // the buffer the checkpoint was read into (no staging copy); with the host cache too; results are one
 // device's bits, and after Close no buffer is live or adopted on any device.
 func TestDevicesShareHostBuffers(t *testing.T) {
-	dir := synthModel(t, "tiny", 1)
-	plan, err := model.ReadFile(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := checkpoint.Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
+	plan, d := openSynth(t, "tiny", 1)
 	req := []Request{{Sequences: randomSequences(4, 3328, 50, 70, 30, 90), Options: Options{TopK: 3, Lens: []int{6}}}}
 	want := runOne(t, openTiny(t, ops.BF16, EngineOptions{}), req...)
 	for _, cache := range []int64{0, 1 << 30} {
@@ -192,16 +173,7 @@ func (j *jitterReader) ReadBatch(ctx context.Context, reqs []checkpoint.ReadRequ
 // that never ended would fail the wave at the deadline) with one device's bits, and every device is left
 // holding only its globals.
 func TestDevicesInterleavings(t *testing.T) {
-	dir := synthModel(t, "tiny", 1)
-	plan, err := model.ReadFile(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := checkpoint.Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
+	plan, d := openSynth(t, "tiny", 1)
 	req := []Request{{Sequences: randomSequences(8, 3328, 40, 7, 33, 64, 20, 50), Options: Options{TopK: 2}}}
 	want := runOne(t, openTiny(t, ops.BF16, EngineOptions{}), req...)
 	for i, eo := range []EngineOptions{{ExpertChunk: 1}, {ExpertChunk: 2, SliceTokens: 16}, {SliceTokens: 8}} {
@@ -248,16 +220,7 @@ func (s *slowBackend) MatMul(x, w ops.Tensor) (ops.Tensor, error) {
 // does not run ahead of the other by more than the window: the weights the feed holds in host memory stay
 // within window+1 layers' worth, not the whole model's.
 func TestDevicesWindow(t *testing.T) {
-	dir := synthModel(t, "tiny", 1)
-	plan, err := model.ReadFile(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := checkpoint.Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
+	plan, d := openSynth(t, "tiny", 1)
 	var total, largest int64
 	for i := range plan.Layers {
 		o, x := plan.LayerBytes(i)

@@ -211,16 +211,7 @@ func TestDevicesSpread(t *testing.T) {
 // is halved until each does, with the same results, and a sequence past the bound is refused before any
 // compute as on one device.
 func TestDevicesSplitWaves(t *testing.T) {
-	dir := synthModel(t, "tiny", 1)
-	plan, err := model.ReadFile(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := checkpoint.Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
+	plan, d := openSynth(t, "tiny", 1)
 	seqs := randomSequences(5, 3328, 90, 80, 70, 60, 50, 40)
 	req := []Request{{Sequences: seqs, Options: Options{TopK: 3, Hidden: []int{5}}}}
 	want := runOne(t, openTiny(t, ops.BF16, EngineOptions{}), req...)
@@ -255,19 +246,10 @@ func TestDevicesSplitWaves(t *testing.T) {
 
 // TestDevicesAlike: devices of another precision than the engine's are refused when the engine opens.
 func TestDevicesAlike(t *testing.T) {
-	dir := synthModel(t, "tiny", 1)
-	plan, err := model.ReadFile(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := checkpoint.Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
+	plan, d := openSynth(t, "tiny", 1)
 	fp32 := &deviceBackend{Backend: cpu.New(cpu.Options{Precision: ops.FP32})}
 	first := &deviceBackend{Backend: cpu.New(cpu.Options{Precision: ops.BF16})}
-	_, err = NewEngine(context.Background(), plan, d, first, EngineOptions{Devices: []ops.Backend{fp32}})
+	_, err := NewEngine(context.Background(), plan, d, first, EngineOptions{Devices: []ops.Backend{fp32}})
 	if err == nil || !strings.Contains(err.Error(), "must be alike") {
 		t.Fatalf("an fp32 device beside a bf16 one: err %v", err)
 	}

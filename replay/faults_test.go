@@ -9,7 +9,6 @@ import (
 
 	"github.com/potato-k3/potato-k3/replay/checkpoint"
 	"github.com/potato-k3/potato-k3/replay/cpu"
-	"github.com/potato-k3/potato-k3/replay/model"
 	"github.com/potato-k3/potato-k3/replay/ops"
 )
 
@@ -37,16 +36,7 @@ func (f *faultyReader) ReadBatch(ctx context.Context, reqs []checkpoint.ReadRequ
 // TestReadFaultsNameTheTensorAndLeaveTheEngineUsable: a read that fails mid-wave (a layer's weights, a
 // routed expert) fails that wave with the file and tensor named, holds nothing, and the next wave runs.
 func TestReadFaultsNameTheTensorAndLeaveTheEngineUsable(t *testing.T) {
-	dir := synthModel(t, "tiny", 1)
-	plan, err := model.ReadFile(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := checkpoint.Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
+	plan, d := openSynth(t, "tiny", 1)
 	for _, match := range []string{"layers.5.self_attn.q_proj.weight", "layers.2.block_sparse_moe.experts."} {
 		t.Run(match, func(t *testing.T) {
 			fr := &faultyReader{Dir: d, match: match}

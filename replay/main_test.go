@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/potato-k3/potato-k3/replay/checkpoint"
+	"github.com/potato-k3/potato-k3/replay/model"
 	"github.com/potato-k3/potato-k3/replay/synth"
 )
 
@@ -47,4 +49,20 @@ func synthModel(t testing.TB, preset string, seed uint64) string {
 		t.Fatalf("synth %s seed %d: %v", preset, seed, pd.err)
 	}
 	return pd.path
+}
+
+// openSynth is synthModel's preset opened: its plan and its checkpoint (closed when the test ends).
+func openSynth(t testing.TB, preset string, seed uint64) (*model.Plan, *checkpoint.Dir) {
+	t.Helper()
+	dir := synthModel(t, preset, seed)
+	plan, err := model.ReadFile(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := checkpoint.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return plan, d
 }
