@@ -46,13 +46,15 @@ fi
 FLAGS=(--backend cuda --model "$MODEL" --expert-chunk 128 --bound-flops 790e12 --bound-bandwidth 55e9 --repeat 1)
 PINNED=(--host-cache 45GB --resident 5GB)
 # step NAME LIMIT ARGS...: runs the binary with ARGS for at most LIMIT seconds (less near the call's end)
-# STEPS: the steps to run (default: all), e.g. STEPS="plans pinned_1m"
+# STEPS: the steps to run (default: all), e.g. STEPS="plans pinned_1m"; DEADLINE: the seconds this script
+# may take (default 585: one device call), less when another script shares the call
 STEPS=${STEPS:-all}
+DEADLINE=${DEADLINE:-585}
 step() {
   local name=$1 lim=$2
   shift 2
   if [[ $STEPS != all && " $STEPS " != *" $name "* ]]; then return; fi
-  local left=$(( 585 - ($(date +%s) - t0) ))
+  local left=$(( DEADLINE - ($(date +%s) - t0) ))
   if (( left < 25 )); then log "SKIPPED $name (no time left)"; echo "== $name: skipped, no time left" >> "$OUT/summary.txt"; return; fi
   (( lim > left )) && lim=$left
   log "$name: $*"
@@ -76,6 +78,8 @@ step pinned_262k 150 bench "${FLAGS[@]}" "${PINNED[@]}" --tokens 262144 --seq-le
 step pinned_1m 200 bench "${FLAGS[@]}" "${PINNED[@]}" --tokens 1048576 --seq-len 4096
 step disk_262k 120 bench "${FLAGS[@]}" --direct-io --tokens 262144 --seq-len 4096
 step disk_1m 200 bench "${FLAGS[@]}" --direct-io --tokens 1048576 --seq-len 4096
+# the same without the experts read ahead of their routers (replay/readahead.go): the A/B of that feature
+step disk_1m_nora 200 bench "${FLAGS[@]}" --direct-io --no-expert-read-ahead --tokens 1048576 --seq-len 4096
 step single_262k 150 bench "${FLAGS[@]}" --tokens 262144 --seq-len 262144
 step single_16k_24gb 120 bench "${FLAGS[@]}" --device-memory 24GB --tokens 16384 --seq-len 16384
 step single_1m 330 bench "${FLAGS[@]}" --op-profile --tokens 1048576 --seq-len 1048576
