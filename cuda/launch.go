@@ -117,11 +117,20 @@ func uploadTemp[T int32 | float32 | uint64](c *opCtx, v []T) (uint64, error) {
 }
 
 // download copies a device buffer of len(v) values into v.
-func download[T int32 | float32](b *Backend, v []T, src uint64) error {
+func download[T uint16 | int32 | float32](b *Backend, v []T, src uint64) error {
 	if len(v) == 0 {
 		return nil
 	}
-	return b.dv.ToHost(unsafe.Slice((*byte)(unsafe.Pointer(&v[0])), int(unsafe.Sizeof(v[0]))*len(v)), src)
+	return b.dv.ToHost(bytesOf(v), src)
+}
+
+// bytesOf views a slice of values as its bytes in memory (the host is little-endian, as the device is:
+// the bytes are the device's encoding of the values).
+func bytesOf[T uint16 | int32 | float32](v []T) []byte {
+	if len(v) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(&v[0])), int(unsafe.Sizeof(v[0]))*len(v))
 }
 
 // dim3 is a grid or block shape. The sizes are ints, checked against the device's limits by launch

@@ -187,11 +187,7 @@ func (b *Backend) FromHost(rows, cols int, data []float32) (ops.Tensor, error) {
 		if out, err = c.out(rows, cols); err != nil {
 			return err
 		}
-		raw := make([]byte, 4*len(data))
-		for i, v := range data {
-			binary.LittleEndian.PutUint32(raw[4*i:], math.Float32bits(v))
-		}
-		if err := b.dv.ToDevice(out.ptr, raw); err != nil {
+		if err := b.dv.ToDevice(out.ptr, bytesOf(data)); err != nil { // copied, never written
 			return err
 		}
 		if b.bf == 1 {

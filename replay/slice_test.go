@@ -127,6 +127,9 @@ func (c *counting) Free(x any) {
 func (c *counting) FromHost(r, k int, d []float32) (ops.Tensor, error) {
 	return c.t(c.Backend.FromHost(r, k, d))
 }
+func (c *counting) FromHostBF16(r, k int, d []uint16) (ops.Tensor, error) {
+	return c.t(c.Backend.FromHostBF16(r, k, d))
+}
 func (c *counting) Gather(w ops.Tensor, ids []int32) (ops.Tensor, error) {
 	return c.t(c.Backend.Gather(w, ids))
 }

@@ -62,10 +62,10 @@ func (f *Pass) layerExpertMajor(wv *Wave, w *LayerWeights) error {
 		}
 		defer in.free(b)
 		parts[j].routing = in.routing
-		if parts[j].z, err = download(b, in.z); err != nil {
+		if parts[j].z, err = download(b, in.z, hostRows{}); err != nil {
 			return fmt.Errorf("%s: routed experts' input of slice %d to host memory: %w", w.Layer.FFN, j, err)
 		}
-		if parts[j].shared, err = download(b, in.shared); err != nil {
+		if parts[j].shared, err = download(b, in.shared, hostRows{}); err != nil {
 			return fmt.Errorf("%s: shared experts' output of slice %d to host memory: %w", w.Layer.FFN, j, err)
 		}
 		return nil

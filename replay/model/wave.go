@@ -29,13 +29,25 @@ type hostRows struct {
 	f          []float32
 }
 
-// download copies t to the host and frees it.
-func download(b ops.Backend, t ops.Tensor) (hostRows, error) {
+// download copies t to the host. In BF16 precision on a backend with ops.BF16Transfer the values cross
+// as bfloat16 bits (into reuse's buffer when it has t's size: a slice's running sum replaces the last
+// one); otherwise as float32, kept as bfloat16 bits where every value is one.
+func download(b ops.Backend, t ops.Tensor, reuse hostRows) (hostRows, error) {
+	h := hostRows{rows: t.Rows(), cols: t.Cols()}
+	if m, ok := b.(ops.BF16Transfer); ok && b.Precision() == ops.BF16 {
+		h.bf = reuse.bf
+		if len(h.bf) != h.rows*h.cols {
+			h.bf = make([]uint16, h.rows*h.cols)
+		}
+		if err := m.ToHostBF16(t, h.bf); err != nil {
+			return hostRows{}, err
+		}
+		return h, nil
+	}
 	v, err := b.ToHost(t)
 	if err != nil {
 		return hostRows{}, err
 	}
-	h := hostRows{rows: t.Rows(), cols: t.Cols()}
 	if bf, ok := toBF16Bits(v); ok {
 		h.bf = bf
 	} else { // not all bfloat16 values (FP32 precision): keep float32
@@ -47,6 +59,9 @@ func download(b ops.Backend, t ops.Tensor) (hostRows, error) {
 // upload makes a backend tensor of h's values (FromHost rounds; they are already rounded, so the bits
 // are the ones downloaded).
 func (h hostRows) upload(b ops.Backend) (ops.Tensor, error) {
+	if m, ok := b.(ops.BF16Transfer); ok && h.bf != nil && b.Precision() == ops.BF16 {
+		return m.FromHostBF16(h.rows, h.cols, h.bf)
+	}
 	v := h.f
 	if v == nil {
 		v = fromBF16Bits(h.bf)
@@ -116,15 +131,16 @@ func (w *Wave) put(b ops.Backend, j int, changed bool) error {
 		return nil
 	}
 	for i := len(h.blocks); i < len(st.Blocks); i++ {
-		hb, err := download(b, st.Blocks[i])
+		hb, err := download(b, st.Blocks[i], hostRows{})
 		if err != nil {
 			return fmt.Errorf("state of slice %d: block %d: %w", j, i, err)
 		}
 		h.blocks = append(h.blocks, hb)
 	}
+	last := h.p
 	h.p = hostRows{}
 	if st.P != nil {
-		p, err := download(b, st.P)
+		p, err := download(b, st.P, last)
 		if err != nil {
 			return fmt.Errorf("state of slice %d: running sum: %w", j, err)
 		}

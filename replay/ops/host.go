@@ -46,3 +46,17 @@ type ExpertParts struct {
 type ExpertBatchUploader interface {
 	UploadExperts(latent, ffn int, parts []ExpertParts) ([]Expert, error)
 }
+
+// BF16Transfer is an optional interface of a Backend: in BF16 precision an activation crosses to and from
+// host memory as bfloat16 bits, two bytes a value, with no conversion on the host. The engine moves the
+// per-token state of slices kept in host memory (replay/model/wave.go) and an expert-major layer's expert
+// inputs this way; ToHost and FromHost carry four bytes a value and widen or narrow every one on the host.
+//
+// Contract, in BF16 precision (both methods refuse FP32 precision with an error): ToHostBF16(x, dst) writes
+// the upper halves of ToHost(x)'s values (each is a bfloat16 value, as every activation of BF16 precision
+// is), row-major; FromHostBF16(rows, cols, bits) equals FromHost(rows, cols, widened bits). ToHostBF16
+// waits for the ops queued before it, as ToHost does.
+type BF16Transfer interface {
+	ToHostBF16(x Tensor, dst []uint16) error
+	FromHostBF16(rows, cols int, src []uint16) (Tensor, error)
+}

@@ -16,6 +16,7 @@ var hostTests = []test{
 	{"HostMemory", testHostMemory},
 	{"StableHostMemory", testStableHostMemory},
 	{"UploadExperts", testUploadExperts},
+	{"BF16Transfer", testBF16Transfer},
 }
 
 // hostBufs hands out buffers from the backend's ops.HostMemory, or ordinary memory for a backend without.
