@@ -242,11 +242,14 @@ func (e *Engine) planWith(lens []int, mode layerMode) (WavePlan, error) {
 		} else if rest := avail - int64(wave)*state; rest >= int64(min(wave, 4096))*act {
 			slice = int(rest / act) // state on the device, layers in slices
 		} else {
-			// Part of the state in host memory: slices that leave half the budget to state on the device,
-			// halved while the state left for the host does not fit there (smaller slices leave room on the
-			// device for more slices' state).
+			// Part of the state in host memory: slices as large as the budget holds beside their own state
+			// (what a slice costs beyond its rows, a layer's weights read again by the device, an
+			// expert-major layer's expert call, falls with the slice count: run 37, slices of 2,048 where
+			// half the budget went to other slices' state, spent 8.4 s a MoE layer in 896 expert calls),
+			// the rest keeping other slices' state on the device; halved while the state left for the
+			// host does not fit there (smaller slices leave room on the device for more slices' state).
 			p.HostState = true
-			slice = roundSlice(int(avail / 2 / (act + state)))
+			slice = roundSlice(int(avail / (act + state)))
 			for slice/2 >= min(sliceFloor, wave) && int64(hostTokens(wave, slice, avail, act, state))*hostState > p.HostBudget {
 				slice = roundSlice(slice / 2)
 			}

@@ -84,6 +84,7 @@ step single_262k 150 bench "${FLAGS[@]}" --tokens 262144 --seq-len 262144
 step single_16k_24gb 120 bench "${FLAGS[@]}" --device-memory 24GB --tokens 16384 --seq-len 16384
 step single_1m 330 bench "${FLAGS[@]}" --op-profile --tokens 1048576 --seq-len 1048576
 step single_262k_24gb 200 bench "${FLAGS[@]}" --device-memory 24GB --tokens 262144 --seq-len 262144
+step prof_262k_24gb 200 bench "${FLAGS[@]}" --op-profile --device-memory 24GB --tokens 262144 --seq-len 262144
 # Where a layer's time goes, per op (--op-profile), in one slice and past it.
 step prof_65k 120 bench "${FLAGS[@]}" "${PINNED[@]}" --op-profile --tokens 65536 --seq-len 4096
 step prof_262k 150 bench "${FLAGS[@]}" "${PINNED[@]}" --op-profile --tokens 262144 --seq-len 4096
@@ -98,3 +99,7 @@ if [[ $STEPS == all || " $STEPS " == *" arrow "* ]]; then
   cat "$OUT/arrow.txt" >> "$OUT/summary.txt"
 fi
 log done
+# A call brings back at most 8 files: with PACK=1 everything written goes back as one archive.
+if [[ ${PACK:-0} == 1 ]]; then
+  tar czf /tmp/slice/out.tgz -C "$OUT" . && rm -rf "${OUT:?}"/* && mv /tmp/slice/out.tgz "$OUT/out.tgz"
+fi
