@@ -42,49 +42,139 @@ func (d *Device) Staging(n int) ([]byte, error) {
 	return unsafe.Slice((*byte)(d.stage), d.nstg), nil
 }
 
-// ToDevice copies src to device address dst on Stream through the staging buffer, waiting for each piece.
+// A transfer larger than one piece alternates between the two halves of the staging buffer, so that the
+// CPUs' copy of one piece runs while the copy engine moves the other: a staged transfer costs the larger
+// of the two copies, not their sum (the state kept in host memory crosses this way every slice of every
+// layer, docs/records/run37).
+
+// ToDevice copies src to device address dst on Stream through the staging buffer; it returns once the
+// last piece has arrived.
 func (d *Device) ToDevice(dst uint64, src []byte) error {
+	if len(src) == 0 {
+		return nil
+	}
+	halves, err := d.stagingHalves(len(src))
+	if err != nil {
+		return err
+	}
 	dr := d.Drv
-	for len(src) > 0 {
-		buf, err := d.Staging(len(src))
-		if err != nil {
+	var pending [2]uintptr // the event after each half's last copy out of it
+	defer d.putEvents(pending[:])
+	for i := 0; len(src) > 0; i++ {
+		h := halves[i%len(halves)]
+		if err := d.waitEvent(&pending[i%2]); err != nil { // the half's previous piece has left it
 			return err
 		}
-		n := ParallelCopy(buf, src)
-		if err := dr.Check("cuMemcpyHtoDAsync", bind.Call(dr.CuMemcpyHtoDAsync, uintptr(dst), uintptr(d.stage), uintptr(n), d.Stream)); err != nil {
+		n := ParallelCopy(h, src)
+		if err := dr.Check("cuMemcpyHtoDAsync", bind.Call(dr.CuMemcpyHtoDAsync, uintptr(dst), addrOf(h), uintptr(n), d.Stream)); err != nil {
 			return err
 		}
-		if err := d.Sync(); err != nil {
-			return err
+		if len(halves) > 1 {
+			if pending[i%2], err = d.sync.Record(dr, d.Stream); err != nil {
+				return errors.Join(err, d.Sync())
+			}
 		}
 		dst += uint64(n)
 		src = src[n:]
 	}
-	return nil
+	return d.Sync()
 }
 
 // ToHost copies len(dst) bytes from device address src into dst through the staging buffer, after all
 // work queued on Stream (which it waits for: any asynchronous fault is reported here).
 func (d *Device) ToHost(dst []byte, src uint64) error {
-	dr := d.Drv
-	for len(dst) > 0 {
-		buf, err := d.Staging(len(dst))
-		if err != nil {
-			return err
-		}
-		n := min(len(buf), len(dst))
-		if err := dr.Check("cuMemcpyDtoHAsync", bind.Call(dr.CuMemcpyDtoHAsync, uintptr(d.stage), uintptr(src), uintptr(n), d.Stream)); err != nil {
-			return err
-		}
-		if err := d.Sync(); err != nil {
-			return err
-		}
-		ParallelCopy(dst[:n], buf[:n])
-		src += uint64(n)
-		dst = dst[n:]
+	if len(dst) == 0 {
+		return nil
 	}
-	return nil
+	halves, err := d.stagingHalves(len(dst))
+	if err != nil {
+		return err
+	}
+	dr := d.Drv
+	var pending [2]uintptr // the event after each half's copy into it
+	defer d.putEvents(pending[:])
+	// issue queues piece i (bytes off.. of the transfer) into its half.
+	issue := func(i, off int) error {
+		h := halves[i%len(halves)]
+		n := min(len(h), len(dst)-off)
+		if err := dr.Check("cuMemcpyDtoHAsync", bind.Call(dr.CuMemcpyDtoHAsync, addrOf(h), uintptr(src+uint64(off)), uintptr(n), d.Stream)); err != nil {
+			return err
+		}
+		if len(halves) > 1 {
+			var err error
+			if pending[i%2], err = d.sync.Record(dr, d.Stream); err != nil {
+				return errors.Join(err, d.Sync())
+			}
+		}
+		return nil
+	}
+	if err := issue(0, 0); err != nil {
+		return err
+	}
+	for i, off := 0, 0; off < len(dst); i++ {
+		h := halves[i%len(halves)]
+		n := min(len(h), len(dst)-off)
+		if len(halves) > 1 && off+n < len(dst) { // the next piece comes into the other half meanwhile
+			if err := issue(i+1, off+n); err != nil {
+				return err
+			}
+		}
+		if len(halves) > 1 {
+			if err := d.waitEvent(&pending[i%2]); err != nil {
+				return err
+			}
+		} else if err := d.Sync(); err != nil {
+			return err
+		}
+		ParallelCopy(dst[off:off+n], h[:n])
+		off += n
+		if len(halves) == 1 && off < len(dst) {
+			if err := issue(i+1, off); err != nil {
+				return err
+			}
+		}
+	}
+	return d.Sync()
 }
+
+// stagingHalves returns the staging buffer whole, for a transfer of n bytes that fits it, or as two
+// halves that a larger transfer alternates between.
+func (d *Device) stagingHalves(n int) ([][]byte, error) {
+	buf, err := d.Staging(n)
+	if err != nil {
+		return nil, err
+	}
+	if n <= len(buf) {
+		return [][]byte{buf}, nil
+	}
+	half := len(buf) / 2 &^ 4095
+	return [][]byte{buf[:half], buf[half : 2*half]}, nil
+}
+
+// waitEvent waits for *ev, if any, and gives it back to the pool.
+func (d *Device) waitEvent(ev *uintptr) error {
+	if *ev == 0 {
+		return nil
+	}
+	err := d.Drv.Check("cuEventSynchronize(staging)", bind.Call(d.Drv.CuEventSynchronize, *ev))
+	d.sync.Put(*ev)
+	*ev = 0
+	return err
+}
+
+// putEvents gives back the events a transfer that ended early still holds (their copies are waited for by
+// the next Sync of the stream).
+func (d *Device) putEvents(evs []uintptr) {
+	for i, ev := range evs {
+		if ev != 0 {
+			d.sync.Put(ev)
+			evs[i] = 0
+		}
+	}
+}
+
+// addrOf is the address of a buffer's first byte.
+func addrOf(b []byte) uintptr { return uintptr(unsafe.Pointer(unsafe.SliceData(b))) }
 
 // AllocPinned returns n bytes of page-locked, portable host memory (cuMemHostAlloc); FreePinned releases it.
 func (d *Device) AllocPinned(n int) (unsafe.Pointer, error) {
