@@ -56,8 +56,13 @@ const ltAlign = 16
 // check is pinned.
 const ltHeuristicCount = 16
 
-// ltKey is a weight shape: m output columns (weight rows), k inner size.
-type ltKey struct{ m, k int }
+// ltKey is a weight shape: m output columns (weight rows), k inner size, and the output's type
+// (bind.R32F: float32, the dense matmuls', rounded by the caller; bind.R16BF: bfloat16, rounded to
+// nearest even by cuBLASLt's epilogue, the routed experts').
+type ltKey struct {
+	m, k int
+	out  uintptr
+}
 
 // ltShape is the plan of one weight shape: the pinned algorithm, or why the shape stays on the project's
 // tensor-core kernel.
@@ -67,7 +72,16 @@ type ltShape struct {
 	adesc  uintptr // the weight's layout: bf16, k x m column-major, ld k
 	ldb    int     // leading dimension of the bf16 copy of x: k rounded up to 8 (16-byte rows)
 	config ltConfig
-	why    string // when !ok: the reason
+	out    uintptr // the output's type: bind.R32F or bind.R16BF
+	why    string  // when !ok: the reason
+}
+
+// outBytes is the size of one output element.
+func (s *ltShape) outBytes() int {
+	if s.out == bind.R16BF {
+		return 2
+	}
+	return 4
 }
 
 // ltConfig is the pinned algorithm's configuration as cuBLASLt reports it (for logs and cuda/records/JOURNAL.md).
@@ -87,14 +101,17 @@ func (c ltConfig) String() string {
 		c.ID, c.Tile, c.Stages, c.SplitK, c.Reduction, c.Swizzle, c.Custom, c.InnerShape, c.ClusterShape, c.Waves, ltRepN, c.Index+1, c.Candidates, c.ReductionMask, c.ProbeN, c.Workspace)
 }
 
-// shape returns the plan for weight shape (m, k), making it on first use. An error is a failed cuBLASLt
-// call; a shape no algorithm fits comes back with ok false and the reason.
-func (h *ltHandle) shape(m, k int) (*ltShape, error) {
-	key := ltKey{m, k}
+// shape returns the plan for weight shape (m, k) with a float32 output, making it on first use. An
+// error is a failed cuBLASLt call; a shape no algorithm fits comes back with ok false and the reason.
+func (h *ltHandle) shape(m, k int) (*ltShape, error) { return h.shapeOut(m, k, bind.R32F) }
+
+// shapeOut is shape with the output's type out (bind.R32F or bind.R16BF).
+func (h *ltHandle) shapeOut(m, k int, out uintptr) (*ltShape, error) {
+	key := ltKey{m, k, out}
 	if s, ok := h.shapes[key]; ok {
 		return s, nil
 	}
-	s, err := h.plan(m, k)
+	s, err := h.plan(m, k, out)
 	if err != nil {
 		return nil, fmt.Errorf("cuBLASLt plan for a %dx%d weight: %w", m, k, err)
 	}
@@ -102,12 +119,12 @@ func (h *ltHandle) shape(m, k int) (*ltShape, error) {
 	return s, nil
 }
 
-// ioLayouts creates the layouts of x (bf16, k x n, ld ldb) and of the output (f32, m x n, ld m).
-func (h *ltHandle) ioLayouts(m, k, ldb, n int) (bdesc, ddesc uintptr, err error) {
-	if bdesc, err = h.layout(bind.R16BF, k, n, ldb); err != nil {
+// ioLayouts creates the layouts of x (bf16, k x n, ld ldb) and of s's output (m x n, ld m).
+func (h *ltHandle) ioLayouts(s *ltShape, m, k, n int) (bdesc, ddesc uintptr, err error) {
+	if bdesc, err = h.layout(bind.R16BF, k, n, s.ldb); err != nil {
 		return 0, 0, err
 	}
-	if ddesc, err = h.layout(bind.R32F, m, n, m); err != nil {
+	if ddesc, err = h.layout(s.out, m, n, m); err != nil {
 		return 0, 0, errors.Join(err, h.dropLayout(bdesc))
 	}
 	return bdesc, ddesc, nil
@@ -115,10 +132,10 @@ func (h *ltHandle) ioLayouts(m, k, ldb, n int) (bdesc, ddesc uintptr, err error)
 
 // plan asks the heuristic for configurations at n = ltRepN and pins the first that passes the checks
 // above.
-func (h *ltHandle) plan(m, k int) (*ltShape, error) {
-	s := &ltShape{ldb: (k + 7) &^ 7}
-	if n := ltCallRows(m, k); n < 4 {
-		s.why = fmt.Sprintf("one call holds at most %d rows: the outputs of the next calls would not start 16-byte aligned", n)
+func (h *ltHandle) plan(m, k int, out uintptr) (*ltShape, error) {
+	s := &ltShape{ldb: (k + 7) &^ 7, out: out}
+	if n := ltCallRows(m, k); n < 4 || (out == bind.R16BF && m%2 != 0) {
+		s.why = fmt.Sprintf("one call holds at most %d rows of %d outputs: the outputs of the next calls would not start 16-byte aligned", n, m)
 		return s, nil
 	}
 	var err error
@@ -183,7 +200,7 @@ func ltProbes(m, k int) []int {
 // (ltMaxWorkspace in plan), filtered by the reduction scheme mask NONE (masked true) or, if the library refuses that filter
 // or it leaves nothing, unfiltered (pin checks each result either way).
 func (h *ltHandle) heuristic(s *ltShape, m, k int, ws uint64) (res []bind.HeuristicResult, masked bool, err error) {
-	bdesc, ddesc, err := h.ioLayouts(m, k, s.ldb, ltRepN)
+	bdesc, ddesc, err := h.ioLayouts(s, m, k, ltRepN)
 	if err != nil {
 		return nil, false, err
 	}
@@ -255,7 +272,7 @@ func (h *ltHandle) pin(s *ltShape, algo *bind.Algo, m, k int, probes []int) (cfg
 		return cfg, fmt.Sprintf("split-K %d, reduction scheme %d after forcing 1 and NONE", cfg.SplitK, cfg.Reduction), nil
 	}
 	for _, n := range probes {
-		bdesc, ddesc, err := h.ioLayouts(m, k, s.ldb, n)
+		bdesc, ddesc, err := h.ioLayouts(s, m, k, n)
 		if err != nil {
 			return cfg, "", err
 		}
@@ -298,11 +315,11 @@ func (h *ltHandle) describe(algo *bind.Algo) (cfg ltConfig, err error) {
 	return cfg, err
 }
 
-// matmul enqueues D (f32, n x m row-major) = xb (bf16, n rows of ldb) times the weight w^T with the
+// matmul enqueues D (s's output type, n x m row-major) = xb (bf16, n rows of ldb) times the weight w^T with the
 // pinned algorithm on stream strm, with ltMaxWorkspace bytes of the workspace ws (the handle's for the
 // backend's stream, a side stream's own for that stream: cuda/device/streams.go).
 func (h *ltHandle) matmul(s *ltShape, strm uintptr, ws, d, xb, w uint64, n, m, k int) (err error) {
-	bdesc, ddesc, err := h.ioLayouts(m, k, s.ldb, n)
+	bdesc, ddesc, err := h.ioLayouts(s, m, k, n)
 	if err != nil {
 		return err
 	}

@@ -3,29 +3,32 @@ package cuda
 import (
 	"errors"
 	"fmt"
+
+	"github.com/potato-k3/potato-k3/cuda/bind"
 )
 
-// The cuBLASLt path of the grouped experts (kernels/experts.cu, version 3): the call is planned and its
+// The cuBLASLt path of the grouped experts (kernels/experts.cu, version 4): the call is planned and its
 // rows gathered as on the grouped path (experts.go), then the experts with rows are taken a chunk at a
 // time: one launch decodes the chunk's MXFP4 weights to bfloat16, and each expert's rows, a block at a
-// time, go through two cuBLASLt GEMMs with the algorithm pinned per shape (cublaslt_plan.go):
+// time, go through two cuBLASLt GEMMs with bfloat16 outputs and the algorithm pinned per shape
+// (cublaslt_plan.go):
 //
-//	gu = zs[rows_e] . [w1_e; w3_e]^T                 float32, n x 2 ffn (one GEMM for gate and up)
-//	h[rows_e] = rnd(situ(rnd(gu[:, :ffn]), rnd(gu[:, ffn:])))   k_experts_situ_rows, bfloat16
-//	zs[rows_e] = rnd(h[rows_e] . w2_e^T)             a GEMM into float32, then k_to_bf16
+//	gu = rnd(zs[rows_e] . [w1_e; w3_e]^T)              bfloat16, n x 2 ffn (one GEMM for gate and up)
+//	h[rows_e] = rnd(situ(gu[:, :ffn], gu[:, ffn:]))     k_experts_situ_rows, bfloat16
+//	zs[rows_e] = rnd(h[rows_e] . w2_e^T)               bfloat16, over the rows' place in zs
 //
 // and the combine adds each accumulator row's outputs in ascending expert id, as on the grouped path.
-// The rounding points and the decoded values are the grouped path's; each output element is one float32
-// sum in the pinned algorithm's order, which depends on the shape only: a row's result is the same
-// whatever the expert's other rows, the block it falls in, the chunk or the other experts of the call
-// (batch invariant), and calls on ascending expert subsets equal one call. Nothing promises the grouped
-// kernels' order of the sums: the tests hold this path to them within rounding and to itself bit for bit
-// (on the H200 with cuBLASLt 13.1 the pinned algorithms came out bit-identical to the grouped kernels at
-// every shape tested, k chunks of 16 summed in ascending order by both).
+// The rounding points and the decoded values are the grouped path's (cuBLASLt's epilogue rounds each
+// float32 sum to nearest even); each output element is one float32 sum in the pinned algorithm's order,
+// which depends on the shape only: a row's result is the same whatever the expert's other rows, the block
+// it falls in, the chunk or the other experts of the call (batch invariant), and calls on ascending expert
+// subsets equal one call. Nothing promises the grouped kernels' order of the sums: the tests hold this
+// path to them within rounding and to itself bit for bit (on the H200 with cuBLASLt 13.1 the float32-output
+// algorithms of version 3 came out bit-identical to the grouped kernels at every shape tested).
 
-// ltExpertRows is the most rows of one expert that one pair of GEMMs takes: it bounds the float32
-// scratch (4,096 x (2 x 3,072 + 3,584) x 4 bytes = 160 MB at K3's sizes) and keeps every GEMM large
-// enough for cuBLASLt's big tiles. A row's bits do not depend on the block it falls in.
+// ltExpertRows is the most rows of one expert that one pair of GEMMs takes: it bounds a lane's gate/up
+// scratch (4,096 x 2 x 3,072 bfloat16 values = 50 MB at K3's sizes) and keeps every GEMM large enough for
+// cuBLASLt's big tiles. A row's bits do not depend on the block it falls in.
 const ltExpertRows = 4096
 
 // ltDecodeBytes bounds the decoded bfloat16 weights of one chunk of experts (K3: 66 MB an expert, so 16
@@ -35,8 +38,8 @@ const ltExpertRows = 4096
 // expert a chunk (Backend.decodeBytes).
 const ltDecodeBytes = 1 << 30
 
-// ltExpertShapes returns the pinned plans of the two expert GEMMs, gate and up together (2 ffn x latent)
-// and down (latent x ffn), and whether both exist and take the operands as the path lays them out (rows
+// ltExpertShapes returns the pinned plans of the two expert GEMMs with bfloat16 outputs, gate and up
+// together (2 ffn x latent) and down (latent x ffn), and whether both exist and take the operands as the path lays them out (rows
 // of exactly latent and ffn bfloat16 values). A choice by shape only, never by rows. Runs on the CUDA
 // thread (plans are made on first use).
 func (c *opCtx) ltExpertShapes(latent, ffn int) (gu, dn *ltShape, why string, err error) {
@@ -47,10 +50,10 @@ func (c *opCtx) ltExpertShapes(latent, ffn int) (gu, dn *ltShape, why string, er
 	case c.b.bf != 1 || c.b.opts.NoTensorCores:
 		return nil, nil, "not BF16 precision on the tensor cores", nil
 	}
-	if gu, err = lt.shape(2*ffn, latent); err != nil {
+	if gu, err = lt.shapeOut(2*ffn, latent, bind.R16BF); err != nil {
 		return nil, nil, "", err
 	}
-	if dn, err = lt.shape(latent, ffn); err != nil {
+	if dn, err = lt.shapeOut(latent, ffn, bind.R16BF); err != nil {
 		return nil, nil, "", err
 	}
 	switch {
@@ -136,9 +139,9 @@ func (c *opCtx) expertsLt(p *groupedPlan, gu, dn *ltShape, acc, z uint64, latent
 }
 
 // expertLtRows runs gathered rows row .. row+n-1 (one expert's, n <= ltExpertRows) through the expert
-// whose decoded weights are at w: the gate/up GEMM into gub, SiTU into d.h, the down GEMM into dnb and
-// its rounded result over the rows' place in d.zs (whose gate/up GEMM has run: same stream).
-func (c *opCtx) expertLtRows(d *groupedDev, gu, dn *ltShape, w, gub, dnb uint64, row, n int) error {
+// whose decoded weights are at w: the gate/up GEMM into gub, SiTU into d.h, and the down GEMM's rounded
+// result over the rows' place in d.zs (whose gate/up GEMM has run: same stream).
+func (c *opCtx) expertLtRows(d *groupedDev, gu, dn *ltShape, w, gub uint64, row, n int) error {
 	latent, ffn := d.latent, d.ffn
 	zs, h := d.zs+uint64(2*row*latent), d.h+uint64(2*row*ffn)
 	if err := c.ltGemm(gu, gub, zs, w, n, 2*ffn, latent); err != nil {
@@ -147,11 +150,8 @@ func (c *opCtx) expertLtRows(d *groupedDev, gu, dn *ltShape, w, gub, dnb uint64,
 	if err := c.launch1D("k_experts_situ_rows", n*ffn, h, gub, int64(n), int32(ffn), d.situ); err != nil {
 		return fmt.Errorf("SiTU: %w", err)
 	}
-	if err := c.ltGemm(dn, dnb, h, w+uint64(2*2*ffn*latent), n, latent, ffn); err != nil {
+	if err := c.ltGemm(dn, zs, h, w+uint64(2*2*ffn*latent), n, latent, ffn); err != nil {
 		return fmt.Errorf("down: %w", err)
-	}
-	if err := c.toBF16(zs, dnb, n, latent, latent); err != nil {
-		return fmt.Errorf("rounding the down output: %w", err)
 	}
 	return nil
 }

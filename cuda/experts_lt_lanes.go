@@ -12,7 +12,7 @@ import (
 //
 // The compute stream gathers the rows and decodes each chunk of experts; the experts' GEMMs go to lanes:
 // the compute stream alone (Options.ExpertStreams 1), or side streams (cuda/device/streams.go), each with its
-// own float32 scratch. An expert goes to the lane with the fewest rows so far in its chunk (ties: the
+// own bfloat16 gate/up scratch. An expert goes to the lane with the fewest rows so far in its chunk (ties: the
 // lowest lane), so the choice depends on the call's row counts only, and no lane's work depends on
 // another's: experts write disjoint rows of zs and h. With side streams the chunks alternate between two
 // decode buffers, so the next chunk decodes while this one's GEMMs run; a buffer is decoded into again
@@ -37,9 +37,9 @@ func (b *Backend) expertStreamCount() int {
 
 // ltLane is a stream the experts' GEMMs run on, with its scratch.
 type ltLane struct {
-	side     *device.SideStream // nil: the compute stream
-	gub, dnb uint64             // gate/up output (block x 2 ffn float32), down output (block x latent float32)
-	rows     int                // rows given to the lane in the current chunk
+	side *device.SideStream // nil: the compute stream
+	gub  uint64             // gate/up output (block x 2 ffn bfloat16)
+	rows int                // rows given to the lane in the current chunk
 }
 
 // ltExperts is one call's state on the cuBLASLt path.
@@ -78,7 +78,7 @@ func (x *ltExperts) setup(c *opCtx, slot, chunk, most, chunks int) error {
 		}
 	}
 	x.lanes = make([]ltLane, max(1, len(side)))
-	latent, ffn := x.d.latent, x.d.ffn
+	ffn := x.d.ffn
 	for i := range x.lanes {
 		l := &x.lanes[i]
 		if len(side) > 0 {
@@ -87,10 +87,7 @@ func (x *ltExperts) setup(c *opCtx, slot, chunk, most, chunks int) error {
 		}
 		var err error
 		rows := keptSize(x.block, ltExpertRows)
-		if l.gub, err = c.b.dv.Kept(fmt.Sprintf("experts: lane %d gate/up", i), 4*rows*2*ffn); err != nil {
-			return err
-		}
-		if l.dnb, err = c.b.dv.Kept(fmt.Sprintf("experts: lane %d down", i), 4*rows*latent); err != nil {
+		if l.gub, err = c.b.dv.Kept(fmt.Sprintf("experts: lane %d gate/up", i), 2*rows*2*ffn); err != nil {
 			return err
 		}
 	}
@@ -159,7 +156,7 @@ func (x *ltExperts) expert(c *opCtx, i, rows int, w uint64) error {
 	defer func() { c.side = nil }()
 	for r0 := 0; r0 < rows; r0 += x.block {
 		n, row := min(x.block, rows-r0), x.first[i]+r0
-		if err := c.expertLtRows(x.d, x.gu, x.dn, w, l.gub, l.dnb, row, n); err != nil {
+		if err := c.expertLtRows(x.d, x.gu, x.dn, w, l.gub, row, n); err != nil {
 			return fmt.Errorf("experts on cuBLASLt: expert %d of the call (%d rows), rows %d..%d: %w", i, rows, r0, r0+n-1, err)
 		}
 	}

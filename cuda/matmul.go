@@ -119,14 +119,14 @@ func (c *opCtx) ltGemm(s *ltShape, out, xb, w uint64, n, m, k int) error {
 		// reason to switch kernels (which would change a row's bits)
 		return fmt.Errorf("%w: cuBLASLt operands not %d-byte aligned (out %#x, x %#x, weight %#x)", ErrInternal, ltAlign, out, xb, w)
 	}
-	step := ltCallRows(m, k) // a multiple of 4 (plan refuses shapes where it is not): every call's out is 16-byte aligned
+	step := ltCallRows(m, k) // a multiple of 4 (plan refuses shapes where it is not, and odd m with bfloat16 outputs): every call's out is 16-byte aligned
 	for r0 := 0; r0 < n; r0 += step {
 		rn := min(step, n-r0)
 		strm, ws := c.b.dv.Stream, c.b.lt.ws
 		if c.side != nil {
 			strm, ws = c.side.Stream, c.side.Scratch
 		}
-		if err := c.b.lt.matmul(s, strm, ws, out+uint64(4*r0*m), xb+uint64(2*r0*s.ldb), w, rn, m, k); err != nil {
+		if err := c.b.lt.matmul(s, strm, ws, out+uint64(s.outBytes()*r0*m), xb+uint64(2*r0*s.ldb), w, rn, m, k); err != nil {
 			return err
 		}
 	}

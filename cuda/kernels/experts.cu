@@ -53,6 +53,12 @@
 //      rounding points are those above, the sums cuBLASLt's pinned order (the same for every row whatever
 //      n: batch invariant), so the bits differ from versions 1-2 at float32 rounding level. Versions 1-2
 //      reach 150-180 TFLOP/s on mma.sync; cuBLASLt runs K3's shapes at 535-620 (cuda/records/JOURNAL.md, run 6).
+//   4. version 3 with bfloat16 GEMM outputs: both GEMMs write bfloat16 (cuBLASLt's epilogue rounds the
+//      float32 sums to nearest even, the path's rounding points), the down GEMM straight over the rows'
+//      place in the gathered buffer, and k_experts_situ_rows reads the bfloat16 gate/up values: no
+//      float32 scratch (at 262,144 tokens about 380 GB of float32 writes and reads a MoE layer, run 34)
+//      and no k_to_bf16 pass. The first step of the fused MXFP4 grouped GEMM the op profile asks for
+//      (bfloat16 outputs, no passes between the GEMMs); the decode to bfloat16 still precedes them.
 #include "common.cuh"
 
 #define XBM 128  // rows of a block tile
@@ -433,16 +439,18 @@ extern "C" __global__ void k_experts_decode(u16* out, const u64* wp, const int* 
 }
 
 // k_experts_situ_rows: h[r, c] = situ_tab(gu[r, c], gu[r, ffn + c]) as bfloat16 for r < n, c < ffn: gu
-// holds a block of rows of the gate/up GEMM (n x 2 ffn float32: w1's columns, then w3's), so this is
-// k_experts_gateup's epilogue (the gate and up rounded by the lookups, SiTU rounded) on its own.
+// holds a block of rows of the gate/up GEMM (n x 2 ffn bfloat16, rounded to nearest even by cuBLASLt's
+// epilogue: w1's columns, then w3's), so this is k_experts_gateup's epilogue (gate and up rounded, SiTU
+// rounded) on its own; the tables are indexed by the bits directly (situ_tab of the widened values).
 // Grid-stride, 256 threads a block.
-extern "C" __global__ void k_experts_situ_rows(u16* h, const float* gu, i64 n, int ffn, const float* __restrict__ tab) {
+extern "C" __global__ void k_experts_situ_rows(u16* h, const u16* gu, i64 n, int ffn, const float* __restrict__ tab) {
     const i64 total = n * ffn;
     for (i64 i = blockIdx.x * (i64)blockDim.x + threadIdx.x; i < total; i += (i64)gridDim.x * blockDim.x) {
         const i64 r = i / ffn;
         const int c = (int)(i - r * ffn);
-        const float* row = gu + r * 2 * ffn;
-        h[i] = (u16)bf16_bits(situ_tab(tab, row[c], row[ffn + c]));
+        const u16* row = gu + r * 2 * ffn;
+        const float g = __ldg(tab + row[c]), l = __ldg(tab + 65536 + row[ffn + c]);
+        h[i] = (u16)bf16_bits(__fmul_rn(g, l));
     }
 }
 

@@ -75,6 +75,7 @@ type Pass struct {
 	carries     carries            // the token-mixing ops' carries of the layer running
 	held        map[int]ops.Expert // routed experts uploaded for the layer running, shared by its slices
 	seen        seenObs            // what the slices of the layer running report, for the observer
+	spare       [][]uint16         // host buffers of the last expert-major layer's stash, for the next (moe_major.go)
 }
 
 // State is the per-token state a wave carries between layers (K3_SPEC.md 5.1): the completed AttnRes block
