@@ -10,10 +10,9 @@ import (
 // The engine keeps the per-token state of slices that do not fit the device in host memory, and an
 // expert-major layer's expert inputs too (replay/model/wave.go, moe_major.go): every slice of every layer
 // crosses the bus both ways. Through ToHost and FromHost each value crossed as float32 and was widened
-// or narrowed one at a time on the host: at 2,048 tokens a slice, about 45 ms a 2,048 x 7,168 tensor, so
-// that a 262,144-token sequence in 24 GB spent 17.5 s of its 17.5 s dense layer moving state
-// (docs/records/run37). In BF16 precision the values are bfloat16 values, so they cross as their bits:
-// half the bytes, the conversion a kernel on the device.
+// or narrowed one at a time on the host: a 262,144-token sequence in 24 GB took 52.2 s a MoE layer that
+// way, 14.0 s this way (docs/benchmarks.md, run 11). In BF16 precision the values are bfloat16 values, so
+// they cross as their bits: half the bytes, the conversion a kernel on the device.
 
 // ToHostBF16 implements ops.BF16Transfer: the activation's values narrowed on the device (exact: they
 // are bfloat16 values) and copied out, two bytes a value; a bfloat16 weight is copied as it is. Waits for
