@@ -162,14 +162,12 @@ func (d *Device) waitEvent(ev *uintptr) error {
 	return err
 }
 
-// putEvents gives back the events a transfer that ended early still holds (their copies are waited for by
-// the next Sync of the stream).
+// putEvents waits for the events a transfer still holds and gives them back: after a transfer that ended
+// early on an error, no copy still reads or writes the staging buffer when the next transfer fills it (an
+// error of the wait itself is the earlier error's, already returned).
 func (d *Device) putEvents(evs []uintptr) {
-	for i, ev := range evs {
-		if ev != 0 {
-			d.sync.Put(ev)
-			evs[i] = 0
-		}
+	for i := range evs {
+		_ = d.waitEvent(&evs[i])
 	}
 }
 
