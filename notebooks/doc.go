@@ -18,7 +18,8 @@
 //	go test ./notebooks -update    # the same, then writes the executed notebooks back (commit them)
 //
 // It needs jupyter nbconvert (Debian: apt-get install jupyter-nbconvert python3-nbclient jupyter-client),
-// and gonb and goimports on PATH (`go run ./cmd/potato notebook install` puts them there). Without them
+// and gonb and goimports on PATH (`go run ./cmd/potato notebook install` puts them there), and every
+// module go.mod pins in the module cache (the runs are offline; the install fetches them). Without them
 // the test skips, saying what is missing, unless POTATO_REQUIRE_NOTEBOOKS=1 (as in CI), where it fails.
 //
 // Every cell is compiled and run as its own program, so a notebook keeps no values between cells, only

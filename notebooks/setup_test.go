@@ -65,8 +65,10 @@ func newHarness(ctx context.Context) (*harness, error) {
 	// Every module go.mod pins must already be in the module cache: the runs have no network
 	// (GOPROXY=off), as on a machine offline after set-up. go mod download checks it without fetching.
 	if out, err := h.run(ctx, root, goCmd, "mod", "download"); err != nil {
-		return h, fmt.Errorf("the module cache lacks modules go.mod pins, and the notebooks run offline "+
-			"(run `go mod download` or `go run ./cmd/potato notebook install` once with network): %w\n%s", err, tail(string(out), 10))
+		// missing set-up, as a missing tool is: a fresh clone's `go test ./...` fetched what the
+		// packages import, not every module the notebooks' kernel needs
+		return h, fmt.Errorf("%w: the module cache lacks modules go.mod pins, and the notebooks run offline "+
+			"(run `go mod download` or `go run ./cmd/potato notebook install` once with network): %v\n%s", errMissing, err, tail(string(out), 10))
 	}
 	// One potato for every notebook, so that no cell falls back to `go run`; and the packages the cells
 	// import, so that the compile cost (and any module download) lands here rather than in a cell.
