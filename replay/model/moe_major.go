@@ -101,8 +101,8 @@ func (f *Pass) layerExpertMajor(wv *Wave, w *LayerWeights) error {
 	if err := moe.expertsMajor(f, parts); err != nil {
 		return fmt.Errorf("%s: %w", w.Layer.FFN, err)
 	}
-	// phase 3
-	return f.each(wv, true, func(j int, st *State) error {
+	// phase 3: the running sum alone (the blocks were read in phase 1 and nothing banks here)
+	return f.eachSum(wv, true, func(j int, st *State) error {
 		shared, err := parts[j].shared.upload(b)
 		if err != nil {
 			return fmt.Errorf("%s: shared experts' output of slice %d: %w", w.Layer.FFN, j, err)

@@ -168,7 +168,7 @@ func (f *Pass) ReadoutStats(g *Globals, w *Wave, targets []int32, k int) ([]ops.
 // that last ran), rows x hidden.
 func (f *Pass) Hidden(w *Wave) ([]float32, error) {
 	var out []float32
-	err := f.each(w, false, func(j int, st *State) error {
+	err := f.eachSum(w, false, func(j int, st *State) error {
 		if st.P == nil {
 			return fmt.Errorf("hidden state: the running sum is empty (mid-layer state)")
 		}

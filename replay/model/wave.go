@@ -117,6 +117,25 @@ func (w *Wave) load(b ops.Backend, j int) (*State, error) {
 	return st, nil
 }
 
+// loadSum is load for a step that reads and changes the running sum alone: a slice in host memory
+// uploads p and leaves its blocks there (an expert-major layer's last phase, a hidden-state capture). At
+// K3's depth a slice holds up to 8 blocks beside p, so this is up to 9 times less traffic than load.
+func (w *Wave) loadSum(b ops.Backend, j int) (*State, error) {
+	if w.dev[j] != nil {
+		return w.dev[j], nil
+	}
+	st := &State{}
+	if p := w.host[j].p; p.rows > 0 {
+		t, err := p.upload(b)
+		if err != nil {
+			return nil, fmt.Errorf("state of slice %d: running sum: %w", j, err)
+		}
+		st.P = t
+	}
+	w.dev[j] = st
+	return st, nil
+}
+
 // put ends slice j's use: with host state its tensors are freed, after going back to the host when the
 // use changed them (only the running sum and blocks banked since the last download: banked blocks never
 // change; a readout changes nothing, so its slices' host copies stay as they are).
@@ -163,12 +182,23 @@ func (w *Wave) Free(b ops.Backend) {
 // each runs fn on every slice's state in order, uploading host state before it and putting it back
 // after (downloaded again only when fn changes it): fn gets the slice index and its state on the backend.
 func (f *Pass) each(w *Wave, changes bool, fn func(j int, st *State) error) error {
+	return f.eachLoaded(w, changes, w.load, fn)
+}
+
+// eachSum is each for a step that reads and changes the running sum alone (loadSum): a slice in host
+// memory gives fn a state without its blocks, which stay in host memory as they are. fn must not bank.
+func (f *Pass) eachSum(w *Wave, changes bool, fn func(j int, st *State) error) error {
+	return f.eachLoaded(w, changes, w.loadSum, fn)
+}
+
+// eachLoaded runs fn on every slice's state as load brings it to the backend.
+func (f *Pass) eachLoaded(w *Wave, changes bool, load func(b ops.Backend, j int) (*State, error), fn func(j int, st *State) error) error {
 	b := f.Model.Ops
 	for j := range w.Slices() {
 		if err := f.Ctx.Err(); err != nil {
 			return err
 		}
-		st, err := w.load(b, j)
+		st, err := load(b, j)
 		if err != nil {
 			return err
 		}
