@@ -49,7 +49,9 @@ const Version = "0.1.0"
 
 // EngineOptions tune the engine without changing any result.
 type EngineOptions struct {
-	// ExpertChunk is how many routed experts of a layer are resident at once (0: all chosen at once).
+	// ExpertChunk is how many routed experts of a layer are resident at once (0: all chosen at once, or,
+	// when a layer's experts do not fit the device beside a slice, the largest chunk the plan fits:
+	// WavePlan.ExpertChunk).
 	ExpertChunk int
 	// MaxWaveTokens bounds the tokens of one wave (0: no bound but the memory budgets, which the wave
 	// plan applies): larger requests run as several waves, each reading the weights again. Results do not

@@ -42,6 +42,10 @@ type WavePlan struct {
 	// the device.
 	ExpertMajor bool
 	StashBytes  int64
+	// ExpertChunk is how many routed experts of an MoE layer the wave holds on the device at once
+	// (EngineOptions.ExpertChunk, or, when that is 0 and a layer's experts do not fit beside a slice, the
+	// chunk the plan chose; 0: all chosen at once).
+	ExpertChunk int
 	// ExpertReadAhead is the host memory routed experts may take while read from the checkpoint ahead
 	// of their routers (EngineOptions.ExpertReadAhead; 0: not read ahead, the wave being too small to
 	// choose nearly every expert, or the host budget too small).
@@ -127,32 +131,101 @@ func (e *Engine) planWave(lens []int) (WavePlan, error) {
 func (e *Engine) planSlicing(lens []int) (WavePlan, error) {
 	_, sliceable := e.Model.Ops.(ops.Slicer)
 	if !sliceable {
-		return e.planWith(lens, modeWhole)
+		return e.planWith(lens, modeWhole, e.opts.ExpertChunk)
 	}
-	experts := gb(e.weightPeak(true) - e.uploaded())
-	p, err := e.planWith(lens, modeSliced)
+	p, err := e.planWith(lens, modeSliced, e.opts.ExpertChunk)
 	if e.forceExpertMajor {
 		err = fmt.Errorf("%w: expert-major forced", ErrBudget)
 	}
-	if err == nil || e.opts.ExpertChunk <= 0 || e.Plan.Count(model.KDA, model.MoE)+e.Plan.Count(model.MLA, model.MoE) == 0 {
+	if err == nil || e.Plan.Count(model.KDA, model.MoE)+e.Plan.Count(model.MLA, model.MoE) == 0 {
 		return p, err
 	}
 	// Sliced, a layer's experts serve every slice, so all of them are on the device at once. When they do
 	// not fit (a small card): layers unsliced with the experts in chunks if the wave fits so (no extra
-	// traffic), else MoE layers expert-major, each chunk serving every slice.
-	if e.opts.SliceTokens == 0 && !e.forceExpertMajor {
-		if q, qerr := e.planWith(lens, modeWhole); qerr == nil {
-			q.Note = fmt.Sprintf("layers unsliced: a layer's routed experts (%s) do not fit the device at once beside a slice", experts)
+	// traffic), else MoE layers expert-major, each chunk serving every slice. With --expert-chunk 0 the
+	// plan takes the largest chunk, halving from half the experts, that fits.
+	chunks, chosen := []int{e.opts.ExpertChunk}, false
+	if e.opts.ExpertChunk <= 0 {
+		chunks, chosen = autoChunks(e.Plan.Config.NumExperts), true
+	}
+	var qerr error
+	var ok []WavePlan // the chunks' plans, largest chunk first
+	for _, chunk := range chunks {
+		q, err := e.planChunked(lens, chunk)
+		if err != nil {
+			qerr = err
+			continue
+		}
+		if !chosen {
 			return q, nil
 		}
+		q.Note += fmt.Sprintf(" (the chunk of %d chosen by the plan: --expert-chunk 0)", chunk)
+		ok = append(ok, q)
 	}
-	q, qerr := e.planWith(lens, modeMajor)
-	if qerr != nil {
+	if len(ok) == 0 {
 		return p, fmt.Errorf("%w; nor with MoE layers expert-major: %v", err, qerr)
 	}
+	return pickChunk(ok), nil
+}
+
+// pickChunk chooses among plans with ever smaller expert chunks (at least one): the largest chunk that
+// runs in one read with slices of at least sliceFloor tokens (or the whole wave), else the one-read plan
+// with the largest slices, else the first. A large chunk means fewer uploads of an expert-major layer's
+// inputs, but it leaves less room for slices, and each slice costs a read of the layer's weights by the
+// device and, expert-major, a pass over every chunk.
+func pickChunk(plans []WavePlan) WavePlan {
+	var best *WavePlan
+	for i := range plans {
+		q := &plans[i]
+		if q.Waves != 1 {
+			continue
+		}
+		if q.Slices == 1 || q.SliceTokens >= min(sliceFloor, q.WaveTokens) {
+			return *q
+		}
+		if best == nil || q.SliceTokens > best.SliceTokens {
+			best = q
+		}
+	}
+	if best != nil {
+		return *best
+	}
+	return plans[0]
+}
+
+// planChunked plans lens for a device that cannot hold a layer's routed experts beside a slice, with
+// chunk experts on the device at once: layers unsliced if the wave fits so in one read (and no slice size
+// is given), else MoE layers expert-major, else unsliced in several reads.
+func (e *Engine) planChunked(lens []int, chunk int) (WavePlan, error) {
+	experts := gb(e.weightPeak(true) - e.uploaded())
+	whole, wholeErr := WavePlan{}, fmt.Errorf("%w: not tried", ErrBudget)
+	if e.opts.SliceTokens == 0 && !e.forceExpertMajor {
+		whole, wholeErr = e.planWith(lens, modeWhole, chunk)
+		whole.Note = fmt.Sprintf("layers unsliced: a layer's routed experts (%s) do not fit the device at once beside a slice; experts in chunks of %d", experts, chunk)
+		if wholeErr == nil && whole.Waves == 1 {
+			return whole, nil
+		}
+	}
+	q, err := e.planWith(lens, modeMajor, chunk)
+	if err != nil {
+		if wholeErr == nil { // unsliced in several reads of the weights: worse than expert-major, but it runs
+			return whole, nil
+		}
+		return q, err
+	}
 	q.Note = fmt.Sprintf("MoE layers expert-major, experts in chunks of %d, each serving every slice (a layer's routed experts, %s, do not fit the device at once beside a slice; expert inputs %s in host memory)",
-		e.opts.ExpertChunk, experts, gb(q.StashBytes))
+		chunk, experts, gb(q.StashBytes))
 	return q, nil
+}
+
+// autoChunks are the expert chunks the plan tries when none is given: n/2, n/4, ... 1 (K3: 448, 224, 112,
+// 56, 28, 14, 7, 3, 1).
+func autoChunks(n int) []int {
+	var out []int
+	for c := n / 2; c >= 1; c /= 2 {
+		out = append(out, c)
+	}
+	return out
 }
 
 // layerMode is how a plan runs the layers.
@@ -164,10 +237,10 @@ const (
 	modeMajor                   // in slices, MoE layers expert chunk by expert chunk (WavePlan.ExpertMajor)
 )
 
-// planWith plans lens with the layers run as mode says.
-func (e *Engine) planWith(lens []int, mode layerMode) (WavePlan, error) {
+// planWith plans lens with the layers run as mode says and chunk routed experts at once (0: all chosen).
+func (e *Engine) planWith(lens []int, mode layerMode, chunk int) (WavePlan, error) {
 	p := WavePlan{Sequences: len(lens), DeviceBudget: e.deviceBudget(), HostBudget: e.hostBudget(),
-		Sliceable: mode != modeWhole, ExpertMajor: mode == modeMajor}
+		Sliceable: mode != modeWhole, ExpertMajor: mode == modeMajor, ExpertChunk: chunk}
 	for _, n := range lens {
 		p.Tokens += n
 		p.Longest = max(p.Longest, n)
@@ -193,7 +266,7 @@ func (e *Engine) planWith(lens []int, mode layerMode) (WavePlan, error) {
 		}
 		p.HostBudget -= p.StashBytes
 	}
-	p.WeightBytes = e.weightPeak(mode == modeSliced)
+	p.WeightBytes = e.weightPeakChunk(mode == modeSliced, chunk)
 	avail := p.DeviceBudget - p.WeightBytes - carry
 	least := int64(min(minSlice, max(p.Tokens, 1))) // a wave smaller than a slice needs only its own
 	if e.opts.SliceTokens > 0 {
@@ -393,7 +466,10 @@ func (e *Engine) uploaded() int64 {
 // weightPeak is the device memory the weights take at the peak of a wave, in checkpoint bytes: the
 // globals, the resident layers, the largest layer's own tensors, and its routed experts held at once (all
 // of them when sliced, since a layer's experts serve every slice; else a chunk).
-func (e *Engine) weightPeak(sliced bool) int64 {
+func (e *Engine) weightPeak(sliced bool) int64 { return e.weightPeakChunk(sliced, e.opts.ExpertChunk) }
+
+// weightPeakChunk is weightPeak with chunk experts held at once when not sliced (0: all).
+func (e *Engine) weightPeakChunk(sliced bool, chunk int) int64 {
 	m := e.Plan
 	var own, experts int64
 	for i, l := range m.Layers {
@@ -402,8 +478,8 @@ func (e *Engine) weightPeak(sliced bool) int64 {
 		if l.FFN == model.MoE {
 			per := x / int64(m.Config.NumExperts)
 			held := int64(m.Config.NumExperts)
-			if !sliced && e.opts.ExpertChunk > 0 {
-				held = int64(min(e.opts.ExpertChunk, m.Config.NumExperts))
+			if !sliced && chunk > 0 {
+				held = int64(min(chunk, m.Config.NumExperts))
 			}
 			experts = max(experts, per*held)
 		}

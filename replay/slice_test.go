@@ -338,3 +338,57 @@ func TestSliceInvarianceExpertMajor(t *testing.T) {
 		}
 	}
 }
+
+// TestPlanChoosesExpertChunk: with --expert-chunk 0 on a device too small for a layer's experts beside a
+// slice, the plan takes the largest chunk (halving from half the experts) that plans in one read with
+// slices of at least sliceFloor tokens or the whole wave (pickChunk), says so, holds the wave within its
+// device peak, and gives the unconstrained bits; unsliced and forced expert-major, under budgets that make
+// it halve.
+func TestPlanChoosesExpertChunk(t *testing.T) {
+	lens := []int{5, 7}
+	seqs := randomSequences(4, 3328, lens...)
+	want := runOne(t, openTiny(t, ops.BF16, EngineOptions{}), Request{Sequences: seqs, Options: Options{TopK: 3}})
+	probe := openPreset(t, "tiny", 1, cpu.New(cpu.Options{}), EngineOptions{ExpertChunk: 1})
+	act, state, _ := probe.tokenBytes()
+	accs := 4 * int64(probe.Model.Dims.Latent) * 12
+	for _, c := range []struct {
+		major  bool
+		budget int64
+	}{
+		{false, probe.weightPeakChunk(false, 2) + probe.carryBytes(7, false) + 12*(act+state)},
+		{true, probe.weightPeakChunk(false, 2) + probe.carryBytes(7, true) + accs + 12*(act+state)},
+	} {
+		cb := newCounting(ops.BF16)
+		var plan string
+		e := openPreset(t, "tiny", 1, cb, EngineOptions{DeviceMemory: c.budget, Log: func(s string) { plan = s }})
+		e.forceExpertMajor = c.major
+		cb.reset()
+		got, _, err := e.Run(context.Background(), []Request{{Sequences: seqs, Options: Options{TopK: 3}}})
+		if err != nil {
+			t.Fatalf("expert-major %v: %v", c.major, err)
+		}
+		p := e.plan
+		if !strings.Contains(plan, "chosen by the plan: --expert-chunk 0") || p.ExpertMajor != c.major || p.Waves != 1 {
+			t.Fatalf("expert-major %v: plan %q: want one read, a chunk chosen by the plan", c.major, plan)
+		}
+		if p.ExpertChunk >= 8 {
+			t.Errorf("expert-major %v: chunk %d: the budget should make the plan halve below 8", c.major, p.ExpertChunk)
+		}
+		for _, bigger := range autoChunks(probe.Plan.Config.NumExperts) {
+			if bigger <= p.ExpertChunk {
+				break
+			}
+			q, err := e.planChunked(lens, bigger)
+			if err == nil && q.Waves == 1 && (q.Slices == 1 || q.SliceTokens >= min(sliceFloor, q.WaveTokens)) {
+				t.Errorf("expert-major %v: chunk %d chosen, but %d plans in one read with slices as large (%s)", c.major, p.ExpertChunk, bigger, q)
+			}
+		}
+		if limit := p.DevicePeak - p.WeightBytes; cb.peak > limit {
+			t.Errorf("expert-major %v: device peak of activations and carries %d bytes, over the plan's %d (%s)", c.major, cb.peak, limit, p)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("expert-major %v: results differ from an unconstrained run", c.major)
+		}
+		t.Logf("%s", p)
+	}
+}

@@ -252,7 +252,7 @@ func (e *Engine) runWave(ctx context.Context, reqs []Request, given *WavePlan) (
 	experts.ahead = e.startAhead(ctx, plan.ExpertReadAhead) // nil over several devices (above)
 	defer experts.ahead.close()                             // a failed wave's read-ahead stops and gives its buffers back
 	pass := &model.Pass{Ctx: ctx, Model: e.Model, Layout: layout, Experts: experts, Obs: obs,
-		ExpertChunk: e.opts.ExpertChunk, PrefetchExperts: e.opts.PrefetchExperts,
+		ExpertChunk: plan.ExpertChunk, PrefetchExperts: e.opts.PrefetchExperts,
 		SliceTokens: plan.SliceTokens, HostState: plan.HostState, DeviceSlices: plan.DeviceSlices,
 		ExpertMajor: plan.ExpertMajor}
 	if e.feed != nil {

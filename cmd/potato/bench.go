@@ -60,7 +60,7 @@ func benchTo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs.StringVar(&f.waves, "tokens", "256,1024", "wave sizes in tokens, comma-separated")
 	fs.IntVar(&f.seqLen, "seq-len", 256, "tokens per sequence in a wave")
 	fs.IntVar(&f.repeat, "repeat", 3, "timed runs per wave size (the median is reported)")
-	fs.IntVar(&f.expertChunk, "expert-chunk", 0, "routed experts resident at once per MoE layer (0: all chosen)")
+	fs.IntVar(&f.expertChunk, "expert-chunk", 0, "routed experts resident at once per MoE layer (0: all chosen, or on a device too small for them the largest chunk the plan fits)")
 	fs.IntVar(&f.expertStreams, "expert-streams", 0, "cuda: streams the routed experts' GEMMs are spread over (0: the backend's default, 1: the compute stream alone); results do not depend on it")
 	fs.Float64Var(&f.boundFlops, "bound-flops", 0, "arithmetic rate of the bound in FLOP/s (0: measure the backend's MatMul); an H200's bf16 rate is about 790e12")
 	fs.Float64Var(&f.boundBandwidth, "bound-bandwidth", 0, "weight bandwidth of the bound in bytes/s (0: measure reading the checkpoint); pinned host-to-device on an H200 is about 55e9")
