@@ -315,13 +315,13 @@ func (e *Engine) planWith(lens []int, mode layerMode, chunk int) (WavePlan, erro
 		} else if rest := avail - int64(wave)*state; rest >= int64(min(wave, 4096))*act {
 			slice = int(rest / act) // state on the device, layers in slices
 		} else {
-			// Part of the state in host memory: slices as large as the budget holds beside their own state
-			// (what a slice costs beyond its rows, a layer's weights read again by the device, an
-			// expert-major layer's expert call, falls with the slice count: in run 38 slices of 2,048, half
-			// the budget going to other slices' state, took 896 expert calls and 8.4 s a MoE layer; slices
-			// of 5,120, 364 calls and 3.5 s),
-			// the rest keeping other slices' state on the device; halved while the state left for the
-			// host does not fit there (smaller slices leave room on the device for more slices' state).
+			// Part of the state in host memory: slices as large as the budget holds beside their own state,
+			// the rest keeping other slices' state on the device; halved while the state left for the host
+			// does not fit there (smaller slices leave room on the device for more slices' state). What a
+			// slice costs beyond its rows (a layer's weights read again by the device, an expert-major
+			// layer's expert call) falls with the slice count: in run 38 slices of 2,048, half the budget
+			// going to other slices' state, took 896 expert calls and 8.4 s a MoE layer; slices of 5,120,
+			// 364 calls and 3.5 s.
 			p.HostState = true
 			slice = roundSlice(int(avail / (act + state)))
 			for slice/2 >= min(sliceFloor, wave) && int64(hostTokens(wave, slice, avail, act, state))*hostState > p.HostBudget {
