@@ -1,0 +1,68 @@
+package replay
+
+// How the plan runs MoE layers on a device that cannot hold a layer's routed experts beside a slice:
+// the experts in chunks (EngineOptions.ExpertChunk, or chosen here when it is 0), layers unsliced when the
+// wave fits so in one read, else MoE layers expert-major (planSlicing in plan.go tries the usual plan
+// first).
+
+import "fmt"
+
+// pickChunk chooses among plans with ever smaller expert chunks (at least one): the largest chunk that
+// runs in one read with slices of at least sliceFloor tokens (or the whole wave), else the one-read plan
+// with the largest slices, else the first. A large chunk means fewer uploads of an expert-major layer's
+// inputs, but it leaves less room for slices, and each slice costs a read of the layer's weights by the
+// device and, expert-major, a pass over every chunk.
+func pickChunk(plans []WavePlan) WavePlan {
+	var best *WavePlan
+	for i := range plans {
+		q := &plans[i]
+		if q.Waves != 1 {
+			continue
+		}
+		if q.Slices == 1 || q.SliceTokens >= min(sliceFloor, q.WaveTokens) {
+			return *q
+		}
+		if best == nil || q.SliceTokens > best.SliceTokens {
+			best = q
+		}
+	}
+	if best != nil {
+		return *best
+	}
+	return plans[0]
+}
+
+// planChunked plans lens for a device that cannot hold a layer's routed experts beside a slice, with
+// chunk experts on the device at once: layers unsliced if the wave fits so in one read (and no slice size
+// is given), else MoE layers expert-major, else unsliced in several reads.
+func (e *Engine) planChunked(lens []int, chunk int) (WavePlan, error) {
+	experts := gb(e.weightPeak(true) - e.uploaded())
+	whole, wholeErr := WavePlan{}, fmt.Errorf("%w: not tried", ErrBudget)
+	if e.opts.SliceTokens == 0 && !e.forceExpertMajor {
+		whole, wholeErr = e.planWith(lens, modeWhole, chunk)
+		whole.Note = fmt.Sprintf("layers unsliced: a layer's routed experts (%s) do not fit the device at once beside a slice; experts in chunks of %d", experts, chunk)
+		if wholeErr == nil && whole.Waves == 1 {
+			return whole, nil
+		}
+	}
+	q, err := e.planWith(lens, modeMajor, chunk)
+	if err != nil {
+		if wholeErr == nil { // unsliced in several reads of the weights: worse than expert-major, but it runs
+			return whole, nil
+		}
+		return q, err
+	}
+	q.Note = fmt.Sprintf("MoE layers expert-major, experts in chunks of %d, each serving every slice (a layer's routed experts, %s, do not fit the device at once beside a slice; expert inputs %s in host memory)",
+		chunk, experts, gb(q.StashBytes))
+	return q, nil
+}
+
+// autoChunks are the expert chunks the plan tries when none is given: n/2, n/4, ... 1 (K3: 448, 224, 112,
+// 56, 28, 14, 7, 3, 1).
+func autoChunks(n int) []int {
+	var out []int
+	for c := n / 2; c >= 1; c /= 2 {
+		out = append(out, c)
+	}
+	return out
+}
