@@ -53,6 +53,8 @@ if [[ ! -d "$MODEL" && " ${STEPS:-all} " != " tests " && " ${STEPS:-all} " != " 
   log "synth exit $?"
 fi
 FLAGS=(--backend cuda --model "$MODEL" --expert-chunk 128 --bound-flops 790e12 --bound-bandwidth 55e9 --repeat 1)
+# the same with the default --expert-chunk 0: on a small card the plan picks the chunk (replay/plan_chunks.go)
+AUTO=(--backend cuda --model "$MODEL" --bound-flops 790e12 --bound-bandwidth 55e9 --repeat 1)
 PINNED=(--host-cache 45GB --resident 5GB)
 # step NAME LIMIT ARGS...: runs the binary with ARGS for at most LIMIT seconds (less near the call's end)
 # STEPS: the steps to run (default: all), e.g. STEPS="plans pinned_1m"; DEADLINE: the seconds this script
@@ -94,6 +96,9 @@ step single_16k_24gb 120 bench "${FLAGS[@]}" --device-memory 24GB --tokens 16384
 step single_1m 330 bench "${FLAGS[@]}" --op-profile --tokens 1048576 --seq-len 1048576
 step single_262k_24gb 200 bench "${FLAGS[@]}" --device-memory 24GB --tokens 262144 --seq-len 262144
 step prof_262k_24gb 200 bench "${FLAGS[@]}" --op-profile --device-memory 24GB --tokens 262144 --seq-len 262144
+step plans_24gb_auto 60 bench "${AUTO[@]}" --plan-only --device-memory 24GB --tokens 16384,32768,262144 --seq-len 262144
+step single_262k_24gb_auto 200 bench "${AUTO[@]}" --device-memory 24GB --tokens 262144 --seq-len 262144
+step disk_262k_24gb_auto 300 bench "${AUTO[@]}" --direct-io --device-memory 24GB --tokens 262144 --seq-len 262144
 # Where a layer's time goes, per op (--op-profile), in one slice and past it.
 step prof_65k 120 bench "${FLAGS[@]}" "${PINNED[@]}" --op-profile --tokens 65536 --seq-len 4096
 step prof_262k 150 bench "${FLAGS[@]}" "${PINNED[@]}" --op-profile --tokens 262144 --seq-len 4096
