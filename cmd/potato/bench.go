@@ -162,21 +162,6 @@ func benchTo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			slices.Max(sizes), time.Since(start).Seconds(), float64(l.engine.HostCacheBytes())/1e9, float64(f.hostCache)/1e9,
 			float64(l.engine.ResidentBytes())/1e9, float64(f.resident)/1e9)
 	}
-	// The read-ahead's host buffers are allocated once an engine (page-locked on the CUDA backend, where
-	// pinning holds back the device's thread): before the timed waves, so that they time what every wave
-	// after an engine's first one costs, with the one-time cost said apart.
-	if !f.planOnly {
-		_, lens := benchRequest(slices.Max(sizes), f.seqLen, l.engine.Model.Dims.Vocab)
-		start := time.Now()
-		n, err := l.engine.PinHostBuffers(lens)
-		if err != nil {
-			return err
-		}
-		if n > 0 {
-			fmt.Fprintf(stdout, "host buffers for the experts' read-ahead: %s allocated in %.2fs before the timed waves (once an engine; a server's first large wave pays it)\n",
-				humanBytes(n), time.Since(start).Seconds())
-		}
-	}
 	// A backend that times its ops (cuda) always gives the layers' device timeline; --op-profile adds
 	// the tables of ops.
 	var prof *benchProfile
@@ -186,6 +171,9 @@ func benchTo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		fmt.Fprintf(stdout, "--op-profile: the %s backend does not time its ops (no ops.OpProfiler); benching without the op profile\n", l.backend)
 	}
 	for _, n := range sizes {
+		if err := pinReadAhead(stdout, l, n, f.seqLen); err != nil {
+			return err
+		}
 		if err := benchWave(ctx, stdout, l, bound, n, f.seqLen, f.repeat, prof); err != nil {
 			return err
 		}
@@ -328,6 +316,25 @@ func benchRequest(n, seqLen, vocab int) (replay.Request, []int) {
 		lens = append(lens, t)
 	}
 	return req, lens
+}
+
+// pinReadAhead allocates, before the timed waves of n tokens, the host buffers their experts' read-ahead
+// uses (page-locked on the CUDA backend, where pinning holds back the device's thread), so that the waves
+// time what every wave after an engine's first one costs, and says what the one-time cost was. Per size:
+// a wave that reads nothing ahead releases the buffers (replay/readahead.go), so a smaller size before a
+// larger one would otherwise leave the larger's first timed wave to pin them again.
+func pinReadAhead(stdout io.Writer, l *loaded, n, seqLen int) error {
+	_, lens := benchRequest(n, seqLen, l.engine.Model.Dims.Vocab)
+	start := time.Now()
+	got, err := l.engine.PinHostBuffers(lens)
+	if err != nil {
+		return err
+	}
+	if got > 0 {
+		fmt.Fprintf(stdout, "host buffers for the experts' read-ahead: %s allocated in %.2fs before the timed waves of %d tokens (once an engine; a server's first large wave pays it)\n",
+			humanBytes(got), time.Since(start).Seconds(), n)
+	}
+	return nil
 }
 
 // runBenchWave runs one wave of benchRequest(n, seqLen) and returns its accounting.

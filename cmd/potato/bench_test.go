@@ -64,3 +64,25 @@ func TestBenchPlanOnly(t *testing.T) {
 		t.Errorf("a 1 MB device budget: want a refusal naming --device-memory:\n%s", out.String())
 	}
 }
+
+// TestBenchPinsReadAhead: before the timed waves of a size whose experts are read ahead, bench allocates
+// the read-ahead's host buffers and says so, once, before that size's plan; a size too small to read
+// ahead (8 tokens) pins nothing, and a later larger size is still pinned before it is timed.
+func TestBenchPinsReadAhead(t *testing.T) {
+	dir := tinyModel(t)
+	var out, progress strings.Builder
+	err := benchTo(context.Background(), []string{"--model", dir, "--tokens", "8,512", "--seq-len", "128", "--repeat", "1",
+		"--bound-flops", "1e10"}, &out, &progress)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := out.String()
+	pin := strings.Index(s, "host buffers for the experts' read-ahead:")
+	small, large := strings.Index(s, "wave of 8 tokens"), strings.Index(s, "plan: wave 512 tokens")
+	if pin < 0 || strings.Count(s, "host buffers for the experts' read-ahead:") != 1 || !(small < pin && pin < large) {
+		t.Errorf("want one read-ahead pinning line after the 8-token wave and before the 512-token plan:\n%s", s)
+	}
+	if !strings.Contains(s, "before the timed waves of 512 tokens") {
+		t.Errorf("the pinning line does not name its size:\n%s", s)
+	}
+}
