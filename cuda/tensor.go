@@ -1,12 +1,12 @@
 package cuda
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
 
 	"github.com/potato-k3/potato-k3/cuda/bind"
+	"github.com/potato-k3/potato-k3/replay/bf16"
 	"github.com/potato-k3/potato-k3/replay/ops"
 )
 
@@ -216,9 +216,7 @@ func (b *Backend) ToHost(x ops.Tensor) ([]float32, error) {
 			if err := b.dv.ToHost(raw, t.ptr); err != nil {
 				return err
 			}
-			for i := range out {
-				out[i] = math.Float32frombits(uint32(binary.LittleEndian.Uint16(raw[2*i:])) << 16)
-			}
+			bf16.Decode(out, raw)
 			return nil
 		}
 		return download(b, out, t.ptr)

@@ -53,3 +53,24 @@ func Encode(dst []byte, src []float32) {
 		dst[2*i+1] = byte(b >> 8)
 	}
 }
+
+// Bits writes the bfloat16 bits of src's values into dst (len(dst) >= len(src)) and reports whether every
+// value is a bfloat16 value (its low 16 bits zero); it stops at the first that is not, dst then partly
+// written. Exact: no value is rounded.
+func Bits(dst []uint16, src []float32) bool {
+	for i, x := range src {
+		u := math.Float32bits(x)
+		if u&0xffff != 0 {
+			return false
+		}
+		dst[i] = uint16(u >> 16)
+	}
+	return true
+}
+
+// Widen writes the float32 values of the bfloat16 bits src into dst (len(dst) >= len(src)).
+func Widen(dst []float32, src []uint16) {
+	for i, b := range src {
+		dst[i] = BF16(b).Float32()
+	}
+}

@@ -73,3 +73,27 @@ func TestEncodeDecodeRoundTrip(t *testing.T) {
 		t.Errorf("1.0 encoded as % x, want 80 3f", buf[2:4])
 	}
 }
+
+// TestBitsWiden: Bits gives the upper halves of bfloat16 values and refuses a float32 that is not one,
+// wherever it stands; Widen gives the values back, bit for bit.
+func TestBitsWiden(t *testing.T) {
+	src := []float32{0, float32(math.Copysign(0, -1)), 1, -2.5, float32(math.Inf(1)), math.Float32frombits(0x00010000), 3.140625}
+	bits := make([]uint16, len(src))
+	if !Bits(bits, src) {
+		t.Fatal("bfloat16 values refused")
+	}
+	back := make([]float32, len(bits))
+	Widen(back, bits)
+	for i := range src {
+		if math.Float32bits(back[i]) != math.Float32bits(src[i]) || uint32(bits[i])<<16 != math.Float32bits(src[i]) {
+			t.Errorf("value %d: %#x -> bits %#04x -> %#x", i, math.Float32bits(src[i]), bits[i], math.Float32bits(back[i]))
+		}
+	}
+	for _, at := range []int{0, 3, len(src) - 1} {
+		w := append([]float32(nil), src...)
+		w[at] = math.Float32frombits(math.Float32bits(w[at]) | 0x8000)
+		if Bits(bits, w) {
+			t.Errorf("a float32 value at %d taken for bfloat16", at)
+		}
+	}
+}

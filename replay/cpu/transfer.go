@@ -1,9 +1,9 @@
 package cpu
 
 import (
-	"math"
 	"sync/atomic"
 
+	"github.com/potato-k3/potato-k3/replay/bf16"
 	"github.com/potato-k3/potato-k3/replay/ops"
 )
 
@@ -25,12 +25,9 @@ func (b *Backend) ToHostBF16(x ops.Tensor, dst []uint16) error {
 	var bad atomic.Bool
 	const chunk = 1 << 16
 	b.parallel((len(dst)+chunk-1)/chunk, func(i int) {
-		for j := i * chunk; j < min(len(dst), (i+1)*chunk); j++ {
-			u := math.Float32bits(t.data[j])
-			if u&0xffff != 0 {
-				bad.Store(true)
-			}
-			dst[j] = uint16(u >> 16)
+		lo, hi := i*chunk, min(len(dst), (i+1)*chunk)
+		if !bf16.Bits(dst[lo:hi], t.data[lo:hi]) {
+			bad.Store(true)
 		}
 	})
 	if bad.Load() {
@@ -55,9 +52,8 @@ func (b *Backend) FromHostBF16(rows, cols int, src []uint16) (ops.Tensor, error)
 	t := newTensor(rows, cols)
 	const chunk = 1 << 16
 	b.parallel((len(src)+chunk-1)/chunk, func(i int) {
-		for j := i * chunk; j < min(len(src), (i+1)*chunk); j++ {
-			t.data[j] = math.Float32frombits(uint32(src[j]) << 16)
-		}
+		lo, hi := i*chunk, min(len(src), (i+1)*chunk)
+		bf16.Widen(t.data[lo:hi], src[lo:hi])
 	})
 	return t, nil
 }

@@ -1,10 +1,11 @@
 package model
 
 import (
-	"math"
 	"runtime"
 	"sync"
 	"sync/atomic"
+
+	"github.com/potato-k3/potato-k3/replay/bf16"
 )
 
 // Converting a slice's state between float32 and the bfloat16 bits kept in host memory touches every
@@ -34,15 +35,10 @@ func eachRange(n int, fn func(lo, hi int)) {
 // else ok false.
 func toBF16Bits(v []float32) (bf []uint16, ok bool) {
 	bf = make([]uint16, len(v))
-	var float32s atomic.Bool // some value is not a bfloat16 value: every range stops
+	var float32s atomic.Bool // some value is not a bfloat16 value: ranges not yet begun skip
 	eachRange(len(v), func(lo, hi int) {
-		for i := lo; i < hi && !float32s.Load(); i++ {
-			u := math.Float32bits(v[i])
-			if u&0xffff != 0 {
-				float32s.Store(true)
-				return
-			}
-			bf[i] = uint16(u >> 16)
+		if !float32s.Load() && !bf16.Bits(bf[lo:hi], v[lo:hi]) {
+			float32s.Store(true)
 		}
 	})
 	if float32s.Load() {
@@ -54,10 +50,6 @@ func toBF16Bits(v []float32) (bf []uint16, ok bool) {
 // fromBF16Bits returns the float32 values of bfloat16 bits.
 func fromBF16Bits(bf []uint16) []float32 {
 	v := make([]float32, len(bf))
-	eachRange(len(bf), func(lo, hi int) {
-		for i := lo; i < hi; i++ {
-			v[i] = math.Float32frombits(uint32(bf[i]) << 16)
-		}
-	})
+	eachRange(len(bf), func(lo, hi int) { bf16.Widen(v[lo:hi], bf[lo:hi]) })
 	return v
 }

@@ -1,8 +1,7 @@
 package opstest
 
 import (
-	"math"
-
+	"github.com/potato-k3/potato-k3/replay/bf16"
 	"github.com/potato-k3/potato-k3/replay/ops"
 )
 
@@ -62,8 +61,6 @@ func testBF16Transfer(s *suite) {
 // widen returns the float32 values of bfloat16 bits.
 func widen(bits []uint16) []float32 {
 	out := make([]float32, len(bits))
-	for i, b := range bits {
-		out[i] = math.Float32frombits(uint32(b) << 16)
-	}
+	bf16.Widen(out, bits)
 	return out
 }
