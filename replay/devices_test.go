@@ -73,11 +73,7 @@ func TestDevicesBitIdentical(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var own int64
-	for i := range plan.Layers {
-		o, _ := plan.LayerBytes(i)
-		own += o
-	}
+	own := ownBytes(plan)
 	seqs := randomSequences(11, 3328, 120, 33, 1, 64, 65, 17, 200)
 	optsA := Options{TopK: 5, Hidden: []int{0, 4, 7}, Lens: []int{2, 7}, Router: true, AttnRes: true}
 	optsB := Options{TopK: 2, Lens: []int{3}}

@@ -66,3 +66,13 @@ func openSynth(t testing.TB, preset string, seed uint64) (*model.Plan, *checkpoi
 	t.Cleanup(func() { d.Close() })
 	return plan, d
 }
+
+// ownBytes is the checkpoint bytes of every layer's own tensors (its routed experts left out).
+func ownBytes(plan *model.Plan) int64 {
+	var own int64
+	for i := range plan.Layers {
+		o, _ := plan.LayerBytes(i)
+		own += o
+	}
+	return own
+}

@@ -55,22 +55,13 @@ func (c *tensorCounter) take() map[string]int {
 // openCounted opens the tiny preset through a tensorCounter on backend b.
 func openCounted(t *testing.T, b ops.Backend, opts EngineOptions) (*Engine, *tensorCounter) {
 	t.Helper()
-	dir := synthModel(t, "tiny", 1)
-	plan, err := model.ReadFile(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := checkpoint.Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	plan, d := openSynth(t, "tiny", 1) // d closes at the test's end, after the engine
 	c := &tensorCounter{Dir: d}
 	e, err := NewEngine(context.Background(), plan, c, b, opts)
 	if err != nil {
-		d.Close()
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { e.Close(); d.Close() })
+	t.Cleanup(func() { e.Close() })
 	c.take()
 	return e, c
 }

@@ -21,11 +21,7 @@ func TestResidentLayers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var own int64
-	for i := range plan.Layers {
-		o, _ := plan.LayerBytes(i)
-		own += o
-	}
+	own := ownBytes(plan)
 	first, _ := plan.LayerBytes(0)
 	second, _ := plan.LayerBytes(1)
 	seqs := randomSequences(9, 3328, 120, 33)
