@@ -37,18 +37,20 @@ func pickChunk(plans []WavePlan) WavePlan {
 // is given), else MoE layers expert-major, else unsliced in several reads.
 func (e *Engine) planChunked(lens []int, chunk int) (WavePlan, error) {
 	experts := gb(e.weightPeak(true) - e.uploaded())
-	whole, wholeErr := WavePlan{}, fmt.Errorf("%w: not tried", ErrBudget)
+	var whole *WavePlan // unsliced, when it plans
 	if e.opts.SliceTokens == 0 && !e.forceExpertMajor {
-		whole, wholeErr = e.planWith(lens, modeWhole, chunk)
-		whole.Note = fmt.Sprintf("layers unsliced: a layer's routed experts (%s) do not fit the device at once beside a slice; experts in chunks of %d", experts, chunk)
-		if wholeErr == nil && whole.Waves == 1 {
-			return whole, nil
+		if q, err := e.planWith(lens, modeWhole, chunk); err == nil {
+			q.Note = fmt.Sprintf("layers unsliced: a layer's routed experts (%s) do not fit the device at once beside a slice; experts in chunks of %d", experts, chunk)
+			if q.Waves == 1 {
+				return q, nil
+			}
+			whole = &q
 		}
 	}
 	q, err := e.planWith(lens, modeMajor, chunk)
 	if err != nil {
-		if wholeErr == nil { // unsliced in several reads of the weights: worse than expert-major, but it runs
-			return whole, nil
+		if whole != nil { // unsliced in several reads of the weights: worse than expert-major, but it runs
+			return *whole, nil
 		}
 		return q, err
 	}

@@ -103,30 +103,6 @@ func (e *Engine) aheadBatchSize() int {
 	return expertBatch
 }
 
-// aheadSlab is the engine's slots: equal arenas from the pool, kept across layers and waves so that a
-// layer's read-ahead does not pin its memory again (pinning ran at about 3 GB/s on the H200: 1.2 s for
-// 3.5 GB, cuda/records/JOURNAL.md; on the CUDA backend the pinning runs on its CUDA thread). A wave
-// takes what its budget allows and keeps, for the next, as many as it used at once; a wave with a smaller
-// budget or another slot size, and Close, release the rest.
-type aheadSlab struct {
-	size int      // bytes of every slot
-	idle [][]byte // slots not in use
-	n    int      // slots allocated, idle or in use
-}
-
-// fit keeps at most max idle slots of size bytes, releasing the others through pool.
-func (s *aheadSlab) fit(pool *hostPool, size, max int) {
-	if s.size != size {
-		max = 0
-	}
-	for len(s.idle) > max {
-		_ = pool.release(s.idle[len(s.idle)-1]) // a backend that fails to free host memory frees it when it closes
-		s.idle = s.idle[:len(s.idle)-1]
-		s.n--
-	}
-	s.size = size
-}
-
 // expertAhead is one wave's read-ahead of routed experts (see the top of this file). Its methods are safe
 // for concurrent use; a nil *expertAhead reads nothing ahead.
 type expertAhead struct {
@@ -195,12 +171,7 @@ type aheadBatch struct {
 
 // startAhead starts the read-ahead of a wave whose plan grants budget bytes (nil: none).
 func (e *Engine) startAhead(ctx context.Context, budget int64) *expertAhead {
-	size := e.aheadSlotBytes()
-	slots := 0
-	if budget > 0 && size > 0 {
-		slots = int(budget / size)
-	}
-	e.slab.fit(e.pool, int(size), slots)
+	slots := e.fitSlab(budget)
 	if slots < 1 {
 		return nil
 	}
