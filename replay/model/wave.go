@@ -91,13 +91,26 @@ func (w *Wave) HostBytes() int64 {
 }
 
 // load returns slice j's state on the backend.
-func (w *Wave) load(b ops.Backend, j int) (*State, error) {
+func (w *Wave) load(b ops.Backend, j int) (*State, error) { return w.loadState(b, j, true) }
+
+// loadSum is load for a step that reads and changes the running sum alone: a slice in host memory
+// uploads p and leaves its blocks there (an expert-major layer's last phase, a hidden-state capture). At
+// K3's depth a slice holds up to 8 blocks beside p, so this is up to 9 times less traffic than load.
+func (w *Wave) loadSum(b ops.Backend, j int) (*State, error) { return w.loadState(b, j, false) }
+
+// loadState brings slice j's state to the backend: a slice in host memory uploads its running sum, and
+// its blocks too when blocks is set.
+func (w *Wave) loadState(b ops.Backend, j int, blocks bool) (*State, error) {
 	if w.dev[j] != nil {
 		return w.dev[j], nil
 	}
 	h := w.host[j]
 	st := &State{}
-	for _, hb := range h.blocks {
+	var up []hostRows
+	if blocks {
+		up = h.blocks
+	}
+	for _, hb := range up {
 		t, err := hb.upload(b)
 		if err != nil {
 			st.Free(b)
@@ -110,25 +123,6 @@ func (w *Wave) load(b ops.Backend, j int) (*State, error) {
 		if err != nil {
 			st.Free(b)
 			return nil, fmt.Errorf("state of slice %d: %w", j, err)
-		}
-		st.P = t
-	}
-	w.dev[j] = st
-	return st, nil
-}
-
-// loadSum is load for a step that reads and changes the running sum alone: a slice in host memory
-// uploads p and leaves its blocks there (an expert-major layer's last phase, a hidden-state capture). At
-// K3's depth a slice holds up to 8 blocks beside p, so this is up to 9 times less traffic than load.
-func (w *Wave) loadSum(b ops.Backend, j int) (*State, error) {
-	if w.dev[j] != nil {
-		return w.dev[j], nil
-	}
-	st := &State{}
-	if p := w.host[j].p; p.rows > 0 {
-		t, err := p.upload(b)
-		if err != nil {
-			return nil, fmt.Errorf("state of slice %d: running sum: %w", j, err)
 		}
 		st.P = t
 	}
