@@ -111,10 +111,11 @@ func (d *Device) ToHost(dst []byte, src uint64) error {
 	if err := issue(0, 0); err != nil {
 		return err
 	}
+	// One half holds the whole transfer (stagingHalves), so only two halves have a next piece.
 	for i, off := 0, 0; off < len(dst); i++ {
 		h := halves[i%len(halves)]
 		n := min(len(h), len(dst)-off)
-		if len(halves) > 1 && off+n < len(dst) { // the next piece comes into the other half meanwhile
+		if off+n < len(dst) { // the next piece comes into the other half meanwhile
 			if err := issue(i+1, off+n); err != nil {
 				return err
 			}
@@ -128,11 +129,6 @@ func (d *Device) ToHost(dst []byte, src uint64) error {
 		}
 		ParallelCopy(dst[off:off+n], h[:n])
 		off += n
-		if len(halves) == 1 && off < len(dst) {
-			if err := issue(i+1, off); err != nil {
-				return err
-			}
-		}
 	}
 	return d.Sync()
 }
