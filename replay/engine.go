@@ -53,6 +53,11 @@ type EngineOptions struct {
 	// when a layer's experts do not fit the device beside a slice, the largest chunk the plan fits:
 	// WavePlan.ExpertChunk).
 	ExpertChunk int
+	// ExpertMajor runs MoE layers expert-major (WavePlan.ExpertMajor) whenever the layers run in slices,
+	// even where a layer's experts fit the device beside a slice: each chunk of experts serves every
+	// slice, and the slices pool into expert calls of many slices' rows, for the price of the expert
+	// inputs' trips to host memory. The plan chooses it on its own only where the experts do not fit.
+	ExpertMajor bool
 	// MaxWaveTokens bounds the tokens of one wave (0: no bound but the memory budgets, which the wave
 	// plan applies): larger requests run as several waves, each reading the weights again. Results do not
 	// depend on it.

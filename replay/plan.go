@@ -42,6 +42,10 @@ type WavePlan struct {
 	// the device.
 	ExpertMajor bool
 	StashBytes  int64
+	// ExpertPool is the device memory an expert-major layer's expert call may take for its rows and the
+	// backend's scratch: a slice's activations, which that phase does not hold. Consecutive slices whose
+	// call fits share one call (model.Pass.PoolBytes).
+	ExpertPool int64
 	// ExpertChunk is how many routed experts of an MoE layer the wave holds on the device at once
 	// (EngineOptions.ExpertChunk, or, when that is 0 and a layer's experts do not fit beside a slice, the
 	// chunk the plan chose; 0: all chosen at once).
@@ -134,7 +138,7 @@ func (e *Engine) planSlicing(lens []int) (WavePlan, error) {
 		return e.planWith(lens, modeWhole, e.opts.ExpertChunk)
 	}
 	p, err := e.planWith(lens, modeSliced, e.opts.ExpertChunk)
-	if e.forceExpertMajor {
+	if e.forceExpertMajor || e.opts.ExpertMajor {
 		err = fmt.Errorf("%w: expert-major forced", ErrBudget)
 	}
 	if err == nil || e.Plan.Count(model.KDA, model.MoE)+e.Plan.Count(model.MLA, model.MoE) == 0 {
@@ -286,6 +290,9 @@ func (e *Engine) planWith(lens []int, mode layerMode, chunk int) (WavePlan, erro
 	p.Slices = (wave + slice - 1) / max(slice, 1)
 	p.StateBytes = int64(wave) * state
 	p.DevicePeak = p.WeightBytes + carry + int64(min(slice, wave))*act
+	if p.ExpertMajor {
+		p.ExpertPool = int64(min(slice, wave)) * act
+	}
 	if p.HostState {
 		p.DeviceSlices = min(devSlices(slice, avail, act, state), p.Slices)
 		p.HostState = p.DeviceSlices < p.Slices
@@ -346,14 +353,10 @@ func (e *Engine) prefixBytes(longest int) (fixed, perRow int64, ok bool) {
 
 // expertScratch is the routed experts' scratch a token takes in ExpertsAccumulate (0 without MoE layers).
 func (e *Engine) expertScratch() int64 {
-	d := e.Model.Dims
 	if e.Plan.Count(model.KDA, model.MoE)+e.Plan.Count(model.MLA, model.MoE) == 0 {
 		return 0
 	}
-	if s, ok := e.Model.Ops.(ops.ExpertScratch); ok {
-		return s.ExpertScratchBytes(1, d.TopK, d.Latent, d.ExpertFFN)
-	}
-	return 4 * int64(d.TopK) * int64(d.Latent+2*d.ExpertFFN)
+	return e.Model.ExpertScratchBytes(1, e.Model.Dims.TopK)
 }
 
 // devSlices is how many slices of n tokens keep their state on the device beside the running slice's

@@ -38,7 +38,7 @@ func pickChunk(plans []WavePlan) WavePlan {
 func (e *Engine) planChunked(lens []int, chunk int) (WavePlan, error) {
 	experts := gb(e.weightPeak(true) - e.uploaded())
 	var whole *WavePlan // unsliced, when it plans
-	if e.opts.SliceTokens == 0 && !e.forceExpertMajor {
+	if e.opts.SliceTokens == 0 && !(e.forceExpertMajor || e.opts.ExpertMajor) {
 		if q, err := e.planWith(lens, modeWhole, chunk); err == nil {
 			q.Note = fmt.Sprintf("layers unsliced: a layer's routed experts (%s) do not fit the device at once beside a slice; experts in chunks of %d", experts, chunk)
 			if q.Waves == 1 {
@@ -54,8 +54,8 @@ func (e *Engine) planChunked(lens []int, chunk int) (WavePlan, error) {
 		}
 		return q, err
 	}
-	q.Note = fmt.Sprintf("MoE layers expert-major, experts in chunks of %d, each serving every slice (a layer's routed experts, %s, do not fit the device at once beside a slice; expert inputs %s in host memory)",
-		chunk, experts, gb(q.StashBytes))
+	q.Note = fmt.Sprintf("MoE layers expert-major, experts in chunks of %d, each serving every slice, slices pooled into expert calls of up to %s (a layer's routed experts, %s, do not fit the device at once beside a slice; expert inputs %s in host memory)",
+		chunk, gb(q.ExpertPool), experts, gb(q.StashBytes))
 	return q, nil
 }
 

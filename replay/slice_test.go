@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -98,6 +99,32 @@ func slicedDeviceFor(t *testing.T, e *Engine, n int) int64 {
 type counting struct {
 	*cpu.Backend
 	liveBytes
+	// expertRows has the rows of every ExpertsAccumulate call; with scratch set, each call also counts
+	// scratch(pairs) bytes while it runs, pairs being its (row, expert) pairs with the expert given.
+	expertRows []int
+	scratch    func(pairs int) int64
+}
+
+func (c *counting) ExpertsAccumulate(acc, z ops.Tensor, r ops.Routing, experts []ops.Expert, beta, linBeta float32) error {
+	c.mu.Lock()
+	c.expertRows = append(c.expertRows, z.Rows())
+	c.mu.Unlock()
+	if c.scratch != nil {
+		given := map[int32]bool{}
+		for _, e := range experts {
+			given[int32(e.ID())] = true
+		}
+		pairs := 0
+		for _, id := range r.IDs {
+			if given[id] {
+				pairs++
+			}
+		}
+		key := new(int)
+		c.add(key, c.scratch(pairs))
+		defer c.drop(key)
+	}
+	return c.Backend.ExpertsAccumulate(acc, z, r, experts, beta, linBeta)
 }
 
 func newCounting(p ops.Precision) *counting {
@@ -295,6 +322,7 @@ func TestPlanExpertMajor(t *testing.T) {
 	// expert-major on its own: the test forces it, and holds it to its plan under a budget of a few slices
 	budget := probe.weightPeak(false) + probe.carryBytes(1000, true) + accs + 300*act + int64(total)*state/4
 	c := newCounting(ops.BF16)
+	c.scratch = func(pairs int) int64 { return probe.Model.ExpertScratchBytes(pairs, 1) }
 	var plans []string
 	e := openPreset(t, "tiny", 1, c, EngineOptions{ExpertChunk: 1, DeviceMemory: budget, Log: func(s string) { plans = append(plans, s) }})
 	e.forceExpertMajor = true
@@ -308,6 +336,10 @@ func TestPlanExpertMajor(t *testing.T) {
 	p := e.plan
 	if !p.ExpertMajor || p.Waves != 1 || p.Slices < 2 || !strings.Contains(p.String(), "MoE layers expert-major") {
 		t.Fatalf("plan %s: want one read in several slices, MoE layers expert-major", p)
+	}
+	// the slices pool into expert calls of more rows than a slice (moe_pool.go)
+	if most := slices.Max(c.expertRows); most <= p.SliceTokens {
+		t.Errorf("expert calls of at most %d rows with slices of %d: no slices pooled (%s)", most, p.SliceTokens, p)
 	}
 	if limit := p.DevicePeak - p.WeightBytes; c.peak > limit {
 		t.Errorf("device peak of activations and carries %d bytes, over the plan's %d (%s)", c.peak, limit, p)

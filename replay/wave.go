@@ -254,7 +254,7 @@ func (e *Engine) runWave(ctx context.Context, reqs []Request, given *WavePlan) (
 	pass := &model.Pass{Ctx: ctx, Model: e.Model, Layout: layout, Experts: experts, Obs: obs,
 		ExpertChunk: plan.ExpertChunk, PrefetchExperts: e.opts.PrefetchExperts,
 		SliceTokens: plan.SliceTokens, HostState: plan.HostState, DeviceSlices: plan.DeviceSlices,
-		ExpertMajor: plan.ExpertMajor}
+		ExpertMajor: plan.ExpertMajor, PoolBytes: plan.ExpertPool}
 	if e.feed != nil {
 		pass.Experts = e.feed.experts(experts)
 	}

@@ -99,9 +99,13 @@ step prof_262k_24gb 200 bench "${FLAGS[@]}" --op-profile --device-memory 24GB --
 step plans_24gb_auto 60 bench "${AUTO[@]}" --plan-only --device-memory 24GB --tokens 16384,32768,262144 --seq-len 262144
 step single_262k_24gb_auto 200 bench "${AUTO[@]}" --device-memory 24GB --tokens 262144 --seq-len 262144
 step disk_262k_24gb_auto 300 bench "${AUTO[@]}" --direct-io --device-memory 24GB --tokens 262144 --seq-len 262144
+step prof_262k_24gb_auto 200 bench "${AUTO[@]}" --op-profile --device-memory 24GB --tokens 262144 --seq-len 262144
 # Where a layer's time goes, per op (--op-profile), in one slice and past it.
 step prof_65k 120 bench "${FLAGS[@]}" "${PINNED[@]}" --op-profile --tokens 65536 --seq-len 4096
 step prof_262k 150 bench "${FLAGS[@]}" "${PINNED[@]}" --op-profile --tokens 262144 --seq-len 4096
+# the same wave with MoE layers expert-major (--expert-major): the slices pooled into each chunk's expert
+# calls, the expert inputs through host memory
+step prof_262k_major 150 bench "${FLAGS[@]}" "${PINNED[@]}" --expert-major --op-profile --tokens 262144 --seq-len 4096
 # The tables a replay writes, opened by pyarrow (installed on the GPU machine, not on CI's), as README says.
 if [[ $STEPS == all || " $STEPS " == *" arrow "* ]]; then
   mkdir -p /tmp/slice/arrow

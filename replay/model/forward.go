@@ -67,15 +67,20 @@ type Pass struct {
 	// of ExpertChunk routed experts is uploaded once and serves every slice before it is freed, for a
 	// device that cannot hold a layer's experts beside a slice. Results do not depend on it.
 	ExpertMajor bool
-	layer       int
-	lastChosen  int // distinct experts the last MoE layer of this pass chose
-	slices      []ops.SliceLayout
-	cur         ops.SliceLayout // the slice a layer is running
-	curIndex    int
-	carries     carries            // the token-mixing ops' carries of the layer running
-	held        map[int]ops.Expert // routed experts uploaded for the layer running, shared by its slices
-	seen        seenObs            // what the slices of the layer running report, for the observer
-	spare       [][]uint16         // host buffers of the last expert-major layer's stash, for the next (moe_major.go)
+	// PoolBytes is the device memory an expert-major layer's expert call may take beyond its accumulator
+	// (its rows of z and the backend's scratch: moe_pool.go): consecutive slices whose call fits share it.
+	// 0: a call a slice. Results do not depend on it.
+	PoolBytes  int64
+	lastPools  int // pools of slices the last expert-major layer's expert calls ran over
+	layer      int
+	lastChosen int // distinct experts the last MoE layer of this pass chose
+	slices     []ops.SliceLayout
+	cur        ops.SliceLayout // the slice a layer is running
+	curIndex   int
+	carries    carries            // the token-mixing ops' carries of the layer running
+	held       map[int]ops.Expert // routed experts uploaded for the layer running, shared by its slices
+	seen       seenObs            // what the slices of the layer running report, for the observer
+	spare      [][]uint16         // host buffers of the last expert-major layer's stash, for the next (moe_major.go)
 }
 
 // State is the per-token state a wave carries between layers (K3_SPEC.md 5.1): the completed AttnRes block

@@ -27,27 +27,23 @@ func (f *Pass) expertMajor(w *LayerWeights) bool {
 	return f.ExpertMajor && f.Sliced() && w.Layer.FFN == MoE
 }
 
-// spareRows returns a host buffer that an earlier expert-major layer's stash left, of t's size, for
-// download to fill (none: download allocates). Reusing them spares the host a fresh allocation of every
-// slice's stash in every MoE layer, whose first touch faults its pages in during the copy (run 38: a
-// slice's download ran at 9 GB/s into fresh memory, 32 GB/s into touched memory).
-func (f *Pass) spareRows(t ops.Tensor) hostRows {
-	n := t.Rows() * t.Cols()
-	for i, bf := range f.spare {
-		if len(bf) == n {
-			f.spare[i] = f.spare[len(f.spare)-1]
-			f.spare = f.spare[:len(f.spare)-1]
-			return hostRows{bf: bf}
-		}
-	}
-	return hostRows{}
+// majorLayer is an expert-major layer's rows between its phases: every slice's routing, the expert
+// inputs z and shared experts' output of the whole wave in host memory, the pools of slices that share
+// the expert calls (moe_pool.go).
+type majorLayer struct {
+	routings  []ops.Routing
+	z, shared *stash
+	pools     []pool
 }
 
-// majorSlice is one slice's part of an expert-major layer between its phases.
-type majorSlice struct {
-	routing   ops.Routing
-	z, shared hostRows   // in host memory between phases 1 and 3
-	acc       ops.Tensor // [rows, latent] float32 on the device, from the first chunk on
+// free releases what the layer holds on the device and hands its host buffers to the next.
+func (l *majorLayer) free(f *Pass) {
+	for i := range l.pools {
+		f.Model.Ops.Free(l.pools[i].acc)
+		l.pools[i].acc = nil
+	}
+	l.z.release(f)
+	l.shared.release(f)
 }
 
 // layerExpertMajor runs MoE layer w over the wave in the three phases above.
@@ -57,19 +53,10 @@ func (f *Pass) layerExpertMajor(wv *Wave, w *LayerWeights) error {
 	if !ok {
 		return fmt.Errorf("expert-major: layer %d's FFN is a %T, not MoE", w.Layer.Index, w.FFN)
 	}
-	parts := make([]majorSlice, wv.Slices())
-	defer func() {
-		for _, p := range parts {
-			if p.acc != nil {
-				b.Free(p.acc)
-			}
-			for _, bf := range [][]uint16{p.z.bf, p.shared.bf} {
-				if bf != nil {
-					f.spare = append(f.spare, bf) // for the next MoE layer's stash
-				}
-			}
-		}
-	}()
+	d := f.Model.Dims
+	l := &majorLayer{routings: make([]ops.Routing, wv.Slices()),
+		z: f.newStash(wv.Bounds[wv.Slices()], d.Latent), shared: f.newStash(wv.Bounds[wv.Slices()], d.Hidden)}
+	defer l.free(f)
 	// phase 1
 	err := f.each(wv, true, func(j int, st *State) error {
 		x, err := f.attnSteps(st, w)
@@ -82,11 +69,11 @@ func (f *Pass) layerExpertMajor(wv *Wave, w *LayerWeights) error {
 			return fmt.Errorf("%s: %w", w.Layer.FFN, err)
 		}
 		defer in.free(b)
-		parts[j].routing = in.routing
-		if parts[j].z, err = download(b, in.z, f.spareRows(in.z)); err != nil {
+		l.routings[j] = in.routing
+		if err := l.z.put(b, wv.Bounds[j], in.z); err != nil {
 			return fmt.Errorf("%s: routed experts' input of slice %d to host memory: %w", w.Layer.FFN, j, err)
 		}
-		if parts[j].shared, err = download(b, in.shared, f.spareRows(in.shared)); err != nil {
+		if err := l.shared.put(b, wv.Bounds[j], in.shared); err != nil {
 			return fmt.Errorf("%s: shared experts' output of slice %d to host memory: %w", w.Layer.FFN, j, err)
 		}
 		return nil
@@ -98,19 +85,34 @@ func (f *Pass) layerExpertMajor(wv *Wave, w *LayerWeights) error {
 		return err
 	}
 	// phase 2
-	if err := moe.expertsMajor(f, parts); err != nil {
+	if err := moe.expertsMajor(f, wv.Bounds, l); err != nil {
 		return fmt.Errorf("%s: %w", w.Layer.FFN, err)
 	}
 	// phase 3: the running sum alone (the blocks were read in phase 1 and nothing banks here)
+	pi := 0
 	return f.eachSum(wv, true, func(j int, st *State) error {
-		shared, err := parts[j].shared.upload(b)
+		for l.pools[pi].hi <= j {
+			pi++
+		}
+		p := &l.pools[pi]
+		acc, err := p.sliceAcc(b, wv.Bounds, j)
 		if err != nil {
+			return fmt.Errorf("%s: expert sum of slice %d: %w", w.Layer.FFN, j, err)
+		}
+		if j == p.hi-1 { // the pool's last slice: its accumulator's rows are all taken
+			if acc != p.acc {
+				b.Free(p.acc)
+			}
+			p.acc = nil
+		}
+		shared, err := l.shared.upload(b, wv.Bounds[j], wv.Bounds[j+1])
+		if err != nil {
+			b.Free(acc)
 			return fmt.Errorf("%s: shared experts' output of slice %d: %w", w.Layer.FFN, j, err)
 		}
-		y, err := moe.after(f, parts[j].acc, shared)
+		y, err := moe.after(f, acc, shared)
 		b.Free(shared)
-		b.Free(parts[j].acc)
-		parts[j].acc = nil
+		b.Free(acc)
 		if err != nil {
 			return fmt.Errorf("%s: %w", w.Layer.FFN, err)
 		}
@@ -119,14 +121,15 @@ func (f *Pass) layerExpertMajor(wv *Wave, w *LayerWeights) error {
 }
 
 // expertsMajor accumulates every slice's routed experts chunk by chunk: the experts any slice chose, in
-// ascending ids, ExpertChunk at a time (all at once when 0), each chunk fetched once for all slices.
-func (w *MoEWeights) expertsMajor(f *Pass, parts []majorSlice) error {
+// ascending ids, ExpertChunk at a time (all at once when 0), each chunk fetched once and run over every
+// pool of slices.
+func (w *MoEWeights) expertsMajor(f *Pass, bounds []int, l *majorLayer) error {
 	b := f.Model.Ops
 	beta, linBeta := f.Model.situBetas()
 	var all ops.Routing
-	for _, p := range parts {
-		all.K = p.routing.K
-		all.IDs = append(all.IDs, p.routing.IDs...)
+	for _, r := range l.routings {
+		all.K = r.K
+		all.IDs = append(all.IDs, r.IDs...)
 	}
 	ids := Chosen(all)
 	f.lastChosen = len(ids)
@@ -134,12 +137,15 @@ func (w *MoEWeights) expertsMajor(f *Pass, parts []majorSlice) error {
 	if chunk <= 0 {
 		chunk = max(len(ids), 1)
 	}
-	for j := range parts {
-		acc, err := b.Zeros(parts[j].z.rows, f.Model.Dims.Latent)
+	l.pools = f.pools(bounds, l.routings, ids, chunk)
+	f.lastPools = len(l.pools)
+	for i := range l.pools {
+		p := &l.pools[i]
+		acc, err := b.Zeros(bounds[p.hi]-bounds[p.lo], f.Model.Dims.Latent)
 		if err != nil {
-			return fmt.Errorf("expert accumulator of slice %d: %w", j, err)
+			return fmt.Errorf("expert accumulator of slices %d..%d: %w", p.lo, p.hi-1, err)
 		}
-		parts[j].acc = acc
+		p.acc = acc
 	}
 	for start := 0; start < len(ids); start += chunk {
 		if err := f.Ctx.Err(); err != nil {
@@ -150,7 +156,7 @@ func (w *MoEWeights) expertsMajor(f *Pass, parts []majorSlice) error {
 		if err != nil {
 			return fmt.Errorf("experts %v: %w", part, err)
 		}
-		err = w.chunkAllSlices(f, parts, experts, beta, linBeta)
+		err = w.chunkAllPools(f, bounds, l, experts, beta, linBeta)
 		for _, e := range experts {
 			b.Free(e)
 		}
@@ -161,18 +167,19 @@ func (w *MoEWeights) expertsMajor(f *Pass, parts []majorSlice) error {
 	return nil
 }
 
-// chunkAllSlices accumulates one chunk of experts into every slice's accumulator.
-func (w *MoEWeights) chunkAllSlices(f *Pass, parts []majorSlice, experts []ops.Expert, beta, linBeta float32) error {
+// chunkAllPools accumulates one chunk of experts into every pool's accumulator.
+func (w *MoEWeights) chunkAllPools(f *Pass, bounds []int, l *majorLayer, experts []ops.Expert, beta, linBeta float32) error {
 	b := f.Model.Ops
-	for j := range parts {
-		z, err := parts[j].z.upload(b)
+	for i := range l.pools {
+		p := &l.pools[i]
+		z, err := l.z.upload(b, bounds[p.lo], bounds[p.hi])
 		if err != nil {
-			return fmt.Errorf("routed experts' input of slice %d: %w", j, err)
+			return fmt.Errorf("routed experts' input of slices %d..%d: %w", p.lo, p.hi-1, err)
 		}
-		err = b.ExpertsAccumulate(parts[j].acc, z, parts[j].routing, experts, beta, linBeta)
+		err = b.ExpertsAccumulate(p.acc, z, p.routing, experts, beta, linBeta)
 		b.Free(z)
 		if err != nil {
-			return fmt.Errorf("slice %d: %w", j, err)
+			return fmt.Errorf("slices %d..%d: %w", p.lo, p.hi-1, err)
 		}
 	}
 	return nil

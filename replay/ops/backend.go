@@ -30,8 +30,9 @@ type Backend interface {
 	// Free of the same object are no-ops.
 	Free(t any)
 
-	// Gather returns rows ids of table: out[i,:] = table[ids[i],:] (no rounding: the table is bf16 exact).
-	// An id outside the table is an error.
+	// Gather returns rows ids of table: out[i,:] = table[ids[i],:], an exact copy (no rounding), whether
+	// table is a weight (the embedding, bf16 exact) or an activation or float32 accumulator. An id outside
+	// the table is an error.
 	Gather(table Tensor, ids []int32) (Tensor, error)
 	// MatMul returns x times w transposed: out[i,j] = rounded(sum_k x[i,k] * w[j,k]), the sum in float32 in
 	// ascending k (a backend may block the sum, the same blocking for every row). x: n x k, w: m x k.

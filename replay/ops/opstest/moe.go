@@ -132,6 +132,17 @@ func testExperts(s *suite) {
 		ref := refExperts(f64(accv), zv, n, latent, rt.IDs, rt.Weights, k, es, beta, linBeta, s.rd)
 		// three rounding points in a chain (W1 z and W3 z, SiTU, W2 h) before an unrounded sum
 		s.close(what, got, ref, latent, s.tol(ref).scaled(4))
+		// Gather copies an accumulator's float32 rows exactly (an expert-major layer takes a slice's rows
+		// of a pooled call's accumulator so: replay/model/moe_pool.go)
+		lo := n / 3
+		ids := make([]int32, n-lo)
+		for i := range ids {
+			ids[i] = int32(lo + i)
+		}
+		rows, err := s.b.Gather(acc, ids)
+		s.must(err, "Gather of an accumulator")
+		s.same(fmt.Sprintf("%s: Gather of rows %d..%d of the accumulator", what, lo, n-1), s.host(rows, n-lo, latent), got[lo*latent:], latent)
+		s.free(rows)
 		for _, split := range [][][]int{{{0, 1, 2}, {4, 5, 7}}, {{0}, {1, 2, 4}, {5, 7}}} {
 			acc2 := s.act(n, latent, accv)
 			for _, part := range split {

@@ -1,0 +1,206 @@
+package model
+
+import (
+	"fmt"
+
+	"github.com/potato-k3/potato-k3/replay/ops"
+)
+
+// Pooled expert calls. An expert-major layer fetches a chunk of experts once and runs every slice's rows
+// through it. One ExpertsAccumulate a slice gives each expert the few rows one slice routed to it: in run
+// 38 (one 262,144-token sequence in 24 GB, slices of 5,120 tokens, chunks of 128 experts) that was about
+// 90 rows an expert a call, 364 calls and 3.5 s a MoE layer for 0.35 s of FLOPs. So the slices are pooled:
+// consecutive slices whose rows, uploaded as one tensor with the backend's scratch for the call, fit the
+// device memory a slice's activations leave free in that phase (Pass.PoolBytes), share each call. The
+// expert inputs wait in one host buffer for the whole wave, so a pool's rows upload as one tensor, and
+// each pool keeps one float32 accumulator on the device; the layer's last phase takes a slice's rows of
+// it (Gather, an exact copy).
+//
+// Bits: ExpertsAccumulate gives a row the same result whatever the other rows of the call (batch
+// invariance, the contract every backend keeps for waves), so a pool's call equals its slices' calls.
+
+// stash is an expert-major layer's rows for the whole wave in host memory between its phases: slice j's
+// are rows bounds[j] .. bounds[j+1]-1. BF16 precision keeps bfloat16 bits (2 bytes a value), FP32 float32.
+type stash struct {
+	cols int
+	bf   []uint16
+	f    []float32
+}
+
+// newStash makes the stash of rows x cols values, in a buffer an earlier expert-major layer left when
+// one has the size (a fresh allocation faults its pages in during the first copy into it: run 38).
+func (f *Pass) newStash(rows, cols int) *stash {
+	s := &stash{cols: cols}
+	n := rows * cols
+	if f.Model.Ops.Precision() == ops.FP32 {
+		s.f = make([]float32, n)
+		return s
+	}
+	for i, bf := range f.spare {
+		if len(bf) == n {
+			f.spare[i] = f.spare[len(f.spare)-1]
+			f.spare = f.spare[:len(f.spare)-1]
+			s.bf = bf
+			return s
+		}
+	}
+	s.bf = make([]uint16, n)
+	return s
+}
+
+// release hands s's buffer to the next expert-major layer.
+func (s *stash) release(f *Pass) {
+	if s != nil && s.bf != nil {
+		f.spare = append(f.spare, s.bf)
+		s.bf = nil
+	}
+}
+
+// put copies t into rows lo .. lo+t.Rows()-1.
+func (s *stash) put(b ops.Backend, lo int, t ops.Tensor) error {
+	if t.Cols() != s.cols {
+		return fmt.Errorf("stash of %d columns given a tensor of %d", s.cols, t.Cols())
+	}
+	a, z := lo*s.cols, (lo+t.Rows())*s.cols
+	if s.f != nil {
+		v, err := b.ToHost(t)
+		if err == nil {
+			copy(s.f[a:z], v)
+		}
+		return err
+	}
+	if m, ok := b.(ops.BF16Transfer); ok {
+		return m.ToHostBF16(t, s.bf[a:z])
+	}
+	v, err := b.ToHost(t)
+	if err != nil {
+		return err
+	}
+	bf, ok := toBF16Bits(v)
+	if !ok {
+		return fmt.Errorf("rows %d..%d: values that are not bfloat16 in BF16 precision", lo, lo+t.Rows()-1)
+	}
+	copy(s.bf[a:z], bf)
+	return nil
+}
+
+// upload makes a backend tensor of rows lo .. hi-1 (FromHost rounds; the values are rounded already, so
+// the bits are those put).
+func (s *stash) upload(b ops.Backend, lo, hi int) (ops.Tensor, error) {
+	a, z := lo*s.cols, hi*s.cols
+	if s.f != nil {
+		return b.FromHost(hi-lo, s.cols, s.f[a:z])
+	}
+	if m, ok := b.(ops.BF16Transfer); ok {
+		return m.FromHostBF16(hi-lo, s.cols, s.bf[a:z])
+	}
+	return b.FromHost(hi-lo, s.cols, fromBF16Bits(s.bf[a:z]))
+}
+
+// pool is consecutive slices lo .. hi-1 of an expert-major layer sharing its expert calls.
+type pool struct {
+	lo, hi  int
+	routing ops.Routing // the slices' routings, one after the other
+	acc     ops.Tensor  // [rows, latent] float32 on the device
+}
+
+// expertCallBytes is the device memory one ExpertsAccumulate over rows rows of z with pairs (row,
+// expert) pairs takes beyond its accumulator: z (as an activation) and the backend's scratch
+// (ops.ExpertScratch; without it, float32 gate, up and output values of every pair, as the CPU backend
+// holds them: the plan's assumption too).
+func (m *Model) expertCallBytes(rows, pairs int) int64 {
+	d := m.Dims
+	eb := int64(4)
+	if s, ok := m.Ops.(ops.ActivationSizer); ok {
+		eb = int64(s.ActivationElementBytes())
+	}
+	return int64(rows)*int64(d.Latent)*eb + m.ExpertScratchBytes(pairs, 1)
+}
+
+// ExpertScratchBytes is what ExpertsAccumulate takes beyond acc and z on m's backend for rows rows
+// choosing k experts each (ops.ExpertScratch, else 4 x rows x k x (latent + 2 ffn)).
+func (m *Model) ExpertScratchBytes(rows, k int) int64 {
+	d := m.Dims
+	if s, ok := m.Ops.(ops.ExpertScratch); ok {
+		return s.ExpertScratchBytes(rows, k, d.Latent, d.ExpertFFN)
+	}
+	return 4 * int64(rows) * int64(k) * int64(d.Latent+2*d.ExpertFFN)
+}
+
+// pools cuts an expert-major layer's slices (bounds, routings) into pools for the expert chunks of ids
+// (ascending, chunk at a time): consecutive slices, as many as keep every chunk's call within f.PoolBytes
+// and the backend's element limit. A slice alone always makes a pool (the plan holds its call).
+func (f *Pass) pools(bounds []int, routings []ops.Routing, ids []int, chunk int) []pool {
+	m := f.Model
+	nChunks := (len(ids) + chunk - 1) / max(chunk, 1)
+	chunkOf := make(map[int32]int, len(ids))
+	for i, id := range ids {
+		chunkOf[int32(id)] = i / chunk
+	}
+	// pairs[j][c]: slice j's (row, expert) pairs with the expert in chunk c
+	pairs := make([][]int, len(routings))
+	for j, r := range routings {
+		pairs[j] = make([]int, nChunks)
+		for _, id := range r.IDs {
+			if c, ok := chunkOf[id]; ok {
+				pairs[j][c]++
+			}
+		}
+	}
+	limit := int64(-1)
+	if l, ok := m.Ops.(ops.ElementLimit); ok {
+		limit = l.MaxElements() / int64(max(m.Dims.Latent, m.Dims.ExpertFFN))
+	}
+	// fits says whether a pool of rows rows and sums[c] pairs in each chunk c plans within the budget
+	fits := func(rows int, sums []int) bool {
+		if limit >= 0 && int64(rows) > limit {
+			return false
+		}
+		for _, n := range sums {
+			if limit >= 0 && int64(n) > limit || m.expertCallBytes(rows, n) > f.PoolBytes {
+				return false
+			}
+		}
+		return true
+	}
+	var out []pool
+	for lo := 0; lo < len(routings); {
+		hi := lo + 1
+		sums := append([]int(nil), pairs[lo]...)
+		for hi < len(routings) {
+			next := make([]int, nChunks)
+			for c := range next {
+				next[c] = sums[c] + pairs[hi][c]
+			}
+			if !fits(bounds[hi+1]-bounds[lo], next) {
+				break
+			}
+			sums, hi = next, hi+1
+		}
+		p := pool{lo: lo, hi: hi, routing: routings[lo]}
+		if hi > lo+1 {
+			p.routing = ops.Routing{K: routings[lo].K}
+			for j := lo; j < hi; j++ {
+				p.routing.IDs = append(p.routing.IDs, routings[j].IDs...)
+				p.routing.Weights = append(p.routing.Weights, routings[j].Weights...)
+			}
+		}
+		out = append(out, p)
+		lo = hi
+	}
+	return out
+}
+
+// sliceAcc returns slice j's rows of its pool's accumulator (the accumulator itself when the pool is the
+// slice alone; else a copy the caller frees).
+func (p *pool) sliceAcc(b ops.Backend, bounds []int, j int) (ops.Tensor, error) {
+	if p.hi == p.lo+1 {
+		return p.acc, nil
+	}
+	off := bounds[j] - bounds[p.lo]
+	ids := make([]int32, bounds[j+1]-bounds[j])
+	for i := range ids {
+		ids[i] = int32(off + i)
+	}
+	return b.Gather(p.acc, ids)
+}
