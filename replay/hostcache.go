@@ -116,6 +116,16 @@ func (c *hostCache) take(arena []byte) {
 	c.arenas = append(c.arenas, arena[:cap(arena)])
 }
 
+// expertCount is how many routed experts the cache holds, over all layers.
+func (c *hostCache) expertCount() int {
+	if c == nil {
+		return 0
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.experts)
+}
+
 // bytes is the host memory the cache holds.
 func (c *hostCache) bytes() int64 {
 	if c == nil {

@@ -190,6 +190,13 @@ func TestExpertReadAheadWithHostCache(t *testing.T) {
 		if wave > 0 && e.slab.n != 0 {
 			t.Errorf("wave %d read nothing ahead and keeps %d read-ahead buffers", wave, e.slab.n)
 		}
+		// once the cache holds every expert, a wave plans no read-ahead and pins no buffer for one
+		if wave > 0 && (e.plan.ExpertReadAhead != 0 || !strings.Contains(e.plan.String(), "the host cache holds every routed expert")) {
+			t.Errorf("wave %d, the cache holding every expert: plan %s", wave, e.plan)
+		}
+		if n, err := e.PinHostBuffers([]int{120}); wave > 0 && (n != 0 || err != nil) {
+			t.Errorf("wave %d: PinHostBuffers with every expert cached: %d bytes, %v", wave, n, err)
+		}
 		if err := slabWhole(e); err != nil {
 			t.Error(err)
 		}
