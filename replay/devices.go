@@ -57,7 +57,7 @@ func (e *Engine) openDevices(ctx context.Context, src model.Source) error {
 				k+1, b.Name(), b.Precision(), own.Name(), own.Precision())
 		}
 		d := &Engine{Plan: e.Plan, Model: model.New(e.Plan, b), reader: e.reader, opts: sub, pool: newHostPool(b),
-			kept: newResidentLayers(sub.ResidentBytes)}
+			kept: newResidentLayers(sub.ResidentBytes), state: newStateBufs(b)}
 		if l, ok := b.(ops.ElementLimit); ok { // as NewEngine: activations within what the backend indexes
 			d.maxRows = int(min(l.MaxElements()/int64(e.Plan.WidestActivation()), 1<<40))
 		}

@@ -37,6 +37,7 @@ type Engine struct {
 	group            *deviceGroup // the devices of EngineOptions.Devices (devices.go); nil: this one alone
 	feed             *deviceFeed  // while a wave runs over devices: where this device's weights come from (feed.go)
 	slab             aheadSlab    // the host buffers experts are read ahead of their routers into (readahead.go)
+	state            *stateBufs   // the host buffers of state kept off the device and of stashes (statebufs.go)
 	// aheadBatch, when not 0, replaces expertBatch as the experts a read-ahead buffer holds (for tests)
 	aheadBatch int
 	// ConfigSHA256 is the hex SHA-256 of the model directory's config.json (empty for engines made with
@@ -115,7 +116,7 @@ type EngineOptions struct {
 func NewEngine(ctx context.Context, plan *model.Plan, r Reader, b ops.Backend, opts EngineOptions) (*Engine, error) {
 	m := model.New(plan, b)
 	e := &Engine{Plan: plan, Model: m, reader: r, opts: opts, pool: newHostPool(b), cache: newHostCache(opts.HostCacheBytes),
-		kept: newResidentLayers(opts.ResidentBytes)}
+		kept: newResidentLayers(opts.ResidentBytes), state: newStateBufs(b)}
 	if l, ok := b.(ops.ElementLimit); ok { // keep every activation within what the backend can index
 		e.maxRows = int(min(l.MaxElements()/int64(plan.WidestActivation()), 1<<40))
 	}
@@ -178,6 +179,7 @@ func (e *Engine) Close() {
 	e.kept.free(e.Model)
 	// A backend that fails to free host memory releases it when it closes.
 	e.slab.fit(e.pool, 0, 0)
+	e.state.close()
 	_ = e.cache.clear(e.pool)
 	_ = e.pool.trim()
 	if e.globals != nil {

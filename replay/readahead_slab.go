@@ -41,12 +41,14 @@ func (e *Engine) fitSlab(budget int64) int {
 	return slots
 }
 
-// PinHostBuffers allocates now the host buffers that the experts' read-ahead (readahead.go) of a wave of
-// sequences of the given lengths will use, so that the first such wave does not allocate them between its
-// layers: on the CUDA backend they are page-locked, and pinning runs on the device's own thread, holding
-// back every op (run 38: 10 s for 15.8 GB on the H200, inside the first layer). Later waves reuse the
-// buffers either way; the bench calls this before its timed waves. It returns the bytes allocated now (0
-// when the buffers exist already, or when such a wave reads nothing ahead). Not for use while a wave runs.
+// PinHostBuffers allocates now the host buffers a wave of sequences of the given lengths will use, so
+// that the first such wave does not allocate them between its layers: the experts' read-ahead's slots
+// (readahead.go) and the buffers of the state its slices keep in host memory and of its expert-major
+// stashes (statebufs.go). On the CUDA backend they are page-locked, and pinning runs on the device's own
+// thread, holding back every op (run 38: 10 s for 15.8 GB on the H200, inside the first layer). Later
+// waves reuse the buffers either way; the bench calls this before its timed waves. It returns the bytes
+// allocated now (0 when the buffers exist already, or when such a wave needs none). Not for use while a
+// wave runs.
 func (e *Engine) PinHostBuffers(lens []int) (int64, error) {
 	if e.group != nil { // several devices: the feed reads every expert once for all, no read-ahead
 		return 0, nil
@@ -56,7 +58,7 @@ func (e *Engine) PinHostBuffers(lens []int) (int64, error) {
 		return 0, err
 	}
 	slots, size := e.fitSlab(p.ExpertReadAhead), e.aheadSlotBytes() // as the wave's start will
-	var n int64
+	n := e.pinStateBufs(p, lens)
 	for e.slab.n < slots {
 		a, err := e.pool.get(int(size))
 		if err != nil {

@@ -254,7 +254,10 @@ func (e *Engine) runWave(ctx context.Context, reqs []Request, given *WavePlan) (
 	pass := &model.Pass{Ctx: ctx, Model: e.Model, Layout: layout, Experts: experts, Obs: obs,
 		ExpertChunk: plan.ExpertChunk, PrefetchExperts: e.opts.PrefetchExperts,
 		SliceTokens: plan.SliceTokens, HostState: plan.HostState, DeviceSlices: plan.DeviceSlices,
-		ExpertMajor: plan.ExpertMajor, PoolBytes: plan.ExpertPool}
+		ExpertMajor: plan.ExpertMajor, PoolBytes: plan.ExpertPool, Host: e.state}
+	e.state.begin()
+	// after the wave's state is freed (deferred below): its host buffers go back to the engine
+	defer func() { _ = pass.Close() }() // its error, the queued copies', is the readout's to report (below)
 	if e.feed != nil {
 		pass.Experts = e.feed.experts(experts)
 	}
@@ -343,6 +346,9 @@ func (e *Engine) runWave(ctx context.Context, reqs []Request, given *WavePlan) (
 		return nil, stats, err
 	}
 	final, err := e.readout(pass, st, targets, topK)
+	if err == nil {
+		err = pass.Close() // the queued copies of host state, every one done (hostbufs.go)
+	}
 	if err != nil {
 		return nil, stats, err
 	}

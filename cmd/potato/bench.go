@@ -319,7 +319,8 @@ func benchRequest(n, seqLen, vocab int) (replay.Request, []int) {
 }
 
 // pinReadAhead allocates, before the timed waves of n tokens, the host buffers their experts' read-ahead
-// uses (page-locked on the CUDA backend, where pinning holds back the device's thread), so that the waves
+// and the state their slices keep in host memory use (Engine.PinHostBuffers: page-locked on the CUDA
+// backend, where pinning holds back the device's thread), so that the waves
 // time what every wave after an engine's first one costs, and says what the one-time cost was. Per size:
 // a wave that reads nothing ahead releases the buffers (replay/readahead.go), so a smaller size before a
 // larger one would otherwise leave the larger's first timed wave to pin them again.
@@ -331,7 +332,7 @@ func pinReadAhead(stdout io.Writer, l *loaded, n, seqLen int) error {
 		return err
 	}
 	if got > 0 {
-		fmt.Fprintf(stdout, "host buffers for the experts' read-ahead: %s allocated in %.2fs before the timed waves of %d tokens (once an engine; a server's first large wave pays it)\n",
+		fmt.Fprintf(stdout, "host buffers (the experts' read-ahead, state kept in host memory): %s allocated in %.2fs before the timed waves of %d tokens (once an engine; a server's first large wave pays it)\n",
 			humanBytes(got), time.Since(start).Seconds(), n)
 	}
 	return nil

@@ -77,9 +77,9 @@ func TestBenchPinsReadAhead(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := out.String()
-	pin := strings.Index(s, "host buffers for the experts' read-ahead:")
+	pin := strings.Index(s, "host buffers (the experts' read-ahead, state kept in host memory):")
 	small, large := strings.Index(s, "wave of 8 tokens"), strings.Index(s, "plan: wave 512 tokens")
-	if pin < 0 || strings.Count(s, "host buffers for the experts' read-ahead:") != 1 || !(small < pin && pin < large) {
+	if pin < 0 || strings.Count(s, "host buffers (the experts' read-ahead, state kept in host memory):") != 1 || !(small < pin && pin < large) {
 		t.Errorf("want one read-ahead pinning line after the 8-token wave and before the 512-token plan:\n%s", s)
 	}
 	if !strings.Contains(s, "before the timed waves of 512 tokens") {

@@ -198,6 +198,26 @@ func (d *Device) CopyAsync(dst uint64, src []byte) error {
 	return dr.Check("cuMemcpyHtoDAsync(copy)", bind.Call(dr.CuMemcpyHtoDAsync, uintptr(dst), uintptr(unsafe.Pointer(unsafe.SliceData(src))), uintptr(len(src)), d.CopyStream))
 }
 
+// ToHostQueued queues the copy of len(dst) bytes at device address src into pinned dst on the compute
+// stream and returns: dst holds them once the stream has passed the copy (Sync).
+func (d *Device) ToHostQueued(dst []byte, src uint64) error {
+	if len(dst) == 0 {
+		return nil
+	}
+	dr := d.Drv
+	return dr.Check("cuMemcpyDtoHAsync(queued)", bind.Call(dr.CuMemcpyDtoHAsync, uintptr(unsafe.Pointer(unsafe.SliceData(dst))), uintptr(src), uintptr(len(dst)), d.Stream))
+}
+
+// ToDeviceQueued queues the copy of pinned src to device address dst on the compute stream and returns:
+// kernels queued after it read the copied bytes; src must not change until the stream has passed it.
+func (d *Device) ToDeviceQueued(dst uint64, src []byte) error {
+	if len(src) == 0 {
+		return nil
+	}
+	dr := d.Drv
+	return dr.Check("cuMemcpyHtoDAsync(queued)", bind.Call(dr.CuMemcpyHtoDAsync, uintptr(dst), uintptr(unsafe.Pointer(unsafe.SliceData(src))), uintptr(len(src)), d.Stream))
+}
+
 // StageCopy copies ordinary host memory src to dst on CopyStream through the staging buffer, waiting for
 // each piece (the staging buffer is reused).
 func (d *Device) StageCopy(dst uint64, src []byte) error {

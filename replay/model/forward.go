@@ -67,6 +67,9 @@ type Pass struct {
 	// of ExpertChunk routed experts is uploaded once and serves every slice before it is freed, for a
 	// device that cannot hold a layer's experts beside a slice. Results do not depend on it.
 	ExpertMajor bool
+	// Host gives the host memory of the state of slices kept in host memory and of expert-major stashes
+	// (nil: the Go heap); Close gives it back.
+	Host HostBuffers
 	// PoolBytes is the device memory an expert-major layer's expert call may take beyond its accumulator
 	// (its rows of z and the backend's scratch: moe_pool.go): consecutive slices whose call fits share it.
 	// 0: a call a slice. Results do not depend on it.
@@ -80,7 +83,7 @@ type Pass struct {
 	carries    carries            // the token-mixing ops' carries of the layer running
 	held       map[int]ops.Expert // routed experts uploaded for the layer running, shared by its slices
 	seen       seenObs            // what the slices of the layer running report, for the observer
-	spare      [][]uint16         // host buffers of the last expert-major layer's stash, for the next (moe_major.go)
+	host       hostBufs           // the host memory of the state and stashes (hostbufs.go)
 }
 
 // State is the per-token state a wave carries between layers (K3_SPEC.md 5.1): the completed AttnRes block
@@ -109,7 +112,8 @@ func (f *Pass) Embed(g *Globals, ids []int32) (*Wave, error) {
 		n = 0
 	}
 	f.slices = ops.CutSlices(f.Layout, n)
-	w := &Wave{Bounds: ops.SliceBounds(f.slices), dev: make([]*State, len(f.slices))}
+	f.host.src = f.Host
+	w := &Wave{Bounds: ops.SliceBounds(f.slices), dev: make([]*State, len(f.slices)), bufs: &f.host}
 	if f.HostState {
 		w.host = make([]*hostState, len(f.slices))
 		for j := f.DeviceSlices; j < len(w.host); j++ {

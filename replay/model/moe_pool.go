@@ -27,31 +27,22 @@ type stash struct {
 	f    []float32
 }
 
-// newStash makes the stash of rows x cols values, in a buffer an earlier expert-major layer left when
-// one has the size (a fresh allocation faults its pages in during the first copy into it: run 38).
+// newStash makes the stash of rows x cols values, in a buffer an earlier expert-major layer gave back
+// when one has the size (a fresh allocation faults its pages in during the first copy into it: run 38).
 func (f *Pass) newStash(rows, cols int) *stash {
 	s := &stash{cols: cols}
-	n := rows * cols
 	if f.Model.Ops.Precision() == ops.FP32 {
-		s.f = make([]float32, n)
-		return s
+		s.f = make([]float32, rows*cols)
+	} else {
+		s.bf = f.host.get(rows * cols)
 	}
-	for i, bf := range f.spare {
-		if len(bf) == n {
-			f.spare[i] = f.spare[len(f.spare)-1]
-			f.spare = f.spare[:len(f.spare)-1]
-			s.bf = bf
-			return s
-		}
-	}
-	s.bf = make([]uint16, n)
 	return s
 }
 
 // release hands s's buffer to the next expert-major layer.
 func (s *stash) release(f *Pass) {
 	if s != nil && s.bf != nil {
-		f.spare = append(f.spare, s.bf)
+		f.host.put(s.bf)
 		s.bf = nil
 	}
 }
@@ -70,7 +61,7 @@ func (s *stash) put(b ops.Backend, lo int, t ops.Tensor) error {
 		return err
 	}
 	if m, ok := b.(ops.BF16Transfer); ok {
-		return m.ToHostBF16(t, s.bf[a:z])
+		return toHostBF16(m, t, s.bf[a:z])
 	}
 	v, err := b.ToHost(t)
 	if err != nil {
@@ -92,7 +83,7 @@ func (s *stash) upload(b ops.Backend, lo, hi int) (ops.Tensor, error) {
 		return b.FromHost(hi-lo, s.cols, s.f[a:z])
 	}
 	if m, ok := b.(ops.BF16Transfer); ok {
-		return m.FromHostBF16(hi-lo, s.cols, s.bf[a:z])
+		return fromHostBF16(m, hi-lo, s.cols, s.bf[a:z])
 	}
 	return b.FromHost(hi-lo, s.cols, fromBF16Bits(s.bf[a:z]))
 }

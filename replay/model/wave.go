@@ -14,6 +14,7 @@ type Wave struct {
 	Bounds []int
 	dev    []*State     // per slice, on the backend (nil while on the host)
 	host   []*hostState // per slice with host state (nil: on the device); nil: every slice on the device
+	bufs   *hostBufs    // the host memory of host state (the pass's)
 }
 
 // hostState is one slice's state in host memory.
@@ -30,16 +31,19 @@ type hostRows struct {
 }
 
 // download copies t to the host. In BF16 precision on a backend with ops.BF16Transfer the values cross
-// as bfloat16 bits (into reuse's buffer when it has t's size: a slice's running sum replaces the last
-// one); otherwise as float32, kept as bfloat16 bits where every value is one.
-func download(b ops.Backend, t ops.Tensor, reuse hostRows) (hostRows, error) {
+// as bfloat16 bits, queued where the backend can (into reuse's buffer when it has t's size: a slice's
+// running sum replaces the last one; else into one from bufs); otherwise as float32, kept as bfloat16
+// bits where every value is one.
+func download(b ops.Backend, t ops.Tensor, reuse hostRows, bufs *hostBufs) (hostRows, error) {
 	h := hostRows{rows: t.Rows(), cols: t.Cols()}
 	if m, ok := b.(ops.BF16Transfer); ok && b.Precision() == ops.BF16 {
 		h.bf = reuse.bf
 		if len(h.bf) != h.rows*h.cols {
-			h.bf = make([]uint16, h.rows*h.cols)
+			bufs.put(h.bf)
+			h.bf = bufs.get(h.rows * h.cols)
 		}
-		if err := m.ToHostBF16(t, h.bf); err != nil {
+		if err := toHostBF16(m, t, h.bf); err != nil {
+			bufs.put(h.bf)
 			return hostRows{}, err
 		}
 		return h, nil
@@ -60,7 +64,7 @@ func download(b ops.Backend, t ops.Tensor, reuse hostRows) (hostRows, error) {
 // are the ones downloaded).
 func (h hostRows) upload(b ops.Backend) (ops.Tensor, error) {
 	if m, ok := b.(ops.BF16Transfer); ok && h.bf != nil && b.Precision() == ops.BF16 {
-		return m.FromHostBF16(h.rows, h.cols, h.bf)
+		return fromHostBF16(m, h.rows, h.cols, h.bf)
 	}
 	v := h.f
 	if v == nil {
@@ -144,7 +148,7 @@ func (w *Wave) put(b ops.Backend, j int, changed bool) error {
 		return nil
 	}
 	for i := len(h.blocks); i < len(st.Blocks); i++ {
-		hb, err := download(b, st.Blocks[i], hostRows{})
+		hb, err := download(b, st.Blocks[i], hostRows{}, w.bufs)
 		if err != nil {
 			return fmt.Errorf("state of slice %d: block %d: %w", j, i, err)
 		}
@@ -152,13 +156,15 @@ func (w *Wave) put(b ops.Backend, j int, changed bool) error {
 	}
 	last := h.p
 	h.p = hostRows{}
-	if st.P != nil {
-		p, err := download(b, st.P, last)
-		if err != nil {
-			return fmt.Errorf("state of slice %d: running sum: %w", j, err)
-		}
-		h.p = p
+	if st.P == nil {
+		w.bufs.put(last.bf)
+		return nil
 	}
+	p, err := download(b, st.P, last, w.bufs)
+	if err != nil {
+		return fmt.Errorf("state of slice %d: running sum: %w", j, err)
+	}
+	h.p = p
 	return nil
 }
 
@@ -168,6 +174,15 @@ func (w *Wave) Free(b ops.Backend) {
 		if st != nil {
 			st.Free(b)
 			w.dev[j] = nil
+		}
+	}
+	for _, h := range w.host { // the buffers back to the pass, for its Close
+		if h == nil {
+			continue
+		}
+		w.bufs.put(h.p.bf)
+		for _, hb := range h.blocks {
+			w.bufs.put(hb.bf)
 		}
 	}
 	w.host = nil

@@ -60,3 +60,21 @@ type BF16Transfer interface {
 	ToHostBF16(x Tensor, dst []uint16) error
 	FromHostBF16(rows, cols int, src []uint16) (Tensor, error)
 }
+
+// QueuedBF16Transfer is an optional interface of a BF16Transfer backend with HostMemory: the same
+// transfers between the device and its page-locked host memory, queued in order with the backend's ops
+// instead of waited for, so that the host goes on queueing the next slice's work while the copy engine
+// moves a slice's state (the engine keeps the per-token state of slices in host memory, and an
+// expert-major layer's stash, in such memory: replay/model/hostbufs.go).
+//
+// Contract: ToHostBF16Queued and FromHostBF16Queued give ToHostBF16's and FromHostBF16's results. When
+// dst or src lies inside one buffer from AllocHost, the copy may complete after the call returns: it
+// happens after every op queued before the call and before every op queued after it, and the caller
+// neither reads dst nor writes src, nor frees the buffer, until Sync returns. Elsewhere they wait, as
+// ToHostBF16 and FromHostBF16 do. Sync waits for every op and copy queued.
+type QueuedBF16Transfer interface {
+	BF16Transfer
+	ToHostBF16Queued(x Tensor, dst []uint16) error
+	FromHostBF16Queued(rows, cols int, src []uint16) (Tensor, error)
+	Sync() error
+}

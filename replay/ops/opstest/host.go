@@ -17,6 +17,7 @@ var hostTests = []test{
 	{"StableHostMemory", testStableHostMemory},
 	{"UploadExperts", testUploadExperts},
 	{"BF16Transfer", testBF16Transfer},
+	{"QueuedBF16Transfer", testQueuedBF16Transfer},
 }
 
 // hostBufs hands out buffers from the backend's ops.HostMemory, or ordinary memory for a backend without.

@@ -1,6 +1,8 @@
 package opstest
 
 import (
+	"unsafe"
+
 	"github.com/potato-k3/potato-k3/replay/bf16"
 	"github.com/potato-k3/potato-k3/replay/ops"
 )
@@ -56,6 +58,55 @@ func testBF16Transfer(s *suite) {
 		return err
 	})
 	s.free(x)
+}
+
+// testQueuedBF16Transfer holds ops.QueuedBF16Transfer to its contract in BF16 precision: into and out of
+// host memory from AllocHost (and ordinary memory) the queued transfers give BF16Transfer's bits once Sync
+// returns, and they keep the order of the queue with no wait between them: a slice's state downloaded
+// into a pinned buffer and uploaded from it again at once, the buffer then reused for the next tensor's
+// download, round-trips every value; the freed sources are no hazard (the backend orders their frees).
+func testQueuedBF16Transfer(s *suite) {
+	q, ok := s.b.(ops.QueuedBF16Transfer)
+	mem, pinned := s.b.(ops.HostMemory)
+	if !ok || !pinned {
+		s.Skip("the backend has no ops.QueuedBF16Transfer with ops.HostMemory")
+	}
+	if !s.bf {
+		s.Skip("queued transfers are BF16 precision's")
+	}
+	const rows, cols = 129, 72
+	raw, err := mem.AllocHost(2 * rows * cols)
+	s.must(err, "AllocHost")
+	defer func() { s.must(mem.FreeHost(raw), "FreeHost") }()
+	buf := unsafe.Slice((*uint16)(unsafe.Pointer(&raw[0])), rows*cols)
+	var wants [][]float32
+	var backs []ops.Tensor
+	for i := range 3 {
+		x, _ := s.randAct(rows, cols, float64(1+i))
+		y, err := s.b.Add(x, x) // an op's output, narrowed on the device
+		s.must(err, "Add")
+		wants = append(wants, s.host(y, rows, cols))
+		s.must(q.ToHostBF16Queued(y, buf), "ToHostBF16Queued")
+		s.free(x, y) // freed while its copy may still be queued
+		back, err := q.FromHostBF16Queued(rows, cols, buf)
+		s.must(err, "FromHostBF16Queued")
+		backs = append(backs, back)
+	}
+	s.must(q.Sync(), "Sync")
+	for i, back := range backs {
+		s.same("FromHostBF16Queued of ToHostBF16Queued through one pinned buffer, queued back to back", s.host(back, rows, cols), wants[i], cols)
+	}
+	s.same("ToHostBF16Queued's last copy after Sync", widen(buf), wants[2], cols)
+	s.free(backs[0], backs[1], backs[2])
+	// ordinary memory: the queued forms wait, as BF16Transfer's do
+	x, _ := s.randAct(3, 5, 1)
+	plain := make([]uint16, 15)
+	s.must(q.ToHostBF16Queued(x, plain), "ToHostBF16Queued into ordinary memory")
+	s.same("ToHostBF16Queued into ordinary memory, no Sync", widen(plain), s.host(x, 3, 5), 5)
+	back, err := q.FromHostBF16Queued(3, 5, plain)
+	s.must(err, "FromHostBF16Queued from ordinary memory")
+	s.same("FromHostBF16Queued from ordinary memory", s.host(back, 3, 5), s.host(x, 3, 5), 5)
+	s.free(x, back)
 }
 
 // widen returns the float32 values of bfloat16 bits.
