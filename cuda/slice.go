@@ -101,6 +101,28 @@ func (b *Backend) catRows(op string, cols int, parts ...rowRange) (*Tensor, erro
 	return out, nil
 }
 
+// JoinRows implements ops.RowJoiner: the parts' rows one after the other, by device-to-device copies on
+// the compute stream.
+func (b *Backend) JoinRows(parts []ops.Tensor) (ops.Tensor, error) {
+	const op = "JoinRows"
+	if len(parts) == 0 {
+		return nil, argErr(op, "no parts")
+	}
+	rs := make([]rowRange, len(parts))
+	for i, x := range parts {
+		t, err := b.tensor(op, fmt.Sprintf("parts[%d]", i), x)
+		if err != nil {
+			return nil, err
+		}
+		rs[i] = rowRange{t: t, lo: 0, hi: t.rows}
+	}
+	out, err := b.catRows(op, rs[0].t.cols, rs...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // copyRows copies rows of src over rows from dstRow on of dst (same columns), on the stream.
 func (b *Backend) copyRows(op string, dst *Tensor, dstRow int, src rowRange) error {
 	n := src.hi - src.lo

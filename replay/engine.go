@@ -34,6 +34,8 @@ type Engine struct {
 	maxRows int
 	// forceExpertMajor plans every sliced wave with MoE layers expert-major, budgets or not (tests)
 	forceExpertMajor bool
+	// forceHostStash keeps expert-major stashes in host memory where the device has room for them (tests)
+	forceHostStash bool
 	group            *deviceGroup // the devices of EngineOptions.Devices (devices.go); nil: this one alone
 	feed             *deviceFeed  // while a wave runs over devices: where this device's weights come from (feed.go)
 	slab             aheadSlab    // the host buffers experts are read ahead of their routers into (readahead.go)

@@ -42,6 +42,9 @@ type WavePlan struct {
 	// the device.
 	ExpertMajor bool
 	StashBytes  int64
+	// StashOnDevice: expert-major, the slices' expert inputs and shared outputs stay on the device
+	// (model.Pass.StashOnDevice), counted with the carries, instead of host memory.
+	StashOnDevice bool
 	// ExpertPool is the device memory an expert-major layer's expert call may take for its rows and the
 	// backend's scratch: a slice's activations, which that phase does not hold. Consecutive slices whose
 	// call fits share one call (model.Pass.PoolBytes).
@@ -176,15 +179,17 @@ func (e *Engine) planSlicing(lens []int) (WavePlan, error) {
 type layerMode int
 
 const (
-	modeWhole  layerMode = iota // over the whole wave at once, the experts in chunks
-	modeSliced                  // in slices, each MoE layer's experts held for all its slices
-	modeMajor                   // in slices, MoE layers expert chunk by expert chunk (WavePlan.ExpertMajor)
+	modeWhole       layerMode = iota // over the whole wave at once, the experts in chunks
+	modeSliced                       // in slices, each MoE layer's experts held for all its slices
+	modeMajor                        // in slices, MoE layers expert chunk by expert chunk (WavePlan.ExpertMajor)
+	modeMajorDevice                  // modeMajor with the expert inputs and shared outputs on the device
 )
 
 // planWith plans lens with the layers run as mode says and chunk routed experts at once (0: all chosen).
 func (e *Engine) planWith(lens []int, mode layerMode, chunk int) (WavePlan, error) {
 	p := WavePlan{Sequences: len(lens), DeviceBudget: e.deviceBudget(), HostBudget: e.hostBudget(),
-		Sliceable: mode != modeWhole, ExpertMajor: mode == modeMajor, ExpertChunk: chunk}
+		Sliceable: mode != modeWhole, ExpertMajor: mode == modeMajor || mode == modeMajorDevice,
+		StashOnDevice: mode == modeMajorDevice, ExpertChunk: chunk}
 	for _, n := range lens {
 		p.Tokens += n
 		p.Longest = max(p.Longest, n)
@@ -203,7 +208,11 @@ func (e *Engine) planWith(lens []int, mode layerMode, chunk int) (WavePlan, erro
 		}
 		d := e.Model.Dims
 		carry += 4 * int64(d.Latent) * int64(wave)
-		p.StashBytes = hostState / e.Plan.StateValuesPerToken() * int64(d.Latent+d.Hidden) * int64(wave)
+		if p.StashOnDevice { // as activations, slice by slice
+			carry += e.activationBytes() * int64(d.Latent+d.Hidden) * int64(wave)
+		} else {
+			p.StashBytes = hostState / e.Plan.StateValuesPerToken() * int64(d.Latent+d.Hidden) * int64(wave)
+		}
 		if p.StashBytes > p.HostBudget {
 			return p, fmt.Errorf("%w: the expert inputs of %s tokens (%s) do not fit the host budget of %s (--host-memory)",
 				ErrBudget, commas(wave), gb(p.StashBytes), gb(p.HostBudget))
@@ -313,16 +322,21 @@ func (e *Engine) planWith(lens []int, mode layerMode, chunk int) (WavePlan, erro
 // the per-token state on the device (float32 tensors on every backend) and in host memory (bfloat16
 // values, float32 in FP32 precision).
 func (e *Engine) tokenBytes() (act, state, hostState int64) {
-	eb := int64(4)
-	if s, ok := e.Model.Ops.(ops.ActivationSizer); ok {
-		eb = int64(s.ActivationElementBytes())
-	}
+	eb := e.activationBytes()
 	hostEB := int64(2)
 	if e.Model.Ops.Precision() == ops.FP32 {
 		hostEB = 4
 	}
 	v := e.Plan.StateValuesPerToken()
 	return e.Plan.SliceValuesPerToken()*eb + e.expertScratch(), 4 * v, hostEB * v
+}
+
+// activationBytes is the device memory one activation value takes (ops.ActivationSizer, else 4).
+func (e *Engine) activationBytes() int64 {
+	if s, ok := e.Model.Ops.(ops.ActivationSizer); ok {
+		return int64(s.ActivationElementBytes())
+	}
+	return 4
 }
 
 // carryBytes is what the token-mixing ops carry for the longest sequence, and, sliced, the transient

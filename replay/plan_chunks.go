@@ -5,7 +5,11 @@ package replay
 // wave fits so in one read, else MoE layers expert-major (planSlicing in plan.go tries the usual plan
 // first).
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/potato-k3/potato-k3/replay/ops"
+)
 
 // pickChunk chooses among plans with ever smaller expert chunks (at least one): the largest chunk that
 // runs in one read with slices of at least sliceFloor tokens (or the whole wave), else the one-read plan
@@ -36,15 +40,29 @@ func pickChunk(plans []WavePlan) WavePlan {
 // chunk experts on the device at once: layers unsliced if the wave fits so in one read (and no slice size
 // is given), else MoE layers expert-major, else unsliced in several reads.
 func (e *Engine) planChunked(lens []int, chunk int) (WavePlan, error) {
-	experts := gb(e.weightPeak(true) - e.uploaded())
+	why := fmt.Sprintf("a layer's routed experts, %s, do not fit the device at once beside a slice", gb(e.weightPeak(true)-e.uploaded()))
+	if e.opts.ExpertMajor {
+		why = "--expert-major"
+	}
 	var whole *WavePlan // unsliced, when it plans
 	if e.opts.SliceTokens == 0 && !(e.forceExpertMajor || e.opts.ExpertMajor) {
 		if q, err := e.planWith(lens, modeWhole, chunk); err == nil {
-			q.Note = fmt.Sprintf("layers unsliced: a layer's routed experts (%s) do not fit the device at once beside a slice; experts in chunks of %d", experts, chunk)
+			q.Note = fmt.Sprintf("layers unsliced: %s; experts in chunks of %d", why, chunk)
 			if q.Waves == 1 {
 				return q, nil
 			}
 			whole = &q
+		}
+	}
+	// expert-major with the expert inputs on the device where that still takes one read in slices of
+	// sliceFloor tokens (or the whole wave, or --slice-tokens): no trip through host memory (a device of 24 GB rarely has the
+	// room; one of 80 with a wave of tens of thousands of tokens does)
+	if _, ok := e.Model.Ops.(ops.RowJoiner); ok && !e.forceHostStash {
+		q, err := e.planWith(lens, modeMajorDevice, chunk)
+		if err == nil && q.Waves == 1 && (q.Slices == 1 || q.SliceTokens >= min(sliceFloor, q.WaveTokens) || e.opts.SliceTokens > 0) {
+			q.Note = fmt.Sprintf("MoE layers expert-major, experts in chunks of %d, each serving every slice, slices pooled into expert calls of up to %s (%s; expert inputs kept on the device)",
+				chunk, gb(q.ExpertPool), why)
+			return q, nil
 		}
 	}
 	q, err := e.planWith(lens, modeMajor, chunk)
@@ -54,8 +72,8 @@ func (e *Engine) planChunked(lens []int, chunk int) (WavePlan, error) {
 		}
 		return q, err
 	}
-	q.Note = fmt.Sprintf("MoE layers expert-major, experts in chunks of %d, each serving every slice, slices pooled into expert calls of up to %s (a layer's routed experts, %s, do not fit the device at once beside a slice; expert inputs %s in host memory)",
-		chunk, gb(q.ExpertPool), experts, gb(q.StashBytes))
+	q.Note = fmt.Sprintf("MoE layers expert-major, experts in chunks of %d, each serving every slice, slices pooled into expert calls of up to %s (%s; expert inputs %s in host memory)",
+		chunk, gb(q.ExpertPool), why, gb(q.StashBytes))
 	return q, nil
 }
 

@@ -161,6 +161,9 @@ func (c *counting) Gather(w ops.Tensor, ids []int32) (ops.Tensor, error) {
 	return c.t(c.Backend.Gather(w, ids))
 }
 func (c *counting) MatMul(x, w ops.Tensor) (ops.Tensor, error) { return c.t(c.Backend.MatMul(x, w)) }
+func (c *counting) JoinRows(parts []ops.Tensor) (ops.Tensor, error) {
+	return c.t(c.Backend.JoinRows(parts))
+}
 func (c *counting) Slice(x ops.Tensor, a, b int) (ops.Tensor, error) {
 	return c.t(c.Backend.Slice(x, a, b))
 }
@@ -321,51 +324,61 @@ func TestPlanExpertMajor(t *testing.T) {
 	// the tiny model's experts are smaller than the accumulators, so its planner would never choose
 	// expert-major on its own: the test forces it, and holds it to its plan under a budget of a few slices
 	budget := probe.weightPeak(false) + probe.carryBytes(1000, true) + accs + 300*act + int64(total)*state/4
-	c := newCounting(ops.BF16)
-	c.scratch = func(pairs int) int64 { return probe.Model.ExpertScratchBytes(pairs, 1) }
-	var plans []string
-	e := openPreset(t, "tiny", 1, c, EngineOptions{ExpertChunk: 1, DeviceMemory: budget, Log: func(s string) { plans = append(plans, s) }})
-	e.forceExpertMajor = true
 	seqs := randomSequences(9, 3328, lens...)
 	opts := Options{TopK: 3, Lens: []int{4}, Router: true}
-	c.reset()
-	got, _, err := e.Run(context.Background(), []Request{{Sequences: seqs, Options: opts}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := e.plan
-	if !p.ExpertMajor || p.Waves != 1 || p.Slices < 2 || !strings.Contains(p.String(), "MoE layers expert-major") {
-		t.Fatalf("plan %s: want one read in several slices, MoE layers expert-major", p)
-	}
-	// the slices pool into expert calls of more rows than a slice (moe_pool.go)
-	if most := slices.Max(c.expertRows); most <= p.SliceTokens {
-		t.Errorf("expert calls of at most %d rows with slices of %d: no slices pooled (%s)", most, p.SliceTokens, p)
-	}
-	if limit := p.DevicePeak - p.WeightBytes; c.peak > limit {
-		t.Errorf("device peak of activations and carries %d bytes, over the plan's %d (%s)", c.peak, limit, p)
-	}
-	t.Logf("%s; counted peak %.2f MB of %.2f planned", p, float64(c.peak)/1e6, float64(p.DevicePeak-p.WeightBytes)/1e6)
 	want := runOne(t, openTiny(t, ops.BF16, EngineOptions{}), Request{Sequences: seqs, Options: opts})
-	if !reflect.DeepEqual(got, want) {
-		t.Error("the expert-major run differs from the unsliced one")
+	// the expert inputs in host memory; then on the device, with room for them and slices of 300 given
+	stash := 4 * int64(probe.Model.Dims.Latent+probe.Model.Dims.Hidden) * int64(total)
+	for _, c := range []struct {
+		onDevice bool
+		budget   int64
+		slice    int
+	}{{false, budget, 0}, {true, budget + stash, 300}} {
+		cb := newCounting(ops.BF16)
+		cb.scratch = func(pairs int) int64 { return probe.Model.ExpertScratchBytes(pairs, 1) }
+		e := openPreset(t, "tiny", 1, cb, EngineOptions{ExpertChunk: 1, DeviceMemory: c.budget, SliceTokens: c.slice})
+		e.forceExpertMajor = true
+		cb.reset()
+		got, _, err := e.Run(context.Background(), []Request{{Sequences: seqs, Options: opts}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := e.plan
+		if !p.ExpertMajor || p.Waves != 1 || p.Slices < 2 || !strings.Contains(p.String(), "MoE layers expert-major") || p.StashOnDevice != c.onDevice {
+			t.Fatalf("plan %s: want one read in several slices, MoE layers expert-major, the stash on the device %v", p, c.onDevice)
+		}
+		// the slices pool into expert calls of more rows than a slice (moe_pool.go)
+		if most := slices.Max(cb.expertRows); most <= p.SliceTokens {
+			t.Errorf("stash on the device %v: expert calls of at most %d rows with slices of %d: no slices pooled (%s)", c.onDevice, most, p.SliceTokens, p)
+		}
+		if limit := p.DevicePeak - p.WeightBytes; cb.peak > limit {
+			t.Errorf("stash on the device %v: device peak of activations and carries %d bytes, over the plan's %d (%s)", c.onDevice, cb.peak, limit, p)
+		}
+		t.Logf("%s; counted peak %.2f MB of %.2f planned", p, float64(cb.peak)/1e6, float64(p.DevicePeak-p.WeightBytes)/1e6)
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("stash on the device %v: the expert-major run differs from the unsliced one", c.onDevice)
+		}
 	}
 }
 
 // TestSliceInvarianceExpertMajor: MoE layers run expert-major give every table of the unsliced wave,
-// in both precisions, for several slice sizes and expert chunks, with the state on the device.
+// in both precisions, for several slice sizes and expert chunks, with the state on the device and the
+// expert inputs on the device (joined per pool) or in host memory.
 func TestSliceInvarianceExpertMajor(t *testing.T) {
 	opts := Options{TopK: 5, Lens: []int{1, 3}, Hidden: []int{2}, Router: true, AttnRes: true}
 	seqs := randomSequences(7, 3328, sliceSeqLens...)
 	for _, prec := range []ops.Precision{ops.BF16, ops.FP32} {
 		want := runOne(t, openTiny(t, prec, EngineOptions{}), Request{Sequences: seqs, Options: opts})
 		for _, c := range []struct{ slice, chunk int }{{1, 3}, {7, 1}, {65, 2}, {129, 5}} {
-			e := openTiny(t, prec, EngineOptions{SliceTokens: c.slice, ExpertChunk: c.chunk})
-			e.forceExpertMajor = true
-			if got := runOne(t, e, Request{Sequences: seqs, Options: opts}); !reflect.DeepEqual(got, want) {
-				t.Errorf("%s, slices of %d, expert-major in chunks of %d: results differ from the unsliced wave", prec, c.slice, c.chunk)
-			}
-			if !e.plan.ExpertMajor {
-				t.Errorf("%s, slices of %d: plan %s is not expert-major", prec, c.slice, e.plan)
+			for _, onHost := range []bool{false, true} {
+				e := openTiny(t, prec, EngineOptions{SliceTokens: c.slice, ExpertChunk: c.chunk})
+				e.forceExpertMajor, e.forceHostStash = true, onHost
+				if got := runOne(t, e, Request{Sequences: seqs, Options: opts}); !reflect.DeepEqual(got, want) {
+					t.Errorf("%s, slices of %d, expert-major in chunks of %d, stash on the host %v: results differ from the unsliced wave", prec, c.slice, c.chunk, onHost)
+				}
+				if !e.plan.ExpertMajor || e.plan.StashOnDevice == onHost {
+					t.Errorf("%s, slices of %d, stash on the host %v: plan %s", prec, c.slice, onHost, e.plan)
+				}
 			}
 		}
 	}

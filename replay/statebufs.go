@@ -133,7 +133,7 @@ func (s *stateBufs) close() {
 // each), and expert-major the stash of the wave's expert inputs and shared outputs (one of each, a layer's
 // passing to the next). A wave in several reads is left to allocate its own.
 func (e *Engine) pinStateBufs(p WavePlan, lens []int) int64 {
-	if e.Model.Ops.Precision() != ops.BF16 || p.Waves != 1 || (!p.HostState && !p.ExpertMajor) {
+	if e.Model.Ops.Precision() != ops.BF16 || p.Waves != 1 || (!p.HostState && (!p.ExpertMajor || p.StashOnDevice)) {
 		return 0
 	}
 	d := e.Model.Dims
@@ -150,7 +150,7 @@ func (e *Engine) pinStateBufs(p WavePlan, lens []int) int64 {
 			}
 		}
 	}
-	if p.ExpertMajor {
+	if p.ExpertMajor && !p.StashOnDevice {
 		sizes = append(sizes, p.Tokens*d.Latent, p.Tokens*d.Hidden)
 	}
 	// what the idle buffers hold already, by size

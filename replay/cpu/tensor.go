@@ -171,6 +171,32 @@ func (b *Backend) Gather(table ops.Tensor, ids []int32) (ops.Tensor, error) {
 	return out, nil
 }
 
+// JoinRows implements ops.RowJoiner: the parts' rows one after the other, copied.
+func (b *Backend) JoinRows(parts []ops.Tensor) (ops.Tensor, error) {
+	const op = "JoinRows"
+	if len(parts) == 0 {
+		return nil, argErr(op, "no parts")
+	}
+	ts := make([]*Tensor, len(parts))
+	rows := 0
+	for i, x := range parts {
+		t, err := tensor(op, fmt.Sprintf("parts[%d]", i), x)
+		if err != nil {
+			return nil, err
+		}
+		if t.cols != parts[0].Cols() {
+			return nil, shapeErr(op, "parts[%d] %v has %d columns, parts[0] %d", i, t, t.cols, parts[0].Cols())
+		}
+		ts[i], rows = t, rows+t.rows
+	}
+	out := newTensor(rows, ts[0].cols)
+	at := 0
+	for _, t := range ts {
+		at += copy(out.data[at:], t.data[:t.rows*t.cols])
+	}
+	return out, nil
+}
+
 // Slice returns out[i,j] = x[i, from+j] for j < to-from, a copy without rounding.
 func (b *Backend) Slice(x ops.Tensor, from, to int) (ops.Tensor, error) {
 	const op = "Slice"

@@ -67,6 +67,10 @@ type Pass struct {
 	// of ExpertChunk routed experts is uploaded once and serves every slice before it is freed, for a
 	// device that cannot hold a layer's experts beside a slice. Results do not depend on it.
 	ExpertMajor bool
+	// StashOnDevice keeps an expert-major layer's expert inputs and shared outputs on the device slice by
+	// slice, a pool's joined for its calls (ops.RowJoiner), instead of in host memory. Results do not
+	// depend on it.
+	StashOnDevice bool
 	// Host gives the host memory of the state of slices kept in host memory and of expert-major stashes
 	// (nil: the Go heap); Close gives it back.
 	Host HostBuffers

@@ -11,7 +11,8 @@ import (
 // experts beside a slice (K3: 896 of 17.5 MB). A smaller device runs the layer in three phases instead:
 //
 //  1. slice by slice: the attention sublayer, the FFN's mix and norm, the router, the shared experts and
-//     the routed experts' input z; z and the shared output wait in host memory, the routing on the host;
+//     the routed experts' input z; z and the shared output wait in host memory (or on the device, where
+//     the plan finds the room: Pass.StashOnDevice), the routing on the host;
 //  2. expert chunk by expert chunk, in ascending ids: the chunk is fetched once and every slice's rows
 //     that chose its experts are accumulated (z uploaded again; the float32 accumulators stay on the
 //     device, one per slice), then the chunk is freed;
@@ -71,10 +72,16 @@ func (f *Pass) layerExpertMajor(wv *Wave, w *LayerWeights) error {
 		defer in.free(b)
 		l.routings[j] = in.routing
 		if err := l.z.put(b, wv.Bounds[j], in.z); err != nil {
-			return fmt.Errorf("%s: routed experts' input of slice %d to host memory: %w", w.Layer.FFN, j, err)
+			return fmt.Errorf("%s: routed experts' input of slice %d to the stash: %w", w.Layer.FFN, j, err)
+		}
+		if l.z.keeps() {
+			in.z = nil
 		}
 		if err := l.shared.put(b, wv.Bounds[j], in.shared); err != nil {
-			return fmt.Errorf("%s: shared experts' output of slice %d to host memory: %w", w.Layer.FFN, j, err)
+			return fmt.Errorf("%s: shared experts' output of slice %d to the stash: %w", w.Layer.FFN, j, err)
+		}
+		if l.shared.keeps() {
+			in.shared = nil
 		}
 		return nil
 	})

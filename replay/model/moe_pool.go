@@ -25,12 +25,20 @@ type stash struct {
 	cols int
 	bf   []uint16
 	f    []float32
+	// on the device (Pass.StashOnDevice): the slices' tensors as put, each from row at[i]
+	dev []ops.Tensor
+	at  []int
+	j   ops.RowJoiner
 }
 
 // newStash makes the stash of rows x cols values, in a buffer an earlier expert-major layer gave back
 // when one has the size (a fresh allocation faults its pages in during the first copy into it: run 38).
 func (f *Pass) newStash(rows, cols int) *stash {
 	s := &stash{cols: cols}
+	if j, ok := f.Model.Ops.(ops.RowJoiner); ok && f.StashOnDevice {
+		s.j = j
+		return s
+	}
 	if f.Model.Ops.Precision() == ops.FP32 {
 		s.f = make([]float32, rows*cols)
 	} else {
@@ -39,9 +47,20 @@ func (f *Pass) newStash(rows, cols int) *stash {
 	return s
 }
 
-// release hands s's buffer to the next expert-major layer.
+// keeps says whether put keeps the tensor it is given (on the device), which the caller then must not
+// free.
+func (s *stash) keeps() bool { return s.j != nil }
+
+// release hands s's buffer to the next expert-major layer, or frees its tensors on the device.
 func (s *stash) release(f *Pass) {
-	if s != nil && s.bf != nil {
+	if s == nil {
+		return
+	}
+	for _, t := range s.dev {
+		f.Model.Ops.Free(t)
+	}
+	s.dev, s.at = nil, nil
+	if s.bf != nil {
 		f.host.put(s.bf)
 		s.bf = nil
 	}
@@ -51,6 +70,13 @@ func (s *stash) release(f *Pass) {
 func (s *stash) put(b ops.Backend, lo int, t ops.Tensor) error {
 	if t.Cols() != s.cols {
 		return fmt.Errorf("stash of %d columns given a tensor of %d", s.cols, t.Cols())
+	}
+	if s.j != nil { // kept as it is, in row order
+		if n := len(s.at); n > 0 && lo != s.at[n-1]+s.dev[n-1].Rows() {
+			return fmt.Errorf("stash: rows from %d after rows %d..%d", lo, s.at[n-1], s.at[n-1]+s.dev[n-1].Rows()-1)
+		}
+		s.dev, s.at = append(s.dev, t), append(s.at, lo)
+		return nil
 	}
 	a, z := lo*s.cols, (lo+t.Rows())*s.cols
 	if s.f != nil {
@@ -78,6 +104,22 @@ func (s *stash) put(b ops.Backend, lo int, t ops.Tensor) error {
 // upload makes a backend tensor of rows lo .. hi-1 (FromHost rounds; the values are rounded already, so
 // the bits are those put).
 func (s *stash) upload(b ops.Backend, lo, hi int) (ops.Tensor, error) {
+	if s.j != nil { // the tensors of exactly rows lo .. hi-1, joined (a copy the caller frees)
+		var parts []ops.Tensor
+		next := lo
+		for i, t := range s.dev {
+			if s.at[i] >= lo && s.at[i] < hi {
+				if s.at[i] != next {
+					return nil, fmt.Errorf("stash: rows %d..%d do not start a slice's", lo, hi-1)
+				}
+				parts, next = append(parts, t), next+t.Rows()
+			}
+		}
+		if next != hi {
+			return nil, fmt.Errorf("stash: rows %d..%d do not end a slice's", lo, hi-1)
+		}
+		return s.j.JoinRows(parts)
+	}
 	a, z := lo*s.cols, hi*s.cols
 	if s.f != nil {
 		return b.FromHost(hi-lo, s.cols, s.f[a:z])

@@ -120,3 +120,12 @@ func CheckSliceLayout(op string, l SliceLayout, rows int, in Carry) error {
 func (l SliceLayout) String() string {
 	return fmt.Sprintf("slice %v offset %d open %v", l.Starts, l.Offset, l.Open)
 }
+
+// RowJoiner is an optional interface of a Backend: one tensor of several tensors' rows. The engine
+// keeps an expert-major layer's expert inputs on the device slice by slice and joins a pool of slices'
+// rows for one expert call (replay/model/moe_pool.go); without it they go through host memory.
+type RowJoiner interface {
+	// JoinRows returns parts' rows one after the other (a copy, no rounding): out has the sum of their
+	// rows and their columns, which must all be the same. No part is freed or kept.
+	JoinRows(parts []Tensor) (Tensor, error)
+}

@@ -15,8 +15,46 @@ var basicTests = []test{
 	{"ZerosRound", testZerosRound},
 	{"Gather", testGather},
 	{"Slice", testSlice},
+	{"JoinRows", testJoinRows},
 	{"Add", testAdd},
 	{"Errors", testErrors},
+}
+
+// testJoinRows holds ops.RowJoiner to its contract: the parts' rows one after the other, bit for bit,
+// for part sizes that hit the tails (an empty part among them), one part alone, the parts untouched;
+// mismatched columns and no parts fail.
+func testJoinRows(s *suite) {
+	j, ok := s.b.(ops.RowJoiner)
+	if !ok {
+		s.Skip("the backend has no ops.RowJoiner")
+	}
+	const cols = 24
+	for _, sizes := range [][]int{{1}, {63, 1, 65}, {129, 0, 7}} {
+		var parts []ops.Tensor
+		var want []float32
+		for _, n := range sizes {
+			x, _ := s.randAct(n, cols, 2)
+			parts = append(parts, x)
+			want = append(want, s.host(x, n, cols)...)
+		}
+		out, err := j.JoinRows(parts)
+		s.must(err, "JoinRows")
+		total := len(want) / cols
+		s.same(fmt.Sprintf("JoinRows of parts of %v rows", sizes), s.host(out, total, cols), want, cols)
+		at := 0
+		for i, p := range parts { // untouched
+			s.same(fmt.Sprintf("JoinRows' part %d afterwards", i), s.host(p, sizes[i], cols), want[at*cols:(at+sizes[i])*cols], cols)
+			at += sizes[i]
+		}
+		s.free(out)
+		for _, p := range parts {
+			s.free(p)
+		}
+	}
+	a, b := s.act(2, 3, make([]float32, 6)), s.act(2, 4, make([]float32, 8))
+	s.fails("JoinRows of parts of 3 and 4 columns", func() error { _, err := j.JoinRows([]ops.Tensor{a, b}); return err })
+	s.fails("JoinRows of no parts", func() error { _, err := j.JoinRows(nil); return err })
+	s.free(a, b)
 }
 
 // testUpload: weights decode exactly in both precisions, F32 values that are not bfloat16 included.
