@@ -36,10 +36,10 @@ type Engine struct {
 	forceExpertMajor bool
 	// forceHostStash keeps expert-major stashes in host memory where the device has room for them (tests)
 	forceHostStash bool
-	group            *deviceGroup // the devices of EngineOptions.Devices (devices.go); nil: this one alone
-	feed             *deviceFeed  // while a wave runs over devices: where this device's weights come from (feed.go)
-	slab             aheadSlab    // the host buffers experts are read ahead of their routers into (readahead.go)
-	state            *stateBufs   // the host buffers of state kept off the device and of stashes (statebufs.go)
+	group          *deviceGroup // the devices of EngineOptions.Devices (devices.go); nil: this one alone
+	feed           *deviceFeed  // while a wave runs over devices: where this device's weights come from (feed.go)
+	slab           aheadSlab    // the host buffers experts are read ahead of their routers into (readahead.go)
+	state          *stateBufs   // the host buffers of state kept off the device and of stashes (statebufs.go)
 	// aheadBatch, when not 0, replaces expertBatch as the experts a read-ahead buffer holds (for tests)
 	aheadBatch int
 	// ConfigSHA256 is the hex SHA-256 of the model directory's config.json (empty for engines made with
