@@ -78,7 +78,6 @@ type Pass struct {
 	// (its rows of z and the backend's scratch: moe_pool.go): consecutive slices whose call fits share it.
 	// 0: a call a slice. Results do not depend on it.
 	PoolBytes  int64
-	lastPools  int // pools of slices the last expert-major layer's expert calls ran over
 	layer      int
 	lastChosen int // distinct experts the last MoE layer of this pass chose
 	slices     []ops.SliceLayout

@@ -14,8 +14,9 @@ import (
 //     the routed experts' input z; z and the shared output wait in host memory (or on the device, where
 //     the plan finds the room: Pass.StashOnDevice), the routing on the host;
 //  2. expert chunk by expert chunk, in ascending ids: the chunk is fetched once and every slice's rows
-//     that chose its experts are accumulated (z uploaded again; the float32 accumulators stay on the
-//     device, one per slice), then the chunk is freed;
+//     that chose its experts are accumulated, consecutive slices pooled into one call (moe_pool.go: z
+//     uploaded, or joined, once a pool and a chunk; the float32 accumulators stay on the device, one per
+//     pool), then the chunk is freed;
 //  3. slice by slice: the accumulator rounded, normed, projected back and added to the shared output,
 //     then to the running sum.
 //
@@ -28,9 +29,9 @@ func (f *Pass) expertMajor(w *LayerWeights) bool {
 	return f.ExpertMajor && f.Sliced() && w.Layer.FFN == MoE
 }
 
-// majorLayer is an expert-major layer's rows between its phases: every slice's routing, the expert
-// inputs z and shared experts' output of the whole wave in host memory, the pools of slices that share
-// the expert calls (moe_pool.go).
+// majorLayer is an expert-major layer's rows between its phases: every slice's routing, the stashes of
+// the wave's expert inputs z and shared experts' output (in host memory or on the device), and the pools
+// of slices that share the expert calls (moe_pool.go).
 type majorLayer struct {
 	routings  []ops.Routing
 	z, shared *stash
@@ -145,7 +146,6 @@ func (w *MoEWeights) expertsMajor(f *Pass, bounds []int, l *majorLayer) error {
 		chunk = max(len(ids), 1)
 	}
 	l.pools = f.pools(bounds, l.routings, ids, chunk)
-	f.lastPools = len(l.pools)
 	for i := range l.pools {
 		p := &l.pools[i]
 		acc, err := b.Zeros(bounds[p.hi]-bounds[p.lo], f.Model.Dims.Latent)
