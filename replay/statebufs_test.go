@@ -2,6 +2,7 @@ package replay
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"reflect"
 	"testing"
@@ -127,6 +128,41 @@ func TestStateBufsAcrossWaves(t *testing.T) {
 			} else if b := e.state.bytes(); b != held {
 				t.Errorf("expert-major %v: the second wave holds %d bytes of host buffers, the first %d", major, b, held)
 			}
+		}
+	}
+}
+
+// TestStateBufsAfterCancel: a wave with its state in host memory cancelled in the middle of its layers
+// (expert-major too) gives every host buffer back, and the next wave has the unsliced bits.
+func TestStateBufsAfterCancel(t *testing.T) {
+	seqs := randomSequences(9, 3328, sliceSeqLens...)
+	req := Request{Sequences: seqs, Options: Options{TopK: 3}}
+	want := runOne(t, openTiny(t, ops.BF16, EngineOptions{}), req)
+	for _, major := range []bool{false, true} {
+		ctx, cancel := context.WithCancel(context.Background())
+		opts := EngineOptions{SliceTokens: 128, ExpertChunk: 2, Progress: func(p Progress) {
+			if p.Layer == 3 {
+				cancel()
+			}
+		}}
+		e := openTiny(t, ops.BF16, opts)
+		e.forceExpertMajor = major
+		e.opts.DeviceMemory = slicedDeviceFor(t, e, 128)
+		if _, _, err := e.Run(ctx, []Request{req}); !errors.Is(err, context.Canceled) {
+			t.Fatalf("expert-major %v: a wave cancelled at layer 3: -want context.Canceled +got %v", major, err)
+		}
+		var idle int64
+		for _, l := range e.state.idle {
+			for _, b := range l {
+				idle += 2 * int64(len(b))
+			}
+		}
+		if idle != e.state.bytes() || idle == 0 {
+			t.Errorf("expert-major %v: after the cancel %d bytes of host buffers idle of %d held", major, idle, e.state.bytes())
+		}
+		e.opts.Progress = nil
+		if got := runOne(t, e, req); !reflect.DeepEqual(got, want) {
+			t.Errorf("expert-major %v: the wave after a cancel differs from the unsliced one", major)
 		}
 	}
 }
