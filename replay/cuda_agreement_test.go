@@ -144,8 +144,9 @@ func TestCUDABatchInvariance(t *testing.T) {
 }
 
 // TestCUDASliceInvariance: on the CUDA backend a wave run in slices of several sizes, with the state on
-// the device and in host memory, gives every table bit for bit as the unsliced wave (both precisions):
-// the carried convolution, KDA state and MLA keys on the device.
+// the device and in host memory, MoE layers sliced and expert-major (the stash in host memory, and on the
+// device: ops.RowJoiner), gives every table bit for bit as the unsliced wave (both precisions): the
+// carried convolution, KDA state and MLA keys on the device.
 func TestCUDASliceInvariance(t *testing.T) {
 	opts := Options{TopK: 5, Lens: []int{1, 3}, Hidden: []int{0, 2}, Router: true, AttnRes: true}
 	for _, prec := range []ops.Precision{ops.BF16, ops.FP32} {
@@ -153,8 +154,8 @@ func TestCUDASliceInvariance(t *testing.T) {
 		whole := openPreset(t, "tiny", 1, newCUDA(t, cuda.Options{Precision: prec}), EngineOptions{})
 		want := runOne(t, whole, Request{Sequences: seqs, Options: opts})
 		for _, n := range []int{1, 7, 64, 65, 129} {
-			for _, mode := range []string{"device", "host", "expert-major"} {
-				host := mode != "device"
+			for _, mode := range []string{"device", "host", "expert-major", "expert-major, stash on the device"} {
+				host := mode == "host" || mode == "expert-major"
 				eo := EngineOptions{SliceTokens: n}
 				var plan string
 				eo.Log = func(s string) { plan = s }
@@ -164,17 +165,21 @@ func TestCUDASliceInvariance(t *testing.T) {
 				if host {
 					co.MLAPrefixRows = 64
 				}
-				if mode == "expert-major" {
+				major := strings.HasPrefix(mode, "expert-major")
+				if major {
 					eo.ExpertChunk = 3
 				}
 				e := openPreset(t, "tiny", 1, newCUDA(t, co), eo)
-				e.forceExpertMajor = mode == "expert-major"
+				e.forceExpertMajor, e.forceHostStash = major, mode == "expert-major"
 				if host {
 					e.opts.DeviceMemory = slicedDeviceFor(t, e, n)
 				}
 				got := runOne(t, e, Request{Sequences: seqs, Options: opts})
 				if host != strings.Contains(plan, "in host memory") || !strings.Contains(plan, "slices of") {
 					t.Errorf("%s, slices of %d, host state %v: plan %q", prec, n, host, plan)
+				}
+				if major && e.plan.StashOnDevice != (mode == "expert-major, stash on the device") {
+					t.Errorf("%s, slices of %d (%s): plan %q, stash on the device %v", prec, n, mode, plan, e.plan.StashOnDevice)
 				}
 				if !reflect.DeepEqual(got, want) {
 					t.Errorf("%s, slices of %d (%s): results differ from the unsliced wave; plan %s", prec, n, mode, plan)
