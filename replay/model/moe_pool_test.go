@@ -1,7 +1,9 @@
 package model
 
 import (
+	"fmt"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/potato-k3/potato-k3/replay/cpu"
@@ -88,5 +90,55 @@ func TestPools(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestStashOnDevice: a stash on the device keeps the tensors put in row order and joins exactly a run of
+// whole slices, refusing rows out of order or a range that cuts a slice, with the rows named.
+func TestStashOnDevice(t *testing.T) {
+	b := cpu.New(cpu.Options{})
+	f := &Pass{Model: &Model{Ops: b}, StashOnDevice: true}
+	s := f.newStash(9, 2)
+	if !s.keeps() {
+		t.Fatal("a stash on the device on a backend with ops.RowJoiner does not keep its tensors")
+	}
+	rows := func(lo, n int) ops.Tensor {
+		v := make([]float32, 2*n)
+		for i := range v {
+			v[i] = float32(2*lo + i)
+		}
+		x, err := b.FromHost(n, 2, v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return x
+	}
+	for _, r := range [][2]int{{0, 3}, {3, 2}, {5, 4}} {
+		if err := s.put(b, r[0], rows(r[0], r[1])); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.put(b, 4, rows(4, 1)); err == nil || !strings.Contains(err.Error(), "rows from 4 after rows 5..8") {
+		t.Errorf("rows out of order: %v", err)
+	}
+	got, err := s.upload(b, 3, 9)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, _ := b.ToHost(got)
+	for i, x := range v {
+		if x != float32(6+i) {
+			t.Fatalf("rows 3..8 joined: value %d is %g, want %d", i, x, 6+i)
+		}
+	}
+	b.Free(got)
+	for _, r := range [][2]int{{1, 5}, {0, 4}} {
+		if _, err := s.upload(b, r[0], r[1]); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("rows %d..%d", r[0], r[1]-1)) {
+			t.Errorf("rows %d..%d cut a slice: %v", r[0], r[1]-1, err)
+		}
+	}
+	s.release(f)
+	if len(s.dev) != 0 {
+		t.Error("release left tensors in the stash")
 	}
 }
