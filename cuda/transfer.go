@@ -12,20 +12,21 @@ import (
 // crosses the bus both ways. Through ToHost and FromHost each value crossed as float32 and was widened
 // or narrowed one at a time on the host: a 262,144-token sequence in 24 GB took 52.2 s a MoE layer that
 // way, 14.0 s this way (docs/benchmarks.md, run 11). In BF16 precision the values are bfloat16 values, so
-// they cross as their bits: half the bytes, the conversion a kernel on the device. Into and out of pinned
-// memory (AllocHost) the queued forms copy directly on the compute stream and return without waiting, so
-// the host never stands in a copy and the copy engine reads the buffer at the full rate (staged copies of a
-// slice's state ran at 9-21 GB/s in run 40, against 55 pinned).
-
+// they cross as their bits: half the bytes, the conversion a kernel on the device.
 //
-// queuedWait: a queued transfer still waits for the work queued before it, then queues its copy and
-// returns without waiting for that. Not waiting at all let the host run ahead of the device by whole
-// slices and expert calls: memory that ops queued but not yet run on the compute stream will free cannot
-// serve allocations on the other streams (weights on the copy stream, the experts' lanes), and one
-// 262,144-token sequence under --device-memory 24GB peaked at 26 GB of device memory (run 41) against 20
-// with waiting transfers. Waiting for the earlier work keeps what the device holds to what the plan counts,
-// as the waiting transfers did, and keeps the pinned rate; what it gives up is the host queueing the
-// next slice's work during that work (it still does during the copy).
+// Into and out of pinned memory (AllocHost, where the engine keeps them: replay/statebufs.go) the queued
+// forms copy directly on the compute stream, with no staging: the copy engine moves the buffer at the
+// pinned rate (staged copies of a slice's state ran at 9-21 GB/s in run 40, against 55 pinned) and the
+// host does not stand in the copy. A queued transfer still waits for the work queued before it, then
+// queues its copy and returns without waiting for that (queuedWait below).
+//
+// queuedWait: not waiting at all let the host run ahead of the device by whole slices and expert calls:
+// memory that ops queued but not yet run on the compute stream will free cannot serve allocations on the
+// other streams (weights on the copy stream, the experts' lanes), and one 262,144-token sequence under
+// --device-memory 24GB peaked at 26 GB of device memory (run 41) against 20 with waiting transfers.
+// Waiting for the earlier work keeps what the device holds to what the plan counts, as the waiting
+// transfers did, and keeps the pinned rate (run 42: 21.5 s, 20 GB); what it gives up is the host queueing
+// the next slice's work while the device still runs this one's (it still does during the copy).
 
 var _ ops.QueuedBF16Transfer = (*Backend)(nil)
 

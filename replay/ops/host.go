@@ -63,9 +63,10 @@ type BF16Transfer interface {
 
 // QueuedBF16Transfer is an optional interface of a BF16Transfer backend with HostMemory: the same
 // transfers between the device and its page-locked host memory, queued in order with the backend's ops
-// instead of waited for, so that the host goes on queueing the next slice's work while the copy engine
-// moves a slice's state (the engine keeps the per-token state of slices in host memory, and an
-// expert-major layer's stash, in such memory: replay/model/hostbufs.go).
+// instead of waited for, so that the host does not stand in the copy (the engine keeps the per-token
+// state of slices in host memory, and an expert-major layer's stash, in such memory:
+// replay/model/hostbufs.go). A backend may still wait for the ops queued before the transfer (the CUDA
+// backend does, to hold its device memory to the plan).
 //
 // Contract: ToHostBF16Queued and FromHostBF16Queued give ToHostBF16's and FromHostBF16's results. When
 // dst or src lies inside one buffer from AllocHost, the copy may complete after the call returns: it
