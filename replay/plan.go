@@ -144,7 +144,7 @@ func (e *Engine) planSlicing(lens []int) (WavePlan, error) {
 	if e.forceExpertMajor || e.opts.ExpertMajor {
 		err = fmt.Errorf("%w: expert-major forced", ErrBudget)
 	}
-	if err == nil || e.Plan.Count(model.KDA, model.MoE)+e.Plan.Count(model.MLA, model.MoE) == 0 {
+	if err == nil || e.Plan.MoELayers() == 0 {
 		return p, err
 	}
 	// Sliced, a layer's experts serve every slice, so all of them are on the device at once. When they do
@@ -209,7 +209,7 @@ func (e *Engine) planWith(lens []int, mode layerMode, chunk int) (WavePlan, erro
 		d := e.Model.Dims
 		carry += 4 * int64(d.Latent) * int64(wave)
 		if p.StashOnDevice { // as activations, slice by slice
-			carry += e.activationBytes() * int64(d.Latent+d.Hidden) * int64(wave)
+			carry += e.Model.ActivationBytes() * int64(d.Latent+d.Hidden) * int64(wave)
 		} else {
 			p.StashBytes = hostState / e.Plan.StateValuesPerToken() * int64(d.Latent+d.Hidden) * int64(wave)
 		}
@@ -322,21 +322,13 @@ func (e *Engine) planWith(lens []int, mode layerMode, chunk int) (WavePlan, erro
 // the per-token state on the device (float32 tensors on every backend) and in host memory (bfloat16
 // values, float32 in FP32 precision).
 func (e *Engine) tokenBytes() (act, state, hostState int64) {
-	eb := e.activationBytes()
+	eb := e.Model.ActivationBytes()
 	hostEB := int64(2)
 	if e.Model.Ops.Precision() == ops.FP32 {
 		hostEB = 4
 	}
 	v := e.Plan.StateValuesPerToken()
 	return e.Plan.SliceValuesPerToken()*eb + e.expertScratch(), 4 * v, hostEB * v
-}
-
-// activationBytes is the device memory one activation value takes (ops.ActivationSizer, else 4).
-func (e *Engine) activationBytes() int64 {
-	if s, ok := e.Model.Ops.(ops.ActivationSizer); ok {
-		return int64(s.ActivationElementBytes())
-	}
-	return 4
 }
 
 // carryBytes is what the token-mixing ops carry for the longest sequence, and, sliced, the transient
@@ -367,7 +359,7 @@ func (e *Engine) prefixBytes(longest int) (fixed, perRow int64, ok bool) {
 
 // expertScratch is the routed experts' scratch a token takes in ExpertsAccumulate (0 without MoE layers).
 func (e *Engine) expertScratch() int64 {
-	if e.Plan.Count(model.KDA, model.MoE)+e.Plan.Count(model.MLA, model.MoE) == 0 {
+	if e.Plan.MoELayers() == 0 {
 		return 0
 	}
 	return e.Model.ExpertScratchBytes(1, e.Model.Dims.TopK)

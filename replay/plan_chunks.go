@@ -54,14 +54,18 @@ func (e *Engine) planChunked(lens []int, chunk int) (WavePlan, error) {
 			whole = &q
 		}
 	}
+	// majorNote is an expert-major plan's note, where its expert inputs wait
+	majorNote := func(q WavePlan, where string) string {
+		return fmt.Sprintf("MoE layers expert-major, experts in chunks of %d, each serving every slice, slices pooled into expert calls of up to %s (%s; expert inputs %s)",
+			chunk, gb(q.ExpertPool), why, where)
+	}
 	// expert-major with the expert inputs on the device where that still takes one read in slices of
-	// sliceFloor tokens (or the whole wave, or --slice-tokens): no trip through host memory (a device of 24 GB rarely has the
-	// room; one of 80 with a wave of tens of thousands of tokens does)
+	// sliceFloor tokens (or the whole wave, or --slice-tokens): no trip through host memory (a device of
+	// 24 GB rarely has the room; one of 80 with a wave of tens of thousands of tokens does)
 	if _, ok := e.Model.Ops.(ops.RowJoiner); ok && !e.forceHostStash {
 		q, err := e.planWith(lens, modeMajorDevice, chunk)
 		if err == nil && q.Waves == 1 && (q.Slices == 1 || q.SliceTokens >= min(sliceFloor, q.WaveTokens) || e.opts.SliceTokens > 0) {
-			q.Note = fmt.Sprintf("MoE layers expert-major, experts in chunks of %d, each serving every slice, slices pooled into expert calls of up to %s (%s; expert inputs kept on the device)",
-				chunk, gb(q.ExpertPool), why)
+			q.Note = majorNote(q, "kept on the device")
 			return q, nil
 		}
 	}
@@ -72,8 +76,7 @@ func (e *Engine) planChunked(lens []int, chunk int) (WavePlan, error) {
 		}
 		return q, err
 	}
-	q.Note = fmt.Sprintf("MoE layers expert-major, experts in chunks of %d, each serving every slice, slices pooled into expert calls of up to %s (%s; expert inputs %s in host memory)",
-		chunk, gb(q.ExpertPool), why, gb(q.StashBytes))
+	q.Note = majorNote(q, gb(q.StashBytes)+" in host memory")
 	return q, nil
 }
 

@@ -62,7 +62,7 @@ func (e *Engine) readAheadBudget(p WavePlan) (int64, string) {
 	if e.opts.ExpertReadAhead < 0 || per == 0 || !model.CoversExperts(e.Model.Dims, tokens) {
 		return 0, ""
 	}
-	if moe := e.Plan.Count(model.KDA, model.MoE) + e.Plan.Count(model.MLA, model.MoE); moe > 0 && e.cache.expertCount() == moe*e.Model.Dims.Experts {
+	if moe := e.Plan.MoELayers(); moe > 0 && e.cache.expertCount() == moe*e.Model.Dims.Experts {
 		// nothing left to read: pinning the slots would cost seconds for nothing (run 40: the bench's
 		// timed wave freed 16 GB of idle slots, 2.3 s, after a warm-up had filled the cache)
 		return 0, "experts not read ahead: the host cache holds every routed expert"

@@ -20,6 +20,15 @@ func New(p *Plan, b ops.Backend) *Model {
 	return &Model{Plan: p, Dims: p.Dims(), Ops: b, eps: float32(p.Config.RMSNormEps)}
 }
 
+// ActivationBytes is the device memory one activation value takes on m's backend (ops.ActivationSizer,
+// else 4: a float32).
+func (m *Model) ActivationBytes() int64 {
+	if s, ok := m.Ops.(ops.ActivationSizer); ok {
+		return int64(s.ActivationElementBytes())
+	}
+	return 4
+}
+
 // Site names where an AttnRes mix is taken.
 type Site string
 

@@ -123,13 +123,13 @@ func (s *stash) upload(b ops.Backend, lo, hi int) (ops.Tensor, error) {
 		return s.j.JoinRows(parts)
 	}
 	a, z := lo*s.cols, hi*s.cols
+	h := hostRows{rows: hi - lo, cols: s.cols}
 	if s.f != nil {
-		return b.FromHost(hi-lo, s.cols, s.f[a:z])
+		h.f = s.f[a:z]
+	} else {
+		h.bf = s.bf[a:z]
 	}
-	if m, ok := b.(ops.BF16Transfer); ok {
-		return fromHostBF16(m, hi-lo, s.cols, s.bf[a:z])
-	}
-	return b.FromHost(hi-lo, s.cols, fromBF16Bits(s.bf[a:z]))
+	return h.upload(b)
 }
 
 // pool is consecutive slices lo .. hi-1 of an expert-major layer sharing its expert calls.
@@ -144,12 +144,7 @@ type pool struct {
 // (ops.ExpertScratch; without it, float32 gate, up and output values of every pair, as the CPU backend
 // holds them: the plan's assumption too).
 func (m *Model) expertCallBytes(rows, pairs int) int64 {
-	d := m.Dims
-	eb := int64(4)
-	if s, ok := m.Ops.(ops.ActivationSizer); ok {
-		eb = int64(s.ActivationElementBytes())
-	}
-	return int64(rows)*int64(d.Latent)*eb + m.ExpertScratchBytes(pairs, 1)
+	return int64(rows)*int64(m.Dims.Latent)*m.ActivationBytes() + m.ExpertScratchBytes(pairs, 1)
 }
 
 // ExpertScratchBytes is what ExpertsAccumulate takes beyond acc and z on m's backend for rows rows

@@ -101,6 +101,9 @@ func (p *Plan) Count(a AttnKind, f FFNKind) int {
 	return n
 }
 
+// MoELayers is the number of layers with an MoE FFN.
+func (p *Plan) MoELayers() int { return p.Count(KDA, MoE) + p.Count(MLA, MoE) }
+
 // LayerIndices returns the 0-indexed layers of the given attention kind, ascending.
 func (p *Plan) LayerIndices(a AttnKind) []int {
 	var out []int
