@@ -3,6 +3,7 @@ package cuda
 import (
 	"fmt"
 	"math"
+	"strings"
 
 	"github.com/potato-k3/potato-k3/cuda/bind"
 	"github.com/potato-k3/potato-k3/replay/ops"
@@ -38,7 +39,21 @@ const (
 	expertsGrouped
 	expertsGroupedF32 // the grouped path with the float32-multiply decoder (k_experts_*_f32)
 	expertsLt         // the grouped path's plan with the GEMMs on cuBLASLt (experts_lt.go)
+	expertsWG         // the grouped path with the GEMMs on wgmma (kernels/experts_wg.cu; sm_90a only)
 )
+
+// Launch parameters of experts_wg.cu (version 1): 256 threads a block (two warpgroups), tiles of 128 rows
+// by 128 gate/up columns (256 weight rows: 128 of w1, 128 of w3) or 256 w2 columns, four 16 KiB
+// activation stages and three 32 KiB weight stages plus 1 KiB of alignment, one block an SM.
+const (
+	wGateCols  = 128
+	wDownCols  = 256
+	wSmemBytes = 4*128*64*2 + 3*256*64*2 + 1024
+)
+
+// wgOK reports whether the wgmma kernels run on this backend's device: they are compiled for sm_90a
+// (Hopper's arch-specific target) and are empty elsewhere.
+func (b *Backend) wgOK() bool { return b.info.Arch == "sm_90a" }
 
 // groupedOK reports whether the grouped kernels take this call: BF16 precision on the tensor cores, and
 // latent and one common ffn multiples of 32 (whole MXFP4 scale groups, 16-byte aligned rows). The choice
@@ -169,17 +184,24 @@ type groupedDev struct {
 	latent, ffn        int
 	beta, linBeta      float32
 	gateNCol, downNCol int
-	kernels            string // "" (the kernels of X_DEC), or "_f32" or "_nodec": the other forms, for tests
+	smem               int    // dynamic shared memory of the GEMM kernels
+	kernels            string // "" (the kernels of X_DEC), or "_f32" or "_nodec": the other forms, for tests; "_wg" (and "_wg_nodec") on wgmma
 }
 
 // at returns the device address of int32 offset off of the plan's buffer.
 func (d *groupedDev) at(off int) uint64 { return d.tab + 4*uint64(off) }
 
 // prepareGrouped uploads the plan and allocates the temporaries (freed when the op ends): 2 bytes a
-// value of rows x (latent + ffn), proportional to the call.
-func (c *opCtx) prepareGrouped(p *groupedPlan, acc, z uint64, latent, ffn int, beta, linBeta float32) (*groupedDev, error) {
+// value of rows x (latent + ffn), proportional to the call. wg: the tiles of the wgmma kernels.
+func (c *opCtx) prepareGrouped(p *groupedPlan, acc, z uint64, latent, ffn int, beta, linBeta float32, wg bool) (*groupedDev, error) {
 	d := &groupedDev{plan: p, acc: acc, z: z, latent: latent, ffn: ffn, beta: beta, linBeta: linBeta,
-		gateNCol: (ffn + xGateCols - 1) / xGateCols, downNCol: (latent + xDownCols - 1) / xDownCols}
+		gateNCol: (ffn + xGateCols - 1) / xGateCols, downNCol: (latent + xDownCols - 1) / xDownCols, smem: xSmemBytes}
+	kernels := []string{"k_experts_gateup", "k_experts_down", "k_experts_gateup_f32", "k_experts_down_f32",
+		"k_experts_gateup_nodec", "k_experts_down_nodec"}
+	if wg {
+		d.gateNCol, d.downNCol, d.smem = (ffn+wGateCols-1)/wGateCols, (latent+wDownCols-1)/wDownCols, wSmemBytes
+		kernels = []string{"k_experts_gateup_wg", "k_experts_down_wg", "k_experts_gateup_wg_nodec", "k_experts_down_wg_nodec"}
+	}
 	if int64(p.tiles)*int64(max(d.gateNCol, d.downNCol)) > math.MaxInt32 {
 		return nil, fmt.Errorf("%w: %s: %d row tiles x %d column tiles exceed a grid", ErrArgument, c.op, p.tiles, max(d.gateNCol, d.downNCol))
 	}
@@ -200,12 +222,11 @@ func (c *opCtx) prepareGrouped(p *groupedPlan, acc, z uint64, latent, ffn int, b
 		return nil, err
 	}
 	b, drv := c.b, c.b.drv
-	for _, k := range []string{"k_experts_gateup", "k_experts_down", "k_experts_gateup_f32", "k_experts_down_f32",
-		"k_experts_gateup_nodec", "k_experts_down_nodec"} {
+	for _, k := range kernels {
 		// Above 48 KiB a kernel must opt in; asking for all of the carveout lets two blocks share an SM.
 		// Set per call: cheap, and it keeps the setting beside the launches that need it.
 		if err := drv.Check("cuFuncSetAttribute("+k+", max dynamic shared memory)",
-			bind.Call(drv.CuFuncSetAttribute, b.fn(k), bind.FuncAttrMaxDynamicSharedBytes, xSmemBytes)); err != nil {
+			bind.Call(drv.CuFuncSetAttribute, b.fn(k), bind.FuncAttrMaxDynamicSharedBytes, uintptr(d.smem))); err != nil {
 			return nil, err
 		}
 		if err := drv.Check("cuFuncSetAttribute("+k+", shared carveout)",
@@ -228,13 +249,13 @@ func (c *opCtx) groupedSiTUTables(d *groupedDev) error {
 
 // groupedGateUp launches k_experts_gateup: h = rounded SiTU of the rounded gate and up GEMMs.
 func (c *opCtx) groupedGateUp(d *groupedDev) error {
-	return c.launch("k_experts_gateup"+d.kernels, d1(d.plan.tiles*d.gateNCol), d1(xThreads), xSmemBytes,
+	return c.launch("k_experts_gateup"+d.kernels, d1(d.plan.tiles*d.gateNCol), d1(xThreads), d.smem,
 		d.h, d.zs, d.at(d.plan.offTiles), d.tab, int32(d.gateNCol), int32(d.ffn), int32(d.latent), d.situ)
 }
 
 // groupedDown launches k_experts_down: the rounded w2 GEMMs, written over the gathered rows.
 func (c *opCtx) groupedDown(d *groupedDev) error {
-	return c.launch("k_experts_down"+d.kernels, d1(d.plan.tiles*d.downNCol), d1(xThreads), xSmemBytes,
+	return c.launch("k_experts_down"+d.kernels, d1(d.plan.tiles*d.downNCol), d1(xThreads), d.smem,
 		d.zs, d.h, d.at(d.plan.offTiles), d.tab, int32(d.downNCol), int32(d.latent), int32(d.ffn))
 }
 
@@ -250,7 +271,7 @@ func (c *opCtx) expertsGrouped(p *groupedPlan, acc, z uint64, latent, ffn int, b
 	if p.rows == 0 {
 		return nil
 	}
-	d, err := c.prepareGrouped(p, acc, z, latent, ffn, beta, linBeta)
+	d, err := c.prepareGrouped(p, acc, z, latent, ffn, beta, linBeta, strings.HasPrefix(kernels, "_wg"))
 	if err != nil {
 		return err
 	}

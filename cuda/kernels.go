@@ -3,6 +3,8 @@ package cuda
 import (
 	"embed"
 	"fmt"
+	"io/fs"
+	"path"
 
 	"github.com/potato-k3/potato-k3/cuda/bind"
 	"github.com/potato-k3/potato-k3/cuda/device"
@@ -31,6 +33,7 @@ var kernelFiles = []kernelFile{
 	{"experts.cu", []string{"k_experts_gather", "k_experts_situ_tables", "k_experts_gateup", "k_experts_down", "k_experts_combine",
 		"k_experts_gateup_f32", "k_experts_down_f32", "k_experts_gateup_nodec", "k_experts_down_nodec",
 		"k_experts_decode", "k_experts_situ_rows", "k_situ_glu_bf16"}},
+	{"experts_wg.cu", []string{"k_experts_gateup_wg", "k_experts_down_wg", "k_experts_gateup_wg_nodec", "k_experts_down_wg_nodec"}},
 	{"kda.cu", []string{"k_shortconv", "k_shortconv4", "k_kda_prep_exact", "k_kda_prep_fast",
 		"k_kda_exact", "k_kda_exact_r32", "k_kda_exact_r64", "k_kda_exact_r128", "k_kda_fast_r64", "k_kda_fast_r128"}},
 	{"mla.cu", []string{"k_mla"}},
@@ -46,11 +49,19 @@ var kernelFiles = []kernelFile{
 // division, square root and the double-precision exp/tanh/log stay IEEE-accurate.
 var nvrtcOptions = []string{"--std=c++17", "--fmad=false", "-default-device"}
 
-// kernelSources reads the embedded files.
+// kernelSources reads the embedded files; every .cu file sees every .cuh header.
 func kernelSources() ([]bind.Source, error) {
-	header, err := kernelFS.ReadFile("kernels/common.cuh")
+	headers := map[string]string{}
+	hs, err := fs.Glob(kernelFS, "kernels/*.cuh")
 	if err != nil {
-		return nil, fmt.Errorf("%w: embedded common.cuh: %w", ErrInternal, err)
+		return nil, fmt.Errorf("%w: embedded headers: %w", ErrInternal, err)
+	}
+	for _, h := range hs {
+		text, err := kernelFS.ReadFile(h)
+		if err != nil {
+			return nil, fmt.Errorf("%w: embedded %s: %w", ErrInternal, h, err)
+		}
+		headers[path.Base(h)] = string(text)
 	}
 	out := make([]bind.Source, len(kernelFiles))
 	for i, kf := range kernelFiles {
@@ -58,7 +69,7 @@ func kernelSources() ([]bind.Source, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%w: embedded %s: %w", ErrInternal, kf.file, err)
 		}
-		out[i] = bind.Source{Name: kf.file, Text: string(src), Headers: map[string]string{"common.cuh": string(header)}}
+		out[i] = bind.Source{Name: kf.file, Text: string(src), Headers: headers}
 	}
 	return out, nil
 }

@@ -314,8 +314,14 @@ func (b *Backend) expertsAccumulate(acc, z ops.Tensor, rt ops.Routing, experts [
 	}
 	if grouped {
 		kernels := ""
-		if mode == expertsGroupedF32 {
+		switch mode {
+		case expertsGroupedF32:
 			kernels = "_f32"
+		case expertsWG:
+			if !b.wgOK() {
+				return argErr(op, "the wgmma kernels need sm_90a, the device is %s", b.info.Arch)
+			}
+			kernels = "_wg"
 		}
 		ffn := es[0].ffn
 		plan := planGrouped(es, work, rows) // here, not on the CUDA thread: earlier ops' closures need not wait

@@ -1,0 +1,176 @@
+package cuda
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/potato-k3/potato-k3/replay/ops"
+)
+
+// The wgmma path of the grouped experts (kernels/experts_wg.cu): within rounding of the grouped kernels
+// (the same decoded weights and rounding points, the tensor core's order inside a k step), and equal to
+// itself bit for bit across expert subsets, orders and row subsets.
+
+// wgBackend returns a BF16 backend whose device runs the wgmma kernels, or skips.
+func wgBackend(t *testing.T) *Backend {
+	t.Helper()
+	b := testBackend(t, Options{Precision: ops.BF16})
+	if !b.wgOK() {
+		t.Skipf("the wgmma kernels need sm_90a; the device is %s", b.info.Arch)
+	}
+	return b
+}
+
+// TestExpertsWG: shapes with tails in every dimension (k % 64 == 32, gate/up and down column tiles cut
+// short, experts of 1, 63, 64, 65, 129 and 300 rows: one warpgroup idle, two, several tiles).
+func TestExpertsWG(t *testing.T) {
+	b := wgBackend(t)
+	counts := []int{0, 1, 63, 64, 65, 129, 300}
+	ids := []int{3, 4, 9, 10, 17, 22, 31}
+	for _, sh := range []struct{ latent, ffn int }{{256, 192}, {96, 160}, {32, 32}, {288, 416}, {3584, 3072}} {
+		t.Run(fmt.Sprintf("latent%d_ffn%d", sh.latent, sh.ffn), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(uint64(sh.latent), 9))
+			const rows = 307
+			c := newExpertsCase(t, b, rng, sh.latent, sh.ffn, rows, ids, counts)
+			defer c.free(b)
+			es := c.es
+			want := c.run(t, b, "wgmma", expertsWG, 0, rows, es)
+			closeToGrouped(t, "wgmma vs grouped kernels", want, c.run(t, b, "grouped", expertsGrouped, 0, rows, es), c.accv)
+			shuffled := slices.Clone(es)
+			rng.Shuffle(len(shuffled), func(i, j int) { shuffled[i], shuffled[j] = shuffled[j], shuffled[i] })
+			sameBits(t, "wgmma, experts out of order", c.run(t, b, "shuffled", expertsWG, 0, rows, shuffled), want, sh.latent)
+			sameBits(t, "wgmma, subsets {3,4,9} {10} {17,22,31}",
+				c.run(t, b, "subsets", expertsWG, 0, rows, es[:3], es[3:4], es[4:]), want, sh.latent)
+			sameBits(t, "wgmma, one expert a call",
+				c.run(t, b, "singles", expertsWG, 0, rows, es[:1], es[1:2], es[2:3], es[3:4], es[4:5], es[5:6], es[6:]), want, sh.latent)
+			sameBits(t, "wgmma, rows 100..164 alone", c.run(t, b, "rows alone", expertsWG, 100, 165, es),
+				want[100*sh.latent:165*sh.latent], sh.latent)
+		})
+	}
+}
+
+// TestExpertsWGTiming times the wgmma path against the cuBLASLt path (the production path) at K3's sizes
+// with the row counts an expert gets in the 262,144-token bench wave: ~1,200 (a 65,536-token slice),
+// ~1,720 (three slices of 96,256) and ~4,680 (the whole wave in one call, expert-major), checks the two
+// within rounding, and times the wgmma kernels alone and without decoding (CUDA events). FLOP count as in
+// TestExpertsGroupedTiming: rows x k x 3 x 2 x latent x ffn a call.
+func TestExpertsWGTiming(t *testing.T) {
+	skipTiming(t)
+	b := wgBackend(t)
+	logKernelAttrs(t, b, "k_experts_gateup_wg", "k_experts_down_wg")
+	const latent, ffn, beta, linBeta = 3584, 3072, 4, 25
+	rng := rand.New(rand.NewPCG(21, 22))
+	parts := randExpertBytes(rng, latent, ffn)
+	for i := 1; i < 6; i += 2 { // ordinary scales only: 2^-9 .. 2^-6
+		for j := range parts[i] {
+			parts[i][j] = byte(118 + j%4)
+		}
+	}
+	const experts = 896
+	var es []ops.Expert
+	defer func() {
+		for _, e := range es {
+			b.Free(e)
+		}
+	}()
+	for id := range experts {
+		e, err := b.UploadExpert(id, latent, ffn, parts[0], parts[1], parts[2], parts[3], parts[4], parts[5])
+		if err != nil {
+			t.Fatalf("expert %d: %v", id, err)
+		}
+		es = append(es, e)
+	}
+	pool := make([]float32, 1<<20+7)
+	for i := range pool {
+		pool[i] = float32(rng.NormFloat64())
+	}
+	for _, tokens := range []int{65536, 96256, 262144} {
+		name := fmt.Sprintf("%d experts, %d tokens x 16", experts, tokens)
+		rt := randRouting(rng, tokens, 16, experts, 0)
+		zv := make([]float32, tokens*latent)
+		for i := range zv {
+			zv[i] = pool[i%len(pool)]
+		}
+		z, err := b.FromHost(tokens, latent, zv)
+		if err != nil {
+			t.Fatal(err)
+		}
+		flop := float64(tokens) * 16 * 3 * 2 * latent * ffn
+		var got [2][]float32
+		for i, mode := range []expertsMode{expertsLt, expertsWG} {
+			acc, err := b.Zeros(tokens, latent)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := b.expertsAccumulate(acc, z, rt, es, beta, linBeta, mode); err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			if got[i], err = b.ToHost(acc); err != nil {
+				t.Fatal(err)
+			}
+			med := medianTime(t, b, 3, func() error { return b.expertsAccumulate(acc, z, rt, es, beta, linBeta, mode) })
+			what := map[expertsMode]string{expertsLt: "cuBLASLt", expertsWG: "wgmma"}[mode]
+			t.Logf("TIMING ExpertsAccumulate %-34s %-10s %9.3f ms %8.1f TFLOP/s", name, what, float64(med.Microseconds())/1e3, flop/med.Seconds()/1e12)
+			b.Free(acc)
+		}
+		closeToGrouped(t, name+": wgmma vs cuBLASLt", got[1], got[0], make([]float32, len(got[0])))
+		wgBreakdown(t, b, name, z.(*Tensor), rt, es, latent, ffn, flop)
+		b.Free(z)
+	}
+}
+
+// wgBreakdown times the wgmma GEMM kernels alone on one planned call (CUDA events, median of 5 after a
+// warm-up), with and without decoding.
+func wgBreakdown(t *testing.T, b *Backend, name string, z *Tensor, rt ops.Routing, experts []ops.Expert, latent, ffn int, flop float64) {
+	t.Helper()
+	es := make([]*Expert, len(experts))
+	ids := make([]int, len(experts))
+	for i, e := range experts {
+		es[i], ids[i] = e.(*Expert), e.ID()
+	}
+	work, err := rt.AssignRows(ids, z.rows)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := planGrouped(es, work, z.rows)
+	acc, err := b.Zeros(z.rows, latent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Free(acc)
+	err = b.run("timing", func(c *opCtx) error {
+		d, err := c.prepareGrouped(&p, acc.(*Tensor).ptr, z.ptr, latent, ffn, 4, 25, true)
+		if err != nil {
+			return err
+		}
+		if err := c.groupedGather(d); err != nil {
+			return err
+		}
+		if err := c.groupedSiTUTables(d); err != nil {
+			return err
+		}
+		for _, s := range []struct {
+			what, kernels string
+			fn            func(*groupedDev) error
+			flop          float64
+		}{
+			{"gate/up (+SiTU)", "_wg", c.groupedGateUp, flop * 2 / 3},
+			{"down", "_wg", c.groupedDown, flop / 3},
+			{"gate/up no dec", "_wg_nodec", c.groupedGateUp, flop * 2 / 3},
+			{"down no dec", "_wg_nodec", c.groupedDown, flop / 3},
+		} {
+			d.kernels = s.kernels
+			ms, err := eventTime(c, 5, func() error { return s.fn(d) })
+			if err != nil {
+				return fmt.Errorf("%s: %w", s.what, err)
+			}
+			t.Logf("TIMING   %-40s %-16s %9.3f ms %8.1f TFLOP/s (%d rows, %d tiles)", name, s.what, ms, s.flop/ms/1e9, p.rows, p.tiles)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
