@@ -12,8 +12,10 @@ import (
 // The grouped expert path of ExpertsAccumulate (kernels/experts.cu): in BF16 precision on the tensor
 // cores, one launch for the gate and up GEMMs of every expert of the call (SiTU in its epilogue), one for
 // the w2 GEMMs and one that adds each accumulator row's expert outputs in ascending expert id (and two
-// small ones: the gather of the rows, SiTU's tables), instead of six launches per expert. Its result equals the per-expert path (moe.go) bit for bit; the test
-// experts_grouped_test.go holds it to that.
+// small ones: the gather of the rows, SiTU's tables), instead of six launches per expert. With the
+// mma.sync kernels (experts.cu) its result equals the per-expert path (moe.go) bit for bit, and the test
+// experts_grouped_test.go holds it to that; with the wgmma kernels (experts_wg.cu, sm_90a) it is within
+// rounding of them and equal to itself across subsets (experts_wg_test.go).
 
 // Launch parameters of experts.cu (versions 1 and 2): 256 threads a block, tiles of 128 rows by 64 gate/up
 // columns (128 weight rows: 64 of w1, 64 of w3) or 128 w2 columns, 92,160 bytes of dynamic shared memory
@@ -42,13 +44,14 @@ const (
 	expertsWG         // the grouped path with the GEMMs on wgmma (kernels/experts_wg.cu; sm_90a only)
 )
 
-// Launch parameters of experts_wg.cu (version 1): 256 threads a block (two warpgroups), tiles of 128 rows
-// by 128 gate/up columns (256 weight rows: 128 of w1, 128 of w3) or 256 w2 columns, four 16 KiB
-// activation stages and three 32 KiB weight stages plus 1 KiB of alignment, one block an SM.
+// Launch parameters of experts_wg.cu (version 3): 256 threads a block (two warpgroups), tiles of 256
+// gathered rows by 64 gate/up columns (128 weight rows: 64 of w1, 64 of w3) or 128 w2 columns, four
+// 32 KiB activation stages plus 1 KiB of alignment.
 const (
-	wGateCols  = 128
-	wDownCols  = 256
-	wSmemBytes = 4*128*64*2 + 3*256*64*2 + 1024
+	wTileRows  = 256
+	wGateCols  = 64
+	wDownCols  = 128
+	wSmemBytes = 4*256*64*2 + 1024
 )
 
 // wgOK reports whether the wgmma kernels run on this backend's device: they are compiled for sm_90a
@@ -75,7 +78,7 @@ func (b *Backend) groupedOK(latent int, es []*Expert) bool {
 type groupedPlan struct {
 	experts int   // experts in the call (the pointer table's length)
 	rows    int   // rows of the gathered buffer: the sum of the experts' rows
-	tiles   int   // row tiles: ceil(rows_e / 128) summed over the experts
+	tiles   int   // row tiles: ceil(rows_e / tile rows) summed over the experts
 	touched int   // accumulator rows that receive at least one expert output
 	entries int   // (row, expert) pairs, = rows
 	counts  []int // rows of each expert, in the call's order (ascending id)
@@ -91,6 +94,11 @@ type groupedPlan struct {
 // the order work[i] lists them; each accumulator row's entries are listed in ascending expert id, so the
 // combine adds them in the per-expert path's order.
 func planGrouped(es []*Expert, work []ops.ExpertRows, accRows int) groupedPlan {
+	return planGroupedTiles(es, work, accRows, xTileRows)
+}
+
+// planGroupedTiles is planGrouped with row tiles of at most tileRows rows (the wgmma kernels take 256).
+func planGroupedTiles(es []*Expert, work []ops.ExpertRows, accRows, tileRows int) groupedPlan {
 	p := groupedPlan{experts: len(es), counts: make([]int, len(work))}
 	n := 0
 	for i := range work {
@@ -99,7 +107,7 @@ func planGrouped(es []*Expert, work []ops.ExpertRows, accRows int) groupedPlan {
 			p.nonzero = append(p.nonzero, i)
 		}
 		n += len(work[i].Rows)
-		p.tiles += (len(work[i].Rows) + xTileRows - 1) / xTileRows
+		p.tiles += (len(work[i].Rows) + tileRows - 1) / tileRows
 	}
 	p.rows, p.entries = n, n
 	count := make([]int32, accRows)
@@ -125,8 +133,8 @@ func planGrouped(es []*Expert, work []ops.ExpertRows, accRows int) groupedPlan {
 	first := 0
 	for i := range work {
 		m := len(work[i].Rows)
-		for t0 := 0; t0 < m; t0 += xTileRows {
-			buf = append(buf, int32(i), int32(first+t0), int32(min(xTileRows, m-t0)), 0)
+		for t0 := 0; t0 < m; t0 += tileRows {
+			buf = append(buf, int32(i), int32(first+t0), int32(min(tileRows, m-t0)), 0)
 		}
 		first += m
 	}

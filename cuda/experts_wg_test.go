@@ -134,7 +134,7 @@ func wgBreakdown(t *testing.T, b *Backend, name string, z *Tensor, rt ops.Routin
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := planGrouped(es, work, z.rows)
+	p := planGroupedTiles(es, work, z.rows, wTileRows)
 	acc, err := b.Zeros(z.rows, latent)
 	if err != nil {
 		t.Fatal(err)

@@ -261,6 +261,10 @@ func anyScaleAbove252(s []byte) bool {
 // rounding points, each sum in the pinned algorithm's order (a choice by shape, never by rows), so the
 // result is batch invariant as above; it may differ from the other paths at float32 rounding level
 // (nothing promises cuBLASLt's order of the sums; on the H200 it came out bit-identical to theirs).
+// Without cuBLASLt on an sm_90a device the GEMMs run on wgmma with the weights decoded in registers
+// (kernels/experts_wg.cu, about twice the mma.sync kernels' rate and below cuBLASLt's path): the same
+// plan with tiles of 256 rows, decoded values and rounding points, sums in fixed k steps of 16 (batch
+// invariant; on the H200 bit-identical to the cuBLASLt path at K3's sizes).
 func (b *Backend) ExpertsAccumulate(acc, z ops.Tensor, rt ops.Routing, experts []ops.Expert, beta, linBeta float32) error {
 	return b.expertsAccumulate(acc, z, rt, experts, beta, linBeta, expertsAuto)
 }
@@ -314,17 +318,21 @@ func (b *Backend) expertsAccumulate(acc, z ops.Tensor, rt ops.Routing, experts [
 	}
 	if grouped {
 		kernels := ""
-		switch mode {
-		case expertsGroupedF32:
+		switch {
+		case mode == expertsGroupedF32:
 			kernels = "_f32"
-		case expertsWG:
-			if !b.wgOK() {
-				return argErr(op, "the wgmma kernels need sm_90a, the device is %s", b.info.Arch)
-			}
+		case mode == expertsWG && !b.wgOK():
+			return argErr(op, "the wgmma kernels need sm_90a, the device is %s", b.info.Arch)
+		case mode == expertsWG, mode == expertsAuto && b.lt == nil && b.wgOK():
+			// without cuBLASLt, on Hopper the wgmma kernels (about twice the mma.sync kernels' rate)
 			kernels = "_wg"
 		}
 		ffn := es[0].ffn
-		plan := planGrouped(es, work, rows) // here, not on the CUDA thread: earlier ops' closures need not wait
+		tileRows := xTileRows
+		if kernels == "_wg" {
+			tileRows = wTileRows
+		}
+		plan := planGroupedTiles(es, work, rows, tileRows) // here, not on the CUDA thread: earlier ops' closures need not wait
 		return b.run(op, func(c *opCtx) error {
 			c.detail = "waiting for uploads"
 			if err := b.joinExperts(es); err != nil { // the experts' copies, when they were not waited for
@@ -340,7 +348,7 @@ func (b *Backend) expertsAccumulate(acc, z ops.Tensor, rt ops.Routing, experts [
 			if err != nil {
 				return err
 			}
-			if mode == expertsAuto || mode == expertsLt { // cuBLASLt where it pins both shapes: a choice by shape
+			if kernels == "" && (mode == expertsAuto || mode == expertsLt) { // cuBLASLt where it pins both shapes: a choice by shape
 				gu, dn, why, err := c.ltExpertShapes(latent, ffn)
 				switch {
 				case err != nil:

@@ -42,9 +42,8 @@
 //      once a call, the same float32 values), and the next weight panel decoded after the mma of this one
 //      are issued (they drain while it decodes) instead of before the barrier. Same bits as version 1.
 //      Needs latent % 32 == 0 and ffn % 32 == 0 (whole scale groups; 16-byte aligned rows).
-//      Next: wgmma (sm_90a) would change the accumulation inside a k chunk, so it needs a proof that its
-//      chunk sum equals mma.sync's, or a new oracle; 64 x 64 warp tiles (fewer ldmatrix bytes an mma); a
-//      persistent tile scheduler; 64-row tiles for tails.
+//      The wgmma form (sm_90a, a new oracle: within rounding of these kernels, bit for bit against itself)
+//      is experts_wg.cu; on Hopper without cuBLASLt it takes these kernels' place.
 //   3. (experts_lt.go; the kernels at the end of this file) where cuBLASLt pins an algorithm for both of
 //      the experts' shapes, the GEMMs run there: a chunk of experts' weights decoded to bfloat16 by one
 //      launch (k_experts_decode), then per expert and block of rows one cuBLASLt GEMM of the gathered

@@ -1,40 +1,59 @@
 // experts_wg.cu: the grouped expert GEMMs of experts.cu on Hopper's warpgroup MMA (wgmma, sm_90a only),
-// with the MXFP4 weights decoded to bfloat16 in shared memory, so that no decoded weight reaches global
-// memory. cuda/experts.go launches them on the grouped path's plan (gather, SiTU tables, gate/up, down,
-// combine: experts.cu's other kernels); only the two GEMMs change:
+// with the MXFP4 weights decoded in registers, so that no decoded weight reaches global or shared memory.
+// cuda/experts.go launches them on the grouped path's plan (gather, SiTU tables, gate/up, down, combine:
+// experts.cu's other kernels, with tiles of 256 rows); only the two GEMMs change:
 //
 //	k_experts_gateup_wg    h[i, c] = rnd(situ(rnd(zs[i] . w1_e[c]), rnd(zs[i] . w3_e[c])))   bfloat16
 //	k_experts_down_wg      h2[i, c] = rnd(h[i] . w2_e[c])                                    bfloat16
+//
+// The weights are wgmma's A operand (64 weight rows a warpgroup, from registers), the gathered rows its B
+// (256 rows a block tile, from shared memory): each block computes out^T for 128 weight rows by 256 rows.
 //
 // Bits: each output is one float32 accumulator over k in ascending k steps of 16 (one wgmma each), the
 // order inside a step the tensor core's. Nothing in a row's sum depends on the other rows of its tile, the
 // tile table or the grid, so the path is batch invariant and calls on expert subsets equal one call; the
 // sums are not mma.sync's, so the oracle is the grouped kernels within rounding (the decoded values and the
-// rounding points are theirs: experts.cuh).
+// rounding points are theirs: experts.cuh). On the H200 the results came out bit-identical to the cuBLASLt
+// path's at K3's sizes (TestExpertsWGTiming, runs 45-47).
 //
-// Versions:
-//   1. block tile 128 rows x 256 weight rows (gate/up: 128 columns of w1 and the same 128 of w3: a thread's
-//      accumulators for gate column c and up column c sit 64 registers apart, so SiTU runs in the epilogue),
-//      two warpgroups of 64 rows each, one m64n256k16 wgmma a k step, both operands read by wgmma from
-//      shared memory in the 128-byte swizzle (8 rows of 128 bytes a 1,024-byte atom, 16-byte chunk c of
-//      row r at chunk c ^ (r % 8)). k panels of 64: four activation stages filled by cp.async two panels
-//      ahead, three weight stages: every thread loads one weight row's 64 codes (32 bytes, 2 scales) a
-//      panel ahead into registers and decodes it (experts.cuh, exact) into the next stage while the tensor
-//      cores run this panel's wgmma (asynchronous: issued, then waited one panel later). One block an SM
-//      (164,864 bytes of shared memory). A warpgroup whose 64 rows are past the tile's end skips its wgmma.
+// Versions (H200, K3 sizes, 896 experts, 262,144 tokens x 16: ~4,680 rows an expert; TFLOP/s of the
+// kernel alone, with decoding / without; the cuBLASLt path's whole call 311-380 TFLOP/s in the same tests):
+//   1. activations as A and weights as B, both from shared memory in the 128-byte swizzle: block tile 128
+//      rows x 256 weight rows (gate/up: 128 columns of w1 and the same 128 of w3), two warpgroups of 64
+//      rows, k panels of 64 (four activation stages by cp.async, three weight stages), every thread
+//      decoding one weight row's 64 codes a panel into shared memory while the tensor cores run the panel
+//      before. A wgmma under a branch (a warpgroup past the tile's rows) made ptxas serialize them all
+//      (207 TFLOP/s); unconditional: gate/up 297 / 465, down 327 / 472.
+//   2. version 1 warp-specialized: a producer warpgroup (cp.async, load and decode) and two consumers
+//      through four stages guarded by mbarriers, one persistent block an SM: 233 / 444 with the raw bytes
+//      loaded a panel ahead, 177 / 432 two panels ahead (setmaxnreg cannot lift ptxas's launch-bound cap, so
+//      two producer warpgroups would leave 128 registers where the wgmma need 154). Decoding 16,384 values
+//      a panel for 128 rows (one decode per 256 flops) was the limit in both.
+//   3. weights as A from registers (this file): each warpgroup decodes its own 64 weight rows straight
+//      into wgmma's A fragments (a thread: byte t of each 32-bit word of two rows' 32-byte panel segment,
+//      gathered by PRMT, decoded 8 codes at a time), so a decoded value serves 256 rows (one decode per
+//      512 flops, a quarter of version 2's per block) and never touches shared memory; the activations come
+//      by cp.async in four stages. gate/up: a warp's 16 A rows are 8 w1 rows and the same 8 of w3, so a
+//      thread holds a gate and its up value for SiTU in the epilogue. The A registers of panel p + 1 are
+//      decoded while panel p's wgmma run (two register sets, the loop unrolled by two; an even number of
+//      panels, since a panel under a branch put the accumulators through a control-flow merge and ptxas
+//      serialized every wgmma, C7514). gate/up 341 / 489, down 354 / 526 (run 47); the whole call 255
+//      TFLOP/s against the cuBLASLt path's 311-374 in the same runs, so ExpertsAccumulate takes these
+//      kernels only where cuBLASLt is not in use (they are twice the mma.sync kernels of experts.cu).
+//      Next (cuda/records/JOURNAL.md, runs 45-48): a persistent tile loop whose next tile's loads and
+//      first decode overlap the epilogue, stores staged through shared memory, TMA for the activations
+//      from one producer warp (which needs the fragments' double buffer to fit 224 registers).
 #include "common.cuh"
 #include "experts.cuh"
 
-#define WBM 128        // rows of a block tile: two warpgroups of 64
-#define WBN 256        // weight rows of a block tile (gate/up: 128 of w1 then the same 128 of w3)
-#define WBK 64         // k panel: one 128-byte swizzled row of bfloat16 a row
-#define WA_STAGES 4    // activation stages: filled two panels ahead, read by wgmma up to a panel behind
-#define WB_STAGES 3    // weight stages: decoded one panel ahead, read by wgmma up to a panel behind
+#define WBM 128        // weight rows of a block tile: two warpgroups of 64 (gate/up: 64 w1 rows, 64 w3 rows)
+#define WBN 256        // gathered rows of a block tile
+#define WBK 64         // k panel: one 128-byte swizzled row of bfloat16 a gathered row
+#define WSTAGES 4      // activation stages: filled two panels ahead, read by wgmma up to a panel behind
 #define W_THREADS 256  // two warpgroups
-#define WA_BYTES (WBM * WBK * 2)
 #define WB_BYTES (WBN * WBK * 2)
-// dynamic shared memory: the stages plus 1,024 bytes to align the first to a swizzle atom (164,864 bytes)
-#define W_SMEM_BYTES (WA_STAGES * WA_BYTES + WB_STAGES * WB_BYTES + 1024)
+// dynamic shared memory: the stages and 1,024 bytes to align the first to a swizzle atom (132 KiB)
+#define W_SMEM_BYTES (WSTAGES * WB_BYTES + 1024)
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 
@@ -56,22 +75,24 @@ template <int N>
 __device__ __forceinline__ void wg_wait() {
     asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 }
-// fence_async_shared orders this thread's shared-memory writes (st.shared, completed cp.async) before
-// later reads by the async proxy (wgmma's operand loads); a barrier then extends it to the block.
+// fence_async_shared orders this thread's shared-memory writes (completed cp.async) before later reads
+// by the async proxy (wgmma's operand loads); a barrier then extends it to the block.
 __device__ __forceinline__ void fence_async_shared() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
-// pin keeps the compiler from moving reads or writes of an accumulator across the asm statements around it
-// (the registers belong to an asynchronous wgmma between its issue and its wait).
+// pin keeps the compiler from moving reads or writes of a register across the asm statements around it
+// (accumulators and A fragments belong to an asynchronous wgmma between its issue and its wait).
 __device__ __forceinline__ void pin(float& x) { asm volatile("" : "+f"(x)::"memory"); }
+__device__ __forceinline__ void pin(u32& x) { asm volatile("" : "+r"(x)::"memory"); }
 
-// wgmma_m64n256k16: d[64 x 256] += a . b^T over 16 k, a and b bfloat16 in shared memory (descriptors),
-// d float32 in the warpgroup's registers: thread (warp w, lane l) holds rows 16 w + l / 4 (+ 8) and
-// columns 8 j + 2 (l % 4) (+ 1) as d[4 j + {0, 1, 2, 3}] = (row, col), (row, col + 1), (row + 8, col),
-// (row + 8, col + 1).
-__device__ __forceinline__ void wgmma_m64n256k16(float* d, u64 da, u64 db) {
+// wgmma_rs_m64n256k16: d[64 x 256] += a . b^T over 16 k, a bfloat16 in registers (a warp's 16 rows as
+// mma.sync's m16n8k16 A fragment: a[0] = (row g, k 2t, 2t+1), a[1] = (g + 8, same k), a[2] = (g, 2t+8,
+// 2t+9), a[3] = (g + 8, 2t+8, 2t+9) for lane 4g + t), b bfloat16 in shared memory (descriptor, K-major),
+// d float32: thread (warp w, lane 4g + t) holds rows 16 w + g (+ 8) and columns 8 j + 2 t (+ 1) as
+// d[4 j + {0, 1, 2, 3}] = (g, col), (g, col + 1), (g + 8, col), (g + 8, col + 1).
+__device__ __forceinline__ void wgmma_rs_m64n256k16(float* d, const u32* a, u64 db) {
     asm volatile(
         "{\n"
         ".reg .pred p;\n"
-        "setp.ne.b32 p, %130, 0;\n"
+        "setp.ne.b32 p, %133, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
         "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
         "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
@@ -81,7 +102,7 @@ __device__ __forceinline__ void wgmma_m64n256k16(float* d, u64 da, u64 db) {
         "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
         "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
         "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
-        "}, %128, %129, p, 1, 1, 0, 0;\n"
+        "}, {%128, %129, %130, %131}, %132, p, 1, 1, 0;\n"
         "}\n"
         :
           "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
@@ -100,143 +121,154 @@ __device__ __forceinline__ void wgmma_m64n256k16(float* d, u64 da, u64 db) {
           "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
           "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
           "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
-        : "l"(da), "l"(db), "r"(1)
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1)
         : "memory");
+}
+
+// gather_t returns byte t of each of the words w0 .. w3 (byte i of the result from w_i).
+__device__ __forceinline__ u32 gather_t(u32 w0, u32 w1, u32 w2, u32 w3, u32 sel) {
+    return __byte_perm(__byte_perm(w0, w1, sel), __byte_perm(w2, w3, sel), 0x5410);
 }
 
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 
-// experts_wg is one block tile of a grouped GEMM (experts.cu's experts_gemm on wgmma): out[row0 + r, c]
-// for the tile's rows r < rows and the block's columns c, from the bfloat16 rows a[row0 + r, 0:k] and an
-// expert's MXFP4 matrices (wp: six device addresses an expert). GATEUP: m = ffn columns of SiTU(w1, w3);
-// else m = latent columns of w2. out has m columns (bfloat16). k % 32 == 0, m % 2 == 0.
+// experts_wg is one block tile of a grouped GEMM (experts.cu's experts_gemm on wgmma, weights as A):
+// out[row0 + r, c] for the tile's rows r < rows (at most 256) and the block's weight rows, from the
+// bfloat16 rows a[row0 + r, 0:k] and an expert's MXFP4 matrices (wp: six device addresses an expert).
+// GATEUP: m = ffn columns of SiTU(w1, w3), 64 a block; else m = latent columns of w2, 128 a block. out has
+// m columns (bfloat16). k % 32 == 0.
 template <bool GATEUP, int DEC>
 __device__ __forceinline__ void experts_wg(u16* out, const u16* a, const int4* tiles, const u64* wp, int ncol,
                                            int m, int k, const float* __restrict__ situ) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     extern __shared__ __align__(1024) u8 wsm[];
-    const u32 As0 = (smem_u32(wsm) + 1023u) & ~1023u, Bs0 = As0 + WA_STAGES * WA_BYTES;
-    const int tid = threadIdx.x, wg = tid >> 7, lane = tid & 31, wq = (tid >> 5) & 3;
+    const u32 S0 = (smem_u32(wsm) + 1023u) & ~1023u;
+    const int tid = threadIdx.x, wg = tid >> 7, lane = tid & 31, wq = (tid >> 5) & 3, g = lane >> 2, t = lane & 3;
     const int tile = (int)(blockIdx.x / (u32)ncol), ct = (int)(blockIdx.x - (u32)tile * (u32)ncol);
     const int4 tl = tiles[tile];  // expert index, first row, rows
     const int nrows = tl.z;
     const u64* w = wp + 6 * tl.x;
-    const int col0 = ct * (GATEUP ? WBN / 2 : WBN);
     const int pw = k >> 1, sw = k >> 5;
-    // A warpgroup whose rows are all past the tile's end runs its wgmma on zeros all the same (a wgmma
-    // under a branch is serialized by ptxas) and stores nothing.
-    const bool active = wg * 64 < nrows;
-
-    // The weight row this thread decodes: row tid of the block's 256 (gate/up: 128 of w1, then w3's).
-    const int wrow = GATEUP ? col0 + (tid & 127) : col0 + tid;
-    const bool bin = wrow < m;
-    const int mat = GATEUP ? (tid < 128 ? 0 : 1) : 2;
-    const u8* bpk = (const u8*)w[2 * mat] + (i64)(bin ? wrow : 0) * pw;
-    const u8* bsc = (const u8*)w[2 * mat + 1] + (i64)(bin ? wrow : 0) * sw;
-
+    const int np = (k + WBK - 1) / WBK, np2 = (np + 1) & ~1;
+    const int slab = 4 * wg + wq;  // the warp's 16 A rows of the block's 128
+    // The warp's two weight rows for this thread (A rows g and g + 8 of the slab) and their output columns.
+    int c0, c1;  // output column of row g and of row g + 8 (gate/up: both the same feature)
+    const u8 *pk0, *pk1, *sp0, *sp1;
+    bool in0, in1;
+    if (GATEUP) {
+        c0 = c1 = ct * (WBM / 2) + 8 * slab + g;
+        in0 = in1 = c0 < m;
+        const int rr = in0 ? c0 : 0;
+        pk0 = (const u8*)w[0] + (i64)rr * pw, sp0 = (const u8*)w[1] + (i64)rr * sw;  // w1
+        pk1 = (const u8*)w[2] + (i64)rr * pw, sp1 = (const u8*)w[3] + (i64)rr * sw;  // w3
+    } else {
+        c0 = ct * WBM + 16 * slab + g, c1 = c0 + 8;
+        in0 = c0 < m, in1 = c1 < m;
+        pk0 = (const u8*)w[4] + (i64)(in0 ? c0 : 0) * pw, sp0 = (const u8*)w[5] + (i64)(in0 ? c0 : 0) * sw;
+        pk1 = (const u8*)w[4] + (i64)(in1 ? c1 : 0) * pw, sp1 = (const u8*)w[5] + (i64)(in1 ? c1 : 0) * sw;
+    }
+    const u32 sel = (u32)t | ((u32)(4 + t) << 4);  // byte t of two words
     const u16* abase = a + (i64)tl.y * k;
-    const int np = (k + WBK - 1) / WBK;
 
-    auto issue_a = [&](int p) {
-        const u32 dst = As0 + (u32)(p % WA_STAGES) * WA_BYTES;
-        const int p0 = p * WBK;
+    auto issue_b = [&](int p) {  // the gathered rows' panel p into stage p % WSTAGES
+        const u32 dst = S0 + (u32)(p % WSTAGES) * WB_BYTES;
+        const int p0 = p * WBK, kc = tid & 7, r0 = tid >> 3;
 #pragma unroll
-        for (int j = 0; j < 4; j++) {
-            const int c = tid + W_THREADS * j;
-            const int r = c >> 3, kc = c & 7;
+        for (int j = 0; j < WBN * 8 / W_THREADS; j++) {
+            const int r = r0 + (W_THREADS / 8) * j;
             const bool in = r < nrows && p0 + kc * 8 < k;
             cp_async16(dst + swz(r, kc), in ? abase + (i64)r * k + p0 + kc * 8 : abase, in);
         }
     };
-    uint4 braw[2] = {make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0)};
-    u32 bscale[2] = {127u, 127u};
-    auto load_b = [&](int p) {
+    // raw: the 32-byte panel segments of the two weight rows (words 0-3, 4-7 of row g; then row g + 8),
+    // sc: their scale bytes (row g's two groups, then row g + 8's)
+    uint4 raw[4];
+    u32 sc[4];
+    auto load_raw = [&](int p) {
+        const bool pin_ = p < np;
 #pragma unroll
         for (int h = 0; h < 2; h++) {
-            const bool in = bin && p * WBK + 32 * h < k;
-            braw[h] = in ? *(const uint4*)(bpk + (i64)p * (WBK / 2) + 16 * h) : make_uint4(0, 0, 0, 0);
-            bscale[h] = in ? bsc[(i64)p * (WBK / 32) + h] : 127u;
+            const bool kin = pin_ && p * WBK + 32 * h < k;
+            raw[h] = kin && in0 ? *(const uint4*)(pk0 + (i64)p * (WBK / 2) + 16 * h) : make_uint4(0, 0, 0, 0);
+            raw[2 + h] = kin && in1 ? *(const uint4*)(pk1 + (i64)p * (WBK / 2) + 16 * h) : make_uint4(0, 0, 0, 0);
+            sc[h] = kin && in0 ? (u32)sp0[(i64)p * (WBK / 32) + h] : 127u;
+            sc[2 + h] = kin && in1 ? (u32)sp1[(i64)p * (WBK / 32) + h] : 127u;
         }
     };
-    auto store_b = [&](int p) {
-        const u32 row = Bs0 + (u32)(p % WB_STAGES) * WB_BYTES;
+    // decode: the A fragments of a panel's four k steps: fr[4 s + i] is a[i] of step s. Step s takes byte
+    // t of words 2s and 2s + 1 of the segment (codes 16 s + 2 t, +1 and 16 s + 2 t + 8, +9).
+    auto decode = [&](u32 (&fr)[16]) {
 #pragma unroll
-        for (int h = 0; h < 2; h++) {
-            uint4 o[4];
-            decode32_regs<DEC>(o, braw[h], bscale[h]);
-#pragma unroll
-            for (int q = 0; q < 4; q++) {
-                asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(row + swz(tid, 4 * h + q)),
-                             "r"(o[q].x), "r"(o[q].y), "r"(o[q].z), "r"(o[q].w)
-                             : "memory");
-            }
+        for (int h = 0; h < 2; h++) {  // scale group h: steps 2h, 2h + 1
+            const uint4 x = decode8<DEC>(gather_t(raw[h].x, raw[h].y, raw[h].z, raw[h].w, sel), sc[h]);
+            const uint4 y = decode8<DEC>(gather_t(raw[2 + h].x, raw[2 + h].y, raw[2 + h].z, raw[2 + h].w, sel), sc[2 + h]);
+            // x: pairs from words 4h .. 4h+3 of row g: steps 2h (words 4h, 4h+1) and 2h + 1
+            fr[4 * (2 * h) + 0] = x.x, fr[4 * (2 * h) + 2] = x.y, fr[4 * (2 * h + 1) + 0] = x.z, fr[4 * (2 * h + 1) + 2] = x.w;
+            fr[4 * (2 * h) + 1] = y.x, fr[4 * (2 * h) + 3] = y.y, fr[4 * (2 * h + 1) + 1] = y.z, fr[4 * (2 * h + 1) + 3] = y.w;
         }
     };
 
     float acc[128];
 #pragma unroll
     for (int i = 0; i < 128; i++) acc[i] = 0.0f;
+    u32 frA[16], frB[16];  // the A fragments of even and odd panels
 
-    issue_a(0);
+    issue_b(0);
     cp_async_commit();
-    if (np > 1) issue_a(1);
+    issue_b(1);
     cp_async_commit();
-    load_b(0);
-    store_b(0);
-    if (np > 1) load_b(1);
-    for (int p = 0; p < np; p++) {
+    load_raw(0);
+    decode(frA);
+    load_raw(1);
+    // one panel: wait for its rows, run its four wgmma on fr, then decode the next panel into nx (whose last
+    // reader, the previous panel's wgmma, is waited for first) and load the one after
+    auto panel = [&](int p, u32 (&fr)[16], u32 (&nx)[16]) {
         cp_async_wait<1>();    // this thread's copies of panel p have landed (p + 1's may be in flight)
-        fence_async_shared();  // its copies and weight stores, visible to wgmma
-        __syncthreads();       // everyone's; and every warpgroup's wgmma of panel p - 2 has completed
-        if (p + 2 < np) issue_a(p + 2);  // into the stage panel p - 2 read
+        fence_async_shared();  // visible to wgmma
+        __syncthreads();       // everyone's; and both warpgroups' wgmma of panel p - 2 have completed
+        if (p + 2 < np2) issue_b(p + 2);  // into the stage panel p - 2 read
         cp_async_commit();
-        {  // unconditional, so that no wgmma sits on a divergent path (ptxas serializes them there)
-            const u64 da = wg_desc(As0 + (u32)(p % WA_STAGES) * WA_BYTES + (u32)wg * 64 * 128);
-            const u64 db = wg_desc(Bs0 + (u32)(p % WB_STAGES) * WB_BYTES);
+        const u64 db = wg_desc(S0 + (u32)(p % WSTAGES) * WB_BYTES);
+        // (no pin of acc here: panel p - 1's wgmma still owns them, and ptxas would serialize the wgmma)
 #pragma unroll
-            for (int i = 0; i < 128; i++) pin(acc[i]);
-            wg_fence();
+        for (int i = 0; i < 16; i++) pin(fr[i]);
+        wg_fence();
 #pragma unroll
-            for (int j = 0; j < WBK / 16; j++) wgmma_m64n256k16(acc, da + 2 * j, db + 2 * j);
-            wg_commit();
+        for (int s = 0; s < WBK / 16; s++) wgmma_rs_m64n256k16(acc, fr + 4 * s, db + 2 * s);
+        wg_commit();
+        wg_wait<1>();  // panel p - 1's wgmma are done: nx is free
+#pragma unroll
+        for (int i = 0; i < 16; i++) pin(nx[i]);
+        if (p + 1 < np2) {
+            decode(nx);
+            load_raw(p + 2);
         }
-        // The next weight panel is decoded into the stage panel p - 2 read while this panel's wgmma run;
-        // its raw bytes were loaded a panel ago.
-        if (p + 1 < np) {
-            store_b(p + 1);
-            if (p + 2 < np) load_b(p + 2);
-        }
-        wg_wait<1>();  // panel p - 1's wgmma are done (this panel's may run on)
+    };
+    // An even number of panels (an odd count gets a panel of zeros, which adds exact zeros): no wgmma
+    // under a branch, where the accumulators would pass through a control-flow merge (ptxas then reads them
+    // early and serializes every wgmma).
+    for (int p = 0; p < np2; p += 2) {
+        panel(p, frA, frB);
+        panel(p + 1, frB, frA);
     }
     wg_wait<0>();
 #pragma unroll
     for (int i = 0; i < 128; i++) pin(acc[i]);
-    if (!active) return;
 
-    const int g = lane >> 2, t = lane & 3;
+    // epilogue: column j of the accumulators is gathered row 8 (j / 4) + 2 t + (j & 1) of the tile
+    const bool st0 = in0, st1 = in1;
 #pragma unroll
-    for (int hf = 0; hf < 2; hf++) {
-        const int r = wg * 64 + wq * 16 + g + 8 * hf;
-        if (r >= nrows) continue;
-        u16* orow = out + ((i64)tl.y + r) * m;
-        if (GATEUP) {
+    for (int j = 0; j < 32; j++) {
 #pragma unroll
-            for (int j = 0; j < 16; j++) {
-                const int c = col0 + 8 * j + 2 * t;
-                if (c < m) {  // m even, c even: c + 1 < m too
-                    const float h0 = situ_tab(situ, acc[4 * j + 2 * hf], acc[4 * (j + 16) + 2 * hf]);
-                    const float h1 = situ_tab(situ, acc[4 * j + 2 * hf + 1], acc[4 * (j + 16) + 2 * hf + 1]);
-                    *(u32*)(orow + c) = (__float_as_uint(h0) >> 16) | (__float_as_uint(h1) & 0xffff0000u);
-                }
-            }
-        } else {
-#pragma unroll
-            for (int j = 0; j < 32; j++) {
-                const int c = col0 + 8 * j + 2 * t;
-                if (c < m) {
-                    const float h0 = bf16_round(acc[4 * j + 2 * hf]), h1 = bf16_round(acc[4 * j + 2 * hf + 1]);
-                    *(u32*)(orow + c) = (__float_as_uint(h0) >> 16) | (__float_as_uint(h1) & 0xffff0000u);
-                }
+        for (int e = 0; e < 2; e++) {
+            const int r = 8 * j + 2 * t + e;
+            if (r >= nrows) continue;
+            u16* orow = out + ((i64)tl.y + r) * m;
+            if (GATEUP) {
+                if (st0) orow[c0] = (u16)bf16_bits(situ_tab(situ, acc[4 * j + e], acc[4 * j + 2 + e]));
+            } else {
+                if (st0) orow[c0] = (u16)bf16_bits(acc[4 * j + e]);
+                if (st1) orow[c1] = (u16)bf16_bits(acc[4 * j + 2 + e]);
             }
         }
     }
@@ -244,10 +276,10 @@ __device__ __forceinline__ void experts_wg(u16* out, const u16* a, const int4* t
 }
 
 // Launch (k_experts_gateup_wg, k_experts_down_wg): blockDim 256, W_SMEM_BYTES of dynamic shared memory,
-// gridDim tiles * ncol blocks (block b: row tile b / ncol, column tile b % ncol; ncol = ceil(ffn / 128)
-// for gate/up, ceil(latent / 256) for down), the tile table of experts.cu's kernels. The _nodec forms skip
-// decoding (wrong values: they time the rest of the kernel). Compiled for sm_90a only; elsewhere the
-// kernels exist and do nothing, and the Go side never launches them (Backend.wgOK).
+// gridDim tiles * ncol blocks (block b: row tile b / ncol, column tile b % ncol; ncol = ceil(ffn / 64) for
+// gate/up, ceil(latent / 128) for down), a tile table of experts.cu's form with tiles of up to 256 rows.
+// The _nodec forms skip decoding (wrong values: they time the rest of the kernel). Compiled for sm_90a
+// only; elsewhere the kernels exist and do nothing, and the Go side never launches them (Backend.wgOK).
 #define W_GATEUP(name, dec)                                                                                     \
     extern "C" __global__ void __launch_bounds__(W_THREADS, 1)                                                 \
         name(u16* h, const u16* zs, const int4* tiles, const u64* wp, int ncol, int ffn, int latent,            \
