@@ -51,6 +51,40 @@ func TestPlanGrouped(t *testing.T) {
 	}
 }
 
+// TestPlanGroupedTiles: the wgmma kernels' tile table (tiles of at most 256 rows) covers each expert's
+// rows in order; the rest of the plan does not depend on the tile size. No GPU needed.
+func TestPlanGroupedTiles(t *testing.T) {
+	es := []*Expert{{id: 1}, {id: 4}, {id: 9}}
+	work := []ops.ExpertRows{
+		{Rows: make([]int32, 256), Weights: make([]float32, 256)},
+		{Rows: []int32{7}, Weights: []float32{1}},
+		{Rows: make([]int32, 600), Weights: make([]float32, 600)},
+	}
+	for i := range work[0].Rows {
+		work[0].Rows[i] = int32(i)
+	}
+	for i := range work[2].Rows {
+		work[2].Rows[i] = int32(i)
+	}
+	for _, c := range []struct {
+		tileRows int
+		want     []int32
+	}{
+		{256, []int32{0, 0, 256, 0, 1, 256, 1, 0, 2, 257, 256, 0, 2, 513, 256, 0, 2, 769, 88, 0}},
+		{128, []int32{0, 0, 128, 0, 0, 128, 128, 0, 1, 256, 1, 0, 2, 257, 128, 0, 2, 385, 128, 0, 2, 513, 128, 0,
+			2, 641, 128, 0, 2, 769, 88, 0}},
+	} {
+		p := planGroupedTiles(es, work, 600, c.tileRows)
+		if got := p.buf[p.offTiles:p.offRows]; !slices.Equal(got, c.want) || p.tiles != len(c.want)/4 {
+			t.Errorf("tiles of %d rows: %d tiles %v, want %v", c.tileRows, p.tiles, got, c.want)
+		}
+		ref := planGrouped(es, work, 600)
+		if !slices.Equal(p.buf[:p.offTiles], ref.buf[:ref.offTiles]) || !slices.Equal(p.buf[p.offRows:], ref.buf[ref.offRows:]) {
+			t.Errorf("tiles of %d rows: the plan's other tables differ from planGrouped's", c.tileRows)
+		}
+	}
+}
+
 // TestGroupedOK: the grouped path is BF16 on the tensor cores with whole scale groups only.
 func TestGroupedOK(t *testing.T) {
 	es := []*Expert{{ffn: 64}, {ffn: 64}}

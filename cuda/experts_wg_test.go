@@ -23,8 +23,9 @@ func wgBackend(t *testing.T) *Backend {
 	return b
 }
 
-// TestExpertsWG: shapes with tails in every dimension (k % 64 == 32, gate/up and down column tiles cut
-// short, experts of 1, 63, 64, 65, 129 and 300 rows: one warpgroup idle, two, several tiles).
+// TestExpertsWG: shapes with tails in every dimension (k % 64 == 32 and an odd panel count, gate/up and
+// down column tiles cut short, experts of 1, 63, 64, 65, 129 and 300 rows: tiles of 256 rows nearly
+// empty, partly filled, and an expert over two tiles).
 func TestExpertsWG(t *testing.T) {
 	b := wgBackend(t)
 	counts := []int{0, 1, 63, 64, 65, 129, 300}
