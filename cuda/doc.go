@@ -42,9 +42,10 @@
 //     kda.cu), mla.go and mla_tc.go (MLA; mla.cu, mla_tc.cu), norm.go (RMSNorm, GatedRMSNorm, AttnResMix;
 //     norm.cu), matmul.go (MatMul; matmul.cu, matmul_tc.cu, cuBLASLt through cublaslt.go and
 //     cublaslt_plan.go), route.go (Route; route.cu), moe.go, experts*.go (UploadExpert, UploadExperts,
-//     ExpertsAccumulate; experts.cu), ffn.go (SiTUFFN), logits.go (TokenStats; tokenstats.cu), tensor.go
-//     (tensors and the elementwise ops; elementwise.cu, convert.cu), host.go and stable.go (pinned host
-//     memory for the engine, asynchronous expert uploads).
+//     ExpertsAccumulate; experts.cu, experts_wg.cu and the decoders they share in experts.cuh), ffn.go
+//     (SiTUFFN), logits.go (TokenStats; tokenstats.cu), tensor.go (tensors and the elementwise ops;
+//     elementwise.cu, convert.cu), host.go and stable.go (pinned host memory for the engine, asynchronous
+//     expert uploads).
 //
 // Each .cu file opens with the kernels it holds, the shapes each covers and its H200 figures, and names
 // the versions that were removed; each op's doc comment states the loop it computes, the contract its
