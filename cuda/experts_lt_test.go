@@ -86,6 +86,23 @@ func (c *expertsCase) run(t *testing.T, b *Backend, what string, mode expertsMod
 	return acc.values(t, b, what)
 }
 
+// sameAcrossCalls checks mode's result want (the case's experts in one call, over all its rows) against
+// the same path's: the experts out of order (by shuffledMode), in the subsets {3,4,9} {10} {17,22,31}
+// of the tests' ids, one expert a call, and rows 100..164 alone.
+func (c *expertsCase) sameAcrossCalls(t *testing.T, b *Backend, rng *rand.Rand, what string, mode, shuffledMode expertsMode, want []float32) {
+	t.Helper()
+	es := c.es
+	shuffled := slices.Clone(es)
+	rng.Shuffle(len(shuffled), func(i, j int) { shuffled[i], shuffled[j] = shuffled[j], shuffled[i] })
+	sameBits(t, what+", experts out of order", c.run(t, b, "shuffled", shuffledMode, 0, c.rows, shuffled), want, c.latent)
+	sameBits(t, what+", subsets {3,4,9} {10} {17,22,31}",
+		c.run(t, b, "subsets", mode, 0, c.rows, es[:3], es[3:4], es[4:]), want, c.latent)
+	sameBits(t, what+", one expert a call",
+		c.run(t, b, "singles", mode, 0, c.rows, es[:1], es[1:2], es[2:3], es[3:4], es[4:5], es[5:6], es[6:]), want, c.latent)
+	sameBits(t, what+", rows 100..164 alone", c.run(t, b, "rows alone", mode, 100, 165, es),
+		want[100*c.latent:165*c.latent], c.latent)
+}
+
 // closeToGrouped fails the test unless got (cuBLASLt path) is within rounding of want (grouped kernels):
 // the largest difference within 1% of the largest expert contribution |want - acc0| (a bfloat16 rounding
 // that went the other way somewhere, 2^-8 of one value), and at most 1% of the values off by more than
@@ -128,15 +145,7 @@ func TestExpertsLt(t *testing.T) {
 			es := c.es
 			want := c.run(t, b, "cuBLASLt", expertsLt, 0, rows, es)
 			closeToGrouped(t, "cuBLASLt vs grouped kernels", want, c.run(t, b, "grouped", expertsGrouped, 0, rows, es), c.accv)
-			shuffled := slices.Clone(es)
-			rng.Shuffle(len(shuffled), func(i, j int) { shuffled[i], shuffled[j] = shuffled[j], shuffled[i] })
-			sameBits(t, "auto, experts out of order", c.run(t, b, "auto", expertsAuto, 0, rows, shuffled), want, sh.latent)
-			sameBits(t, "cuBLASLt, subsets {3,4,9} {10} {17,22,31}",
-				c.run(t, b, "subsets", expertsLt, 0, rows, es[:3], es[3:4], es[4:]), want, sh.latent)
-			sameBits(t, "cuBLASLt, one expert a call",
-				c.run(t, b, "singles", expertsLt, 0, rows, es[:1], es[1:2], es[2:3], es[3:4], es[4:5], es[5:6], es[6:]), want, sh.latent)
-			sameBits(t, "cuBLASLt, rows 100..164 alone", c.run(t, b, "rows alone", expertsLt, 100, 165, es),
-				want[100*sh.latent:165*sh.latent], sh.latent)
+			c.sameAcrossCalls(t, b, rng, "cuBLASLt", expertsLt, expertsAuto, want) // auto: cuBLASLt where it is in use
 			// the GEMMs on the compute stream alone, and over 2 side streams, give the lanes' bits
 			defer func() { b.decodeBytes, b.opts.ExpertStreams = 0, 0 }()
 			b.opts.ExpertStreams = 1

@@ -23,32 +23,8 @@ func TestExpertsGroupedTiming(t *testing.T) {
 	logKernelAttrs(t, b, "k_experts_gateup", "k_experts_down", "k_matmul_tc_mxfp4_vec")
 	const latent, ffn, beta, linBeta = 3584, 3072, 4, 25
 	rng := rand.New(rand.NewPCG(11, 12))
-	parts := randExpertBytes(rng, latent, ffn)
-	for i := 1; i < 6; i += 2 { // ordinary scales only: 2^-9 .. 2^-6
-		for j := range parts[i] {
-			parts[i][j] = byte(118 + j%4)
-		}
-	}
-	const maxExperts = 896
-	var es []ops.Expert
-	defer func() {
-		for _, e := range es {
-			b.Free(e)
-		}
-	}()
-	start := time.Now()
-	for id := range maxExperts { // the same bytes in 896 device buffers: the kernels cannot tell
-		e, err := b.UploadExpert(id, latent, ffn, parts[0], parts[1], parts[2], parts[3], parts[4], parts[5])
-		if err != nil {
-			t.Fatalf("expert %d: %v", id, err)
-		}
-		es = append(es, e)
-	}
-	t.Logf("uploaded %d experts (%.1f GB) in %v", maxExperts, float64(maxExperts)*float64(3*latent*ffn*17/32)/1e9, time.Since(start))
-	pool := make([]float32, 1<<20+7)
-	for i := range pool {
-		pool[i] = float32(rng.NormFloat64())
-	}
+	es := k3Experts(t, b, rng, 896)
+	pool := normalPool(rng)
 	for _, c := range []struct {
 		experts, tokens, k, perExpertRuns int
 	}{
@@ -117,6 +93,44 @@ func TestExpertsGroupedTiming(t *testing.T) {
 	}
 }
 
+// k3Experts uploads n experts at K3's sizes (latent 3584, ffn 3072), the same random MXFP4 bytes with
+// ordinary scales (2^-9 .. 2^-6) in n device buffers (the kernels cannot tell), freed when the test ends.
+func k3Experts(t *testing.T, b *Backend, rng *rand.Rand, n int) []ops.Expert {
+	t.Helper()
+	const latent, ffn = 3584, 3072
+	parts := randExpertBytes(rng, latent, ffn)
+	for i := 1; i < 6; i += 2 {
+		for j := range parts[i] {
+			parts[i][j] = byte(118 + j%4)
+		}
+	}
+	var es []ops.Expert
+	t.Cleanup(func() {
+		for _, e := range es {
+			b.Free(e)
+		}
+	})
+	start := time.Now()
+	for id := range n {
+		e, err := b.UploadExpert(id, latent, ffn, parts[0], parts[1], parts[2], parts[3], parts[4], parts[5])
+		if err != nil {
+			t.Fatalf("expert %d: %v", id, err)
+		}
+		es = append(es, e)
+	}
+	t.Logf("uploaded %d experts (%.1f GB) in %v", n, float64(n)*float64(3*latent*ffn*17/32)/1e9, time.Since(start))
+	return es
+}
+
+// normalPool returns 2^20 + 7 standard normal values, which activations of any size cycle through.
+func normalPool(rng *rand.Rand) []float32 {
+	pool := make([]float32, 1<<20+7)
+	for i := range pool {
+		pool[i] = float32(rng.NormFloat64())
+	}
+	return pool
+}
+
 // randRouting routes rows rows to k distinct experts each of ids first .. first+experts-1, uniformly,
 // with weights in [0.5, 1.5) / k.
 func randRouting(rng *rand.Rand, rows, k, experts, first int) ops.Routing {
@@ -154,26 +168,33 @@ func medianTime(t *testing.T, b *Backend, runs int, fn func() error) time.Durati
 	return ds[len(ds)/2]
 }
 
-// kernelBreakdown times each grouped kernel alone (CUDA events, median of 5 after a warm-up) on one
-// planned call, and reports the tile shape's waste: rows the mma computes (16-row groups) over rows.
-func kernelBreakdown(t *testing.T, b *Backend, name string, acc, z *Tensor, rt ops.Routing, experts []ops.Expert,
-	latent, ffn int, flop float64) {
+// assigned returns a call's experts as this backend's and the rows of rows routed to each (rt.AssignRows).
+func assigned(t *testing.T, experts []ops.Expert, rt ops.Routing, rows int) ([]*Expert, []ops.ExpertRows) {
 	t.Helper()
 	es := make([]*Expert, len(experts))
 	ids := make([]int, len(experts))
 	for i, e := range experts {
 		es[i], ids[i] = e.(*Expert), e.ID()
 	}
-	work, err := rt.AssignRows(ids, z.rows)
+	work, err := rt.AssignRows(ids, rows)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return es, work
+}
+
+// kernelBreakdown times each grouped kernel alone (CUDA events, median of 5 after a warm-up) on one
+// planned call, and reports the tile shape's waste: rows the mma computes (16-row groups) over rows.
+func kernelBreakdown(t *testing.T, b *Backend, name string, acc, z *Tensor, rt ops.Routing, experts []ops.Expert,
+	latent, ffn int, flop float64) {
+	t.Helper()
+	es, work := assigned(t, experts, rt, z.rows)
 	p := planGrouped(es, work, z.rows)
 	groups := 0
 	for i := range work {
 		groups += (len(work[i].Rows) + 15) / 16
 	}
-	err = b.run("timing", func(c *opCtx) error {
+	err := b.run("timing", func(c *opCtx) error {
 		d, err := c.prepareGrouped(&p, acc.ptr, z.ptr, latent, ffn, 4, 25, false)
 		if err != nil {
 			return err

@@ -3,7 +3,6 @@ package cuda
 import (
 	"fmt"
 	"math/rand/v2"
-	"slices"
 	"testing"
 
 	"github.com/potato-k3/potato-k3/replay/ops"
@@ -39,15 +38,7 @@ func TestExpertsWG(t *testing.T) {
 			es := c.es
 			want := c.run(t, b, "wgmma", expertsWG, 0, rows, es)
 			closeToGrouped(t, "wgmma vs grouped kernels", want, c.run(t, b, "grouped", expertsGrouped, 0, rows, es), c.accv)
-			shuffled := slices.Clone(es)
-			rng.Shuffle(len(shuffled), func(i, j int) { shuffled[i], shuffled[j] = shuffled[j], shuffled[i] })
-			sameBits(t, "wgmma, experts out of order", c.run(t, b, "shuffled", expertsWG, 0, rows, shuffled), want, sh.latent)
-			sameBits(t, "wgmma, subsets {3,4,9} {10} {17,22,31}",
-				c.run(t, b, "subsets", expertsWG, 0, rows, es[:3], es[3:4], es[4:]), want, sh.latent)
-			sameBits(t, "wgmma, one expert a call",
-				c.run(t, b, "singles", expertsWG, 0, rows, es[:1], es[1:2], es[2:3], es[3:4], es[4:5], es[5:6], es[6:]), want, sh.latent)
-			sameBits(t, "wgmma, rows 100..164 alone", c.run(t, b, "rows alone", expertsWG, 100, 165, es),
-				want[100*sh.latent:165*sh.latent], sh.latent)
+			c.sameAcrossCalls(t, b, rng, "wgmma", expertsWG, expertsWG, want)
 		})
 	}
 }
@@ -63,30 +54,9 @@ func TestExpertsWGTiming(t *testing.T) {
 	logKernelAttrs(t, b, "k_experts_gateup_wg", "k_experts_down_wg")
 	const latent, ffn, beta, linBeta = 3584, 3072, 4, 25
 	rng := rand.New(rand.NewPCG(21, 22))
-	parts := randExpertBytes(rng, latent, ffn)
-	for i := 1; i < 6; i += 2 { // ordinary scales only: 2^-9 .. 2^-6
-		for j := range parts[i] {
-			parts[i][j] = byte(118 + j%4)
-		}
-	}
 	const experts = 896
-	var es []ops.Expert
-	defer func() {
-		for _, e := range es {
-			b.Free(e)
-		}
-	}()
-	for id := range experts {
-		e, err := b.UploadExpert(id, latent, ffn, parts[0], parts[1], parts[2], parts[3], parts[4], parts[5])
-		if err != nil {
-			t.Fatalf("expert %d: %v", id, err)
-		}
-		es = append(es, e)
-	}
-	pool := make([]float32, 1<<20+7)
-	for i := range pool {
-		pool[i] = float32(rng.NormFloat64())
-	}
+	es := k3Experts(t, b, rng, experts)
+	pool := normalPool(rng)
 	for _, tokens := range []int{65536, 96256, 262144} {
 		name := fmt.Sprintf("%d experts, %d tokens x 16", experts, tokens)
 		rt := randRouting(rng, tokens, 16, experts, 0)
@@ -126,15 +96,7 @@ func TestExpertsWGTiming(t *testing.T) {
 // warm-up), with and without decoding.
 func wgBreakdown(t *testing.T, b *Backend, name string, z *Tensor, rt ops.Routing, experts []ops.Expert, latent, ffn int, flop float64) {
 	t.Helper()
-	es := make([]*Expert, len(experts))
-	ids := make([]int, len(experts))
-	for i, e := range experts {
-		es[i], ids[i] = e.(*Expert), e.ID()
-	}
-	work, err := rt.AssignRows(ids, z.rows)
-	if err != nil {
-		t.Fatal(err)
-	}
+	es, work := assigned(t, experts, rt, z.rows)
 	p := planGroupedTiles(es, work, z.rows, wTileRows)
 	acc, err := b.Zeros(z.rows, latent)
 	if err != nil {
