@@ -480,7 +480,11 @@ func benchWave(ctx context.Context, w io.Writer, l *loaded, bd bound, n, seqLen,
 	}
 	if prof.tables {
 		which := fmt.Sprintf("the median run: run %d of %d", mid+1, len(runs))
-		if err := printOpProfile(w, which, layerKinds(plan), times, st.Seconds-layerSecs, profiles[mid]); err != nil {
+		var rate *expertRate
+		if l.engine.Devices() == 1 { // over several devices each profiles its own share of the experts
+			rate = &expertRate{flopsPerLayer: plan.RoutedExpertFLOPs(n), boundFlops: bd.flops}
+		}
+		if err := printOpProfile(w, which, layerKinds(plan), times, st.Seconds-layerSecs, profiles[mid], rate); err != nil {
 			return err
 		}
 	}

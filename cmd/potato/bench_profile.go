@@ -87,13 +87,28 @@ type profileGroup struct {
 	ordered []ops.OpTime
 }
 
+// expertRate is what the op profile needs to rate the routed experts of a MoE layer kind: their FLOPs a
+// layer (model.Plan.RoutedExpertFLOPs for the wave's tokens) and the bound's arithmetic rate.
+type expertRate struct {
+	flopsPerLayer, boundFlops float64
+}
+
+// expertsOp is the op of the routed experts (its profile rows are keyed by path, and one row holds its
+// wait for the experts' uploads: expertsWait).
+const (
+	expertsOp   = "ExpertsAccumulate"
+	expertsWait = "ExpertsAccumulate waiting for uploads"
+)
+
 // printOpProfile prints one run's op profile: for each layer kind (kinds[i] is layer i's) the ops of its
 // layers' spans summed (calls, device ms, share of the kind's op time; the opProfileTop largest, the
 // rest as "other"), and the layers' wall time (wall[i] is layer i's) against the summed op time; their
 // difference is time the compute stream stood idle. The spans labelled "readout" are compared with
 // outside, the wall time after the last layer. Spans with other labels are printed by label, without a
-// wall time. which says which run the numbers come from.
-func printOpProfile(w io.Writer, which string, kinds []string, wall []float64, outside float64, spans []ops.OpSpan) error {
+// wall time. which says which run the numbers come from. With rate, each MoE kind's table ends with the
+// routed experts' time a layer (ExpertsAccumulate but its wait for uploads), their FLOP/s and their time
+// as a multiple of their share of the bound.
+func printOpProfile(w io.Writer, which string, kinds []string, wall []float64, outside float64, spans []ops.OpSpan, rate *expertRate) error {
 	groups := map[string]*profileGroup{}
 	var order []string
 	group := func(name string) *profileGroup {
@@ -139,11 +154,37 @@ func printOpProfile(w io.Writer, which string, kinds []string, wall []float64, o
 		return err
 	}
 	for _, name := range order {
-		if err := printProfileGroup(w, groups[name]); err != nil {
+		g := groups[name]
+		if err := printProfileGroup(w, g); err != nil {
 			return err
+		}
+		if rate != nil && g.layers > 0 && strings.HasSuffix(g.name, "+"+model.MoE.String()) {
+			if err := printExpertRate(w, g, rate); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
+}
+
+// printExpertRate prints the routed experts' line of a MoE kind's table (nothing when none was timed).
+func printExpertRate(w io.Writer, g *profileGroup, rate *expertRate) error {
+	var secs float64
+	calls := 0
+	for _, t := range g.ops {
+		if strings.HasPrefix(t.Op, expertsOp) && t.Op != expertsWait {
+			secs += t.Seconds
+			calls += t.Calls
+		}
+	}
+	if secs == 0 || rate.flopsPerLayer <= 0 || rate.boundFlops <= 0 {
+		return nil
+	}
+	m := float64(g.layers)
+	_, err := fmt.Fprintf(w, "  routed experts (%s, %d calls a layer): %.3f ms a layer, %.1f TFLOP/s, %.2fx their share of the bound (%.1f TFLOP a layer at %.1f TFLOP/s)\n",
+		expertsOp, calls/g.layers, 1e3*secs/m, rate.flopsPerLayer*m/secs/1e12, secs/m/(rate.flopsPerLayer/rate.boundFlops),
+		rate.flopsPerLayer/1e12, rate.boundFlops/1e12)
+	return err
 }
 
 // printProfileGroup prints one kind's summary line and table.

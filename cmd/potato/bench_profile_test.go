@@ -34,6 +34,7 @@ func TestPrintOpProfile(t *testing.T) {
 		wall    []float64
 		outside float64
 		spans   []ops.OpSpan
+		rate    *expertRate
 		want    []string // lines (or parts of lines, trimmed), in this order
 		notWant []string
 	}{
@@ -63,6 +64,23 @@ func TestPrintOpProfile(t *testing.T) {
 			notWant: []string{"other", "no ops timed"},
 		},
 		{
+			name:  "the routed experts rated, their wait for uploads left out",
+			kinds: []string{"kda+dense", "kda+moe", "kda+moe"},
+			wall:  []float64{0.1, 0.5, 0.5},
+			spans: []ops.OpSpan{
+				span("0", ops.OpTime{Op: "MatMul 64x32", Calls: 3, Seconds: 0.06}),
+				span("1", ops.OpTime{Op: "ExpertsAccumulate cuBLASLt", Calls: 2, Seconds: 0.3}, ops.OpTime{Op: "ExpertsAccumulate waiting for uploads", Calls: 2, Seconds: 0.05}),
+				span("2", ops.OpTime{Op: "ExpertsAccumulate cuBLASLt", Calls: 2, Seconds: 0.3}, ops.OpTime{Op: "ExpertsAccumulate waiting for uploads", Calls: 2, Seconds: 0.05}),
+			},
+			rate: &expertRate{flopsPerLayer: 1.5e14, boundFlops: 1e15},
+			want: []string{
+				"kda+dense: 1 layers",
+				"kda+moe: 2 layers",
+				"ExpertsAccumulate cuBLASLt 4 600.000",
+				"routed experts (ExpertsAccumulate, 2 calls a layer): 300.000 ms a layer, 500.0 TFLOP/s, 2.00x their share of the bound (150.0 TFLOP a layer at 1000.0 TFLOP/s)",
+			},
+		},
+		{
 			name:  "top 15 and other",
 			kinds: []string{"mla+moe"},
 			wall:  []float64{0.2},
@@ -90,7 +108,7 @@ func TestPrintOpProfile(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			var out strings.Builder
-			if err := printOpProfile(&out, "the median run: run 2 of 3", c.kinds, c.wall, c.outside, c.spans); err != nil {
+			if err := printOpProfile(&out, "the median run: run 2 of 3", c.kinds, c.wall, c.outside, c.spans, c.rate); err != nil {
 				t.Fatal(err)
 			}
 			got := out.String()
@@ -102,6 +120,15 @@ func TestPrintOpProfile(t *testing.T) {
 					t.Fatalf("output lacks %q (in this order):\n%s", want, got)
 				}
 				rest = rest[i+len(want):]
+			}
+			moe := 0
+			for _, k := range slices.Compact(slices.Clone(c.kinds)) {
+				if strings.HasSuffix(k, "+moe") {
+					moe++
+				}
+			}
+			if n := strings.Count(got, "routed experts"); c.rate != nil && n != moe || c.rate == nil && n != 0 {
+				t.Errorf("%d routed-experts lines for %d MoE kinds (rate %v):\n%s", n, moe, c.rate, got)
 			}
 			for _, bad := range c.notWant {
 				if strings.Contains(got, bad) {

@@ -33,9 +33,22 @@ func (p *Plan) MatmulParamsPerToken(i int) int64 {
 		mat(d.Experts, d.Hidden) // router
 		mat(2*d.Latent, d.Hidden)
 		mat(3*d.SharedWidth, d.Hidden)
-		n += int64(d.TopK) * 3 * int64(d.ExpertFFN) * int64(d.Latent)
+		n += p.routedParamsPerToken()
 	}
 	return n
+}
+
+// routedParamsPerToken is the weight entries of the k routed experts one token passes through in a MoE
+// layer: three ffn x latent matrices each.
+func (p *Plan) routedParamsPerToken() int64 {
+	d := p.Dims()
+	return int64(d.TopK) * 3 * int64(d.ExpertFFN) * int64(d.Latent)
+}
+
+// RoutedExpertFLOPs is the routed experts' share of LayerFLOPs for a MoE layer over tokens tokens (the
+// arithmetic of ExpertsAccumulate).
+func (p *Plan) RoutedExpertFLOPs(tokens int) float64 {
+	return 2 * float64(p.routedParamsPerToken()) * float64(tokens)
 }
 
 // LayerFLOPs is the arithmetic of layer i for a wave of the given sequence lengths.

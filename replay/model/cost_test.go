@@ -24,3 +24,20 @@ func TestK3FLOPsPerToken(t *testing.T) {
 		t.Error("MLA FLOPs do not grow with sequence length")
 	}
 }
+
+// TestRoutedExpertFLOPs: the routed experts of a K3 MoE layer cost 2 x 16 x 3 x 3072 x 3584 FLOPs a
+// token (about 1.06 GFLOP), a part of the layer's count, and nothing of a dense layer's.
+func TestRoutedExpertFLOPs(t *testing.T) {
+	p, err := NewPlan(K3TextConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	const tokens = 1000
+	if got, want := p.RoutedExpertFLOPs(tokens), 2.0*16*3*3072*3584*tokens; got != want {
+		t.Errorf("RoutedExpertFLOPs(%d) = %g, want %g", tokens, got, want)
+	}
+	moe, dense := p.LayerFLOPs(1, []int{tokens}), p.LayerFLOPs(0, []int{tokens})
+	if r := p.RoutedExpertFLOPs(tokens); !(r < moe) || !(moe-r < dense) {
+		t.Errorf("routed %g of a MoE layer's %g FLOPs (a dense layer: %g): not a part of it", r, moe, dense)
+	}
+}
