@@ -24,6 +24,9 @@ type hostPool struct {
 	mu    sync.Mutex
 	idle  [][]byte // full arenas (len == cap), not in use
 	total atomic.Int64
+	// allocated is the bytes of every arena allocated, ever (WaveStats.HostAllocBytes takes its growth
+	// during a wave)
+	allocated atomic.Int64
 	// plain holds the arenas in ordinary memory that stand in for the backend's when AllocHost failed
 	// (page-locked memory is a limited resource: a large host cache may have taken it), by first byte.
 	plain map[*byte]bool
@@ -80,6 +83,7 @@ func (p *hostPool) get(n int) ([]byte, error) {
 		a = checkpoint.AlignedBuffer(size, arenaAlign)
 	}
 	p.total.Add(int64(size))
+	p.allocated.Add(int64(size))
 	return a, nil
 }
 

@@ -23,12 +23,21 @@ type stateBufs struct {
 	raw  map[*uint16][]byte // the AllocHost buffer behind each pinned one
 	held int64              // bytes of every buffer, idle or in use
 	made int                // buffers allocated, ever (for tests)
+	// allocated is the bytes of every buffer allocated, ever (WaveStats.HostAllocBytes)
+	allocated int64
 }
 
 // newStateBufs makes the buffers on b's host memory when it has one.
 func newStateBufs(b ops.Backend) *stateBufs {
 	mem, _ := b.(ops.HostMemory)
 	return &stateBufs{mem: mem, idle: map[int][][]uint16{}, used: map[*uint16]bool{}, raw: map[*uint16][]byte{}}
+}
+
+// allocatedBytes is the bytes of every buffer allocated, ever.
+func (s *stateBufs) allocatedBytes() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.allocated
 }
 
 // begin starts a wave: the buffers it does not take stay idle until its first new size.
@@ -51,6 +60,7 @@ func (s *stateBufs) Get(n int) []uint16 {
 	s.releaseStale()
 	b := s.alloc(n)
 	s.made++
+	s.allocated += 2 * int64(n)
 	s.used[unsafe.SliceData(b)] = true
 	s.held += 2 * int64(n)
 	return b

@@ -166,3 +166,34 @@ func TestStateBufsAfterCancel(t *testing.T) {
 		}
 	}
 }
+
+// TestHostAllocBytes: a wave reports the host buffers it allocated: the first wave of an engine its
+// arenas (and, with the state in host memory, its state buffers), a second wave of the same shape none,
+// since the engine keeps them.
+func TestHostAllocBytes(t *testing.T) {
+	seqs := randomSequences(9, 3328, sliceSeqLens...)
+	req := Request{Sequences: seqs, Options: Options{TopK: 3}}
+	for _, host := range []bool{false, true} {
+		e := openTiny(t, ops.BF16, EngineOptions{SliceTokens: 128, ExpertChunk: 2})
+		if host {
+			e.opts.DeviceMemory = slicedDeviceFor(t, e, 128) // state of most slices in host memory
+		}
+		var got [2]int64
+		for wave := range 2 {
+			state := e.state.allocatedBytes()
+			_, st, err := e.Run(context.Background(), []Request{req})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got[wave] = st.HostAllocBytes
+			if made := e.state.allocatedBytes() - state; host && wave == 0 && made == 0 {
+				t.Fatalf("plan %s: no state buffers allocated in the first wave", e.plan)
+			} else if st.HostAllocBytes < made {
+				t.Errorf("wave %d: %d bytes of host buffers reported, %d of them state buffers", wave, st.HostAllocBytes, made)
+			}
+		}
+		if got[0] <= 0 || got[1] != 0 {
+			t.Errorf("state in host memory %v: host buffers allocated %d bytes in the first wave, %d in the second: want > 0, then 0", host, got[0], got[1])
+		}
+	}
+}

@@ -26,6 +26,11 @@ type WaveStats struct {
 	ReadAheadUnused int64
 	// ReadAheadBytes is, of ExpertBytes, the bytes read from the checkpoint ahead of their routers.
 	ReadAheadBytes int64
+	// HostAllocBytes is the host memory the engine allocated for its buffers during the wave (page-locked
+	// on the CUDA backend, where pinning takes seconds): the arenas weights are read into, the read-ahead's
+	// slots, the state and stash buffers. 0 once the buffers kept from earlier waves (or pinned by
+	// Engine.PinHostBuffers) served every need. One device only (0 over EngineOptions.Devices).
+	HostAllocBytes int64
 	Seconds        float64
 }
 
@@ -72,11 +77,23 @@ func (e *Engine) Run(ctx context.Context, reqs []Request) ([][]Result, WaveStats
 		// A larger wave ran out of device memory before: keep below it (a longer sequence runs alone).
 		limit = max(e.fitTokens, p.Longest)
 	}
+	before := e.hostAllocated()
+	var res [][]Result
+	var st WaveStats
 	if total <= limit {
-		return e.runFitted(ctx, reqs, total, &p)
+		res, st, err = e.runFitted(ctx, reqs, total, &p)
+	} else {
+		e.log(p.String())
+		res, st, err = e.runSplit(ctx, reqs, limit)
 	}
-	e.log(p.String())
-	return e.runSplit(ctx, reqs, limit)
+	st.HostAllocBytes = e.hostAllocated() - before
+	return res, st, err
+}
+
+// hostAllocated is the bytes of host buffers the engine has allocated, ever: its pool's arenas (layer
+// reads, expert batches, the read-ahead's slots) and its state buffers.
+func (e *Engine) hostAllocated() int64 {
+	return e.pool.allocated.Load() + e.state.allocatedBytes()
 }
 
 // log hands a line to EngineOptions.Log.

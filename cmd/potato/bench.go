@@ -434,6 +434,10 @@ func benchWave(ctx context.Context, w io.Writer, l *loaded, bd bound, n, seqLen,
 		fmt.Fprintf(w, "experts read ahead of their routers: %.1f MB used, %.1f MB read and chosen by no token\n",
 			float64(st.ReadAheadBytes)/1e6, float64(st.ReadAheadUnused)/1e6)
 	}
+	if st.HostAllocBytes > 0 { // what the buffers pinned before the timed waves did not cover
+		fmt.Fprintf(w, "host buffers allocated inside the timed wave: %.1f MB (weight-read arenas and buffers PinHostBuffers does not pin; page-locked on cuda: AllocHost in the op profile)\n",
+			float64(st.HostAllocBytes)/1e6)
+	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	// "to router s": the part of a layer before its router returned (its upload, attention and router),
 	// during which no routed expert can be fetched.
