@@ -54,6 +54,10 @@ const (
 	wSmemBytes = 4*256*64*2 + 1024
 )
 
+// wgKernels reports whether the kernel forms named by suffix (groupedDev.kernels) are experts_wg.cu's,
+// which take tiles of wTileRows rows and their own launch shape.
+func wgKernels(suffix string) bool { return strings.HasPrefix(suffix, "_wg") }
+
 // wgOK reports whether the wgmma kernels run on this backend's device: they are compiled for sm_90a
 // (Hopper's arch-specific target) and are empty elsewhere.
 func (b *Backend) wgOK() bool { return b.info.Arch == "sm_90a" }
@@ -200,13 +204,14 @@ type groupedDev struct {
 func (d *groupedDev) at(off int) uint64 { return d.tab + 4*uint64(off) }
 
 // prepareGrouped uploads the plan and allocates the temporaries (freed when the op ends): 2 bytes a
-// value of rows x (latent + ffn), proportional to the call. wg: the tiles of the wgmma kernels.
-func (c *opCtx) prepareGrouped(p *groupedPlan, acc, z uint64, latent, ffn int, beta, linBeta float32, wg bool) (*groupedDev, error) {
+// value of rows x (latent + ffn), proportional to the call. suffix names the GEMM kernels' form
+// (groupedDev.kernels); the wgmma forms set the column tiles and shared memory of experts_wg.cu.
+func (c *opCtx) prepareGrouped(p *groupedPlan, acc, z uint64, latent, ffn int, beta, linBeta float32, suffix string) (*groupedDev, error) {
 	d := &groupedDev{plan: p, acc: acc, z: z, latent: latent, ffn: ffn, beta: beta, linBeta: linBeta,
-		gateNCol: (ffn + xGateCols - 1) / xGateCols, downNCol: (latent + xDownCols - 1) / xDownCols, smem: xSmemBytes}
+		gateNCol: (ffn + xGateCols - 1) / xGateCols, downNCol: (latent + xDownCols - 1) / xDownCols, smem: xSmemBytes, kernels: suffix}
 	kernels := []string{"k_experts_gateup", "k_experts_down", "k_experts_gateup_f32", "k_experts_down_f32",
 		"k_experts_gateup_nodec", "k_experts_down_nodec"}
-	if wg {
+	if wgKernels(suffix) {
 		d.gateNCol, d.downNCol, d.smem = (ffn+wGateCols-1)/wGateCols, (latent+wDownCols-1)/wDownCols, wSmemBytes
 		kernels = []string{"k_experts_gateup_wg", "k_experts_down_wg", "k_experts_gateup_wg_nodec", "k_experts_down_wg_nodec"}
 	}
@@ -279,11 +284,10 @@ func (c *opCtx) expertsGrouped(p *groupedPlan, acc, z uint64, latent, ffn int, b
 	if p.rows == 0 {
 		return nil
 	}
-	d, err := c.prepareGrouped(p, acc, z, latent, ffn, beta, linBeta, strings.HasPrefix(kernels, "_wg"))
+	d, err := c.prepareGrouped(p, acc, z, latent, ffn, beta, linBeta, kernels)
 	if err != nil {
 		return err
 	}
-	d.kernels = kernels
 	for _, step := range []struct {
 		name string
 		fn   func(*groupedDev) error

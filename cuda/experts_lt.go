@@ -72,7 +72,7 @@ func (c *opCtx) expertsLt(p *groupedPlan, gu, dn *ltShape, acc, z uint64, latent
 	if p.rows == 0 {
 		return nil
 	}
-	d, err := c.prepareGrouped(p, acc, z, latent, ffn, beta, linBeta, false)
+	d, err := c.prepareGrouped(p, acc, z, latent, ffn, beta, linBeta, "")
 	if err != nil {
 		return err
 	}

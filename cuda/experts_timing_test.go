@@ -195,7 +195,7 @@ func kernelBreakdown(t *testing.T, b *Backend, name string, acc, z *Tensor, rt o
 		groups += (len(work[i].Rows) + 15) / 16
 	}
 	err := b.run("timing", func(c *opCtx) error {
-		d, err := c.prepareGrouped(&p, acc.ptr, z.ptr, latent, ffn, 4, 25, false)
+		d, err := c.prepareGrouped(&p, acc.ptr, z.ptr, latent, ffn, 4, 25, "")
 		if err != nil {
 			return err
 		}

@@ -104,7 +104,7 @@ func wgBreakdown(t *testing.T, b *Backend, name string, z *Tensor, rt ops.Routin
 	}
 	defer b.Free(acc)
 	err = b.run("timing", func(c *opCtx) error {
-		d, err := c.prepareGrouped(&p, acc.(*Tensor).ptr, z.ptr, latent, ffn, 4, 25, true)
+		d, err := c.prepareGrouped(&p, acc.(*Tensor).ptr, z.ptr, latent, ffn, 4, 25, "_wg")
 		if err != nil {
 			return err
 		}

@@ -329,7 +329,7 @@ func (b *Backend) expertsAccumulate(acc, z ops.Tensor, rt ops.Routing, experts [
 		}
 		ffn := es[0].ffn
 		tileRows := xTileRows
-		if kernels == "_wg" {
+		if wgKernels(kernels) {
 			tileRows = wTileRows
 		}
 		plan := planGroupedTiles(es, work, rows, tileRows) // here, not on the CUDA thread: earlier ops' closures need not wait

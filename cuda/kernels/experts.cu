@@ -34,7 +34,8 @@
 //      Warps skip the mma of 16-row groups past the end of an expert's last tile (an expert of 300 rows
 //      costs 19 groups, not 24). Two exact decoders (decode32_f32: shifts and float32 multiplies, any
 //      scale; decode32_prmt: PRMT table lookups and one bfloat16x2 fma a pair, scales 2..252) give the
-//      same bits; the tests compare and time both, and a form without decoding that bounds its cost.
+//      same bits; the tests compare and time both, and a form without decoding that bounds its cost
+//      (now experts.cuh's decode8_f32 and decode8_prmt, 8 codes a call, shared with experts_wg.cu).
 //      H200, K3 sizes, 128 experts x 300 rows: gate/up 151 TFLOP/s, down 174 (without decoding 177 and
 //      219; decode32_f32 within 2% of decode32_prmt); SiTU's three double-precision transcendentals in
 //      the epilogue cost gate/up about as much as the decoding.
