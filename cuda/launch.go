@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"runtime"
+	"time"
 	"unsafe"
 
 	"github.com/potato-k3/potato-k3/cuda/bind"
@@ -49,6 +50,7 @@ func (b *Backend) run(op string, fn func(c *opCtx) error) error {
 	}
 	err := b.ex.Do(func() error {
 		c := &opCtx{b: b, op: op}
+		t0 := time.Now()
 		if b.prof.on {
 			var err error
 			if c.profStart, err = b.prof.begin(b.drv, b.dv.Stream); err != nil {
@@ -59,6 +61,8 @@ func (b *Backend) run(op string, fn func(c *opCtx) error) error {
 		if c.profStart != 0 { // before the Sync below: the op's own work, not the wait for it
 			if perr := b.prof.end(b.drv, b.dv.Stream, c.profStart, c.key()); perr != nil {
 				err = errors.Join(err, fmt.Errorf("op profile: %w", perr))
+			} else {
+				b.prof.recs[len(b.prof.recs)-1].host = time.Since(t0)
 			}
 		}
 		if err == nil && b.opts.Sync {

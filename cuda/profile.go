@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"slices"
+	"time"
 	"unsafe"
 
 	"github.com/potato-k3/potato-k3/cuda/bind"
@@ -33,6 +34,7 @@ type opRec struct {
 	key        string
 	start, end uintptr
 	span       int
+	host       time.Duration // the op's host time (Backend.run), on its last record
 }
 
 // profiling reports whether op timing is on: an op computes its detail (opCtx.detail) only then.
@@ -191,10 +193,16 @@ func (p *opProfile) collect(d *bind.Driver) ([]ops.OpSpan, error) {
 		}
 		index[i] = map[string]int{}
 	}
-	for _, r := range p.recs {
-		var ms float32
+	for i, r := range p.recs {
+		var ms, idle float32
 		if err := d.Check("cuEventElapsedTime(profile)", bind.Call(d.CuEventElapsedTime, uintptr(unsafe.Pointer(&ms)), r.start, r.end)); err != nil {
 			return nil, fmt.Errorf("%s: %w", r.key, err)
+		}
+		// the stream's gap since the op before: one stream runs them in order, so nothing ran between
+		if i > 0 {
+			if err := d.Check("cuEventElapsedTime(profile gap)", bind.Call(d.CuEventElapsedTime, uintptr(unsafe.Pointer(&idle)), p.recs[i-1].end, r.start)); err != nil {
+				return nil, fmt.Errorf("%s: %w", r.key, err)
+			}
 		}
 		s := &spans[r.span]
 		k, ok := index[r.span][r.key]
@@ -205,6 +213,8 @@ func (p *opProfile) collect(d *bind.Driver) ([]ops.OpSpan, error) {
 		}
 		s.Ops[k].Calls++
 		s.Ops[k].Seconds += float64(ms) / 1e3
+		s.Ops[k].IdleBefore += max(float64(idle), 0) / 1e3
+		s.Ops[k].Host += r.host.Seconds()
 		s.Seconds += float64(ms) / 1e3
 	}
 	for i := range spans {

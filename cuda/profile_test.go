@@ -3,6 +3,7 @@ package cuda_test
 import (
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/potato-k3/potato-k3/cuda"
 	"github.com/potato-k3/potato-k3/replay/bf16"
@@ -43,6 +44,9 @@ func TestOpProfile(t *testing.T) {
 			}
 			var ys []ops.Tensor
 			for _, w := range []ops.Tensor{w1, w1, w2} {
+				if w == w2 { // the device idles before this one: its IdleBefore holds the pause
+					time.Sleep(30 * time.Millisecond)
+				}
 				y, err := b.MatMul(x, w)
 				if err != nil {
 					t.Fatal(err)
@@ -69,9 +73,12 @@ func TestOpProfile(t *testing.T) {
 				sum += o.Seconds
 			}
 			for key, calls := range map[string]int{"MatMul 1024x512": 2, "MatMul 128x512": 1} {
-				if o := got[key]; o.Calls != calls || !(o.Seconds > 0) {
-					t.Errorf("%s: %+v, want %d calls and a time above 0 (span %+v)", key, o, calls, spans[1])
+				if o := got[key]; o.Calls != calls || !(o.Seconds > 0) || !(o.Host > 0) {
+					t.Errorf("%s: %+v, want %d calls, device and host times above 0 (span %+v)", key, o, calls, spans[1])
 				}
+			}
+			if idle := got["MatMul 128x512"].IdleBefore; idle < 0.025 || idle > 5 {
+				t.Errorf("MatMul 128x512 queued 30 ms after the op before: idle before it %.6fs, want about 0.03", idle)
 			}
 			if len(got) != 2 || sum != spans[1].Seconds {
 				t.Errorf("span matmuls: %+v, want two keys whose times sum to the span's", spans[1])

@@ -144,8 +144,8 @@ func TestCUDABatchInvariance(t *testing.T) {
 }
 
 // TestCUDASliceInvariance: on the CUDA backend a wave run in slices of several sizes, with the state on
-// the device and in host memory, MoE layers sliced and expert-major (the stash in host memory, and on the
-// device: ops.RowJoiner), gives every table bit for bit as the unsliced wave (both precisions): the
+// the device and in host memory, MoE layers sliced, pooled (plan_pool.go) and expert-major (the stash in
+// host memory, and on the device: ops.RowJoiner), gives every table bit for bit as the unsliced wave (both precisions): the
 // carried convolution, KDA state and MLA keys on the device.
 func TestCUDASliceInvariance(t *testing.T) {
 	opts := Options{TopK: 5, Lens: []int{1, 3}, Hidden: []int{0, 2}, Router: true, AttnRes: true}
@@ -154,9 +154,10 @@ func TestCUDASliceInvariance(t *testing.T) {
 		whole := openPreset(t, "tiny", 1, newCUDA(t, cuda.Options{Precision: prec}), EngineOptions{})
 		want := runOne(t, whole, Request{Sequences: seqs, Options: opts})
 		for _, n := range []int{1, 7, 64, 65, 129} {
-			for _, mode := range []string{"device", "host", "expert-major", "expert-major, stash on the device"} {
+			for _, mode := range []string{"device", "pooled", "host", "expert-major", "expert-major, stash on the device"} {
 				host := mode == "host" || mode == "expert-major"
-				eo := EngineOptions{SliceTokens: n}
+				// "device" keeps the MoE layers slice by slice, "pooled" lets the plan pool their expert calls
+				eo := EngineOptions{SliceTokens: n, NoExpertPooling: mode == "device", PrefetchExperts: -1}
 				var plan string
 				eo.Log = func(s string) { plan = s }
 				// with the state in host memory, also the carried MLA prefix in parts of 64 rows; then
@@ -177,6 +178,9 @@ func TestCUDASliceInvariance(t *testing.T) {
 				got := runOne(t, e, Request{Sequences: seqs, Options: opts})
 				if host != strings.Contains(plan, "in host memory") || !strings.Contains(plan, "slices of") {
 					t.Errorf("%s, slices of %d, host state %v: plan %q", prec, n, host, plan)
+				}
+				if e.plan.Pooled != (mode == "pooled") {
+					t.Errorf("%s, slices of %d (%s): plan %q, pooled %v", prec, n, mode, plan, e.plan.Pooled)
 				}
 				if major && e.plan.StashOnDevice != (mode == "expert-major, stash on the device") {
 					t.Errorf("%s, slices of %d (%s): plan %q, stash on the device %v", prec, n, mode, plan, e.plan.StashOnDevice)

@@ -61,6 +61,9 @@ type EngineOptions struct {
 	// slice, and the slices pool into expert calls of many slices' rows, for the price of the expert
 	// inputs' trips to host memory. The plan chooses it on its own only where the experts do not fit.
 	ExpertMajor bool
+	// NoExpertPooling keeps MoE layers slice by slice where the plan would pool their expert calls
+	// (WavePlan.Pooled): the A/B of pooling. Results do not depend on it.
+	NoExpertPooling bool
 	// MaxWaveTokens bounds the tokens of one wave (0: no bound but the memory budgets, which the wave
 	// plan applies): larger requests run as several waves, each reading the weights again. Results do not
 	// depend on it.

@@ -45,6 +45,10 @@ type WavePlan struct {
 	// StashOnDevice: expert-major, the slices' expert inputs and shared outputs stay on the device
 	// (model.Pass.StashOnDevice), counted with the carries, instead of host memory.
 	StashOnDevice bool
+	// Pooled: expert-major on a device that holds a layer's experts beside a slice, for the expert calls
+	// over every slice's rows (plan_pool.go): the layer's experts are held and fetched ahead of its router
+	// as a sliced layer's are (model.Pass.PrefetchMajor), the expert inputs kept on the device.
+	Pooled bool
 	// ExpertPool is the device memory an expert-major layer's expert call may take for its rows and the
 	// backend's scratch: a slice's activations, which that phase does not hold. Consecutive slices whose
 	// call fits share one call (model.Pass.PoolBytes).
@@ -144,6 +148,11 @@ func (e *Engine) planSlicing(lens []int) (WavePlan, error) {
 	if e.forceExpertMajor || e.opts.ExpertMajor {
 		err = fmt.Errorf("%w: expert-major forced", ErrBudget)
 	}
+	if err == nil {
+		if q, ok := e.planPooled(lens, p); ok {
+			return q, nil
+		}
+	}
 	if err == nil || e.Plan.MoELayers() == 0 {
 		return p, err
 	}
@@ -183,13 +192,14 @@ const (
 	modeSliced                       // in slices, each MoE layer's experts held for all its slices
 	modeMajor                        // in slices, MoE layers expert chunk by expert chunk (WavePlan.ExpertMajor)
 	modeMajorDevice                  // modeMajor with the expert inputs and shared outputs on the device
+	modePooled                       // modeMajorDevice with every expert of a layer held (WavePlan.Pooled)
 )
 
 // planWith plans lens with the layers run as mode says and chunk routed experts at once (0: all chosen).
 func (e *Engine) planWith(lens []int, mode layerMode, chunk int) (WavePlan, error) {
 	p := WavePlan{Sequences: len(lens), DeviceBudget: e.deviceBudget(), HostBudget: e.hostBudget(),
-		Sliceable: mode != modeWhole, ExpertMajor: mode == modeMajor || mode == modeMajorDevice,
-		StashOnDevice: mode == modeMajorDevice, ExpertChunk: chunk}
+		Sliceable: mode != modeWhole, ExpertMajor: mode == modeMajor || mode == modeMajorDevice || mode == modePooled,
+		StashOnDevice: mode == modeMajorDevice || mode == modePooled, Pooled: mode == modePooled, ExpertChunk: chunk}
 	for _, n := range lens {
 		p.Tokens += n
 		p.Longest = max(p.Longest, n)
@@ -219,7 +229,7 @@ func (e *Engine) planWith(lens []int, mode layerMode, chunk int) (WavePlan, erro
 		}
 		p.HostBudget -= p.StashBytes
 	}
-	p.WeightBytes = e.weightPeakChunk(mode == modeSliced, chunk)
+	p.WeightBytes = e.weightPeakChunk(mode == modeSliced || mode == modePooled, chunk)
 	avail := p.DeviceBudget - p.WeightBytes - carry
 	least := int64(min(minSlice, max(p.Tokens, 1))) // a wave smaller than a slice needs only its own
 	if e.opts.SliceTokens > 0 {

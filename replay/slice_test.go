@@ -41,9 +41,11 @@ func TestSliceInvariance(t *testing.T) {
 				o.Hidden = []int{0, 2}
 				whole := openPreset(t, c.preset, 1, cpu.New(cpu.Options{Precision: prec}), EngineOptions{})
 				want := runOne(t, whole, Request{Sequences: seqs, Options: o})
-				for _, n := range c.sizes {
+				for i, n := range c.sizes {
 					for _, host := range []bool{false, true} {
-						eo := EngineOptions{SliceTokens: n}
+						// with the state on the device, every other size keeps the MoE layers slice by slice
+						// (the rest pool their expert calls: plan_pool.go); with it in host memory they are
+						eo := EngineOptions{SliceTokens: n, NoExpertPooling: i%2 == 1}
 						if host { // a device budget too small for the wave's state: it goes to host memory
 							eo.DeviceMemory = slicedDevice(t, c.preset, n)
 						}
@@ -53,6 +55,9 @@ func TestSliceInvariance(t *testing.T) {
 						got := runOne(t, e, Request{Sequences: seqs, Options: o})
 						if host != strings.Contains(plan, "in host memory") {
 							t.Fatalf("slices of %d, host state %v: plan %q", n, host, plan)
+						}
+						if pooled := !host && !eo.NoExpertPooling && e.plan.Slices > 1; pooled != e.plan.Pooled {
+							t.Fatalf("slices of %d, host state %v: plan %q: want MoE layers pooled %v", n, host, plan, pooled)
 						}
 						if !reflect.DeepEqual(got, want) {
 							t.Errorf("slices of %d (host state %v): results differ from the unsliced wave; plan %s", n, host, plan)

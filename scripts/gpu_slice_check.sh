@@ -103,6 +103,11 @@ step prof_262k_24gb_auto 200 bench "${AUTO[@]}" --op-profile --device-memory 24G
 # Where a layer's time goes, per op (--op-profile), in one slice and past it.
 step prof_65k 120 bench "${FLAGS[@]}" "${PINNED[@]}" --op-profile --tokens 65536 --seq-len 4096
 step prof_262k 150 bench "${FLAGS[@]}" "${PINNED[@]}" --op-profile --tokens 262144 --seq-len 4096
+# the same wave with the MoE layers slice by slice (--no-expert-pooling: a routed-expert call a slice), the
+# A/B of the pooled expert calls the plan chooses where a layer's experts and the state fit the device
+# (replay/plan_pool.go); and pooled with the chunk the plan picks (--expert-chunk 0)
+step prof_262k_sliced 150 bench "${FLAGS[@]}" "${PINNED[@]}" --no-expert-pooling --op-profile --tokens 262144 --seq-len 4096
+step prof_262k_auto 150 bench "${AUTO[@]}" "${PINNED[@]}" --op-profile --tokens 262144 --seq-len 4096
 # the same wave with MoE layers expert-major (--expert-major): the slices pooled into each chunk's expert
 # calls, the expert inputs through host memory
 step prof_262k_major 150 bench "${FLAGS[@]}" "${PINNED[@]}" --expert-major --op-profile --tokens 262144 --seq-len 4096

@@ -104,10 +104,11 @@ func benchTo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		}
 		sizes = append(sizes, n)
 	}
-	l, err := openEngine(ctx, dir, f.backend, f.precision, backendTuning{expertStreams: f.expertStreams, devices: f.mem.devices}, replay.EngineOptions{ExpertChunk: f.expertChunk,
+	opts := replay.EngineOptions{ExpertChunk: f.expertChunk,
 		HostCacheBytes: int64(f.hostCache), ResidentBytes: int64(f.resident), PrefetchExperts: f.prefetch,
-		SliceTokens: f.mem.sliceTokens, ExpertMajor: f.mem.expertMajor, DeviceMemory: int64(f.mem.device), HostMemory: int64(f.mem.host),
-		ExpertReadAhead: readAheadOption(f.noReadAhead), Log: func(s string) { fmt.Fprintln(stdout, "plan: "+s) }},
+		ExpertReadAhead: readAheadOption(f.noReadAhead), Log: func(s string) { fmt.Fprintln(stdout, "plan: "+s) }}
+	f.mem.apply(&opts)
+	l, err := openEngine(ctx, dir, f.backend, f.precision, backendTuning{expertStreams: f.expertStreams, devices: f.mem.devices}, opts,
 		checkpoint.WithReadConcurrency(f.readWorkers), checkpoint.WithDirectIO(f.directIO))
 	if err != nil {
 		return err

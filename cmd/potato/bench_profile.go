@@ -101,8 +101,8 @@ const (
 )
 
 // printOpProfile prints one run's op profile: for each layer kind (kinds[i] is layer i's) the ops of its
-// layers' spans summed (calls, device ms, share of the kind's op time; the opProfileTop largest, the
-// rest as "other"), and the layers' wall time (wall[i] is layer i's) against the summed op time; their
+// layers' spans summed (calls, device ms, share of the kind's op time, the device's idle time just before
+// them and the host's time inside them, in ms; the opProfileTop largest, the rest as "other"), and the layers' wall time (wall[i] is layer i's) against the summed op time; their
 // difference is time the compute stream stood idle. The spans labelled "readout" are compared with
 // outside, the wall time after the last layer. Spans with other labels are printed by label, without a
 // wall time. which says which run the numbers come from. With rate, each MoE kind's table ends with the
@@ -144,6 +144,8 @@ func printOpProfile(w io.Writer, which string, kinds []string, wall []float64, o
 			}
 			t.Calls += o.Calls
 			t.Seconds += o.Seconds
+			t.IdleBefore += o.IdleBefore
+			t.Host += o.Host
 			g.opSecs += o.Seconds
 		}
 	}
@@ -223,6 +225,8 @@ func printProfileGroup(w io.Writer, g *profileGroup) error {
 		for _, t := range rows[opProfileTop:] {
 			other.Calls += t.Calls
 			other.Seconds += t.Seconds
+			other.IdleBefore += t.IdleBefore
+			other.Host += t.Host
 		}
 		rows = append(rows[:opProfileTop:opProfileTop], other)
 	}
@@ -231,9 +235,9 @@ func printProfileGroup(w io.Writer, g *profileGroup) error {
 		width = max(width, len(t.Op))
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "  %-*s %8s %12s %6s\n", width, "op", "calls", "device ms", "%")
+	fmt.Fprintf(&b, "  %-*s %8s %12s %6s %12s %10s\n", width, "op", "calls", "device ms", "%", "idle before", "host ms")
 	for _, t := range rows {
-		fmt.Fprintf(&b, "  %-*s %8d %12.3f %6.1f\n", width, t.Op, t.Calls, 1e3*t.Seconds, percent(t.Seconds, g.opSecs))
+		fmt.Fprintf(&b, "  %-*s %8d %12.3f %6.1f %12.3f %10.3f\n", width, t.Op, t.Calls, 1e3*t.Seconds, percent(t.Seconds, g.opSecs), 1e3*t.IdleBefore, 1e3*t.Host)
 	}
 	_, err := io.WriteString(w, b.String())
 	return err

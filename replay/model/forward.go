@@ -80,6 +80,10 @@ type Pass struct {
 	// slice, a pool's joined for its calls (ops.RowJoiner), instead of in host memory. Results do not
 	// depend on it.
 	StashOnDevice bool
+	// PrefetchMajor fetches an expert-major layer's experts ahead of its router, as a sliced layer's
+	// (PrefetchExperts), for a device that holds them all beside a slice: the layer runs expert-major
+	// for its calls over every slice's rows, not for want of memory. Results do not depend on it.
+	PrefetchMajor bool
 	// Host gives the host memory of the state of slices kept in host memory and of expert-major stashes
 	// (nil: the Go heap); Close gives it back.
 	Host HostBuffers
@@ -253,7 +257,7 @@ func (f *Pass) attnSteps(st *State, w *LayerWeights) (ops.Tensor, error) {
 	// Experts fetched ahead of the router go now: the attention's work is queued, so on a device backend
 	// their copies run beside it (the AttnRes mix below is the first wait for the device). Once a layer:
 	// its experts serve every slice.
-	if f.curIndex == 0 && !f.expertMajor(w) {
+	if f.curIndex == 0 && (!f.expertMajor(w) || f.PrefetchMajor) {
 		if err := f.prefetch(w); err != nil {
 			b.Free(a)
 			return nil, err

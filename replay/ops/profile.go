@@ -44,4 +44,12 @@ type OpTime struct {
 	Op      string
 	Calls   int     // how many times it ran in the span
 	Seconds float64 // summed device time of those calls (see OpProfiler)
+	// IdleBefore is the summed device time the compute stream stood idle just before these calls: from
+	// the end of the timed op queued before each (in any span) to its start. A large one names the op the
+	// device waited for the host to queue, a host-side wait or planning inside the op before its work
+	// (0 where the backend does not measure it).
+	IdleBefore float64
+	// Host is the summed host time of the calls: the backend's thread inside each op, planning and
+	// queueing its work and waiting wherever the op waits for the device (0 where not measured).
+	Host float64
 }

@@ -1,0 +1,68 @@
+package replay
+
+// Pooled expert calls where a layer's routed experts fit the device beside a slice.
+//
+// Sliced, an MoE layer calls its routed experts once a slice, on that slice's rows: at 262,144 tokens in
+// 3 slices about 1,600 rows an expert a call, and on the cuBLASLt path every call decodes each expert's
+// MXFP4 weights to bfloat16 again. Pooled, the layer runs expert-major (model/moe_major.go) with its
+// expert inputs kept on the device and its experts held and fetched ahead of the router, as a sliced
+// layer's are: each chunk's call takes every slice's rows (run 43, H200, experts fetched late: 541 ms of
+// routed experts a layer against 637-645 sliced). The price is the stash on the device ((latent + hidden)
+// activations and a float32 latent accumulator a token), so the plan pools only where it changes nothing
+// else: the same reads, the state on the device, slices of at least sliceFloor tokens (or the slices
+// asked for).
+
+import (
+	"fmt"
+
+	"github.com/potato-k3/potato-k3/replay/ops"
+)
+
+// planPooled is the pooled plan of lens, when it is to replace the sliced plan p (ok false: keep p).
+func (e *Engine) planPooled(lens []int, p WavePlan) (WavePlan, bool) {
+	if e.opts.NoExpertPooling || p.Slices < 2 || p.HostState || e.Plan.MoELayers() == 0 {
+		return p, false
+	}
+	if _, ok := e.Model.Ops.(ops.RowJoiner); !ok {
+		return p, false // the stash would go through host memory: two trips of every expert input a chunk
+	}
+	chunk := e.pooledChunk(p.WaveTokens)
+	q, err := e.planWith(lens, modePooled, chunk)
+	if err != nil || q.Waves != p.Waves || q.HostState {
+		return p, false
+	}
+	if q.Slices > 1 && q.SliceTokens < min(sliceFloor, q.WaveTokens) && e.opts.SliceTokens == 0 {
+		return p, false
+	}
+	what := fmt.Sprintf("chunks of %d experts", chunk)
+	if chunk <= 0 {
+		what = "all the experts chosen at once"
+	}
+	q.Note = fmt.Sprintf("MoE layers pooled: %s, each call over every slice's rows (pools of up to %s), "+
+		"the layer's experts held and fetched ahead of its router, expert inputs kept on the device (--no-expert-pooling: a call a slice)",
+		what, gb(q.ExpertPool))
+	return q, true
+}
+
+// pooledChunk is how many experts a pooled layer's call takes: EngineOptions.ExpertChunk when given, else
+// the largest of n, n/2, n/4 ... whose share of a wave of tokens (tokens x top-k x chunk / n pairs,
+// routing being even) stays within the rows the backend indexes at once (ops.ElementLimit); all at once
+// (0) on a backend without a limit. A chunk's pairs past the limit would leave each slice a call alone.
+func (e *Engine) pooledChunk(tokens int) int {
+	if e.opts.ExpertChunk > 0 {
+		return e.opts.ExpertChunk
+	}
+	l, ok := e.Model.Ops.(ops.ElementLimit)
+	if !ok {
+		return 0
+	}
+	d := e.Model.Dims
+	rows := l.MaxElements() / int64(max(d.Latent, d.ExpertFFN))
+	n := e.Plan.Config.NumExperts
+	pairs := int64(tokens) * int64(d.TopK)
+	c := n
+	for c > 1 && pairs*int64(c) > rows*int64(n) {
+		c /= 2
+	}
+	return c
+}

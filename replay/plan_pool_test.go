@@ -1,0 +1,114 @@
+package replay
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/potato-k3/potato-k3/replay/cpu"
+	"github.com/potato-k3/potato-k3/replay/ops"
+)
+
+// TestPlanPooled: where a layer's experts and the wave's state fit the device beside a slice, the plan
+// pools the MoE layers' expert calls over every slice (expert-major, stash on the device, experts held
+// and fetched ahead), stays within its device peak and gives the unsliced bits; --no-expert-pooling keeps
+// a call a slice, and a budget that puts the state in host memory keeps the layers sliced.
+func TestPlanPooled(t *testing.T) {
+	lens := []int{300, 41, 700, 5, 1000}
+	total := 0
+	for _, n := range lens {
+		total += n
+	}
+	seqs := randomSequences(9, 3328, lens...)
+	opts := Options{TopK: 3, Lens: []int{4}, Router: true}
+	want := runOne(t, openTiny(t, ops.BF16, EngineOptions{}), Request{Sequences: seqs, Options: opts})
+	probe := openPreset(t, "tiny", 1, cpu.New(cpu.Options{}), EngineOptions{})
+	act, state, _ := probe.tokenBytes()
+	// a slice of 300 and a quarter of the wave's state
+	hostState := probe.weightPeak(true) + probe.carryBytes(1000, true) + 300*(act+state) + int64(total)*state/4
+	calls := map[bool]int{}
+	for _, c := range []struct {
+		name           string
+		noPool, pooled bool
+		budget         int64
+	}{
+		{"pooled", false, true, 0},
+		{"no pooling", true, false, 0},
+		{"state in host memory", false, false, hostState},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cb := newCounting(ops.BF16)
+			cb.scratch = func(pairs int) int64 { return probe.Model.ExpertScratchBytes(pairs, 1) }
+			e := openPreset(t, "tiny", 1, cb, EngineOptions{SliceTokens: 300, ExpertChunk: 3, NoExpertPooling: c.noPool,
+				DeviceMemory: c.budget, PrefetchExperts: -1})
+			cb.reset()
+			got, _, err := e.Run(context.Background(), []Request{{Sequences: seqs, Options: opts}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			p := e.plan
+			if p.Waves != 1 || p.Slices < 2 || p.Pooled != c.pooled || p.ExpertMajor != c.pooled || p.StashOnDevice != c.pooled ||
+				strings.Contains(p.String(), "MoE layers pooled") != c.pooled {
+				t.Fatalf("plan %s: want one read in several slices, pooled %v", p, c.pooled)
+			}
+			if p.Pooled && p.WeightBytes != probe.weightPeak(true) {
+				t.Errorf("pooled plan holds %d bytes of weights, want every expert of a layer (%d)", p.WeightBytes, probe.weightPeak(true))
+			}
+			most := slices.Max(cb.expertRows)
+			if pooled := most > p.SliceTokens; pooled != c.pooled {
+				t.Errorf("expert calls of at most %d rows with slices of %d: pooled %v, want %v (%s)", most, p.SliceTokens, pooled, c.pooled, p)
+			}
+			if limit := p.DevicePeak - p.WeightBytes; cb.peak > limit {
+				t.Errorf("device peak of activations and carries %d bytes, over the plan's %d (%s)", cb.peak, limit, p)
+			}
+			if !reflect.DeepEqual(got, want) {
+				t.Errorf("%s: results differ from the unsliced wave (%s)", c.name, p)
+			}
+			calls[c.pooled] = len(cb.expertRows)
+			t.Logf("%s; %d expert calls; counted peak %.2f MB of %.2f planned", p, len(cb.expertRows), float64(cb.peak)/1e6, float64(p.DevicePeak-p.WeightBytes)/1e6)
+		})
+	}
+	if calls[true] >= calls[false] {
+		t.Errorf("pooled: %d expert calls, sliced %d: pooling should take fewer", calls[true], calls[false])
+	}
+}
+
+// limitedCPU is the CPU backend with an element limit, as the CUDA backend has (int32 indices).
+type limitedCPU struct {
+	*cpu.Backend
+	max int64
+}
+
+func (l limitedCPU) MaxElements() int64 { return l.max }
+
+// TestPooledChunk: a pooled layer's chunk, when none is given, is the largest of n, n/2, ... whose even
+// share of the wave's (row, expert) pairs the backend indexes at once; a given chunk is kept.
+func TestPooledChunk(t *testing.T) {
+	probe := openTiny(t, ops.BF16, EngineOptions{})
+	d, n := probe.Model.Dims, probe.Plan.Config.NumExperts
+	rowsAt := int64(max(d.Latent, d.ExpertFFN))
+	for _, c := range []struct {
+		limitRows, tokens, given, want int
+	}{
+		{1 << 20, 100, 0, n},                        // room for every pair at once
+		{100 * d.TopK / 2, 100, 0, n / 2},           // half the pairs
+		{100 * d.TopK / 4, 100, 0, n / 4},           // a quarter
+		{100 * d.TopK / 4, 100, 3, 3},               // given
+		{1, 1 << 20, 0, 1},                          // never below one expert
+		{100*d.TopK/2 - 1, 100, 0, max(n/4, 1)},     // just under half: a quarter
+		{100 * d.TopK * 3 / 4, 100, 0, max(n/2, 1)}, // between: the half that fits
+	} {
+		t.Run(fmt.Sprintf("%d rows, %d tokens, given %d", c.limitRows, c.tokens, c.given), func(t *testing.T) {
+			e := openPreset(t, "tiny", 1, limitedCPU{cpu.New(cpu.Options{}), int64(c.limitRows) * rowsAt}, EngineOptions{ExpertChunk: c.given})
+			if got := e.pooledChunk(c.tokens); got != c.want {
+				t.Errorf("chunk %d, want %d (%d experts, top-%d)", got, c.want, n, d.TopK)
+			}
+		})
+	}
+	if got := probe.pooledChunk(1 << 30); got != 0 {
+		t.Errorf("no element limit: chunk %d, want 0 (all at once)", got)
+	}
+}
