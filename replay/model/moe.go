@@ -2,7 +2,6 @@ package model
 
 import (
 	"fmt"
-	"sort"
 
 	"github.com/potato-k3/potato-k3/replay/ops"
 )
@@ -33,17 +32,29 @@ func bindMoE(get func(string) ops.Tensor, layer int) *MoEWeights {
 	}
 }
 
-// Chosen returns the distinct experts a routing uses, ascending.
-func Chosen(r ops.Routing) []int {
-	seen := make(map[int32]bool)
-	for _, id := range r.IDs {
-		seen[id] = true
+// Chosen returns the distinct experts the routings use, ascending. Ids index a table, not a map, and the
+// routings are read where they are: an expert-major layer's host computes this over a wave's 4.2 million
+// pairs (262,144 tokens) while the device waits (docs/records/run51).
+func Chosen(rs ...ops.Routing) []int {
+	var seen []bool
+	n := 0
+	for _, r := range rs {
+		for _, id := range r.IDs {
+			if int(id) >= len(seen) {
+				seen = append(seen, make([]bool, int(id)+1-len(seen))...)
+			}
+			if id >= 0 && !seen[id] {
+				seen[id] = true
+				n++
+			}
+		}
 	}
-	out := make([]int, 0, len(seen))
-	for id := range seen {
-		out = append(out, int(id))
+	out := make([]int, 0, n)
+	for id, ok := range seen {
+		if ok {
+			out = append(out, id)
+		}
 	}
-	sort.Ints(out)
 	return out
 }
 

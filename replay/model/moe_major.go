@@ -29,11 +29,11 @@ func (f *Pass) expertMajor(w *LayerWeights) bool {
 	return f.ExpertMajor && f.Sliced() && w.Layer.FFN == MoE
 }
 
-// majorLayer is an expert-major layer's rows between its phases: every slice's routing, the stashes of
+// majorLayer is an expert-major layer's rows between its phases: the wave's routing, the stashes of
 // the wave's expert inputs z and shared experts' output (in host memory or on the device), and the pools
 // of slices that share the expert calls (moe_pool.go).
 type majorLayer struct {
-	routings  []ops.Routing
+	routing   *waveRouting
 	z, shared *stash
 	pools     []pool
 }
@@ -56,7 +56,7 @@ func (f *Pass) layerExpertMajor(wv *Wave, w *LayerWeights) error {
 		return fmt.Errorf("expert-major: layer %d's FFN is a %T, not MoE", w.Layer.Index, w.FFN)
 	}
 	d := f.Model.Dims
-	l := &majorLayer{routings: make([]ops.Routing, wv.Slices()),
+	l := &majorLayer{routing: newWaveRouting(wv.Bounds[wv.Slices()], d.TopK, d.Experts, wv.Slices()),
 		z: f.newStash(wv.Bounds[wv.Slices()], d.Latent), shared: f.newStash(wv.Bounds[wv.Slices()], d.Hidden)}
 	defer l.free(f)
 	// phase 1
@@ -71,7 +71,9 @@ func (f *Pass) layerExpertMajor(wv *Wave, w *LayerWeights) error {
 			return fmt.Errorf("%s: %w", w.Layer.FFN, err)
 		}
 		defer in.free(b)
-		l.routings[j] = in.routing
+		if err := l.routing.put(j, wv.Bounds[j], in.routing); err != nil {
+			return fmt.Errorf("%s: %w", w.Layer.FFN, err)
+		}
 		if err := l.z.put(b, wv.Bounds[j], in.z); err != nil {
 			return fmt.Errorf("%s: routed experts' input of slice %d to the stash: %w", w.Layer.FFN, j, err)
 		}
@@ -134,18 +136,13 @@ func (f *Pass) layerExpertMajor(wv *Wave, w *LayerWeights) error {
 func (w *MoEWeights) expertsMajor(f *Pass, bounds []int, l *majorLayer) error {
 	b := f.Model.Ops
 	beta, linBeta := f.Model.situBetas()
-	var all ops.Routing
-	for _, r := range l.routings {
-		all.K = r.K
-		all.IDs = append(all.IDs, r.IDs...)
-	}
-	ids := Chosen(all)
+	ids := l.routing.chosen()
 	f.lastChosen = len(ids)
 	chunk := f.ExpertChunk
 	if chunk <= 0 {
 		chunk = max(len(ids), 1)
 	}
-	l.pools = f.pools(bounds, l.routings, ids, chunk)
+	l.pools = f.pools(bounds, l.routing, ids, chunk)
 	for i := range l.pools {
 		p := &l.pools[i]
 		acc, err := b.Zeros(bounds[p.hi]-bounds[p.lo], f.Model.Dims.Latent)

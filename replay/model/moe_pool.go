@@ -135,7 +135,7 @@ func (s *stash) upload(b ops.Backend, lo, hi int) (ops.Tensor, error) {
 // pool is consecutive slices lo .. hi-1 of an expert-major layer sharing its expert calls.
 type pool struct {
 	lo, hi  int
-	routing ops.Routing // the slices' routings, one after the other
+	routing ops.Routing // the slices' routings, one after the other (a window of the wave's)
 	acc     ops.Tensor  // [rows, latent] float32 on the device
 }
 
@@ -157,24 +157,76 @@ func (m *Model) ExpertScratchBytes(rows, k int) int64 {
 	return 4 * int64(rows) * int64(k) * int64(d.Latent+2*d.ExpertFFN)
 }
 
-// pools cuts an expert-major layer's slices (bounds, routings) into pools for the expert chunks of ids
-// (ascending, chunk at a time): consecutive slices, as many as keep every chunk's call within f.PoolBytes
-// and the backend's element limit. A slice alone always makes a pool (the plan holds its call).
-func (f *Pass) pools(bounds []int, routings []ops.Routing, ids []int, chunk int) []pool {
+// waveRouting is an expert-major layer's routing of the whole wave, filled slice by slice in its first
+// phase: the slices' ids and weights one after the other, so that a pool's routing is a window of it and
+// not a copy, and each slice's pairs per expert, so that the pools are planned from counts. At 262,144
+// tokens the wave routes 4.2 million pairs; copied and counted when the expert phase began, with the
+// device waiting, they took 250 ms of host time a layer (BenchmarkPoolsK3; docs/records/run51).
+type waveRouting struct {
+	all     ops.Routing
+	experts int     // the layer's routed experts
+	hist    [][]int // hist[j][e]: slice j's (row, expert) pairs with expert e
+}
+
+// newWaveRouting makes the routing of a wave of rows rows choosing k experts of n each, in slices slices.
+func newWaveRouting(rows, k, n, slices int) *waveRouting {
+	return &waveRouting{all: ops.Routing{K: k, IDs: make([]int32, rows*k), Weights: make([]float32, rows*k)},
+		experts: n, hist: make([][]int, slices)}
+}
+
+// put takes slice j's routing r, its rows from row lo of the wave.
+func (w *waveRouting) put(j, lo int, r ops.Routing) error {
+	a := lo * w.all.K
+	if r.K != w.all.K || len(r.IDs) != len(r.Weights) || a+len(r.IDs) > len(w.all.IDs) {
+		return fmt.Errorf("routing of slice %d (%d ids, top-%d) does not fit the wave's from row %d (%d ids, top-%d)",
+			j, len(r.IDs), r.K, lo, len(w.all.IDs), w.all.K)
+	}
+	copy(w.all.IDs[a:], r.IDs)
+	copy(w.all.Weights[a:], r.Weights)
+	h := make([]int, w.experts)
+	for _, id := range r.IDs {
+		if id < 0 || int(id) >= w.experts {
+			return fmt.Errorf("routing of slice %d chose expert %d of %d", j, id, w.experts)
+		}
+		h[id]++
+	}
+	w.hist[j] = h
+	return nil
+}
+
+// chosen is the experts any slice chose, ascending.
+func (w *waveRouting) chosen() []int {
+	var out []int
+	for e := range w.experts {
+		for _, h := range w.hist {
+			if h[e] > 0 {
+				out = append(out, e)
+				break
+			}
+		}
+	}
+	return out
+}
+
+// rows is the routing of wave rows lo .. hi-1 (a window of the wave's).
+func (w *waveRouting) rows(lo, hi int) ops.Routing {
+	k := w.all.K
+	return ops.Routing{K: k, IDs: w.all.IDs[lo*k : hi*k], Weights: w.all.Weights[lo*k : hi*k]}
+}
+
+// pools cuts an expert-major layer's slices (bounds, their routing wr) into pools for the expert chunks
+// of ids (ascending, chunk at a time): consecutive slices, as many as keep every chunk's call within
+// f.PoolBytes and the backend's element limit. A slice alone always makes a pool (the plan holds its
+// call).
+func (f *Pass) pools(bounds []int, wr *waveRouting, ids []int, chunk int) []pool {
 	m := f.Model
 	nChunks := (len(ids) + chunk - 1) / max(chunk, 1)
-	chunkOf := make(map[int32]int, len(ids))
-	for i, id := range ids {
-		chunkOf[int32(id)] = i / chunk
-	}
 	// pairs[j][c]: slice j's (row, expert) pairs with the expert in chunk c
-	pairs := make([][]int, len(routings))
-	for j, r := range routings {
+	pairs := make([][]int, len(wr.hist))
+	for j, h := range wr.hist {
 		pairs[j] = make([]int, nChunks)
-		for _, id := range r.IDs {
-			if c, ok := chunkOf[id]; ok {
-				pairs[j][c]++
-			}
+		for i, id := range ids {
+			pairs[j][i/chunk] += h[id]
 		}
 	}
 	limit := int64(-1)
@@ -194,10 +246,10 @@ func (f *Pass) pools(bounds []int, routings []ops.Routing, ids []int, chunk int)
 		return true
 	}
 	var out []pool
-	for lo := 0; lo < len(routings); {
+	for lo := 0; lo < len(wr.hist); {
 		hi := lo + 1
 		sums := append([]int(nil), pairs[lo]...)
-		for hi < len(routings) {
+		for hi < len(wr.hist) {
 			next := make([]int, nChunks)
 			for c := range next {
 				next[c] = sums[c] + pairs[hi][c]
@@ -207,14 +259,7 @@ func (f *Pass) pools(bounds []int, routings []ops.Routing, ids []int, chunk int)
 			}
 			sums, hi = next, hi+1
 		}
-		p := pool{lo: lo, hi: hi, routing: routings[lo]}
-		if hi > lo+1 {
-			p.routing = ops.Routing{K: routings[lo].K}
-			for j := lo; j < hi; j++ {
-				p.routing.IDs = append(p.routing.IDs, routings[j].IDs...)
-				p.routing.Weights = append(p.routing.Weights, routings[j].Weights...)
-			}
-		}
+		p := pool{lo: lo, hi: hi, routing: wr.rows(bounds[lo], bounds[hi])}
 		out = append(out, p)
 		lo = hi
 	}

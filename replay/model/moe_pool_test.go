@@ -3,6 +3,7 @@ package model
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
@@ -26,15 +27,20 @@ func TestPools(t *testing.T) {
 		for i := range r.IDs {
 			// skewed, so that chunks differ in their pairs
 			r.IDs[i] = int32(min(rng.IntN(experts), rng.IntN(experts)))
-			r.Weights[i] = 1
+			r.Weights[i] = rng.Float32()
 		}
 		routings = append(routings, r)
 	}
-	var all ops.Routing
-	for _, r := range routings {
-		all.IDs = append(all.IDs, r.IDs...)
+	wr := newWaveRouting(bounds[len(bounds)-1], k, experts, len(sizes))
+	for j, r := range routings {
+		if err := wr.put(j, bounds[j], r); err != nil {
+			t.Fatal(err)
+		}
 	}
-	ids := Chosen(all)
+	ids := wr.chosen()
+	if want := Chosen(routings...); fmt.Sprint(ids) != fmt.Sprint(want) {
+		t.Fatalf("the wave's chosen experts %v, want %v", ids, want)
+	}
 	// callBytes is the most one pool's call over chunk c of ids takes
 	callBytes := func(lo, hi, chunk int) int64 {
 		var most int64
@@ -59,7 +65,7 @@ func TestPools(t *testing.T) {
 		one := callBytes(6, 7, chunk) // the largest slice alone
 		for _, budget := range []int64{0, one, 3 * one, 1 << 40} {
 			f := &Pass{Model: m, PoolBytes: budget}
-			ps := f.pools(bounds, routings, ids, chunk)
+			ps := f.pools(bounds, wr, ids, chunk)
 			next := 0
 			for _, p := range ps {
 				if p.lo != next || p.hi <= p.lo {
@@ -74,6 +80,15 @@ func TestPools(t *testing.T) {
 				}
 				if n := bounds[p.hi] - bounds[p.lo]; len(p.routing.IDs) != n*k || len(p.routing.Weights) != n*k {
 					t.Errorf("pool %d..%d: routing of %d ids for %d rows", p.lo, p.hi-1, len(p.routing.IDs), n)
+				}
+				// the pool's routing is its slices' routings, one after the other
+				var want ops.Routing
+				for j := p.lo; j < p.hi; j++ {
+					want.IDs = append(want.IDs, routings[j].IDs...)
+					want.Weights = append(want.Weights, routings[j].Weights...)
+				}
+				if !slices.Equal(p.routing.IDs, want.IDs) || !slices.Equal(p.routing.Weights, want.Weights) || p.routing.K != k {
+					t.Errorf("pool %d..%d: routing differs from its slices'", p.lo, p.hi-1)
 				}
 			}
 			if next != len(sizes) {
@@ -140,5 +155,62 @@ func TestStashOnDevice(t *testing.T) {
 	s.release(f)
 	if len(s.dev) != 0 {
 		t.Error("release left tensors in the stash")
+	}
+}
+
+// TestChosen: the distinct ids of a routing, ascending, whatever their order and repeats.
+func TestChosen(t *testing.T) {
+	for _, c := range []struct {
+		ids  []int32
+		want []int
+	}{
+		{nil, []int{}},
+		{[]int32{3}, []int{3}},
+		{[]int32{5, 0, 5, 2, 0, 895}, []int{0, 2, 5, 895}},
+	} {
+		if got := Chosen(ops.Routing{K: 1, IDs: c.ids}); fmt.Sprint(got) != fmt.Sprint(c.want) {
+			t.Errorf("Chosen(%v) = %v, want %v", c.ids, got, c.want)
+		}
+		// split over two routings: the same
+		h := len(c.ids) / 2
+		if got := Chosen(ops.Routing{K: 1, IDs: c.ids[:h]}, ops.Routing{K: 1, IDs: c.ids[h:]}); fmt.Sprint(got) != fmt.Sprint(c.want) {
+			t.Errorf("Chosen(%v, %v) = %v, want %v", c.ids[:h], c.ids[h:], got, c.want)
+		}
+	}
+}
+
+// BenchmarkPoolsK3 times the host's work on an expert-major layer's routing for a wave of 262,144 tokens
+// in 4 slices at K3's routing (16 of 896 experts a token): the wave's routing filled slice by slice, then
+// the chosen experts and the pools at the start of the expert phase, which the device waits for
+// (docs/records/run51).
+func BenchmarkPoolsK3(b *testing.B) {
+	const experts, k, tokens, slices = 896, 16, 262144, 4
+	m := &Model{Ops: cpu.New(cpu.Options{}), Dims: Dims{Latent: 3584, ExpertFFN: 3072, TopK: k, Experts: experts}}
+	rng := rand.New(rand.NewPCG(1, 2))
+	bounds := []int{0}
+	var routings []ops.Routing
+	for range slices {
+		n := tokens / slices
+		bounds = append(bounds, bounds[len(bounds)-1]+n)
+		r := ops.Routing{K: k, IDs: make([]int32, n*k), Weights: make([]float32, n*k)}
+		for i := range r.IDs {
+			r.IDs[i] = int32(rng.IntN(experts))
+		}
+		routings = append(routings, r)
+	}
+	f := &Pass{Model: m, PoolBytes: 1 << 40}
+	b.ResetTimer()
+	for range b.N {
+		// the first phase's share, slice by slice while the device computes
+		wr := newWaveRouting(tokens, k, experts, slices)
+		for j, r := range routings {
+			if err := wr.put(j, bounds[j], r); err != nil {
+				b.Fatal(err)
+			}
+		}
+		// the expert phase's start, with the device waiting
+		if p := f.pools(bounds, wr, wr.chosen(), 128); len(p) != 1 {
+			b.Fatalf("%d pools, want 1", len(p))
+		}
 	}
 }
