@@ -33,6 +33,9 @@ type waveMix struct {
 	weights []float32
 }
 
+// Wants implements model.Wanter: a sliced pass gathers only what the wave's requests asked for.
+func (c *capture) Wants() (routing, mixes bool) { return c.router, c.mixes }
+
 // Routing implements model.Observer.
 func (c *capture) Routing(layer int, r ops.Routing) {
 	c.routedAt = time.Now()

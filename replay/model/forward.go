@@ -48,6 +48,15 @@ type Observer interface {
 	Mix(layer int, site Site, weights []float32, n int)
 }
 
+// Wanter is an Observer that says which reports it keeps. Sliced, a pass gathers every slice's routing
+// and mixing weights to report them once for the wave; for an observer that keeps neither it reports
+// them empty instead (rows 0), with no gathering: a wave of 262,144 tokens routes 4.2 million pairs, and
+// gathering them took about 13 ms of host time a slice while the device waited (docs/records/run52).
+type Wanter interface {
+	// Wants reports whether the observer keeps the routing and the mixing weights.
+	Wants() (routing, mixes bool)
+}
+
 // Pass is one wave's trip through the layers: its layout, where experts come from, what observes it.
 type Pass struct {
 	Ctx     context.Context

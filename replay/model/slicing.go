@@ -104,6 +104,11 @@ func (s *seenObs) route(f *Pass, r ops.Routing) {
 	if s.routing == nil {
 		s.routing = &ops.Routing{K: r.K}
 	}
+	if w, ok := f.Obs.(Wanter); ok {
+		if keep, _ := w.Wants(); !keep {
+			return // reported empty at the layer's end
+		}
+	}
 	s.routing.IDs = append(s.routing.IDs, r.IDs...)
 	s.routing.Weights = append(s.routing.Weights, r.Weights...)
 }
@@ -116,6 +121,11 @@ func (s *seenObs) mix(f *Pass, site Site, weights []float32, n int) {
 	if !f.Sliced() {
 		f.Obs.Mix(f.layer, site, weights, n)
 		return
+	}
+	if w, ok := f.Obs.(Wanter); ok {
+		if _, keep := w.Wants(); !keep {
+			weights = nil // reported empty at the layer's end
+		}
 	}
 	for i := range s.mixes {
 		if s.mixes[i].site == site {
