@@ -35,33 +35,35 @@ func (e *Engine) planPooled(lens []int, p WavePlan) (WavePlan, bool) {
 		return p, false
 	}
 	what := fmt.Sprintf("chunks of %d experts", chunk)
-	if chunk <= 0 {
-		what = "all the experts chosen at once"
-	}
 	q.Note = fmt.Sprintf("MoE layers pooled: %s, each call over every slice's rows (pools of up to %s), "+
 		"the layer's experts held and fetched ahead of its router, expert inputs kept on the device (--no-expert-pooling: a call a slice)",
 		what, gb(q.ExpertPool))
 	return q, true
 }
 
+// pooledCallPairs bounds the (row, expert) pairs of one pooled expert call when no chunk is given. The
+// host plans each call (its rows per expert, the combine's tables) while the device runs the call before:
+// calls of about 600,000 pairs (262,144 tokens, chunks of 128 experts) left the device no time idle
+// before them, one call of 4.2 million pairs (every expert at once) about 600 ms a layer (run 50).
+const pooledCallPairs = 1 << 19
+
 // pooledChunk is how many experts a pooled layer's call takes: EngineOptions.ExpertChunk when given, else
 // the largest of n, n/2, n/4 ... whose share of a wave of tokens (tokens x top-k x chunk / n pairs,
-// routing being even) stays within the rows the backend indexes at once (ops.ElementLimit); all at once
-// (0) on a backend without a limit. A chunk's pairs past the limit would leave each slice a call alone.
+// routing being even) stays within pooledCallPairs and the rows the backend indexes at once
+// (ops.ElementLimit: a chunk's pairs past it would leave each slice a call alone).
 func (e *Engine) pooledChunk(tokens int) int {
 	if e.opts.ExpertChunk > 0 {
 		return e.opts.ExpertChunk
 	}
-	l, ok := e.Model.Ops.(ops.ElementLimit)
-	if !ok {
-		return 0
-	}
 	d := e.Model.Dims
-	rows := l.MaxElements() / int64(max(d.Latent, d.ExpertFFN))
+	most := int64(pooledCallPairs)
+	if l, ok := e.Model.Ops.(ops.ElementLimit); ok {
+		most = min(most, l.MaxElements()/int64(max(d.Latent, d.ExpertFFN)))
+	}
 	n := e.Plan.Config.NumExperts
 	pairs := int64(tokens) * int64(d.TopK)
 	c := n
-	for c > 1 && pairs*int64(c) > rows*int64(n) {
+	for c > 1 && pairs*int64(c) > most*int64(n) {
 		c /= 2
 	}
 	return c

@@ -85,30 +85,39 @@ type limitedCPU struct {
 func (l limitedCPU) MaxElements() int64 { return l.max }
 
 // TestPooledChunk: a pooled layer's chunk, when none is given, is the largest of n, n/2, ... whose even
-// share of the wave's (row, expert) pairs the backend indexes at once; a given chunk is kept.
+// share of the wave's (row, expert) pairs stays within pooledCallPairs and what the backend indexes at
+// once; a given chunk is kept.
 func TestPooledChunk(t *testing.T) {
 	probe := openTiny(t, ops.BF16, EngineOptions{})
 	d, n := probe.Model.Dims, probe.Plan.Config.NumExperts
+	if n < 8 {
+		t.Fatalf("the tiny model has %d experts: too few to halve", n)
+	}
 	rowsAt := int64(max(d.Latent, d.ExpertFFN))
+	callTokens := pooledCallPairs / d.TopK // a wave whose pairs are one call's
 	for _, c := range []struct {
-		limitRows, tokens, given, want int
+		limitRows           int64 // 0: no element limit
+		tokens, given, want int
 	}{
-		{1 << 20, 100, 0, n},                        // room for every pair at once
-		{100 * d.TopK / 2, 100, 0, n / 2},           // half the pairs
-		{100 * d.TopK / 4, 100, 0, n / 4},           // a quarter
-		{100 * d.TopK / 4, 100, 3, 3},               // given
-		{1, 1 << 20, 0, 1},                          // never below one expert
-		{100*d.TopK/2 - 1, 100, 0, max(n/4, 1)},     // just under half: a quarter
-		{100 * d.TopK * 3 / 4, 100, 0, max(n/2, 1)}, // between: the half that fits
+		{0, 100, 0, n},                           // room for every pair at once
+		{0, callTokens, 0, n},                    // exactly one call's pairs
+		{0, 2 * callTokens, 0, n / 2},            // two calls' worth
+		{0, 3 * callTokens, 0, n / 4},            // past two: a quarter
+		{0, 1 << 30, 0, 1},                       // never below one expert
+		{int64(100 * d.TopK / 2), 100, 0, n / 2}, // the element limit: half the pairs
+		{int64(100*d.TopK/2 - 1), 100, 0, n / 4}, // just under half: a quarter
+		{int64(100 * d.TopK / 4), 100, 3, 3},     // given
+		{1 << 40, 4 * callTokens, 0, n / 4},      // a loose limit: the call's bound
 	} {
-		t.Run(fmt.Sprintf("%d rows, %d tokens, given %d", c.limitRows, c.tokens, c.given), func(t *testing.T) {
-			e := openPreset(t, "tiny", 1, limitedCPU{cpu.New(cpu.Options{}), int64(c.limitRows) * rowsAt}, EngineOptions{ExpertChunk: c.given})
+		t.Run(fmt.Sprintf("limit %d rows, %d tokens, given %d", c.limitRows, c.tokens, c.given), func(t *testing.T) {
+			var b ops.Backend = cpu.New(cpu.Options{})
+			if c.limitRows > 0 {
+				b = limitedCPU{cpu.New(cpu.Options{}), c.limitRows * rowsAt}
+			}
+			e := openPreset(t, "tiny", 1, b, EngineOptions{ExpertChunk: c.given})
 			if got := e.pooledChunk(c.tokens); got != c.want {
 				t.Errorf("chunk %d, want %d (%d experts, top-%d)", got, c.want, n, d.TopK)
 			}
 		})
-	}
-	if got := probe.pooledChunk(1 << 30); got != 0 {
-		t.Errorf("no element limit: chunk %d, want 0 (all at once)", got)
 	}
 }

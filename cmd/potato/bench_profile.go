@@ -220,7 +220,13 @@ func printProfileGroup(w io.Writer, g *profileGroup) error {
 		return err
 	}
 	rows := g.ordered
+	var folded []ops.OpTime // the ops under "other" that the device stood idle before
 	if len(rows) > opProfileTop {
+		for _, t := range rows[opProfileTop:] {
+			if t.IdleBefore >= 1e-3 {
+				folded = append(folded, t)
+			}
+		}
 		other := ops.OpTime{Op: fmt.Sprintf("other (%d ops)", len(rows)-opProfileTop)}
 		for _, t := range rows[opProfileTop:] {
 			other.Calls += t.Calls
@@ -238,6 +244,18 @@ func printProfileGroup(w io.Writer, g *profileGroup) error {
 	fmt.Fprintf(&b, "  %-*s %8s %12s %6s %12s %10s\n", width, "op", "calls", "device ms", "%", "idle before", "host ms")
 	for _, t := range rows {
 		fmt.Fprintf(&b, "  %-*s %8d %12.3f %6.1f %12.3f %10.3f\n", width, t.Op, t.Calls, 1e3*t.Seconds, percent(t.Seconds, g.opSecs), 1e3*t.IdleBefore, 1e3*t.Host)
+	}
+	if len(folded) > 0 { // largest first, so that "other"'s idle time has names
+		slices.SortFunc(folded, func(x, y ops.OpTime) int { return cmp.Compare(y.IdleBefore, x.IdleBefore) })
+		b.WriteString("  idle before ops under other:")
+		for i, t := range folded[:min(len(folded), 5)] {
+			sep := ","
+			if i == 0 {
+				sep = ""
+			}
+			fmt.Fprintf(&b, "%s %s %.3f ms (%d calls)", sep, t.Op, 1e3*t.IdleBefore, t.Calls)
+		}
+		b.WriteString("\n")
 	}
 	_, err := io.WriteString(w, b.String())
 	return err

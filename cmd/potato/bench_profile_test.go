@@ -28,6 +28,7 @@ func TestPrintOpProfile(t *testing.T) {
 	for i := range many {
 		many[i] = ops.OpTime{Op: fmt.Sprintf("Op%02d", i), Calls: 1, Seconds: float64(18-i) / 1e3}
 	}
+	many[16].IdleBefore, many[17].IdleBefore = 0.002, 0.007 // folded under other, named by their idle time
 	for _, c := range []struct {
 		name    string
 		kinds   []string
@@ -90,9 +91,10 @@ func TestPrintOpProfile(t *testing.T) {
 				"mla+moe: 1 layers, wall 0.2000s, ops 0.1710s",
 				"Op00                1       18.000   10.5",
 				"Op14                1        4.000    2.3",
-				"other (3 ops)       3        6.000    3.5", // 3 + 2 + 1 ms
+				"other (3 ops)       3        6.000    3.5        9.000", // 3 + 2 + 1 ms, idle 7 + 2
+				"idle before ops under other: Op17 7.000 ms (1 calls), Op16 2.000 ms (1 calls)",
 			},
-			notWant: []string{"Op15", "Op17"},
+			notWant: []string{"Op15"},
 		},
 		{
 			name:  "a kind without spans, and ops after the last mark",
