@@ -139,6 +139,10 @@ func (w *MoEWeights) after(f *Pass, acc, shared ops.Tensor) (ops.Tensor, error) 
 func (w *MoEWeights) experts(f *Pass, acc, z ops.Tensor, routing ops.Routing, beta, linBeta float32) error {
 	ids := Chosen(routing)
 	chunk := f.ExpertChunk
+	if chunk > 0 && chunk < len(ids) { // several calls plan from one routing (ops.Routing.Indexed)
+		routing = routing.Indexed()
+		go routing.BuildIndex() // while the first chunk's experts are fetched (its call waits for it)
+	}
 	if !f.Sliced() {
 		f.lastChosen = len(ids)
 		if chunk <= 0 {

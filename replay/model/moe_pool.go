@@ -163,15 +163,16 @@ func (m *Model) ExpertScratchBytes(rows, k int) int64 {
 // tokens the wave routes 4.2 million pairs; copied and counted when the expert phase began, with the
 // device waiting, they took 250 ms of host time a layer (BenchmarkPoolsK3; docs/records/run51).
 type waveRouting struct {
-	all     ops.Routing
-	experts int     // the layer's routed experts
-	hist    [][]int // hist[j][e]: slice j's (row, expert) pairs with expert e
+	all     ops.Routing // Indexed: a pool of the whole wave plans its calls from the index
+	experts int         // the layer's routed experts
+	hist    [][]int     // hist[j][e]: slice j's (row, expert) pairs with expert e
+	puts    int         // slices put so far
 }
 
 // newWaveRouting makes the routing of a wave of rows rows choosing k experts of n each, in slices slices.
 func newWaveRouting(rows, k, n, slices int) *waveRouting {
-	return &waveRouting{all: ops.Routing{K: k, IDs: make([]int32, rows*k), Weights: make([]float32, rows*k)},
-		experts: n, hist: make([][]int, slices)}
+	all := ops.Routing{K: k, IDs: make([]int32, rows*k), Weights: make([]float32, rows*k)}
+	return &waveRouting{all: all.Indexed(), experts: n, hist: make([][]int, slices)}
 }
 
 // put takes slice j's routing r, its rows from row lo of the wave.
@@ -191,6 +192,11 @@ func (w *waveRouting) put(j, lo int, r ops.Routing) error {
 		h[id]++
 	}
 	w.hist[j] = h
+	if w.puts++; w.puts == len(w.hist) {
+		// the last slice: the index of the whole wave's rows by expert is built while the host queues the
+		// rest of the slice and the expert phase begins (its first call waits for it)
+		go w.all.BuildIndex()
+	}
 	return nil
 }
 
@@ -208,10 +214,14 @@ func (w *waveRouting) chosen() []int {
 	return out
 }
 
-// rows is the routing of wave rows lo .. hi-1 (a window of the wave's).
+// rows is the routing of wave rows lo .. hi-1, indexed (ops.Routing.Indexed): the wave's own for all of
+// it, else a window of it with its own index.
 func (w *waveRouting) rows(lo, hi int) ops.Routing {
 	k := w.all.K
-	return ops.Routing{K: k, IDs: w.all.IDs[lo*k : hi*k], Weights: w.all.Weights[lo*k : hi*k]}
+	if lo == 0 && hi*k == len(w.all.IDs) {
+		return w.all
+	}
+	return ops.Routing{K: k, IDs: w.all.IDs[lo*k : hi*k], Weights: w.all.Weights[lo*k : hi*k]}.Indexed()
 }
 
 // pools cuts an expert-major layer's slices (bounds, their routing wr) into pools for the expert chunks
@@ -259,6 +269,7 @@ func (f *Pass) pools(bounds []int, wr *waveRouting, ids []int, chunk int) []pool
 			}
 			sums, hi = next, hi+1
 		}
+		// indexed: every chunk's call on the pool plans from it (ops.Routing.Indexed)
 		p := pool{lo: lo, hi: hi, routing: wr.rows(bounds[lo], bounds[hi])}
 		out = append(out, p)
 		lo = hi

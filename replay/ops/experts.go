@@ -29,6 +29,9 @@ func (r Routing) AssignRows(ids []int, rows int) ([]ExpertRows, error) {
 	if ids[0] < 0 {
 		return nil, fmt.Errorf("expert id %d is negative", ids[0])
 	}
+	if r.index != nil && len(r.IDs) == rows*r.K && len(r.Weights) == rows*r.K {
+		return r.index.assign(r, ids)
+	}
 	// index[id] is id's place in ids, or -1: a slice, not a map, since this runs for every (row, choice)
 	// of a wave (a quarter of a million at 16k tokens) in every call.
 	index := make([]int32, ids[len(ids)-1]+1)

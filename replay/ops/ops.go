@@ -97,6 +97,8 @@ type Routing struct {
 	K       int
 	IDs     []int32   // rows x K
 	Weights []float32 // rows x K: s_i / (sum of the chosen s_j + 1e-20) x scaling factor, fp32
+	// index lists the rows by expert for AssignRows (Indexed; nil: AssignRows scans every row)
+	index *expertIndex
 }
 
 // TokenStats are the next-token reductions of one row of logits, computed over the full vocabulary.
