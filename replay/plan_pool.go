@@ -6,11 +6,12 @@ package replay
 // 3 slices about 1,600 rows an expert a call, and on the cuBLASLt path every call decodes each expert's
 // MXFP4 weights to bfloat16 again. Pooled, the layer runs expert-major (model/moe_major.go) with its
 // expert inputs kept on the device and its experts held and fetched ahead of the router, as a sliced
-// layer's are: each chunk's call takes every slice's rows (run 43, H200, experts fetched late: 541 ms of
-// routed experts a layer against 637-645 sliced). The price is the stash on the device ((latent + hidden)
-// activations and a float32 latent accumulator a token), so the plan pools only where it changes nothing
-// else: the same reads, the state on the device, slices of at least sliceFloor tokens (or the slices
-// asked for).
+// layer's are: each chunk's call takes every slice's rows (H200, docs/records/run52-run54: 530-542 ms of
+// routed experts a layer against 630-637 slice by slice). The price is the stash on the device ((latent +
+// hidden) activations and a float32 latent accumulator a token), so the plan pools only where it changes
+// nothing else: the same reads, the state on the device, slices of at least sliceFloor tokens (or the
+// slices asked for). In run 54 the whole wave ran as fast either way: the pooled layers' device still
+// idles before each expert call (docs/benchmarks.md, run 14), which is what to find next.
 
 import (
 	"fmt"
@@ -43,8 +44,8 @@ func (e *Engine) planPooled(lens []int, p WavePlan) (WavePlan, bool) {
 
 // pooledCallPairs bounds the (row, expert) pairs of one pooled expert call when no chunk is given. The
 // host plans each call (its rows per expert, the combine's tables) while the device runs the call before:
-// calls of about 600,000 pairs (262,144 tokens, chunks of 128 experts) left the device no time idle
-// before them, one call of 4.2 million pairs (every expert at once) about 600 ms a layer (run 50).
+// before calls of about 600,000 pairs (262,144 tokens, chunks of 128 experts) the device idled about 11
+// ms each (run 53), before one call of 4.2 million pairs (every expert at once) about 600 ms (run 50).
 const pooledCallPairs = 1 << 19
 
 // pooledChunk is how many experts a pooled layer's call takes: EngineOptions.ExpertChunk when given, else
