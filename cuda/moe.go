@@ -334,7 +334,7 @@ func (b *Backend) expertsAccumulate(acc, z ops.Tensor, rt ops.Routing, experts [
 		}
 		plan := planGroupedTiles(es, work, rows, tileRows) // here, not on the CUDA thread: earlier ops' closures need not wait
 		return b.run(op, func(c *opCtx) error {
-			c.detail = "waiting for uploads"
+			c.detail = ops.UploadWait
 			if err := b.joinExperts(es); err != nil { // the experts' copies, when they were not waited for
 				return err
 			}
@@ -374,7 +374,7 @@ func (b *Backend) expertsAccumulate(acc, z ops.Tensor, rt ops.Routing, experts [
 		weights = append(weights, work[i].Weights...)
 	}
 	return b.run(op, func(c *opCtx) error {
-		c.detail = "waiting for uploads"
+		c.detail = ops.UploadWait
 		if err := b.joinExperts(es); err != nil { // the experts' copies, when they were not waited for
 			return err
 		}

@@ -97,7 +97,7 @@ type expertRate struct {
 // wait for the experts' uploads: expertsWait).
 const (
 	expertsOp   = "ExpertsAccumulate"
-	expertsWait = "ExpertsAccumulate waiting for uploads"
+	expertsWait = expertsOp + " " + ops.UploadWait
 )
 
 // printOpProfile prints one run's op profile: for each layer kind (kinds[i] is layer i's) the ops of its

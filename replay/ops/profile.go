@@ -37,6 +37,11 @@ type OpSpan struct {
 	Device float64
 }
 
+// UploadWait is the detail an OpProfiler gives the part of an op that waits for its inputs' uploads
+// (an ExpertsAccumulate waiting for its experts' copies: "ExpertsAccumulate waiting for uploads"), so
+// that a reader can tell the wait from the op's own work.
+const UploadWait = "waiting for uploads"
+
 // OpTime is the device time of one op key within a span.
 type OpTime struct {
 	// Op is the op's name, followed by a detail where the backend gives one (a MatMul's weight shape, the
