@@ -51,6 +51,7 @@ func (b *Backend) run(op string, fn func(c *opCtx) error) error {
 	err := b.ex.Do(func() error {
 		c := &opCtx{b: b, op: op}
 		t0 := time.Now()
+		first := len(b.prof.recs) // the op's first record, where its host gap goes
 		if b.prof.on {
 			var err error
 			if c.profStart, err = b.prof.begin(b.drv, b.dv.Stream); err != nil {
@@ -63,6 +64,10 @@ func (b *Backend) run(op string, fn func(c *opCtx) error) error {
 				err = errors.Join(err, fmt.Errorf("op profile: %w", perr))
 			} else {
 				b.prof.recs[len(b.prof.recs)-1].host = time.Since(t0)
+				if !b.prof.lastReturn.IsZero() && first < len(b.prof.recs) {
+					b.prof.recs[first].hostGap = t0.Sub(b.prof.lastReturn)
+				}
+				b.prof.lastReturn = time.Now()
 			}
 		}
 		if err == nil && b.opts.Sync {

@@ -27,6 +27,8 @@ type opProfile struct {
 	marks  []uintptr        // the marks' timing events on the compute stream, one a label
 	origin uintptr          // the timing event recorded when timing was turned on: span 0's start
 	events device.EventPool // the timing events (flags 0)
+	// lastReturn is when the last timed op's closure returned: the next op's hostGap starts there
+	lastReturn time.Time
 }
 
 // opRec is one timed op: its key, its two events on the compute stream and its span.
@@ -35,6 +37,7 @@ type opRec struct {
 	start, end uintptr
 	span       int
 	host       time.Duration // the op's host time (Backend.run), on its last record
+	hostGap    time.Duration // the host's time outside ops before it (since the last op returned), on its first
 }
 
 // profiling reports whether op timing is on: an op computes its detail (opCtx.detail) only then.
@@ -96,6 +99,7 @@ func (p *opProfile) clear() {
 		p.events.Put(p.origin)
 	}
 	p.recs, p.labels, p.marks, p.origin = p.recs[:0], nil, nil, 0
+	p.lastReturn = time.Time{} // the next timed op has no op before it to measure its host gap from
 }
 
 // destroy releases every timing event (at release, after the streams were synchronised).
@@ -215,6 +219,7 @@ func (p *opProfile) collect(d *bind.Driver) ([]ops.OpSpan, error) {
 		s.Ops[k].Seconds += float64(ms) / 1e3
 		s.Ops[k].IdleBefore += max(float64(idle), 0) / 1e3
 		s.Ops[k].Host += r.host.Seconds()
+		s.Ops[k].HostGap += r.hostGap.Seconds()
 		s.Seconds += float64(ms) / 1e3
 	}
 	for i := range spans {

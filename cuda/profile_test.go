@@ -77,8 +77,8 @@ func TestOpProfile(t *testing.T) {
 					t.Errorf("%s: %+v, want %d calls, device and host times above 0 (span %+v)", key, o, calls, spans[1])
 				}
 			}
-			if idle := got["MatMul 128x512"].IdleBefore; idle < 0.025 || idle > 5 {
-				t.Errorf("MatMul 128x512 queued 30 ms after the op before: idle before it %.6fs, want about 0.03", idle)
+			if o := got["MatMul 128x512"]; o.IdleBefore < 0.025 || o.IdleBefore > 5 || o.HostGap < 0.025 || o.HostGap > 5 {
+				t.Errorf("MatMul 128x512 called 30 ms after the op before returned: idle before it %.6fs, host gap %.6fs, want about 0.03 each", o.IdleBefore, o.HostGap)
 			}
 			if len(got) != 2 || sum != spans[1].Seconds {
 				t.Errorf("span matmuls: %+v, want two keys whose times sum to the span's", spans[1])

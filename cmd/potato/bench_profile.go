@@ -102,7 +102,7 @@ const (
 
 // printOpProfile prints one run's op profile: for each layer kind (kinds[i] is layer i's) the ops of its
 // layers' spans summed (calls, device ms, share of the kind's op time, the device's idle time just before
-// them and the host's time inside them, in ms; the opProfileTop largest, the rest as "other"), and the layers' wall time (wall[i] is layer i's) against the summed op time; their
+// them, the host's time inside them and outside any op just before them, in ms; the opProfileTop largest, the rest as "other"), and the layers' wall time (wall[i] is layer i's) against the summed op time; their
 // difference is time the compute stream stood idle. The spans labelled "readout" are compared with
 // outside, the wall time after the last layer. Spans with other labels are printed by label, without a
 // wall time. which says which run the numbers come from. With rate, each MoE kind's table ends with the
@@ -146,6 +146,7 @@ func printOpProfile(w io.Writer, which string, kinds []string, wall []float64, o
 			t.Seconds += o.Seconds
 			t.IdleBefore += o.IdleBefore
 			t.Host += o.Host
+			t.HostGap += o.HostGap
 			g.opSecs += o.Seconds
 		}
 	}
@@ -233,6 +234,7 @@ func printProfileGroup(w io.Writer, g *profileGroup) error {
 			other.Seconds += t.Seconds
 			other.IdleBefore += t.IdleBefore
 			other.Host += t.Host
+			other.HostGap += t.HostGap
 		}
 		rows = append(rows[:opProfileTop:opProfileTop], other)
 	}
@@ -241,9 +243,9 @@ func printProfileGroup(w io.Writer, g *profileGroup) error {
 		width = max(width, len(t.Op))
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "  %-*s %8s %12s %6s %12s %10s\n", width, "op", "calls", "device ms", "%", "idle before", "host ms")
+	fmt.Fprintf(&b, "  %-*s %8s %12s %6s %12s %10s %14s\n", width, "op", "calls", "device ms", "%", "idle before", "host ms", "host gap before")
 	for _, t := range rows {
-		fmt.Fprintf(&b, "  %-*s %8d %12.3f %6.1f %12.3f %10.3f\n", width, t.Op, t.Calls, 1e3*t.Seconds, percent(t.Seconds, g.opSecs), 1e3*t.IdleBefore, 1e3*t.Host)
+		fmt.Fprintf(&b, "  %-*s %8d %12.3f %6.1f %12.3f %10.3f %14.3f\n", width, t.Op, t.Calls, 1e3*t.Seconds, percent(t.Seconds, g.opSecs), 1e3*t.IdleBefore, 1e3*t.Host, 1e3*t.HostGap)
 	}
 	if len(folded) > 0 { // largest first, so that "other"'s idle time has names
 		slices.SortFunc(folded, func(x, y ops.OpTime) int { return cmp.Compare(y.IdleBefore, x.IdleBefore) })
@@ -253,7 +255,7 @@ func printProfileGroup(w io.Writer, g *profileGroup) error {
 			if i == 0 {
 				sep = ""
 			}
-			fmt.Fprintf(&b, "%s %s %.3f ms (%d calls)", sep, t.Op, 1e3*t.IdleBefore, t.Calls)
+			fmt.Fprintf(&b, "%s %s %.3f ms (%d calls; host gap before %.3f ms)", sep, t.Op, 1e3*t.IdleBefore, t.Calls, 1e3*t.HostGap)
 		}
 		b.WriteString("\n")
 	}

@@ -46,7 +46,7 @@ func TestPrintOpProfile(t *testing.T) {
 			outside: 0.05,
 			spans: []ops.OpSpan{
 				span("0", ops.OpTime{Op: "MatMul 64x32", Calls: 3, Seconds: 0.06}, ops.OpTime{Op: "KDA", Calls: 1, Seconds: 0.02}),
-				span("1", ops.OpTime{Op: "ExpertsAccumulate grouped", Calls: 1, Seconds: 0.3, IdleBefore: 0.004, Host: 0.02}, ops.OpTime{Op: "MatMul 64x32", Calls: 2, Seconds: 0.1}),
+				span("1", ops.OpTime{Op: "ExpertsAccumulate grouped", Calls: 1, Seconds: 0.3, IdleBefore: 0.004, Host: 0.02, HostGap: 0.003}, ops.OpTime{Op: "MatMul 64x32", Calls: 2, Seconds: 0.1}),
 				span("2", ops.OpTime{Op: "ExpertsAccumulate grouped", Calls: 1, Seconds: 0.3, IdleBefore: 0.0015}, ops.OpTime{Op: "Route", Calls: 1, Seconds: 0.2}),
 				span("readout", ops.OpTime{Op: "OutputStats", Calls: 1, Seconds: 0.04}),
 			},
@@ -56,8 +56,8 @@ func TestPrintOpProfile(t *testing.T) {
 				"MatMul 64x32     3       60.000   75.0",
 				"KDA              1       20.000   25.0",
 				"kda+moe: 2 layers, wall 1.2000s, ops 0.9000s (a layer: wall 0.6000s, ops 0.4500s); wall - ops 0.3000s (25% of wall: compute stream idle)",
-				"op                           calls    device ms      %  idle before    host ms",
-				"ExpertsAccumulate grouped        2      600.000   66.7        5.500     20.000",
+				"op                           calls    device ms      %  idle before    host ms  host gap before",
+				"ExpertsAccumulate grouped        2      600.000   66.7        5.500     20.000          3.000",
 				"Route                            1      200.000   22.2",
 				"MatMul 64x32                     2      100.000   11.1",
 				"readout (after the last layer): wall 0.0500s, ops 0.0400s; wall - ops 0.0100s (20% of wall: compute stream idle)",
@@ -92,7 +92,7 @@ func TestPrintOpProfile(t *testing.T) {
 				"Op00                1       18.000   10.5",
 				"Op14                1        4.000    2.3",
 				"other (3 ops)       3        6.000    3.5        9.000", // 3 + 2 + 1 ms, idle 7 + 2
-				"idle before ops under other: Op17 7.000 ms (1 calls), Op16 2.000 ms (1 calls)",
+				"idle before ops under other: Op17 7.000 ms (1 calls; host gap before 0.000 ms), Op16 2.000 ms (1 calls; host gap before 0.000 ms)",
 			},
 			notWant: []string{"Op15"},
 		},

@@ -57,4 +57,8 @@ type OpTime struct {
 	// Host is the summed host time of the calls: the backend's thread inside each op, planning and
 	// queueing its work and waiting wherever the op waits for the device (0 where not measured).
 	Host float64
+	// HostGap is the summed host time before the calls outside any op: from the return of the timed op
+	// before each to the call (the caller's own work between ops; 0 where not measured). Beside
+	// IdleBefore it tells a device waiting for the caller from one waiting for an op that returned late.
+	HostGap float64
 }
