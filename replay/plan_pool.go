@@ -35,10 +35,9 @@ func (e *Engine) planPooled(lens []int, p WavePlan) (WavePlan, bool) {
 	if q.Slices > 1 && q.SliceTokens < min(sliceFloor, q.WaveTokens) && e.opts.SliceTokens == 0 {
 		return p, false
 	}
-	what := fmt.Sprintf("chunks of %d experts", chunk)
-	q.Note = fmt.Sprintf("MoE layers pooled: %s, each call over every slice's rows (pools of up to %s), "+
+	q.Note = fmt.Sprintf("MoE layers pooled: chunks of %d experts, each call over every slice's rows (pools of up to %s), "+
 		"the layer's experts held and fetched ahead of its router, expert inputs kept on the device (--no-expert-pooling: a call a slice)",
-		what, gb(q.ExpertPool))
+		chunk, gb(q.ExpertPool))
 	return q, true
 }
 

@@ -102,8 +102,9 @@ const (
 
 // printOpProfile prints one run's op profile: for each layer kind (kinds[i] is layer i's) the ops of its
 // layers' spans summed (calls, device ms, share of the kind's op time, the device's idle time just before
-// them, the host's time inside them and outside any op just before them, in ms; the opProfileTop largest, the rest as "other"), and the layers' wall time (wall[i] is layer i's) against the summed op time; their
-// difference is time the compute stream stood idle. The spans labelled "readout" are compared with
+// them, the host's time inside them and outside any op just before them, in ms; the opProfileTop
+// largest, the rest as "other"), and the layers' wall time (wall[i] is layer i's) against the summed op
+// time; their difference is time the compute stream stood idle. The spans labelled "readout" are compared with
 // outside, the wall time after the last layer. Spans with other labels are printed by label, without a
 // wall time. which says which run the numbers come from. With rate, each MoE kind's table ends with the
 // routed experts' time a layer (ExpertsAccumulate but its wait for uploads), their FLOP/s and their time
@@ -223,13 +224,11 @@ func printProfileGroup(w io.Writer, g *profileGroup) error {
 	rows := g.ordered
 	var folded []ops.OpTime // the ops under "other" that the device stood idle before
 	if len(rows) > opProfileTop {
+		other := ops.OpTime{Op: fmt.Sprintf("other (%d ops)", len(rows)-opProfileTop)}
 		for _, t := range rows[opProfileTop:] {
 			if t.IdleBefore >= 1e-3 {
 				folded = append(folded, t)
 			}
-		}
-		other := ops.OpTime{Op: fmt.Sprintf("other (%d ops)", len(rows)-opProfileTop)}
-		for _, t := range rows[opProfileTop:] {
 			other.Calls += t.Calls
 			other.Seconds += t.Seconds
 			other.IdleBefore += t.IdleBefore

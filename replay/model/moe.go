@@ -32,21 +32,18 @@ func bindMoE(get func(string) ops.Tensor, layer int) *MoEWeights {
 	}
 }
 
-// Chosen returns the distinct experts the routings use, ascending. Ids index a table, not a map, and the
-// routings are read where they are: an expert-major layer's host computes this over a wave's 4.2 million
-// pairs (262,144 tokens) while the device waits (docs/records/run51).
-func Chosen(rs ...ops.Routing) []int {
+// Chosen returns the distinct experts a routing uses, ascending. Ids index a table, not a map: a slice
+// of a large wave routes over a million pairs, counted while the device waits (docs/records/run51).
+func Chosen(r ops.Routing) []int {
 	var seen []bool
 	n := 0
-	for _, r := range rs {
-		for _, id := range r.IDs {
-			if int(id) >= len(seen) {
-				seen = append(seen, make([]bool, int(id)+1-len(seen))...)
-			}
-			if id >= 0 && !seen[id] {
-				seen[id] = true
-				n++
-			}
+	for _, id := range r.IDs {
+		if int(id) >= len(seen) {
+			seen = append(seen, make([]bool, int(id)+1-len(seen))...)
+		}
+		if id >= 0 && !seen[id] {
+			seen[id] = true
+			n++
 		}
 	}
 	out := make([]int, 0, n)

@@ -92,6 +92,14 @@ type seenMix struct {
 	weights []float32
 }
 
+// wants is what the observer keeps (Wanter): both for one that does not say.
+func (f *Pass) wants() (routing, mixes bool) {
+	if w, ok := f.Obs.(Wanter); ok {
+		return w.Wants()
+	}
+	return true, true
+}
+
 // route reports a slice's routing.
 func (s *seenObs) route(f *Pass, r ops.Routing) {
 	if f.Obs == nil {
@@ -104,10 +112,8 @@ func (s *seenObs) route(f *Pass, r ops.Routing) {
 	if s.routing == nil {
 		s.routing = &ops.Routing{K: r.K}
 	}
-	if w, ok := f.Obs.(Wanter); ok {
-		if keep, _ := w.Wants(); !keep {
-			return // reported empty at the layer's end
-		}
+	if keep, _ := f.wants(); !keep {
+		return // reported empty at the layer's end
 	}
 	s.routing.IDs = append(s.routing.IDs, r.IDs...)
 	s.routing.Weights = append(s.routing.Weights, r.Weights...)
@@ -122,10 +128,8 @@ func (s *seenObs) mix(f *Pass, site Site, weights []float32, n int) {
 		f.Obs.Mix(f.layer, site, weights, n)
 		return
 	}
-	if w, ok := f.Obs.(Wanter); ok {
-		if _, keep := w.Wants(); !keep {
-			weights = nil // reported empty at the layer's end
-		}
+	if _, keep := f.wants(); !keep {
+		weights = nil // reported empty at the layer's end
 	}
 	for i := range s.mixes {
 		if s.mixes[i].site == site {
