@@ -6,7 +6,6 @@ import (
 	"strings"
 
 	"github.com/potato-k3/potato-k3/cuda/bind"
-	"github.com/potato-k3/potato-k3/replay/ops"
 )
 
 // The grouped expert path of ExpertsAccumulate (kernels/experts.cu): in BF16 precision on the tensor
@@ -75,115 +74,6 @@ func (b *Backend) groupedOK(latent int, es []*Expert) bool {
 		}
 	}
 	return true
-}
-
-// groupedPlan is the host side of one grouped call: every table the kernels read, in one int32 buffer
-// uploaded at once (one copy a call, through the upload ring).
-type groupedPlan struct {
-	experts int   // experts in the call (the pointer table's length)
-	rows    int   // rows of the gathered buffer: the sum of the experts' rows
-	tiles   int   // row tiles: ceil(rows_e / tile rows) summed over the experts
-	touched int   // accumulator rows that receive at least one expert output
-	entries int   // (row, expert) pairs, = rows
-	counts  []int // rows of each expert, in the call's order (ascending id)
-	nonzero []int // the experts with rows, by index, ascending (the cuBLASLt path's decode list)
-	buf     []int32
-	// int32 offsets into buf: the pointer table (6 uint64 an expert), the tile table (int4: expert index,
-	// first row, rows, 0), the gathered rows' indices into z, and the combine's CSR: rowptr (touched+1),
-	// rowid (touched), pos (entries) and weights (entries, float32 bits), then the nonzero list
-	offTiles, offRows, offRowPtr, offRowID, offPos, offW, offList int
-}
-
-// planGrouped lays out the call: expert i (ascending id) owns gathered rows first_i .. first_i+n_i-1 in
-// the order work[i] lists them; each accumulator row's entries are listed in ascending expert id, so the
-// combine adds them in the per-expert path's order.
-func planGrouped(es []*Expert, work []ops.ExpertRows, accRows int) groupedPlan {
-	return planGroupedTiles(es, work, accRows, xTileRows)
-}
-
-// planGroupedTiles is planGrouped with row tiles of at most tileRows rows (the wgmma kernels take 256).
-func planGroupedTiles(es []*Expert, work []ops.ExpertRows, accRows, tileRows int) groupedPlan {
-	p := groupedPlan{experts: len(es), counts: make([]int, len(work))}
-	n := 0
-	for i := range work {
-		p.counts[i] = len(work[i].Rows)
-		if p.counts[i] > 0 {
-			p.nonzero = append(p.nonzero, i)
-		}
-		n += len(work[i].Rows)
-		p.tiles += (len(work[i].Rows) + tileRows - 1) / tileRows
-	}
-	p.rows, p.entries = n, n
-	count := make([]int32, accRows)
-	for i := range work {
-		for _, r := range work[i].Rows {
-			count[r]++
-		}
-	}
-	for _, c := range count {
-		if c > 0 {
-			p.touched++
-		}
-	}
-	size := 12*len(es) + 4*p.tiles + n + (p.touched + 1) + p.touched + 2*n + len(p.nonzero)
-	buf := make([]int32, 0, size)
-	for _, e := range es {
-		for j := range 6 {
-			v := e.ptr + uint64(e.off[j])
-			buf = append(buf, int32(uint32(v)), int32(uint32(v>>32)))
-		}
-	}
-	p.offTiles = len(buf) // 12 * experts: a multiple of 4, so the int4 table is 16-byte aligned
-	first := 0
-	for i := range work {
-		m := len(work[i].Rows)
-		for t0 := 0; t0 < m; t0 += tileRows {
-			buf = append(buf, int32(i), int32(first+t0), int32(min(tileRows, m-t0)), 0)
-		}
-		first += m
-	}
-	p.offRows = len(buf)
-	for i := range work {
-		buf = append(buf, work[i].Rows...)
-	}
-	// CSR by accumulator row: next[r] is the slot of row r's next entry.
-	p.offRowPtr = len(buf)
-	next := make([]int32, accRows)
-	at := int32(0)
-	buf = append(buf, 0)
-	for r, c := range count {
-		if c > 0 {
-			next[r] = at
-			at += c
-			buf = append(buf, at)
-		}
-	}
-	p.offRowID = len(buf)
-	for r, c := range count {
-		if c > 0 {
-			buf = append(buf, int32(r))
-		}
-	}
-	p.offPos = len(buf)
-	buf = append(buf, make([]int32, 2*n)...)
-	p.offW = p.offPos + n
-	pos, wts := buf[p.offPos:p.offW], buf[p.offW:]
-	first = 0
-	for i := range work { // ascending expert id: each row's entries come out in that order
-		for j, r := range work[i].Rows {
-			s := next[r]
-			next[r]++
-			pos[s] = int32(first + j)
-			wts[s] = int32(math.Float32bits(work[i].Weights[j]))
-		}
-		first += len(work[i].Rows)
-	}
-	p.offList = len(buf)
-	for _, i := range p.nonzero {
-		buf = append(buf, int32(i))
-	}
-	p.buf = buf
-	return p
 }
 
 // groupedDev is a grouped call on the device: the uploaded plan and the temporaries.

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"reflect"
 	"slices"
 	"testing"
 
@@ -81,6 +82,37 @@ func TestPlanGroupedTiles(t *testing.T) {
 		ref := planGrouped(es, work, 600)
 		if !slices.Equal(p.buf[:p.offTiles], ref.buf[:ref.offTiles]) || !slices.Equal(p.buf[p.offRows:], ref.buf[ref.offRows:]) {
 			t.Errorf("tiles of %d rows: the plan's other tables differ from planGrouped's", c.tileRows)
+		}
+	}
+}
+
+// TestPlanGroupedParts: the plan laid out in parts (the accumulator's rows in 1 to 11 ranges, one
+// goroutine each, more parts than rows included) is the one-part plan, table for table, on random
+// routings and expert subsets, with tiles of 7, 128 and 256 rows. No GPU needed.
+func TestPlanGroupedParts(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	for trial := range 30 {
+		experts, k, rows := 1+rng.IntN(40), 1+rng.IntN(6), rng.IntN(3000)
+		k = min(k, experts)
+		rt := randRouting(rng, rows, k, experts, 0)
+		var ids []int
+		var es []*Expert
+		for e := range experts {
+			if rng.IntN(2) == 0 {
+				ids = append(ids, e)
+				es = append(es, &Expert{id: e, ptr: uint64(rng.Uint32()) << 8, off: [6]int{0, 16, 32, 48, 64, 80}})
+			}
+		}
+		work, err := rt.AssignRows(ids, rows)
+		if err != nil {
+			t.Fatal(err)
+		}
+		acc, tileRows := rows+rng.IntN(5), []int{128, 256, 7}[trial%3]
+		want := planGroupedParts(es, work, acc, tileRows, 1)
+		for parts := 2; parts < 12; parts++ {
+			if got := planGroupedParts(es, work, acc, tileRows, parts); !reflect.DeepEqual(got, want) {
+				t.Fatalf("trial %d (%d rows, %d of %d experts), %d parts: the plan differs from one part's", trial, rows, len(es), experts, parts)
+			}
 		}
 	}
 }

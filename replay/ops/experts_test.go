@@ -89,3 +89,41 @@ func TestAssignRowsIndexed(t *testing.T) {
 		}
 	}
 }
+
+// TestBuildIndexParts: the index built in parts (the parallel build of a large wave's routing, rows cut
+// into 1 to 9 ranges, more parts than rows included) gives each expert the list and the duplicate the
+// unindexed scan gives.
+func TestBuildIndexParts(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	for trial := range 12 {
+		experts, k, rows := 1+rng.IntN(30), 1+rng.IntN(5), rng.IntN(200)
+		k = min(k, experts)
+		r := Routing{K: k, IDs: make([]int32, rows*k), Weights: make([]float32, rows*k)}
+		for row := range rows {
+			for j, e := range rng.Perm(experts)[:k] {
+				r.IDs[row*k+j], r.Weights[row*k+j] = int32(e), rng.Float32()
+			}
+		}
+		if trial%3 == 2 && rows > 3 && k > 1 { // duplicates in two rows, the later one first in its list
+			r.IDs[(rows-1)*k+1] = r.IDs[(rows-1)*k]
+			r.IDs[2*k+1] = r.IDs[2*k]
+		}
+		if trial%4 == 3 && len(r.IDs) > 0 {
+			r.IDs[0] = -1 // a choice of no expert
+		}
+		for parts := 1; parts <= 9; parts++ {
+			x := &expertIndex{}
+			x.buildParts(r, parts)
+			ix := Routing{K: r.K, IDs: r.IDs, Weights: r.Weights, index: x}
+			x.once.Do(func() {}) // built above: assign must not build again
+			for e := range experts + 1 {
+				want, werr := r.AssignRows([]int{e}, rows)
+				got, gerr := ix.AssignRows([]int{e}, rows)
+				if fmt.Sprint(werr) != fmt.Sprint(gerr) || !reflect.DeepEqual(got, want) {
+					t.Fatalf("trial %d (%d rows, top-%d of %d), %d parts, expert %d: index %+v, %v; scan %+v, %v",
+						trial, rows, k, experts, parts, e, got, gerr, want, werr)
+				}
+			}
+		}
+	}
+}

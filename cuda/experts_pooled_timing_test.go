@@ -1,0 +1,68 @@
+package cuda
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/potato-k3/potato-k3/replay/ops"
+)
+
+// TestExpertsPooledTiming times the cuBLASLt expert path at a pooled call's size (a 262,144-token wave of
+// a pooled MoE layer: every slice's rows in one call, about 4,700 rows an expert) over its two schedule
+// settings: the side streams the GEMMs spread over (lanes) and the decode chunk (decodeBytes: how many
+// experts one decode launch serves; the lanes wait for it at every chunk's start). Both change when the
+// work runs, never its sums: each setting's result is checked bit for bit against the first. FLOP count
+// as in TestExpertsGroupedTiming. Skipped with -short; about 75 GB of device memory.
+func TestExpertsPooledTiming(t *testing.T) {
+	skipTiming(t)
+	b := testBackend(t, Options{Precision: ops.BF16})
+	if b.lt == nil {
+		t.Skip("cuBLASLt is not in use")
+	}
+	const latent, ffn, beta, linBeta = 3584, 3072, 4, 25
+	const experts, rows, k = 896, 262144, 16
+	rng := rand.New(rand.NewPCG(13, 14))
+	es := k3Experts(t, b, rng, experts)
+	rt := randRouting(rng, rows, k, experts, 0).Indexed()
+	pool := normalPool(rng)
+	zv := make([]float32, rows*latent)
+	for i := range zv {
+		zv[i] = pool[i%len(pool)]
+	}
+	z, err := b.FromHost(rows, latent, zv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Free(z)
+	zv = nil
+	flop := float64(rows) * k * 3 * 2 * latent * ffn
+	slot := 2 * 3 * latent * ffn // decoded bytes an expert
+	var want []float32
+	defer func() { b.decodeBytes, b.opts.ExpertStreams = 0, 0 }()
+	for _, c := range []struct{ lanes, chunk int }{
+		{4, 16}, {2, 16}, {6, 16}, {8, 16}, {4, 32}, {4, 64}, {8, 32}, {8, 64},
+	} {
+		b.opts.ExpertStreams, b.decodeBytes = c.lanes, slot*c.chunk
+		acc, err := b.Zeros(rows, latent)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := b.expertsAccumulate(acc, z, rt, es, beta, linBeta, expertsLt); err != nil {
+			t.Fatalf("%d lanes, chunks of %d: %v", c.lanes, c.chunk, err)
+		}
+		got, err := b.ToHost(acc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want == nil {
+			want = got
+		} else {
+			sameBits(t, fmt.Sprintf("%d lanes, decode chunks of %d experts", c.lanes, c.chunk), got, want, latent)
+		}
+		med := medianTime(t, b, 3, func() error { return b.expertsAccumulate(acc, z, rt, es, beta, linBeta, expertsLt) })
+		t.Logf("TIMING pooled ExpertsAccumulate %d experts, %d tokens x %d: %d lanes, decode chunks of %2d experts: %9.3f ms %7.1f TFLOP/s",
+			experts, rows, k, c.lanes, c.chunk, float64(med.Microseconds())/1e3, flop/med.Seconds()/1e12)
+		b.Free(acc)
+	}
+}
