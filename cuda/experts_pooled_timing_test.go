@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"testing"
@@ -64,5 +65,64 @@ func TestExpertsPooledTiming(t *testing.T) {
 		t.Logf("TIMING pooled ExpertsAccumulate %d experts, %d tokens x %d: %d lanes, decode chunks of %2d experts: %9.3f ms %7.1f TFLOP/s",
 			experts, rows, k, c.lanes, c.chunk, float64(med.Microseconds())/1e3, flop/med.Seconds()/1e12)
 		b.Free(acc)
+	}
+}
+
+// TestExpertsLtGemmRate times the cuBLASLt path's two expert GEMMs alone (the pinned algorithms, bfloat16
+// outputs) at the row counts a pooled call gives them (a block of ltExpertRows, the ~600-row rest of a
+// ~4,700-row expert, and a middle size), and the SiTU pass between them, on the compute stream: what the
+// whole call's rate in TestExpertsPooledTiming is measured against. The operands are whatever the pool
+// holds (the rate does not depend on the values). Skipped with -short.
+func TestExpertsLtGemmRate(t *testing.T) {
+	skipTiming(t)
+	b := testBackend(t, Options{Precision: ops.BF16})
+	if b.lt == nil {
+		t.Skip("cuBLASLt is not in use")
+	}
+	const latent, ffn = 3584, 3072
+	err := b.run("timing", func(c *opCtx) error {
+		gu, dn, why, err := c.ltExpertShapes(latent, ffn)
+		if err != nil || why != "" {
+			return fmt.Errorf("expert shapes: %v %s", err, why)
+		}
+		const most = ltExpertRows
+		zs, err1 := c.temp(2 * most * latent)
+		gub, err2 := c.temp(2 * most * 2 * ffn)
+		h, err3 := c.temp(2 * most * ffn)
+		w, err4 := c.temp(2 * 3 * latent * ffn)
+		situ, err5 := c.temp(4 * 2 * 65536)
+		if err := errors.Join(err1, err2, err3, err4, err5); err != nil {
+			return err
+		}
+		for _, n := range []int{604, 2048, most} {
+			steps := []struct {
+				what string
+				flop float64
+				fn   func() error
+			}{
+				{"gate/up GEMM", 2 * float64(n) * latent * 2 * ffn, func() error { return c.ltGemm(gu, gub, zs, w, n, 2*ffn, latent) }},
+				{"SiTU pass", 0, func() error {
+					return c.launch1D("k_experts_situ_rows", n*ffn, h, gub, int64(n), int32(ffn), situ)
+				}},
+				{"down GEMM", 2 * float64(n) * latent * ffn, func() error {
+					return c.ltGemm(dn, zs, h, w+uint64(2*2*ffn*latent), n, latent, ffn)
+				}},
+			}
+			for _, s := range steps {
+				ms, err := eventTime(c, 10, s.fn)
+				if err != nil {
+					return fmt.Errorf("%s, %d rows: %w", s.what, n, err)
+				}
+				rate := fmt.Sprintf("%6.1f GB/s", float64(n)*float64(2*2*ffn+2*ffn)/ms/1e6)
+				if s.flop > 0 {
+					rate = fmt.Sprintf("%6.1f TFLOP/s", s.flop/ms/1e9)
+				}
+				t.Logf("TIMING expert on cuBLASLt, %4d rows: %-13s %8.4f ms %s", n, s.what, ms, rate)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }
