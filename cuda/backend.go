@@ -150,8 +150,9 @@ type Backend struct {
 	// situTabs are SiTU's factor tables by (beta, linBeta) (ffn.go); on the CUDA thread
 	situTabs map[situKey]uint64
 	// Test knobs, zero for the defaults: the bytes of decoded weights of one chunk of the cuBLASLt expert
-	// path (ltDecodeBytes) and the rows of one block of the fused FFN (ffnBlockRows).
-	decodeBytes, ffnRows int
+	// path (ltDecodeBytes), the rows of one of its GEMM blocks (ltExpertRows) and the rows of one block of
+	// the fused FFN (ffnBlockRows).
+	decodeBytes, expertRows, ffnRows int
 	// normVer 1 makes RMSNorm, GatedRMSNorm and AttnResMix launch norm.cu's general kernels where the
 	// 16-byte ones fit (tests and timing compare the two).
 	normVer int

@@ -27,9 +27,11 @@ import (
 // algorithms of version 3 came out bit-identical to the grouped kernels at every shape tested).
 
 // ltExpertRows is the most rows of one expert that one pair of GEMMs takes: it bounds a lane's gate/up
-// scratch (4,096 x 2 x 3,072 bfloat16 values = 50 MB at K3's sizes) and keeps every GEMM large enough for
-// cuBLASLt's big tiles. A row's bits do not depend on the block it falls in.
-const ltExpertRows = 4096
+// scratch (8,192 x 2 x 3,072 bfloat16 values = 101 MB at K3's sizes) and keeps every GEMM large enough for
+// cuBLASLt's big tiles. A row's bits do not depend on the block it falls in. A pooled call gives each
+// expert about 4,700 rows at 262,144 tokens: with blocks of 4,096 the 600-row rest ran at 270-340 TFLOP/s
+// against 735-835 for the full block (docs/records/run57), so the block holds a pooled expert whole.
+const ltExpertRows = 8192
 
 // ltDecodeBytes bounds the decoded bfloat16 weights of one chunk of experts (K3: 66 MB an expert, so 16
 // experts a chunk). With side streams two chunks' buffers alternate (experts_lt_lanes.go), so the next
@@ -92,7 +94,7 @@ func (c *opCtx) expertsLt(p *groupedPlan, gu, dn *ltShape, acc, z uint64, latent
 	for _, n := range p.counts {
 		most = max(most, n)
 	}
-	x := ltExperts{d: d, gu: gu, dn: dn, block: min(most, ltExpertRows), first: make([]int, len(p.counts))}
+	x := ltExperts{d: d, gu: gu, dn: dn, block: min(most, c.b.ltBlockRows()), first: make([]int, len(p.counts))}
 	for i := 1; i < len(p.counts); i++ { // each expert's first gathered row
 		x.first[i] = x.first[i-1] + p.counts[i-1]
 	}
@@ -138,6 +140,28 @@ func (c *opCtx) expertsLt(p *groupedPlan, gu, dn *ltShape, acc, z uint64, latent
 	return nil
 }
 
+// situRows launches the SiTU pass between the expert GEMMs over n rows of gub into h (ffn columns each):
+// k_experts_situ_rows8, eight columns a thread with 16-byte loads and stores, where ffn is a multiple of 8
+// (rows then start 16-byte aligned); else k_experts_situ_rows, an element a thread. Both compute each
+// element alike (the same bits).
+func (c *opCtx) situRows(h, gub uint64, n, ffn int, tab uint64) error {
+	if ffn%8 != 0 {
+		return c.launch1D("k_experts_situ_rows", n*ffn, h, gub, int64(n), int32(ffn), tab)
+	}
+	const threads = 128
+	groups := ffn / 8
+	return c.launch("k_experts_situ_rows8", d2((groups+threads-1)/threads, min(n, maxGridY)), d1(threads), 0,
+		h, gub, int64(n), int32(ffn), tab)
+}
+
+// ltBlockRows is the rows of one GEMM block of the cuBLASLt expert path: ltExpertRows, or the tests' knob.
+func (b *Backend) ltBlockRows() int {
+	if b.expertRows > 0 {
+		return b.expertRows
+	}
+	return ltExpertRows
+}
+
 // expertLtRows runs gathered rows row .. row+n-1 (one expert's, n <= ltExpertRows) through the expert
 // whose decoded weights are at w: the gate/up GEMM into gub, SiTU into d.h, and the down GEMM's rounded
 // result over the rows' place in d.zs (whose gate/up GEMM has run: same stream).
@@ -147,7 +171,7 @@ func (c *opCtx) expertLtRows(d *groupedDev, gu, dn *ltShape, w, gub uint64, row,
 	if err := c.ltGemm(gu, gub, zs, w, n, 2*ffn, latent); err != nil {
 		return fmt.Errorf("gate/up: %w", err)
 	}
-	if err := c.launch1D("k_experts_situ_rows", n*ffn, h, gub, int64(n), int32(ffn), d.situ); err != nil {
+	if err := c.situRows(h, gub, n, ffn, d.situ); err != nil {
 		return fmt.Errorf("SiTU: %w", err)
 	}
 	if err := c.ltGemm(dn, zs, h, w+uint64(2*2*ffn*latent), n, latent, ffn); err != nil {

@@ -86,7 +86,7 @@ func (x *ltExperts) setup(c *opCtx, slot, chunk, most, chunks int) error {
 			l.side = &s
 		}
 		var err error
-		rows := keptSize(x.block, ltExpertRows)
+		rows := keptSize(x.block, c.b.ltBlockRows())
 		if l.gub, err = c.b.dv.Kept(fmt.Sprintf("experts: lane %d gate/up", i), 2*rows*2*ffn); err != nil {
 			return err
 		}
@@ -143,7 +143,7 @@ func (x *ltExperts) start(c *opCtx) error {
 }
 
 // expert runs expert i of the call (rows gathered rows; its decoded weights at w) on the lane with the
-// fewest rows in this chunk, ltExpertRows rows at a time.
+// fewest rows in this chunk, a block of at most ltExpertRows rows at a time.
 func (x *ltExperts) expert(c *opCtx, i, rows int, w uint64) error {
 	l := &x.lanes[0]
 	for j := range x.lanes {

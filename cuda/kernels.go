@@ -32,7 +32,7 @@ var kernelFiles = []kernelFile{
 	{"matmul_tc.cu", []string{"k_matmul_tc_bf16", "k_matmul_tc_mxfp4", "k_matmul_tc_bf16_vec", "k_matmul_tc_mxfp4_vec"}},
 	{"experts.cu", []string{"k_experts_gather", "k_experts_situ_tables", "k_experts_gateup", "k_experts_down", "k_experts_combine",
 		"k_experts_gateup_f32", "k_experts_down_f32", "k_experts_gateup_nodec", "k_experts_down_nodec",
-		"k_experts_decode", "k_experts_situ_rows", "k_situ_glu_bf16"}},
+		"k_experts_decode", "k_experts_situ_rows", "k_experts_situ_rows8", "k_situ_glu_bf16"}},
 	{"experts_wg.cu", []string{"k_experts_gateup_wg", "k_experts_down_wg", "k_experts_gateup_wg_nodec", "k_experts_down_wg_nodec"}},
 	{"kda.cu", []string{"k_shortconv", "k_shortconv4", "k_kda_prep_exact", "k_kda_prep_fast",
 		"k_kda_exact", "k_kda_exact_r32", "k_kda_exact_r64", "k_kda_exact_r128", "k_kda_fast_r64", "k_kda_fast_r128"}},
