@@ -27,11 +27,13 @@ import (
 // algorithms of version 3 came out bit-identical to the grouped kernels at every shape tested).
 
 // ltExpertRows is the most rows of one expert that one pair of GEMMs takes: it bounds a lane's gate/up
-// scratch (8,192 x 2 x 3,072 bfloat16 values = 101 MB at K3's sizes) and keeps every GEMM large enough for
+// scratch (4,096 x 2 x 3,072 bfloat16 values = 50 MB at K3's sizes) and keeps every GEMM large enough for
 // cuBLASLt's big tiles. A row's bits do not depend on the block it falls in. A pooled call gives each
-// expert about 4,700 rows at 262,144 tokens: with blocks of 4,096 the 600-row rest ran at 270-340 TFLOP/s
-// against 735-835 for the full block (docs/records/run57), so the block holds a pooled expert whole.
-const ltExpertRows = 8192
+// expert about 4,700 rows at 262,144 tokens, and alone the 600-row rest runs at 250-300 TFLOP/s against
+// 660-740 for the full block; but in the call, with the lanes, blocks of 8,192 rows were no faster (562
+// ms against 555 for the whole layer's experts, docs/records/run57): the other lanes fill what a small
+// GEMM leaves.
+const ltExpertRows = 4096
 
 // ltDecodeBytes bounds the decoded bfloat16 weights of one chunk of experts (K3: 66 MB an expert, so 16
 // experts a chunk). With side streams two chunks' buffers alternate (experts_lt_lanes.go), so the next

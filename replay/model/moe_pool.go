@@ -2,6 +2,7 @@ package model
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/potato-k3/potato-k3/replay/ops"
 )
@@ -130,6 +131,38 @@ func (s *stash) upload(b ops.Backend, lo, hi int) (ops.Tensor, error) {
 		h.bf = s.bf[a:z]
 	}
 	return h.upload(b)
+}
+
+// take is upload for rows the layer reads no more after this: on the device the slices' tensors are
+// handed over (a slice alone) or joined and freed, so that they are not copied once per use and not held
+// beside their copy; in host memory it is upload.
+func (s *stash) take(b ops.Backend, lo, hi int) (ops.Tensor, error) {
+	if s.j == nil {
+		return s.upload(b, lo, hi)
+	}
+	first, last := -1, -1
+	for i := range s.dev {
+		if s.at[i] >= lo && s.at[i] < hi {
+			if first < 0 {
+				first = i
+			}
+			last = i
+		}
+	}
+	if first == last && first >= 0 && s.at[first] == lo && lo+s.dev[first].Rows() == hi {
+		t := s.dev[first]
+		s.dev, s.at = slices.Delete(s.dev, first, first+1), slices.Delete(s.at, first, first+1)
+		return t, nil
+	}
+	t, err := s.upload(b, lo, hi) // checks that the rows are whole slices'
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range s.dev[first : last+1] {
+		b.Free(p)
+	}
+	s.dev, s.at = slices.Delete(s.dev, first, last+1), slices.Delete(s.at, first, last+1)
+	return t, nil
 }
 
 // pool is consecutive slices lo .. hi-1 of an expert-major layer sharing its expert calls.

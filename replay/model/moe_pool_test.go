@@ -113,7 +113,8 @@ func TestPools(t *testing.T) {
 }
 
 // TestStashOnDevice: a stash on the device keeps the tensors put in row order and joins exactly a run of
-// whole slices, refusing rows out of order or a range that cuts a slice, with the rows named.
+// whole slices, refusing rows out of order or a range that cuts a slice, with the rows named; take hands
+// over or joins rows and drops them.
 func TestStashOnDevice(t *testing.T) {
 	b := cpu.New(cpu.Options{})
 	f := &Pass{Model: &Model{Ops: b}, StashOnDevice: true}
@@ -155,6 +156,26 @@ func TestStashOnDevice(t *testing.T) {
 		if _, err := s.upload(b, r[0], r[1]); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("rows %d..%d", r[0], r[1]-1)) {
 			t.Errorf("rows %d..%d cut a slice: %v", r[0], r[1]-1, err)
 		}
+	}
+	// take: one slice handed over as it is, several joined and dropped; taken rows are gone
+	one, err := s.take(b, 3, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := b.ToHost(one); len(v) != 4 || v[0] != 6 || len(s.dev) != 2 {
+		t.Errorf("take of slice 3..4: %v, %d tensors left, want [6 7 8 9] and 2", v, len(s.dev))
+	}
+	b.Free(one)
+	both, err := s.take(b, 5, 9)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := b.ToHost(both); len(v) != 8 || v[7] != 17 || len(s.dev) != 1 || s.at[0] != 0 {
+		t.Errorf("take of slice 5..8: %v, %d tensors left, want 10..17 and slice 0..2", v, len(s.dev))
+	}
+	b.Free(both)
+	if _, err := s.take(b, 3, 5); err == nil {
+		t.Error("rows taken before taken again")
 	}
 	s.release(f)
 	if len(s.dev) != 0 {
