@@ -59,6 +59,9 @@
 //      float32 scratch (at 262,144 tokens about 380 GB of float32 writes and reads a MoE layer, run 34)
 //      and no k_to_bf16 pass. The first step of the fused MXFP4 grouped GEMM the op profile asks for
 //      (bfloat16 outputs, no passes between the GEMMs); the decode to bfloat16 still precedes them.
+//   5. version 4 with the SiTU pass eight columns a thread (k_experts_situ_rows8: 16-byte loads and
+//      stores, no 64-bit division an element): 3.1-3.5 TB/s against 1.3 (docs/records/run57), the same
+//      bits; the element form stays for widths that are not multiples of 8.
 #include "common.cuh"
 #include "experts.cuh"
 
