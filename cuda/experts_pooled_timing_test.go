@@ -26,17 +26,8 @@ func TestExpertsPooledTiming(t *testing.T) {
 	rng := rand.New(rand.NewPCG(13, 14))
 	es := k3Experts(t, b, rng, experts)
 	rt := randRouting(rng, rows, k, experts, 0).Indexed()
-	pool := normalPool(rng)
-	zv := make([]float32, rows*latent)
-	for i := range zv {
-		zv[i] = pool[i%len(pool)]
-	}
-	z, err := b.FromHost(rows, latent, zv)
-	if err != nil {
-		t.Fatal(err)
-	}
+	z := poolTensor(t, b, normalPool(rng), rows, latent)
 	defer b.Free(z)
-	zv = nil
 	flop := float64(rows) * k * 3 * 2 * latent * ffn
 	slot := 2 * 3 * latent * ffn // decoded bytes an expert
 	var want []float32

@@ -36,19 +36,13 @@ func TestExpertsGroupedTiming(t *testing.T) {
 		name := fmt.Sprintf("%d experts, %d tokens x %d", c.experts, c.tokens, c.k)
 		rows := c.tokens
 		rt := randRouting(rng, rows, c.k, c.experts, 0)
-		zv := make([]float32, rows*latent)
-		for i := range zv {
-			zv[i] = pool[i%len(pool)]
-		}
-		z, err := b.FromHost(rows, latent, zv)
-		if err != nil {
-			t.Fatal(err)
-		}
+		z := poolTensor(t, b, pool, rows, latent)
 		call := es[:c.experts]
 		flop := float64(rows) * float64(c.k) * 3 * 2 * latent * ffn
 		accs := make([]ops.Tensor, 2)
 		got := make([][]float32, 2)
 		for i, mode := range []expertsMode{expertsGrouped, expertsPerExpert} {
+			var err error
 			if accs[i], err = b.Zeros(rows, latent); err != nil {
 				t.Fatal(err)
 			}
@@ -129,6 +123,20 @@ func normalPool(rng *rand.Rand) []float32 {
 		pool[i] = float32(rng.NormFloat64())
 	}
 	return pool
+}
+
+// poolTensor uploads a rows x cols activation whose values cycle through pool (the caller frees it).
+func poolTensor(t *testing.T, b *Backend, pool []float32, rows, cols int) ops.Tensor {
+	t.Helper()
+	v := make([]float32, rows*cols)
+	for i := range v {
+		v[i] = pool[i%len(pool)]
+	}
+	x, err := b.FromHost(rows, cols, v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return x
 }
 
 // randRouting routes rows rows to k distinct experts each of ids first .. first+experts-1, uniformly,

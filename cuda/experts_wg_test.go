@@ -60,14 +60,7 @@ func TestExpertsWGTiming(t *testing.T) {
 	for _, tokens := range []int{65536, 96256, 262144} {
 		name := fmt.Sprintf("%d experts, %d tokens x 16", experts, tokens)
 		rt := randRouting(rng, tokens, 16, experts, 0)
-		zv := make([]float32, tokens*latent)
-		for i := range zv {
-			zv[i] = pool[i%len(pool)]
-		}
-		z, err := b.FromHost(tokens, latent, zv)
-		if err != nil {
-			t.Fatal(err)
-		}
+		z := poolTensor(t, b, pool, tokens, latent)
 		flop := float64(tokens) * 16 * 3 * 2 * latent * ffn
 		var got [2][]float32
 		for i, mode := range []expertsMode{expertsLt, expertsWG} {

@@ -63,13 +63,7 @@ func TestAssignRowsIndexed(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	for trial := range 20 {
 		experts, k, rows := 1+rng.IntN(40), 1+rng.IntN(6), rng.IntN(300)
-		k = min(k, experts)
-		r := Routing{K: k, IDs: make([]int32, rows*k), Weights: make([]float32, rows*k)}
-		for row := range rows {
-			for j, e := range rng.Perm(experts)[:k] {
-				r.IDs[row*k+j], r.Weights[row*k+j] = int32(e), rng.Float32()
-			}
-		}
+		k, r := randomRouting(rng, experts, k, rows)
 		if trial%5 == 4 && rows > 0 && k > 1 { // a duplicate: refused only by calls that hold its expert
 			r.IDs[1] = r.IDs[0]
 		}
@@ -97,13 +91,7 @@ func TestBuildIndexParts(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
 	for trial := range 12 {
 		experts, k, rows := 1+rng.IntN(30), 1+rng.IntN(5), rng.IntN(200)
-		k = min(k, experts)
-		r := Routing{K: k, IDs: make([]int32, rows*k), Weights: make([]float32, rows*k)}
-		for row := range rows {
-			for j, e := range rng.Perm(experts)[:k] {
-				r.IDs[row*k+j], r.Weights[row*k+j] = int32(e), rng.Float32()
-			}
-		}
+		k, r := randomRouting(rng, experts, k, rows)
 		if trial%3 == 2 && rows > 3 && k > 1 { // duplicates in two rows, the later one first in its list
 			r.IDs[(rows-1)*k+1] = r.IDs[(rows-1)*k]
 			r.IDs[2*k+1] = r.IDs[2*k]
@@ -126,4 +114,17 @@ func TestBuildIndexParts(t *testing.T) {
 			}
 		}
 	}
+}
+
+// randomRouting routes rows rows each to min(k, experts) distinct experts of experts, with random
+// weights; it returns the k it used.
+func randomRouting(rng *rand.Rand, experts, k, rows int) (int, Routing) {
+	k = min(k, experts)
+	r := Routing{K: k, IDs: make([]int32, rows*k), Weights: make([]float32, rows*k)}
+	for row := range rows {
+		for j, e := range rng.Perm(experts)[:k] {
+			r.IDs[row*k+j], r.Weights[row*k+j] = int32(e), rng.Float32()
+		}
+	}
+	return k, r
 }
