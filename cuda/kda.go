@@ -104,15 +104,55 @@ func shortConv4Fits(out, x, w uint64, ch, taps int) bool {
 // recurrence one block per (sequence, head) of d threads: k_kda_fast_rD for widths 64 and 128 in BF16
 // precision, k_kda_exact_rD for widths 32, 64 and 128 otherwise (the state in registers), else
 // k_kda_exact with (d*d + 3d) * 4 bytes of dynamic shared memory.
+//
+// In BF16 precision on the tensor cores (not Options.NoTensorCores) at head widths 64 and 128 the chunked
+// form runs instead (kernels/kda_chunk.cu, kdaChunkKernel): prep and recurrence in one kernel, chunks of
+// kdaChunkRows rows, the three products with the state on the tensor cores with float32-accurate
+// products (tf32 split in high and low parts). The same loop to float32 rounding, in another order: the
+// decay of a chunk as e^(sum of g) instead of a product of e^g, the chunk's rows solved as a triangular
+// system (TestKDAAgainstCPU's tolerance, TestKDAChunk).
 func (b *Backend) KDA(q, k, v, graw, braw ops.Tensor, aLog, dtBias ops.Tensor, heads int, lower float32, l ops.Layout) (ops.Tensor, error) {
-	out, _, err := b.kda(q, k, v, graw, braw, aLog, dtBias, heads, lower, l, nil, false)
+	out, _, err := b.kda(q, k, v, graw, braw, aLog, dtBias, heads, lower, l, nil, nil, false)
 	return out, err
 }
 
+// kdaChunkRows is the chunk of kda_chunk.cu (KC): a slice boundary inside a chunk hands on the rows since
+// the chunk's start.
+const kdaChunkRows = 16
+
+// kdaChunkKernel is the chunked kernel for head width d and decay bound lower on this backend, or "" where
+// the step kernels run (FP32 precision, Options.NoTensorCores, a device before compute capability 8.0,
+// other widths, or a bound below kdaChunkLower).
+func (b *Backend) kdaChunkKernel(d int, lower float32) string {
+	return kdaChunkKernelFor(b.bf == 1, !b.opts.NoTensorCores && b.info.Major >= 8, d, lower)
+}
+
+// kdaChunkLower is the lowest decay bound the chunked kernel takes: it scales a chunk's rows by e^G and
+// e^-G with G >= 16 lower, which stay normal floats for 16 * 5 = 80 (K3's bound is -5) and overflow
+// past 87.
+const kdaChunkLower = -5
+
+// kdaChunkKernelFor is kdaChunkKernel for a precision (bf) and tensor cores (tc) in use.
+func kdaChunkKernelFor(bf, tc bool, d int, lower float32) string {
+	if bf && tc && (d == 64 || d == 128) && lower >= kdaChunkLower {
+		return fmt.Sprintf("k_kda_chunk_r%d", d)
+	}
+	return ""
+}
+
+// kdaChunkSmem is kda_chunk.cu's kda_chunk_smem(d) in bytes.
+func kdaChunkSmem(d int) int {
+	const kc, ldt, ldp, lda = kdaChunkRows, 24, 24, 20
+	return 4 * (2*kc*(d+8) + 2*kc*(d+4) + 2*kc*d + 2*d*ldt + kc*ldp + 2*kc*lda + 2*kc*d + 2*kc + d)
+}
+
 // kda is KDA with, for token slices (slice.go), the state sequence 0 starts from (init, heads x d x d
-// float32, nil: zero) and, with keepLast, the state after the last sequence's last row returned.
+// float32, nil: zero) and, with keepLast, the state after the last sequence's last row returned. With the
+// chunked kernel, pre are the rows (q, k, v, graw, braw) of sequence 0 carried from the slice before, and
+// init the state at their chunk's start; the state returned is the last sequence's at its last chunk
+// start (the caller carries the rows after it).
 func (b *Backend) kda(q, k, v, graw, braw ops.Tensor, aLog, dtBias ops.Tensor, heads int, lower float32, l ops.Layout,
-	init *Tensor, keepLast bool) (ops.Tensor, *Tensor, error) {
+	init *Tensor, pre []*Tensor, keepLast bool) (ops.Tensor, *Tensor, error) {
 	const op = "KDA"
 	ts, err := b.tensors(op, []string{"q", "k", "v", "graw", "braw", "aLog", "dtBias"}, q, k, v, graw, braw, aLog, dtBias)
 	if err != nil {
@@ -137,6 +177,16 @@ func (b *Backend) kda(q, k, v, graw, braw ops.Tensor, aLog, dtBias ops.Tensor, h
 	if init != nil && (init.rows != heads*d || init.cols != d) {
 		return nil, nil, shapeErr(op, "carried state %v: want %dx%d", init, heads*d, d)
 	}
+	chunk := b.kdaChunkKernel(d, lower)
+	npre := 0
+	if len(pre) > 0 {
+		npre = pre[0].rows
+		for i, p := range pre {
+			if want := ts[i].cols; chunk == "" || len(pre) != 5 || p.rows != npre || p.cols != want || npre >= kdaChunkRows {
+				return nil, nil, shapeErr(op, "carried rows %d: %v with kernel %q: want %d of at most %d rows x %d", i, p, chunk, len(pre), kdaChunkRows-1, want)
+			}
+		}
+	}
 	var out, last *Tensor
 	err = b.run(op, func(c *opCtx) error {
 		in, err := c.f32All(ts)
@@ -157,6 +207,23 @@ func (b *Backend) kda(q, k, v, graw, braw ops.Tensor, aLog, dtBias ops.Tensor, h
 		}
 		if out, err = c.out(rows, ch); err != nil || out.n() == 0 {
 			return err
+		}
+		if chunk != "" {
+			var pp [5]uint64
+			for i, p := range pre {
+				if p.rows > 0 {
+					if pp[i], err = c.f32(p); err != nil {
+						return err
+					}
+				}
+			}
+			sp, err := uploadTemp(c, starts)
+			if err != nil {
+				return err
+			}
+			return c.launch(chunk, d2(l.Sequences(), heads), d1(2*d), kdaChunkSmem(d),
+				out.ptr, in[0], in[1], in[2], in[3], in[4], in[5], in[6], sp, int32(heads), lower, scale, b.bf,
+				initp, finp, pp[0], pp[1], pp[2], pp[3], pp[4], int32(npre))
 		}
 		n := rows * ch
 		qn, err := c.temp(4 * n)

@@ -15,8 +15,9 @@ import (
 )
 
 // TestKDATiming times KDA's two kernels apart, in BF16 precision (k_kda_prep_fast, k_kda_fast_r128) and
-// FP32 precision (k_kda_prep_exact, k_kda_exact_r128), at K3's sizes (96 heads of 128) for 16 x 4096,
-// 4 x 4096 and 1 x 4096 tokens ($POTATO_KDA_SHAPES, e.g. "4x4096", picks others), with CUDA events
+// FP32 precision (k_kda_prep_exact, k_kda_exact_r128), then the chunked kernels (k_kda_chunk_r128 and its
+// one-mma form k_kda_chunk1_r128, prep included), at K3's sizes (96 heads of 128) for 16 x 4096,
+// 4 x 4096, 1 x 4096 and 1 x 65,536 tokens ($POTATO_KDA_SHAPES, e.g. "4x4096", picks others), with CUDA events
 // (median of $POTATO_KDA_RUNS runs, 5 by default, after a warm-up), checks on the last 8 rows of every
 // sequence that the BF16 kernels are within kdaTol of the exact ones, and logs the kernels' registers and
 // local memory (spills). Skipped with -short. The inputs are a block of random values repeated on the
@@ -30,7 +31,8 @@ func TestKDATiming(t *testing.T) {
 	skipTiming(t)
 	b := testBackend(t, Options{Precision: ops.BF16})
 	logKDAAttrs(t, b, map[string]int{"k_kda_prep_exact": 128, "k_kda_prep_fast": 128, "k_kda_exact_r128": 128,
-		"k_kda_exact_r64": 64, "k_kda_exact_r32": 32, "k_kda_fast_r128": 128, "k_kda_fast_r64": 64})
+		"k_kda_exact_r64": 64, "k_kda_exact_r32": 32, "k_kda_fast_r128": 128, "k_kda_fast_r64": 64,
+		"k_kda_chunk_r128": 256, "k_kda_chunk1_r128": 256, "k_kda_chunk_r64": 128})
 	runs := 5
 	if s := os.Getenv("POTATO_KDA_RUNS"); s != "" {
 		var err error
@@ -38,7 +40,7 @@ func TestKDATiming(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	shapes := "16x4096,4x4096,1x4096"
+	shapes := "16x4096,4x4096,1x4096,1x65536"
 	if s := os.Getenv("POTATO_KDA_SHAPES"); s != "" {
 		shapes = s
 	}
@@ -132,25 +134,32 @@ func timeKDA(t *testing.T, b *Backend, seqs, n, heads, d, runs int) {
 			t.Logf("TIMING KDA %-5s %2d x %d tokens, %d heads of %d: prep %8.3f ms, recurrence %8.3f ms (%5.2f TFLOP/s), sum %8.3f ms",
 				path, seqs, n, heads, d, pms, rms, flop/rms/1e9, pms+rms)
 		}
-		// the last 8 rows of every sequence (the end of each recurrence), both paths
-		tail := min(8, n)
-		for s := range seqs {
-			var got [2][]float32
-			for v := range paths {
-				got[v] = make([]float32, tail*ch)
-				off := uint64(4 * ((s+1)*n - tail) * ch)
-				if err := download(c.b, got[v], out[v]+off); err != nil {
-					return err
-				}
+		// the chunked kernels (kda_chunk.cu: prep and recurrence in one), into the fast path's output
+		// buffer once it has been checked
+		if err := checkTails(t, c.b, "fast", out[0], out[1], seqs, n, ch, true); err != nil {
+			return err
+		}
+		if d != 128 {
+			return nil
+		}
+		if err := profileKDAChunk(t, c, out[0], in, sp, seqs, n, heads, d, scale); err != nil {
+			return err
+		}
+		for _, name := range []string{"k_kda_chunk_r128", "k_kda_chunk1_r128"} {
+			run := func() error {
+				z := uint64(0)
+				return c.launch(name, d2(seqs, heads), d1(2*d), kdaChunkSmem(d), out[0], in[0], in[1], in[2], in[3], in[4], in[5], in[6],
+					sp, int32(heads), float32(-5), scale, c.b.bf, z, z, z, z, z, z, z, int32(0))
 			}
-			df := diffKDA(got[0], got[1], true)
-			if s == 0 || s == seqs-1 {
-				t.Logf("KDA %d x %d tokens, sequence %d, last %d rows: fast against exact: %v", seqs, n, s, tail, df)
+			ms, err := eventTime(c, runs, run)
+			if err != nil {
+				return err
 			}
-			if df.maxFrac > 1 {
-				i := df.worst
-				return fmt.Errorf("sequence %d, row %d from its end, col %d: fast %g, exact %g: beyond the tolerance",
-					s, tail-i/ch, i%ch, got[0][i], got[1][i])
+			t.Logf("TIMING KDA %-17s %2d x %d tokens, %d heads of %d: %8.3f ms (%5.2f TFLOP/s at the recurrence's count)",
+				name, seqs, n, heads, d, ms, flop/ms/1e9)
+			// the one-mma form is timed only: its products keep 2^-11 of their size as error
+			if err := checkTails(t, c.b, name, out[0], out[1], seqs, n, ch, name == "k_kda_chunk_r128"); err != nil {
+				return err
 			}
 		}
 		return nil
@@ -177,4 +186,62 @@ func logKDAAttrs(t *testing.T, b *Backend, threads map[string]int) {
 		t.Logf("%-12s %3d registers, %3d bytes of local memory a thread: %2d blocks of %d threads an SM by registers",
 			k, regs, local, min(32, 65536/(perWarp*warps)), threads[k])
 	}
+}
+
+// checkTails compares the last 8 rows of every sequence of got (a BF16 kernel's output) with exact (the
+// exact path's), logs the first and last sequences' comparison and, with strict, fails beyond kdaTol.
+func checkTails(t *testing.T, b *Backend, name string, got, exact uint64, seqs, n, ch int, strict bool) error {
+	tail := min(8, n)
+	for s := range seqs {
+		var v [2][]float32
+		for i, p := range []uint64{got, exact} {
+			v[i] = make([]float32, tail*ch)
+			off := uint64(4 * ((s+1)*n - tail) * ch)
+			if err := download(b, v[i], p+off); err != nil {
+				return err
+			}
+		}
+		df := diffKDA(v[0], v[1], true)
+		if s == 0 || s == seqs-1 {
+			t.Logf("KDA %d x %d tokens, sequence %d, last %d rows: %s against exact: %v", seqs, n, s, tail, name, df)
+		}
+		if strict && df.maxFrac > 1 {
+			i := df.worst
+			return fmt.Errorf("%s: sequence %d, row %d from its end, col %d: %g, exact %g: beyond the tolerance",
+				name, s, tail-i/ch, i%ch, v[0][i], v[1][i])
+		}
+	}
+	return nil
+}
+
+// profileKDAChunk runs k_kda_chunk_prof_r128 once into out and logs the share of each phase in its blocks'
+// clock cycles (thread 0 of each block, summed over blocks) and the cycles a chunk.
+func profileKDAChunk(t *testing.T, c *opCtx, out uint64, in [7]uint64, sp uint64, seqs, n, heads, d int, scale float32) error {
+	prof, err := uploadTemp(c, make([]int32, 16))
+	if err != nil {
+		return err
+	}
+	z := uint64(0)
+	if err := c.launch("k_kda_chunk_prof_r128", d2(seqs, heads), d1(2*d), kdaChunkSmem(d), out, in[0], in[1], in[2], in[3], in[4], in[5], in[6],
+		sp, int32(heads), float32(-5), scale, c.b.bf, z, z, z, z, z, z, z, int32(0), prof); err != nil {
+		return err
+	}
+	raw := make([]int32, 16)
+	if err := download(c.b, raw, prof); err != nil {
+		return err
+	}
+	var got [8]float64
+	var sum float64
+	for i := range got {
+		got[i] = float64(uint64(uint32(raw[2*i])) | uint64(uint32(raw[2*i+1]))<<32)
+		sum += got[i]
+	}
+	names := []string{"rows", "columns", "A and P", "M", "W", "products", "chunk barrier", "start"}
+	var b strings.Builder
+	for i, x := range got {
+		fmt.Fprintf(&b, " %s %.1f%%", names[i], 100*x/max(sum, 1))
+	}
+	chunks := float64(seqs*heads) * float64((n+kdaChunkRows-1)/kdaChunkRows)
+	t.Logf("PROFILE k_kda_chunk_prof_r128 %d x %d tokens, %d heads: %.0f cycles a chunk (thread 0 of a block);%s", seqs, n, heads, sum/chunks, b.String())
+	return nil
 }

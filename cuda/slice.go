@@ -16,6 +16,8 @@ import (
 //     most 2(kernel-1) rows, against a copy of the slice's x.
 //   - KDA's recurrence kernels take the state sequence 0 starts from and write the last sequence's state
 //     after its last row (kda.cu: init, fin); the state is what the next row of the unsliced kernel sees.
+//     The chunked kernel (kda_chunk.cu) hands on the state at the last sequence's last chunk start and
+//     the rows since (fewer than a chunk, kdaPreRows), and the next slice runs that chunk again whole.
 //   - MLA expands the continued sequence's carried key latents with the same MatMul that made its kv rows
 //     (rows are independent), puts them and the carried shared keys before the slice's keys, and runs the
 //     unsliced kernels on query tiles from the one holding the slice's first row: tiles and key blocks
@@ -25,7 +27,7 @@ import (
 // carry is the CUDA backend's ops.Carry.
 type carry struct {
 	op    string
-	t     []*Tensor // conv: the last inputs [rows x ch]; KDA: the state [heads*d x d]; MLA: latent, ks
+	t     []*Tensor // conv: the last inputs [rows x ch]; KDA: the state [heads*d x d] (chunked: then q, k, v, graw, braw rows); MLA: latent, ks
 	freed bool
 }
 
@@ -216,17 +218,68 @@ func (b *Backend) KDASlice(q, k, v, graw, braw ops.Tensor, aLog, dtBias ops.Tens
 		return nil, nil, err
 	}
 	var init *Tensor
+	var pre []*Tensor
 	if c != nil {
-		init = c.t[0]
+		init, pre = c.t[0], c.t[1:]
 	}
-	out, last, err := b.kda(q, k, v, graw, braw, aLog, dtBias, heads, lower, l.Layout, init, l.Open)
+	out, last, err := b.kda(q, k, v, graw, braw, aLog, dtBias, heads, lower, l.Layout, init, pre, l.Open)
 	if err != nil {
 		return nil, nil, err
 	}
 	if !l.Open {
 		return out, nil, nil
 	}
-	return out, &carry{op: op, t: []*Tensor{last}}, nil
+	next := &carry{op: op, t: []*Tensor{last}}
+	if heads > 0 && b.kdaChunkKernel(q.Cols()/heads, lower) != "" {
+		rows, err := b.kdaPreRows(op, l, pre, q, k, v, graw, braw)
+		if err != nil {
+			b.Free(out)
+			b.Free(last)
+			return nil, nil, err
+		}
+		next.t = append(next.t, rows...)
+	}
+	return out, next, nil
+}
+
+// kdaPreRows returns the rows the chunked KDA kernel carries after slice l: the last sequence's rows since
+// its last chunk start (the chunk grid anchored at its start, pre rows before row 0 when it is the
+// continued sequence 0), taken from pre (q, k, v, graw, braw of the carried rows) and the slice's inputs;
+// none when the sequence's rows so far fill whole chunks.
+func (b *Backend) kdaPreRows(op string, l ops.SliceLayout, pre []*Tensor, xs ...ops.Tensor) ([]*Tensor, error) {
+	ts, err := b.tensors(op, []string{"q", "k", "v", "graw", "braw"}, xs...)
+	if err != nil {
+		return nil, err
+	}
+	s := l.Sequences() - 1
+	first, end := l.Starts[s], l.Starts[s+1]
+	npre := 0
+	if s == 0 && len(pre) > 0 {
+		npre = pre[0].rows
+	}
+	vs := first - npre // the sequence's start, in the slice's rows
+	keep := (end - vs) % kdaChunkRows
+	if keep == 0 {
+		return nil, nil
+	}
+	lo := end - keep
+	var out []*Tensor
+	for i, x := range ts {
+		var parts []rowRange
+		if lo < first {
+			parts = append(parts, rowRange{pre[i], lo - vs, npre})
+		}
+		parts = append(parts, rowRange{x, max(lo, first), end})
+		r, err := b.catRows(op, x.cols, parts...)
+		if err != nil {
+			for _, t := range out {
+				b.Free(t)
+			}
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, nil
 }
 
 // MLASlice is MLA over one slice of a wave (ops.Slicer).

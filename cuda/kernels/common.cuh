@@ -49,6 +49,11 @@ __device__ __forceinline__ float tanh_f(float x) { return (float)tanh((double)x)
 __device__ __forceinline__ float rsqrt_f(float x) { return (float)(1.0 / sqrt((double)x)); }
 __device__ __forceinline__ float silu_f(float x) { return __fmul_rn(x, sigmoid_f(x)); }
 
+// sigmoid_ff is 1 / (1 + e^-x) in single precision (KDA's fast prep, kda.cu and kda_chunk.cu): expf (CUDA's, at most 2 ulps), one
+// rounded add and an IEEE reciprocal (__frcp_rn): within a few ulps of sigmoid_f. For x < -88 expf(-x)
+// overflows to infinity and the result is 0 where sigmoid_f gives a denormal below 2^-126.
+__device__ __forceinline__ float sigmoid_ff(float x) { return __frcp_rn(__fadd_rn(1.0f, expf(-x))); }
+
 // situ_f is one SiTU-GLU element (K3_SPEC.md 5.4), float32 left to right as replay/cpu situ:
 // (beta * tanh(a/beta)) * sigmoid(a) * (linBeta * tanh(b/linBeta)).
 // It is situ_gate(a) * situ_lin(b): each factor depends on one input only (experts.cu tabulates them

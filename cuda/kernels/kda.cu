@@ -36,8 +36,8 @@
 // recurrence in shared memory for K3's widths (old version 1), its register form with two passes a row
 // (2), the merged pass with fused multiply-adds and no split (4; old KDAVersion 4 and 5), the split over
 // two threads a column with one column a thread (6) and over four threads with four columns (8), and the
-// one-block-per-pair prep (1). Next (not done): the chunked form (chunks of 64, intra-chunk triangular
-// solve on the tensor cores), documented as equal to the step loop up to rounding.
+// one-block-per-pair prep (1). The chunked form on the tensor cores is kda_chunk.cu (BF16 precision with
+// the tensor cores at widths 64 and 128); these kernels run everywhere else.
 #include "common.cuh"
 
 // k_shortconv (any shape): out[t, c] = rnd(silu(sum_{i<K} w[c, i] * x[t-K+1+i, c])) over taps whose row is in t's
@@ -220,11 +220,6 @@ extern "C" __global__ void __launch_bounds__(128) k_kda_prep_exact(float* qn, fl
         dec[e0 + e] = exp_f(__fmul_rn(lower, gate));
     }
 }
-
-// sigmoid_ff is 1 / (1 + e^-x) in single precision (k_kda_prep_fast): expf (CUDA's, at most 2 ulps), one
-// rounded add and an IEEE reciprocal (__frcp_rn): within a few ulps of sigmoid_f. For x < -88 expf(-x)
-// overflows to infinity and the result is 0 where sigmoid_f gives a denormal below 2^-126.
-__device__ __forceinline__ float sigmoid_ff(float x) { return __frcp_rn(__fadd_rn(1.0f, expf(-x))); }
 
 // k_kda_prep_fast is k_kda_prep_exact with single-precision transcendentals, for BF16 precision: per element dec = expf(lower * sigmoid_ff(rate * (graw + dtBias))), per pair beta =
 // sigmoid_ff(braw); the decay rate exp(aLog[h]) stays exp_f, in double precision (once per pair, so

@@ -127,14 +127,20 @@ func (p *Plan) StateValuesPerToken() int64 {
 }
 
 // CarryValues bounds what the token-mixing ops carry between slices for one sequence of the given length:
-// the short convolutions' last inputs, KDA's state of every head, MLA's key latents and shared keys.
+// the short convolutions' last inputs, KDA's state of every head (and, for a backend that runs KDA in
+// chunks, up to KDACarryRows rows of its inputs since the last chunk start), MLA's key latents and shared
+// keys.
 func (p *Plan) CarryValues(seqLen int) int64 {
 	d := p.Dims()
 	conv := 3 * int64(max(d.ConvKernel-1, 0)) * int64(d.KDAWidth)
-	kda := int64(d.KDAHeads) * int64(d.KDAHeadDim) * int64(d.KDAHeadDim)
+	kda := int64(d.KDAHeads)*int64(d.KDAHeadDim)*int64(d.KDAHeadDim) + KDACarryRows*int64(4*d.KDAWidth+d.KDAHeads)
 	mla := int64(seqLen) * int64(d.KVLora+d.QKShared)
 	return conv + kda + mla
 }
+
+// KDACarryRows bounds the rows of KDA's inputs (q, k, v, graw and braw) a backend that runs KDA in chunks
+// carries from slice to slice: cuda's chunks of 16 rows (kernels/kda_chunk.cu) leave at most 15.
+const KDACarryRows = 15
 
 // PrefixValues bounds the transient values an MLA op of a slice holds for a sequence that began seqLen
 // rows before: its carried key latents expanded again to every head's keys and values (kv_b_proj's

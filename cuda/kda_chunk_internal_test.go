@@ -1,0 +1,88 @@
+package cuda
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/potato-k3/potato-k3/replay/ops"
+)
+
+// TestKDAChunkKernel: the chunked kernel runs in BF16 precision with the tensor cores at head widths 64 and
+// 128 and decay bounds down to -5 only; its shared memory lets two blocks of width 128 share an H200 SM (227 KiB). No GPU needed.
+func TestKDAChunkKernel(t *testing.T) {
+	for _, c := range []struct {
+		bf, tc bool
+		d      int
+		lower  float32
+		want   string
+	}{
+		{true, true, 128, -5, "k_kda_chunk_r128"}, {true, true, 64, -5, "k_kda_chunk_r64"}, {true, true, 128, -1, "k_kda_chunk_r128"},
+		{true, true, 128, -6, ""}, {true, true, 32, -5, ""}, {true, true, 48, -5, ""}, {true, false, 128, -5, ""},
+		{false, true, 128, -5, ""}, {false, false, 64, -5, ""},
+	} {
+		if got := kdaChunkKernelFor(c.bf, c.tc, c.d, c.lower); got != c.want {
+			t.Errorf("bf %v, tensor cores %v, width %d, lower %g: %q, want %q", c.bf, c.tc, c.d, c.lower, got, c.want)
+		}
+	}
+	if n := kdaChunkSmem(128); 2*n > 227*1024 {
+		t.Errorf("width 128: %d bytes of shared memory a block: two blocks do not fit an SM", n)
+	}
+}
+
+// TestKDAChunkSlices: the chunked kernel over slices of every size from 1 to 17 and a few past 2 chunks
+// (every residue of its 16-row chunks, boundaries inside and at chunk starts, a carry of pre rows that
+// itself holds pre rows) gives the unsliced output bit for bit, at width 128 and 64, 2 heads; and the
+// unsliced output is within KDA's BF16 tolerance of the CPU backend.
+func TestKDAChunkSlices(t *testing.T) {
+	b := testBackend(t, Options{Precision: ops.BF16})
+	l := ops.Layout{Starts: []int{0, 1, 16, 32, 49, 89, 189}} // sequences of 1, 15, 16, 17, 40, 100
+	rows := l.Tokens()
+	for _, d := range []int{128, 64} {
+		const heads = 2
+		if b.kdaChunkKernel(d, -5) == "" {
+			t.Skipf("no chunked kernel for width %d on this device", d)
+		}
+		in := newKDAInputs(t, b, rand.New(rand.NewPCG(uint64(d), 99)), rows, heads, d)
+		whole, err := kdaOn(b, in.dev, heads, l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkKDANear(t, fmt.Sprintf("d%d unsliced", d), whole, kdaCPU(t, ops.BF16, in, l), heads*d, true)
+		ch := heads * d
+		sizes := []int{31, 32, 33, 47, 100}
+		for n := 1; n <= 17; n++ {
+			sizes = append(sizes, n)
+		}
+		for _, n := range sizes {
+			slices := ops.CutSlices(l, n)
+			bounds := ops.SliceBounds(slices)
+			var carry ops.Carry
+			var got []float32
+			for j, sl := range slices {
+				x := in.rowsOf(t, b, bounds[j], bounds[j+1])
+				y, next, err := b.KDASlice(x[0], x[1], x[2], x[3], x[4], x[5], x[6], heads, -5, sl, carry)
+				for i := range 5 {
+					b.Free(x[i])
+				}
+				if err != nil {
+					t.Fatalf("d%d, slices of %d: slice %d (%v): %v", d, n, j, sl, err)
+				}
+				if carry != nil {
+					b.Free(carry)
+				}
+				carry = next
+				h, err := b.ToHost(y)
+				b.Free(y)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got = append(got, h...)
+			}
+			if i := firstDiff(got, whole); i >= 0 {
+				t.Errorf("d%d, slices of %d: row %d col %d differs from the unsliced output (%g, want %g)", d, n, i/ch, i%ch, got[i], whole[i])
+			}
+		}
+		in.free(b)
+	}
+}

@@ -1,0 +1,448 @@
+// kda_chunk.cu: KDA's gated delta rule (K3_SPEC.md 5.2 steps 3-6) in the chunked form, on the tensor cores,
+// for BF16 precision at head widths 64 and 128 (K3's 128). The plain loop it computes is the doc comment
+// of Backend.KDA (cuda/kda.go); cuda/kda.go's kdaChunk says when it runs instead of kda.cu's step kernels.
+//
+// The math (chunks of KC = 16 rows anchored at each sequence's start; S the state at a chunk's start, d x d,
+// key rows x value columns; rows t, s of the chunk; G_t = sum_{r <= t} g_r per channel, the log decay
+// from the chunk's start through row t; e^ applies per channel):
+//   Qt_t = qn_t e^G_t,  Kt_t = kn_t e^G_t,  Ki_t = kn_t e^-G_t,  Kh_t = kn_t e^(G_last - G_t)
+//   A[t][s] = beta_t Kt_t . Ki_s (s < t),   P[t][s] = Qt_t . Ki_s (s <= t)
+//   M = (I + A)^-1 diag(beta)  (forward substitution),  Wk = M Kt,  Wv = M V
+//   U = Wv - Wk S,  O = Qt S + P U,  S' = diag(e^G_last) S + Kh^T U
+// which is the step loop's S = diag(e^g) S; u = beta (v - S^T k); S += k u^T; o = S^T q unrolled over the
+// chunk (u_t = U[t]; replay/ops/opstest's refKDAChunked derives the same form with chunks of 64). With
+// g in (lower, 0) and lower = -5 the exponents stay within 16 * 5 = 80 of zero: e^+-80 is a normal float.
+//
+// Per block one (sequence, head): D/16 warps, 2D threads. Per chunk: the rows' prep (norms, gate, beta;
+// k_kda_prep_fast's formulas), the column scans and exponentials, A and P, M, Wk and Wv on the CUDA cores
+// in float32 (fused multiply-adds in ascending order); then the three products with the state on the
+// tensor cores (mma.sync m16n8k8 tf32, float32 accumulators): warp w keeps value columns 16w .. 16w+15
+// of S^T in its accumulator registers, and the accumulators of one product serve as the A operand of the
+// next (the k index within each group of 8 permuted so that the C layout is the A layout; the B operand
+// is read from shared memory in the same permutation). Each float32 operand is split into a tf32 high
+// part and a tf32 low part and each product takes three mma (lo*hi, hi*lo, hi*hi, in that order): the
+// products are float32 accurate, where one tf32 mma would leave 2^-11 of each (KDA_SPLIT 1 below).
+//
+// Every sum runs in an order fixed by D and the row's place in its chunk; chunks are anchored at the
+// sequence start; a row's output depends on the rows before it in its chunk only (rows past a sequence's
+// end are zero and meet zero coefficients). So a sequence's bits never depend on the wave, and a slice
+// boundary inside a chunk changes nothing: the slice hands on the state at the last chunk start and the
+// rows since (pre), and the next slice runs that chunk again from its start (cuda/slice.go).
+//
+// Versions (H200, 96 heads of 128; the step path k_kda_prep_fast + k_kda_fast_r128 in the same runs:
+// 31.0 ms at 16 x 4,096 tokens, 78.1 ms at 1 x 65,536; cuda/records/JOURNAL.md, runs 59-62):
+//   1. One block per (sequence, head), 2 blocks an SM, each chunk's rows loaded from global memory at
+//      its start: 32.8 ms and 75.1 ms (one tf32 mma a product: 26.7 and 64.2 ms, 4.2% of the outputs a
+//      bfloat16 ulp off the CPU backend, some by more: not kept). One block an SM (162 registers, no
+//      spills): 54.8 ms. Correct at once (layouts first checked in a float64 emulation of the fragments).
+//   2. The next chunk's rows staged in shared memory by cp.async while this chunk computes, the norms in
+//      single precision, e^-G as a reciprocal of e^G (16 exponentials a channel instead of 64), A and P
+//      with four partial sums: 30.5 and 63.3 ms. Clock profile of a chunk (thread 0 of a block; 29,800
+//      cycles at 1 x 65,536): rows 14%, columns 12%, A and P 18%, M 7%, W 5%, the products 45%; 48 bytes
+//      of spills a thread (128 registers for 2 blocks an SM; the state alone takes 64).
+//   3. (this file) Phases 2 and 5 hold four rows at a time instead of sixteen beside the state.
+#include "common.cuh"
+
+#define KC 16  // rows a chunk
+
+// tf32 is x rounded to tf32 (round to nearest, ties away), as the mma's operand bits.
+__device__ __forceinline__ u32 tf32(float x) {
+    u32 r;
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+    return r;
+}
+
+// mma_tf32 is d += a b for one m16n8k8 tile (a: 4 registers, b: 2).
+__device__ __forceinline__ void mma_tf32(float* d, const u32* a, const u32* b) {
+    asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// frag is an mma operand of n values split into tf32 parts: hi = tf32(x), lo = tf32(x - hi) (SPLIT 3), or
+// hi alone (SPLIT 1).
+template <int N, int SPLIT>
+struct frag {
+    u32 hi[N], lo[N];
+    __device__ __forceinline__ void set(const float* x) {
+#pragma unroll
+        for (int i = 0; i < N; i++) {
+            hi[i] = tf32(x[i]);
+            if (SPLIT == 3) lo[i] = tf32(__fsub_rn(x[i], __uint_as_float(hi[i])));
+        }
+    }
+};
+
+// mma_split is d += a b with a and b split: lo*hi, hi*lo, hi*hi (SPLIT 3), or hi*hi.
+template <int SPLIT>
+__device__ __forceinline__ void mma_split(float* d, const frag<4, SPLIT>& a, const frag<2, SPLIT>& b) {
+    if (SPLIT == 3) {
+        mma_tf32(d, a.lo, b.hi);
+        mma_tf32(d, a.hi, b.lo);
+    }
+    mma_tf32(d, a.hi, b.hi);
+}
+
+// cp16 copies 16 bytes from global src to shared dst asynchronously (cp.async, L2 only), or writes 16 zero
+// bytes when !ok (src is then not read).
+__device__ __forceinline__ void cp16(float* dst, const float* src, bool ok) {
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(ok ? 16 : 0));
+}
+// cp4 is cp16 for 4 bytes (through L1: .cg takes 16 only).
+__device__ __forceinline__ void cp4(float* dst, const float* src, bool ok) {
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(d), "l"(src), "r"(ok ? 4 : 0));
+}
+__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;"); }
+__device__ __forceinline__ void cp_wait_all() { asm volatile("cp.async.wait_group 0;" ::: "memory"); }
+
+// kda_chunk_smem is the dynamic shared memory of kda_chunk<D>, in floats (each array a multiple of 4 floats,
+// so that every one starts 16-byte aligned).
+__host__ __device__ constexpr int kda_chunk_ldw(int D) { return D + 8; }  // 8 mod 32: conflict-free float2 B loads
+__host__ __device__ constexpr int kda_chunk_ldk(int D) { return D + 4; }  // 4 mod 32: conflict-free float4 row loads
+#define KDA_LDT 24  // transposed arrays (D rows of KC): 24 mod 32, conflict-free float2 B loads
+#define KDA_LDP 24
+#define KDA_LDA 20
+__host__ __device__ constexpr int kda_chunk_smem(int D) {
+    return 2 * KC * kda_chunk_ldw(D)    // sWQ: Wk rows, then Qt rows
+           + 2 * KC * kda_chunk_ldk(D)  // sKt, sKi
+           + 2 * KC * D                 // sV, sG
+           + 2 * D * KDA_LDT            // sWvT, sKhT
+           + KC * KDA_LDP               // sP
+           + 2 * KC * KDA_LDA           // sA, sM
+           + 2 * KC * D                 // sRq, sRk: the next chunk's q and k rows, staged
+           + KC + KC + D;               // sRb (its braw), sBeta, sGam
+}
+
+// kda_chunk: see the file's header. Arguments as kda.cu's recurrence kernels, with the raw inputs (q, k, v,
+// graw rows x heads*D; braw rows x heads; aLog; dtBias 1 x heads*D) in place of the prep's outputs, and
+// npre rows carried from the slice before (pq, pk, pv, pg: npre x heads*D; pb: npre x heads) that
+// sequence 0 continues: its chunk grid starts npre rows before row 0. fin receives the last sequence's
+// state at its last chunk start (the rows after it are the next carry's pre rows).
+// Launch: blockDim 2D, gridDim (sequences, heads), kda_chunk_smem(D) * 4 bytes of dynamic shared memory.
+template <int D, int SPLIT, bool PROF = false>
+__device__ __forceinline__ void kda_chunk(float* __restrict__ out, const float* __restrict__ q, const float* __restrict__ k,
+                                          const float* __restrict__ v, const float* __restrict__ graw,
+                                          const float* __restrict__ braw, const float* __restrict__ aLog,
+                                          const float* __restrict__ dtBias, const int* __restrict__ starts, int heads,
+                                          float lower, float scale, int bf, const float* __restrict__ init,
+                                          float* __restrict__ fin, const float* __restrict__ pq,
+                                          const float* __restrict__ pk, const float* __restrict__ pv,
+                                          const float* __restrict__ pg, const float* __restrict__ pb, int npre,
+                                          long long* prof = nullptr) {
+    constexpr int NW = D / 16, NT = 32 * NW, LDW = kda_chunk_ldw(D), LDK = kda_chunk_ldk(D);
+    constexpr int CL = D / 32;  // channels a lane in the row prep
+    extern __shared__ float4 smem4[];
+    float* sWQ = (float*)smem4;
+    float* sQt = sWQ + KC * LDW;
+    float* sKt = sWQ + 2 * KC * LDW;
+    float* sKi = sKt + KC * LDK;
+    float* sV = sKi + KC * LDK;
+    float* sG = sV + KC * D;
+    float* sWvT = sG + KC * D;
+    float* sKhT = sWvT + D * KDA_LDT;
+    float* sP = sKhT + D * KDA_LDT;
+    float* sA = sP + KC * KDA_LDP;
+    float* sM = sA + KC * KDA_LDA;
+    float* sRq = sM + KC * KDA_LDA;
+    float* sRk = sRq + KC * D;
+    float* sRb = sRk + KC * D;
+    float* sBeta = sRb + KC;
+    float* sGam = sBeta + KC;
+
+    const int s = blockIdx.x, h = blockIdx.y, tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int gid = lane >> 2, tig = lane & 3;
+    const i64 ch = (i64)heads * D, hoff = (i64)h * D;
+    const i64 first = starts[s], end = starts[s + 1];
+    const int np = s == 0 ? npre : 0;
+    const i64 vs = first - np;  // the chunk grid's anchor: the sequence's start
+    const float rate = exp_f(aLog[h]);
+    float dtb[CL];
+#pragma unroll
+    for (int i = 0; i < CL; i++) dtb[i] = dtBias[hoff + lane + 32 * i];
+
+    // stage(c0, part) copies rows c0 .. c0+KC-1 of the sequence (pre rows before first, zeros past end)
+    // into shared memory with cp.async: part 0 q, k (sRq, sRk), graw (sG), braw (sRb); part 1 v (sV)
+    auto stage = [&](i64 c0, int part) {
+        constexpr int per = D / 4;  // 16-byte pieces a row
+        const int arrays = part == 0 ? 3 : 1;
+        for (int p = tid; p < arrays * KC * per; p += NT) {
+            const int a = p / (KC * per), t = p / per % KC, j = p % per;
+            const i64 r = c0 + t;
+            const bool ok = r < end, old = r < first;
+            const i64 row = old ? r - vs : r;
+            const float* base = part == 1 ? (old ? pv : v) : a == 0 ? (old ? pq : q) : a == 1 ? (old ? pk : k) : (old ? pg : graw);
+            float* dst = (part == 1 ? sV : a == 0 ? sRq : a == 1 ? sRk : sG) + t * D + 4 * j;
+            cp16(dst, ok ? base + row * ch + hoff + 4 * j : q, ok);
+        }
+        if (part == 0 && tid < KC) {
+            const i64 r = c0 + tid;
+            const bool ok = r < end, old = r < first;
+            cp4(sRb + tid, ok ? (old ? pb + (r - vs) * heads + h : braw + r * heads + h) : braw, ok);
+        }
+        cp_commit();
+    };
+    stage(vs, 0);
+    stage(vs, 1);
+
+    // S^T in the accumulator layout: st[j][e] = S[dk][dv], dv = 16 warp + gid (+8 for e = 2, 3),
+    // dk = 8j + 2 tig (+1 for e = 1, 3)
+    float st[D / 8][4];
+    const float* S0 = init != nullptr && s == 0 ? init + hoff * D : nullptr;
+    const int dv0 = 16 * warp + gid;
+#pragma unroll
+    for (int j = 0; j < D / 8; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            st[j][e] = S0 != nullptr ? S0[(8 * j + 2 * tig + (e & 1)) * D + dv0 + (e & 2) * 4] : 0.0f;
+
+    long long pt[8] = {0, 0, 0, 0, 0, 0, 0, 0}, tm = PROF ? clock64() : 0;
+    // mark(i): with PROF, thread 0 adds the clock since the last mark to phase i (a phase ends at a barrier)
+    auto mark = [&](int i) {
+        if (PROF && tid == 0) {
+            long long c = clock64();
+            pt[i] += c - tm;
+            tm = c;
+        }
+    };
+    mark(7);
+    for (i64 r0 = vs; r0 < end; r0 += KC) {
+        const int n = (int)min((i64)KC, end - r0);
+        cp_wait_all();
+        __syncthreads();  // the chunk before is done with shared memory, this chunk's rows are staged
+        mark(6);
+
+        // 1. rows: qn, kn, g, beta (zero past the sequence's end; v stays as staged)
+        for (int t = warp; t < KC; t += NW) {
+            const bool valid = t < n;
+            float qv[CL], kv[CL], sq = 0.0f, sk = 0.0f;
+#pragma unroll
+            for (int i = 0; i < CL; i++) {
+                const int c = lane + 32 * i;
+                qv[i] = sRq[t * D + c];
+                kv[i] = sRk[t * D + c];
+                sq = __fadd_rn(sq, __fmul_rn(qv[i], qv[i]));
+                sk = __fadd_rn(sk, __fmul_rn(kv[i], kv[i]));
+            }
+            const float qinv = __frsqrt_rn(__fadd_rn(warp_sum(sq), 1e-6f));
+            const float kinv = __frsqrt_rn(__fadd_rn(warp_sum(sk), 1e-6f));
+#pragma unroll
+            for (int i = 0; i < CL; i++) {
+                const int c = lane + 32 * i;
+                sQt[t * LDW + c] = __fmul_rn(__fmul_rn(qv[i], qinv), scale);
+                sKt[t * LDK + c] = __fmul_rn(kv[i], kinv);
+                const float gr = sG[t * D + c];
+                sG[t * D + c] = valid ? __fmul_rn(lower, sigmoid_ff(__fmul_rn(rate, __fadd_rn(gr, dtb[i])))) : 0.0f;
+            }
+            if (lane == 0) sBeta[t] = valid ? sigmoid_ff(sRb[t]) : 0.0f;
+        }
+        __syncthreads();
+        mark(0);
+
+        // 2. per channel: G (ascending rows, in place of g), the scaled rows, e^G_last (four rows at a time,
+        // so that a thread holds few values beside the state)
+        if (tid < D) {
+            const int c = tid;
+            float acc = 0.0f;
+#pragma unroll
+            for (int t = 0; t < KC; t++) {
+                acc = __fadd_rn(acc, sG[t * D + c]);
+                sG[t * D + c] = acc;
+            }
+            const float gam = expf(acc);
+            sGam[c] = gam;
+#pragma unroll
+            for (int m = 0; m < KC / 4; m++) {
+                float kh[4];
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    const int t = 4 * m + i;
+                    const float kn = sKt[t * LDK + c];
+                    const float e = expf(sG[t * D + c]), ei = __frcp_rn(e);  // e >= e^(16 lower): a normal float
+                    sQt[t * LDW + c] = __fmul_rn(sQt[t * LDW + c], e);
+                    sKt[t * LDK + c] = __fmul_rn(kn, e);
+                    sKi[t * LDK + c] = __fmul_rn(kn, ei);
+                    kh[i] = __fmul_rn(kn, __fmul_rn(gam, ei));
+                }
+                *(float4*)(sKhT + c * KDA_LDT + 4 * m) = make_float4(kh[0], kh[1], kh[2], kh[3]);
+            }
+        }
+        __syncthreads();
+        mark(1);
+        if (r0 + KC < end) stage(r0 + KC, 0);  // sRq, sRk, sG, sRb are free until the next chunk
+
+        // 3. A and P, one (t, s) pair a thread at a time, d ascending in fours
+        for (int p = tid; p < KC * KC; p += NT) {
+            const int t = p / KC, j = p % KC;
+            const float4* kt = (const float4*)(sKt + t * LDK);
+            const float4* ki = (const float4*)(sKi + j * LDK);
+            const float4* qt = (const float4*)(sQt + t * LDW);
+            float4 a = make_float4(0.0f, 0.0f, 0.0f, 0.0f), pp = a;  // a sum per component of d mod 4
+#pragma unroll 8
+            for (int d4 = 0; d4 < D / 4; d4++) {
+                const float4 x = ki[d4], y = kt[d4], z = qt[d4];
+                a.x = __fmaf_rn(y.x, x.x, a.x), a.y = __fmaf_rn(y.y, x.y, a.y), a.z = __fmaf_rn(y.z, x.z, a.z), a.w = __fmaf_rn(y.w, x.w, a.w);
+                pp.x = __fmaf_rn(z.x, x.x, pp.x), pp.y = __fmaf_rn(z.y, x.y, pp.y), pp.z = __fmaf_rn(z.z, x.z, pp.z),
+                pp.w = __fmaf_rn(z.w, x.w, pp.w);
+            }
+            const float as = __fadd_rn(__fadd_rn(a.x, a.y), __fadd_rn(a.z, a.w));
+            const float ps = __fadd_rn(__fadd_rn(pp.x, pp.y), __fadd_rn(pp.z, pp.w));
+            sA[t * KDA_LDA + j] = j < t ? __fmul_rn(sBeta[t], as) : 0.0f;
+            sP[t * KDA_LDP + j] = j <= t ? ps : 0.0f;
+        }
+        __syncthreads();
+        mark(2);
+
+        // 4. M = (I + A)^-1 diag(beta): column j of the inverse by forward substitution (lane j)
+        if (tid < KC) {
+            const int j = tid;
+            float x[KC];
+#pragma unroll
+            for (int t = 0; t < KC; t++) {
+                float acc = 0.0f;
+#pragma unroll
+                for (int u = 0; u < t; u++) acc = __fmaf_rn(sA[t * KDA_LDA + u], x[u], acc);
+                x[t] = t < j ? 0.0f : (t == j ? 1.0f : -acc);
+            }
+            const float bj = sBeta[j];
+#pragma unroll
+            for (int t = 0; t < KC; t++) sM[t * KDA_LDA + j] = __fmul_rn(x[t], bj);
+        }
+        __syncthreads();
+        mark(3);
+
+        // 5. Wk = M Kt (into sWQ's first rows), Wv = M V (transposed), a column a thread, four rows at a time
+        {
+            const bool isk = tid < D;
+            const int c = isk ? tid : tid - D;
+            float x[KC];
+#pragma unroll
+            for (int r = 0; r < KC; r++) x[r] = isk ? sKt[r * LDK + c] : sV[r * D + c];
+#pragma unroll
+            for (int m = 0; m < KC / 4; m++) {
+                float w[4];
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    const int t = 4 * m + i;
+                    float acc = 0.0f;
+#pragma unroll
+                    for (int r = 0; r <= t; r++) acc = __fmaf_rn(sM[t * KDA_LDA + r], x[r], acc);
+                    w[i] = acc;
+                }
+                if (isk) {
+#pragma unroll
+                    for (int i = 0; i < 4; i++) sWQ[(4 * m + i) * LDW + c] = w[i];
+                } else {
+                    *(float4*)(sWvT + c * KDA_LDT + 4 * m) = make_float4(w[0], w[1], w[2], w[3]);
+                }
+            }
+        }
+        __syncthreads();
+        mark(4);
+        if (r0 + KC < end) stage(r0 + KC, 1);  // sV is free until the next chunk
+
+        // 6. X^T = S^T [Wk; Qt]^T: 16 value rows x 32 chunk columns (Wk rows 0-15, Qt rows 16-31)
+        float x[4][4];
+#pragma unroll
+        for (int nt = 0; nt < 4; nt++) x[nt][0] = x[nt][1] = x[nt][2] = x[nt][3] = 0.0f;
+#pragma unroll
+        for (int j = 0; j < D / 8; j++) {
+            const float av[4] = {st[j][0], st[j][2], st[j][1], st[j][3]};
+            frag<4, SPLIT> a;
+            a.set(av);
+#pragma unroll
+            for (int nt = 0; nt < 4; nt++) {
+                const float2 bv = *(const float2*)(sWQ + (8 * nt + gid) * LDW + 8 * j + 2 * tig);
+                const float bb[2] = {bv.x, bv.y};
+                frag<2, SPLIT> b;
+                b.set(bb);
+                mma_split<SPLIT>(x[nt], a, b);
+            }
+        }
+        // U^T = Wv^T - Xk^T, as the A operand of the next two products (k: chunk rows)
+        frag<4, SPLIT> ua[2];
+#pragma unroll
+        for (int kk = 0; kk < 2; kk++) {
+            const float2 w0 = *(const float2*)(sWvT + dv0 * KDA_LDT + 8 * kk + 2 * tig);
+            const float2 w1 = *(const float2*)(sWvT + (dv0 + 8) * KDA_LDT + 8 * kk + 2 * tig);
+            const float u[4] = {__fsub_rn(w0.x, x[kk][0]), __fsub_rn(w1.x, x[kk][2]), __fsub_rn(w0.y, x[kk][1]),
+                                __fsub_rn(w1.y, x[kk][3])};
+            ua[kk].set(u);
+        }
+        // O^T = Xq^T + U^T P^T, written rounded
+#pragma unroll
+        for (int nt = 0; nt < 2; nt++) {
+#pragma unroll
+            for (int kk = 0; kk < 2; kk++) {
+                const float2 pv2 = *(const float2*)(sP + (8 * nt + gid) * KDA_LDP + 8 * kk + 2 * tig);
+                const float bb[2] = {pv2.x, pv2.y};
+                frag<2, SPLIT> b;
+                b.set(bb);
+                mma_split<SPLIT>(x[2 + nt], ua[kk], b);
+            }
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int t = 8 * nt + 2 * tig + (e & 1);
+                const i64 r = r0 + t;
+                if (t < n && r >= first) out[r * ch + hoff + dv0 + (e & 2) * 4] = rnd(x[2 + nt][e], bf);
+            }
+        }
+        // S^T = S^T diag(e^G_last) + U^T Kh, after a whole chunk only (a partial one is run again, whole,
+        // by the next slice)
+        if (n == KC) {
+#pragma unroll
+            for (int j = 0; j < D / 8; j++) {
+                const float g0 = sGam[8 * j + 2 * tig], g1 = sGam[8 * j + 2 * tig + 1];
+                st[j][0] = __fmul_rn(st[j][0], g0), st[j][1] = __fmul_rn(st[j][1], g1);
+                st[j][2] = __fmul_rn(st[j][2], g0), st[j][3] = __fmul_rn(st[j][3], g1);
+#pragma unroll
+                for (int kk = 0; kk < 2; kk++) {
+                    const float2 kv2 = *(const float2*)(sKhT + (8 * j + gid) * KDA_LDT + 8 * kk + 2 * tig);
+                    const float bb[2] = {kv2.x, kv2.y};
+                    frag<2, SPLIT> b;
+                    b.set(bb);
+                    mma_split<SPLIT>(st[j], ua[kk], b);
+                }
+            }
+        }
+        mark(5);
+    }
+    cp_wait_all();  // no copy left in flight (the stage of a chunk past the end is never issued, but an empty sequence's is)
+    if (PROF && tid == 0)
+        for (int i = 0; i < 8; i++) atomicAdd((unsigned long long*)prof + i, (unsigned long long)pt[i]);
+    if (fin != nullptr && s == (int)gridDim.x - 1) {  // the last sequence goes on in the next slice
+        float* S1 = fin + hoff * D;
+#pragma unroll
+        for (int j = 0; j < D / 8; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) S1[(8 * j + 2 * tig + (e & 1)) * D + dv0 + (e & 2) * 4] = st[j][e];
+    }
+}
+
+// KDA_CHUNK(name, D, SPLIT, blocks) defines the extern "C" kernel name that runs kda_chunk<D, SPLIT> with 2D
+// threads a block and __launch_bounds__ for blocks blocks an SM.
+#define KDA_CHUNK(name, D, SPLIT, blocks)                                                                          \
+    extern "C" __global__ void __launch_bounds__(2 * D, blocks)                                                    \
+        name(float* out, const float* q, const float* k, const float* v, const float* graw, const float* braw,     \
+             const float* aLog, const float* dtBias, const int* starts, int heads, float lower, float scale, int bf, \
+             const float* init, float* fin, const float* pq, const float* pk, const float* pv, const float* pg,   \
+             const float* pb, int npre) {                                                                          \
+        kda_chunk<D, SPLIT>(out, q, k, v, graw, braw, aLog, dtBias, starts, heads, lower, scale, bf, init, fin, pq, \
+                            pk, pv, pg, pb, npre);                                                                 \
+    }
+KDA_CHUNK(k_kda_chunk_r128, 128, 3, 2)
+KDA_CHUNK(k_kda_chunk_r64, 64, 3, 4)
+// one tf32 mma a product (2^-11 of each product left): timed beside the split form (TestKDATiming)
+KDA_CHUNK(k_kda_chunk1_r128, 128, 1, 2)
+// k_kda_chunk_prof_r128 is k_kda_chunk_r128 with thread 0 of each block adding its clock cycles per phase
+// to prof[0..7] (rows, columns, A and P, M, W, products, chunk start barrier, before the loop): timing only.
+extern "C" __global__ void __launch_bounds__(256, 2)
+    k_kda_chunk_prof_r128(float* out, const float* q, const float* k, const float* v, const float* graw, const float* braw,
+                          const float* aLog, const float* dtBias, const int* starts, int heads, float lower, float scale,
+                          int bf, const float* init, float* fin, const float* pq, const float* pk, const float* pv,
+                          const float* pg, const float* pb, int npre, long long* prof) {
+    kda_chunk<128, 3, true>(out, q, k, v, graw, braw, aLog, dtBias, starts, heads, lower, scale, bf, init, fin, pq, pk, pv,
+                            pg, pb, npre, prof);
+}
