@@ -305,7 +305,7 @@ func (b *Backend) start(images map[string][]byte, lt *bind.CuBLASLt) error {
 		return err
 	}
 	// Kernels with more than 48 KiB of dynamic shared memory must opt in.
-	for _, k := range []string{"k_kda_exact", "k_mla", "k_kda_chunk_r128", "k_kda_chunk_r64", "k_kda_chunk1_r128", "k_kda_chunk_prof_r128"} {
+	for _, k := range []string{"k_kda_exact", "k_mla", "k_kda_chunk_r128", "k_kda_chunk_r64", "k_kda_chunk_prof_r128"} {
 		if err := d.Check("cuFuncSetAttribute("+k+", max dynamic shared memory)",
 			bind.Call(d.CuFuncSetAttribute, b.fn(k), bind.FuncAttrMaxDynamicSharedBytes, uintptr(b.info.MaxSharedOptin))); err != nil {
 			b.release()

@@ -36,7 +36,7 @@ var kernelFiles = []kernelFile{
 	{"experts_wg.cu", []string{"k_experts_gateup_wg", "k_experts_down_wg", "k_experts_gateup_wg_nodec", "k_experts_down_wg_nodec"}},
 	{"kda.cu", []string{"k_shortconv", "k_shortconv4", "k_kda_prep_exact", "k_kda_prep_fast",
 		"k_kda_exact", "k_kda_exact_r32", "k_kda_exact_r64", "k_kda_exact_r128", "k_kda_fast_r64", "k_kda_fast_r128"}},
-	{"kda_chunk.cu", []string{"k_kda_chunk_r128", "k_kda_chunk_r64", "k_kda_chunk1_r128", "k_kda_chunk_prof_r128"}},
+	{"kda_chunk.cu", []string{"k_kda_chunk_r128", "k_kda_chunk_r64", "k_kda_chunk_prof_r128"}},
 	{"mla.cu", []string{"k_mla"}},
 	{"mla_tc.cu", []string{"k_mla_prep", "k_mla_tc_64_64", "k_mla_tc_128_128", "k_mla_tc_192_128"}},
 	{"route.cu", []string{"k_route_topk", "k_route_topk_v2"}},

@@ -1,6 +1,6 @@
 // kda_chunk.cu: KDA's gated delta rule (K3_SPEC.md 5.2 steps 3-6) in the chunked form, on the tensor cores,
 // for BF16 precision at head widths 64 and 128 (K3's 128). The plain loop it computes is the doc comment
-// of Backend.KDA (cuda/kda.go); cuda/kda.go's kdaChunk says when it runs instead of kda.cu's step kernels.
+// of Backend.KDA (cuda/kda.go); cuda/kda.go's kdaChunkKernel says when it runs instead of kda.cu's step kernels.
 //
 // The math (chunks of KC = 16 rows anchored at each sequence's start; S the state at a chunk's start, d x d,
 // key rows x value columns; rows t, s of the chunk; G_t = sum_{r <= t} g_r per channel, the log decay
@@ -14,14 +14,15 @@
 // g in (lower, 0) and lower = -5 the exponents stay within 16 * 5 = 80 of zero: e^+-80 is a normal float.
 //
 // Per block one (sequence, head): D/16 warps, 2D threads. Per chunk: the rows' prep (norms, gate, beta;
-// k_kda_prep_fast's formulas), the column scans and exponentials, A and P, M, Wk and Wv on the CUDA cores
+// k_kda_prep_fast's formulas, the norms in single precision), the column scans and exponentials, A and P, M, Wk and Wv on the CUDA cores
 // in float32 (fused multiply-adds in ascending order); then the three products with the state on the
 // tensor cores (mma.sync m16n8k8 tf32, float32 accumulators): warp w keeps value columns 16w .. 16w+15
 // of S^T in its accumulator registers, and the accumulators of one product serve as the A operand of the
 // next (the k index within each group of 8 permuted so that the C layout is the A layout; the B operand
 // is read from shared memory in the same permutation). Each float32 operand is split into a tf32 high
 // part and a tf32 low part and each product takes three mma (lo*hi, hi*lo, hi*hi, in that order): the
-// products are float32 accurate, where one tf32 mma would leave 2^-11 of each (KDA_SPLIT 1 below).
+// products are float32 accurate, where one tf32 mma would leave 2^-10 of each (SPLIT 1, the template's
+// other option: version 4 below).
 //
 // Every sum runs in an order fixed by D and the row's place in its chunk; chunks are anchored at the
 // sequence start; a row's output depends on the rows before it in its chunk only (rows past a sequence's
@@ -30,7 +31,7 @@
 // rows since (pre), and the next slice runs that chunk again from its start (cuda/slice.go).
 //
 // Versions (H200, 96 heads of 128; the step path k_kda_prep_fast + k_kda_fast_r128 in the same runs:
-// 31.0 ms at 16 x 4,096 tokens, 78.1 ms at 1 x 65,536; cuda/records/JOURNAL.md, runs 59-62):
+// 31.0 ms at 16 x 4,096 tokens, 78.1 ms at 1 x 65,536; cuda/records/JOURNAL.md, runs 59-64):
 //   1. One block per (sequence, head), 2 blocks an SM, each chunk's rows loaded from global memory at
 //      its start: 32.8 ms and 75.1 ms (one tf32 mma a product: 26.7 and 64.2 ms, 4.2% of the outputs a
 //      bfloat16 ulp off the CPU backend, some by more: not kept). One block an SM (162 registers, no
@@ -40,17 +41,20 @@
 //      with four partial sums: 30.5 and 63.3 ms. Clock profile of a chunk (thread 0 of a block; 29,800
 //      cycles at 1 x 65,536): rows 14%, columns 12%, A and P 18%, M 7%, W 5%, the products 45%; 48 bytes
 //      of spills a thread (128 registers for 2 blocks an SM; the state alone takes 64).
-//   3. (this file) Phases 2 and 5 hold four rows at a time instead of sixteen beside the state.
+//   3. Phases 2 and 5 hold four rows at a time instead of sixteen beside the state (32 bytes of spills
+//      left): 28.8 and 59.6 ms; profile as version 2 (the products 46%). In the k3-layer bench at
+//      262,144 tokens (64 x 4,096, 4 slices) 141 ms a kda+moe layer against the step path's 147 (run 62).
+//   4. (this file) The split by clearing the low mantissa bits instead of three cvt.rna.tf32 a value:
+//      24.6 and 52.9 ms (1.26x and 1.47x the step path), the products 35% of a chunk's 25,300 cycles;
+//      0.006% of the outputs one ulp off the exact path (run 63). The one-mma form (SPLIT 1, the operands'
+//      bits truncated by the tensor cores) is 17.9 and 40.6 ms but leaves 9% of the outputs off, some by
+//      several ulps: kept only as the template's option, not instantiated.
+//   Next: producer warps running the next chunk's CUDA-core phases while consumer warps run this chunk's
+//   products (the phases now add up: rows 16%, columns 12%, A and P 22%, M 8%, W 6%); the short
+//   convolution and the gated output norm fused in.
 #include "common.cuh"
 
 #define KC 16  // rows a chunk
-
-// tf32 is x rounded to tf32 (round to nearest, ties away), as the mma's operand bits.
-__device__ __forceinline__ u32 tf32(float x) {
-    u32 r;
-    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
-    return r;
-}
 
 // mma_tf32 is d += a b for one m16n8k8 tile (a: 4 registers, b: 2).
 __device__ __forceinline__ void mma_tf32(float* d, const u32* a, const u32* b) {
@@ -60,16 +64,19 @@ __device__ __forceinline__ void mma_tf32(float* d, const u32* a, const u32* b) {
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
-// frag is an mma operand of n values split into tf32 parts: hi = tf32(x), lo = tf32(x - hi) (SPLIT 3), or
-// hi alone (SPLIT 1).
+// frag is an mma operand of n values split into tf32 parts: hi = x with its low 13 mantissa bits cleared
+// (exact in tf32), lo = x - hi (exact in float32), passed as float32 bits: the tensor cores read the top
+// 19 bits of a tf32 operand, so lo loses at most 2^-10 of itself and hi + lo is x within 2^-21 (SPLIT 3);
+// or x's bits alone, truncated by the tensor cores to 2^-10 (SPLIT 1). Clearing bits replaces version
+// 3's cvt.rna.tf32.f32 conversions (three a value).
 template <int N, int SPLIT>
 struct frag {
     u32 hi[N], lo[N];
     __device__ __forceinline__ void set(const float* x) {
 #pragma unroll
         for (int i = 0; i < N; i++) {
-            hi[i] = tf32(x[i]);
-            if (SPLIT == 3) lo[i] = tf32(__fsub_rn(x[i], __uint_as_float(hi[i])));
+            hi[i] = SPLIT == 3 ? __float_as_uint(x[i]) & 0xffffe000u : __float_as_uint(x[i]);
+            if (SPLIT == 3) lo[i] = __float_as_uint(__fsub_rn(x[i], __uint_as_float(hi[i])));
         }
     }
 };
@@ -434,8 +441,6 @@ __device__ __forceinline__ void kda_chunk(float* __restrict__ out, const float* 
     }
 KDA_CHUNK(k_kda_chunk_r128, 128, 3, 2)
 KDA_CHUNK(k_kda_chunk_r64, 64, 3, 4)
-// one tf32 mma a product (2^-11 of each product left): timed beside the split form (TestKDATiming)
-KDA_CHUNK(k_kda_chunk1_r128, 128, 1, 2)
 // k_kda_chunk_prof_r128 is k_kda_chunk_r128 with thread 0 of each block adding its clock cycles per phase
 // to prof[0..7] (rows, columns, A and P, M, W, products, chunk start barrier, before the loop): timing only.
 extern "C" __global__ void __launch_bounds__(256, 2)
