@@ -238,7 +238,8 @@ func TestKDARecurrenceKernel(t *testing.T) {
 }
 
 // TestKDAAgainstCPU: KDA against the CPU backend over sequences with tails (1, 63, 64, 65, 129 rows in
-// one layout), head widths 128 and 64 (BF16: k_kda_fast_rD), 32 (k_kda_exact_r32) and 48 (k_kda_exact),
+// one layout), head widths 128 and 64 (BF16: the chunked k_kda_chunk_rD on the tensor cores; FP32:
+// k_kda_exact_rD), 32 (k_kda_exact_r32) and 48 (k_kda_exact),
 // one and three heads, in both precisions: within kdaTol (FP32: the CPU bits but for rare libm
 // differences; BF16: at most one bfloat16 ulp on at most 1% of the values); and every sequence's output
 // is the same alone as inside the wave, bit for bit.
