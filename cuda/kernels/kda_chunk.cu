@@ -66,7 +66,8 @@ __device__ __forceinline__ void mma_tf32(float* d, const u32* a, const u32* b) {
 
 // frag is an mma operand of n values split into tf32 parts: hi = x with its low 13 mantissa bits cleared
 // (exact in tf32), lo = x - hi (exact in float32), passed as float32 bits: the tensor cores read the top
-// 19 bits of a tf32 operand, so lo loses at most 2^-10 of itself and hi + lo is x within 2^-21 (SPLIT 3);
+// 19 bits of a tf32 operand, so lo (below 2^-10 of x) loses at most 2^-10 of itself and the two parts
+// are x within 2^-20 of it (SPLIT 3);
 // or x's bits alone, truncated by the tensor cores to 2^-10 (SPLIT 1). Clearing bits replaces version
 // 3's cvt.rna.tf32.f32 conversions (three a value).
 template <int N, int SPLIT>
