@@ -186,7 +186,8 @@ func (b *Backend) kda(q, k, v, graw, braw ops.Tensor, aLog, dtBias ops.Tensor, h
 		npre = pre[0].rows
 		for i, p := range pre {
 			if want := ts[i].cols; chunk == "" || len(pre) != 5 || p.rows != npre || p.cols != want || npre >= kdaChunkRows {
-				return nil, nil, shapeErr(op, "carried rows %d: %v with kernel %q: want %d of at most %d rows x %d", i, p, chunk, len(pre), kdaChunkRows-1, want)
+				return nil, nil, shapeErr(op, "carried row tensor %d of %d: %v with kernel %q: want 5 tensors (q, k, v, graw, braw) of the same rows, at most %d, and %d columns",
+					i, len(pre), p, chunk, kdaChunkRows-1, want)
 			}
 		}
 	}

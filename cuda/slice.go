@@ -26,8 +26,10 @@ import (
 
 // carry is the CUDA backend's ops.Carry.
 type carry struct {
-	op    string
-	t     []*Tensor // conv: the last inputs [rows x ch]; KDA: the state [heads*d x d] (chunked: then q, k, v, graw, braw rows); MLA: latent, ks
+	op string
+	// conv: the last inputs [rows x ch]; KDA: the state [heads*d x d], with the chunked kernel then the
+	// rows since its chunk start (q, k, v, graw, braw; none when whole chunks); MLA: latent, ks
+	t     []*Tensor
 	freed bool
 }
 
