@@ -74,6 +74,7 @@ type ltShape struct {
 	config ltConfig
 	out    uintptr // the output's type: bind.R32F or bind.R16BF
 	why    string  // when !ok: the reason
+	tuned  bool    // ltTune ran (cublaslt_tune.go): algo is the fastest valid configuration
 }
 
 // outBytes is the size of one output element.
@@ -94,11 +95,20 @@ type ltConfig struct {
 	ReductionMask                            bool   // the heuristic was filtered by the NONE mask
 	ProbeN                                   []int  // the row counts it was checked at
 	Workspace                                uint64 // the most workspace AlgoCheck asked for over them
+	Tuned                                    string // how ltTune chose it (empty: the heuristic's first)
 }
 
 func (c ltConfig) String() string {
 	return fmt.Sprintf("algo %d, tile id %d, stages id %d, split-K %d, reduction %d, swizzle %d, custom %d, inner shape %d, cluster shape %d, waves %.2f at n=%d (result %d of %d, reduction mask NONE %v), valid at n=%v with %d bytes of workspace",
-		c.ID, c.Tile, c.Stages, c.SplitK, c.Reduction, c.Swizzle, c.Custom, c.InnerShape, c.ClusterShape, c.Waves, ltRepN, c.Index+1, c.Candidates, c.ReductionMask, c.ProbeN, c.Workspace)
+		c.ID, c.Tile, c.Stages, c.SplitK, c.Reduction, c.Swizzle, c.Custom, c.InnerShape, c.ClusterShape, c.Waves, ltRepN, c.Index+1, c.Candidates, c.ReductionMask, c.ProbeN, c.Workspace) + c.tunedNote()
+}
+
+// tunedNote is ", tuned: <how>" for a tuned configuration, else empty.
+func (c ltConfig) tunedNote() string {
+	if c.Tuned == "" {
+		return ""
+	}
+	return ", tuned: " + c.Tuned
 }
 
 // shape returns the plan for weight shape (m, k) with a float32 output, making it on first use. An

@@ -45,7 +45,7 @@ const ltDecodeBytes = 1 << 30
 // ltExpertShapes returns the pinned plans of the two expert GEMMs with bfloat16 outputs, gate and up
 // together (2 ffn x latent) and down (latent x ffn), and whether both exist and take the operands as the path lays them out (rows
 // of exactly latent and ffn bfloat16 values). A choice by shape only, never by rows. Runs on the CUDA
-// thread (plans are made on first use).
+// thread (plans are made, and tuned, on first use).
 func (c *opCtx) ltExpertShapes(latent, ffn int) (gu, dn *ltShape, why string, err error) {
 	lt := c.b.lt
 	switch {
@@ -67,6 +67,13 @@ func (c *opCtx) ltExpertShapes(latent, ffn int) (gu, dn *ltShape, why string, er
 		return nil, nil, fmt.Sprintf("no pinned algorithm for the down shape %dx%d: %s", latent, ffn, dn.why), nil
 	case gu.ldb != latent || dn.ldb != ffn:
 		return nil, nil, fmt.Sprintf("latent %d and ffn %d are not multiples of 8", latent, ffn), nil
+	}
+	// the heuristic's first is far from the fastest at an expert's rows (cublaslt_tune.go); same bits
+	if err := c.ltTune(gu, 2*ffn, latent, ltExpertTuneN); err != nil {
+		return nil, nil, "", fmt.Errorf("tuning the gate/up GEMM: %w", err)
+	}
+	if err := c.ltTune(dn, latent, ffn, ltExpertTuneN); err != nil {
+		return nil, nil, "", fmt.Errorf("tuning the down GEMM: %w", err)
 	}
 	return gu, dn, "", nil
 }

@@ -1,0 +1,212 @@
+package cuda
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"unsafe"
+
+	"github.com/potato-k3/potato-k3/cuda/bind"
+)
+
+// Tuning a pinned shape: cuBLASLt's heuristic ranks configurations for one n (ltRepN), and for the routed
+// experts' two GEMMs its first is far from the fastest at the rows a pooled call gives an expert (K3's
+// down GEMM at 4,700 rows: 578 TFLOP/s, the best valid configuration 713; TestCuBLASLtSurvey,
+// docs/records/run66). tune times every configuration that passes plan's checks and pins the fastest.
+//
+// The bits do not move: each candidate's output is compared with the heuristic's first, bit for bit, at
+// ltTuneCheckN rows before it is timed, and one that differs is never chosen. On the H200 with cuBLASLt
+// 13.1 every valid configuration of every shape surveyed gave the same bits (the tensor cores sum each
+// k chunk of 16 alike whatever the tile; no split of k), so the choice is one of speed alone, and a
+// choice that differs between two processes (timing noise between near-equal configurations) gives the
+// same results.
+
+// ltTuneCheckN is the rows at which a candidate's bits are compared with the heuristic's first (not a
+// multiple of any tile: partial tiles in both dimensions of the output).
+const ltTuneCheckN = 300
+
+// ltTuneRuns is how many timed runs a candidate gets at each n (after one untimed).
+const ltTuneRuns = 3
+
+// ltTuneRepN are the extra row counts the heuristic is asked about for candidates (beside ltRepN): it
+// ranks different configurations first at different sizes.
+var ltTuneRepN = []int{512, 16384, 65536}
+
+// ltExpertTuneN are the rows an expert GEMM is timed at when its shape is tuned: an expert's share of a
+// pooled call at 262,144 tokens x 16 of 896 experts (about 4,700) and at 65,536 (about 1,200). The
+// candidate with the least summed time wins.
+var ltExpertTuneN = []int{1200, 4700}
+
+// key names a configuration by the attributes that tell two apart.
+func (c ltConfig) key() string {
+	return fmt.Sprintf("algo %d tile %d stages %d swizzle %d custom %d inner %d cluster %d",
+		c.ID, c.Tile, c.Stages, c.Swizzle, c.Custom, c.InnerShape, c.ClusterShape)
+}
+
+// candidates returns the configurations for s's shape (m, k) that pass plan's checks, s's own first,
+// from the heuristic at ltRepN and at ltTuneRepN, each once.
+func (h *ltHandle) candidates(s *ltShape, m, k int) ([]ltShape, error) {
+	out := []ltShape{*s}
+	seen := map[string]bool{s.config.key(): true}
+	probes := ltProbes(m, k)
+	for _, rep := range append([]int{ltRepN}, ltTuneRepN...) {
+		bdesc, ddesc, err := h.ioLayouts(s, m, k, rep)
+		if err != nil {
+			return nil, err
+		}
+		res, err := h.heuristicWith(s.adesc, bdesc, ddesc, ltMaxWorkspace, bind.LtReductionSchemeNone)
+		if err := errors.Join(err, h.dropLayout(bdesc), h.dropLayout(ddesc)); err != nil {
+			return nil, err
+		}
+		for i := range res {
+			if res[i].State != bind.LtSuccess {
+				continue
+			}
+			algo := res[i].Algo
+			cfg, why, err := h.pin(s, &algo, m, k, probes)
+			if err != nil {
+				return nil, err
+			}
+			if why != "" || seen[cfg.key()] {
+				continue
+			}
+			seen[cfg.key()] = true
+			cand := *s
+			cand.algo, cand.config = algo, cfg
+			out = append(out, cand)
+		}
+	}
+	return out, nil
+}
+
+// ltTune pins, for s (a planned shape, m x k weights), the fastest candidate over the row counts ns
+// whose bits equal s's own, and records the trial in s.config.Tuned. Once per shape; runs on the CUDA
+// thread, on the compute stream, with temporaries of the op.
+func (c *opCtx) ltTune(s *ltShape, m, k int, ns []int) error {
+	if s.tuned || !s.ok {
+		return nil
+	}
+	s.tuned = true
+	h := c.b.lt
+	cands, err := h.candidates(s, m, k)
+	if err != nil || len(cands) < 2 {
+		return err
+	}
+	most := slices.Max(append(slices.Clone(ns), ltTuneCheckN))
+	rng := rand.New(rand.NewPCG(uint64(m), uint64(k)))
+	w, err1 := uploadTemp(c, randBF16Words(rng, m*k))
+	x, err2 := uploadTemp(c, randBF16Words(rng, most*s.ldb))
+	out, err3 := c.temp(most * m * s.outBytes())
+	if err := errors.Join(err1, err2, err3); err != nil {
+		return err
+	}
+	t, err := newEventTimer(c)
+	if err != nil {
+		return err
+	}
+	defer t.destroy()
+	var want []int32
+	best, bestMS := 0, math.Inf(1)
+	var log []string
+	for i := range cands {
+		cand := &cands[i]
+		if err := c.ltGemm(cand, out, x, w, ltTuneCheckN, m, k); err != nil {
+			return fmt.Errorf("tuning %dx%d: %s: %w", m, k, cand.config.key(), err)
+		}
+		got := make([]int32, (ltTuneCheckN*m*s.outBytes()+3)/4)
+		if err := download(c.b, got, out); err != nil {
+			return err
+		}
+		if i == 0 {
+			want = got
+		} else if !bytes.Equal(bytesOf(got), bytesOf(want)) {
+			log = append(log, cand.config.key()+": other bits, not chosen")
+			continue
+		}
+		total := 0.0
+		for _, n := range ns {
+			ms, err := t.time(ltTuneRuns, func() error { return c.ltGemm(cand, out, x, w, n, m, k) })
+			if err != nil {
+				return fmt.Errorf("tuning %dx%d: %s at n=%d: %w", m, k, cand.config.key(), n, err)
+			}
+			total += ms
+		}
+		log = append(log, fmt.Sprintf("%s: %.4f ms", cand.config.key(), total))
+		if total < bestMS {
+			best, bestMS = i, total
+		}
+	}
+	first := cands[0].config.key()
+	s.algo, s.config = cands[best].algo, cands[best].config
+	s.config.Tuned = fmt.Sprintf("fastest of %d valid configurations over n=%v (the heuristic's first: %s): %v", len(cands), ns, first, log)
+	return nil
+}
+
+// randBF16Words returns n random bfloat16 values (normal, scale 1/8, truncated) packed two to an int32,
+// the lower index in the low half: operands for timing and comparing bits, whose values do not matter.
+func randBF16Words(rng *rand.Rand, n int) []int32 {
+	out := make([]int32, (n+1)/2)
+	for i := range out {
+		lo := math.Float32bits(float32(rng.NormFloat64()/8)) >> 16
+		hi := math.Float32bits(float32(rng.NormFloat64()/8)) >> 16
+		out[i] = int32(lo | hi<<16)
+	}
+	return out
+}
+
+// eventTimer times work on the compute stream between two CUDA events.
+type eventTimer struct {
+	c  *opCtx
+	ev [2]uintptr
+}
+
+func newEventTimer(c *opCtx) (*eventTimer, error) {
+	t := &eventTimer{c: c}
+	d := c.b.drv
+	for i := range t.ev {
+		if err := d.Check("cuEventCreate(tuning)", bind.Call(d.CuEventCreate, uintptr(unsafe.Pointer(&t.ev[i])), 0)); err != nil {
+			t.destroy()
+			return nil, err
+		}
+	}
+	return t, nil
+}
+
+// time runs fn once untimed, then runs times between the events, and returns the milliseconds a run.
+func (t *eventTimer) time(runs int, fn func() error) (float64, error) {
+	d, strm := t.c.b.drv, t.c.b.dv.Stream
+	if err := fn(); err != nil {
+		return 0, err
+	}
+	if err := d.Check("cuEventRecord(tuning)", bind.Call(d.CuEventRecord, t.ev[0], strm)); err != nil {
+		return 0, err
+	}
+	for range runs {
+		if err := fn(); err != nil {
+			return 0, err
+		}
+	}
+	if err := d.Check("cuEventRecord(tuning)", bind.Call(d.CuEventRecord, t.ev[1], strm)); err != nil {
+		return 0, err
+	}
+	if err := d.Check("cuEventSynchronize(tuning)", bind.Call(d.CuEventSynchronize, t.ev[1])); err != nil {
+		return 0, err
+	}
+	var ms float32
+	if err := d.Check("cuEventElapsedTime(tuning)", bind.Call(d.CuEventElapsedTime, uintptr(unsafe.Pointer(&ms)), t.ev[0], t.ev[1])); err != nil {
+		return 0, err
+	}
+	return float64(ms) / float64(runs), nil
+}
+
+// destroy releases the events (those created).
+func (t *eventTimer) destroy() {
+	for _, ev := range t.ev {
+		if ev != 0 {
+			bind.Call(t.c.b.drv.CuEventDestroy, ev)
+		}
+	}
+}
