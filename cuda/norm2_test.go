@@ -93,8 +93,10 @@ func TestNormTiming(t *testing.T) {
 		b.normVer = 0
 		t.Logf("TIMING %-36s version 1 / version 2 = %.2f", c.name, ms[0]/ms[1])
 	}
+	med := medianTime(t, b, 5, func() error { y, err := b.MulSigmoid(heads, gate); b.Free(y); return err })
+	t.Logf("TIMING %-36s k_mul_sigmoid %8.3f ms %6.2f TB/s", "MulSigmoid 65536 x 12288", float64(med.Microseconds())/1e3, 12*rows*12288/med.Seconds()/1e12)
 	other := act(7168)
-	med := medianTime(t, b, 5, func() error { y, err := b.Add(wide, other); b.Free(y); return err })
+	med = medianTime(t, b, 5, func() error { y, err := b.Add(wide, other); b.Free(y); return err })
 	t.Logf("TIMING %-36s k_add4 %8.3f ms %6.2f TB/s", "Add 65536 x 7168", float64(med.Microseconds())/1e3, 12*rows*7168/med.Seconds()/1e12)
 	table := bf16Weight(t, b, rng, 163840, 7168, 1)
 	ids := make([]int32, rows)
