@@ -35,6 +35,10 @@ func TestCuBLASLtSurvey(t *testing.T) {
 		{"latent up", 7168, 3584, bind.R32F, []int{4096, 76800}},
 		{"q_b", 18432, 1536, bind.R32F, []int{4096, 76800}},
 		{"kv_b", 24576, 512, bind.R32F, []int{4096, 76800}},
+		{"f_b", 12288, 128, bind.R32F, []int{4096, 76800}},
+		{"shared gate, up", 6144, 7168, bind.R32F, []int{4096, 76800}},
+		{"shared down", 7168, 6144, bind.R32F, []int{4096, 76800}},
+		{"q_a", 1536, 7168, bind.R32F, []int{4096, 76800}},
 	}
 	rng := rand.New(rand.NewPCG(3, 5))
 	for _, tc := range cases {
