@@ -145,16 +145,23 @@ func (c *opCtx) ltTune(s *ltShape, m, k int, ns []int) error {
 	return nil
 }
 
-// randBF16Words returns n random bfloat16 values (normal, scale 1/8, truncated) packed two to an int32,
-// the lower index in the low half: operands for timing and comparing bits, whose values do not matter.
+// randBF16Words returns n random bfloat16 values packed two to an int32, the lower index in the low half:
+// operands for timing and comparing bits, whose values do not matter beyond being ordinary numbers. Each
+// is a random sign, exponent and 7 mantissa bits with magnitudes in [2^-7, 2): cheap to make (a K3 expert
+// weight is 22 million values, made on first use) and no overflow in any sum of K3's sizes.
 func randBF16Words(rng *rand.Rand, n int) []int32 {
 	out := make([]int32, (n+1)/2)
 	for i := range out {
-		lo := math.Float32bits(float32(rng.NormFloat64()/8)) >> 16
-		hi := math.Float32bits(float32(rng.NormFloat64()/8)) >> 16
-		out[i] = int32(lo | hi<<16)
+		r := rng.Uint64()
+		out[i] = int32(bf16Pattern(r) | bf16Pattern(r>>16)<<16)
 	}
 	return out
+}
+
+// bf16Pattern makes a bfloat16 bit pattern from 16 random bits: bit 15 the sign, bits 7-9 the exponent
+// (biased 120-127), bits 0-6 the mantissa.
+func bf16Pattern(r uint64) uint32 {
+	return uint32(r&0x8000) | uint32(120+(r>>7)&7)<<7 | uint32(r&0x7f)
 }
 
 // eventTimer times work on the compute stream between two CUDA events.
