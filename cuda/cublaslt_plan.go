@@ -210,7 +210,12 @@ func ltProbes(m, k int) []int {
 // (ltMaxWorkspace in plan), filtered by the reduction scheme mask NONE (masked true) or, if the library refuses that filter
 // or it leaves nothing, unfiltered (pin checks each result either way).
 func (h *ltHandle) heuristic(s *ltShape, m, k int, ws uint64) (res []bind.HeuristicResult, masked bool, err error) {
-	bdesc, ddesc, err := h.ioLayouts(s, m, k, ltRepN)
+	return h.heuristicAt(s, m, k, ws, ltRepN)
+}
+
+// heuristicAt is heuristic asked about n rows (ltTune asks at several).
+func (h *ltHandle) heuristicAt(s *ltShape, m, k int, ws uint64, n int) (res []bind.HeuristicResult, masked bool, err error) {
+	bdesc, ddesc, err := h.ioLayouts(s, m, k, n)
 	if err != nil {
 		return nil, false, err
 	}

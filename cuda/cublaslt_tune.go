@@ -53,12 +53,8 @@ func (h *ltHandle) candidates(s *ltShape, m, k int) ([]ltShape, error) {
 	seen := map[string]bool{s.config.key(): true}
 	probes := ltProbes(m, k)
 	for _, rep := range append([]int{ltRepN}, ltTuneRepN...) {
-		bdesc, ddesc, err := h.ioLayouts(s, m, k, rep)
+		res, _, err := h.heuristicAt(s, m, k, ltMaxWorkspace, rep) // the plan's query at another n
 		if err != nil {
-			return nil, err
-		}
-		res, err := h.heuristicWith(s.adesc, bdesc, ddesc, ltMaxWorkspace, bind.LtReductionSchemeNone)
-		if err := errors.Join(err, h.dropLayout(bdesc), h.dropLayout(ddesc)); err != nil {
 			return nil, err
 		}
 		for i := range res {
@@ -116,7 +112,11 @@ func (c *opCtx) ltTune(s *ltShape, m, k int, ns []int) error {
 	for i := range cands {
 		cand := &cands[i]
 		if err := c.ltGemm(cand, out, x, w, ltTuneCheckN, m, k); err != nil {
-			return fmt.Errorf("tuning %dx%d: %s: %w", m, k, cand.config.key(), err)
+			if i == 0 { // the configuration the shape runs anyway
+				return fmt.Errorf("tuning %dx%d: %s: %w", m, k, cand.config.key(), err)
+			}
+			log = append(log, cand.config.key()+": refused ("+err.Error()+"), not chosen")
+			continue
 		}
 		got := make([]int32, (ltTuneCheckN*m*s.outBytes()+3)/4)
 		if err := download(c.b, got, out); err != nil {
@@ -131,10 +131,18 @@ func (c *opCtx) ltTune(s *ltShape, m, k int, ns []int) error {
 		total := 0.0
 		for _, n := range ns {
 			ms, err := t.time(ltTuneRuns, func() error { return c.ltGemm(cand, out, x, w, n, m, k) })
-			if err != nil {
+			if err != nil && i == 0 {
 				return fmt.Errorf("tuning %dx%d: %s at n=%d: %w", m, k, cand.config.key(), n, err)
 			}
+			if err != nil {
+				log = append(log, fmt.Sprintf("%s: refused at n=%d (%v), not chosen", cand.config.key(), n, err))
+				total = math.Inf(1)
+				break
+			}
 			total += ms
+		}
+		if math.IsInf(total, 1) {
+			continue
 		}
 		log = append(log, fmt.Sprintf("%s: %.4f ms", cand.config.key(), total))
 		if total < bestMS {
