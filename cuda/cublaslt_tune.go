@@ -174,7 +174,7 @@ func bf16Pattern(r uint64) uint32 {
 	return uint32(r&0x8000) | uint32(120+(r>>7)&7)<<7 | uint32(r&0x7f)
 }
 
-// eventTimer times work on the compute stream between two CUDA events.
+// eventTimer times work on the compute stream between two CUDA events (ltTune, and the timing tests).
 type eventTimer struct {
 	c  *opCtx
 	ev [2]uintptr
@@ -184,7 +184,7 @@ func newEventTimer(c *opCtx) (*eventTimer, error) {
 	t := &eventTimer{c: c}
 	d := c.b.drv
 	for i := range t.ev {
-		if err := d.Check("cuEventCreate(tuning)", bind.Call(d.CuEventCreate, uintptr(unsafe.Pointer(&t.ev[i])), 0)); err != nil {
+		if err := d.Check("cuEventCreate(timing)", bind.Call(d.CuEventCreate, uintptr(unsafe.Pointer(&t.ev[i])), 0)); err != nil {
 			t.destroy()
 			return nil, err
 		}
@@ -194,11 +194,16 @@ func newEventTimer(c *opCtx) (*eventTimer, error) {
 
 // time runs fn once untimed, then runs times between the events, and returns the milliseconds a run.
 func (t *eventTimer) time(runs int, fn func() error) (float64, error) {
-	d, strm := t.c.b.drv, t.c.b.dv.Stream
 	if err := fn(); err != nil {
 		return 0, err
 	}
-	if err := d.Check("cuEventRecord(tuning)", bind.Call(d.CuEventRecord, t.ev[0], strm)); err != nil {
+	return t.span(runs, fn)
+}
+
+// span runs fn runs times between the events (no warm-up) and returns the milliseconds a run.
+func (t *eventTimer) span(runs int, fn func() error) (float64, error) {
+	d, strm := t.c.b.drv, t.c.b.dv.Stream
+	if err := d.Check("cuEventRecord(timing)", bind.Call(d.CuEventRecord, t.ev[0], strm)); err != nil {
 		return 0, err
 	}
 	for range runs {
@@ -206,14 +211,14 @@ func (t *eventTimer) time(runs int, fn func() error) (float64, error) {
 			return 0, err
 		}
 	}
-	if err := d.Check("cuEventRecord(tuning)", bind.Call(d.CuEventRecord, t.ev[1], strm)); err != nil {
+	if err := d.Check("cuEventRecord(timing)", bind.Call(d.CuEventRecord, t.ev[1], strm)); err != nil {
 		return 0, err
 	}
-	if err := d.Check("cuEventSynchronize(tuning)", bind.Call(d.CuEventSynchronize, t.ev[1])); err != nil {
+	if err := d.Check("cuEventSynchronize(timing)", bind.Call(d.CuEventSynchronize, t.ev[1])); err != nil {
 		return 0, err
 	}
 	var ms float32
-	if err := d.Check("cuEventElapsedTime(tuning)", bind.Call(d.CuEventElapsedTime, uintptr(unsafe.Pointer(&ms)), t.ev[0], t.ev[1])); err != nil {
+	if err := d.Check("cuEventElapsedTime(timing)", bind.Call(d.CuEventElapsedTime, uintptr(unsafe.Pointer(&ms)), t.ev[0], t.ev[1])); err != nil {
 		return 0, err
 	}
 	return float64(ms) / float64(runs), nil

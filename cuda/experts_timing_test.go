@@ -247,38 +247,23 @@ func kernelBreakdown(t *testing.T, b *Backend, name string, acc, z *Tensor, rt o
 }
 
 // eventTime returns the median device time in milliseconds of runs calls of fn after one warm-up,
-// between two CUDA events on the backend's stream. On the CUDA thread.
+// each between two CUDA events on the backend's stream (eventTimer). On the CUDA thread.
 func eventTime(c *opCtx, runs int, fn func() error) (float64, error) {
-	d := c.b.drv
-	var ev [2]uintptr
-	for i := range ev {
-		if err := d.Check("cuEventCreate", bind.Call(d.CuEventCreate, uintptr(unsafe.Pointer(&ev[i])), 0)); err != nil {
-			return 0, err
-		}
-		defer bind.Call(d.CuEventDestroy, ev[i])
+	t, err := newEventTimer(c)
+	if err != nil {
+		return 0, err
 	}
+	defer t.destroy()
 	if err := fn(); err != nil {
 		return 0, err
 	}
 	var ms []float64
 	for range runs {
-		if err := d.Check("cuEventRecord", bind.Call(d.CuEventRecord, ev[0], c.b.dv.Stream)); err != nil {
+		v, err := t.span(1, fn)
+		if err != nil {
 			return 0, err
 		}
-		if err := fn(); err != nil {
-			return 0, err
-		}
-		if err := d.Check("cuEventRecord", bind.Call(d.CuEventRecord, ev[1], c.b.dv.Stream)); err != nil {
-			return 0, err
-		}
-		if err := d.Check("cuEventSynchronize", bind.Call(d.CuEventSynchronize, ev[1])); err != nil {
-			return 0, err
-		}
-		var v float32
-		if err := d.Check("cuEventElapsedTime", bind.Call(d.CuEventElapsedTime, uintptr(unsafe.Pointer(&v)), ev[0], ev[1])); err != nil {
-			return 0, err
-		}
-		ms = append(ms, float64(v))
+		ms = append(ms, v)
 	}
 	slices.Sort(ms)
 	return ms[len(ms)/2], nil
