@@ -143,6 +143,18 @@ func kdaChunkKernelFor(bf, tc bool, d int, lower float32) string {
 	return ""
 }
 
+// launchKDAChunk launches a kernel of kda_chunk.cu (name: kdaChunkKernel's, or the clock-profile form
+// with its buffer in extra) over seqs sequences of the layout whose row starts are at starts, heads heads
+// of width d: in holds q, k, v, graw, braw, aLog and dtBias as float32, init and fin the state sequence 0
+// starts from and the last sequence's state at its last chunk start (0: none), pre the npre carried rows
+// of q, k, v, graw and braw (0: none).
+func (c *opCtx) launchKDAChunk(name string, out uint64, in []uint64, starts uint64, seqs, heads, d int, lower, scale float32,
+	init, fin uint64, pre [5]uint64, npre int, extra ...any) error {
+	args := []any{out, in[0], in[1], in[2], in[3], in[4], in[5], in[6], starts, int32(heads), lower, scale, c.b.bf,
+		init, fin, pre[0], pre[1], pre[2], pre[3], pre[4], int32(npre)}
+	return c.launch(name, d2(seqs, heads), d1(2*d), kdaChunkSmem(d), append(args, extra...)...)
+}
+
 // kdaChunkSmem is kda_chunk.cu's kda_chunk_smem(d) in bytes.
 func kdaChunkSmem(d int) int {
 	const kc, ldt, ldp, lda = kdaChunkRows, 24, 24, 20
@@ -225,9 +237,7 @@ func (b *Backend) kda(q, k, v, graw, braw ops.Tensor, aLog, dtBias ops.Tensor, h
 			if err != nil {
 				return err
 			}
-			return c.launch(chunk, d2(l.Sequences(), heads), d1(2*d), kdaChunkSmem(d),
-				out.ptr, in[0], in[1], in[2], in[3], in[4], in[5], in[6], sp, int32(heads), lower, scale, b.bf,
-				initp, finp, pp[0], pp[1], pp[2], pp[3], pp[4], int32(npre))
+			return c.launchKDAChunk(chunk, out.ptr, in, sp, l.Sequences(), heads, d, lower, scale, initp, finp, pp, npre)
 		}
 		n := rows * ch
 		qn, err := c.temp(4 * n)
