@@ -8,15 +8,17 @@
 #   for ./replay to .dev/after/replay.test, both gzipped)
 #   run(command="bash scripts/gpu_slice_check.sh", carry=[".dev/after"], timeout_s=600)
 # Writes $OUT/summary.txt (plan lines, waves, per-kind tables, memory peaks), $OUT/steps.txt and each
-# step's full output. docs/benchmarks.md records the figures.
+# step's full output. docs/benchmarks.md records the figures. DEV (default .dev/after) names another folder
+# of binaries (scripts/gpu_variants.sh runs this script once a variant).
 set -uo pipefail
+DEV=${DEV:-.dev/after}
 OUT=${OUT:-/tmp/out}
 MODEL=${MODEL:-/tmp/k3layer}
 mkdir -p "$OUT" /tmp/slice
 P=/tmp/slice/potato
 for f in potato cuda.test replay.test; do
   rm -f "/tmp/slice/$f" # a warm machine keeps /tmp: never run an earlier call's binary
-  if [[ -f .dev/after/$f.gz ]]; then gunzip -c .dev/after/$f.gz > "/tmp/slice/$f"; elif [[ -f .dev/after/$f ]]; then cp .dev/after/$f "/tmp/slice/$f"; fi
+  if [[ -f $DEV/$f.gz ]]; then gunzip -c "$DEV/$f.gz" > "/tmp/slice/$f"; elif [[ -f $DEV/$f ]]; then cp "$DEV/$f" "/tmp/slice/$f"; fi
   [[ -f /tmp/slice/$f ]] && chmod +x "/tmp/slice/$f"
 done
 ROOT=$(pwd)
@@ -39,7 +41,7 @@ if [[ ${STEPS:-all} == all || " ${STEPS:-all} " == *" tests "* ]]; then
     grep -E -- "--- FAIL|^FAIL|^ok|panic|differ" "$OUT/replay_test.log" | head -40 >> "$OUT/summary.txt"
   fi
   if [[ ! -x /tmp/slice/cuda.test && ! -x /tmp/slice/replay.test ]]; then
-    log "tests: no cuda.test or replay.test in .dev/after (build them with go test -c)" | tee -a "$OUT/summary.txt"
+    log "tests: no cuda.test or replay.test in $DEV (build them with go test -c)" | tee -a "$OUT/summary.txt"
   fi
 fi
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"

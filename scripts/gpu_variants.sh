@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# Several builds checked and timed in one device call: tests and benches of each variant, in the order a
+# plan file gives, so that a change is measured beside its baseline on the same machine (machines differ
+# by 1-3% between calls). Build here first, gzipped, one folder a variant, and carry the folders:
+#   .dev/<variant>/cuda.test.gz, replay.test.gz (go test -c ./cuda, ./replay), potato.gz (./cmd/potato); or
+#   .xz (xz -9: a potato binary 12 MB instead of gzip's 16; a call carries 64 MiB with the tree)
+# PLAN (a file, one step a line; # starts a comment):
+#   test VARIANT PKG LIMIT PATTERN [ARGS...]   PKG's test binary of VARIANT with -test.run PATTERN (add
+#                                              -test.short among ARGS to skip the timing tests)
+#   bench VARIANT STEP                         scripts/gpu_slice_check.sh's STEP (prof_262k, ...) with the
+#                                              variant's potato; the k3-layer model is written once
+#   if-passed VARIANT PKG                      skip the rest of the plan's lines up to "end" unless that
+#   end                                        variant's PKG tests all passed so far
+# DEADLINE (default 585) bounds the whole call. Writes $OUT/steps.txt, $OUT/summary.txt, every TIMING line
+# tagged with its variant ($OUT/timing.txt) and each step's log.
+set -uo pipefail
+OUT=${OUT:-/tmp/out}
+PLAN=${PLAN:?PLAN: a plan file}
+DEADLINE=${DEADLINE:-585}
+mkdir -p "$OUT"
+rm -rf /tmp/variants && mkdir -p /tmp/variants # a warm machine keeps /tmp: never run an earlier call's binary
+ROOT=$(pwd)
+t0=$(date +%s)
+log() { echo "[$(( $(date +%s) - t0 ))s] $*" | tee -a "$OUT/steps.txt"; }
+left() { echo $(( DEADLINE - ($(date +%s) - t0) )); }
+# bin VARIANT FILE: the unpacked binary's path
+bin() {
+  local p=/tmp/variants/$1.$2
+  if [[ ! -x $p ]]; then
+    if [[ -f .dev/$1/$2.gz ]]; then
+      gunzip -c ".dev/$1/$2.gz" > "$p" || return 1
+    elif [[ -f .dev/$1/$2.xz ]]; then # python's lzma where xz is not installed
+      xz -dc ".dev/$1/$2.xz" > "$p" 2>/dev/null ||
+        python3 -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), sys.stdout.buffer)' ".dev/$1/$2.xz" > "$p" || return 1
+    else
+      return 1
+    fi
+    chmod +x "$p" || return 1
+  fi
+  echo "$p"
+}
+declare -A failed
+n=0
+skip=0
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$OUT/gpu.txt"
+while read -r kind v rest; do
+  [[ -z ${kind:-} || $kind == \#* ]] && continue
+  if [[ $kind == end ]]; then skip=0; continue; fi
+  (( skip )) && continue
+  n=$((n + 1))
+  case $kind in
+  test)
+    read -r pkg lim pat args <<< "$rest"
+    b=$(bin "$v" "$pkg.test") || { log "$v: no $pkg.test"; failed[$v.$pkg]=1; continue; }
+    (( lim > $(left) )) && lim=$(left)
+    if (( lim < 20 )); then log "SKIPPED $v $pkg $pat (no time left)"; continue; fi
+    log "$v $pkg.test -test.run '$pat' $args (limit ${lim}s)"
+    # shellcheck disable=SC2086
+    (cd "$ROOT/$pkg" && timeout "$lim" "$b" -test.v -test.run "$pat" $args > "$OUT/${n}_${v}_$pkg.log" 2>&1)
+    rc=$?
+    log "$v $pkg exit $rc ($(grep -c -- '--- PASS' "$OUT/${n}_${v}_$pkg.log") passed, $(grep -c -- '--- FAIL' "$OUT/${n}_${v}_$pkg.log") failed)"
+    (( rc != 0 )) && failed[$v.$pkg]=1
+    { echo "== $n: $v $pkg '$pat' exit $rc"; grep -E -- "--- FAIL|^FAIL|^ok|panic|differ" "$OUT/${n}_${v}_$pkg.log" | head -30; } >> "$OUT/summary.txt"
+    grep -E "TIMING" "$OUT/${n}_${v}_$pkg.log" | sed "s/^/$v: /" >> "$OUT/timing.txt"
+    ;;
+  bench)
+    b=$(bin "$v" potato) || { log "$v: no potato"; continue; }
+    mkdir -p "/tmp/variants/$v.dev"
+    ln -sf "$b" "/tmp/variants/$v.dev/potato"
+    log "$v bench $rest"
+    OUT="$OUT/bench_${n}_$v" DEV="/tmp/variants/$v.dev" STEPS="$rest" DEADLINE=$(left) bash "$ROOT/scripts/gpu_slice_check.sh" > /dev/null 2>&1
+    { echo "== $n: $v bench $rest"; cat "$OUT/bench_${n}_$v/summary.txt" 2>/dev/null; } >> "$OUT/summary.txt"
+    log "$v bench $rest done"
+    ;;
+  if-passed)
+    if [[ -n ${failed[$v.$rest]:-} ]]; then log "skipping to end: $v $rest failed"; skip=1; fi
+    ;;
+  *) log "plan: unknown step '$kind'" ;;
+  esac
+done < "$PLAN"
+log done
