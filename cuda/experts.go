@@ -20,12 +20,13 @@ import (
 // columns (128 weight rows: 64 of w1, 64 of w3) or 128 w2 columns, 92,160 bytes of dynamic shared memory
 // (three 128 x 72 bfloat16 activation panels, two weight panels), two blocks an SM.
 const (
-	xTileRows   = 128
-	xGateCols   = 64
-	xDownCols   = 128
-	xThreads    = 256
-	xSmemBytes  = (3*128 + 2*128) * 72 * 2
-	xCombThread = 256
+	xTileRows    = 128
+	xGateCols    = 64
+	xDownCols    = 128
+	xThreads     = 256
+	xSmemBytes   = (3*128 + 2*128) * 72 * 2
+	xCombThread  = 256
+	xCombThread4 = 128 // k_experts_combine4: 512 columns an iteration, 7 at K3's latent of 3,584
 	// cuFuncAttrPreferredSharedCarveout is CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT: the share
 	// of the L1/shared array asked for as shared memory, in percent.
 	cuFuncAttrPreferredSharedCarveout = 9
@@ -140,9 +141,17 @@ func (c *opCtx) prepareGrouped(p *groupedPlan, acc, z uint64, latent, ffn int, b
 	return d, nil
 }
 
-// gather launches k_experts_gather: the call's rows of z, expert by expert, as bfloat16.
+// groupedGather launches the gather of the call's rows of z, expert by expert, as bfloat16:
+// k_experts_gather8 (eight columns a thread, rows on the grid's y) where latent is a multiple of 8 and z
+// 16-byte aligned, else k_experts_gather (four a thread, grid-stride); the same values.
 func (c *opCtx) groupedGather(d *groupedDev) error {
-	return c.launch1D("k_experts_gather", d.plan.rows*d.latent/4, d.zs, d.z, d.at(d.plan.offRows), int64(d.plan.rows), int32(d.latent))
+	if d.latent%8 != 0 || d.z%16 != 0 {
+		return c.launch1D("k_experts_gather", d.plan.rows*d.latent/4, d.zs, d.z, d.at(d.plan.offRows), int64(d.plan.rows), int32(d.latent))
+	}
+	const threads = 128
+	groups := d.latent / 8
+	return c.launch("k_experts_gather8", d2((groups+threads-1)/threads, min(d.plan.rows, maxGridY)), d1(threads), 0,
+		d.zs, d.z, d.at(d.plan.offRows), int64(d.plan.rows), int32(d.latent))
 }
 
 // groupedSiTUTables launches k_experts_situ_tables: SiTU's two factors over the 65,536 bfloat16 inputs.
@@ -162,8 +171,14 @@ func (c *opCtx) groupedDown(d *groupedDev) error {
 		d.zs, d.h, d.at(d.plan.offTiles), d.tab, int32(d.downNCol), int32(d.latent), int32(d.ffn))
 }
 
-// groupedCombine launches k_experts_combine: acc rows += their weighted expert outputs, ascending id.
+// groupedCombine launches the combine: acc rows += their weighted expert outputs, ascending id:
+// k_experts_combine4 (four columns a thread) where latent is a multiple of 4 and acc 16-byte aligned, else
+// k_experts_combine (two a thread); the same sums.
 func (c *opCtx) groupedCombine(d *groupedDev) error {
+	if d.latent%4 == 0 && d.acc%16 == 0 && d.zs%8 == 0 {
+		return c.launch("k_experts_combine4", d1(d.plan.touched), d1(xCombThread4), 0,
+			d.acc, d.zs, d.at(d.plan.offRowPtr), d.at(d.plan.offRowID), d.at(d.plan.offPos), d.at(d.plan.offW), int32(d.latent))
+	}
 	return c.launch("k_experts_combine", d1(d.plan.touched), d1(xCombThread), 0,
 		d.acc, d.zs, d.at(d.plan.offRowPtr), d.at(d.plan.offRowID), d.at(d.plan.offPos), d.at(d.plan.offW), int32(d.latent))
 }

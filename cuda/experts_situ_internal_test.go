@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"testing"
@@ -55,6 +56,57 @@ func TestSiTURows8(t *testing.T) {
 				if got[i] != want[i] {
 					g, w := uint32(got[i]), uint32(want[i])
 					t.Fatalf("word %d (row %d): rows8 %04x %04x, element form %04x %04x", i, 2*i/c.ffn, g&0xffff, g>>16, w&0xffff, w>>16)
+				}
+			}
+		})
+	}
+}
+
+// TestGather8: the gather of the expert path with eight columns a thread (k_experts_gather8) gives
+// k_experts_gather's bfloat16 rows over random float32 bit patterns (NaN and Inf included) and random row
+// lists with repeats, at widths of one and several thread blocks and more rows than a grid has blocks in y.
+func TestGather8(t *testing.T) {
+	b := testBackend(t, Options{Precision: ops.BF16})
+	rng := rand.New(rand.NewPCG(23, 24))
+	for _, c := range []struct{ zrows, n, cols int }{{1, 1, 8}, {5, 9, 1032}, {40, 300, 3584}, {7, maxGridY + 3, 16}} {
+		t.Run(fmt.Sprintf("%d of %dx%d", c.n, c.zrows, c.cols), func(t *testing.T) {
+			z := make([]int32, c.zrows*c.cols)
+			for i := range z {
+				z[i] = int32(rng.Uint32())
+			}
+			rows := make([]int32, c.n)
+			for i := range rows {
+				rows[i] = int32(rng.IntN(c.zrows))
+			}
+			var got, want []int32
+			err := b.run("test", func(x *opCtx) error {
+				zp, err1 := uploadTemp(x, z)
+				rp, err2 := uploadTemp(x, rows)
+				o8, err3 := x.temp(2 * c.n * c.cols)
+				o4, err4 := x.temp(2 * c.n * c.cols)
+				if err := errors.Join(err1, err2, err3, err4); err != nil {
+					return err
+				}
+				d := &groupedDev{plan: &groupedPlan{rows: c.n}, zs: o8, z: zp, latent: c.cols}
+				d.tab, d.plan.offRows = rp, 0
+				if err := x.groupedGather(d); err != nil {
+					return err
+				}
+				if err := x.launch1D("k_experts_gather", c.n*c.cols/4, o4, zp, rp, int64(c.n), int32(c.cols)); err != nil {
+					return err
+				}
+				got, want = make([]int32, c.n*c.cols/2), make([]int32, c.n*c.cols/2)
+				if err := download(x.b, got, o8); err != nil {
+					return err
+				}
+				return download(x.b, want, o4)
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range got {
+				if got[i] != want[i] {
+					t.Fatalf("word %d (gathered row %d): gather8 %08x, gather %08x", i, 2*i/c.cols, uint32(got[i]), uint32(want[i]))
 				}
 			}
 		})

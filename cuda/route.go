@@ -80,11 +80,13 @@ func (b *Backend) Route(x, w, bias ops.Tensor, k int, scale float32) (ops.Routin
 		if err != nil {
 			return err
 		}
-		ids, err := c.temp(4 * chunk * k)
+		// every row's choices on the device (8 bytes a choice), downloaded once after the last chunk: a
+		// download waits for the stream, so one a chunk left the device idle while the host turned round
+		ids, err := c.temp(4 * rows * k)
 		if err != nil {
 			return err
 		}
-		ws, err := c.temp(4 * chunk * k)
+		ws, err := c.temp(4 * rows * k)
 		if err != nil {
 			return err
 		}
@@ -94,17 +96,15 @@ func (b *Backend) Route(x, w, bias ops.Tensor, k int, scale float32) (ops.Routin
 			if err := c.gemm(logits, xp+uint64(4*r0*xt.cols), n, weightOf(wt), false); err != nil {
 				return err
 			}
-			if err := c.routeTopK(2, ids, ws, logits, bp, n, experts, k, scale); err != nil {
-				return err
-			}
-			if err := download(b, rt.IDs[r0*k:(r0+n)*k], ids); err != nil {
-				return err
-			}
-			if err := download(b, rt.Weights[r0*k:(r0+n)*k], ws); err != nil {
+			off := uint64(4 * r0 * k)
+			if err := c.routeTopK(2, ids+off, ws+off, logits, bp, n, experts, k, scale); err != nil {
 				return err
 			}
 		}
-		return nil
+		if err := download(b, rt.IDs, ids); err != nil {
+			return err
+		}
+		return download(b, rt.Weights, ws)
 	})
 	if err != nil {
 		return ops.Routing{}, err

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/potato-k3/potato-k3/replay/bf16"
 	"github.com/potato-k3/potato-k3/replay/ops"
 )
 
@@ -304,6 +305,50 @@ func sameBitsQuiet(t *testing.T, what string, got, want []float32, cols int) {
 		if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
 			sameBits(t, what, got, want, cols)
 			return
+		}
+	}
+}
+
+// TestRouteChunks: Route over more rows than one chunk of routeChunk (every chunk's choices stay on the
+// device and come to the host once) gives, row for row, what Route gives each part of the rows alone
+// (parts within one chunk), in both precisions: the chunks write their own rows of the device tables.
+func TestRouteChunks(t *testing.T) {
+	for _, prec := range []ops.Precision{ops.BF16, ops.FP32} {
+		b := testBackend(t, Options{Precision: prec})
+		rng := rand.New(rand.NewPCG(31, 32))
+		const rows, cols, experts, k = 2*routeChunk + 1001, 64, 40, 6
+		xv, wv, bv := make([]float32, rows*cols), make([]float32, experts*cols), make([]float32, experts)
+		for _, v := range [][]float32{xv, wv, bv} {
+			for i := range v {
+				v[i] = bf16.Round(float32(0.3 * rng.NormFloat64()))
+			}
+		}
+		up := func(r, c int, v []float32) ops.Tensor {
+			x, err := b.FromHost(r, c, v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { b.Free(x) })
+			return x
+		}
+		w, bias := up(experts, cols, wv), up(1, experts, bv)
+		whole, err := b.Route(up(rows, cols, xv), w, bias, k, 2.5)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for r0 := 0; r0 < rows; r0 += 7000 {
+			n := min(7000, rows-r0)
+			part, err := b.Route(up(n, cols, xv[r0*cols:(r0+n)*cols]), w, bias, k, 2.5)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range n * k {
+				g, p := r0*k+i, i
+				if whole.IDs[g] != part.IDs[p] || math.Float32bits(whole.Weights[g]) != math.Float32bits(part.Weights[p]) {
+					t.Fatalf("%v: row %d choice %d: whole (%d, %g), the part of rows %d.. alone (%d, %g)",
+						prec, g/k, g%k, whole.IDs[g], whole.Weights[g], r0, part.IDs[p], part.Weights[p])
+				}
+			}
 		}
 	}
 }

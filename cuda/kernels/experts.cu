@@ -62,6 +62,9 @@
 //   5. version 4 with the SiTU pass eight columns a thread (k_experts_situ_rows8: 16-byte loads and
 //      stores, no 64-bit division an element): 3.1-3.5 TB/s against 1.3 (docs/records/run57), the same
 //      bits; the element form stays for widths that are not multiples of 8.
+//   6. the gather the same way (k_experts_gather8: eight columns a thread, rows on the grid's y): same
+//      values; k_experts_gather stays for widths that are not multiples of 8. The combine four columns a
+//      thread (k_experts_combine4, 16-byte accesses of acc): the same sums in the same order.
 #include "common.cuh"
 #include "experts.cuh"
 
@@ -282,6 +285,26 @@ extern "C" __global__ void k_experts_gather(u16* out, const float* z, const int*
     }
 }
 
+// k_experts_gather8: k_experts_gather with eight columns a thread (cols % 8 == 0, z 16-byte aligned, so
+// every row starts aligned): thread j = blockIdx.x * blockDim.x + threadIdx.x takes columns 8j .. 8j+7 of
+// gathered rows blockIdx.y, blockIdx.y + gridDim.y, ...: two 16-byte loads and one 16-byte store, no 64-bit
+// division (the SiTU pass's change of version 5). The same values as k_experts_gather.
+// Launch: blockDim 128, gridDim (ceil(cols / 8 / 128), min(n, 65535)).
+extern "C" __global__ void k_experts_gather8(u16* out, const float* z, const int* rows, i64 n, int cols) {
+    const int j = blockIdx.x * blockDim.x + threadIdx.x;
+    if (8 * j >= cols) return;
+    for (i64 r = blockIdx.y; r < n; r += gridDim.y) {
+        const float* src = z + (i64)rows[r] * cols + 8 * j;
+        const float4 a = *(const float4*)src, b = *(const float4*)(src + 4);
+        uint4 o;
+        o.x = bf16_bits(a.x) | (bf16_bits(a.y) << 16);
+        o.y = bf16_bits(a.z) | (bf16_bits(a.w) << 16);
+        o.z = bf16_bits(b.x) | (bf16_bits(b.y) << 16);
+        o.w = bf16_bits(b.z) | (bf16_bits(b.w) << 16);
+        *(uint4*)(out + r * cols + 8 * j) = o;
+    }
+}
+
 // k_experts_combine: block b adds to acc row rowid[b] the entries rowptr[b] .. rowptr[b+1]-1 in order
 // (the host lists them by ascending expert id): acc[r, d] += w[e] * h2[pos[e], d], the product rounded
 // to float32 first, as k_scatter_add. Each element is one thread's sequential sum; cols is even.
@@ -300,6 +323,28 @@ extern "C" __global__ void k_experts_combine(float* acc, const u16* h2, const in
             v.y = __fadd_rn(v.y, __fmul_rn(we, __uint_as_float(hv & 0xffff0000u)));
         }
         *(float2*)(a + d) = v;
+    }
+}
+
+// k_experts_combine4: k_experts_combine with four columns a thread (cols % 4 == 0, acc 16-byte and h2
+// 8-byte aligned): one 16-byte load and store of acc and an 8-byte load of each entry's h2 values a
+// thread, each element's sum in the same order as there. Launch: gridDim = rows touched, blockDim 128.
+extern "C" __global__ void k_experts_combine4(float* acc, const u16* h2, const int* rowptr, const int* rowid,
+                                              const int* pos, const float* w, int cols) {
+    const int b = blockIdx.x;
+    const int e0 = rowptr[b], e1 = rowptr[b + 1];
+    float* a = acc + (i64)rowid[b] * cols;
+    for (int d = 4 * threadIdx.x; d < cols; d += 4 * blockDim.x) {
+        float4 v = *(float4*)(a + d);
+        for (int e = e0; e < e1; e++) {
+            const uint2 hv = *(const uint2*)(h2 + (i64)pos[e] * cols + d);
+            const float we = w[e];
+            v.x = __fadd_rn(v.x, __fmul_rn(we, __uint_as_float(hv.x << 16)));
+            v.y = __fadd_rn(v.y, __fmul_rn(we, __uint_as_float(hv.x & 0xffff0000u)));
+            v.z = __fadd_rn(v.z, __fmul_rn(we, __uint_as_float(hv.y << 16)));
+            v.w = __fadd_rn(v.w, __fmul_rn(we, __uint_as_float(hv.y & 0xffff0000u)));
+        }
+        *(float4*)(a + d) = v;
     }
 }
 

@@ -1,0 +1,144 @@
+package cuda
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/potato-k3/potato-k3/replay/ops"
+)
+
+// TestExpertsPhasesTiming times the pieces of one pooled cuBLASLt expert call apart, at the size each of a
+// MoE layer's seven calls has in the 262,144-token bench (a chunk of 128 of 896 experts over every
+// slice's rows: about 600,000 gathered rows, 4,700 an expert), then the whole call: the gather (both
+// kernels), the decode of the call's experts to bfloat16, the SiTU pass over every gathered row, the
+// combine, and the GEMMs alone one after another. The pieces that are not GEMMs are what a GEMM with the gather, decode, SiTU and combine fused
+// into it would save (cuda/DESIGN.md); each line gives the bytes it moves and the rate. The whole call
+// also runs the GEMMs on its lanes, so it is not the sum. Skipped with -short; about 25 GB of device memory.
+func TestExpertsPhasesTiming(t *testing.T) {
+	skipTiming(t)
+	b := testBackend(t, Options{Precision: ops.BF16})
+	if b.lt == nil {
+		t.Skip("cuBLASLt is not in use")
+	}
+	const latent, ffn, beta, linBeta = 3584, 3072, 4, 25
+	const experts, chunk, rows, k = 896, 128, 262144, 16
+	rng := rand.New(rand.NewPCG(13, 14))
+	oes := k3Experts(t, b, rng, chunk) // the call's experts: ids 0 .. chunk-1 of the layer's 896
+	rt := randRouting(rng, rows, k, experts, 0).Indexed()
+	z := poolTensor(t, b, normalPool(rng), rows, latent)
+	defer b.Free(z)
+	acc, err := b.Zeros(rows, latent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Free(acc)
+	es := make([]*Expert, len(oes))
+	ids := make([]int, len(oes))
+	for i, e := range oes {
+		es[i], ids[i] = e.(*Expert), e.(*Expert).id
+	}
+	work, err := rt.AssignRows(ids, rows)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan := planGroupedTiles(es, work, rows, xTileRows)
+	n := plan.rows
+	slot := 3 * ffn * latent // decoded values an expert
+	flop := float64(n) * 3 * 2 * latent * ffn
+	err = b.run("expert phases", func(c *opCtx) error {
+		if err := b.joinExperts(es); err != nil {
+			return err
+		}
+		gu, dn, why, err := c.ltExpertShapes(latent, ffn)
+		if err != nil || why != "" {
+			return fmt.Errorf("expert shapes: %v %s", err, why)
+		}
+		zp, ap := z.(*Tensor).ptr, acc.(*Tensor).ptr
+		d, err := c.prepareGrouped(&plan, ap, zp, latent, ffn, beta, linBeta, "")
+		if err != nil {
+			return err
+		}
+		if err := c.groupedSiTUTables(d); err != nil {
+			return err
+		}
+		wdec, err := c.temp(2 * slot * 16) // a decode chunk of 16 experts, as ltDecodeBytes gives at K3's sizes
+		if err != nil {
+			return err
+		}
+		gub, err := c.temp(2 * n * 2 * ffn)
+		if err != nil {
+			return err
+		}
+		groups := (slot/32 + xThreads - 1) / xThreads
+		phases := []struct {
+			what  string
+			bytes float64 // the traffic the piece needs at least
+			fn    func() error
+		}{
+			// z rows read as float32, written as bfloat16
+			{"gather, k_experts_gather (4 a thread)", float64(n) * latent * 6, func() error {
+				return c.launch1D("k_experts_gather", n*latent/4, d.zs, d.z, d.at(plan.offRows), int64(n), int32(latent))
+			}},
+			{"gather, the path's", float64(n) * latent * 6, func() error { return c.groupedGather(d) }},
+			// MXFP4 read (4 bits a value and a scale byte for 32), bfloat16 written
+			{"decode of the call's experts", float64(len(plan.nonzero)) * float64(slot) * (2 + 4.25/8), func() error {
+				for j0 := 0; j0 < len(plan.nonzero); j0 += 16 {
+					cnt := min(16, len(plan.nonzero)-j0)
+					if err := c.launch("k_experts_decode", d2(groups, cnt), d1(xThreads), 0,
+						wdec, d.tab, d.at(plan.offList+j0), int32(ffn), int32(latent)); err != nil {
+						return err
+					}
+				}
+				return nil
+			}},
+			// gate/up outputs read (bfloat16), h written
+			{"SiTU pass over the gathered rows", float64(n) * ffn * 6, func() error { return c.situRows(d.h, gub, n, ffn, d.situ) }},
+			// the down outputs read (bfloat16), acc read and written (float32) for every touched row
+			{"combine, k_experts_combine (2 a thread)", float64(n)*latent*2 + float64(plan.touched)*latent*8, func() error {
+				return c.launch("k_experts_combine", d1(plan.touched), d1(xCombThread), 0, d.acc, d.zs, d.at(plan.offRowPtr),
+					d.at(plan.offRowID), d.at(plan.offPos), d.at(plan.offW), int32(latent))
+			}},
+			{"combine, the path's", float64(n)*latent*2 + float64(plan.touched)*latent*8, func() error { return c.groupedCombine(d) }},
+			// every expert's two GEMMs at its rows in blocks of ltExpertRows, one after another on the
+			// compute stream, over one decoded expert (the rate does not depend on the values): the
+			// call's GEMM time without lanes (bytes: none counted)
+			{"GEMMs alone, one stream", 0, func() error {
+				for _, i := range plan.nonzero {
+					for r0 := 0; r0 < plan.counts[i]; r0 += ltExpertRows {
+						rn := min(ltExpertRows, plan.counts[i]-r0)
+						if err := c.ltGemm(gu, gub, d.zs, wdec, rn, 2*ffn, latent); err != nil {
+							return err
+						}
+						if err := c.ltGemm(dn, d.zs, d.h, wdec+uint64(2*2*ffn*latent), rn, latent, ffn); err != nil {
+							return err
+						}
+					}
+				}
+				return nil
+			}},
+		}
+		for _, p := range phases {
+			ms, err := eventTime(c, 5, p.fn)
+			if err != nil {
+				return fmt.Errorf("%s: %w", p.what, err)
+			}
+			rate := fmt.Sprintf("%7.1f GB/s", p.bytes/ms/1e6)
+			if p.bytes == 0 {
+				rate = fmt.Sprintf("%7.1f TFLOP/s", flop/ms/1e9)
+			}
+			t.Logf("TIMING expert call phases, %d experts, %d gathered rows, %d touched: %-38s %8.3f ms %s",
+				len(plan.nonzero), n, plan.touched, p.what, ms, rate)
+		}
+		ms, err := eventTime(c, 3, func() error { return c.expertsLt(&plan, gu, dn, ap, zp, latent, ffn, beta, linBeta) })
+		if err != nil {
+			return fmt.Errorf("the whole call: %w", err)
+		}
+		t.Logf("TIMING expert call phases, %d experts, %d gathered rows, %d touched: %-38s %8.3f ms %7.1f TFLOP/s",
+			len(plan.nonzero), n, plan.touched, "the whole call (expertsLt)", ms, flop/ms/1e9)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
