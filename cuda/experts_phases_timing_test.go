@@ -82,11 +82,19 @@ func TestExpertsPhasesTiming(t *testing.T) {
 			}},
 			{"gather, the path's", float64(n) * latent * 6, func() error { return c.groupedGather(d) }},
 			// MXFP4 read (4 bits a value and a scale byte for 32), bfloat16 written
-			{"decode of the call's experts", float64(len(plan.nonzero)) * float64(slot) * (2 + 4.25/8), func() error {
+			{"decode, k_experts_decode (32 codes a thread)", float64(len(plan.nonzero)) * float64(slot) * (2 + 4.25/8), func() error {
 				for j0 := 0; j0 < len(plan.nonzero); j0 += 16 {
 					cnt := min(16, len(plan.nonzero)-j0)
 					if err := c.launch("k_experts_decode", d2(groups, cnt), d1(xThreads), 0,
 						wdec, d.tab, d.at(plan.offList+j0), int32(ffn), int32(latent)); err != nil {
+						return err
+					}
+				}
+				return nil
+			}},
+			{"decode, the path's", float64(len(plan.nonzero)) * float64(slot) * (2 + 4.25/8), func() error {
+				for j0 := 0; j0 < len(plan.nonzero); j0 += 16 {
+					if err := c.decodeExperts(wdec, d.tab, d.at(plan.offList+j0), min(16, len(plan.nonzero)-j0), ffn, latent); err != nil {
 						return err
 					}
 				}
@@ -101,16 +109,18 @@ func TestExpertsPhasesTiming(t *testing.T) {
 			}},
 			{"combine, the path's", float64(n)*latent*2 + float64(plan.touched)*latent*8, func() error { return c.groupedCombine(d) }},
 			// every expert's two GEMMs at its rows in blocks of ltExpertRows, one after another on the
-			// compute stream, over one decoded expert (the rate does not depend on the values): the
-			// call's GEMM time without lanes (bytes: none counted)
+			// compute stream, the experts taking turns over the decode buffer's 16 (1 GB: their weights
+			// come from memory, not the L2, as in the call): the call's GEMM time without lanes (bytes:
+			// none counted)
 			{"GEMMs alone, one stream", 0, func() error {
-				for _, i := range plan.nonzero {
+				for j, i := range plan.nonzero {
+					w := wdec + uint64(2*slot*(j%16))
 					for r0 := 0; r0 < plan.counts[i]; r0 += ltExpertRows {
 						rn := min(ltExpertRows, plan.counts[i]-r0)
-						if err := c.ltGemm(gu, gub, d.zs, wdec, rn, 2*ffn, latent); err != nil {
+						if err := c.ltGemm(gu, gub, d.zs, w, rn, 2*ffn, latent); err != nil {
 							return err
 						}
-						if err := c.ltGemm(dn, d.zs, d.h, wdec+uint64(2*2*ffn*latent), rn, latent, ffn); err != nil {
+						if err := c.ltGemm(dn, d.zs, d.h, w+uint64(2*2*ffn*latent), rn, latent, ffn); err != nil {
 							return err
 						}
 					}

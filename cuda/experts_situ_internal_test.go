@@ -112,3 +112,71 @@ func TestGather8(t *testing.T) {
 		})
 	}
 }
+
+// TestDecode8: the expert decode a word a thread (k_experts_decode8, what the cuBLASLt path runs) gives
+// k_experts_decode's bfloat16 values for random codes under every scale byte 0..255 (the PRMT decoder
+// and its float32 fallback), for a list of experts that skips one.
+func TestDecode8(t *testing.T) {
+	b := testBackend(t, Options{Precision: ops.BF16})
+	rng := rand.New(rand.NewPCG(25, 26))
+	const latent, ffn = 96, 64
+	var es []*Expert
+	var work []ops.ExpertRows
+	for id := range 3 {
+		parts := randExpertBytes(rng, latent, ffn)
+		for i := 1; i < 6; i += 2 {
+			for j := range parts[i] {
+				parts[i][j] = byte(j + 7*id + i) // every scale byte in each matrix
+			}
+		}
+		e, err := b.UploadExpert(id, latent, ffn, parts[0], parts[1], parts[2], parts[3], parts[4], parts[5])
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer b.Free(e)
+		es = append(es, e.(*Expert))
+		rows := []int32{0}
+		if id == 1 {
+			rows = nil // no rows: not in the decode list
+		}
+		work = append(work, ops.ExpertRows{Rows: rows, Weights: make([]float32, len(rows))})
+	}
+	p := planGroupedTiles(es, work, 1, xTileRows)
+	if len(p.nonzero) != 2 {
+		t.Fatalf("decode list %v, want two experts", p.nonzero)
+	}
+	slot := 3 * ffn * latent
+	var got, want []int32
+	err := b.run("test", func(c *opCtx) error {
+		if err := b.joinExperts(es); err != nil {
+			return err
+		}
+		tab, err1 := uploadTemp(c, p.buf)
+		o8, err2 := c.temp(2 * slot * 2)
+		o32, err3 := c.temp(2 * slot * 2)
+		if err := errors.Join(err1, err2, err3); err != nil {
+			return err
+		}
+		list := tab + 4*uint64(p.offList)
+		if err := c.decodeExperts(o8, tab, list, 2, ffn, latent); err != nil {
+			return err
+		}
+		if err := c.launch("k_experts_decode", d2((slot/32+xThreads-1)/xThreads, 2), d1(xThreads), 0,
+			o32, tab, list, int32(ffn), int32(latent)); err != nil {
+			return err
+		}
+		got, want = make([]int32, slot), make([]int32, slot)
+		if err := download(c.b, got, o8); err != nil {
+			return err
+		}
+		return download(c.b, want, o32)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range got {
+		if got[i] != want[i] {
+			t.Fatalf("word %d (expert slot %d, value %d): decode8 %08x, decode %08x", i, 2*i/slot, 2*i%slot, uint32(got[i]), uint32(want[i]))
+		}
+	}
+}

@@ -7,8 +7,8 @@ import (
 	"github.com/potato-k3/potato-k3/replay/ops"
 )
 
-// ShortConvSiLU is KDA's causal depthwise convolution with SiLU per sequence of l (kda.cu: k_shortconv4s for 4
-// taps and channels a multiple of 4, 4 channels of shortConvSlideRows rows a thread; else k_shortconv, one
+// ShortConvSiLU is KDA's causal depthwise convolution with SiLU per sequence of l (kda.cu: k_shortconv4 for 4
+// taps and channels a multiple of 4, 4 channels of shortConvRows rows a thread; else k_shortconv, one
 // thread per element, grid-stride):
 //
 //	out[t,c] = rounded(silu(sum_{i<K} float32(w[c,i] * x[t-K+1+i,c])))   // ascending i, rows before t's sequence skipped
@@ -58,27 +58,16 @@ func (b *Backend) ShortConvSiLU(x, w ops.Tensor, l ops.Layout) (ops.Tensor, erro
 	return out, nil
 }
 
-// shortConvRows is the rows of one k_shortconv4 thread (kda.cu's SC_ROWS), shortConvSlideRows one
-// k_shortconv4s thread's (SC_SLIDE_ROWS).
-const (
-	shortConvRows      = 4
-	shortConvSlideRows = 16
-)
+// shortConvRows is the rows of one k_shortconv4 thread (kda.cu's SC_ROWS).
+const shortConvRows = 4
 
-// shortConv launches k_shortconv4s on rows x ch inputs with taps taps a channel, or k_shortconv where its
+// shortConv launches k_shortconv4 on rows x ch inputs with taps taps a channel, or k_shortconv where its
 // shape does not fit (taps other than 4, ch not a multiple of 4, pointers not 16-byte aligned, more than
 // 65,535 x 1,024 channels); both give the same bits.
 func (c *opCtx) shortConv(out, x, w, start uint64, rows, ch, taps int, bf int32) error {
 	if !shortConv4Fits(out, x, w, ch, taps) {
 		return c.launch1D("k_shortconv", rows*ch, out, x, w, start, int64(rows), int32(ch), int32(taps), bf)
 	}
-	return c.launch("k_shortconv4s", d2((rows+shortConvSlideRows-1)/shortConvSlideRows, (ch/4+ewThreads-1)/ewThreads), d1(ewThreads), 0,
-		out, x, w, start, int64(rows), int32(ch), bf)
-}
-
-// shortConv4 launches k_shortconv4 (4 rows a thread, its window loaded whole) on a shape shortConv4Fits
-// takes: the timing test's baseline for k_shortconv4s.
-func (c *opCtx) shortConv4(out, x, w, start uint64, rows, ch int, bf int32) error {
 	return c.launch("k_shortconv4", d2((rows+shortConvRows-1)/shortConvRows, (ch/4+ewThreads-1)/ewThreads), d1(ewThreads), 0,
 		out, x, w, start, int64(rows), int32(ch), bf)
 }

@@ -54,7 +54,9 @@ if [[ ! -d "$MODEL" && " ${STEPS:-all} " != " tests " && " ${STEPS:-all} " != " 
   "$P" synth --preset k3-layer --layers 3 --seed 1 --out "$MODEL.partial" > "$OUT/synth.txt" 2>&1 && mv "$MODEL.partial" "$MODEL"
   log "synth exit $?"
 fi
-FLAGS=(--backend cuda --model "$MODEL" --expert-chunk 128 --bound-flops 790e12 --bound-bandwidth 55e9 --repeat 1)
+# EXTRA: more bench flags for every step (scripts/gpu_variants.sh: "bench VARIANT STEP FLAGS...")
+# shellcheck disable=SC2206
+FLAGS=(--backend cuda --model "$MODEL" --expert-chunk 128 --bound-flops 790e12 --bound-bandwidth 55e9 --repeat 1 ${EXTRA:-})
 # the same with the default --expert-chunk 0: on a small card the plan picks the chunk (replay/plan_chunks.go)
 AUTO=(--backend cuda --model "$MODEL" --bound-flops 790e12 --bound-bandwidth 55e9 --repeat 1)
 PINNED=(--host-cache 45GB --resident 5GB)

@@ -7,8 +7,9 @@
 # PLAN (a file, one step a line; # starts a comment):
 #   test VARIANT PKG LIMIT PATTERN [ARGS...]   PKG's test binary of VARIANT with -test.run PATTERN (add
 #                                              -test.short among ARGS to skip the timing tests)
-#   bench VARIANT STEP                         scripts/gpu_slice_check.sh's STEP (prof_262k, ...) with the
-#                                              variant's potato; the k3-layer model is written once
+#   bench VARIANT STEP [FLAGS...]              scripts/gpu_slice_check.sh's STEP (prof_262k, ...) with the
+#                                              variant's potato and FLAGS added to the bench's; the
+#                                              k3-layer model is written once
 #   if-passed VARIANT PKG                      skip the rest of the plan's lines up to "end" unless that
 #   end                                        variant's PKG tests all passed so far
 # DEADLINE (default 585) bounds the whole call. Writes $OUT/steps.txt, $OUT/summary.txt, every TIMING line
@@ -67,8 +68,10 @@ while read -r kind v rest; do
     b=$(bin "$v" potato) || { log "$v: no potato"; continue; }
     mkdir -p "/tmp/variants/$v.dev"
     ln -sf "$b" "/tmp/variants/$v.dev/potato"
+    read -r stepname flags <<< "$rest"
     log "$v bench $rest"
-    OUT="$OUT/bench_${n}_$v" DEV="/tmp/variants/$v.dev" STEPS="$rest" DEADLINE=$(left) bash "$ROOT/scripts/gpu_slice_check.sh" > /dev/null 2>&1
+    OUT="$OUT/bench_${n}_$v" DEV="/tmp/variants/$v.dev" STEPS="$stepname" EXTRA="${flags:-}" DEADLINE=$(left) \
+      bash "$ROOT/scripts/gpu_slice_check.sh" > /dev/null 2>&1
     { echo "== $n: $v bench $rest"; cat "$OUT/bench_${n}_$v/summary.txt" 2>/dev/null; } >> "$OUT/summary.txt"
     log "$v bench $rest done"
     ;;

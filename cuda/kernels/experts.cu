@@ -64,7 +64,8 @@
 //      bits; the element form stays for widths that are not multiples of 8.
 //   6. the gather the same way (k_experts_gather8: eight columns a thread, rows on the grid's y): same
 //      values; k_experts_gather stays for widths that are not multiples of 8. The combine four columns a
-//      thread (k_experts_combine4, 16-byte accesses of acc): the same sums in the same order.
+//      thread (k_experts_combine4, 16-byte accesses of acc): the same sums in the same order. The decode a
+//      word a thread (k_experts_decode8: contiguous 512-byte stores a warp): the same values.
 #include "common.cuh"
 #include "experts.cuh"
 
@@ -368,6 +369,23 @@ extern "C" __global__ void k_experts_decode(u16* out, const u64* wp, const int* 
     const uint4 raw = *(const uint4*)((const u8*)w[2 * mat] + 16 * gi);
     const u32 s = ((const u8*)w[2 * mat + 1])[gi];
     decode32<X_DEC>(out + (i64)blockIdx.y * 3 * per * 32 + 32 * g, raw, s);
+}
+
+// k_experts_decode8: k_experts_decode with a thread a 4-byte word of 8 codes (16 bytes out), the matrix
+// on the grid's z: a warp's loads are 128 contiguous bytes and its stores one contiguous 512-byte run,
+// where k_experts_decode's threads each wrote 64 bytes at 64-byte strides (2.0 TB/s, run 71). Word i of
+// a matrix is codes 8i .. 8i+7 of group i / 4 (whose scale byte it takes), decoded by decode8<X_DEC>,
+// which is what decode32<X_DEC> does for each of a group's four words: the same values. ffn * latent % 32
+// == 0. Launch: blockDim 256, gridDim (ceil(ffn * latent / 8 / 256), experts, 3).
+extern "C" __global__ void k_experts_decode8(u16* out, const u64* wp, const int* list, int ffn, int latent) {
+    const i64 words = (i64)ffn * latent / 8;  // words a matrix
+    const i64 i = blockIdx.x * (i64)blockDim.x + threadIdx.x;
+    if (i >= words) return;
+    const int mat = blockIdx.z;
+    const u64* w = wp + 6 * list[blockIdx.y];
+    const u32 raw = ((const u32*)w[2 * mat])[i];
+    const u32 s = ((const u8*)w[2 * mat + 1])[i >> 2];
+    *(uint4*)(out + ((i64)blockIdx.y * 3 + mat) * words * 8 + 8 * i) = decode8<X_DEC>(raw, s);
 }
 
 // k_experts_situ_rows: h[r, c] = situ_tab(gu[r, c], gu[r, ffn + c]) as bfloat16 for r < n, c < ffn: gu

@@ -9,8 +9,8 @@
 //                    once a row, the 16 taps once, the SC_ROWS + 3 input rows of its window once each).
 //                    H200, 65,536 x 12,288, 16 sequences: 2.77 ms (2.3 TB/s of x read and out written).
 //                    Rows a thread, timed: 1: 3.41 ms, 2: 3.08, 4: 2.77, 8: 3.43 (84 registers): SC_ROWS 4.
-//     k_shortconv4s  the same shapes with a sliding window: a thread 4 channels of SC_SLIDE_ROWS = 16 rows,
-//                    each input row loaded once, four loads in flight (to be timed against k_shortconv4).
+//                    Tried (run 71, cuda/records/shortconv_sliding_window.diff): a sliding window, 16 rows a
+//                    thread, each input row loaded once, four loads in flight: 2.87 ms against 2.78.
 //     k_shortconv    any other shape: one thread an element, grid-stride (6.51 ms at the shape above).
 //   KDA in BF16 precision (the default):
 //     k_kda_prep_fast   normalised q and k, decay and beta; the decay's exp and sigmoid and beta's sigmoid
@@ -110,70 +110,6 @@ __device__ __forceinline__ void shortconv4(float* __restrict__ out, const float*
 extern "C" __global__ void k_shortconv4(float* out, const float* x, const float* w, const int* rowStart, i64 rows,
                                           int ch, int bf) {
     shortconv4<SC_ROWS>(out, x, w, rowStart, rows, ch, bf);
-}
-
-// shortconv4_row writes out[t, c .. c+3] from the window w0..w3 = x[t-3 .. t, c .. c+3] (rows before lo
-// zero): k_shortconv's sum and rounding, taps ascending, rows before rowStart[t] skipped.
-__device__ __forceinline__ void shortconv4_row(float* __restrict__ out, const float (&tap)[4][4], float4 w0, float4 w1,
-                                               float4 w2, float4 w3, i64 t, i64 start, int ch, int c, int bf) {
-    const float4 win[4] = {w0, w1, w2, w3};
-    float s[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        if (t - 3 + i >= start) {
-            s[0] = __fadd_rn(s[0], __fmul_rn(tap[0][i], win[i].x));
-            s[1] = __fadd_rn(s[1], __fmul_rn(tap[1][i], win[i].y));
-            s[2] = __fadd_rn(s[2], __fmul_rn(tap[2][i], win[i].z));
-            s[3] = __fadd_rn(s[3], __fmul_rn(tap[3][i], win[i].w));
-        }
-    }
-    *(float4*)(out + t * ch + c) =
-        make_float4(rnd(silu_f(s[0]), bf), rnd(silu_f(s[1]), bf), rnd(silu_f(s[2]), bf), rnd(silu_f(s[3]), bf));
-}
-
-// k_shortconv4s: k_shortconv4 with a sliding window: thread (row group blockIdx.x, channel quad q) writes
-// out[t, 4q .. 4q+3] for the SC_SLIDE_ROWS rows from t0 = SC_SLIDE_ROWS * blockIdx.x, holding the last
-// three input rows in registers and loading each input row once (SC_SLIDE_ROWS + 3 loads for as many
-// rows, against k_shortconv4's 7 for 4), four rows' loads issued together. The same bits (each output is
-// shortconv4_row's statements, which are k_shortconv's). Launch: blockDim 256, gridDim
-// (ceil(rows / SC_SLIDE_ROWS), ceil(ch / 4 / 256)).
-#define SC_SLIDE_ROWS 16
-extern "C" __global__ void k_shortconv4s(float* __restrict__ out, const float* __restrict__ x,
-                                         const float* __restrict__ w, const int* __restrict__ rowStart, i64 rows,
-                                         int ch, int bf) {
-    const int c = 4 * (blockIdx.y * blockDim.x + threadIdx.x);
-    if (c >= ch) return;
-    const i64 t0 = (i64)blockIdx.x * SC_SLIDE_ROWS;
-    float tap[4][4];
-#pragma unroll
-    for (int k = 0; k < 4; k++) {
-        float4 v = *(const float4*)(w + (i64)(c + k) * 4);
-        tap[k][0] = v.x, tap[k][1] = v.y, tap[k][2] = v.z, tap[k][3] = v.w;
-    }
-    const i64 lo = rowStart[t0];
-    const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    float4 w0 = t0 - 3 >= lo ? *(const float4*)(x + (t0 - 3) * ch + c) : zero;
-    float4 w1 = t0 - 2 >= lo ? *(const float4*)(x + (t0 - 2) * ch + c) : zero;
-    float4 w2 = t0 - 1 >= lo ? *(const float4*)(x + (t0 - 1) * ch + c) : zero;
-    if (t0 + SC_SLIDE_ROWS <= rows) {
-#pragma unroll
-        for (int j = 0; j < SC_SLIDE_ROWS; j += 4) { // four loads in flight, then four rows
-            const i64 t = t0 + j;
-            const float4 a = *(const float4*)(x + t * ch + c), b = *(const float4*)(x + (t + 1) * ch + c),
-                         d = *(const float4*)(x + (t + 2) * ch + c), e = *(const float4*)(x + (t + 3) * ch + c);
-            shortconv4_row(out, tap, w0, w1, w2, a, t, rowStart[t], ch, c, bf);
-            shortconv4_row(out, tap, w1, w2, a, b, t + 1, rowStart[t + 1], ch, c, bf);
-            shortconv4_row(out, tap, w2, a, b, d, t + 2, rowStart[t + 2], ch, c, bf);
-            shortconv4_row(out, tap, a, b, d, e, t + 3, rowStart[t + 3], ch, c, bf);
-            w0 = b, w1 = d, w2 = e;
-        }
-        return;
-    }
-    for (i64 t = t0; t < rows; t++) { // the last row group
-        const float4 a = *(const float4*)(x + t * ch + c);
-        shortconv4_row(out, tap, w0, w1, w2, a, t, rowStart[t], ch, c, bf);
-        w0 = w1, w1 = w2, w2 = a;
-    }
 }
 
 // k_kda_exact (any head width; the CPU backend's statements): the delta rule for sequence s = blockIdx.x (rows starts[s] .. starts[s+1]-1) and head
