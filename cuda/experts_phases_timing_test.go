@@ -111,7 +111,8 @@ func TestExpertsPhasesTiming(t *testing.T) {
 			// every expert's two GEMMs at its rows in blocks of ltExpertRows, one after another on the
 			// compute stream, the experts taking turns over the decode buffer's 16 (1 GB: their weights
 			// come from memory, not the L2, as in the call): the call's GEMM time without lanes (bytes:
-			// none counted)
+			// none counted). Every block reads the first gathered rows (at most 29 MB at K3's sizes),
+			// which may stay in the L2, so the rate is an upper estimate of the call's GEMMs.
 			{"GEMMs alone, one stream", 0, func() error {
 				for j, i := range plan.nonzero {
 					w := wdec + uint64(2*slot*(j%16))
