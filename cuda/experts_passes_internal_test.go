@@ -9,6 +9,9 @@ import (
 	"github.com/potato-k3/potato-k3/replay/ops"
 )
 
+// The cuBLASLt expert path's passes around its GEMMs (the SiTU pass, the gather, the decode), each in the
+// vectorised form the path launches against the element form it replaced, bit for bit.
+
 // TestSiTURows8: the SiTU pass of the cuBLASLt expert path with eight columns a thread
 // (k_experts_situ_rows8) gives the element form's bits (k_experts_situ_rows) over random bfloat16 gate
 // and up values (every exponent, signs, NaN and Inf patterns included), with widths of one and of several
