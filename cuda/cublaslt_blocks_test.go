@@ -54,10 +54,7 @@ func TestCuBLASLtRowBlocks(t *testing.T) {
 			if err := errors.Join(err1, err2, err3, err4); err != nil {
 				return err
 			}
-			tm, err := newEventTimer(c)
-			if err != nil {
-				return err
-			}
+			tm := newEventTimer(c)
 			defer tm.destroy()
 			edges := func() ([]int32, error) { // the first and last edge rows of out
 				v := make([]int32, 2*edge*m)

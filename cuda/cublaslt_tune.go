@@ -10,6 +10,7 @@ import (
 	"unsafe"
 
 	"github.com/potato-k3/potato-k3/cuda/bind"
+	"github.com/potato-k3/potato-k3/cuda/device"
 )
 
 // Tuning a pinned shape: cuBLASLt's heuristic ranks configurations for one n (ltRepN), and for the routed
@@ -101,10 +102,7 @@ func (c *opCtx) ltTune(s *ltShape, m, k int, ns []int) error {
 	if err := errors.Join(err1, err2, err3); err != nil {
 		return err
 	}
-	t, err := newEventTimer(c)
-	if err != nil {
-		return err
-	}
+	t := newEventTimer(c)
 	defer t.destroy()
 	var want []int32
 	best, bestMS := 0, math.Inf(1)
@@ -174,22 +172,15 @@ func bf16Pattern(r uint64) uint32 {
 	return uint32(r&0x8000) | uint32(120+(r>>7)&7)<<7 | uint32(r&0x7f)
 }
 
-// eventTimer times work on the compute stream between two CUDA events (ltTune, and the timing tests).
+// eventTimer times work on the compute stream between two CUDA events (ltTune, and the timing tests), from
+// a pool of timing events (device.EventPool, as the op profile's).
 type eventTimer struct {
-	c  *opCtx
-	ev [2]uintptr
+	c      *opCtx
+	events device.EventPool
 }
 
-func newEventTimer(c *opCtx) (*eventTimer, error) {
-	t := &eventTimer{c: c}
-	d := c.b.drv
-	for i := range t.ev {
-		if err := d.Check("cuEventCreate(timing)", bind.Call(d.CuEventCreate, uintptr(unsafe.Pointer(&t.ev[i])), 0)); err != nil {
-			t.destroy()
-			return nil, err
-		}
-	}
-	return t, nil
+func newEventTimer(c *opCtx) *eventTimer {
+	return &eventTimer{c: c, events: device.EventPool{What: "timing"}}
 }
 
 // time runs fn once untimed, then runs times between the events, and returns the milliseconds a run.
@@ -203,32 +194,32 @@ func (t *eventTimer) time(runs int, fn func() error) (float64, error) {
 // span runs fn runs times between the events (no warm-up) and returns the milliseconds a run.
 func (t *eventTimer) span(runs int, fn func() error) (float64, error) {
 	d, strm := t.c.b.drv, t.c.b.dv.Stream
-	if err := d.Check("cuEventRecord(timing)", bind.Call(d.CuEventRecord, t.ev[0], strm)); err != nil {
+	start, err := t.events.Record(d, strm)
+	if err != nil {
 		return 0, err
 	}
+	defer t.events.Put(start)
 	for range runs {
 		if err := fn(); err != nil {
 			return 0, err
 		}
 	}
-	if err := d.Check("cuEventRecord(timing)", bind.Call(d.CuEventRecord, t.ev[1], strm)); err != nil {
+	end, err := t.events.Record(d, strm)
+	if err != nil {
 		return 0, err
 	}
-	if err := d.Check("cuEventSynchronize(timing)", bind.Call(d.CuEventSynchronize, t.ev[1])); err != nil {
+	defer t.events.Put(end)
+	if err := d.Check("cuEventSynchronize(timing)", bind.Call(d.CuEventSynchronize, end)); err != nil {
 		return 0, err
 	}
 	var ms float32
-	if err := d.Check("cuEventElapsedTime(timing)", bind.Call(d.CuEventElapsedTime, uintptr(unsafe.Pointer(&ms)), t.ev[0], t.ev[1])); err != nil {
+	if err := d.Check("cuEventElapsedTime(timing)", bind.Call(d.CuEventElapsedTime, uintptr(unsafe.Pointer(&ms)), start, end)); err != nil {
 		return 0, err
 	}
 	return float64(ms) / float64(runs), nil
 }
 
-// destroy releases the events (those created).
+// destroy releases the events.
 func (t *eventTimer) destroy() {
-	for _, ev := range t.ev {
-		if ev != 0 {
-			bind.Call(t.c.b.drv.CuEventDestroy, ev)
-		}
-	}
+	_ = t.events.Destroy(t.c.b.drv) // at the end of a timing: a failed destroy leaks two events, nothing else
 }

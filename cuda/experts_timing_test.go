@@ -249,10 +249,7 @@ func kernelBreakdown(t *testing.T, b *Backend, name string, acc, z *Tensor, rt o
 // eventTime returns the median device time in milliseconds of runs calls of fn after one warm-up,
 // each between two CUDA events on the backend's stream (eventTimer). On the CUDA thread.
 func eventTime(c *opCtx, runs int, fn func() error) (float64, error) {
-	t, err := newEventTimer(c)
-	if err != nil {
-		return 0, err
-	}
+	t := newEventTimer(c)
 	defer t.destroy()
 	if err := fn(); err != nil {
 		return 0, err
