@@ -46,21 +46,13 @@ func TestSiTURows8(t *testing.T) {
 				if err := x.launch1D("k_experts_situ_rows", c.n*c.ffn, h1, in, int64(c.n), int32(c.ffn), tab); err != nil {
 					return err
 				}
-				got, want = make([]int32, c.n*c.ffn/2), make([]int32, c.n*c.ffn/2)
-				if err := download(x.b, got, h8); err != nil {
-					return err
-				}
-				return download(x.b, want, h1)
+				got, want, err = downloadPair(x.b, c.n*c.ffn/2, h8, h1)
+				return err
 			})
 			if err != nil {
 				t.Fatal(err)
 			}
-			for i := range got {
-				if got[i] != want[i] {
-					g, w := uint32(got[i]), uint32(want[i])
-					t.Fatalf("word %d (row %d): rows8 %04x %04x, element form %04x %04x", i, 2*i/c.ffn, g&0xffff, g>>16, w&0xffff, w>>16)
-				}
-			}
+			sameWords(t, "rows8", got, want, c.ffn)
 		})
 	}
 }
@@ -98,20 +90,14 @@ func TestGather8(t *testing.T) {
 				if err := x.launch1D("k_experts_gather", c.n*c.cols/4, o4, zp, rp, int64(c.n), int32(c.cols)); err != nil {
 					return err
 				}
-				got, want = make([]int32, c.n*c.cols/2), make([]int32, c.n*c.cols/2)
-				if err := download(x.b, got, o8); err != nil {
-					return err
-				}
-				return download(x.b, want, o4)
+				var err error
+				got, want, err = downloadPair(x.b, c.n*c.cols/2, o8, o4)
+				return err
 			})
 			if err != nil {
 				t.Fatal(err)
 			}
-			for i := range got {
-				if got[i] != want[i] {
-					t.Fatalf("word %d (gathered row %d): gather8 %08x, gather %08x", i, 2*i/c.cols, uint32(got[i]), uint32(want[i]))
-				}
-			}
+			sameWords(t, "gather8", got, want, c.cols)
 		})
 	}
 }
@@ -168,18 +154,33 @@ func TestDecode8(t *testing.T) {
 			o32, tab, list, int32(ffn), int32(latent)); err != nil {
 			return err
 		}
-		got, want = make([]int32, slot), make([]int32, slot)
-		if err := download(c.b, got, o8); err != nil {
-			return err
-		}
-		return download(c.b, want, o32)
+		var err error
+		got, want, err = downloadPair(c.b, slot, o8, o32)
+		return err
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i := range got {
+	sameWords(t, "decode8", got, want, slot) // a "row" is an expert's slot
+}
+
+// downloadPair returns n words from each of the vectorised form's output at p and the element form's at q.
+func downloadPair(b *Backend, n int, p, q uint64) (got, want []int32, err error) {
+	got, want = make([]int32, n), make([]int32, n)
+	if err := download(b, got, p); err != nil {
+		return nil, nil, err
+	}
+	return got, want, download(b, want, q)
+}
+
+// sameWords fails the test at the first word of got (two bfloat16 values) that differs from want, with its
+// row (perRow values a row) and both halves of each.
+func sameWords(t *testing.T, what string, got, want []int32, perRow int) {
+	t.Helper()
+	for i := range want {
 		if got[i] != want[i] {
-			t.Fatalf("word %d (expert slot %d, value %d): decode8 %08x, decode %08x", i, 2*i/slot, 2*i%slot, uint32(got[i]), uint32(want[i]))
+			g, w := uint32(got[i]), uint32(want[i])
+			t.Fatalf("word %d (row %d): %s %04x %04x, the element form %04x %04x", i, 2*i/perRow, what, g&0xffff, g>>16, w&0xffff, w>>16)
 		}
 	}
 }
