@@ -77,6 +77,9 @@ func (b *Backend) SiTUFFN(x, gate, up, down ops.Tensor, beta, linBeta float32) (
 		if c.profiling() { // the profile's key: the gate weight's shape, as MatMul's
 			c.detail = fmt.Sprintf("%dx%d", ffn, hidden)
 		}
+		if err := c.settle(xt); err != nil { // x is read by address below (deferred.go)
+			return err
+		}
 		o, err := c.out(n, hidden)
 		if err != nil {
 			return err

@@ -13,7 +13,8 @@ import (
 //
 //	out[t,c] = rounded(silu(sum_{i<K} float32(w[c,i] * x[t-K+1+i,c])))   // ascending i, rows before t's sequence skipped
 //
-// the CPU backend's statements, so the two agree bit for bit.
+// the CPU backend's statements, so the two agree bit for bit. The kernels round x as they load it, so a
+// projection's deferred rounding (deferred.go) is done there.
 func (b *Backend) ShortConvSiLU(x, w ops.Tensor, l ops.Layout) (ops.Tensor, error) {
 	const op = "ShortConvSiLU"
 	ts, err := b.tensors(op, []string{"x", "w"}, x, w)
@@ -35,7 +36,7 @@ func (b *Backend) ShortConvSiLU(x, w ops.Tensor, l ops.Layout) (ops.Tensor, erro
 	}
 	var out *Tensor
 	err = b.run(op, func(c *opCtx) error {
-		xp, err := c.f32(xt)
+		xp, err := c.raw(xt) // both kernels round x as they load it (deferred.go)
 		if err != nil {
 			return err
 		}
@@ -204,10 +205,21 @@ func (b *Backend) kda(q, k, v, graw, braw ops.Tensor, aLog, dtBias ops.Tensor, h
 		}
 	}
 	var out, last *Tensor
+	// the chunked kernel rounds graw and braw as it reads them (deferred.go); the other paths, and q, k
+	// and v everywhere, read rounded values
+	input := func(c *opCtx, i int, t *Tensor) (uint64, error) {
+		if chunk != "" && (i == 3 || i == 4) {
+			return c.raw(t)
+		}
+		return c.f32(t)
+	}
 	err = b.run(op, func(c *opCtx) error {
-		in, err := c.f32All(ts)
-		if err != nil {
-			return err
+		var err error
+		in := make([]uint64, len(ts))
+		for i, t := range ts {
+			if in[i], err = input(c, i, t); err != nil {
+				return err
+			}
 		}
 		var initp, finp uint64
 		if init != nil {
@@ -228,7 +240,7 @@ func (b *Backend) kda(q, k, v, graw, braw ops.Tensor, aLog, dtBias ops.Tensor, h
 			var pp [5]uint64
 			for i, p := range pre {
 				if p.rows > 0 {
-					if pp[i], err = c.f32(p); err != nil {
+					if pp[i], err = input(c, i, p); err != nil {
 						return err
 					}
 				}

@@ -31,6 +31,9 @@ type opCtx struct {
 	// xsrc, when set, is the tensor a matmul's x comes from: gemmLt then reads its kept bfloat16 copy
 	// (narrow.go) instead of converting x into a temporary
 	xsrc *Tensor
+	// deferRound lets gemmLt leave a rounded product's rounding to its reader (MatMul, deferred.go);
+	// deferred reports that it did
+	deferRound, deferred bool
 }
 
 // stream is the stream the op's launches go to now: a side stream's, or the backend's.

@@ -80,7 +80,8 @@ func (c *opCtx) gemm(out, x uint64, n int, w weightRef, round bool) error {
 // gemmLt runs gemm on cuBLASLt: x converted to a bfloat16 temporary (convert.cu), or, for rows of the
 // tensor c.xsrc, its kept bfloat16 copy (narrow.go), out = x_bf16 w^T with
 // float32 accumulation by the shape's pinned algorithm, then, when round is set, every output rounded to
-// bfloat16 in place (k_round), so the contract holds: bfloat16 values in float32 storage. cuBLASLt is column-major: it
+// bfloat16 in place (k_round), so the contract holds: bfloat16 values in float32 storage, unless c.deferRound
+// leaves that to the output's reader (deferred.go; it then sets c.deferred). cuBLASLt is column-major: it
 // computes out^T (m x n, ld m) = W (k x m column-major, transposed) times x^T (k x n, ld ldb). n is
 // covered by calls of at most ltCallRows(m, k) rows (operands within the range the plan was checked
 // for; cublaslt_plan.go), which changes no bit: a row's sum does not depend on the call it falls in.
@@ -107,6 +108,10 @@ func (c *opCtx) gemmLt(s *ltShape, out, x uint64, n int, w weightRef, round bool
 	}
 	if err := c.ltGemm(s, out, xb, w.ptr, n, m, k); err != nil || !round {
 		return err
+	}
+	if c.deferRound { // MatMul's output: its reader rounds it (deferred.go)
+		c.deferred = true
+		return nil
 	}
 	return c.roundF32(out, out, n*m, 1)
 }
@@ -156,6 +161,8 @@ func (c *opCtx) gemmKernel(kernel string, tile int, out, x uint64, n int, w weig
 // versions 2 and 3, which give the same bits: k chunks of 16 in ascending order). Both differ from the
 // CPU backend at float32 rounding level (Options.NoTensorCores keeps version 1). Either way no element
 // depends on the number of rows. w may be a bfloat16 or float32 weight (read as stored) or an activation.
+// On cuBLASLt the output's rounding is deferred to its reader (deferred.go): the same values, one pass
+// over the output fewer.
 func (b *Backend) MatMul(x, w ops.Tensor) (ops.Tensor, error) {
 	const op = "MatMul"
 	ts, err := b.tensors(op, []string{"x", "w"}, x, w)
@@ -187,8 +194,12 @@ func (b *Backend) MatMul(x, w ops.Tensor) (ops.Tensor, error) {
 		if xt.cols == 0 { // an empty sum: zeros
 			return b.drv.Check("cuMemsetD32Async", bind.Call(b.drv.CuMemsetD32Async, uintptr(out.ptr), 0, uintptr(out.n()), b.dv.Stream))
 		}
-		c.xsrc = xt
-		return c.gemm(out.ptr, xp, xt.rows, weightOf(wt), true)
+		c.xsrc, c.deferRound = xt, b.defersRounding()
+		if err := c.gemm(out.ptr, xp, xt.rows, weightOf(wt), true); err != nil {
+			return err
+		}
+		out.unrounded = c.deferred
+		return nil
 	})
 	if err != nil {
 		return nil, err

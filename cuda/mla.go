@@ -115,10 +115,15 @@ type mlaLaunch struct {
 	finish func() error
 }
 
-// mlaBegin reads the inputs as float32, makes the output (unless part is before the last) and, when
-// some tile runs (run), uploads the tiles and places the queries and output.
-func (c *opCtx) mlaBegin(ts []*Tensor, tasks []int32, ocols, qOff, low int, part *keyPart) (m mlaLaunch, run bool, err error) {
-	if m.in, err = c.f32All(ts); err != nil {
+// mlaBegin reads the inputs as float32 (with raw, leaving a deferred rounding to the kernels, which round
+// as they load: deferred.go), makes the output (unless part is before the last) and, when some tile runs
+// (run), uploads the tiles and places the queries and output.
+func (c *opCtx) mlaBegin(ts []*Tensor, tasks []int32, ocols, qOff, low int, part *keyPart, raw bool) (m mlaLaunch, run bool, err error) {
+	in := c.f32All
+	if raw {
+		in = c.rawAll
+	}
+	if m.in, err = in(ts); err != nil {
 		return m, false, err
 	}
 	if part.last() {
@@ -253,7 +258,7 @@ func (b *Backend) mlaCUDACores(ts []*Tensor, heads, nope, shared, vdim int, l op
 	err := b.run(op, func(c *opCtx) error {
 		var run bool
 		var err error
-		if m, run, err = c.mlaBegin(ts, tasks, heads*vdim, qOff, low, part); !run {
+		if m, run, err = c.mlaBegin(ts, tasks, heads*vdim, qOff, low, part, false); !run {
 			return err
 		}
 		kv, ks := part.rebase(m.in[1], 4*ts[1].cols), part.rebase(m.in[2], 4*ts[2].cols)

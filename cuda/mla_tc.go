@@ -83,7 +83,9 @@ func (b *Backend) mlaTC(k mlaTCKernel, ts []*Tensor, heads, nope, shared, vdim i
 	err := b.run(op, func(c *opCtx) error {
 		var run bool
 		var err error
-		if m, run, err = c.mlaBegin(ts, tasks, heads*vdim, qOff, low, part); !run {
+		// raw: k_mla_prep and the kernel convert q, kv and ks to bfloat16 by round to nearest even, the
+		// rounding a MatMul deferred to them (deferred.go)
+		if m, run, err = c.mlaBegin(ts, tasks, heads*vdim, qOff, low, part, true); !run {
 			return err
 		}
 		kb, err := c.temp(group * rows * k.qkp * 2)

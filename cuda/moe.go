@@ -344,7 +344,12 @@ func (b *Backend) expertsAccumulate(acc, z ops.Tensor, rt ops.Routing, experts [
 			if err := c.phase("grouped" + kernels); err != nil {
 				return err
 			}
-			zp, err := c.f32(zt)
+			if err := c.settle(at); err != nil { // acc is read as float32 sums
+				return err
+			}
+			// the cuBLASLt path's gather rounds z to bfloat16 as it loads it (deferred.go); the others
+			// settle it below
+			zp, err := c.raw(zt)
 			if err != nil {
 				return err
 			}
@@ -359,6 +364,9 @@ func (b *Backend) expertsAccumulate(acc, z ops.Tensor, rt ops.Routing, experts [
 				case mode == expertsLt:
 					return fmt.Errorf("%w: %s: the cuBLASLt path does not take these experts: %s", ErrArgument, op, why)
 				}
+			}
+			if err := c.settle(zt); err != nil {
+				return err
 			}
 			return c.expertsGrouped(&plan, at.ptr, zp, latent, ffn, beta, linBeta, kernels)
 		})
@@ -382,6 +390,9 @@ func (b *Backend) expertsAccumulate(acc, z ops.Tensor, rt ops.Routing, experts [
 			return err
 		}
 		if err := c.phase("per-expert"); err != nil {
+			return err
+		}
+		if err := c.settle(at); err != nil { // acc is read as float32 sums
 			return err
 		}
 		zp, err := c.f32(zt)

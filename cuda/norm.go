@@ -92,7 +92,8 @@ func (b *Backend) RMSNorm(x, w ops.Tensor, eps float32) (ops.Tensor, error) {
 }
 
 // GatedRMSNorm is RMSNorm followed by rounded(out * sigmoid(gate)) in the same kernel, with the same
-// statements as MulSigmoid: equal to MulSigmoid(RMSNorm(x, w, eps), gate) bit for bit.
+// statements as MulSigmoid: equal to MulSigmoid(RMSNorm(x, w, eps), gate) bit for bit. Like MulSigmoid,
+// the kernels round the gate as they load it (a deferred rounding, deferred.go).
 func (b *Backend) GatedRMSNorm(x, w, gate ops.Tensor, eps float32) (ops.Tensor, error) {
 	if gate == nil {
 		return nil, argErr("GatedRMSNorm", "gate is nil")
@@ -130,8 +131,8 @@ func (b *Backend) norm(op string, x, w, gate ops.Tensor, eps float32) (ops.Tenso
 			return err
 		}
 		var gp uint64
-		if gt != nil {
-			if gp, err = c.f32(gt); err != nil {
+		if gt != nil { // both kernels round the gate as they load it (deferred.go)
+			if gp, err = c.raw(gt); err != nil {
 				return err
 			}
 		}

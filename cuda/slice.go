@@ -88,6 +88,7 @@ func (b *Backend) catRows(op string, cols int, parts ...rowRange) (*Tensor, erro
 		}
 		d, at := b.drv, out.ptr
 		for _, p := range parts {
+			out.unrounded = out.unrounded || p.t.unrounded // a copy keeps a deferred rounding (deferred.go)
 			n := uintptr(4 * (p.hi - p.lo) * cols)
 			if n > 0 {
 				src := p.t.ptr + uint64(4*p.lo*cols)
@@ -138,6 +139,7 @@ func (b *Backend) copyRows(op string, dst *Tensor, dstRow int, src rowRange) err
 	}
 	return b.run(op, func(c *opCtx) error {
 		d := b.drv
+		dst.unrounded = dst.unrounded || src.t.unrounded // a copy keeps a deferred rounding (deferred.go)
 		return d.Check("cuMemcpyDtoDAsync", bind.Call(d.CuMemcpyDtoDAsync, uintptr(dst.ptr+uint64(4*dstRow*dst.cols)),
 			uintptr(src.t.ptr+uint64(4*src.lo*src.t.cols)), uintptr(4*n*dst.cols), c.stream()))
 	})

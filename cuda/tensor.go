@@ -29,7 +29,10 @@ type Tensor struct {
 	// cuBLASLt matmul that reads it as x in BF16 precision and reused by the next ones (narrow.go)
 	narrow   uint64
 	narrowLd int
-	freed    bool
+	// unrounded: the values are a MatMul's float32 sums whose rounding to bfloat16 was left to the reader
+	// (deferred.go); f32 rounds them in place, raw leaves them to a kernel that rounds as it loads
+	unrounded bool
+	freed     bool
 }
 
 // Rows is the number of rows.
@@ -90,11 +93,12 @@ func (c *opCtx) f32All(ts []*Tensor) ([]uint64, error) {
 	return out, nil
 }
 
-// f32 returns the device address of t's values as float32: t itself, or for a bfloat16 weight a widened
-// copy made once and kept with the tensor (weights never change).
+// f32 returns the device address of t's values as float32: t itself (rounded first if its rounding was
+// deferred, deferred.go), or for a bfloat16 weight a widened copy made once and kept with the tensor
+// (weights never change).
 func (c *opCtx) f32(t *Tensor) (uint64, error) {
 	if t.dt == dtF32 {
-		return t.ptr, nil
+		return t.ptr, c.settle(t)
 	}
 	if t.wide == 0 && t.n() > 0 {
 		p, err := c.b.dv.Malloc(4 * t.n())
@@ -219,6 +223,9 @@ func (b *Backend) ToHost(x ops.Tensor) ([]float32, error) {
 			bf16.Decode(out, raw)
 			return nil
 		}
+		if err := c.settle(t); err != nil {
+			return err
+		}
 		return download(b, out, t.ptr)
 	})
 	if err != nil {
@@ -324,8 +331,10 @@ func (b *Backend) unary(op, name string, x ops.Tensor, args ...any) (ops.Tensor,
 	return out, nil
 }
 
-// binary runs a grid-stride kernel name(out, x, y, n, args...) over two tensors of one shape.
-func (b *Backend) binary(op, name string, xn, yn string, x, y ops.Tensor, args ...any) (ops.Tensor, error) {
+// binary runs a grid-stride kernel name(out, x, y, n, args...) over two tensors of one shape. With raw
+// the kernel rounds both inputs as it loads them in BF16 precision, so a deferred rounding stays with the
+// inputs (deferred.go); else they are rounded first.
+func (b *Backend) binary(op, name string, raw bool, xn, yn string, x, y ops.Tensor, args ...any) (ops.Tensor, error) {
 	ts, err := b.tensors(op, []string{xn, yn}, x, y)
 	if err != nil {
 		return nil, err
@@ -336,14 +345,15 @@ func (b *Backend) binary(op, name string, xn, yn string, x, y ops.Tensor, args .
 	}
 	var out *Tensor
 	err = b.run(op, func(c *opCtx) error {
-		pp, err := c.f32(p)
+		in := c.f32All
+		if raw {
+			in = c.rawAll
+		}
+		ps, err := in([]*Tensor{p, q})
 		if err != nil {
 			return err
 		}
-		qp, err := c.f32(q)
-		if err != nil {
-			return err
-		}
+		pp, qp := ps[0], ps[1]
 		if out, err = c.out(p.rows, p.cols); err != nil {
 			return err
 		}
@@ -361,7 +371,7 @@ func (b *Backend) binary(op, name string, xn, yn string, x, y ops.Tensor, args .
 // vec4Kernels maps an elementwise kernel to its four-elements-a-thread form (elementwise.cu version 2:
 // the same statement per element), launched over n / 4 quads when n % 4 == 0 and the buffers are 16-byte
 // aligned.
-var vec4Kernels = map[string]string{"k_add": "k_add4"}
+var vec4Kernels = map[string]string{"k_add": "k_add4", "k_mul_sigmoid": "k_mul_sigmoid4"}
 
 // Round returns rounded(x): a copy in FP32 precision.
 func (b *Backend) Round(x ops.Tensor) (ops.Tensor, error) {
@@ -369,14 +379,17 @@ func (b *Backend) Round(x ops.Tensor) (ops.Tensor, error) {
 }
 
 // Add returns rounded(a + b) elementwise (k_add, or k_add4 four elements a thread where the size and
-// the buffers allow: the same bits).
+// the buffers allow: the same bits). The kernels round a and b as they load them (a deferred rounding,
+// deferred.go; the values they were owed).
 func (b *Backend) Add(x, y ops.Tensor) (ops.Tensor, error) {
-	return b.binary("Add", "k_add", "a", "b", x, y, b.bf)
+	return b.binary("Add", "k_add", true, "a", "b", x, y, b.bf)
 }
 
-// MulSigmoid returns rounded(x * sigmoid(gate)) elementwise (k_mul_sigmoid; sigmoid in double).
+// MulSigmoid returns rounded(x * sigmoid(gate)) elementwise (k_mul_sigmoid, or k_mul_sigmoid4 four
+// elements a thread: the same bits; sigmoid in double). Like Add, the kernels round x and gate as they
+// load them.
 func (b *Backend) MulSigmoid(x, gate ops.Tensor) (ops.Tensor, error) {
-	return b.binary("MulSigmoid", "k_mul_sigmoid", "x", "gate", x, gate, b.bf)
+	return b.binary("MulSigmoid", "k_mul_sigmoid", true, "x", "gate", x, gate, b.bf)
 }
 
 // SiTUGLU returns rounded(situ(gate, up)) elementwise (k_situ), the CPU backend's float32 expression.
@@ -384,10 +397,11 @@ func (b *Backend) SiTUGLU(gate, up ops.Tensor, beta, linBeta float32) (ops.Tenso
 	if beta == 0 || linBeta == 0 {
 		return nil, argErr("SiTUGLU", "beta %g and linBeta %g must be non-zero", beta, linBeta)
 	}
-	return b.binary("SiTUGLU", "k_situ", "gate", "up", gate, up, beta, linBeta, b.bf)
+	return b.binary("SiTUGLU", "k_situ", false, "gate", "up", gate, up, beta, linBeta, b.bf)
 }
 
-// Slice returns columns from .. to-1 of x, a copy without rounding (k_slice).
+// Slice returns columns from .. to-1 of x, a copy without rounding (k_slice); a deferred rounding of x
+// stays deferred in the copy.
 func (b *Backend) Slice(x ops.Tensor, from, to int) (ops.Tensor, error) {
 	const op = "Slice"
 	t, err := b.tensor(op, "x", x)
@@ -400,13 +414,14 @@ func (b *Backend) Slice(x ops.Tensor, from, to int) (ops.Tensor, error) {
 	w := to - from
 	var out *Tensor
 	err = b.run(op, func(c *opCtx) error {
-		xp, err := c.f32(t)
+		xp, err := c.raw(t) // a copy: it keeps a deferred rounding (deferred.go)
 		if err != nil {
 			return err
 		}
 		if out, err = c.out(t.rows, w); err != nil {
 			return err
 		}
+		out.unrounded = t.unrounded
 		return c.launch1D("k_slice", t.rows*w, out.ptr, xp, int64(t.rows), int32(t.cols), int32(from), int32(w))
 	})
 	if err != nil {
@@ -437,6 +452,7 @@ func (b *Backend) Gather(table ops.Tensor, ids []int32) (ops.Tensor, error) {
 		if out, err = c.out(len(ids), t.cols); err != nil || out.n() == 0 {
 			return err
 		}
+		out.unrounded = t.unrounded // a copy keeps a deferred rounding (deferred.go)
 		idp, err := uploadTemp(c, ids)
 		if err != nil {
 			return err

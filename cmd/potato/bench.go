@@ -37,7 +37,7 @@ type benchFlags struct {
 	boundFlops, boundBandwidth               float64
 	cpuProfile                               string
 	hostCache, resident                      byteSize
-	directIO, opProfile                      bool
+	directIO, opProfile, eagerRounding       bool
 	noReadAhead                              bool
 	planOnly                                 bool
 }
@@ -62,6 +62,7 @@ func benchTo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs.IntVar(&f.repeat, "repeat", 3, "timed runs per wave size (the median is reported)")
 	fs.IntVar(&f.expertChunk, "expert-chunk", 0, "routed experts resident at once per MoE layer (0: all chosen, or on a device too small for them the largest chunk the plan fits)")
 	fs.IntVar(&f.expertStreams, "expert-streams", 0, "cuda: streams the routed experts' GEMMs are spread over (0: the backend's default, 1: the compute stream alone); results do not depend on it")
+	fs.BoolVar(&f.eagerRounding, "eager-rounding", false, "cuda: round each matmul's output in the matmul instead of leaving it to the op that reads it (the same bits; for comparing the two)")
 	fs.Float64Var(&f.boundFlops, "bound-flops", 0, "arithmetic rate of the bound in FLOP/s (0: measure the backend's MatMul); an H200's bf16 rate is about 790e12")
 	fs.Float64Var(&f.boundBandwidth, "bound-bandwidth", 0, "weight bandwidth of the bound in bytes/s (0: measure reading the checkpoint); pinned host-to-device on an H200 is about 55e9")
 	fs.IntVar(&f.readWorkers, "read-workers", 0, "positioned reads of the checkpoint in flight at most (0: the reader's default, max(16, 4 x GOMAXPROCS))")
@@ -108,7 +109,7 @@ func benchTo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		HostCacheBytes: int64(f.hostCache), ResidentBytes: int64(f.resident), PrefetchExperts: f.prefetch,
 		ExpertReadAhead: readAheadOption(f.noReadAhead), Log: func(s string) { fmt.Fprintln(stdout, "plan: "+s) }}
 	f.mem.apply(&opts)
-	l, err := openEngine(ctx, dir, f.backend, f.precision, backendTuning{expertStreams: f.expertStreams, devices: f.mem.devices}, opts,
+	l, err := openEngine(ctx, dir, f.backend, f.precision, backendTuning{expertStreams: f.expertStreams, eagerRounding: f.eagerRounding, devices: f.mem.devices}, opts,
 		checkpoint.WithReadConcurrency(f.readWorkers), checkpoint.WithDirectIO(f.directIO))
 	if err != nil {
 		return err

@@ -30,6 +30,12 @@ __device__ __forceinline__ float bf16_round(float x) {
 // rnd is the contract's "rounded": bfloat16 when bf is set (BF16 precision), the identity in FP32.
 __device__ __forceinline__ float rnd(float x, int bf) { return bf ? bf16_round(x) : x; }
 
+// rnd4 is rnd of each of v's four values: how a kernel loads an input whose rounding a MatMul deferred to
+// it (cuda/deferred.go). Rounding is idempotent, so inputs that are rounded already keep their bits.
+__device__ __forceinline__ float4 rnd4(float4 v, int bf) {
+    return make_float4(rnd(v.x, bf), rnd(v.y, bf), rnd(v.z, bf), rnd(v.w, bf));
+}
+
 // bf16 weights are stored as raw 16-bit patterns; widening is exact.
 __device__ __forceinline__ float bf16_to_f32(u16 h) { return __uint_as_float(((u32)h) << 16); }
 

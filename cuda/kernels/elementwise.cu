@@ -11,6 +11,9 @@
 //      stores (8-byte loads of a bfloat16 table), the same statement per element, so the same bits.
 //      k_gather4 takes a block a row (no 64-bit division an element: version 1's k_gather ran at about
 //      1.2 TB/s on the H200 for K3's 65,536 x 7,168 embedding rows, 2.35 ms).
+//   3. k_add, k_mul_sigmoid (and their four-element forms) round their inputs as they load them: a
+//      MatMul's output reaches them with its rounding deferred (cuda/deferred.go), which saves the
+//      MatMul's rounding pass (a read and a write of its output). k_mul_sigmoid4 is new with it.
 #include "common.cuh"
 
 // k_round: out[i] = rnd(x[i]) (out may be x).
@@ -34,25 +37,35 @@ extern "C" __global__ void k_widen_bf16(float* out, const u16* x, i64 n) {
         out[i] = bf16_to_f32(x[i]);
 }
 
-// k_add: out[i] = rnd(a[i] + b[i]).
+// k_add: out[i] = rnd(rnd(a[i]) + rnd(b[i])): the inputs rounded as loaded (a MatMul's deferred
+// rounding, cuda/deferred.go; a no-op on values that are rounded already).
 extern "C" __global__ void k_add(float* out, const float* a, const float* b, i64 n, int bf) {
     for (i64 i = blockIdx.x * (i64)blockDim.x + threadIdx.x; i < n; i += (i64)gridDim.x * blockDim.x)
-        out[i] = rnd(__fadd_rn(a[i], b[i]), bf);
+        out[i] = rnd(__fadd_rn(rnd(a[i], bf), rnd(b[i], bf)), bf);
 }
 
 // k_add4: k_add four elements a thread (n4 = n / 4; every buffer 16-byte aligned).
 extern "C" __global__ void k_add4(float4* out, const float4* a, const float4* b, i64 n4, int bf) {
     for (i64 i = blockIdx.x * (i64)blockDim.x + threadIdx.x; i < n4; i += (i64)gridDim.x * blockDim.x) {
-        const float4 x = a[i], y = b[i];
+        const float4 x = rnd4(a[i], bf), y = rnd4(b[i], bf);
         out[i] = make_float4(rnd(__fadd_rn(x.x, y.x), bf), rnd(__fadd_rn(x.y, y.y), bf), rnd(__fadd_rn(x.z, y.z), bf),
                              rnd(__fadd_rn(x.w, y.w), bf));
     }
 }
 
-// k_mul_sigmoid: out[i] = rnd(x[i] * sigmoid(g[i])).
+// k_mul_sigmoid: out[i] = rnd(rnd(x[i]) * sigmoid(rnd(g[i]))), the inputs rounded as loaded (as k_add).
 extern "C" __global__ void k_mul_sigmoid(float* out, const float* x, const float* g, i64 n, int bf) {
     for (i64 i = blockIdx.x * (i64)blockDim.x + threadIdx.x; i < n; i += (i64)gridDim.x * blockDim.x)
-        out[i] = rnd(__fmul_rn(x[i], sigmoid_f(g[i])), bf);
+        out[i] = rnd(__fmul_rn(rnd(x[i], bf), sigmoid_f(rnd(g[i], bf))), bf);
+}
+
+// k_mul_sigmoid4: k_mul_sigmoid four elements a thread (n4 = n / 4; every buffer 16-byte aligned).
+extern "C" __global__ void k_mul_sigmoid4(float4* out, const float4* x, const float4* g, i64 n4, int bf) {
+    for (i64 i = blockIdx.x * (i64)blockDim.x + threadIdx.x; i < n4; i += (i64)gridDim.x * blockDim.x) {
+        const float4 a = rnd4(x[i], bf), b = rnd4(g[i], bf);
+        out[i] = make_float4(rnd(__fmul_rn(a.x, sigmoid_f(b.x)), bf), rnd(__fmul_rn(a.y, sigmoid_f(b.y)), bf),
+                             rnd(__fmul_rn(a.z, sigmoid_f(b.z)), bf), rnd(__fmul_rn(a.w, sigmoid_f(b.w)), bf));
+    }
 }
 
 // k_situ: out[i] = rnd(situ(gate[i], up[i])) (out may be gate).

@@ -12,6 +12,8 @@
 //                    Tried (run 71, cuda/records/shortconv_sliding_window.diff): a sliding window, 16 rows a
 //                    thread, each input row loaded once, four loads in flight: 2.87 ms against 2.78.
 //     k_shortconv    any other shape: one thread an element, grid-stride (6.51 ms at the shape above).
+//     Both round x as they load it (BF16 precision): the projections reach them with their rounding
+//     deferred (cuda/deferred.go), which saves each projection's rounding pass.
 //   KDA in BF16 precision (the default):
 //     k_kda_prep_fast   normalised q and k, decay and beta; the decay's exp and sigmoid and beta's sigmoid
 //                       in single precision (dec within 9 float32 ulps of the double-precision values,
@@ -42,8 +44,9 @@
 // the tensor cores at widths 64 and 128); these kernels run everywhere else.
 #include "common.cuh"
 
-// k_shortconv (any shape): out[t, c] = rnd(silu(sum_{i<K} w[c, i] * x[t-K+1+i, c])) over taps whose row is in t's
-// sequence (rows before rowStart[t] are zero, skipped). x and out are rows x ch, w is ch x K.
+// k_shortconv (any shape): out[t, c] = rnd(silu(sum_{i<K} w[c, i] * rnd(x[t-K+1+i, c]))) over taps whose row is in
+// t's sequence (rows before rowStart[t] are zero, skipped). x and out are rows x ch, w is ch x K. x is
+// rounded as it is loaded: a projection's output with its rounding deferred (cuda/deferred.go).
 // Launch: blockDim 256, gridDim ceil(rows * ch / 256) (grid-stride).
 extern "C" __global__ void k_shortconv(float* out, const float* x, const float* w, const int* rowStart, i64 rows,
                                        int ch, int K, int bf) {
@@ -55,7 +58,7 @@ extern "C" __global__ void k_shortconv(float* out, const float* x, const float* 
         float s = 0.0f;
         for (int i = 0; i < K; i++) {
             i64 src = t - K + 1 + i;
-            if (src >= start) s = __fadd_rn(s, __fmul_rn(w[(i64)c * K + i], x[src * ch + c]));
+            if (src >= start) s = __fadd_rn(s, __fmul_rn(w[(i64)c * K + i], rnd(x[src * ch + c], bf)));
         }
         out[idx] = rnd(silu_f(s), bf);
     }
@@ -84,7 +87,7 @@ __device__ __forceinline__ void shortconv4(float* __restrict__ out, const float*
 #pragma unroll
     for (int m = 0; m < R + 3; m++) {
         i64 src = t0 - 3 + m;
-        win[m] = src >= lo && src < rows ? *(const float4*)(x + src * ch + c) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        win[m] = src >= lo && src < rows ? rnd4(*(const float4*)(x + src * ch + c), bf) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     }
 #pragma unroll
     for (int j = 0; j < R; j++) {

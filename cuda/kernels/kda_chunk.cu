@@ -49,6 +49,8 @@
 //      0.006% of the outputs one ulp off the exact path (run 63). The one-mma form (SPLIT 1, the operands'
 //      bits truncated by the tensor cores) is 17.9 and 40.6 ms but leaves 9% of the outputs off, some by
 //      several ulps: kept only as the template's option, not instantiated.
+//   4b. graw and braw rounded as they are read for the gate and beta: their projections reach the kernel
+//      with the rounding deferred (cuda/deferred.go). A no-op on rounded inputs; q, k, v come rounded.
 //   Next: producer warps running the next chunk's CUDA-core phases while consumer warps run this chunk's
 //   products (the phases now add up: rows 16%, columns 12%, A and P 22%, M 8%, W 6%); the short
 //   convolution and the gated output norm fused in.
@@ -241,10 +243,10 @@ __device__ __forceinline__ void kda_chunk(float* __restrict__ out, const float* 
                 const int c = lane + 32 * i;
                 sQt[t * LDW + c] = __fmul_rn(__fmul_rn(qv[i], qinv), scale);
                 sKt[t * LDK + c] = __fmul_rn(kv[i], kinv);
-                const float gr = sG[t * D + c];
+                const float gr = rnd(sG[t * D + c], bf); // graw rounded as loaded (cuda/deferred.go)
                 sG[t * D + c] = valid ? __fmul_rn(lower, sigmoid_ff(__fmul_rn(rate, __fadd_rn(gr, dtb[i])))) : 0.0f;
             }
-            if (lane == 0) sBeta[t] = valid ? sigmoid_ff(sRb[t]) : 0.0f;
+            if (lane == 0) sBeta[t] = valid ? sigmoid_ff(rnd(sRb[t], bf)) : 0.0f; // braw likewise
         }
         __syncthreads();
         mark(0);

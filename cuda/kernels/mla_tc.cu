@@ -3,7 +3,9 @@
 // stays for FP32 precision, Options.NoTensorCores and head sizes no instantiation below covers.
 //
 // In BF16 precision q, kv and ks hold bfloat16 values (the ops contract: activations are rounded), so
-// reading them as bfloat16 is exact and q.k on mma.sync bf16 -> f32 multiplies exactly.
+// reading them as bfloat16 is exact and q.k on mma.sync bf16 -> f32 multiplies exactly. They may reach
+// the kernels unrounded (a MatMul's rounding deferred to its reader, cuda/deferred.go): the conversion to
+// bfloat16 rounds to nearest even, which is that rounding.
 //
 // Per query row t of a sequence starting at row t0 and per head (the contract, cuda/mla.go MLA):
 //   keys are walked in blocks of BN = 64 rows anchored at t0; block b holds keys t0 + 64b .. t0 + 64b + 63.

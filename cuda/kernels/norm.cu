@@ -26,7 +26,8 @@
 
 // k_rmsnorm: for each group q of g consecutive values of x (groups = rows * cols / g), with w 1 x g:
 //   inv = rsqrt(sum_sq / g + eps); out[d] = rnd(rnd(v[d] * inv) * w[d]);
-//   and when gate is not null: out[d] = rnd(out[d] * sigmoid(gate[d])).
+//   and when gate is not null: out[d] = rnd(out[d] * sigmoid(rnd(gate[d]))) (the gate rounded as loaded:
+//   the output gate's projection with its rounding deferred, cuda/deferred.go).
 // Launch: blockDim 256 (8 warps), gridDim ceil(groups / 8).
 extern "C" __global__ void k_rmsnorm(float* out, const float* x, const float* w, const float* gate, i64 groups, int g,
                                      float eps, int bf) {
@@ -39,7 +40,7 @@ extern "C" __global__ void k_rmsnorm(float* out, const float* x, const float* w,
     float* o = out + q * g;
     for (int d = lane; d < g; d += 32) {
         float y = rnd(__fmul_rn(rnd(__fmul_rn(v[d], inv), bf), w[d]), bf);
-        if (gate != 0) y = rnd(__fmul_rn(y, sigmoid_f(gate[q * g + d])), bf);
+        if (gate != 0) y = rnd(__fmul_rn(y, sigmoid_f(rnd(gate[q * g + d], bf))), bf);
         o[d] = y;
     }
 }
@@ -149,8 +150,10 @@ __device__ __forceinline__ float4 norm_out4(float4 v, float4 w, float inv, int b
                        rnd(__fmul_rn(rnd(__fmul_rn(v.z, inv), bf), w.z), bf), rnd(__fmul_rn(rnd(__fmul_rn(v.w, inv), bf), w.w), bf));
 }
 
-// gate4 is the gated form's statement for one chunk: rnd(y * sigmoid(gate)).
+// gate4 is the gated form's statement for one chunk: rnd(y * sigmoid(rnd(gate))), the gate rounded as
+// loaded (a projection's output with its rounding deferred, cuda/deferred.go).
 __device__ __forceinline__ float4 gate4(float4 y, float4 g, int bf) {
+    g = rnd4(g, bf);
     return make_float4(rnd(__fmul_rn(y.x, sigmoid_f(g.x)), bf), rnd(__fmul_rn(y.y, sigmoid_f(g.y)), bf),
                        rnd(__fmul_rn(y.z, sigmoid_f(g.z)), bf), rnd(__fmul_rn(y.w, sigmoid_f(g.w)), bf));
 }
