@@ -90,9 +90,9 @@ type Options struct {
 	// path (experts_lt_lanes.go): 0 for the default (ltExpertStreams), 1 for the compute stream alone.
 	// Results are the same bits for every value; only the speed changes.
 	ExpertStreams int
-	// EagerRounding makes MatMul round its cuBLASLt output in place before returning it, as it did before
-	// deferred rounding (deferred.go): the same bits, one more pass over the output. For tests that
-	// compare the two, and as a fallback.
+	// EagerRounding makes MatMul (on cuBLASLt) and the fused SiTUFFN round their outputs in place before
+	// returning them, as they did before deferred rounding (deferred.go): the same bits, one more pass
+	// over each output. For tests that compare the two, and as a fallback.
 	EagerRounding bool
 	// MLAPrefixRows is the most rows of a long sequence's earlier keys that a slice's MLA expands at once
 	// (slice_mla.go; 0: 16,384), a multiple of 64. Results are the same bits for every value; tests take

@@ -8,8 +8,8 @@ package cuda
 // of those outputs are read once, by a memory-bound kernel that can round each value as it loads it: the
 // short convolution (q, k, v of a KDA layer), the output gate of GatedRMSNorm and MulSigmoid, Add, the
 // chunked KDA kernel's decay and beta inputs, MLA's tensor-core kernel and the experts' gather (which
-// convert to bfloat16 anyway, with the same rounding). So MatMul leaves its output unrounded
-// (Tensor.unrounded) and:
+// convert to bfloat16 anyway, with the same rounding). So MatMul, and the fused SiTUFFN for its down
+// projection, leave their outputs unrounded (Tensor.unrounded) and:
 //
 //   - an op whose kernel rounds every value of an input as it loads it reads that input with raw, which
 //     leaves it as it is. Rounding is idempotent (a bfloat16 value rounds to itself), so such a kernel
@@ -22,8 +22,8 @@ package cuda
 // No value changes, only where the rounding runs: TestDeferredRounding compares each reader with
 // Options.EagerRounding, and the engine's TestCUDASliceInvariance compares whole replays against it.
 
-// defersRounding reports whether MatMul leaves its cuBLASLt output unrounded for its reader to round: in
-// BF16 precision unless Options.EagerRounding.
+// defersRounding reports whether MatMul (its cuBLASLt output) and the fused SiTUFFN leave their outputs
+// unrounded for the reader to round: in BF16 precision unless Options.EagerRounding.
 func (b *Backend) defersRounding() bool { return b.bf == 1 && !b.opts.EagerRounding }
 
 // settle rounds t in place if its rounding was deferred (stream-ordered, like the op's other work).

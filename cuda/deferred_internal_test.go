@@ -30,9 +30,40 @@ func TestDeferredRounding(t *testing.T) {
 	}
 	x := act(rows, hidden, 1)
 	weights := map[int]ops.Tensor{} // by output width, made on first use
-	var deferred int                // MatMul outputs left unrounded in the current run
+	var deferred int                // MatMul and SiTUFFN outputs left unrounded in the current run
 	var checked bool
-	mm := func(m int) ops.Tensor {
+	// note counts y if its rounding was deferred, and checks the first such tensor's raw values
+	note := func(y ops.Tensor) ops.Tensor {
+		t.Helper()
+		t.Cleanup(func() { b.Free(y) })
+		yt := y.(*Tensor)
+		if !yt.unrounded {
+			return y
+		}
+		deferred++
+		if checked {
+			return y
+		}
+		checked = true // the raw sums: most are not bfloat16 values
+		v := make([]float32, yt.n())
+		if err := b.Synchronize(); err != nil {
+			t.Fatal(err)
+		}
+		if err := download(b, v, yt.ptr); err != nil {
+			t.Fatal(err)
+		}
+		off := 0
+		for _, f := range v {
+			if math.Float32bits(f)&0xffff != 0 {
+				off++
+			}
+		}
+		if off < len(v)/2 {
+			t.Errorf("a deferred output: %d of %d values are not bfloat16 values, want most", off, len(v))
+		}
+		return y
+	}
+	mm := func(m int) ops.Tensor { // x times a weight of m rows
 		t.Helper()
 		w, ok := weights[m]
 		if !ok {
@@ -44,31 +75,9 @@ func TestDeferredRounding(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { b.Free(y) })
-		if yt := y.(*Tensor); yt.unrounded {
-			deferred++
-			if !checked { // the raw sums: most are not bfloat16 values
-				checked = true
-				v := make([]float32, yt.n())
-				if err := b.Synchronize(); err != nil {
-					t.Fatal(err)
-				}
-				if err := download(b, v, yt.ptr); err != nil {
-					t.Fatal(err)
-				}
-				off := 0
-				for _, f := range v {
-					if math.Float32bits(f)&0xffff != 0 {
-						off++
-					}
-				}
-				if off < len(v)/2 {
-					t.Errorf("a deferred MatMul output: %d of %d values are not bfloat16 values, want most", off, len(v))
-				}
-			}
-		}
-		return y
+		return note(y)
 	}
+	ffn := newFFNWeights(t, b, rng, 384, hidden)
 	experts := newExpertsCase(t, b, rng, hidden, 192, rows, []int{3, 4, 9}, []int{200, 1, 150})
 	defer experts.free(b)
 	cases := []struct {
@@ -97,6 +106,13 @@ func TestDeferredRounding(t *testing.T) {
 		}},
 		{"MLA", func() (ops.Tensor, error) {
 			return b.MLA(mm(heads*(128+64)), mm(heads*(128+128)), mm(64), heads, 128, 64, 128, l)
+		}},
+		{"SiTUFFN, Add", func() (ops.Tensor, error) {
+			y, err := b.SiTUFFN(x, ffn.gate, ffn.up, ffn.down, 4, 25)
+			if err != nil {
+				return nil, err
+			}
+			return b.Add(note(y), act(rows, hidden, 1))
 		}},
 		{"ExpertsAccumulate", func() (ops.Tensor, error) {
 			acc := act(rows, hidden, 0.1)

@@ -119,6 +119,10 @@ func (b *Backend) SiTUFFN(x, gate, up, down ops.Tensor, beta, linBeta float32) (
 				return fmt.Errorf("rows %d..%d of %d: %w", r0, r0+rn-1, n, err)
 			}
 		}
+		if b.defersRounding() { // like MatMul's, the down projection's rounding is left to its reader (deferred.go)
+			out.unrounded = true
+			return nil
+		}
 		return c.roundF32(out.ptr, out.ptr, n*hidden, 1)
 	})
 	if err != nil {
