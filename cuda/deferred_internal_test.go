@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"encoding/binary"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -20,17 +21,23 @@ func TestDeferredRounding(t *testing.T) {
 	rng := rand.New(rand.NewPCG(13, 14))
 	const rows, hidden, heads, d = 333, 256, 2, 128
 	l := ops.Layout{Starts: []int{0, 100, 101, 333}}
-	act := func(r, c int, scale float64) ops.Tensor { // bfloat16 values (fastFill rounds)
+	acts := map[string]ops.Tensor{}
+	act := func(name string, r, c int, scale float64) ops.Tensor { // bfloat16 values (fastFill rounds), made once
+		t.Helper()
+		if x, ok := acts[name]; ok {
+			return x
+		}
 		x, err := b.FromHost(r, c, fastFill(rng, r*c, scale))
 		if err != nil {
 			t.Fatal(err)
 		}
+		acts[name] = x
 		t.Cleanup(func() { b.Free(x) })
 		return x
 	}
-	x := act(rows, hidden, 1)
-	weights := map[int]ops.Tensor{} // by output width, made on first use
-	var deferred int                // MatMul and SiTUFFN outputs left unrounded in the current run
+	x := act("x", rows, hidden, 1)
+	weights := map[string]ops.Tensor{} // made on first use
+	var deferred int                   // MatMul and SiTUFFN outputs left unrounded in the current run
 	var checked bool
 	// note counts y if its rounding was deferred, and checks the first such tensor's raw values
 	note := func(y ops.Tensor) ops.Tensor {
@@ -63,12 +70,12 @@ func TestDeferredRounding(t *testing.T) {
 		}
 		return y
 	}
-	mm := func(m int) ops.Tensor { // x times a weight of m rows
+	mm := func(name string, m int) ops.Tensor { // x times the weight of that name, m rows
 		t.Helper()
-		w, ok := weights[m]
+		w, ok := weights[name]
 		if !ok {
 			w = bf16Weight(t, b, rng, m, hidden, 1/math.Sqrt(hidden))
-			weights[m] = w
+			weights[name] = w
 			t.Cleanup(func() { b.Free(w) })
 		}
 		y, err := b.MatMul(x, w)
@@ -80,65 +87,77 @@ func TestDeferredRounding(t *testing.T) {
 	ffn := newFFNWeights(t, b, rng, 384, hidden)
 	experts := newExpertsCase(t, b, rng, hidden, 192, rows, []int{3, 4, 9}, []int{200, 1, 150})
 	defer experts.free(b)
+	accv := fastFill(rng, rows*hidden, 0.1)
 	cases := []struct {
 		name string
 		op   func() (ops.Tensor, error)
 	}{
-		{"ToHost", func() (ops.Tensor, error) { return mm(384), nil }},
-		{"Add", func() (ops.Tensor, error) { return b.Add(mm(384), mm(128)) }},
-		{"Add, one operand rounded", func() (ops.Tensor, error) { return b.Add(act(rows, 384, 1), mm(384)) }},
-		{"MulSigmoid", func() (ops.Tensor, error) { return b.MulSigmoid(mm(384), mm(128)) }},
-		{"GatedRMSNorm", func() (ops.Tensor, error) { return b.GatedRMSNorm(mm(256), act(1, 128, 1), mm(384), 1e-5) }},
-		{"ShortConvSiLU", func() (ops.Tensor, error) { return b.ShortConvSiLU(mm(384), act(384, 4, 0.5), l) }},
+		{"ToHost", func() (ops.Tensor, error) { return mm("w1", 384), nil }},
+		{"Add", func() (ops.Tensor, error) { return b.Add(mm("w2", 384), mm("w3", 384)) }},
+		{"Add, one operand rounded", func() (ops.Tensor, error) { return b.Add(act("a1", rows, 384, 1), mm("w4", 384)) }},
+		{"MulSigmoid", func() (ops.Tensor, error) { return b.MulSigmoid(mm("w5", 384), mm("w6", 384)) }},
+		{"GatedRMSNorm", func() (ops.Tensor, error) {
+			return b.GatedRMSNorm(mm("w7", 256), act("a2", 1, 128, 1), mm("w8", 256), 1e-5)
+		}},
+		{"ShortConvSiLU", func() (ops.Tensor, error) { return b.ShortConvSiLU(mm("w9", 384), act("a3", 384, 4, 0.5), l) }},
 		{"Slice, RMSNorm", func() (ops.Tensor, error) {
-			s, err := b.Slice(mm(384), 128, 256)
+			s, err := b.Slice(mm("w10", 384), 128, 256)
 			if err != nil {
 				return nil, err
 			}
 			defer b.Free(s)
-			return b.RMSNorm(s, act(1, 128, 1), 1e-5)
+			return b.RMSNorm(s, act("a4", 1, 128, 1), 1e-5)
 		}},
-		{"JoinRows", func() (ops.Tensor, error) { return b.JoinRows([]ops.Tensor{mm(128), act(rows, 128, 1), mm(128)}) }},
-		{"Gather", func() (ops.Tensor, error) { return b.Gather(mm(384), []int32{5, 0, 332, 5}) }},
+		{"JoinRows", func() (ops.Tensor, error) {
+			return b.JoinRows([]ops.Tensor{mm("w11", 128), act("a5", rows, 128, 1), mm("w12", 128)})
+		}},
+		{"Gather", func() (ops.Tensor, error) { return b.Gather(mm("w13", 384), []int32{5, 0, 332, 5}) }},
 		{"KDA", func() (ops.Tensor, error) {
 			ch := heads * d
-			return b.KDA(act(rows, ch, 1), act(rows, ch, 1), act(rows, ch, 1), mm(ch), mm(heads), act(1, heads, 0.5), act(1, ch, 0.5), heads, -5, l)
+			return b.KDA(act("a6", rows, ch, 1), act("a7", rows, ch, 1), act("a8", rows, ch, 1), mm("w14", ch), mm("w15", heads), act("a9", 1, heads, 0.5), act("a10", 1, ch, 0.5), heads, -5, l)
 		}},
 		{"MLA", func() (ops.Tensor, error) {
-			return b.MLA(mm(heads*(128+64)), mm(heads*(128+128)), mm(64), heads, 128, 64, 128, l)
+			return b.MLA(mm("w16", heads*(128+64)), mm("w17", heads*(128+128)), mm("w18", 64), heads, 128, 64, 128, l)
 		}},
 		{"SiTUFFN, Add", func() (ops.Tensor, error) {
 			y, err := b.SiTUFFN(x, ffn.gate, ffn.up, ffn.down, 4, 25)
 			if err != nil {
 				return nil, err
 			}
-			return b.Add(note(y), act(rows, hidden, 1))
+			return b.Add(note(y), act("a11", rows, hidden, 1))
 		}},
 		{"ExpertsAccumulate", func() (ops.Tensor, error) {
-			acc := act(rows, hidden, 0.1)
-			return acc, b.ExpertsAccumulate(acc, mm(hidden), experts.rt, experts.es, 4, 25)
+			acc, err := b.FromHost(rows, hidden, accv) // a fresh sum each run: the op adds into it
+			if err != nil {
+				return nil, err
+			}
+			return note(acc), b.ExpertsAccumulate(acc, mm("w19", hidden), experts.rt, experts.es, 4, 25)
 		}},
 	}
 	for _, c := range cases {
-		run := func(eager bool) ([]float32, int) {
-			t.Helper()
+		run := func(eager bool) ([]float32, int, error) {
 			b.opts.EagerRounding, deferred = eager, 0
 			y, err := c.op()
 			if err != nil {
-				t.Fatalf("%s: %v", c.name, err)
+				return nil, 0, err
 			}
 			v, err := b.ToHost(y)
-			if err != nil {
-				t.Fatalf("%s: %v", c.name, err)
-			}
-			return v, y.Cols()
+			return v, y.Cols(), err
 		}
-		want, cols := run(true)
+		want, cols, err := run(true)
+		if err != nil {
+			t.Errorf("%s, eager: %v", c.name, err)
+			continue
+		}
 		if deferred != 0 {
 			t.Errorf("%s: with EagerRounding, %d MatMul outputs were left unrounded", c.name, deferred)
 			continue
 		}
-		got, _ := run(false)
+		got, _, err := run(false)
+		if err != nil {
+			t.Errorf("%s: %v", c.name, err)
+			continue
+		}
 		if deferred == 0 {
 			t.Errorf("%s: no input of the op was deferred, so the case tests nothing (no pinned cuBLASLt algorithm for its shapes?)", c.name)
 			continue
@@ -146,4 +165,77 @@ func TestDeferredRounding(t *testing.T) {
 		sameBits(t, c.name, got, want, cols)
 	}
 	b.opts.EagerRounding = false
+}
+
+// TestRnd4Bits: the kernels' rounding of a deferred input (common.cuh rnd4, the hardware conversion) gives
+// bf16_round's bits (k_round, the MatMul's own rounding pass) for every kind of float32: each exponent
+// with mantissas at, below and above the halfway point of both parities, subnormals, the largest values
+// (which round to infinity), infinities and random bits; NaN stays NaN. The values reach k_add4 as a
+// deferred tensor plus -0 (x + -0 is x for every x, zeros included), against Round of the same tensor.
+func TestRnd4Bits(t *testing.T) {
+	b := newLtBackend(t, false)
+	rng := rand.New(rand.NewPCG(15, 16))
+	var bits []uint32
+	for e := uint32(0); e < 256; e++ {
+		for _, m := range []uint32{0, 1, 0x7fff, 0x8000, 0x8001, 0x17fff, 0x18000, 0x18001, 0x7f7fff, 0x7f8000, 0x7fffff} {
+			for _, sign := range []uint32{0, 1 << 31} {
+				bits = append(bits, sign|e<<23|m)
+			}
+		}
+	}
+	for len(bits) < 1<<20 {
+		bits = append(bits, rng.Uint32())
+	}
+	const cols = 256
+	for len(bits)%cols != 0 {
+		bits = append(bits, 0)
+	}
+	rows := len(bits) / cols
+	raw := make([]byte, 4*len(bits))
+	negz := make([]byte, 4*len(bits))
+	for i, u := range bits {
+		binary.LittleEndian.PutUint32(raw[4*i:], u)
+		binary.LittleEndian.PutUint32(negz[4*i:], 1<<31)
+	}
+	up := func(raw []byte) *Tensor {
+		x, err := b.Upload(ops.WeightF32, rows, cols, raw) // float32 storage, the values as given
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { b.Free(x) })
+		return x.(*Tensor)
+	}
+	x, z := up(raw), up(negz)
+	x.unrounded = true
+	sum, err := b.Add(x, z) // rnd4 on x (k_add4), before anything settles x
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Free(sum)
+	rounded, err := b.Round(x) // settles x in place (k_round4), then k_round: bf16_round
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Free(rounded)
+	got, err := b.ToHost(sum)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := b.ToHost(rounded)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := 0
+	for i := range want {
+		g, w := math.Float32bits(got[i]), math.Float32bits(want[i])
+		if g != w && !(got[i] != got[i] && want[i] != want[i]) {
+			if bad++; bad <= 10 {
+				t.Errorf("%#08x: rnd4 gives %#08x, bf16_round %#08x", bits[i], g, w)
+			}
+		}
+	}
+	if bad > 0 {
+		t.Errorf("%d of %d values differ", bad, len(want))
+	}
+	t.Logf("%d values: rnd4 gives bf16_round's bits (NaN as NaN)", len(want))
 }
