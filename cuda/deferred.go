@@ -19,8 +19,10 @@ package cuda
 //   - copies of rows or columns (catRows, copyRows, Slice, Gather) carry the mark to the copy;
 //   - downloads settle first (ToHost; ToHostBF16 converts with the same rounding).
 //
-// No value changes, only where the rounding runs: TestDeferredRounding compares each reader with
-// Options.EagerRounding, and the engine's TestCUDASliceInvariance compares whole replays against it.
+// No number changes, only where the rounding runs (a NaN may come out as the canonical NaN: kernels round
+// four values at a time with the hardware conversion, common.cuh rnd4, TestRnd4Bits): TestDeferredRounding
+// compares each reader with Options.EagerRounding, and the engine's TestCUDASliceInvariance compares whole
+// replays against it.
 
 // defersRounding reports whether MatMul (its cuBLASLt output) and the fused SiTUFFN leave their outputs
 // unrounded for the reader to round: in BF16 precision unless Options.EagerRounding.

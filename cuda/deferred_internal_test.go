@@ -168,9 +168,10 @@ func TestDeferredRounding(t *testing.T) {
 }
 
 // TestRnd4Bits: the kernels' rounding of a deferred input (common.cuh rnd4, the hardware conversion) gives
-// bf16_round's bits (k_round, the MatMul's own rounding pass) for every kind of float32: each exponent
+// bf16_round's bits (k_round, the MatMul's own rounding pass) for every kind of float32 number: each exponent
 // with mantissas at, below and above the halfway point of both parities, subnormals, the largest values
-// (which round to infinity), infinities and random bits; NaN stays NaN. The values reach k_add4 as a
+// (which round to infinity), infinities and random bits; a NaN stays a NaN (its payload is not part of
+// the contract: rnd4 gives the canonical one). The values reach k_add4 as a
 // deferred tensor plus -0 (x + -0 is x for every x, zeros included), against Round of the same tensor.
 func TestRnd4Bits(t *testing.T) {
 	b := newLtBackend(t, false)

@@ -30,12 +30,14 @@ __device__ __forceinline__ float bf16_round(float x) {
 // rnd is the contract's "rounded": bfloat16 when bf is set (BF16 precision), the identity in FP32.
 __device__ __forceinline__ float rnd(float x, int bf) { return bf ? bf16_round(x) : x; }
 
-// rnd4 is rnd of each of v's four values: how a kernel loads an input whose rounding a MatMul deferred to
-// it (cuda/deferred.go). Rounding is idempotent, so inputs that are rounded already keep their bits.
-// The hardware conversion (cvt.rn.bf16x2.f32: round to nearest even, subnormals kept) gives bf16_round's
-// bits for every number in one instruction a pair; only a NaN, which it makes the canonical NaN, takes
-// bf16_round's quiet NaN instead. bf16_round for all four cost the short convolution, whose inputs are
-// all rounded this way, 37% of its time (run 74).
+// rnd4 is rnd of each of v's four values, for every number: how a kernel loads an input whose rounding a
+// MatMul deferred to it (cuda/deferred.go). Rounding is idempotent, so inputs that are rounded already
+// keep their bits. It is the hardware conversion (cvt.rn.bf16x2.f32: round to nearest even, subnormals
+// kept), one instruction a pair, which gives bf16_round's bits for every number and the canonical NaN
+// for a NaN (bf16_round keeps the NaN's sign and top payload bits; a NaN's sign and payload are not part
+// of the ops contract). Four bf16_round made the short convolution, which rounds every value of its
+// window, 37% slower (run 74: 57.8 ms a kda layer against 42.3); with a select that kept bf16_round's
+// NaN, 16% (run 75: 49.2).
 __device__ __forceinline__ float4 rnd4(float4 v, int bf) {
     if (!bf) return v;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800 // no bfloat16 conversion before sm_80
@@ -44,13 +46,8 @@ __device__ __forceinline__ float4 rnd4(float4 v, int bf) {
     u32 p, q;
     asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(p) : "f"(v.y), "f"(v.x));
     asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(q) : "f"(v.w), "f"(v.z));
-    float4 r = make_float4(__uint_as_float(p << 16), __uint_as_float(p & 0xffff0000u), __uint_as_float(q << 16),
-                           __uint_as_float(q & 0xffff0000u));
-    if (v.x != v.x) r.x = bf16_round(v.x);
-    if (v.y != v.y) r.y = bf16_round(v.y);
-    if (v.z != v.z) r.z = bf16_round(v.z);
-    if (v.w != v.w) r.w = bf16_round(v.w);
-    return r;
+    return make_float4(__uint_as_float(p << 16), __uint_as_float(p & 0xffff0000u), __uint_as_float(q << 16),
+                       __uint_as_float(q & 0xffff0000u));
 #endif
 }
 
