@@ -53,14 +53,4 @@ func (c *opCtx) raw(t *Tensor) (uint64, error) {
 }
 
 // rawAll is raw of each of ts, in order.
-func (c *opCtx) rawAll(ts []*Tensor) ([]uint64, error) {
-	out := make([]uint64, len(ts))
-	for i, t := range ts {
-		p, err := c.raw(t)
-		if err != nil {
-			return nil, err
-		}
-		out[i] = p
-	}
-	return out, nil
-}
+func (c *opCtx) rawAll(ts []*Tensor) ([]uint64, error) { return each(ts, c.raw) }

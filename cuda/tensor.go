@@ -81,10 +81,13 @@ func (b *Backend) tensors(op string, names []string, xs ...ops.Tensor) ([]*Tenso
 }
 
 // f32All is f32 of each of ts, in order.
-func (c *opCtx) f32All(ts []*Tensor) ([]uint64, error) {
+func (c *opCtx) f32All(ts []*Tensor) ([]uint64, error) { return each(ts, c.f32) }
+
+// each is the device addresses get gives for each of ts, in order (f32All, rawAll).
+func each(ts []*Tensor, get func(*Tensor) (uint64, error)) ([]uint64, error) {
 	out := make([]uint64, len(ts))
 	for i, t := range ts {
-		p, err := c.f32(t)
+		p, err := get(t)
 		if err != nil {
 			return nil, err
 		}
