@@ -115,12 +115,13 @@ type mlaLaunch struct {
 	finish func() error
 }
 
-// mlaBegin reads the inputs as float32 (with raw, leaving a deferred rounding to the kernels, which round
-// as they load: deferred.go), makes the output (unless part is before the last) and, when some tile runs
-// (run), uploads the tiles and places the queries and output.
-func (c *opCtx) mlaBegin(ts []*Tensor, tasks []int32, ocols, qOff, low int, part *keyPart, raw bool) (m mlaLaunch, run bool, err error) {
+// mlaBegin reads the inputs as float32, makes the output (unless part is before the last) and, when some
+// tile runs (run), uploads the tiles and places the queries and output. tc: for the tensor-core kernels,
+// which round q, kv and ks as they load them (so a deferred rounding stays deferred, deferred.go) and
+// mask the query rows before qOff themselves (no padded copies, mlaQueries).
+func (c *opCtx) mlaBegin(ts []*Tensor, tasks []int32, ocols, qOff, low int, part *keyPart, tc bool) (m mlaLaunch, run bool, err error) {
 	in := c.f32All
-	if raw {
+	if tc {
 		in = c.rawAll
 	}
 	if m.in, err = in(ts); err != nil {
@@ -137,7 +138,7 @@ func (c *opCtx) mlaBegin(ts []*Tensor, tasks []int32, ocols, qOff, low int, part
 	if m.tasks, err = uploadTemp(c, tasks); err != nil {
 		return m, false, err
 	}
-	m.q, m.o, m.finish, err = c.mlaQueries(ts[0], m.out, ocols, qOff, low)
+	m.q, m.o, m.finish, err = c.mlaQueries(ts[0], m.out, ocols, qOff, low, tc)
 	return m, err == nil, err
 }
 
@@ -201,11 +202,15 @@ func tilesFrom(tasks []int32, qOff int) ([]int32, int) {
 }
 
 // mlaQueries returns the query and output device addresses a kernel indexes by key row, for query rows
-// qt from row qOff on whose tiles start at row low <= qOff: when low < qOff, q gets qOff - low zero rows
-// before it (a temporary) and the output a scratch of as many rows, copied into out after the kernel.
-// With out nil (a key part before the last, which writes no output) only q is placed.
-func (c *opCtx) mlaQueries(qt *Tensor, out *Tensor, ocols, qOff, low int) (qp, op uint64, finish func() error, err error) {
+// qt from row qOff on whose tiles start at row low <= qOff: when low < qOff and the kernel does not mask
+// the rows before qOff itself (masked: the tensor-core kernel's qlo), q gets qOff - low zero rows before
+// it (a temporary) and the output a scratch of as many rows, copied into out after the kernel. With out
+// nil (a key part before the last, which writes no output) only q is placed.
+func (c *opCtx) mlaQueries(qt *Tensor, out *Tensor, ocols, qOff, low int, masked bool) (qp, op uint64, finish func() error, err error) {
 	qcols, pad, d := qt.cols, qOff-low, c.b.drv
+	if masked {
+		low, pad = qOff, 0 // rows before qOff are never read or written
+	}
 	qbase := qt.ptr
 	finish = func() error { return nil }
 	if pad > 0 {

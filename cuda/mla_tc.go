@@ -83,8 +83,9 @@ func (b *Backend) mlaTC(k mlaTCKernel, ts []*Tensor, heads, nope, shared, vdim i
 	err := b.run(op, func(c *opCtx) error {
 		var run bool
 		var err error
-		// raw: k_mla_prep and the kernel convert q, kv and ks to bfloat16 by round to nearest even, the
-		// rounding a MatMul deferred to them (deferred.go)
+		// tc: k_mla_prep and the kernel convert q, kv and ks to bfloat16 by round to nearest even, the
+		// rounding a MatMul deferred to them (deferred.go), and the kernel skips the query rows before
+		// qOff (its qlo), which belong to the slice before
 		if m, run, err = c.mlaBegin(ts, tasks, heads*vdim, qOff, low, part, true); !run {
 			return err
 		}
@@ -110,7 +111,8 @@ func (b *Backend) mlaTC(k mlaTCKernel, ts []*Tensor, heads, nope, shared, vdim i
 				return err
 			}
 			kbp, vbp := part.rebase(kb, 2*k.qkp), part.rebase(vb, 2*k.vp)
-			args := append([]any{m.o, m.q, kbp, vbp, m.tasks, int32(heads), int32(h0), int64(rows), int32(qk), int32(vdim), scale, b.bf}, part.stateArgs(low)...)
+			args := append([]any{m.o, m.q, kbp, vbp, m.tasks, int32(heads), int32(h0), int64(rows), int32(qk), int32(vdim), scale, b.bf, int64(qOff)},
+				part.stateArgs(low)...)
 			if err := c.launch(k.name, d2(len(tasks)/3, hg), d1(mlaTCThreads), shmem, args...); err != nil {
 				return err
 			}

@@ -56,6 +56,10 @@
 //      saved (o, m, and the per-lane l of every thread: 68 floats at VP = 128), saving them again
 //      unless the part is the last. The blocks are walked in the same order with the same arithmetic, so
 //      the output has the bits of one launch over all the keys.
+//   4. qlo: the query rows of a tile that belong to the slice before (a continued sequence's first tile)
+//      are masked in the kernel instead of padding q with zero rows in a copy of the slice's whole q and
+//      writing the output through a scratch copied back (cuda/mla.go mlaQueries): two copies of a
+//      slice's q and output less, the same fragments (zeros) and bits.
 //      Next: wgmma (sm_90a) with TMA-staged blocks; 32 query rows a warp (half the shared-memory reads
 //      per mma; needs Q re-read from shared memory to fit the registers); the prep copy folded into the
 //      producer of kv if activations ever live as bf16 in memory (it is 7% of the time at 16 x 4096).
@@ -160,8 +164,8 @@ extern "C" __global__ void __launch_bounds__(256) k_mla_prep(u32* kb, u32* vb, c
 // values are kb, vb at local index blockIdx.y (k_mla_prep's layout). qk <= QKP, vdim <= VP.
 template <int QKP, int VP>
 __device__ __forceinline__ void mla_tc(float* out, const float* q, const u16* kb, const u16* vb, const int* tasks,
-                                       int heads, int h0, i64 rows, int qk, int vdim, float c, int bf, i64 klo,
-                                       i64 khi, float* st, i64 st0) {
+                                       int heads, int h0, i64 rows, int qk, int vdim, float c, int bf, i64 qlo,
+                                       i64 klo, i64 khi, float* st, i64 st0) {
     constexpr int KST = QKP + MLA_PAD, VST = VP + MLA_PAD;  // shared-memory row strides in halves
     constexpr int NT = MLA_BN / 8, VT = VP / 8, QC = QKP / 16;
     extern __shared__ __align__(16) unsigned char mla_smem[];
@@ -175,13 +179,16 @@ __device__ __forceinline__ void mla_tc(float* out, const float* q, const u16* kb
     const u16* vh = vb + (i64)hl * rows * VP;
     i64 qcols = (i64)heads * qk, ocols = (i64)heads * vdim;
     i64 ra = t0 + warp * 16 + g, rb = ra + 8;  // this lane's two query rows
-    bool va = ra < t1, vbv = rb < t1;
+    // rows before qlo (a slice's continued sequence: rows of the slice before) are neither read nor
+    // written; their fragments hold zeros, as the zero rows that used to pad q did
+    bool va = ra >= qlo && ra < t1, vbv = rb >= qlo && rb < t1;
+    const i64 rq = t0 > qlo ? t0 : qlo; // a row inside q, for the addresses of rows not read
 
     // the query fragments (A of S = Q K^T): rows ra, rb; dimensions 2*t4, +1 and 2*t4 + 8, +9 of each chunk
     u32 qa[QC][4];
     {
-        const float* pa = q + (va ? ra : t0) * qcols + (i64)h * qk;
-        const float* pb = q + (vbv ? rb : t0) * qcols + (i64)h * qk;
+        const float* pa = q + (va ? ra : rq) * qcols + (i64)h * qk;
+        const float* pb = q + (vbv ? rb : rq) * qcols + (i64)h * qk;
 #pragma unroll
         for (int kc = 0; kc < QC; kc++) {
             int d = kc * 16 + 2 * t4;
@@ -390,7 +397,9 @@ __device__ __forceinline__ void mla_tc(float* out, const float* q, const u16* kb
 }
 
 // Launch (each): blockDim 128, gridDim (tiles, hg), dynamic shared memory 2 * 64 * (QKP + 8 + VP + 8) * 2
-// bytes; c = float32(log2(e) / sqrt(qk)). The suffix is QKP_VP. st == nullptr: every tile walks its whole
+// bytes; c = float32(log2(e) / sqrt(qk)). The suffix is QKP_VP. Query rows below qlo are not read (their
+// fragments are zeros) and not written: a slice's continued sequence has its first tile start in the
+// slice before (q and out are indexed by key row). st == nullptr: every tile walks its whole
 // sequence (klo, khi, st0 unused). Otherwise the tiles of the sequence at row 0 walk keys klo .. khi - 1
 // (multiples of 64; khi < 0: to the end), restoring their state from st when klo > 0 and saving it there
 // instead of writing out when khi >= 0: st holds VT * 4 + 4 floats a thread, per (tile (t0 - st0) / 64,
@@ -398,8 +407,8 @@ __device__ __forceinline__ void mla_tc(float* out, const float* q, const u16* kb
 #define MLA_TC_KERNEL(QKP, VP)                                                                                   \
     extern "C" __global__ void __launch_bounds__(MLA_TC_THREADS) k_mla_tc_##QKP##_##VP(                         \
         float* out, const float* q, const u16* kb, const u16* vb, const int* tasks, int heads, int h0, i64 rows, \
-        int qk, int vdim, float c, int bf, i64 klo, i64 khi, float* st, i64 st0) {                               \
-        mla_tc<QKP, VP>(out, q, kb, vb, tasks, heads, h0, rows, qk, vdim, c, bf, klo, khi, st, st0);             \
+        int qk, int vdim, float c, int bf, i64 qlo, i64 klo, i64 khi, float* st, i64 st0) {                      \
+        mla_tc<QKP, VP>(out, q, kb, vb, tasks, heads, h0, rows, qk, vdim, c, bf, qlo, klo, khi, st, st0);        \
     }
 
 MLA_TC_KERNEL(64, 64)
