@@ -94,6 +94,10 @@ type Options struct {
 	// returning them, as they did before deferred rounding (deferred.go): the same bits, one more pass
 	// over each output. For tests that compare the two, and as a fallback.
 	EagerRounding bool
+	// MLAMmaSync keeps MLA's attention in BF16 precision on mla_tc.cu's mma.sync kernel where an sm_90a
+	// device would run mla_wg.cu's wgmma kernel (the default there): for comparisons and as a fallback.
+	// Both give the same bits (TestMLAWGAgainstMmaSync); only the speed differs.
+	MLAMmaSync bool
 	// MLAPrefixRows is the most rows of a long sequence's earlier keys that a slice's MLA expands at once
 	// (slice_mla.go; 0: 16,384), a multiple of 64. Results are the same bits for every value; tests take
 	// it small to cross many parts.

@@ -39,6 +39,7 @@ var kernelFiles = []kernelFile{
 	{"kda_chunk.cu", []string{"k_kda_chunk_r128", "k_kda_chunk_r64", "k_kda_chunk_prof_r128"}},
 	{"mla.cu", []string{"k_mla"}},
 	{"mla_tc.cu", []string{"k_mla_prep", "k_mla_tc_64_64", "k_mla_tc_128_128", "k_mla_tc_192_128"}},
+	{"mla_wg.cu", []string{"k_mla_wg_64_64", "k_mla_wg_128_128", "k_mla_wg_192_128"}},
 	{"route.cu", []string{"k_route_topk", "k_route_topk_v2"}},
 	{"tokenstats.cu", []string{"k_token_stats"}},
 	{"convert.cu", []string{"k_to_bf16", "k_to_bf16_v4"}},

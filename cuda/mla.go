@@ -38,6 +38,9 @@ const (
 //	lsum[q] = lsum[q]*alpha + sum of its 16 e_s (lane q of 4 holds keys 8n+2q, 8n+2q+1, ascending)
 //	out[t, h*vdim + j] = rounded(acc[j] / ((lsum[0]+lsum[1]) + (lsum[2]+lsum[3])))
 //
+// On an sm_90a device version 2's statement runs on wgmma (mla_wg.cu, version 5; Options.MLAMmaSync keeps
+// mla_tc.cu's mma.sync kernel): the same blocks, order and split, and the same bits.
+//
 // ex2 is the hardware's ex2.approx.ftz.f32 (about 2 ulp); the mma sums are the tensor cores' fixed float32
 // reductions. Splitting e into hi + lo keeps p.v within 2^-17 of float32 instead of bfloat16's 2^-9, which
 // by estimate would move a third or more of the outputs by one bfloat16 ulp against the CPU backend; with
@@ -177,10 +180,11 @@ func (b *Backend) mla(ts []*Tensor, heads, nope, shared, vdim int, l ops.Layout,
 	return b.mlaCUDACores(ts, heads, nope, shared, vdim, l, qOff, part)
 }
 
-// mlaTCKernel returns the tensor-core kernel (version 2) MLA runs for these head sizes, if it runs one.
+// mlaTCKernel returns the tensor-core kernel MLA runs for these head sizes, if it runs one: mla_wg.cu's
+// (wgmma) on an sm_90a device unless Options.MLAMmaSync, else mla_tc.cu's (mma.sync).
 func (b *Backend) mlaTCKernel(qk, vdim int) (mlaTCKernel, bool) {
 	if b.bf == 1 && !b.opts.NoTensorCores {
-		return mlaTCFor(qk, vdim)
+		return mlaTCFor(qk, vdim, b.wgOK() && !b.opts.MLAMmaSync)
 	}
 	return mlaTCKernel{}, false
 }

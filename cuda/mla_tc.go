@@ -9,9 +9,9 @@ import (
 	"github.com/potato-k3/potato-k3/replay/ops"
 )
 
-// Launch parameters of mla_tc.cu (version 2): a block of 128 threads (4 warps of 16 query rows) per
-// (query tile of up to 64 rows of one sequence, head); keys in blocks of 64 rows anchored at the sequence
-// start, staged two blocks at a time with rows padded by 8 halves.
+// Launch parameters of mla_tc.cu (mma.sync) and mla_wg.cu (wgmma, sm_90a): a block of 128 threads (4 warps
+// of 16 query rows) per (query tile of up to 64 rows of one sequence, head); keys in blocks of 64 rows
+// anchored at the sequence start, staged two blocks at a time (mma.sync: rows padded by 8 halves).
 const (
 	mlaTCTile    = 64
 	mlaTCThreads = 128
@@ -23,24 +23,42 @@ const (
 // a variable so that a test can force small groups).
 var mlaTCTempMax = 1 << 30
 
-// mlaTCKernel is one instantiation of mla_tc.cu: qk <= qkp, vdim <= vp, zero-padded.
+// mlaTCKernel is one instantiation of the tensor-core MLA kernels: qk <= qkp, vdim <= vp, zero-padded.
 type mlaTCKernel struct {
 	name    string
 	qkp, vp int
+	wg      bool // mla_wg.cu's kernel (wgmma) rather than mla_tc.cu's (mma.sync)
 }
 
-// mlaTCKernels in the order tried: the smallest that fits is used (a choice by head shape, never by n).
-var mlaTCKernels = []mlaTCKernel{
-	{"k_mla_tc_64_64", 64, 64},
-	{"k_mla_tc_128_128", 128, 128},
-	{"k_mla_tc_192_128", 192, 128},
+// shmem is the kernel's dynamic shared memory in bytes: two stages of a key block and a value block, in
+// rows padded by mlaTCPad halves (mma.sync) or in the 128-byte swizzle after up to 1,024 bytes that align
+// the first stage to a swizzle atom (wgmma).
+func (k mlaTCKernel) shmem() int {
+	if k.wg {
+		return 2*mlaTCTile*(k.qkp+k.vp)*2 + 1024
+	}
+	return 2 * mlaTCTile * (k.qkp + mlaTCPad + k.vp + mlaTCPad) * 2
 }
 
-// mlaTCFor returns the version 2 kernel for the head sizes, if one covers them.
-func mlaTCFor(qk, vdim int) (mlaTCKernel, bool) {
+// mlaTCKernels in the order tried: the smallest that fits is used (a choice by head shape, never by n),
+// by the mma.sync name and the wgmma one.
+var mlaTCKernels = []struct {
+	tc, wg  string
+	qkp, vp int
+}{
+	{"k_mla_tc_64_64", "k_mla_wg_64_64", 64, 64},
+	{"k_mla_tc_128_128", "k_mla_wg_128_128", 128, 128},
+	{"k_mla_tc_192_128", "k_mla_wg_192_128", 192, 128},
+}
+
+// mlaTCFor returns the tensor-core kernel for the head sizes, if one covers them: on wgmma when wg.
+func mlaTCFor(qk, vdim int, wg bool) (mlaTCKernel, bool) {
 	for _, k := range mlaTCKernels {
 		if qk <= k.qkp && vdim <= k.vp {
-			return k, true
+			if wg {
+				return mlaTCKernel{k.wg, k.qkp, k.vp, true}, true
+			}
+			return mlaTCKernel{k.tc, k.qkp, k.vp, false}, true
 		}
 	}
 	return mlaTCKernel{}, false
@@ -65,13 +83,13 @@ func mlaTCTasks(l ops.Layout) []int32 {
 	return tasks
 }
 
-// mlaTC launches version 2 (BF16 precision): per group of heads, k_mla_prep (bfloat16 keys and values)
-// then the kernel k.
+// mlaTC launches the tensor-core kernel k (BF16 precision): per group of heads, k_mla_prep (bfloat16 keys
+// and values) then k.
 func (b *Backend) mlaTC(k mlaTCKernel, ts []*Tensor, heads, nope, shared, vdim int, l ops.Layout, qOff int, part *keyPart) (ops.Tensor, error) {
 	const op = "MLA"
 	// rows: the key rows (qOff more than the queries' when a slice continues a sequence, MLA's mla)
 	rows, qk := ts[1].rows, nope+shared
-	shmem := 2 * mlaTCTile * (k.qkp + mlaTCPad + k.vp + mlaTCPad) * 2
+	shmem := k.shmem()
 	if shmem > b.info.MaxSharedOptin {
 		return nil, shapeErr(op, "head sizes qk %d, vdim %d need %d bytes of shared memory on the tensor cores, the device allows %d", qk, vdim, shmem, b.info.MaxSharedOptin)
 	}

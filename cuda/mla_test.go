@@ -36,29 +36,109 @@ func (c mlaCase) layout() ops.Layout {
 	return ops.Layout{Starts: starts}
 }
 
-// TestMLATensorCoresAgainstCPU: version 2 differs from the CPU backend's float32 softmax by the 2^-17 of
-// its split p (and float32 rounding), so an output moves only where it sits on a bfloat16 rounding
-// boundary: by one bfloat16 ulp, on a small share of the values. The shapes cover the three
+// mlaKernels are the tensor-core kernels a test runs MLA on: the device's default (mla_wg.cu's wgmma on
+// an sm_90a device, else mla_tc.cu's mma.sync) and mma.sync by Options.MLAMmaSync.
+var mlaKernels = []struct {
+	name string
+	opts func(cuda.Options) cuda.Options
+}{
+	{"default kernel", func(o cuda.Options) cuda.Options { return o }},
+	{"mma.sync", func(o cuda.Options) cuda.Options { o.MLAMmaSync = true; return o }},
+}
+
+// TestMLATensorCoresAgainstCPU: the tensor-core kernels differ from the CPU backend's float32 softmax by
+// the 2^-17 of their split p (and float32 rounding), so an output moves only where it sits on a bfloat16
+// rounding boundary: by one bfloat16 ulp, on a small share of the values. The shapes cover the three
 // instantiations (qk/vdim up to 64/64, 128/128, 192/128), sequences shorter and longer than a 64-row
-// tile, and a sharper softmax.
+// tile, and a sharper softmax; each kernel (mlaKernels).
 func TestMLATensorCoresAgainstCPU(t *testing.T) {
-	p := newPair(t, cuda.Options{Precision: ops.BF16, Sync: true})
+	for _, k := range mlaKernels {
+		t.Run(k.name, func(t *testing.T) {
+			p := newPair(t, k.opts(cuda.Options{Precision: ops.BF16, Sync: true}))
+			for _, c := range []mlaCase{
+				{2, 128, 64, 128, []int{70, 3, 130}, 1},
+				{2, 128, 64, 128, []int{64, 1, 527}, 1},
+				{2, 128, 64, 128, []int{300, 200}, 3},
+				{3, 100, 20, 100, []int{90, 200}, 1},
+				{4, 16, 8, 12, []int{5, 90, 64}, 1},
+			} {
+				l := c.layout()
+				rows := l.Tokens()
+				q := p.act(rows, c.heads*(c.nope+c.shared), c.qs)
+				kv := p.act(rows, c.heads*(c.nope+c.vdim), 1)
+				ks := p.act(rows, c.shared, 1)
+				gy, ge := p.g.MLA(q.g, kv.g, ks.g, c.heads, c.nope, c.shared, c.vdim, l)
+				cy, ce := p.c.MLA(q.c, kv.c, ks.c, c.heads, c.nope, c.shared, c.vdim, l)
+				gv, cv := p.host(both{gy, cy}, ge, ce)
+				p.near(c.String()+", tensor cores", gv, cv, 0.05, 4.0/64)
+			}
+		})
+	}
+}
+
+// TestMLAWGAgainstMmaSync: on an sm_90a device, the wgmma kernel (mla_wg.cu) against the mma.sync kernel
+// (mla_tc.cu) on the same inputs: the same statement of every row, and the tensor cores sum a chunk of 16
+// products the same way in both instructions (run 79: not one value of 3.6 million differed), so the
+// bits must be equal. Skipped elsewhere (only mma.sync runs).
+func TestMLAWGAgainstMmaSync(t *testing.T) {
+	wg := newBackendWith(t, cuda.Options{Precision: ops.BF16, Sync: true})
+	if wg.Device().Arch != "sm_90a" {
+		t.Skipf("the wgmma kernel runs on sm_90a devices only (this one: %s)", wg.Device().Arch)
+	}
+	ms := newBackendWith(t, cuda.Options{Precision: ops.BF16, Sync: true, MLAMmaSync: true})
+	rng := rand.New(rand.NewPCG(41, 42))
 	for _, c := range []mlaCase{
-		{2, 128, 64, 128, []int{70, 3, 130}, 1},
-		{2, 128, 64, 128, []int{64, 1, 527}, 1},
-		{2, 128, 64, 128, []int{300, 200}, 3},
+		{8, 128, 64, 128, []int{1000, 37, 2100}, 1},
+		{3, 128, 64, 128, []int{100, 640, 64, 7}, 3},
 		{3, 100, 20, 100, []int{90, 200}, 1},
 		{4, 16, 8, 12, []int{5, 90, 64}, 1},
 	} {
 		l := c.layout()
 		rows := l.Tokens()
-		q := p.act(rows, c.heads*(c.nope+c.shared), c.qs)
-		kv := p.act(rows, c.heads*(c.nope+c.vdim), 1)
-		ks := p.act(rows, c.shared, 1)
-		gy, ge := p.g.MLA(q.g, kv.g, ks.g, c.heads, c.nope, c.shared, c.vdim, l)
-		cy, ce := p.c.MLA(q.c, kv.c, ks.c, c.heads, c.nope, c.shared, c.vdim, l)
-		gv, cv := p.host(both{gy, cy}, ge, ce)
-		p.near(c.String()+", tensor cores", gv, cv, 0.05, 4.0/64)
+		up := func(cols int, scale float64) (ops.Tensor, ops.Tensor) {
+			v := make([]float32, rows*cols)
+			for i := range v {
+				v[i] = float32(scale * rng.NormFloat64())
+			}
+			a, err := wg.FromHost(rows, cols, v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, err := ms.FromHost(rows, cols, v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return a, b
+		}
+		qw, qm := up(c.heads*(c.nope+c.shared), c.qs)
+		kvw, kvm := up(c.heads*(c.nope+c.vdim), 1)
+		ksw, ksm := up(c.shared, 1)
+		yw, err := wg.MLA(qw, kvw, ksw, c.heads, c.nope, c.shared, c.vdim, l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ym, err := ms.MLA(qm, kvm, ksm, c.heads, c.nope, c.shared, c.vdim, l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		vw, err := wg.ToHost(yw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		vm, err := ms.ToHost(ym)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ss float64
+		for _, x := range vm {
+			ss += float64(x) * float64(x)
+		}
+		n, rel := diff(vw, vm, math.Sqrt(ss/float64(len(vm))))
+		if n > 0 {
+			t.Errorf("%s: %d of %d values of the wgmma kernel differ from the mma.sync kernel's bits (max rel diff %.3g); want equal bits", c, n, len(vm), rel)
+		} else {
+			t.Logf("%s: wgmma and mma.sync: all %d values equal", c, len(vm))
+		}
 	}
 }
 
@@ -121,56 +201,60 @@ func TestMLAVersionsAgree(t *testing.T) {
 }
 
 // TestMLABatchInvarianceTC: a 1000-row sequence (16 query tiles, up to 16 key blocks) alone and at row
-// 100 of a wave (not a multiple of the 64-row tile) gives the same bits with version 2.
+// 100 of a wave (not a multiple of the 64-row tile) gives the same bits, with each kernel (mlaKernels).
 func TestMLABatchInvarianceTC(t *testing.T) {
-	b := newBackend(t, ops.BF16)
-	rng := rand.New(rand.NewPCG(13, 14))
-	const heads, first, n = 3, 100, 1000
-	lens := []int{first, n, 64, 7}
-	wave := mlaCase{heads, 128, 64, 128, lens, 1}.layout()
-	alone := ops.Layout{Starts: []int{0, n}}
-	rows := wave.Tokens()
-	mk := func(cols int) (ops.Tensor, ops.Tensor) {
-		v := make([]float32, rows*cols)
-		for i := range v {
-			v[i] = float32(rng.NormFloat64())
-		}
-		w, err := b.FromHost(rows, cols, v)
-		if err != nil {
-			t.Fatal(err)
-		}
-		a, err := b.FromHost(n, cols, v[first*cols:(first+n)*cols])
-		if err != nil {
-			t.Fatal(err)
-		}
-		return w, a
+	for _, k := range mlaKernels {
+		t.Run(k.name, func(t *testing.T) {
+			b := newBackendWith(t, k.opts(cuda.Options{Precision: ops.BF16, Sync: true}))
+			rng := rand.New(rand.NewPCG(13, 14))
+			const heads, first, n = 3, 100, 1000
+			lens := []int{first, n, 64, 7}
+			wave := mlaCase{heads, 128, 64, 128, lens, 1}.layout()
+			alone := ops.Layout{Starts: []int{0, n}}
+			rows := wave.Tokens()
+			mk := func(cols int) (ops.Tensor, ops.Tensor) {
+				v := make([]float32, rows*cols)
+				for i := range v {
+					v[i] = float32(rng.NormFloat64())
+				}
+				w, err := b.FromHost(rows, cols, v)
+				if err != nil {
+					t.Fatal(err)
+				}
+				a, err := b.FromHost(n, cols, v[first*cols:(first+n)*cols])
+				if err != nil {
+					t.Fatal(err)
+				}
+				return w, a
+			}
+			qw, qa := mk(heads * 192)
+			kvw, kva := mk(heads * 256)
+			ksw, ksa := mk(64)
+			yw, err := b.MLA(qw, kvw, ksw, heads, 128, 64, 128, wave)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ya, err := b.MLA(qa, kva, ksa, heads, 128, 64, 128, alone)
+			if err != nil {
+				t.Fatal(err)
+			}
+			wv, err := b.ToHost(yw)
+			if err != nil {
+				t.Fatal(err)
+			}
+			av, err := b.ToHost(ya)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cols := heads * 128
+			for i, x := range av {
+				if math.Float32bits(x) != math.Float32bits(wv[first*cols+i]) {
+					t.Fatalf("row %d col %d: alone %g, at row %d of the wave %g", i/cols, i%cols, x, first, wv[first*cols+i])
+				}
+			}
+			t.Logf("MLA (%s): the %d-row sequence is bit-identical alone and at row %d of a %d-row wave", k.name, n, first, rows)
+		})
 	}
-	qw, qa := mk(heads * 192)
-	kvw, kva := mk(heads * 256)
-	ksw, ksa := mk(64)
-	yw, err := b.MLA(qw, kvw, ksw, heads, 128, 64, 128, wave)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ya, err := b.MLA(qa, kva, ksa, heads, 128, 64, 128, alone)
-	if err != nil {
-		t.Fatal(err)
-	}
-	wv, err := b.ToHost(yw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	av, err := b.ToHost(ya)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cols := heads * 128
-	for i, x := range av {
-		if math.Float32bits(x) != math.Float32bits(wv[first*cols+i]) {
-			t.Fatalf("row %d col %d: alone %g, at row %d of the wave %g", i/cols, i%cols, x, first, wv[first*cols+i])
-		}
-	}
-	t.Logf("MLA version 2: the %d-row sequence is bit-identical alone and at row %d of a %d-row wave", n, first, rows)
 }
 
 // TestMLATiming times MLA at K3's sizes (96 heads, 128+64, v 128) on 1 x 1024, 4 x 4096 and 16 x 4096
@@ -183,6 +267,7 @@ func TestMLATiming(t *testing.T) {
 	}
 	const heads = 96
 	tc := newBackendWith(t, cuda.Options{Precision: ops.BF16})
+	ms := newBackendWith(t, cuda.Options{Precision: ops.BF16, MLAMmaSync: true})
 	cc := newBackendWith(t, cuda.Options{Precision: ops.BF16, NoTensorCores: true})
 	rng := rand.New(rand.NewPCG(21, 22))
 	// gen returns a rows x cols activation: random rows of 64 times a random 64-wide bf16 weight
@@ -253,9 +338,21 @@ func TestMLATiming(t *testing.T) {
 		t.Logf("TIMING MLA %-11s %2d x %4d tokens, 96 heads: %9.3f ms  %7.2f TFLOP/s (median of %d)", what, seqs, T,
 			float64(med.Microseconds())/1e3, flop/med.Seconds()/1e12, reps)
 	}
-	run(tc, "version 2", 1, 1024, 5)
-	run(tc, "version 2", 4, 4096, 5)
-	run(tc, "version 2", 16, 4096, 5)
+	def := "mma.sync"
+	if tc.Device().Arch == "sm_90a" {
+		def = "wgmma"
+	}
+	for _, v := range []struct {
+		b    *cuda.Backend
+		name string
+	}{{tc, def}, {ms, "mma.sync"}} {
+		if v.b == ms && def == "mma.sync" {
+			continue // the same kernel as the default's
+		}
+		run(v.b, v.name, 1, 1024, 5)
+		run(v.b, v.name, 4, 4096, 5)
+		run(v.b, v.name, 16, 4096, 5)
+	}
 	run(cc, "version 1", 1, 1024, 5)
 	run(cc, "version 1", 4, 4096, 1)
 }

@@ -39,6 +39,7 @@ func (l *loaded) Close() {
 type backendTuning struct {
 	expertStreams int        // cuda.Options.ExpertStreams
 	eagerRounding bool       // cuda.Options.EagerRounding
+	mlaMmaSync    bool       // cuda.Options.MLAMmaSync
 	devices       deviceList // --devices: one backend each (devices.go); empty: device 0
 	device        int        // the device newBackend opens (cuda.Options.Device)
 }
@@ -50,7 +51,7 @@ func newBackend(name string, prec ops.Precision, tune backendTuning) (ops.Backen
 	case "cpu":
 		return cpu.New(cpu.Options{Precision: prec}), nil, nil
 	case "cuda":
-		b, err := cuda.New(cuda.Options{Precision: prec, ExpertStreams: tune.expertStreams, EagerRounding: tune.eagerRounding, Device: tune.device})
+		b, err := cuda.New(cuda.Options{Precision: prec, ExpertStreams: tune.expertStreams, EagerRounding: tune.eagerRounding, MLAMmaSync: tune.mlaMmaSync, Device: tune.device})
 		if err != nil {
 			return nil, nil, fmt.Errorf("backend cuda: %w (use --backend cpu on a machine without a GPU)", err)
 		}

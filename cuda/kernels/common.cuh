@@ -51,6 +51,25 @@ __device__ __forceinline__ float4 rnd4(float4 v, int bf) {
 #endif
 }
 
+// bf16_bits returns the bfloat16 bit pattern of rnd(x) (exact when x is a bfloat16 value).
+__device__ __forceinline__ u32 bf16_bits(float x) { return __float_as_uint(bf16_round(x)) >> 16; }
+
+// smem_u32 is the shared-memory address of a pointer into shared memory (what cp.async, ldmatrix and the
+// wgmma descriptors take).
+__device__ __forceinline__ u32 smem_u32(const void* p) { return (u32)__cvta_generic_to_shared(p); }
+
+// cp_async16 copies 16 bytes from global src to shared dst (cp.async, L2 only, sm_80 on), or writes 16
+// zero bytes when !in (src is then not read).
+__device__ __forceinline__ void cp_async16(u32 dst, const void* src, bool in) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(in ? 16 : 0) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+// cp_async_wait waits until at most N of this thread's committed groups are in flight.
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
 // bf16 weights are stored as raw 16-bit patterns; widening is exact.
 __device__ __forceinline__ float bf16_to_f32(u16 h) { return __uint_as_float(((u32)h) << 16); }
 

@@ -1,24 +1,9 @@
 // experts.cuh: what the grouped expert kernels share (experts.cu on mma.sync, experts_wg.cu on wgmma):
-// the exact MXFP4 decoders, SiTU by table, cp.async and the bfloat16 bit helpers. The decoders produce
-// registers (decode32_regs) so that each kernel stores them in its own shared-memory layout.
+// the exact MXFP4 decoders and SiTU by table (cp.async and the bfloat16 bit helpers are common.cuh's).
+// The decoders produce registers (decode32_regs) so that each kernel stores them in its own shared-memory
+// layout.
 #pragma once
 #include "common.cuh"
-
-// bf16_bits returns the bfloat16 bit pattern of rnd(x) (exact when x is a bfloat16 value).
-__device__ __forceinline__ u32 bf16_bits(float x) { return __float_as_uint(bf16_round(x)) >> 16; }
-
-__device__ __forceinline__ u32 smem_u32(const void* p) { return (u32)__cvta_generic_to_shared(p); }
-
-// cp_async16 copies 16 bytes from global src to shared dst, or writes 16 zero bytes when !in (src is then
-// not read).
-__device__ __forceinline__ void cp_async16(u32 dst, const void* src, bool in) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(in ? 16 : 0) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
 
 // fp4x2 decodes the two E2M1 codes of byte v (bits 0-7; the low nibble is the lower k) into a bfloat16
 // pair (low half: the low nibble). A code's magnitude bits placed at float32 bits 22-24 and its sign at

@@ -33,9 +33,6 @@
 #define TW_BF16 1
 #define TW_MXFP4 2
 
-// bf16_bits returns the bfloat16 bit pattern of rnd(x) (exact when x is a bfloat16 value).
-__device__ __forceinline__ u32 bf16_bits(float x) { return __float_as_uint(bf16_round(x)) >> 16; }
-
 template <int WT>
 __device__ __forceinline__ u32 load_w_bits(const void* w, const u8* scales, i64 row, int p, int k, int pw, int sw) {
     if (WT == TW_BF16) return ((const u16*)w)[row * k + p];

@@ -60,36 +60,15 @@
 //      are masked in the kernel instead of padding q with zero rows in a copy of the slice's whole q and
 //      writing the output through a scratch copied back (cuda/mla.go mlaQueries): two copies of a
 //      slice's q and output less, the same fragments (zeros) and bits.
-//      Next: wgmma (sm_90a) with TMA-staged blocks; 32 query rows a warp (half the shared-memory reads
-//      per mma; needs Q re-read from shared memory to fit the registers); the prep copy folded into the
-//      producer of kv if activations ever live as bf16 in memory (it is 7% of the time at 16 x 4096).
+//   5. is mla_wg.cu: the same statement on sm_90a's wgmma, the same bits, 25% faster (run 79); this
+//      kernel stays for other devices and Options.MLAMmaSync.
+//      Next here: 32 query rows a warp (half the shared-memory reads per mma; needs Q re-read from shared
+//      memory to fit the registers); the prep copy folded into the producer of kv if activations ever live
+//      as bf16 in memory (it is 7% of the time at 16 x 4096).
 #include "common.cuh"
+#include "mla.cuh"
 
-#define MLA_BM 64    // query rows of a tile: 4 warps of 16
-#define MLA_BN 64    // keys of a block
-#define MLA_TC_THREADS 128
-#define MLA_PAD 8    // halves of padding at the end of each shared-memory row
-#define MLA_NEG_INF __int_as_float(0xff800000)
-
-// bf16_bits returns the bfloat16 bit pattern of rnd(x) (exact when x is a bfloat16 value).
-__device__ __forceinline__ u32 bf16_bits(float x) { return __float_as_uint(bf16_round(x)) >> 16; }
-
-// pack_bf16 packs two values for an mma fragment: a (the lower index) in the low half.
-__device__ __forceinline__ u32 pack_bf16(float a, float b) { return bf16_bits(a) | (bf16_bits(b) << 16); }
-
-// split2 writes hi = {bf16(a), bf16(b)} and lo = {bf16(a - hi_a), bf16(b - hi_b)}, a in the low halves.
-__device__ __forceinline__ void split2(float a, float b, u32& hi, u32& lo) {
-    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(hi) : "f"(b), "f"(a));
-    float ra = __fsub_rn(a, __uint_as_float(hi << 16));
-    float rb = __fsub_rn(b, __uint_as_float(hi & 0xffff0000u));
-    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(lo) : "f"(rb), "f"(ra));
-}
-
-__device__ __forceinline__ float ex2(float x) {
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-    return y;
-}
+#define MLA_PAD 8  // halves of padding at the end of each shared-memory row
 
 __device__ __forceinline__ void mma_bf16(float* c, const u32* a, const u32* b) {
     asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
@@ -111,17 +90,6 @@ __device__ __forceinline__ void ldsm_x4_trans(u32* r, u32 addr) {
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                  : "r"(addr)
                  : "memory");
-}
-
-// cp_async16 copies 16 bytes from global to shared memory, or writes 16 zero bytes when !valid.
-__device__ __forceinline__ void cp_async16(u32 dst, const void* src, bool valid) {
-    int n = valid ? 16 : 0;
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
 // mla_bool is a compile-time flag for a generic lambda.
@@ -186,26 +154,7 @@ __device__ __forceinline__ void mla_tc(float* out, const float* q, const u16* kb
 
     // the query fragments (A of S = Q K^T): rows ra, rb; dimensions 2*t4, +1 and 2*t4 + 8, +9 of each chunk
     u32 qa[QC][4];
-    {
-        const float* pa = q + (va ? ra : rq) * qcols + (i64)h * qk;
-        const float* pb = q + (vbv ? rb : rq) * qcols + (i64)h * qk;
-#pragma unroll
-        for (int kc = 0; kc < QC; kc++) {
-            int d = kc * 16 + 2 * t4;
-            float x[8];
-#pragma unroll
-            for (int e = 0; e < 2; e++) {
-                x[e] = va && d + e < qk ? pa[d + e] : 0.0f;
-                x[2 + e] = vbv && d + e < qk ? pb[d + e] : 0.0f;
-                x[4 + e] = va && d + 8 + e < qk ? pa[d + 8 + e] : 0.0f;
-                x[6 + e] = vbv && d + 8 + e < qk ? pb[d + 8 + e] : 0.0f;
-            }
-            qa[kc][0] = pack_bf16(x[0], x[1]);
-            qa[kc][1] = pack_bf16(x[2], x[3]);
-            qa[kc][2] = pack_bf16(x[4], x[5]);
-            qa[kc][3] = pack_bf16(x[6], x[7]);
-        }
-    }
+    mla_q_frags<QC>(qa, q, ra, rb, va, vbv, rq, qcols, h, qk, t4);
 
     // stage the keys and values of the block at row kb0 (rows from t1 on: zeros)
     auto load = [&](int stage, i64 kb0) {
@@ -262,57 +211,14 @@ __device__ __forceinline__ void mla_tc(float* out, const float* q, const u16* kb
         }
 
         // scale, mask, the running max and the block's exponentials
-        float xa = MLA_NEG_INF, xb = MLA_NEG_INF;
-#pragma unroll
-        for (int n = 0; n < NT; n++) {
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                float x = __fmul_rn(s[n][e], c);
-                if (DIAG) x = n * 8 + 2 * t4 + (e & 1) > (e < 2 ? lima : limb) ? MLA_NEG_INF : x;
-                s[n][e] = x;
-                if (e < 2) xa = fmaxf(xa, x);
-                else xb = fmaxf(xb, x);
-            }
-        }
-        xa = fmaxf(xa, __shfl_xor_sync(0xffffffffu, xa, 1));
-        xa = fmaxf(xa, __shfl_xor_sync(0xffffffffu, xa, 2));
-        xb = fmaxf(xb, __shfl_xor_sync(0xffffffffu, xb, 1));
-        xb = fmaxf(xb, __shfl_xor_sync(0xffffffffu, xb, 2));
-        float na = fmaxf(ma, xa), nb = fmaxf(mb, xb);
-        float ba = na == MLA_NEG_INF ? 0.0f : na, bb = nb == MLA_NEG_INF ? 0.0f : nb;  // no -Inf - -Inf
-        float alpha_a = ex2(__fsub_rn(ma, ba)), alpha_b = ex2(__fsub_rn(mb, bb));
-        ma = na;
-        mb = nb;
-        float psa = 0.0f, psb = 0.0f;
-#pragma unroll
-        for (int n = 0; n < NT; n++) {
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                float p = ex2(__fsub_rn(s[n][e], e < 2 ? ba : bb));
-                s[n][e] = p;
-                if (e < 2) psa = __fadd_rn(psa, p);
-                else psb = __fadd_rn(psb, p);
-            }
-        }
-        la = __fadd_rn(__fmul_rn(la, alpha_a), psa);
-        lb = __fadd_rn(__fmul_rn(lb, alpha_b), psb);
-#pragma unroll
-        for (int j = 0; j < VT; j++) {
-            o[j][0] = __fmul_rn(o[j][0], alpha_a);
-            o[j][1] = __fmul_rn(o[j][1], alpha_a);
-            o[j][2] = __fmul_rn(o[j][2], alpha_b);
-            o[j][3] = __fmul_rn(o[j][3], alpha_b);
-        }
+        mla_softmax<NT, VT, DIAG>(s, o, ma, mb, la, lb, c, lima, limb, t4);
 
         // acc += P V per chunk of 16 keys: the S accumulators of n-tiles 2kc, 2kc+1 are P's A fragment
 #pragma unroll
         for (int kc = 0; kc < MLA_BN / 16; kc++) {
             if (!DIAG || kc * 16 < nvis) {
                 u32 ah[4], al[4];
-                split2(s[2 * kc][0], s[2 * kc][1], ah[0], al[0]);
-                split2(s[2 * kc][2], s[2 * kc][3], ah[1], al[1]);
-                split2(s[2 * kc + 1][0], s[2 * kc + 1][1], ah[2], al[2]);
-                split2(s[2 * kc + 1][2], s[2 * kc + 1][3], ah[3], al[3]);
+                mla_p_frags<NT>(s, kc, ah, al);
 #pragma unroll
                 for (int vp = 0; vp < VT / 2; vp++) {
                     u32 b[4];  // keys kc*16 + (mi%2)*8 + mr, dims vp*16 + (mi/2)*8, transposed
@@ -340,16 +246,7 @@ __device__ __forceinline__ void mla_tc(float* out, const float* q, const u16* kb
         save = khi >= 0;
         mine = st + ((((t0 - st0) / MLA_BM) * heads + h) * MLA_TC_THREADS + tid) * (i64)(VT * 4 + 4);
     }
-    if (restore) {
-#pragma unroll
-        for (int j = 0; j < VT; j++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) o[j][e] = mine[j * 4 + e];
-        ma = mine[VT * 4];
-        mb = mine[VT * 4 + 1];
-        la = mine[VT * 4 + 2];
-        lb = mine[VT * 4 + 3];
-    }
+    if (restore) mla_state_load<VT>(mine, o, ma, mb, la, lb);
     load(jb0 & 1, start + (i64)jb0 * MLA_BN);
     for (int jb = jb0; jb < jb1; jb++) {
         i64 kb0 = start + (i64)jb * MLA_BN;
@@ -366,34 +263,10 @@ __device__ __forceinline__ void mla_tc(float* out, const float* q, const u16* kb
         __syncthreads();
     }
     if (save) {  // registers as they stand: the next launch goes on from exactly here
-#pragma unroll
-        for (int j = 0; j < VT; j++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) mine[j * 4 + e] = o[j][e];
-        mine[VT * 4] = ma;
-        mine[VT * 4 + 1] = mb;
-        mine[VT * 4 + 2] = la;
-        mine[VT * 4 + 3] = lb;
+        mla_state_store<VT>(mine, o, ma, mb, la, lb);
         return;
     }
-
-    la = __fadd_rn(la, __shfl_xor_sync(0xffffffffu, la, 1));
-    la = __fadd_rn(la, __shfl_xor_sync(0xffffffffu, la, 2));
-    lb = __fadd_rn(lb, __shfl_xor_sync(0xffffffffu, lb, 1));
-    lb = __fadd_rn(lb, __shfl_xor_sync(0xffffffffu, lb, 2));
-#pragma unroll
-    for (int j = 0; j < VT; j++) {
-        int col = j * 8 + 2 * t4;
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-            bool ok = e < 2 ? va : vbv;
-            int cc = col + (e & 1);
-            if (ok && cc < vdim) {
-                i64 r = e < 2 ? ra : rb;
-                out[r * ocols + (i64)h * vdim + cc] = rnd(__fdiv_rn(o[j][e], e < 2 ? la : lb), bf);
-            }
-        }
-    }
+    mla_store<VT>(out, o, la, lb, ra, rb, va, vbv, ocols, h, vdim, t4, bf);
 }
 
 // Launch (each): blockDim 128, gridDim (tiles, hg), dynamic shared memory 2 * 64 * (QKP + 8 + VP + 8) * 2
