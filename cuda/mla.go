@@ -154,15 +154,17 @@ func (m *mlaLaunch) result() ops.Tensor {
 }
 
 // mlaPartFloats is the float32 state MLA's kernel for these head sizes keeps between the key parts of
-// the tiles of sequence 0 of l from query row qOff on: per tile and head, version 2's 128 threads' o, m
-// and l (vp / 8 x 4 + 4 floats each), or version 1's accumulator, maxima and sums of its 16 rows.
+// the tiles of sequence 0 of l from query row qOff on: per 64-row tile and head, the tensor-core kernels'
+// 128 threads' o, m and l (vp / 8 x 4 + 4 floats each; the wgmma kernel's tiles start at its 128-row
+// block tile), or version 1's accumulator, maxima and sums of its 16 rows.
 func (b *Backend) mlaPartFloats(heads, nope, shared, vdim int, l ops.Layout, qOff int) int {
 	first := qOff
 	if l.Sequences() > 0 {
 		first = l.Starts[1]
 	}
 	if tc, ok := b.mlaTCKernel(nope+shared, vdim); ok {
-		tiles := (first+mlaTCTile-1)/mlaTCTile - qOff/mlaTCTile
+		// 64-row tiles from the first of the block tile that holds qOff (the state's row st0)
+		tiles := (first+mlaTCTile-1)/mlaTCTile - qOff/tc.tileRows()*(tc.tileRows()/mlaTCTile)
 		return tiles * heads * mlaTCThreads * (tc.vp/8*4 + 4)
 	}
 	tiles := (first+mlaQB-1)/mlaQB - qOff/mlaQB

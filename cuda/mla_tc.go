@@ -9,13 +9,15 @@ import (
 	"github.com/potato-k3/potato-k3/replay/ops"
 )
 
-// Launch parameters of mla_tc.cu (mma.sync) and mla_wg.cu (wgmma, sm_90a): a block of 128 threads (4 warps
-// of 16 query rows) per (query tile of up to 64 rows of one sequence, head); keys in blocks of 64 rows
-// anchored at the sequence start, staged two blocks at a time (mma.sync: rows padded by 8 halves).
+// Launch parameters of mla_tc.cu (mma.sync): a block of 128 threads (4 warps of 16 query rows) per (query
+// tile of up to 64 rows of one sequence, head); keys in blocks of 64 rows anchored at the sequence start,
+// staged two blocks at a time in rows padded by 8 halves. mla_wg.cu (wgmma, sm_90a) runs two such tiles a
+// block, one a warpgroup of 128 threads, sharing each staged block.
 const (
 	mlaTCTile    = 64
 	mlaTCThreads = 128
 	mlaTCPad     = 8
+	mlaWGTiles   = 2
 )
 
 // mlaTCTempMax bounds the bfloat16 key and value copies (k_mla_prep) of one launch group, in bytes: heads
@@ -31,14 +33,25 @@ type mlaTCKernel struct {
 }
 
 // shmem is the kernel's dynamic shared memory in bytes: two stages of a key block and a value block, in
-// rows padded by mlaTCPad halves (mma.sync) or in the 128-byte swizzle after up to 1,024 bytes that align
-// the first stage to a swizzle atom (wgmma).
+// rows padded by mlaTCPad halves (mma.sync); or the block's query rows and those stages in the 128-byte
+// swizzle after up to 1,024 bytes that align them to a swizzle atom (wgmma).
 func (k mlaTCKernel) shmem() int {
 	if k.wg {
-		return 2*mlaTCTile*(k.qkp+k.vp)*2 + 1024
+		return mlaTCTile*(mlaWGTiles*k.qkp+2*k.qkp+2*k.vp)*2 + 1024
 	}
 	return 2 * mlaTCTile * (k.qkp + mlaTCPad + k.vp + mlaTCPad) * 2
 }
+
+// tileRows is the query rows of a block's tile: 64, or two 64-row tiles on wgmma.
+func (k mlaTCKernel) tileRows() int {
+	if k.wg {
+		return mlaWGTiles * mlaTCTile
+	}
+	return mlaTCTile
+}
+
+// threads is the kernel's block size: 128 threads a 64-row tile.
+func (k mlaTCKernel) threads() int { return k.tileRows() / mlaTCTile * mlaTCThreads }
 
 // mlaTCKernels in the order tried: the smallest that fits is used (a choice by head shape, never by n),
 // by the mma.sync name and the wgmma one.
@@ -64,15 +77,15 @@ func mlaTCFor(qk, vdim int, wg bool) (mlaTCKernel, bool) {
 	return mlaTCKernel{}, false
 }
 
-// mlaTCTasks lists the query tiles of l as (sequence start, t0, t1), tiles of mlaTCTile rows from each
-// sequence start, the longest (most key blocks) first so that the tail of the grid is short ones. The
-// order decides only which block runs a tile, never a bit of it.
-func mlaTCTasks(l ops.Layout) []int32 {
+// mlaTCTasks lists the query tiles of l as (sequence start, t0, t1), tiles of size rows from each sequence
+// start, the longest (most key blocks) first so that the tail of the grid is short ones. The order
+// decides only which block runs a tile, never a bit of it.
+func mlaTCTasks(l ops.Layout, size int) []int32 {
 	type tile struct{ start, t0, t1 int }
 	var tiles []tile
 	for s := range l.Sequences() {
-		for t := l.Starts[s]; t < l.Starts[s+1]; t += mlaTCTile {
-			tiles = append(tiles, tile{l.Starts[s], t, min(t+mlaTCTile, l.Starts[s+1])})
+		for t := l.Starts[s]; t < l.Starts[s+1]; t += size {
+			tiles = append(tiles, tile{l.Starts[s], t, min(t+size, l.Starts[s+1])})
 		}
 	}
 	slices.SortStableFunc(tiles, func(a, b tile) int { return (b.t0 - b.start) - (a.t0 - a.start) })
@@ -93,7 +106,7 @@ func (b *Backend) mlaTC(k mlaTCKernel, ts []*Tensor, heads, nope, shared, vdim i
 	if shmem > b.info.MaxSharedOptin {
 		return nil, shapeErr(op, "head sizes qk %d, vdim %d need %d bytes of shared memory on the tensor cores, the device allows %d", qk, vdim, shmem, b.info.MaxSharedOptin)
 	}
-	tasks, low := part.tiles(mlaTCTasks(l), qOff)
+	tasks, low := part.tiles(mlaTCTasks(l, k.tileRows()), qOff)
 	perHead := rows * (k.qkp + k.vp) * 2
 	group := max(1, min(heads, mlaTCTempMax/max(perHead, 1)))
 	scale := float32(math.Log2E / math.Sqrt(float64(qk)))
@@ -131,7 +144,7 @@ func (b *Backend) mlaTC(k mlaTCKernel, ts []*Tensor, heads, nope, shared, vdim i
 			kbp, vbp := part.rebase(kb, 2*k.qkp), part.rebase(vb, 2*k.vp)
 			args := append([]any{m.o, m.q, kbp, vbp, m.tasks, int32(heads), int32(h0), int64(rows), int32(qk), int32(vdim), scale, b.bf, int64(qOff)},
 				part.stateArgs(low)...)
-			if err := c.launch(k.name, d2(len(tasks)/3, hg), d1(mlaTCThreads), shmem, args...); err != nil {
+			if err := c.launch(k.name, d2(len(tasks)/3, hg), d1(k.threads()), shmem, args...); err != nil {
 				return err
 			}
 		}

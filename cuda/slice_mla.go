@@ -134,6 +134,9 @@ func (b *Backend) MLAPrefixBytes(prefix, heads, nope, shared, vdim, kvLora int) 
 	if prefix > b.prefixRows() { // the softmax state of the tiles between the parts' launches
 		if isTC {
 			perRow += 4 * int64(heads) * mlaTCThreads * int64(tc.vp/8*4+4) / mlaTCTile
+			// the wgmma kernel's state starts at the 128-row tile holding the slice's first row: up to
+			// one 64-row tile more
+			fixed += 4 * int64(heads) * mlaTCThreads * int64(tc.vp/8*4+4) * int64(tc.tileRows()/mlaTCTile-1)
 		} else {
 			perRow += 4 * int64(heads) * int64(vdim+2)
 		}

@@ -57,14 +57,17 @@ __device__ __forceinline__ void mla_q_frags(u32 (&qa)[QC][4], const float* q, i6
     }
 }
 
-// mla_softmax is one key block's step of the online softmax for this lane's two rows, on the block's
-// scores s (the tensor cores' sums): x = float32(s * c), masked to -Inf where MASK and the key's place
-// in the block is past lim (lima for row ra, limb for rb); the rows' new maxima over the quad; alpha =
-// ex2(m - m'); s becomes e = ex2(x - m'); the lane's sums la, lb = l * alpha + its 16 e in ascending key
-// order; o *= alpha. A row whose maximum is still -Inf subtracts 0 instead (no -Inf - -Inf).
-template <int NT, int VT, bool MASK>
-__device__ __forceinline__ void mla_softmax(float (&s)[NT][4], float (&o)[VT][4], float& ma, float& mb, float& la,
-                                            float& lb, float c, int lima, int limb, int t4) {
+// mla_softmax_stats is one key block's step of the online softmax for this lane's two rows, on the
+// block's scores s (the tensor cores' sums), up to the accumulators: x = float32(s * c), masked to -Inf
+// where MASK and the key's place in the block is past lim (lima for row ra, limb for rb); the rows' new
+// maxima over the quad; alpha = ex2(m - m') (returned in alpha_a, alpha_b; 1 where lim < 0, a block
+// whose every key is past the row); s becomes e = ex2(x - m');
+// the lane's sums la, lb = l * alpha + its 16 e in ascending key order. A row whose maximum is still -Inf
+// subtracts 0 instead (no -Inf - -Inf).
+template <int NT, bool MASK>
+__device__ __forceinline__ void mla_softmax_stats(float (&s)[NT][4], float& ma, float& mb, float& la, float& lb,
+                                                  float& alpha_a, float& alpha_b, float c, int lima, int limb,
+                                                  int t4) {
     float xa = MLA_NEG_INF, xb = MLA_NEG_INF;
 #pragma unroll
     for (int n = 0; n < NT; n++) {
@@ -83,7 +86,10 @@ __device__ __forceinline__ void mla_softmax(float (&s)[NT][4], float (&o)[VT][4]
     xb = fmaxf(xb, __shfl_xor_sync(0xffffffffu, xb, 2));
     float na = fmaxf(ma, xa), nb = fmaxf(mb, xb);
     float ba = na == MLA_NEG_INF ? 0.0f : na, bb = nb == MLA_NEG_INF ? 0.0f : nb;  // no -Inf - -Inf
-    float alpha_a = ex2(__fsub_rn(ma, ba)), alpha_b = ex2(__fsub_rn(mb, bb));
+    // a row with every key of the block masked (lim < 0: a block past the row's diagonal, which mla_wg.cu's
+    // second warpgroup walks for the first) keeps o and l exactly: alpha 1, every e 0
+    alpha_a = lima < 0 ? 1.0f : ex2(__fsub_rn(ma, ba));
+    alpha_b = limb < 0 ? 1.0f : ex2(__fsub_rn(mb, bb));
     ma = na;
     mb = nb;
     float psa = 0.0f, psb = 0.0f;
@@ -99,6 +105,11 @@ __device__ __forceinline__ void mla_softmax(float (&s)[NT][4], float (&o)[VT][4]
     }
     la = __fadd_rn(__fmul_rn(la, alpha_a), psa);
     lb = __fadd_rn(__fmul_rn(lb, alpha_b), psb);
+}
+
+// mla_rescale is the step's o *= alpha (row ra's columns by alpha_a, rb's by alpha_b).
+template <int VT>
+__device__ __forceinline__ void mla_rescale(float (&o)[VT][4], float alpha_a, float alpha_b) {
 #pragma unroll
     for (int j = 0; j < VT; j++) {
         o[j][0] = __fmul_rn(o[j][0], alpha_a);
@@ -106,6 +117,15 @@ __device__ __forceinline__ void mla_softmax(float (&s)[NT][4], float (&o)[VT][4]
         o[j][2] = __fmul_rn(o[j][2], alpha_b);
         o[j][3] = __fmul_rn(o[j][3], alpha_b);
     }
+}
+
+// mla_softmax is mla_softmax_stats then mla_rescale: the whole step where nothing else runs between.
+template <int NT, int VT, bool MASK>
+__device__ __forceinline__ void mla_softmax(float (&s)[NT][4], float (&o)[VT][4], float& ma, float& mb, float& la,
+                                            float& lb, float c, int lima, int limb, int t4) {
+    float alpha_a, alpha_b;
+    mla_softmax_stats<NT, MASK>(s, ma, mb, la, lb, alpha_a, alpha_b, c, lima, limb, t4);
+    mla_rescale<VT>(o, alpha_a, alpha_b);
 }
 
 // mla_p_frags splits the e of keys 16 kc .. 16 kc + 15 (n-tiles 2 kc, 2 kc + 1 of s) into the hi and lo

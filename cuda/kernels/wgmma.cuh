@@ -1,8 +1,8 @@
 // wgmma.cuh: Hopper's warpgroup MMA (wgmma, sm_90a only) as the project's kernels use it (experts_wg.cu,
 // mla_wg.cu): shared-memory operands in the 128-byte swizzle with their descriptors, the fence, commit
-// and wait of an asynchronous group, and the instructions with A from registers (bfloat16 in, float32
-// accumulators). Everything here exists only when the file is compiled for sm_90a; a kernel that uses it
-// keeps its body under the same test, so that other targets compile it to nothing.
+// and wait of an asynchronous group, and the instructions (bfloat16 in, float32 accumulators) with A from
+// registers or from shared memory. Everything here exists only when the file is compiled for sm_90a; a
+// kernel that uses it keeps its body under the same test, so that other targets compile it to nothing.
 //
 // Registers (every shape here, m64nNk16): the warpgroup's 128 threads hold the 64 x N accumulators as
 // mma.sync's m16n8 layout a warp: thread (warp w, lane 4g + t) holds rows 16 w + g and 16 w + g + 8,
@@ -134,6 +134,28 @@ __device__ __forceinline__ void wgmma_rs_m64n128k16(float* d, const u32* a, u64 
           "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
           "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1), "n"(TB)
+        : "memory");
+}
+
+// wgmma_ss_m64n64k16: d[64 x 64] = (acc ? d : 0) + a . b over 16 k, both operands K-major in shared
+// memory (wg_desc). acc = 0 starts a sum without an instruction that zeroes d (such an instruction while
+// another wgmma is in flight can make ptxas serialize them).
+__device__ __forceinline__ void wgmma_ss_m64n64k16(float* d, u64 da, u64 db, int acc) {
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "setp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+        "}, %32, %33, p, 1, 1, 0, 0;\n"
+        "}\n"
+        :
+          "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "l"(da), "l"(db), "r"(acc)
         : "memory");
 }
 
