@@ -39,10 +39,12 @@
 //     runs one closure on the CUDA thread (Backend.run, launch.go) that allocates, uploads, launches the
 //     kernels of kernels/*.cu and frees its temporaries; op timing (ops.OpProfiler) brackets that closure
 //     with events. One file per op family, with the kernel file it launches: kda.go (ShortConvSiLU, KDA;
-//     kda.cu), mla.go and mla_tc.go (MLA; mla.cu, mla_tc.cu), norm.go (RMSNorm, GatedRMSNorm, AttnResMix;
+//     kda.cu), mla.go and mla_tc.go (MLA; mla.cu, mla_tc.cu, mla_wg.cu on sm_90a's wgmma, what the last two
+//     share in mla.cuh), norm.go (RMSNorm, GatedRMSNorm, AttnResMix;
 //     norm.cu), matmul.go (MatMul; matmul.cu, matmul_tc.cu, cuBLASLt through cublaslt.go and
 //     cublaslt_plan.go), route.go (Route; route.cu), moe.go, experts*.go (UploadExpert, UploadExperts,
-//     ExpertsAccumulate; experts.cu, experts_wg.cu and the decoders they share in experts.cuh), ffn.go
+//     ExpertsAccumulate; experts.cu, experts_wg.cu and the decoders they share in experts.cuh; the wgmma
+//     helpers of experts_wg.cu and mla_wg.cu in wgmma.cuh), ffn.go
 //     (SiTUFFN), logits.go (TokenStats; tokenstats.cu), tensor.go (tensors and the elementwise ops;
 //     elementwise.cu, convert.cu), host.go and stable.go (pinned host memory for the engine, asynchronous
 //     expert uploads).
