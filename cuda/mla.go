@@ -38,8 +38,9 @@ const (
 //	lsum[q] = lsum[q]*alpha + sum of its 16 e_s (lane q of 4 holds keys 8n+2q, 8n+2q+1, ascending)
 //	out[t, h*vdim + j] = rounded(acc[j] / ((lsum[0]+lsum[1]) + (lsum[2]+lsum[3])))
 //
-// On an sm_90a device version 2's statement runs on wgmma (mla_wg.cu, version 5; Options.MLAMmaSync keeps
-// mla_tc.cu's mma.sync kernel): the same blocks, order and split, and the same bits.
+// On an sm_90a device version 2's statement runs on wgmma (mla_wg.cu, two 64-row tiles a block;
+// Options.MLAMmaSync keeps mla_tc.cu's mma.sync kernel): the same blocks, order and split, and the same
+// bits.
 //
 // ex2 is the hardware's ex2.approx.ftz.f32 (about 2 ulp); the mma sums are the tensor cores' fixed float32
 // reductions. Splitting e into hi + lo keeps p.v within 2^-17 of float32 instead of bfloat16's 2^-9, which
