@@ -13,7 +13,8 @@
 #   if-passed VARIANT PKG                      skip the rest of the plan's lines up to "end" unless that
 #   end                                        variant's PKG tests all passed so far
 # DEADLINE (default 585) bounds the whole call. Writes $OUT/steps.txt, $OUT/summary.txt, every TIMING line
-# tagged with its variant ($OUT/timing.txt) and each step's log.
+# tagged with its variant ($OUT/timing.txt), and each step's log and bench folder packed into
+# $OUT/logs.tgz: the device tool returns at most eight files from a call (runs 79-81 lost some).
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 PLAN=${PLAN:?PLAN: a plan file}
@@ -82,3 +83,7 @@ while read -r kind v rest; do
   esac
 done < "$PLAN"
 log done
+# pack everything but the three summaries into one archive (unpack with tar xzf logs.tgz)
+pack=$(mktemp -d)
+find "$OUT" -mindepth 1 -maxdepth 1 ! -name steps.txt ! -name summary.txt ! -name timing.txt -exec mv {} "$pack"/ \;
+tar czf "$OUT/logs.tgz" -C "$pack" . && rm -rf "$pack"
