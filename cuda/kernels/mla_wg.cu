@@ -37,8 +37,10 @@
 //      in version 6): 254 TFLOP/s at 4 x 4,096, 253 at 16 x 4,096 (version 5 in the same call 226, 222);
 //      the bench's MLA op 162.3 ms a mla layer (run 82). 228 registers, no spills, 129 KiB of shared
 //      memory: one block an SM.
-//      Next: a producer warp with TMA and the two warpgroups' softmax and MMAs scheduled in turn
-//      (FlashAttention-3's ping-pong). The tensor cores do 448 flops a score pair where 320 are counted
+//      Next: TMA multicast of each staged block to a cluster of two blocks of the same head and sequence
+//      (the L2's reads halved again; three warpgroups a block do not fit the registers), then a producer
+//      warp and the warpgroups' softmax and MMAs scheduled in turn (FlashAttention-3's ping-pong).
+//      The tensor cores do 448 flops a score pair where 320 are counted
 //      (P V's hi and lo halves, mla_tc.cu's split), so at 253 TFLOP/s counted they run about 354.
 #include "common.cuh"
 #include "mla.cuh"
