@@ -60,8 +60,8 @@
 //      are masked in the kernel instead of padding q with zero rows in a copy of the slice's whole q and
 //      writing the output through a scratch copied back (cuda/mla.go mlaQueries): two copies of a
 //      slice's q and output less, the same fragments (zeros) and bits.
-//   5. is mla_wg.cu: the same statement on sm_90a's wgmma, the same bits, 25% faster (run 79); this
-//      kernel stays for other devices and Options.MLAMmaSync.
+//   5-7 are mla_wg.cu: the same statement on sm_90a's wgmma, the same bits, 1.41x this kernel's speed at
+//      16 x 4,096 tokens (run 82); this kernel stays for other devices and Options.MLAMmaSync.
 //      Next here: 32 query rows a warp (half the shared-memory reads per mma; needs Q re-read from shared
 //      memory to fit the registers); the prep copy folded into the producer of kv if activations ever live
 //      as bf16 in memory (it is 7% of the time at 16 x 4096).
