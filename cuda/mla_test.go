@@ -46,6 +46,55 @@ var mlaKernels = []struct {
 	{"mma.sync", func(o cuda.Options) cuda.Options { o.MLAMmaSync = true; return o }},
 }
 
+// mlaOnBoth runs MLA of case c on backends a and b over the same random inputs (q of scale c.qs, kv and
+// ks of scale 1, drawn from rng in that order) and compares b's outputs with a's: n of total values
+// differ in their bits, rel the largest difference relative to |b's| + the rms of b's outputs; da and db
+// the calls' times.
+func mlaOnBoth(t *testing.T, a, b *cuda.Backend, c mlaCase, rng *rand.Rand) (n, total int, rel float64, da, db time.Duration) {
+	t.Helper()
+	l := c.layout()
+	rows := l.Tokens()
+	up := func(cols int, scale float64) (ops.Tensor, ops.Tensor) {
+		v := make([]float32, rows*cols)
+		for i := range v {
+			v[i] = float32(scale * rng.NormFloat64())
+		}
+		x, err := a.FromHost(rows, cols, v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		y, err := b.FromHost(rows, cols, v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return x, y
+	}
+	qa, qb := up(c.heads*(c.nope+c.shared), c.qs)
+	kva, kvb := up(c.heads*(c.nope+c.vdim), 1)
+	ksa, ksb := up(c.shared, 1)
+	run := func(be *cuda.Backend, q, kv, ks ops.Tensor) ([]float32, time.Duration) {
+		start := time.Now()
+		y, err := be.MLA(q, kv, ks, c.heads, c.nope, c.shared, c.vdim, l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := time.Since(start)
+		v, err := be.ToHost(y)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v, d
+	}
+	va, da := run(a, qa, kva, ksa)
+	vb, db := run(b, qb, kvb, ksb)
+	var ss float64
+	for _, x := range vb {
+		ss += float64(x) * float64(x)
+	}
+	n, rel = diff(va, vb, math.Sqrt(ss/float64(len(vb))))
+	return n, len(vb), rel, da, db
+}
+
 // TestMLATensorCoresAgainstCPU: the tensor-core kernels differ from the CPU backend's float32 softmax by
 // the 2^-17 of their split p (and float32 rounding), so an output moves only where it sits on a bfloat16
 // rounding boundary: by one bfloat16 ulp, on a small share of the values. The shapes cover the three
@@ -93,51 +142,11 @@ func TestMLAWGAgainstMmaSync(t *testing.T) {
 		{3, 100, 20, 100, []int{90, 200}, 1},
 		{4, 16, 8, 12, []int{5, 90, 64}, 1},
 	} {
-		l := c.layout()
-		rows := l.Tokens()
-		up := func(cols int, scale float64) (ops.Tensor, ops.Tensor) {
-			v := make([]float32, rows*cols)
-			for i := range v {
-				v[i] = float32(scale * rng.NormFloat64())
-			}
-			a, err := wg.FromHost(rows, cols, v)
-			if err != nil {
-				t.Fatal(err)
-			}
-			b, err := ms.FromHost(rows, cols, v)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return a, b
-		}
-		qw, qm := up(c.heads*(c.nope+c.shared), c.qs)
-		kvw, kvm := up(c.heads*(c.nope+c.vdim), 1)
-		ksw, ksm := up(c.shared, 1)
-		yw, err := wg.MLA(qw, kvw, ksw, c.heads, c.nope, c.shared, c.vdim, l)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ym, err := ms.MLA(qm, kvm, ksm, c.heads, c.nope, c.shared, c.vdim, l)
-		if err != nil {
-			t.Fatal(err)
-		}
-		vw, err := wg.ToHost(yw)
-		if err != nil {
-			t.Fatal(err)
-		}
-		vm, err := ms.ToHost(ym)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var ss float64
-		for _, x := range vm {
-			ss += float64(x) * float64(x)
-		}
-		n, rel := diff(vw, vm, math.Sqrt(ss/float64(len(vm))))
+		n, total, rel, _, _ := mlaOnBoth(t, wg, ms, c, rng)
 		if n > 0 {
-			t.Errorf("%s: %d of %d values of the wgmma kernel differ from the mma.sync kernel's bits (max rel diff %.3g); want equal bits", c, n, len(vm), rel)
+			t.Errorf("%s: %d of %d values of the wgmma kernel differ from the mma.sync kernel's bits (max rel diff %.3g); want equal bits", c, n, total, rel)
 		} else {
-			t.Logf("%s: wgmma and mma.sync: all %d values equal", c, len(vm))
+			t.Logf("%s: wgmma and mma.sync: all %d values equal", c, total)
 		}
 	}
 }
@@ -149,54 +158,10 @@ func TestMLAVersionsAgree(t *testing.T) {
 	cc := newBackendWith(t, cuda.Options{Precision: ops.BF16, Sync: true, NoTensorCores: true})
 	rng := rand.New(rand.NewPCG(11, 12))
 	c := mlaCase{8, 128, 64, 128, []int{1000, 37, 2100}, 1}
-	l := c.layout()
-	rows := l.Tokens()
-	up := func(cols int, scale float64) (ops.Tensor, ops.Tensor) {
-		v := make([]float32, rows*cols)
-		for i := range v {
-			v[i] = float32(scale * rng.NormFloat64())
-		}
-		a, err := tc.FromHost(rows, cols, v)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, err := cc.FromHost(rows, cols, v)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return a, b
-	}
-	q2, q1 := up(c.heads*192, 1)
-	kv2, kv1 := up(c.heads*256, 1)
-	ks2, ks1 := up(64, 1)
-	start := time.Now()
-	y2, err := tc.MLA(q2, kv2, ks2, c.heads, c.nope, c.shared, c.vdim, l)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d2 := time.Since(start)
-	start = time.Now()
-	y1, err := cc.MLA(q1, kv1, ks1, c.heads, c.nope, c.shared, c.vdim, l)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d1 := time.Since(start)
-	v2, err := tc.ToHost(y2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	v1, err := cc.ToHost(y1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ss float64
-	for _, x := range v1 {
-		ss += float64(x) * float64(x)
-	}
-	n, rel := diff(v2, v1, math.Sqrt(ss/float64(len(v1))))
-	t.Logf("%s: version 2 (%v) vs version 1 (%v): %d of %d values differ, max rel diff %.3g", c, d2, d1, n, len(v1), rel)
-	if float64(n) > 0.05*float64(len(v1)) || rel > 4.0/64 {
-		t.Errorf("%s: %d of %d values differ (at most 5%% may), max rel diff %.3g (at most %.3g)", c, n, len(v1), rel, 4.0/64)
+	n, total, rel, d2, d1 := mlaOnBoth(t, tc, cc, c, rng)
+	t.Logf("%s: version 2 (%v) vs version 1 (%v): %d of %d values differ, max rel diff %.3g", c, d2, d1, n, total, rel)
+	if float64(n) > 0.05*float64(total) || rel > 4.0/64 {
+		t.Errorf("%s: %d of %d values differ (at most 5%% may), max rel diff %.3g (at most %.3g)", c, n, total, rel, 4.0/64)
 	}
 }
 
