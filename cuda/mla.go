@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"fmt"
 	"math"
 
 	"github.com/potato-k3/potato-k3/cuda/bind"
@@ -176,9 +177,18 @@ func (b *Backend) mlaPartFloats(heads, nope, shared, vdim int, l ops.Layout, qOf
 // the query rows ts[0] are the key rows from qOff on (qOff > 0: the rows before are an earlier slice's
 // keys of sequence 0, slice.go), and so are the output's. Only query tiles holding a row from qOff on run;
 // the tile holding row qOff runs whole, its rows before qOff on zero queries into a scratch output.
+//
+// The tensor-core kernels also take ts = q, kv, ks, kv2, ks2: the key rows of kv then those of kv2 (a
+// slice's own keys after the carried prefix's, slice_mla.go), read where they are.
 func (b *Backend) mla(ts []*Tensor, heads, nope, shared, vdim int, l ops.Layout, qOff int, part *keyPart) (ops.Tensor, error) {
 	if tc, ok := b.mlaTCKernel(nope+shared, vdim); ok {
+		if len(ts) == 5 && (ts[3].cols != ts[1].cols || ts[4].cols != ts[2].cols || ts[3].rows != ts[4].rows || ts[1].rows != ts[2].rows) {
+			return nil, shapeErr("MLA", "keys in two parts: %v and %v, shared keys %v and %v", ts[1], ts[3], ts[2], ts[4])
+		}
 		return b.mlaTC(tc, ts, heads, nope, shared, vdim, l, qOff, part)
+	}
+	if len(ts) != 3 {
+		return nil, fmt.Errorf("%w: MLA on the CUDA cores takes its keys in one tensor, got %d inputs", ErrInternal, len(ts))
 	}
 	return b.mlaCUDACores(ts, heads, nope, shared, vdim, l, qOff, part)
 }

@@ -97,11 +97,17 @@ func mlaTCTasks(l ops.Layout, size int) []int32 {
 }
 
 // mlaTC launches the tensor-core kernel k (BF16 precision): per group of heads, k_mla_prep (bfloat16 keys
-// and values) then k.
+// and values) then k. ts is q, kv, ks, and optionally a second kv, ks whose rows follow the first's (a
+// slice's own keys after the carried prefix's, which k_mla_prep reads where they are instead of a joined
+// copy).
 func (b *Backend) mlaTC(k mlaTCKernel, ts []*Tensor, heads, nope, shared, vdim int, l ops.Layout, qOff int, part *keyPart) (ops.Tensor, error) {
 	const op = "MLA"
-	// rows: the key rows (qOff more than the queries' when a slice continues a sequence, MLA's mla)
-	rows, qk := ts[1].rows, nope+shared
+	// rows: the key rows (qOff more than the queries' when a slice continues a sequence, MLA's mla), n0
+	// of them from the first source
+	rows, n0, qk := ts[1].rows, ts[1].rows, nope+shared
+	if len(ts) == 5 {
+		rows += ts[3].rows
+	}
 	shmem := k.shmem()
 	if shmem > b.info.MaxSharedOptin {
 		return nil, shapeErr(op, "head sizes qk %d, vdim %d need %d bytes of shared memory on the tensor cores, the device allows %d", qk, vdim, shmem, b.info.MaxSharedOptin)
@@ -137,8 +143,12 @@ func (b *Backend) mlaTC(k mlaTCKernel, ts []*Tensor, heads, nope, shared, vdim i
 		}
 		for h0 := 0; h0 < heads; h0 += group {
 			hg := min(group, heads-h0)
+			kv2, ks2 := m.in[1], m.in[2]
+			if len(ts) == 5 {
+				kv2, ks2 = m.in[3], m.in[4]
+			}
 			if err := c.launch("k_mla_prep", d1((hg*rows+7)/8), d1(256), 0, kb, vb, m.in[1], m.in[2], int64(rows), int32(heads),
-				int32(h0), int32(hg), int32(nope), int32(shared), int32(vdim), int32(k.qkp), int32(k.vp)); err != nil {
+				int32(h0), int32(hg), int32(nope), int32(shared), int32(vdim), int32(k.qkp), int32(k.vp), kv2, ks2, int64(n0)); err != nil {
 				return err
 			}
 			kbp, vbp := part.rebase(kb, 2*k.qkp), part.rebase(vb, 2*k.vp)

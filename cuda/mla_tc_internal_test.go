@@ -93,7 +93,7 @@ func TestMLAPrepTiming(t *testing.T) {
 			for h0 := 0; h0 < heads; h0 += group {
 				hg := min(group, heads-h0)
 				if err := c.launch("k_mla_prep", d1((hg*rows+7)/8), d1(256), 0, kb, vb, kv, ks, int64(rows), int32(heads),
-					int32(h0), int32(hg), int32(128), int32(64), int32(128), int32(k.qkp), int32(k.vp)); err != nil {
+					int32(h0), int32(hg), int32(128), int32(64), int32(128), int32(k.qkp), int32(k.vp), kv, ks, int64(rows)); err != nil {
 					return err
 				}
 			}

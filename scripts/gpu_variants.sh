@@ -3,7 +3,8 @@
 # plan file gives, so that a change is measured beside its baseline on the same machine (machines differ
 # by 1-3% between calls). Build here first, gzipped, one folder a variant, and carry the folders:
 #   .dev/<variant>/cuda.test.gz, replay.test.gz (go test -c ./cuda, ./replay), potato.gz (./cmd/potato); or
-#   .xz (xz -9: a potato binary 12 MB instead of gzip's 16; a call carries 64 MiB with the tree)
+#   .xz (xz -9: a potato binary 12 MB instead of gzip's 16; a call carries 64 MiB with the tree), or all
+#   of them in .dev/bundle.tar.xz (VARIANT/FILE, unpacked: two potato builds pack to about 13 MB)
 # PLAN (a file, one step a line; # starts a comment):
 #   test VARIANT PKG LIMIT PATTERN [ARGS...]   PKG's test binary of VARIANT with -test.run PATTERN (add
 #                                              -test.short among ARGS to skip the timing tests)
@@ -25,11 +26,18 @@ ROOT=$(pwd)
 t0=$(date +%s)
 log() { echo "[$(( $(date +%s) - t0 ))s] $*" | tee -a "$OUT/steps.txt"; }
 left() { echo $(( DEADLINE - ($(date +%s) - t0) )); }
+# .dev/bundle.tar.xz, when there, holds VARIANT/FILE for several variants in one archive: builds of one
+# tree differ little, so xz packs a second binary beside the first in a fraction of its size.
+if [[ -f .dev/bundle.tar.xz ]]; then
+  python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' .dev/bundle.tar.xz /tmp/variants/bundle
+fi
 # bin VARIANT FILE: the unpacked binary's path
 bin() {
   local p=/tmp/variants/$1.$2
   if [[ ! -x $p ]]; then
-    if [[ -f .dev/$1/$2.gz ]]; then
+    if [[ -f /tmp/variants/bundle/$1/$2 ]]; then
+      cp "/tmp/variants/bundle/$1/$2" "$p" || return 1
+    elif [[ -f .dev/$1/$2.gz ]]; then
       gunzip -c ".dev/$1/$2.gz" > "$p" || return 1
     elif [[ -f .dev/$1/$2.xz ]]; then # python's lzma where xz is not installed
       xz -dc ".dev/$1/$2.xz" > "$p" 2>/dev/null ||

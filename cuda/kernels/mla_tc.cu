@@ -101,18 +101,21 @@ struct mla_bool {
 // k_mla_prep writes, for the heads h0 .. h0+hg-1 (local index hl = h - h0) and every row r < rows:
 // kb[(hl*rows + r)*qkp + i] = key i (kv's nope slice, then ks, then zeros up to qkp) and
 // vb[(hl*rows + r)*vp + j] = value j (zeros from vdim to vp), as bfloat16 (round to nearest even: exact for
-// bfloat16 values). One warp per (hl, r) = blockIdx.x * 8 + warp, lanes over pairs of halves (qkp, vp even).
-// Launch: blockDim 256, gridDim ceil(hg * rows / 8).
+// bfloat16 values). Rows r < n0 come from kv, ks; rows from n0 on from kv2, ks2 (their row r - n0): a
+// slice's own keys after a carried prefix's, read where they are. One warp per (hl, r) = blockIdx.x * 8 +
+// warp, lanes over pairs of halves (qkp, vp even). Launch: blockDim 256, gridDim ceil(hg * rows / 8).
 extern "C" __global__ void __launch_bounds__(256) k_mla_prep(u32* kb, u32* vb, const float* kv, const float* ks, i64 rows,
                                                              int heads, int h0, int hg, int nope, int shared, int vdim,
-                                                             int qkp, int vp) {
+                                                             int qkp, int vp, const float* kv2, const float* ks2, i64 n0) {
     i64 hr = (i64)blockIdx.x * 8 + (threadIdx.x >> 5);
     if (hr >= (i64)hg * rows) return;
     int lane = threadIdx.x & 31;
     int kvw = nope + vdim, qk = nope + shared, wk = qkp / 2, wv = vp / 2;
     i64 hl = hr / rows, r = hr - hl * rows;
-    const float* src = kv + r * ((i64)heads * kvw) + (h0 + hl) * kvw;
-    const float* srs = ks + r * shared;
+    const bool first = r < n0;
+    const i64 rr = first ? r : r - n0;
+    const float* src = (first ? kv : kv2) + rr * ((i64)heads * kvw) + (h0 + hl) * kvw;
+    const float* srs = (first ? ks : ks2) + rr * shared;
     for (int p = lane; p < wk; p += 32) {
         int i = 2 * p;
         float x0 = i < nope ? src[i] : i < qk ? srs[i - nope] : 0.0f;
