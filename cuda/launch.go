@@ -55,7 +55,7 @@ func (b *Backend) run(op string, fn func(c *opCtx) error) error {
 		c := &opCtx{b: b, op: op}
 		t0 := time.Now()
 		first := len(b.prof.recs) // the op's first record, where its host gap goes
-		if b.prof.on {
+		if b.prof.timesOps() {
 			var err error
 			if c.profStart, err = b.prof.begin(b.drv, b.dv.Stream); err != nil {
 				return fmt.Errorf("op profile: %w", err)

@@ -179,7 +179,18 @@ func (b *Backend) norm(op string, x, w, gate ops.Tensor, eps float32) (ops.Tenso
 // sumsq and dot are per-thread partial sums with a fixed butterfly (see RMSNorm; k_attnres2_*, a block a
 // row, for cols a multiple of 4 up to 8,192, else k_attnres). It returns p, rows x len(vs).
 func (b *Backend) AttnResMix(vs []ops.Tensor, wg ops.Tensor) (ops.Tensor, []float32, error) {
-	const op = "AttnResMix"
+	return b.attnResMix("AttnResMix", vs, wg, true)
+}
+
+// AttnResMixQuiet implements ops.QuietMixer: AttnResMix's kernels without the copy of p to the host, the
+// op's only wait for the device, so the host goes on queueing work while the mix runs.
+func (b *Backend) AttnResMixQuiet(vs []ops.Tensor, wg ops.Tensor) (ops.Tensor, error) {
+	out, _, err := b.attnResMix("AttnResMix", vs, wg, false)
+	return out, err
+}
+
+// attnResMix is AttnResMix, with p copied to the host only when weights is true (else p is nil).
+func (b *Backend) attnResMix(op string, vs []ops.Tensor, wg ops.Tensor, weights bool) (ops.Tensor, []float32, error) {
 	wt, err := b.tensor(op, "wg", wg)
 	if err != nil {
 		return nil, nil, err
@@ -195,7 +206,10 @@ func (b *Backend) AttnResMix(vs []ops.Tensor, wg ops.Tensor) (ops.Tensor, []floa
 	}
 	rows, cols, n := v[0].rows, v[0].cols, len(v)
 	var out *Tensor
-	weights := make([]float32, rows*n)
+	var p []float32
+	if weights {
+		p = make([]float32, rows*n)
+	}
 	err = b.run(op, func(c *opCtx) error {
 		ptrs := make([]uint64, n)
 		for i, t := range v {
@@ -221,20 +235,19 @@ func (b *Backend) AttnResMix(vs []ops.Tensor, wg ops.Tensor) (ops.Tensor, []floa
 			return err
 		}
 		if name, ok := attnres2Kernel(cols, append(ptrs, wp, out.ptr)...); ok && b.normVer != 1 {
-			if err := c.launch(name, d1(rows), d1(normThreads), 4*n,
-				out.ptr, pp, vsp, int32(n), wp, int64(rows), int32(cols), b.bf); err != nil {
-				return err
-			}
-			return download(b, weights, pp)
+			err = c.launch(name, d1(rows), d1(normThreads), 4*n,
+				out.ptr, pp, vsp, int32(n), wp, int64(rows), int32(cols), b.bf)
+		} else {
+			err = c.launch("k_attnres", d1((rows+normWarps-1)/normWarps), d1(normThreads), 0,
+				out.ptr, pp, vsp, int32(n), wp, int64(rows), int32(cols), b.bf)
 		}
-		if err := c.launch("k_attnres", d1((rows+normWarps-1)/normWarps), d1(normThreads), 0,
-			out.ptr, pp, vsp, int32(n), wp, int64(rows), int32(cols), b.bf); err != nil {
+		if err != nil {
 			return err
 		}
-		return download(b, weights, pp)
+		return download(b, p, pp) // nothing, and no wait for the device, when p is nil
 	})
 	if err != nil {
 		return nil, nil, err
 	}
-	return out, weights, nil
+	return out, p, nil
 }

@@ -21,7 +21,8 @@ var _ ops.OpProfiler = (*Backend)(nil)
 
 // opProfile is the profiling state of a Backend, touched only on the CUDA thread.
 type opProfile struct {
-	on     bool
+	on     bool             // marks record events (spans)
+	ops    bool             // and each op is timed (ProfileOps; ProfileSpans leaves it off)
 	recs   []opRec          // the timed ops since ProfileOps(true) or the last OpProfile, in queue order
 	labels []string         // the marks so far: an op queued after k marks belongs to span k
 	marks  []uintptr        // the marks' timing events on the compute stream, one a label
@@ -41,7 +42,10 @@ type opRec struct {
 }
 
 // profiling reports whether op timing is on: an op computes its detail (opCtx.detail) only then.
-func (c *opCtx) profiling() bool { return c.b.prof.on }
+func (c *opCtx) profiling() bool { return c.b.prof.timesOps() }
+
+// timesOps reports whether each op is timed (ProfileOps on), not only the spans between marks.
+func (p *opProfile) timesOps() bool { return p.on && p.ops }
 
 // phase ends the timed part of the op so far under its key (while op timing is on) and starts the next
 // under detail: an op that first waits for the copy stream reports the wait apart from its work.
@@ -104,13 +108,21 @@ func (p *opProfile) clear() {
 
 // destroy releases every timing event (at release, after the streams were synchronised).
 func (p *opProfile) destroy(d *bind.Driver) error {
-	p.on, p.recs, p.labels, p.marks, p.origin = false, nil, nil, nil, 0
+	p.on, p.ops, p.recs, p.labels, p.marks, p.origin = false, false, nil, nil, nil, 0
 	return p.events.Destroy(d)
 }
 
 // ProfileOps implements ops.OpProfiler: it turns op timing on (clearing what was recorded) or off
 // (keeping it for OpProfile).
-func (b *Backend) ProfileOps(on bool) error {
+func (b *Backend) ProfileOps(on bool) error { return b.profile(on, true) }
+
+var _ ops.SpanProfiler = (*Backend)(nil)
+
+// ProfileSpans implements ops.SpanProfiler: ProfileOps with no op timed, only the marks' spans.
+func (b *Backend) ProfileSpans(on bool) error { return b.profile(on, false) }
+
+// profile turns timing on (clearing what was recorded) or off; timeOps says whether each op is timed.
+func (b *Backend) profile(on, timeOps bool) error {
 	return b.ex.Do(func() error {
 		if on {
 			b.prof.clear()
@@ -120,7 +132,7 @@ func (b *Backend) ProfileOps(on bool) error {
 			}
 			b.prof.origin = origin
 		}
-		b.prof.on = on
+		b.prof.on, b.prof.ops = on, on && timeOps
 		return nil
 	})
 }

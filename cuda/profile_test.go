@@ -124,3 +124,73 @@ func TestOpProfile(t *testing.T) {
 		})
 	}
 }
+
+// TestSpanProfile: span timing alone (ops.SpanProfiler) gives each marked span its device time, which
+// holds the span's work (a 30 ms sleep between two marks with nothing queued leaves the device idle,
+// and the span holds that too), and times no op.
+func TestSpanProfile(t *testing.T) {
+	b := newBackendWith(t, cuda.Options{Precision: ops.BF16})
+	const n, k = 2048, 2048
+	w := bf16Ones(t, b, k, k)
+	x, err := b.FromHost(n, k, make([]float32, n*k))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.ProfileSpans(true); err != nil {
+		t.Fatal(err)
+	}
+	for range 4 {
+		y, err := b.MatMul(x, w)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.Free(y)
+	}
+	if err := b.ProfileMark("matmuls"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(30 * time.Millisecond)
+	if err := b.ProfileMark("pause"); err != nil {
+		t.Fatal(err)
+	}
+	spans, err := b.OpProfile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.ProfileOps(false); err != nil {
+		t.Fatal(err)
+	}
+	b.Free(x)
+	b.Free(w)
+	if len(spans) != 2 || spans[0].Label != "matmuls" || spans[1].Label != "pause" {
+		t.Fatalf("spans %+v, want matmuls and pause", spans)
+	}
+	for _, s := range spans {
+		if len(s.Ops) != 0 || s.Seconds != 0 {
+			t.Errorf("span %q: ops %+v (%.6fs), want none timed", s.Label, s.Ops, s.Seconds)
+		}
+	}
+	// four 2048^3 GEMMs are 69 GFLOP: well above a microsecond, well below the pause on any GPU here
+	if d := spans[0].Device; !(d > 1e-5) || d > 0.025 {
+		t.Errorf("span matmuls: device time %.6fs, want between 10 us and 25 ms", d)
+	}
+	if d := spans[1].Device; d < 0.025 || d > 5 {
+		t.Errorf("span pause: device time %.6fs, want about 0.03 s", d)
+	}
+}
+
+// bf16Ones uploads a rows x cols bfloat16 weight of ones.
+func bf16Ones(t *testing.T, b ops.Backend, rows, cols int) ops.Tensor {
+	t.Helper()
+	v := make([]float32, rows*cols)
+	for i := range v {
+		v[i] = 1
+	}
+	raw := make([]byte, 2*len(v))
+	bf16.Encode(raw, v)
+	w, err := b.Upload(ops.WeightBF16, rows, cols, raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w
+}

@@ -31,9 +31,13 @@ type benchProfile struct {
 	err    error
 }
 
-// start turns op timing on (clearing what an earlier run left).
+// start turns op timing on (clearing what an earlier run left); without the op tables, span timing
+// only where the profiler offers it, so that the device timeline carries no op timing.
 func (bp *benchProfile) start() error {
 	bp.err = nil
+	if sp, ok := bp.p.(ops.SpanProfiler); ok && !bp.tables {
+		return sp.ProfileSpans(true)
+	}
 	return bp.p.ProfileOps(true)
 }
 
@@ -52,7 +56,7 @@ func (bp *benchProfile) finish() ([]ops.OpSpan, error) {
 		err = bp.p.ProfileMark(readoutLabel)
 	}
 	spans, perr := bp.p.OpProfile()
-	if err := errors.Join(err, perr, bp.p.ProfileOps(false)); err != nil {
+	if err := errors.Join(err, perr, bp.p.ProfileOps(false)); err != nil { // off, whichever mode was on
 		return nil, fmt.Errorf("op profile: %w", err)
 	}
 	return spans, nil

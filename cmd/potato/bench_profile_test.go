@@ -291,3 +291,52 @@ func TestDeviceTimeline(t *testing.T) {
 		t.Errorf("no device times: ok %v, err %v, printed %q; want nothing", ok, err, b.String())
 	}
 }
+
+// spanFake is a fakeProfiler that also offers span timing alone (ops.SpanProfiler), recording which mode
+// each start asked for.
+type spanFake struct {
+	fakeProfiler
+	modes []string
+}
+
+func (f *spanFake) ProfileOps(on bool) error {
+	if on {
+		f.modes = append(f.modes, "ops")
+	}
+	return f.fakeProfiler.ProfileOps(on)
+}
+
+func (f *spanFake) ProfileSpans(on bool) error {
+	if on {
+		f.modes = append(f.modes, "spans")
+	}
+	return f.fakeProfiler.ProfileOps(on)
+}
+
+// TestBenchProfileMode: the bench times each op only for the op tables (--op-profile); for the device
+// timeline alone it asks a backend that offers it for the spans only, so the timeline carries no op
+// timing, and a backend without ops.SpanProfiler times its ops as before.
+func TestBenchProfileMode(t *testing.T) {
+	for _, c := range []struct {
+		tables bool
+		want   string
+	}{{false, "spans"}, {true, "ops"}} {
+		f := &spanFake{}
+		bp := &benchProfile{p: f, tables: c.tables}
+		if err := bp.start(); err != nil {
+			t.Fatal(err)
+		}
+		bp.layerDone(0)
+		if _, err := bp.finish(); err != nil {
+			t.Fatal(err)
+		}
+		if len(f.modes) != 1 || f.modes[0] != c.want || f.on {
+			t.Errorf("tables %v: modes %v (on after finish: %v), want [%s]", c.tables, f.modes, f.on, c.want)
+		}
+	}
+	plain := &fakeProfiler{}
+	bp := &benchProfile{p: plain}
+	if err := bp.start(); err != nil || !plain.on {
+		t.Errorf("a profiler without span timing: start gave %v, timing on %v", err, plain.on)
+	}
+}

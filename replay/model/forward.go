@@ -51,7 +51,9 @@ type Observer interface {
 // Wanter is an Observer that says which reports it keeps. Sliced, a pass gathers every slice's routing
 // and mixing weights to report them once for the wave; for an observer that keeps neither it reports
 // them empty instead (rows 0), with no gathering: a wave of 262,144 tokens routes 4.2 million pairs, and
-// gathering them took about 13 ms of host time a slice while the device waited (docs/records/run52).
+// gathering them took about 13 ms of host time a slice while the device waited (docs/records/run52). On
+// a backend that mixes without the weights (ops.QuietMixer) mixing weights nobody keeps are not even
+// computed for the host: they are reported empty, sliced or not.
 type Wanter interface {
 	// Wants reports whether the observer keeps the routing and the mixing weights.
 	Wants() (routing, mixes bool)
@@ -169,9 +171,19 @@ func (s *State) Free(b ops.Backend) {
 	s.Blocks, s.P = nil, nil
 }
 
-// mix is AttnRes over the blocks plus v, reported to the observer.
+// mix is AttnRes over the blocks plus v, reported to the observer. Where nothing will read the mixing
+// weights and the backend is an ops.QuietMixer, it mixes without them (their copy to the host waits for
+// the device) and reports them empty.
 func (f *Pass) mix(blocks []ops.Tensor, v ops.Tensor, wg ops.Tensor, site Site) (ops.Tensor, error) {
 	vs := append(append(make([]ops.Tensor, 0, len(blocks)+1), blocks...), v)
+	if q, ok := f.Model.Ops.(ops.QuietMixer); ok && !f.keepsMixes() {
+		out, err := q.AttnResMixQuiet(vs, wg)
+		if err != nil {
+			return nil, fmt.Errorf("AttnRes %s mix: %w", site, err)
+		}
+		f.seen.mix(f, site, nil, len(vs))
+		return out, nil
+	}
 	out, weights, err := f.Model.Ops.AttnResMix(vs, wg)
 	if err != nil {
 		return nil, fmt.Errorf("AttnRes %s mix: %w", site, err)

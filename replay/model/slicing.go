@@ -100,6 +100,16 @@ func (f *Pass) wants() (routing, mixes bool) {
 	return true, true
 }
 
+// keepsMixes reports whether anything reads the AttnRes mixing weights of this pass: an observer that
+// keeps them (Wanter; one that does not say keeps them).
+func (f *Pass) keepsMixes() bool {
+	if f.Obs == nil {
+		return false
+	}
+	_, mixes := f.wants()
+	return mixes
+}
+
 // route reports a slice's routing.
 func (s *seenObs) route(f *Pass, r ops.Routing) {
 	if f.Obs == nil {

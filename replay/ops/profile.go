@@ -24,6 +24,17 @@ type OpProfiler interface {
 	OpProfile() ([]OpSpan, error)
 }
 
+// SpanProfiler is an optional interface of an OpProfiler: the device time of the spans between marks
+// alone, with no timing of each op. Op timing costs two events and some host bookkeeping an op (about
+// 1,100 ops a K3 layer at 262,144 tokens, a thousand of them frees that queue no work), which the spans
+// it reports then carry; a benchmark that wants the timeline and not the ops asks for spans only.
+type SpanProfiler interface {
+	// ProfileSpans turns span timing on (clearing what was recorded) or off, as ProfileOps does, with no
+	// op timed: ProfileMark ends spans as under ProfileOps, and OpProfile returns the spans with their
+	// Device times and no Ops.
+	ProfileSpans(on bool) error
+}
+
 // OpSpan is the ops of one span of an OpProfiler, between two marks.
 type OpSpan struct {
 	Label   string   // the label of the mark that ended the span ("" for the ops after the last mark)

@@ -14,6 +14,7 @@ var denseTests = []test{
 	{"MulSigmoid", testMulSigmoid},
 	{"GatedRMSNorm", testGatedRMSNorm},
 	{"AttnResMix", testAttnResMix},
+	{"AttnResMixQuiet", testAttnResMixQuiet},
 	{"SiTUGLU", testSiTUGLU},
 	{"SiTUFFN", testSiTUFFN},
 }
@@ -197,4 +198,42 @@ func testSiTUFFN(s *suite) {
 		}
 		s.free(gate, up, down)
 	}
+}
+
+// testAttnResMixQuiet: a backend's mix without its weights (ops.QuietMixer, optional) equals AttnResMix's
+// mix bit for bit, for 1, 2 and 9 vectors over every tail row count, at widths of the block-a-row kernel
+// (1,104) and others (96, 7); skipped for a backend without it.
+func testAttnResMixQuiet(s *suite) {
+	qb, ok := s.b.(ops.QuietMixer)
+	if !ok {
+		s.Skipf("backend %s has no mix without weights (ops.QuietMixer)", s.b.Name())
+	}
+	for _, cols := range []int{1104, 96, 7} {
+		wg, _ := s.weightF32(1, cols, s.normals(cols, 0.3))
+		for _, n := range tailRows {
+			for _, count := range []int{1, 2, 9} {
+				vs := make([]ops.Tensor, count)
+				for i := range vs {
+					vs[i], _ = s.randAct(n, cols, 0.5+float64(i))
+				}
+				what := fmt.Sprintf("AttnResMixQuiet of %d over %d x %d", count, n, cols)
+				quiet, err := qb.AttnResMixQuiet(vs, wg)
+				s.must(err, what)
+				mixed, _, err := s.b.AttnResMix(vs, wg)
+				s.must(err, "AttnResMix")
+				s.same(what+" against AttnResMix", s.host(quiet, n, cols), s.host(mixed, n, cols), cols)
+				s.free(quiet, mixed)
+				for _, v := range vs {
+					s.free(v)
+				}
+			}
+		}
+		s.free(wg)
+	}
+	s.fails("AttnResMixQuiet of nothing", func() error {
+		wg, _ := s.weightF32(1, 8, s.normals(8, 0.3))
+		defer s.free(wg)
+		_, err := qb.AttnResMixQuiet(nil, wg)
+		return err
+	})
 }
