@@ -1,6 +1,7 @@
 // mla.cuh: what MLA's two tensor-core kernels share (mla_tc.cu on mma.sync, mla_wg.cu on sm_90a's wgmma):
-// the tile and block sizes, the query fragments, one key block's step of the online softmax, and the
-// state a tile saves between key parts, restores and finally writes out. Both kernels hold a tile's
+// the tile and block sizes, the query fragments, one key block's step of the online softmax, the
+// accumulators' start, the key blocks a tile walks, and the state a tile saves between key parts,
+// restores and finally writes out. Both kernels hold a tile's
 // arithmetic in the same registers: a warp's 16 query rows, lane 4g + t4 holding rows g and g + 8 (ra,
 // rb), the score of key 8n + 2*t4 + e%2 of a block in s[n][e] (e < 2: row ra) and value column
 // 8j + 2*t4 + e%2 in o[j][e]: mma.sync's m16n8 accumulator layout, which is also wgmma's for a warp's
@@ -136,6 +137,49 @@ __device__ __forceinline__ void mla_p_frags(const float (&s)[NT][4], int kc, u32
     split2(s[2 * kc][2], s[2 * kc][3], ah[1], al[1]);
     split2(s[2 * kc + 1][0], s[2 * kc + 1][1], ah[2], al[2]);
     split2(s[2 * kc + 1][2], s[2 * kc + 1][3], ah[3], al[3]);
+}
+
+// mla_init starts a tile's accumulators: o = 0, the running maxima at -inf, the running sums at 0.
+template <int VT>
+__device__ __forceinline__ void mla_init(float (&o)[VT][4], float& ma, float& mb, float& la, float& lb) {
+#pragma unroll
+    for (int j = 0; j < VT; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) o[j][e] = 0.0f;
+    ma = mb = MLA_NEG_INF;
+    la = lb = 0.0f;
+}
+
+// mla_walk is the key blocks a 64-row tile walks (mla_tc.cu version 3: a sequence whose keys come in
+// parts): blocks jb0 .. jb1 - 1 of the nblk blocks of its sequence, restoring its state from mine first
+// when restore, and saving it there instead of writing its outputs when save.
+struct mla_walk {
+    int nblk, jb0, jb1;
+    bool restore, save;
+    float* mine;
+};
+
+// mla_walk_of gives the walk of the tile at t0 (its sequence from start to t1): every block, unless the
+// launch has key parts (st != nullptr) and the tile is of the sequence at row 0; then the blocks klo / 64
+// .. khi / 64 - 1 (khi < 0: to the end), with this thread's state (slot of MLA_TC_THREADS, VT * 4 + 4
+// floats) for 64-row tile (t0 - st0) / 64 and head h.
+template <int VT>
+__device__ __forceinline__ mla_walk mla_walk_of(i64 start, i64 t0, i64 t1, i64 klo, i64 khi, float* st, i64 st0,
+                                                int heads, int h, int slot) {
+    mla_walk w;
+    w.nblk = (int)((t1 - start + MLA_BN - 1) / MLA_BN);
+    w.jb0 = 0;
+    w.jb1 = w.nblk;
+    w.restore = w.save = false;
+    w.mine = nullptr;
+    if (start == 0 && st != nullptr) {
+        w.jb0 = (int)(klo / MLA_BN);
+        if (khi >= 0) w.jb1 = (int)(khi / MLA_BN);
+        w.restore = w.jb0 > 0;
+        w.save = khi >= 0;
+        w.mine = st + ((((t0 - st0) / MLA_BM) * heads + h) * MLA_TC_THREADS + slot) * (i64)(VT * 4 + 4);
+    }
+    return w;
 }
 
 // mla_state_load and mla_state_store move a thread's o, ma, mb, la, lb to and from its VT * 4 + 4 floats

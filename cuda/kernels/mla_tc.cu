@@ -178,12 +178,8 @@ __device__ __forceinline__ void mla_tc(float* out, const float* q, const u16* kb
         cp_async_commit();
     };
 
-    float o[VT][4];
-#pragma unroll
-    for (int j = 0; j < VT; j++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) o[j][e] = 0.0f;
-    float ma = MLA_NEG_INF, mb = MLA_NEG_INF, la = 0.0f, lb = 0.0f;
+    float o[VT][4], ma, mb, la, lb;
+    mla_init<VT>(o, ma, mb, la, lb);
     int mi = lane >> 3, mr = lane & 7;  // ldmatrix: this lane addresses row mr of matrix mi
 
     // one key block at row kb0, staged at ks, vs; DIAG: the last block, which holds the tile's own rows
@@ -235,21 +231,12 @@ __device__ __forceinline__ void mla_tc(float* out, const float* q, const u16* kb
         }
     };
 
-    int nblk = (int)((t1 - start + MLA_BN - 1) / MLA_BN);
     // A sequence whose keys come in parts (version 3): the tiles of the sequence at row 0 walk only the
     // blocks klo/64 .. khi/64 - 1 (khi < 0: to the end), starting from the state an earlier launch saved
-    // and saving theirs when the walk stops short of the end.
-    int jb0 = 0, jb1 = nblk;
-    bool restore = false, save = false;
-    float* mine = nullptr;
-    if (start == 0 && st != nullptr) {
-        jb0 = (int)(klo / MLA_BN);
-        if (khi >= 0) jb1 = (int)(khi / MLA_BN);
-        restore = jb0 > 0;
-        save = khi >= 0;
-        mine = st + ((((t0 - st0) / MLA_BM) * heads + h) * MLA_TC_THREADS + tid) * (i64)(VT * 4 + 4);
-    }
-    if (restore) mla_state_load<VT>(mine, o, ma, mb, la, lb);
+    // and saving theirs when the walk stops short of the end (mla_walk_of).
+    const mla_walk w = mla_walk_of<VT>(start, t0, t1, klo, khi, st, st0, heads, h, tid);
+    const int nblk = w.nblk, jb0 = w.jb0, jb1 = w.jb1;
+    if (w.restore) mla_state_load<VT>(w.mine, o, ma, mb, la, lb);
     load(jb0 & 1, start + (i64)jb0 * MLA_BN);
     for (int jb = jb0; jb < jb1; jb++) {
         i64 kb0 = start + (i64)jb * MLA_BN;
@@ -265,8 +252,8 @@ __device__ __forceinline__ void mla_tc(float* out, const float* q, const u16* kb
         else block(mla_bool<true>{}, ks, vs, kb0);
         __syncthreads();
     }
-    if (save) {  // registers as they stand: the next launch goes on from exactly here
-        mla_state_store<VT>(mine, o, ma, mb, la, lb);
+    if (w.save) {  // registers as they stand: the next launch goes on from exactly here
+        mla_state_store<VT>(w.mine, o, ma, mb, la, lb);
         return;
     }
     mla_store<VT>(out, o, la, lb, ra, rb, va, vbv, ocols, h, vdim, t4, bf);

@@ -58,6 +58,21 @@ __device__ __forceinline__ void sts128(u32 addr, uint4 v) {
 }
 #endif
 
+// mla_wg_stage stages rows kb0 .. kb0 + MLA_BN - 1 of src (rows of CH 16-byte chunks; rows from t1 on:
+// zeros) at dst for the block's 256 threads: chunk ch of row r goes to panel ch / 8, chunk ch % 8 of the
+// panel's row r in the 128-byte swizzle. One cp.async group.
+template <int CH>
+__device__ __forceinline__ void mla_wg_stage(u32 dst, const u16* src, i64 kb0, i64 t1, int tid) {
+#pragma unroll
+    for (int i = 0; i < MLA_BN * CH / MLA_WG_THREADS; i++) {
+        const int e = tid + i * MLA_WG_THREADS, r = e / CH, ch = e - r * CH;
+        const i64 s = kb0 + r;
+        const bool ok = s < t1;
+        cp_async16(dst + (u32)(ch >> 3) * MLA_WG_PANEL + swz(r, ch & 7), src + (ok ? s : 0) * (CH * 8) + ch * 8, ok);
+    }
+    cp_async_commit();
+}
+
 template <int QKP, int VP>
 __device__ __forceinline__ void mla_wg(float* out, const float* q, const u16* kb, const u16* vb, const int* tasks,
                                        int heads, int h0, i64 rows, int qk, int vdim, float c, int bf, i64 qlo,
@@ -103,32 +118,9 @@ __device__ __forceinline__ void mla_wg(float* out, const float* q, const u16* kb
         }
     }
 
-    // stage the keys (K) or values (V) of the block at row kb0 (rows from t1 on: zeros): 16-byte chunk
-    // ch of row r goes to panel ch / 8, chunk ch % 8 of the panel's row r in the swizzle
-    auto load_k = [&](int stage, i64 kb0) {
-        constexpr int KCH = QKP / 8;
-        const u32 ks = sK + stage * KBYTES;
-#pragma unroll
-        for (int i = 0; i < MLA_BN * KCH / MLA_WG_THREADS; i++) {
-            const int e = tid + i * MLA_WG_THREADS, r = e / KCH, ch = e - r * KCH;
-            const i64 s = kb0 + r;
-            const bool ok = s < t1;
-            cp_async16(ks + (u32)(ch >> 3) * MLA_WG_PANEL + swz(r, ch & 7), kh + (ok ? s : 0) * QKP + ch * 8, ok);
-        }
-        cp_async_commit();
-    };
-    auto load_v = [&](int stage, i64 kb0) {
-        constexpr int VCH = VP / 8;
-        const u32 vs = sV + stage * VBYTES;
-#pragma unroll
-        for (int i = 0; i < MLA_BN * VCH / MLA_WG_THREADS; i++) {
-            const int e = tid + i * MLA_WG_THREADS, r = e / VCH, ch = e - r * VCH;
-            const i64 s = kb0 + r;
-            const bool ok = s < t1;
-            cp_async16(vs + (u32)(ch >> 3) * MLA_WG_PANEL + swz(r, ch & 7), vh + (ok ? s : 0) * VP + ch * 8, ok);
-        }
-        cp_async_commit();
-    };
+    // stage the keys (K) or values (V) of the block at row kb0 (mla_wg_stage)
+    auto load_k = [&](int stage, i64 kb0) { mla_wg_stage<QKP / 8>(sK + stage * KBYTES, kh, kb0, t1, tid); };
+    auto load_v = [&](int stage, i64 kb0) { mla_wg_stage<VP / 8>(sV + stage * VBYTES, vh, kb0, t1, tid); };
     // S = Q K^T of this warpgroup's query rows and the keys staged at ks into sd (its first k step starts
     // the sum), qk chunk kc: panel kc / 4, 32-byte step kc % 4 of its rows (both operands); issued and
     // committed as one group
@@ -160,12 +152,8 @@ __device__ __forceinline__ void mla_wg(float* out, const float* q, const u16* kb
         wg_commit();
     };
 
-    float o[VT][4];
-#pragma unroll
-    for (int j = 0; j < VT; j++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) o[j][e] = 0.0f;
-    float ma = MLA_NEG_INF, mb = MLA_NEG_INF, la = 0.0f, lb = 0.0f;
+    float o[VT][4], ma, mb, la, lb;
+    mla_init<VT>(o, ma, mb, la, lb);
 
     // key parts (mla_tc.cu version 3): the same walk and state layout, a warpgroup's state where mla_tc.cu
     // keeps that of its 64-row tile; the block walks the keys of its second tile's diagonal, which lie
@@ -173,18 +161,9 @@ __device__ __forceinline__ void mla_wg(float* out, const float* q, const u16* kb
     // tile's rows get the bits of their own walk. A warpgroup whose tile is past the sequence (t0w >= t1)
     // runs on zero rows and stores nothing.
     const bool rows_in = t0w < t1;
-    const int nblk = (int)((t1 - start + MLA_BN - 1) / MLA_BN);
-    int jb0 = 0, jb1 = nblk;
-    bool restore = false, save = false;
-    float* mine = nullptr;
-    if (start == 0 && st != nullptr) {
-        jb0 = (int)(klo / MLA_BN);
-        if (khi >= 0) jb1 = (int)(khi / MLA_BN);
-        restore = jb0 > 0;
-        save = khi >= 0;
-        mine = st + ((((t0w - st0) / MLA_BM) * heads + h) * MLA_TC_THREADS + wtid) * (i64)(VT * 4 + 4);
-    }
-    if (restore && rows_in) mla_state_load<VT>(mine, o, ma, mb, la, lb);
+    const mla_walk w = mla_walk_of<VT>(start, t0w, t1, klo, khi, st, st0, heads, h, wtid);
+    const int jb0 = w.jb0, jb1 = w.jb1;
+    if (w.restore && rows_in) mla_state_load<VT>(w.mine, o, ma, mb, la, lb);
     // jb0 < jb1 for every tile (a part's keys end at or after its start's block, cuda/slice_mla.go): the
     // first block runs before the loop without a test, since a branch around a wgmma serializes them all
 
@@ -257,8 +236,8 @@ __device__ __forceinline__ void mla_wg(float* out, const float* q, const u16* kb
 #pragma unroll
         for (int e = 0; e < 4; e++) pin(o[j][e]);
     if (!rows_in) return;
-    if (save) {
-        mla_state_store<VT>(mine, o, ma, mb, la, lb);
+    if (w.save) {
+        mla_state_store<VT>(w.mine, o, ma, mb, la, lb);
         return;
     }
     mla_store<VT>(out, o, la, lb, ra, rb, va, vbv, ocols, h, vdim, t4, bf);
