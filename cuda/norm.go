@@ -183,7 +183,8 @@ func (b *Backend) AttnResMix(vs []ops.Tensor, wg ops.Tensor) (ops.Tensor, []floa
 }
 
 // AttnResMixQuiet implements ops.QuietMixer: AttnResMix's kernels without the copy of p to the host, the
-// op's only wait for the device, so the host goes on queueing work while the mix runs.
+// op's only wait for the device, so the host goes on queueing work while the mix runs. The op profile
+// keys it as AttnResMix (the same work on the device).
 func (b *Backend) AttnResMixQuiet(vs []ops.Tensor, wg ops.Tensor) (ops.Tensor, error) {
 	out, _, err := b.attnResMix("AttnResMix", vs, wg, false)
 	return out, err

@@ -53,7 +53,7 @@ type Observer interface {
 // them empty instead (rows 0), with no gathering: a wave of 262,144 tokens routes 4.2 million pairs, and
 // gathering them took about 13 ms of host time a slice while the device waited (docs/records/run52). On
 // a backend that mixes without the weights (ops.QuietMixer) mixing weights nobody keeps are not even
-// computed for the host: they are reported empty, sliced or not.
+// copied to the host: they are reported empty, sliced or not.
 type Wanter interface {
 	// Wants reports whether the observer keeps the routing and the mixing weights.
 	Wants() (routing, mixes bool)
