@@ -75,7 +75,7 @@ func benchTo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	f.mem.register(fs)
 	fs.BoolVar(&f.planOnly, "plan-only", false, "print each wave size's plan (reads, slices, where the state lives, device peak) and stop, without computing")
 	fs.BoolVar(&f.directIO, "direct-io", false, "read the checkpoint with O_DIRECT, bypassing the page cache (from the disk itself)")
-	fs.BoolVar(&f.opProfile, "op-profile", false, "print, per layer kind, each op's calls and device time (MatMul by weight shape) against the layers' wall time, from the median run (cuda backend only; the ops are timed with CUDA events, as for the device timeline that the cuda backend always prints)")
+	fs.BoolVar(&f.opProfile, "op-profile", false, "print, per layer kind, each op's calls and device time (MatMul by weight shape) against the layers' wall time, from the median run (cuda backend only; the ops are timed with CUDA events; without it the device timeline the cuda backend always prints times only the layers' ends)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}

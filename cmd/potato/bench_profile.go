@@ -311,8 +311,15 @@ func deviceTimeline(w io.Writer, kinds []string, spans []ops.OpSpan, bounds map[
 	if !ok {
 		return nil, 0, false, nil
 	}
+	timed := "no op timed" // spans only (ops.SpanProfiler): the timeline carries no op timing
+	for _, s := range spans {
+		if len(s.Ops) > 0 {
+			timed = "every op timed too (--op-profile), which adds to it"
+			break
+		}
+	}
 	var b strings.Builder
-	b.WriteString("\non the device timeline (a CUDA event at each layer's end on the compute stream):\n")
+	fmt.Fprintf(&b, "\non the device timeline (a CUDA event at each layer's end on the compute stream; %s):\n", timed)
 	fmt.Fprintf(&b, "  %12s %8s %10s %10s %7s\n", "layer kind", "spans", "s a layer", "bound s", "ratio")
 	perLayer = map[string][2]float64{}
 	layers := map[string]int{}

@@ -219,7 +219,7 @@ func TestBenchOpProfile(t *testing.T) {
 	}
 	first := fmt.Sprintf("%s: %d layers", kinds[0], n)
 	for _, s := range []string{"op profile (the median run: run ", "KDA", "MatMul 8x8", "compute stream idle",
-		"readout (after the last layer)", first, "on the device timeline", "readout              0.0040"} {
+		"readout (after the last layer)", first, "on the device timeline", "every op timed too", "readout              0.0040"} {
 		if !strings.Contains(out.String(), s) {
 			t.Errorf("bench output lacks %q:\n%s", s, out.String())
 		}
@@ -231,6 +231,16 @@ func TestBenchOpProfile(t *testing.T) {
 	}
 	if got := out.String(); !strings.Contains(got, "on the device timeline") || strings.Contains(got, "op profile (") || strings.Contains(got, "MatMul 8x8") {
 		t.Errorf("without the op tables:\n%s", got)
+	}
+	// A profiler that times spans alone: the timeline says no op was timed.
+	out.Reset()
+	spans := &spanFake{}
+	spans.opsOff = true
+	if err := benchWave(context.Background(), &out, l, bound{readBps: 1e9, flops: 1e10}, 96, 48, 1, &benchProfile{p: spans}); err != nil {
+		t.Fatal(err)
+	}
+	if got := out.String(); !strings.Contains(got, "compute stream; no op timed)") {
+		t.Errorf("with spans only, the timeline's header:\n%s", got)
 	}
 
 	out.Reset()
@@ -293,16 +303,29 @@ func TestDeviceTimeline(t *testing.T) {
 }
 
 // spanFake is a fakeProfiler that also offers span timing alone (ops.SpanProfiler), recording which mode
-// each start asked for.
+// each start asked for; with opsOff its spans in that mode carry no ops, as a real one's.
 type spanFake struct {
 	fakeProfiler
-	modes []string
+	modes  []string
+	opsOff bool
+	spans  bool // the mode on
+}
+
+func (f *spanFake) OpProfile() ([]ops.OpSpan, error) {
+	got, err := f.fakeProfiler.OpProfile()
+	if f.opsOff && f.spans {
+		for i := range got {
+			got[i].Ops, got[i].Seconds = nil, 0
+		}
+	}
+	return got, err
 }
 
 func (f *spanFake) ProfileOps(on bool) error {
 	if on {
 		f.modes = append(f.modes, "ops")
 	}
+	f.spans = false
 	return f.fakeProfiler.ProfileOps(on)
 }
 
@@ -310,6 +333,7 @@ func (f *spanFake) ProfileSpans(on bool) error {
 	if on {
 		f.modes = append(f.modes, "spans")
 	}
+	f.spans = on
 	return f.fakeProfiler.ProfileOps(on)
 }
 
