@@ -86,6 +86,7 @@ type profileGroup struct {
 	name    string
 	layers  int     // layers of the kind (0 for a label outside the layers)
 	wall    float64 // wall seconds of those layers
+	device  float64 // their seconds on the device timeline (0 where the spans carry none)
 	opSecs  float64 // summed device seconds of their ops
 	ops     map[string]*ops.OpTime
 	ordered []ops.OpTime
@@ -141,6 +142,7 @@ func printOpProfile(w io.Writer, which string, kinds []string, wall []float64, o
 			name = "(after the last mark)"
 		}
 		g := group(name)
+		g.device += s.Device
 		for _, o := range s.Ops {
 			t := g.ops[o.Op]
 			if t == nil {
@@ -208,10 +210,19 @@ func printProfileGroup(w io.Writer, g *profileGroup) error {
 	})
 	var head string
 	switch {
+	case g.layers > 0 && g.device > 0:
+		// the device timeline's span, not the host's wall time: a host that runs ahead of the device waits
+		// for it in some later layer, whose wall time then holds the wait (run 87)
+		m := float64(g.layers)
+		head = fmt.Sprintf("%s: %d layers, device %.4fs, ops %.4fs (a layer: device %.4fs, ops %.4fs); device - ops %.4fs (%.0f%% of the device's time: compute stream idle); host wall %.4fs",
+			g.name, g.layers, g.device, g.opSecs, g.device/m, g.opSecs/m, g.device-g.opSecs, percent(g.device-g.opSecs, g.device), g.wall)
 	case g.layers > 0:
 		m := float64(g.layers)
 		head = fmt.Sprintf("%s: %d layers, wall %.4fs, ops %.4fs (a layer: wall %.4fs, ops %.4fs); wall - ops %.4fs (%.0f%% of wall: compute stream idle)",
 			g.name, g.layers, g.wall, g.opSecs, g.wall/m, g.opSecs/m, g.wall-g.opSecs, percent(g.wall-g.opSecs, g.wall))
+	case g.name == readoutLabel && g.device > 0:
+		head = fmt.Sprintf("%s (after the last layer): device %.4fs, ops %.4fs; device - ops %.4fs (%.0f%% of the device's time: compute stream idle); host wall %.4fs",
+			g.name, g.device, g.opSecs, g.device-g.opSecs, percent(g.device-g.opSecs, g.device), g.wall)
 	case g.name == readoutLabel:
 		head = fmt.Sprintf("%s (after the last layer): wall %.4fs, ops %.4fs; wall - ops %.4fs (%.0f%% of wall: compute stream idle)",
 			g.name, g.wall, g.opSecs, g.wall-g.opSecs, percent(g.wall-g.opSecs, g.wall))

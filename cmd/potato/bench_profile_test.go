@@ -14,8 +14,9 @@ import (
 )
 
 // TestPrintOpProfile: the spans of layers of one kind are summed per op, largest first, with their share
-// of the kind's op time, and the kind's wall time against it; the readout span is compared with the time
-// after the last layer; past opProfileTop ops the rest are one "other" row.
+// of the kind's op time, and the kind's device time (or, where the spans carry none, wall time) against
+// it; the readout span is compared with the time after the last layer; past opProfileTop ops the rest are
+// one "other" row.
 func TestPrintOpProfile(t *testing.T) {
 	span := func(label string, ts ...ops.OpTime) ops.OpSpan {
 		s := ops.OpSpan{Label: label, Ops: ts}
@@ -64,6 +65,26 @@ func TestPrintOpProfile(t *testing.T) {
 				"OutputStats        1       40.000  100.0",
 			},
 			notWant: []string{"other", "no ops timed"},
+		},
+		{
+			// the host ran ahead and waited for the device in layer 1: its wall time is no measure of the
+			// device's idle time, the device timeline is
+			name:    "idle time from the device timeline, not the host's wall",
+			kinds:   []string{"kda+moe", "kda+moe"},
+			wall:    []float64{0.1, 2.0},
+			outside: 0.3,
+			spans: func() []ops.OpSpan {
+				a := span("0", ops.OpTime{Op: "KDA", Calls: 1, Seconds: 0.45})
+				b := span("1", ops.OpTime{Op: "KDA", Calls: 1, Seconds: 0.45})
+				r := span("readout", ops.OpTime{Op: "OutputStats", Calls: 1, Seconds: 0.04})
+				a.Device, b.Device, r.Device = 0.5, 0.5, 0.05
+				return []ops.OpSpan{a, b, r}
+			}(),
+			want: []string{
+				"kda+moe: 2 layers, device 1.0000s, ops 0.9000s (a layer: device 0.5000s, ops 0.4500s); device - ops 0.1000s (10% of the device's time: compute stream idle); host wall 2.1000s",
+				"readout (after the last layer): device 0.0500s, ops 0.0400s; device - ops 0.0100s (20% of the device's time: compute stream idle); host wall 0.3000s",
+			},
+			notWant: []string{"wall - ops"},
 		},
 		{
 			name:  "the routed experts rated, their wait for uploads left out",
