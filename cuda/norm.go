@@ -179,19 +179,20 @@ func (b *Backend) norm(op string, x, w, gate ops.Tensor, eps float32) (ops.Tenso
 // sumsq and dot are per-thread partial sums with a fixed butterfly (see RMSNorm; k_attnres2_*, a block a
 // row, for cols a multiple of 4 up to 8,192, else k_attnres). It returns p, rows x len(vs).
 func (b *Backend) AttnResMix(vs []ops.Tensor, wg ops.Tensor) (ops.Tensor, []float32, error) {
-	return b.attnResMix("AttnResMix", vs, wg, true)
+	return b.attnResMix(vs, wg, true)
 }
 
 // AttnResMixQuiet implements ops.QuietMixer: AttnResMix's kernels without the copy of p to the host, the
 // op's only wait for the device, so the host goes on queueing work while the mix runs. The op profile
 // keys it as AttnResMix (the same work on the device).
 func (b *Backend) AttnResMixQuiet(vs []ops.Tensor, wg ops.Tensor) (ops.Tensor, error) {
-	out, _, err := b.attnResMix("AttnResMix", vs, wg, false)
+	out, _, err := b.attnResMix(vs, wg, false)
 	return out, err
 }
 
 // attnResMix is AttnResMix, with p copied to the host only when weights is true (else p is nil).
-func (b *Backend) attnResMix(op string, vs []ops.Tensor, wg ops.Tensor, weights bool) (ops.Tensor, []float32, error) {
+func (b *Backend) attnResMix(vs []ops.Tensor, wg ops.Tensor, weights bool) (ops.Tensor, []float32, error) {
+	const op = "AttnResMix"
 	wt, err := b.tensor(op, "wg", wg)
 	if err != nil {
 		return nil, nil, err

@@ -19,17 +19,7 @@ func TestOpProfile(t *testing.T) {
 			b := newBackendWith(t, cuda.Options{Precision: ops.BF16, Sync: sync})
 			const n, k = 256, 512
 			upload := func(rows int) ops.Tensor {
-				v := make([]float32, rows*k)
-				for i := range v {
-					v[i] = float32(i%7) / 64
-				}
-				raw := make([]byte, 2*len(v))
-				bf16.Encode(raw, v)
-				w, err := b.Upload(ops.WeightBF16, rows, k, raw)
-				if err != nil {
-					t.Fatal(err)
-				}
-				return w
+				return bf16Filled(t, b, rows, k, func(i int) float32 { return float32(i%7) / 64 })
 			}
 			if err := b.ProfileOps(true); err != nil {
 				t.Fatal(err)
@@ -131,7 +121,7 @@ func TestOpProfile(t *testing.T) {
 func TestSpanProfile(t *testing.T) {
 	b := newBackendWith(t, cuda.Options{Precision: ops.BF16})
 	const n, k = 2048, 2048
-	w := bf16Ones(t, b, k, k)
+	w := bf16Filled(t, b, k, k, func(int) float32 { return 1 })
 	x, err := b.FromHost(n, k, make([]float32, n*k))
 	if err != nil {
 		t.Fatal(err)
@@ -179,12 +169,12 @@ func TestSpanProfile(t *testing.T) {
 	}
 }
 
-// bf16Ones uploads a rows x cols bfloat16 weight of ones.
-func bf16Ones(t *testing.T, b ops.Backend, rows, cols int) ops.Tensor {
+// bf16Filled uploads a rows x cols bfloat16 weight whose value i is value(i).
+func bf16Filled(t *testing.T, b ops.Backend, rows, cols int, value func(i int) float32) ops.Tensor {
 	t.Helper()
 	v := make([]float32, rows*cols)
 	for i := range v {
-		v[i] = 1
+		v[i] = value(i)
 	}
 	raw := make([]byte, 2*len(v))
 	bf16.Encode(raw, v)
