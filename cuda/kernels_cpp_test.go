@@ -1,8 +1,11 @@
 package cuda
 
 import (
+	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"testing"
 )
 
@@ -41,5 +44,46 @@ func TestKernelsParseAsCpp(t *testing.T) {
 	}
 	if n == 0 {
 		t.Fatal("no kernel files found")
+	}
+}
+
+// TestKernelFilesListEveryKernel: kernelFiles names exactly the extern "C" kernels each file defines, macro
+// expansions included (g++ -E with the host prelude, __global__ marked): the backend loads kernels by
+// those lists, so a kernel missing from its file's list fails only at its first launch on the device
+// (run 90 lost a call to one). Skipped where g++ is not installed.
+func TestKernelFilesListEveryKernel(t *testing.T) {
+	gxx, err := exec.LookPath("g++")
+	if err != nil {
+		t.Skip("no g++ on this machine")
+	}
+	prelude, err := filepath.Abs(filepath.Join("testdata", "cuda_host_prelude.h"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mark := filepath.Join(t.TempDir(), "mark.h")
+	if err := os.WriteFile(mark, []byte("#undef __global__\n#define __global__ POTATO_KERNEL\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	def := regexp.MustCompile(`extern\s+"C"\s+POTATO_KERNEL\s+void\s+(\w+)\s*\(`)
+	for _, kf := range kernelFiles {
+		t.Run(kf.file, func(t *testing.T) {
+			t.Parallel()
+			cmd := exec.Command(gxx, "-std=c++17", "-E", "-P", "-w", "-include", prelude, "-include", mark, "-x", "c++", kf.file)
+			cmd.Dir = "kernels"
+			out, err := cmd.Output()
+			if err != nil {
+				t.Fatalf("g++ -E %s: %v", kf.file, err)
+			}
+			var got []string
+			for _, m := range def.FindAllSubmatch(out, -1) {
+				got = append(got, string(m[1]))
+			}
+			want := slices.Clone(kf.kernels)
+			slices.Sort(got)
+			slices.Sort(want)
+			if !slices.Equal(got, want) {
+				t.Errorf("%s defines %v; kernelFiles lists %v", kf.file, got, want)
+			}
+		})
 	}
 }

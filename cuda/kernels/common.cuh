@@ -94,6 +94,37 @@ __device__ __forceinline__ float silu_f(float x) { return __fmul_rn(x, sigmoid_f
 // overflows to infinity and the result is 0 where sigmoid_f gives a denormal below 2^-126.
 __device__ __forceinline__ float sigmoid_ff(float x) { return __frcp_rn(__fadd_rn(1.0f, expf(-x))); }
 
+// mul_sigmoid_bf is rnd(__fmul_rn(x, sigmoid_f(g)), bf), the CPU backend's statement (the sigmoid in
+// double precision rounded to float, the product rounded, then to bfloat16 in BF16 precision; silu is
+// mul_sigmoid_bf(x, x, bf)), with the double-precision sigmoid skipped where single precision provably
+// gives the same bits: about 25 single-precision and integer instructions in place of about 35 FP64
+// ones (the FP64 pipe has half the lanes). Used by k_shortconv4, k_mul_sigmoid4 and the gated norm; the
+// scalar kernels keep the double-precision statement as the tests' oracles. Run 68 tried a form that
+// tested the margin with three bf16_round (about 50 instructions): every bit held and the kernels were
+// slower; run 92 measured that form's cost inside KDA's chunked kernel (cuda/records/kda_conv_fused.diff).
+//
+// The fast value y = fl(x * sigmoid_ff(g)): CUDA's expf is within 2 ulps (2^-22 relative; NVIDIA's
+// tested bound, the CUDA C++ Programming Guide's table of single-precision functions), 1 + e and the
+// reciprocal each add a rounding (2^-24), so sigmoid_ff(g) is within 1.5 * 2^-22 of the true sigmoid and
+// within 2^-21 of sigmoid_f(g) (itself within 2^-24 of it); the product's rounding adds 2^-24 to each, so
+// the statement's float value lies within |y| * 2^-20 of y: within 16 float32 ulps of y's binade. Where
+// y's low 16 bits are more than 32 ulps from 0x8000, the bfloat16 rounding midpoint of its binade, no
+// midpoint lies within 32 ulps of y (the nearest one of the binade below is 2^13 of its ulps from a power
+// of two), so both values round to the same bfloat16 value, which (no tie) is y's bits plus half a
+// bfloat16 ulp, truncated. Else (about 0.1% of the values), and for g outside (-80, 80) (expf(-g) near
+// overflow), |y| outside [2^-100, 2^127) (products near the subnormals, 0, infinities) and NaN, the
+// double-precision statement runs. FP32 precision (bf 0) always runs it. TestMulSigmoidMargin checks
+// the bound on the CPU with expf's error pushed to 2 ulps either way.
+__device__ __forceinline__ float mul_sigmoid_bf(float x, float g, int bf) {
+    if (bf && g > -80.0f && g < 80.0f) { // false for NaN
+        const float y = __fmul_rn(x, sigmoid_ff(g));
+        const u32 u = __float_as_uint(y);
+        // biased exponent 27 .. 253; low half more than 32 from 0x8000 (0x7fe0 .. 0x8020 fall back)
+        if (((u >> 23) & 0xffu) - 27u <= 226u && (u & 0xffffu) - 0x7fe0u > 64u) return __uint_as_float((u + 0x8000u) & 0xffff0000u);
+    }
+    return rnd(__fmul_rn(x, sigmoid_f(g)), bf);
+}
+
 // situ_f is one SiTU-GLU element (K3_SPEC.md 5.4), float32 left to right as replay/cpu situ:
 // (beta * tanh(a/beta)) * sigmoid(a) * (linBeta * tanh(b/linBeta)).
 // It is situ_gate(a) * situ_lin(b): each factor depends on one input only (experts.cu tabulates them

@@ -11,7 +11,10 @@
 //                    Rows a thread, timed: 1: 3.41 ms, 2: 3.08, 4: 2.77, 8: 3.43 (84 registers): SC_ROWS 4.
 //                    Tried (run 71, cuda/records/shortconv_sliding_window.diff): a sliding window, 16 rows a
 //                    thread, each input row loaded once, four loads in flight: 2.87 ms against 2.78.
-//     k_shortconv    any other shape: one thread an element, grid-stride (6.51 ms at the shape above).
+//                    Version 2 (run 94): SiLU by mul_sigmoid_bf (common.cuh: single precision where it
+//                    provably gives the double-precision statement's bfloat16 bits, tested on the bits).
+//     k_shortconv    any other shape: one thread an element, grid-stride (6.51 ms at the shape above); the
+//                    double-precision statement, TestShortConvBits' oracle for k_shortconv4.
 //     Both round x as they load it (BF16 precision): the projections reach them with their rounding
 //     deferred (cuda/deferred.go), which saves each projection's rounding pass.
 //   KDA in BF16 precision (the default):
@@ -105,8 +108,8 @@ __device__ __forceinline__ void shortconv4(float* __restrict__ out, const float*
                 s[3] = __fadd_rn(s[3], __fmul_rn(tap[3][i], v.w));
             }
         }
-        *(float4*)(out + t * ch + c) =
-            make_float4(rnd(silu_f(s[0]), bf), rnd(silu_f(s[1]), bf), rnd(silu_f(s[2]), bf), rnd(silu_f(s[3]), bf));
+        *(float4*)(out + t * ch + c) = make_float4(mul_sigmoid_bf(s[0], s[0], bf), mul_sigmoid_bf(s[1], s[1], bf),
+                                                   mul_sigmoid_bf(s[2], s[2], bf), mul_sigmoid_bf(s[3], s[3], bf));
     }
 }
 

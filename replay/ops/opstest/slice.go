@@ -17,8 +17,9 @@ var sliceTests = []test{{"Slices", testSlices}}
 var sliceLens = []int{1, 2, 5, 64, 65, 130}
 
 // sliceSizes hit every residue of the short convolution's kernel (4) and of a 64-row chunk in at least
-// one boundary, single rows, and slices longer than some sequences.
-var sliceSizes = []int{1, 2, 3, 4, 5, 7, 63, 64, 65, 100, 266}
+// one boundary, single rows, and slices longer than some sequences; 0 is the whole wave as one slice
+// (ops.Whole through the sliced op).
+var sliceSizes = []int{0, 1, 2, 3, 4, 5, 7, 63, 64, 65, 100, 266}
 
 // slicedOp runs one token-mixing op on the rows lo..hi-1 of the wave's inputs, for a slice layout (or, with
 // whole, the unsliced op over the whole wave).
