@@ -118,8 +118,8 @@ func matmulHost(t *testing.T, b *Backend, x, w ops.Tensor) []float32 {
 	return v
 }
 
-// TestNormNarrowCopy: RMSNorm and GatedRMSNorm (norm.cu version 2) write their output's bfloat16 copy in
-// BF16 precision on cuBLASLt (keepsNarrow), equal to the output's values; a MatMul and the fused FFN that
+// TestNormNarrowCopy: RMSNorm and GatedRMSNorm (norm.cu version 2), and MulSigmoid (k_mul_sigmoid4n), write
+// their output's bfloat16 copy in BF16 precision on cuBLASLt (keepsNarrow), equal to the output's values; a MatMul and the fused FFN that
 // read it give the bits of a fresh tensor with the same values (which they convert themselves); and
 // widths that are not a multiple of 8 keep no copy.
 func TestNormNarrowCopy(t *testing.T) {
@@ -130,7 +130,9 @@ func TestNormNarrowCopy(t *testing.T) {
 		cols, g int // x's width and the norm's group
 		gated   bool
 		copy    bool
-	}{{256, 256, false, true}, {384, 128, true, true}, {260, 260, false, false}} {
+		mul     bool // MulSigmoid(x, gate) instead of a norm
+	}{{256, 256, false, true, false}, {384, 128, true, true, false}, {260, 260, false, false, false},
+		{384, 128, false, true, true}, {260, 260, false, false, true}} {
 		x, err := b.FromHost(rows, c.cols, fastFill(rng, rows*c.cols, 2))
 		if err != nil {
 			t.Fatal(err)
@@ -141,9 +143,12 @@ func TestNormNarrowCopy(t *testing.T) {
 		}
 		w := bf16Weight(t, b, rng, 1, c.g, 1)
 		var y ops.Tensor
-		if c.gated {
+		switch {
+		case c.mul:
+			y, err = b.MulSigmoid(x, gate)
+		case c.gated:
 			y, err = b.GatedRMSNorm(x, w, gate, 1e-5)
-		} else {
+		default:
 			y, err = b.RMSNorm(x, w, 1e-5)
 		}
 		if err != nil {

@@ -361,6 +361,9 @@ func (b *Backend) binary(op, name string, raw bool, xn, yn string, x, y ops.Tens
 			return err
 		}
 		if v4, ok := vec4Kernels[name]; ok && p.n()%4 == 0 && aligned16(out.ptr, pp, qp) {
+			if vn, ok := vec4NarrowKernels[name]; ok && b.keepsNarrow(p.cols) {
+				return c.launchNarrow(out, vn, p.n()/4, append([]any{out.ptr, pp, qp, int64(p.n() / 4)}, args...)...)
+			}
 			return c.launch1D(v4, p.n()/4, append([]any{out.ptr, pp, qp, int64(p.n() / 4)}, args...)...)
 		}
 		return c.launch1D(name, p.n(), append([]any{out.ptr, pp, qp, int64(p.n())}, args...)...)
@@ -376,6 +379,25 @@ func (b *Backend) binary(op, name string, raw bool, xn, yn string, x, y ops.Tens
 // aligned.
 var vec4Kernels = map[string]string{"k_add": "k_add4", "k_mul_sigmoid": "k_mul_sigmoid4"}
 
+// vec4NarrowKernels maps a four-element kernel's scalar form to the form that also writes the output's
+// bfloat16 copy (narrow.go), with the copy's address as its last argument, for outputs a MatMul reads
+// next where keepsNarrow says so (MulSigmoid: MLA's gated output before o_proj).
+var vec4NarrowKernels = map[string]string{"k_mul_sigmoid": "k_mul_sigmoid4n"}
+
+// launchNarrow launches kernel name over n threads' work (launch1D) with a new bfloat16 copy of out as
+// its last argument, and keeps the copy with out (narrow.go).
+func (c *opCtx) launchNarrow(out *Tensor, name string, n int, args ...any) error {
+	nb, err := c.b.dv.Malloc(2 * out.n())
+	if err != nil {
+		return err
+	}
+	if err := c.launch1D(name, n, append(args, nb)...); err != nil {
+		return errors.Join(err, c.b.dv.Free(nb))
+	}
+	out.narrow, out.narrowLd = nb, out.cols
+	return nil
+}
+
 // Round returns rounded(x): a copy in FP32 precision.
 func (b *Backend) Round(x ops.Tensor) (ops.Tensor, error) {
 	return b.unary("Round", "k_round", x, b.bf)
@@ -389,8 +411,9 @@ func (b *Backend) Add(x, y ops.Tensor) (ops.Tensor, error) {
 }
 
 // MulSigmoid returns rounded(x * sigmoid(gate)) elementwise (k_mul_sigmoid, or k_mul_sigmoid4 four
-// elements a thread: the same bits; sigmoid in double). Like Add, the kernels round x and gate as they
-// load them.
+// elements a thread: the same bits; the sigmoid in double, or in single precision where that provably
+// gives the same bits). Like Add, the kernels round x and gate as they load them. Where keepsNarrow says
+// so, k_mul_sigmoid4n also writes the output's bfloat16 copy for the MatMul that reads it (narrow.go).
 func (b *Backend) MulSigmoid(x, gate ops.Tensor) (ops.Tensor, error) {
 	return b.binary("MulSigmoid", "k_mul_sigmoid", true, "x", "gate", x, gate, b.bf)
 }

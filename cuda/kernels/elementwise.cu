@@ -59,13 +59,29 @@ extern "C" __global__ void k_mul_sigmoid(float* out, const float* x, const float
         out[i] = rnd(__fmul_rn(rnd(x[i], bf), sigmoid_f(rnd(g[i], bf))), bf);
 }
 
-// k_mul_sigmoid4: k_mul_sigmoid four elements a thread (n4 = n / 4; every buffer 16-byte aligned), the
-// sigmoid by mul_sigmoid_bf (the double-precision statement's bits; k_mul_sigmoid is the oracle; run 94).
+// mul_sigmoid4 is k_mul_sigmoid's statement for four elements, the sigmoid by mul_sigmoid_bf (the
+// double-precision statement's bits; k_mul_sigmoid is the oracle; run 94).
+__device__ __forceinline__ float4 mul_sigmoid4(float4 x, float4 g, int bf) {
+    const float4 a = rnd4(x, bf), b = rnd4(g, bf);
+    return make_float4(mul_sigmoid_bf(a.x, b.x, bf), mul_sigmoid_bf(a.y, b.y, bf), mul_sigmoid_bf(a.z, b.z, bf),
+                       mul_sigmoid_bf(a.w, b.w, bf));
+}
+
+// k_mul_sigmoid4: k_mul_sigmoid four elements a thread (n4 = n / 4; every buffer 16-byte aligned).
 extern "C" __global__ void k_mul_sigmoid4(float4* out, const float4* x, const float4* g, i64 n4, int bf) {
+    for (i64 i = blockIdx.x * (i64)blockDim.x + threadIdx.x; i < n4; i += (i64)gridDim.x * blockDim.x)
+        out[i] = mul_sigmoid4(x[i], g[i], bf);
+}
+
+// k_mul_sigmoid4n: k_mul_sigmoid4 that also writes the outputs' bfloat16 bits to nb (BF16 precision,
+// where they are bfloat16 values: exact), the copy the next MatMul reads (cuda/narrow.go): MLA's gated
+// output feeds o_proj, which otherwise converts it in a pass of its own.
+extern "C" __global__ void k_mul_sigmoid4n(float4* out, const float4* x, const float4* g, i64 n4, int bf, uint2* nb) {
     for (i64 i = blockIdx.x * (i64)blockDim.x + threadIdx.x; i < n4; i += (i64)gridDim.x * blockDim.x) {
-        const float4 a = rnd4(x[i], bf), b = rnd4(g[i], bf);
-        out[i] = make_float4(mul_sigmoid_bf(a.x, b.x, bf), mul_sigmoid_bf(a.y, b.y, bf), mul_sigmoid_bf(a.z, b.z, bf),
-                             mul_sigmoid_bf(a.w, b.w, bf));
+        const float4 y = mul_sigmoid4(x[i], g[i], bf);
+        out[i] = y;
+        nb[i] = make_uint2((__float_as_uint(y.x) >> 16) | (__float_as_uint(y.y) & 0xffff0000u),
+                           (__float_as_uint(y.z) >> 16) | (__float_as_uint(y.w) & 0xffff0000u));
     }
 }
 
