@@ -8,11 +8,12 @@ import "fmt"
 // BF16 precision, where activations hold bfloat16 values). A layer's normed input feeds several
 // projections (a KDA layer's q, k, v, g, f_a and b; an MLA layer's q_a, kv_a and g), which converted the
 // same tensor once each: at 65,536 x 7,168 about 0.9 ms a conversion. The first such MatMul keeps its
-// copy on the tensor (Tensor.narrow) and the next ones read it; RMSNorm, GatedRMSNorm and MulSigmoid (MLA's
-// gated output, o_proj's x), whose outputs are such inputs, write the copy with their output (norm.go
-// keepsNarrow), so not even the first MatMul converts; the fused FFN and TokenStats' lm_head read it too. Free releases it with the tensor. The only
-// op that writes into an existing tensor, ExpertsAccumulate (its acc), drops the copy first. The values a
-// GEMM reads are the same either way, so no bit changes.
+// copy on the tensor (Tensor.narrow) and the next ones read it; RMSNorm, GatedRMSNorm and MulSigmoid
+// (MLA's gated output, o_proj's x), whose outputs are such inputs, write the copy with their output
+// (norm.go keepsNarrow), so not even the first MatMul converts; the fused FFN and TokenStats' lm_head read
+// it too. Free releases it with the tensor. The only op that writes into an existing tensor,
+// ExpertsAccumulate (its acc), drops the copy first. The values a GEMM reads are the same either way, so
+// no bit changes.
 
 // narrowOf returns t's bfloat16 copy with rows ld elements apart, making it on first use (ordered on the
 // compute stream, like every op's work).

@@ -118,10 +118,10 @@ func matmulHost(t *testing.T, b *Backend, x, w ops.Tensor) []float32 {
 	return v
 }
 
-// TestNormNarrowCopy: RMSNorm and GatedRMSNorm (norm.cu version 2), and MulSigmoid (k_mul_sigmoid4n), write
-// their output's bfloat16 copy in BF16 precision on cuBLASLt (keepsNarrow), equal to the output's values; a MatMul and the fused FFN that
-// read it give the bits of a fresh tensor with the same values (which they convert themselves); and
-// widths that are not a multiple of 8 keep no copy.
+// TestNormNarrowCopy: RMSNorm and GatedRMSNorm (norm.cu version 2), and MulSigmoid (k_mul_sigmoid4n),
+// write their output's bfloat16 copy in BF16 precision on cuBLASLt (keepsNarrow), equal to the output's
+// values; a MatMul and the fused FFN that read it give the bits of a fresh tensor with the same values
+// (which they convert themselves); and widths that are not a multiple of 8 keep no copy.
 func TestNormNarrowCopy(t *testing.T) {
 	b := newLtBackend(t, true)
 	rng := rand.New(rand.NewPCG(7, 8))
