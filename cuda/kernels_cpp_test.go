@@ -15,14 +15,7 @@ import (
 // checks names, types and syntax, not what the device does (inline PTX is not assembled). Skipped where
 // g++ is not installed.
 func TestKernelsParseAsCpp(t *testing.T) {
-	gxx, err := exec.LookPath("g++")
-	if err != nil {
-		t.Skip("no g++ on this machine")
-	}
-	prelude, err := filepath.Abs(filepath.Join("testdata", "cuda_host_prelude.h"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	gxx, prelude := hostCpp(t)
 	files, err := kernelFS.ReadDir("kernels")
 	if err != nil {
 		t.Fatal(err)
@@ -52,14 +45,7 @@ func TestKernelsParseAsCpp(t *testing.T) {
 // those lists, so a kernel missing from its file's list fails only at its first launch on the device
 // (run 90 lost a call to one). Skipped where g++ is not installed.
 func TestKernelFilesListEveryKernel(t *testing.T) {
-	gxx, err := exec.LookPath("g++")
-	if err != nil {
-		t.Skip("no g++ on this machine")
-	}
-	prelude, err := filepath.Abs(filepath.Join("testdata", "cuda_host_prelude.h"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	gxx, prelude := hostCpp(t)
 	mark := filepath.Join(t.TempDir(), "mark.h")
 	if err := os.WriteFile(mark, []byte("#undef __global__\n#define __global__ POTATO_KERNEL\n"), 0o644); err != nil {
 		t.Fatal(err)
@@ -86,4 +72,19 @@ func TestKernelFilesListEveryKernel(t *testing.T) {
 			}
 		})
 	}
+}
+
+// hostCpp returns g++'s path and the host prelude's (testdata/cuda_host_prelude.h), or skips the test
+// where g++ is not installed.
+func hostCpp(t *testing.T) (gxx, prelude string) {
+	t.Helper()
+	gxx, err := exec.LookPath("g++")
+	if err != nil {
+		t.Skip("no g++ on this machine")
+	}
+	prelude, err = filepath.Abs(filepath.Join("testdata", "cuda_host_prelude.h"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return gxx, prelude
 }
