@@ -1,6 +1,6 @@
 package cuda
 
-import "fmt"
+import "errors"
 
 // The bfloat16 copy of a matmul's x, kept with the tensor.
 //
@@ -24,15 +24,22 @@ func (c *opCtx) narrowOf(t *Tensor, ld int) (uint64, error) {
 	if err := c.b.dropNarrow(t); err != nil {
 		return 0, err
 	}
-	p, err := c.b.dv.Malloc(2 * ld * t.rows)
+	err := c.keepNarrow(t, ld, func(p uint64) error { return c.toBF16(p, t.ptr, t.rows, t.cols, ld) })
+	return t.narrow, err
+}
+
+// keepNarrow runs launch with a new bfloat16 copy of out (rows ld values apart) for the kernel to write,
+// and keeps the copy with out; on failure it frees the copy. out has none (dropNarrow).
+func (c *opCtx) keepNarrow(out *Tensor, ld int, launch func(nb uint64) error) error {
+	nb, err := c.b.dv.Malloc(2 * ld * out.rows)
 	if err != nil {
-		return 0, err
+		return err
 	}
-	if err := c.toBF16(p, t.ptr, t.rows, t.cols, ld); err != nil {
-		return 0, fmt.Errorf("%w (freeing: %v)", err, c.b.dv.Free(p))
+	if err := launch(nb); err != nil {
+		return errors.Join(err, c.b.dv.Free(nb))
 	}
-	t.narrow, t.narrowLd = p, ld
-	return p, nil
+	out.narrow, out.narrowLd = nb, ld
+	return nil
 }
 
 // dropNarrow frees t's bfloat16 copy, if any (stream-ordered: after the work queued that reads it).

@@ -1,7 +1,6 @@
 package cuda
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/potato-k3/potato-k3/replay/ops"
@@ -144,22 +143,14 @@ func (b *Backend) norm(op string, x, w, gate ops.Tensor, eps float32) (ops.Tenso
 			ptrs = append(ptrs, gp)
 		}
 		if name, grid, ok := rmsnorm2Kernel(g, groups, ptrs...); ok && b.normVer != 1 {
-			var nb uint64 // the bfloat16 copy the next MatMul reads (narrow.go), written with the output
+			// nb: the bfloat16 copy the next MatMul reads (narrow.go), written with the output, or 0
+			launch := func(nb uint64) error {
+				return c.launch(name, d1(grid), d1(normThreads), 0, out.ptr, xp, wp, gp, int64(groups), int32(g), eps, b.bf, nb)
+			}
 			if b.keepsNarrow(xt.cols) {
-				if nb, err = b.dv.Malloc(2 * out.n()); err != nil {
-					return err
-				}
+				return c.keepNarrow(out, xt.cols, launch)
 			}
-			if err := c.launch(name, d1(grid), d1(normThreads), 0, out.ptr, xp, wp, gp, int64(groups), int32(g), eps, b.bf, nb); err != nil {
-				if nb != 0 {
-					err = errors.Join(err, b.dv.Free(nb))
-				}
-				return err
-			}
-			if nb != 0 {
-				out.narrow, out.narrowLd = nb, xt.cols
-			}
-			return nil
+			return launch(0)
 		}
 		return c.launch("k_rmsnorm", d1((groups+normWarps-1)/normWarps), d1(normThreads), 0,
 			out.ptr, xp, wp, gp, int64(groups), int32(g), eps, b.bf)

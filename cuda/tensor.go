@@ -362,7 +362,9 @@ func (b *Backend) binary(op, name string, raw bool, xn, yn string, x, y ops.Tens
 		}
 		if v4, ok := vec4Kernels[name]; ok && p.n()%4 == 0 && aligned16(out.ptr, pp, qp) {
 			if vn, ok := vec4NarrowKernels[name]; ok && b.keepsNarrow(p.cols) {
-				return c.launchNarrow(out, vn, p.n()/4, append([]any{out.ptr, pp, qp, int64(p.n() / 4)}, args...)...)
+				return c.keepNarrow(out, p.cols, func(nb uint64) error {
+					return c.launch1D(vn, p.n()/4, append([]any{out.ptr, pp, qp, int64(p.n() / 4)}, append(args, nb)...)...)
+				})
 			}
 			return c.launch1D(v4, p.n()/4, append([]any{out.ptr, pp, qp, int64(p.n() / 4)}, args...)...)
 		}
@@ -383,20 +385,6 @@ var vec4Kernels = map[string]string{"k_add": "k_add4", "k_mul_sigmoid": "k_mul_s
 // bfloat16 copy (narrow.go), with the copy's address as its last argument, for outputs a MatMul reads
 // next where keepsNarrow says so (MulSigmoid: MLA's gated output before o_proj).
 var vec4NarrowKernels = map[string]string{"k_mul_sigmoid": "k_mul_sigmoid4n"}
-
-// launchNarrow launches kernel name over n threads' work (launch1D) with a new bfloat16 copy of out as
-// its last argument, and keeps the copy with out (narrow.go).
-func (c *opCtx) launchNarrow(out *Tensor, name string, n int, args ...any) error {
-	nb, err := c.b.dv.Malloc(2 * out.n())
-	if err != nil {
-		return err
-	}
-	if err := c.launch1D(name, n, append(args, nb)...); err != nil {
-		return errors.Join(err, c.b.dv.Free(nb))
-	}
-	out.narrow, out.narrowLd = nb, out.cols
-	return nil
-}
 
 // Round returns rounded(x): a copy in FP32 precision.
 func (b *Backend) Round(x ops.Tensor) (ops.Tensor, error) {
