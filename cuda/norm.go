@@ -78,7 +78,8 @@ func aligned16(ptrs ...uint64) bool {
 }
 
 // RMSNorm normalises each group of g = w.Cols() columns (k_rmsnorm2_*, norm.cu version 2, for g a
-// multiple of 4 up to 8,192; k_rmsnorm else): per group, in float32,
+// multiple of 4 up to 8,192; k_rmsnorm else): per group, in float32, of v = x rounded as the kernels read
+// it (the routed experts' float32 sum comes so, ops.Backend.RMSNorm),
 //
 //	inv = float32(1 / sqrt(sumsq / g + eps))   // sumsq: per-thread partial sums, then a fixed butterfly
 //	out[d] = rounded(rounded(v[d] * inv) * w[d])
@@ -121,7 +122,7 @@ func (b *Backend) norm(op string, x, w, gate ops.Tensor, eps float32) (ops.Tenso
 	groups := xt.rows * (xt.cols / g)
 	var out *Tensor
 	err = b.run(op, func(c *opCtx) error {
-		xp, err := c.f32(xt)
+		xp, err := c.raw(xt) // both kernels round x as they read it (the routed experts' sum comes unrounded)
 		if err != nil {
 			return err
 		}

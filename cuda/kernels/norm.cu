@@ -35,11 +35,16 @@ extern "C" __global__ void k_rmsnorm(float* out, const float* x, const float* w,
     i64 q = blockIdx.x * (i64)(blockDim.x >> 5) + (threadIdx.x >> 5);
     if (q >= groups) return;
     const float* v = x + q * g;
-    float ss = lane_sum_sq(v, g, lane);
+    float ss = 0.0f; // lane_sum_sq's order over x rounded as read
+    for (int d = lane; d < g; d += 32) {
+        const float xd = rnd(v[d], bf);
+        ss = __fadd_rn(ss, __fmul_rn(xd, xd));
+    }
+    ss = warp_sum(ss);
     float inv = rsqrt_f(__fadd_rn(__fdiv_rn(ss, (float)g), eps));
     float* o = out + q * g;
     for (int d = lane; d < g; d += 32) {
-        float y = rnd(__fmul_rn(rnd(__fmul_rn(v[d], inv), bf), w[d]), bf);
+        float y = rnd(__fmul_rn(rnd(__fmul_rn(rnd(v[d], bf), inv), bf), w[d]), bf);
         if (gate != 0) y = rnd(__fmul_rn(y, sigmoid_f(rnd(gate[q * g + d], bf))), bf);
         o[d] = y;
     }
@@ -176,7 +181,7 @@ __device__ __forceinline__ void rmsnorm2(float* out, const float* x, const float
     float4 v[CPT];
 #pragma unroll
     for (int j = 0; j < CPT; j++)
-        if (live && j < mine) v[j] = v4[t + j * T];
+        if (live && j < mine) v[j] = rnd4(v4[t + j * T], bf);  // x rounded as read (the routed experts' float32 sum)
     float ss = live ? chunk_sq_sum<CPT>(v, mine) : 0.0f;
     if (W == 1) {
         ss = warp_sum(ss);

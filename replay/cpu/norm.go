@@ -5,6 +5,7 @@ import "github.com/potato-k3/potato-k3/replay/ops"
 // RMSNorm normalises each group of g = w.Cols() consecutive columns of every row (w is 1 x g and g divides
 // x.Cols()). Per group v, in float32:
 //
+//	v[d] = rounded(x[d])                 // the input rounded as read (ops.Backend.RMSNorm)
 //	ms := sum_d float32(v[d]*v[d]) / g   // ascending d
 //	inv := float32(1 / sqrt(ms + eps))   // once per group: the reference's x * rsqrt(mean + eps)
 //	out[d] = rounded(rounded(v[d] * inv) * w[d])
@@ -46,8 +47,12 @@ func (b *Backend) norm(op string, x, w, gate ops.Tensor, eps float32) (ops.Tenso
 	out := newTensor(xt.rows, xt.cols)
 	groups := xt.rows * (xt.cols / g)
 	b.parallelRange(groups, max(1, 4096/g), func(lo, hi int) {
+		v := make([]float32, g) // a group of x, rounded as read
 		for q := lo; q < hi; q++ {
-			v, o := xt.data[q*g:(q+1)*g], out.data[q*g:(q+1)*g]
+			o := out.data[q*g : (q+1)*g]
+			for d, xd := range xt.data[q*g : (q+1)*g] {
+				v[d] = b.r(xd)
+			}
 			inv := rsqrt32(sumSquares(v)/float32(g) + eps)
 			for d, vd := range v {
 				o[d] = b.r(b.r(vd*inv) * wt.data[d])

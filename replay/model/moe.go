@@ -115,14 +115,13 @@ func (w *MoEWeights) before(f *Pass, x ops.Tensor) (moeInput, error) {
 	return moeInput{routing: routing, shared: shared, z: z}, nil
 }
 
-// after ends the layer from the routed experts' float32 sum acc: rounded, normed, projected back to the
-// hidden width and added to the shared experts' output.
+// after ends the layer from the routed experts' float32 sum acc: rounded, normed (RMSNorm rounds its input
+// as it reads it), projected back to the hidden width and added to the shared experts' output.
 func (w *MoEWeights) after(f *Pass, acc, shared ops.Tensor) (ops.Tensor, error) {
 	m, b := f.Model, f.Model.Ops
 	r := newRun(b)
 	defer r.free()
-	sum := r.do("expert sum", func() (ops.Tensor, error) { return b.Round(acc) })
-	normed := r.do("routed_expert_norm", func() (ops.Tensor, error) { return b.RMSNorm(sum, w.Norm, m.eps) })
+	normed := r.do("routed_expert_norm", func() (ops.Tensor, error) { return b.RMSNorm(acc, w.Norm, m.eps) })
 	up := r.mm(normed, w.UpLatent, "routed_expert_up_proj")
 	y := r.result("routed + shared", func() (ops.Tensor, error) { return b.Add(up, shared) })
 	return y, r.err

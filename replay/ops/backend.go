@@ -43,7 +43,9 @@ type Backend interface {
 	Add(a, b Tensor) (Tensor, error)
 	// RMSNorm normalises each group of g = w.Cols() consecutive columns of every row (w is 1 x g, g divides
 	// x.Cols()): n = rounded(v * r) with r = 1/sqrt(mean(v^2) + eps) computed once per group in float32
-	// (the reference's x * rsqrt(mean + eps), K3_SPEC.md section 3), out = rounded(n * w).
+	// (the reference's x * rsqrt(mean + eps), K3_SPEC.md section 3), out = rounded(n * w), where v is x
+	// rounded as it is read: a no-op on activations, which hold rounded values, and the reference's
+	// rounding of the routed experts' float32 sum before their norm (ExpertsAccumulate's acc goes in as is).
 	RMSNorm(x, w Tensor, eps float32) (Tensor, error)
 	// GatedRMSNorm is the fused form of MulSigmoid(RMSNorm(x, w, eps), gate) and must equal it bit for bit
 	// (gate has x's shape). KDA's per-head output norm and gate use it.

@@ -132,6 +132,7 @@ func testExperts(s *suite) {
 		ref := refExperts(f64(accv), zv, n, latent, rt.IDs, rt.Weights, k, es, beta, linBeta, s.rd)
 		// three rounding points in a chain (W1 z and W3 z, SiTU, W2 h) before an unrounded sum
 		s.close(what, got, ref, latent, s.tol(ref).scaled(4))
+		s.normRoundsInput(what, acc)
 		// Gather copies an accumulator's float32 rows exactly (an expert-major layer takes a slice's rows
 		// of a pooled call's accumulator so: replay/model/moe_pool.go)
 		lo := n / 3
@@ -245,4 +246,26 @@ func testMXFP4Refused(s *suite) {
 		s.b.Free(x)
 		return err
 	})
+}
+
+// normRoundsInput: RMSNorm rounds its input as it reads it, so an accumulator's float32 sums normed as they
+// are give the bits of their rounded copy normed (the model norms the routed experts' sum so, with no
+// Round of its own).
+func (s *suite) normRoundsInput(what string, acc ops.Tensor) {
+	s.Helper()
+	wv := make([]float32, acc.Cols())
+	for i := range wv {
+		wv[i] = float32(1 + 0.5*s.rng.NormFloat64())
+	}
+	w, _ := s.weightBF16(1, acc.Cols(), wv)
+	direct, err := s.b.RMSNorm(acc, w, 1e-5)
+	s.must(err, what+": RMSNorm of the accumulator")
+	r, err := s.b.Round(acc)
+	s.must(err, what+": Round of the accumulator")
+	viaRound, err := s.b.RMSNorm(r, w, 1e-5)
+	s.must(err, what+": RMSNorm of the rounded accumulator")
+	if fmt.Sprint(s.hostBits(direct)) != fmt.Sprint(s.hostBits(viaRound)) {
+		s.Errorf("%s: RMSNorm of the accumulator differs from RMSNorm of its rounded copy", what)
+	}
+	s.free(w, direct, r, viaRound)
 }
