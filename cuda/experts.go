@@ -84,6 +84,7 @@ type groupedDev struct {
 	zs, h              uint64 // gathered rows (bfloat16, rows x latent; reused for the w2 outputs), SiTU (rows x ffn)
 	situ               uint64 // the SiTU factor tables (2 x 65,536 float32)
 	acc, z             uint64
+	zb                 uint64 // z's bfloat16 copy (narrow.go) where the call has one, else 0: the gather reads it
 	latent, ffn        int
 	beta, linBeta      float32
 	gateNCol, downNCol int
@@ -142,16 +143,20 @@ func (c *opCtx) prepareGrouped(p *groupedPlan, acc, z uint64, latent, ffn int, b
 }
 
 // groupedGather launches the gather of the call's rows of z, expert by expert, as bfloat16:
-// k_experts_gather8 (eight columns a thread, rows on the grid's y) where latent is a multiple of 8 and z
-// 16-byte aligned, else k_experts_gather (four a thread, grid-stride); the same values.
+// k_experts_gather8b from z's bfloat16 copy where the call has one (d.zb, rows of latent values, latent a
+// multiple of 8), else k_experts_gather8 (eight columns a thread, rows on the grid's y) where latent is a
+// multiple of 8 and z 16-byte aligned, else k_experts_gather (four a thread, grid-stride); the same values.
 func (c *opCtx) groupedGather(d *groupedDev) error {
-	if d.latent%8 != 0 || d.z%16 != 0 {
-		return c.launch1D("k_experts_gather", d.plan.rows*d.latent/4, d.zs, d.z, d.at(d.plan.offRows), int64(d.plan.rows), int32(d.latent))
-	}
 	const threads = 128
 	groups := d.latent / 8
-	return c.launch("k_experts_gather8", d2((groups+threads-1)/threads, min(d.plan.rows, maxGridY)), d1(threads), 0,
-		d.zs, d.z, d.at(d.plan.offRows), int64(d.plan.rows), int32(d.latent))
+	grid := d2((groups+threads-1)/threads, min(d.plan.rows, maxGridY))
+	switch {
+	case d.zb != 0 && d.latent%8 == 0 && d.zb%16 == 0:
+		return c.launch("k_experts_gather8b", grid, d1(threads), 0, d.zs, d.zb, d.at(d.plan.offRows), int64(d.plan.rows), int32(d.latent))
+	case d.latent%8 != 0 || d.z%16 != 0:
+		return c.launch1D("k_experts_gather", d.plan.rows*d.latent/4, d.zs, d.z, d.at(d.plan.offRows), int64(d.plan.rows), int32(d.latent))
+	}
+	return c.launch("k_experts_gather8", grid, d1(threads), 0, d.zs, d.z, d.at(d.plan.offRows), int64(d.plan.rows), int32(d.latent))
 }
 
 // groupedSiTUTables launches k_experts_situ_tables: SiTU's two factors over the 65,536 bfloat16 inputs.

@@ -78,8 +78,9 @@ func (c *opCtx) ltExpertShapes(latent, ffn int) (gu, dn *ltShape, why string, er
 	return gu, dn, "", nil
 }
 
-// expertsLt runs one planned call on the cuBLASLt path (gu, dn: ltExpertShapes' plans).
-func (c *opCtx) expertsLt(p *groupedPlan, gu, dn *ltShape, acc, z uint64, latent, ffn int, beta, linBeta float32) (err error) {
+// expertsLt runs one planned call on the cuBLASLt path (gu, dn: ltExpertShapes' plans; zb: z's bfloat16
+// copy, rows of latent values, or 0: the gather then reads z's float32 values).
+func (c *opCtx) expertsLt(p *groupedPlan, gu, dn *ltShape, acc, z, zb uint64, latent, ffn int, beta, linBeta float32) (err error) {
 	if p.rows == 0 {
 		return nil
 	}
@@ -87,6 +88,7 @@ func (c *opCtx) expertsLt(p *groupedPlan, gu, dn *ltShape, acc, z uint64, latent
 	if err != nil {
 		return err
 	}
+	d.zb = zb
 	if err := c.groupedGather(d); err != nil {
 		return fmt.Errorf("experts on cuBLASLt (%d experts, %d rows): gather: %w", p.experts, p.rows, err)
 	}

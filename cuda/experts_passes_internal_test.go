@@ -59,7 +59,9 @@ func TestSiTURows8(t *testing.T) {
 
 // TestGather8: the gather of the expert path with eight columns a thread (k_experts_gather8) gives
 // k_experts_gather's bfloat16 rows over random float32 bit patterns (NaN and Inf included) and random row
-// lists with repeats, at widths of one and several thread blocks and more rows than a grid has blocks in y.
+// lists with repeats, at widths of one and several thread blocks and more rows than a grid has blocks in y;
+// and so does the gather from z's bfloat16 copy (k_experts_gather8b, the cuBLASLt path's: z converted by
+// toBF16, as narrowOf makes the copy).
 func TestGather8(t *testing.T) {
 	b := testBackend(t, Options{Precision: ops.BF16})
 	rng := rand.New(rand.NewPCG(23, 24))
@@ -73,13 +75,15 @@ func TestGather8(t *testing.T) {
 			for i := range rows {
 				rows[i] = int32(rng.IntN(c.zrows))
 			}
-			var got, want []int32
+			var got, gotb, want []int32
 			err := b.run("test", func(x *opCtx) error {
 				zp, err1 := uploadTemp(x, z)
 				rp, err2 := uploadTemp(x, rows)
 				o8, err3 := x.temp(2 * c.n * c.cols)
 				o4, err4 := x.temp(2 * c.n * c.cols)
-				if err := errors.Join(err1, err2, err3, err4); err != nil {
+				ob, err5 := x.temp(2 * c.n * c.cols)
+				zb, err6 := x.temp(2 * c.zrows * c.cols)
+				if err := errors.Join(err1, err2, err3, err4, err5, err6); err != nil {
 					return err
 				}
 				d := &groupedDev{plan: &groupedPlan{rows: c.n}, zs: o8, z: zp, latent: c.cols}
@@ -87,17 +91,29 @@ func TestGather8(t *testing.T) {
 				if err := x.groupedGather(d); err != nil {
 					return err
 				}
+				if err := x.toBF16(zb, zp, c.zrows, c.cols, c.cols); err != nil {
+					return err
+				}
+				db := *d
+				db.zs, db.zb = ob, zb
+				if err := x.groupedGather(&db); err != nil {
+					return err
+				}
 				if err := x.launch1D("k_experts_gather", c.n*c.cols/4, o4, zp, rp, int64(c.n), int32(c.cols)); err != nil {
 					return err
 				}
 				var err error
-				got, want, err = downloadPair(x.b, c.n*c.cols/2, o8, o4)
+				if got, want, err = downloadPair(x.b, c.n*c.cols/2, o8, o4); err != nil {
+					return err
+				}
+				gotb, _, err = downloadPair(x.b, c.n*c.cols/2, ob, o4)
 				return err
 			})
 			if err != nil {
 				t.Fatal(err)
 			}
 			sameWords(t, "gather8", got, want, c.cols)
+			sameWords(t, "gather8b", gotb, want, c.cols)
 		})
 	}
 }

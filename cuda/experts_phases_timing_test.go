@@ -10,8 +10,8 @@ import (
 
 // TestExpertsPhasesTiming times the pieces of one pooled cuBLASLt expert call apart, at the size each of a
 // MoE layer's seven calls has in the 262,144-token bench (a chunk of 128 of 896 experts over every
-// slice's rows: about 600,000 gathered rows, 4,700 an expert), then the whole call: the gather (both
-// kernels), the decode of the call's experts to bfloat16, the SiTU pass over every gathered row, the
+// slice's rows: about 600,000 gathered rows, 4,700 an expert), then the whole call: the gather (its
+// kernels, and z's bfloat16 copy that the path's gather reads), the decode of the call's experts to bfloat16, the SiTU pass over every gathered row, the
 // combine, and the GEMMs alone one after another. The pieces that are not GEMMs are what a GEMM with the gather, decode, SiTU and combine fused
 // into it would save (cuda/DESIGN.md); each line gives the bytes it moves and the rate. The whole call
 // also runs the GEMMs on its lanes, so it is not the sum. Skipped with -short; about 25 GB of device memory.
@@ -70,6 +70,10 @@ func TestExpertsPhasesTiming(t *testing.T) {
 		if err != nil {
 			return err
 		}
+		zb, err := c.temp(2 * rows * latent)
+		if err != nil {
+			return err
+		}
 		groups := (slot/32 + xThreads - 1) / xThreads
 		phases := []struct {
 			what  string
@@ -80,7 +84,14 @@ func TestExpertsPhasesTiming(t *testing.T) {
 			{"gather, k_experts_gather (4 a thread)", float64(n) * latent * 6, func() error {
 				return c.launch1D("k_experts_gather", n*latent/4, d.zs, d.z, d.at(plan.offRows), int64(n), int32(latent))
 			}},
-			{"gather, the path's", float64(n) * latent * 6, func() error { return c.groupedGather(d) }},
+			{"gather, k_experts_gather8 (float32 z)", float64(n) * latent * 6, func() error { return c.groupedGather(d) }},
+			// the copy of z the cuBLASLt path makes once for a layer's calls, then its gather
+			{"z's bfloat16 copy (once a pooled layer)", float64(rows) * latent * 6, func() error { return c.toBF16(zb, zp, rows, latent, latent) }},
+			{"gather, the path's (from the copy)", float64(n) * latent * 4, func() error {
+				db := *d
+				db.zb = zb
+				return c.groupedGather(&db)
+			}},
 			// MXFP4 read (4 bits a value and a scale byte for 32), bfloat16 written
 			{"decode, k_experts_decode (32 codes a thread)", float64(len(plan.nonzero)) * float64(slot) * (2 + 4.25/8), func() error {
 				for j0 := 0; j0 < len(plan.nonzero); j0 += 16 {
@@ -141,7 +152,7 @@ func TestExpertsPhasesTiming(t *testing.T) {
 			t.Logf("TIMING expert call phases, %d experts, %d gathered rows, %d touched: %-38s %8.3f ms %s",
 				len(plan.nonzero), n, plan.touched, p.what, ms, rate)
 		}
-		ms, err := eventTime(c, 3, func() error { return c.expertsLt(&plan, gu, dn, ap, zp, latent, ffn, beta, linBeta) })
+		ms, err := eventTime(c, 3, func() error { return c.expertsLt(&plan, gu, dn, ap, zp, zb, latent, ffn, beta, linBeta) })
 		if err != nil {
 			return fmt.Errorf("the whole call: %w", err)
 		}

@@ -30,7 +30,7 @@ var kernelFiles = []kernelFile{
 		"k_attnres2_c1", "k_attnres2_c2", "k_attnres2_c4", "k_attnres2_c8"}},
 	{"matmul.cu", []string{"k_matmul_f32", "k_matmul_bf16", "k_matmul_mxfp4"}},
 	{"matmul_tc.cu", []string{"k_matmul_tc_bf16", "k_matmul_tc_mxfp4", "k_matmul_tc_bf16_vec", "k_matmul_tc_mxfp4_vec"}},
-	{"experts.cu", []string{"k_experts_gather", "k_experts_gather8", "k_experts_situ_tables", "k_experts_gateup", "k_experts_down", "k_experts_combine", "k_experts_combine4",
+	{"experts.cu", []string{"k_experts_gather", "k_experts_gather8", "k_experts_gather8b", "k_experts_situ_tables", "k_experts_gateup", "k_experts_down", "k_experts_combine", "k_experts_combine4",
 		"k_experts_gateup_f32", "k_experts_down_f32", "k_experts_gateup_nodec", "k_experts_down_nodec",
 		"k_experts_decode", "k_experts_decode8", "k_experts_situ_rows", "k_experts_situ_rows8", "k_situ_glu_bf16"}},
 	{"experts_wg.cu", []string{"k_experts_gateup_wg", "k_experts_down_wg", "k_experts_gateup_wg_nodec", "k_experts_down_wg_nodec"}},

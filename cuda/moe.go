@@ -360,7 +360,15 @@ func (b *Backend) expertsAccumulate(acc, z ops.Tensor, rt ops.Routing, experts [
 					return err
 				case why == "":
 					c.detail = "cuBLASLt" // the part after the wait for uploads is all this path's
-					return c.expertsLt(&plan, gu, dn, at.ptr, zp, latent, ffn, beta, linBeta)
+					// the gather reads z's bfloat16 copy, made by the first call and kept with z for the
+					// next (a pooled layer's seven calls share one z): 2 bytes a gathered value, not 4
+					var zb uint64
+					if zt.dt == dtF32 && latent%8 == 0 {
+						if zb, err = c.narrowOf(zt, latent); err != nil {
+							return err
+						}
+					}
+					return c.expertsLt(&plan, gu, dn, at.ptr, zp, zb, latent, ffn, beta, linBeta)
 				case mode == expertsLt:
 					return fmt.Errorf("%w: %s: the cuBLASLt path does not take these experts: %s", ErrArgument, op, why)
 				}

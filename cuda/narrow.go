@@ -11,7 +11,8 @@ import "errors"
 // copy on the tensor (Tensor.narrow) and the next ones read it; RMSNorm, GatedRMSNorm and MulSigmoid
 // (MLA's gated output, o_proj's x), whose outputs are such inputs, write the copy with their output
 // (norm.go keepsNarrow), so not even the first MatMul converts; the fused FFN and TokenStats' lm_head read
-// it too. Free releases it with the tensor. The only op that writes into an existing tensor,
+// it too; ExpertsAccumulate's cuBLASLt path makes z's copy and gathers its rows from it, once for a pooled
+// layer's calls (moe.go). Free releases it with the tensor. The only op that writes into an existing tensor,
 // ExpertsAccumulate (its acc), drops the copy first. The values a GEMM reads are the same either way, so
 // no bit changes.
 
