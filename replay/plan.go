@@ -295,6 +295,9 @@ func (e *Engine) planWith(lens []int, mode layerMode, chunk int) (WavePlan, erro
 			slice = e.maxRows
 		}
 		slice = min(roundSlice(slice), wave)
+		if !p.HostState {
+			slice = evenSlices(wave, slice)
+		}
 	}
 	if p.HostState && int64(hostTokens(wave, slice, avail, act, state))*hostState > p.HostBudget {
 		// the sequences go in several waves, each as large as the device and the host hold
@@ -389,6 +392,22 @@ func hostTokens(wave, n int, avail, act, state int64) int {
 // sliceFloor is the smallest slice the planner halves to for room on the device: below it a layer's
 // matmuls run on too few rows to keep the device busy, and more reads cost less than smaller slices.
 const sliceFloor = 4096
+
+// evenSlices is the slice size that cuts a wave of wave tokens into as many slices as slices of at most
+// most tokens would, all of about one size (above 1,024 tokens rounded up to a multiple of 1,024, as
+// roundSlice leaves most): a wave of 262,144 tokens with room for 86,016 runs as four slices of 65,536
+// instead of three of 86,016 and a last one of 4,096, whose ops would run far below the device's rate.
+func evenSlices(wave, most int) int {
+	if most >= wave || most < 1 {
+		return most
+	}
+	n := (wave + most - 1) / most
+	s := (wave + n - 1) / n
+	if most > 1024 {
+		s = (s + 1023) / 1024 * 1024
+	}
+	return min(s, most)
+}
 
 // roundSlice rounds a slice size down to a multiple of 1,024 tokens when it is larger.
 func roundSlice(n int) int {
