@@ -3,6 +3,7 @@ package cuda
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/potato-k3/potato-k3/replay/ops"
@@ -139,6 +140,11 @@ func TestExpertsPhasesTiming(t *testing.T) {
 				}
 				return nil
 			}},
+			// the same GEMMs over each expert's own gathered rows, as the call runs them (no block reads
+			// another's rows: the L2 holds none of them ahead), then with the SiTU pass between them, as
+			// expertLtRows runs them: with the pieces above, where the whole call's time goes
+			{"GEMMs at the call's rows, one stream", 0, func() error { return callGEMMs(c, d, gu, dn, wdec, gub, &plan, slot, false) }},
+			{"GEMMs and SiTU at the call's rows, one stream", 0, func() error { return callGEMMs(c, d, gu, dn, wdec, gub, &plan, slot, true) }},
 		}
 		for _, p := range phases {
 			ms, err := eventTime(c, 5, p.fn)
@@ -152,15 +158,54 @@ func TestExpertsPhasesTiming(t *testing.T) {
 			t.Logf("TIMING expert call phases, %d experts, %d gathered rows, %d touched: %-38s %8.3f ms %s",
 				len(plan.nonzero), n, plan.touched, p.what, ms, rate)
 		}
-		ms, err := eventTime(c, 3, func() error { return c.expertsLt(&plan, gu, dn, ap, zp, zb, latent, ffn, beta, linBeta) })
-		if err != nil {
-			return fmt.Errorf("the whole call: %w", err)
+		for _, lanes := range []int{0, 1} { // the default lanes, then the compute stream alone (Options.ExpertStreams)
+			was := b.opts.ExpertStreams
+			b.opts.ExpertStreams = lanes
+			what := fmt.Sprintf("the whole call (expertsLt), %d lanes", b.expertStreamCount())
+			ms, err := eventTime(c, 3, func() error { return c.expertsLt(&plan, gu, dn, ap, zp, zb, latent, ffn, beta, linBeta) })
+			b.opts.ExpertStreams = was
+			if err != nil {
+				return fmt.Errorf("%s: %w", what, err)
+			}
+			t.Logf("TIMING expert call phases, %d experts, %d gathered rows, %d touched: %-38s %8.3f ms %7.1f TFLOP/s",
+				len(plan.nonzero), n, plan.touched, what, ms, flop/ms/1e9)
 		}
-		t.Logf("TIMING expert call phases, %d experts, %d gathered rows, %d touched: %-38s %8.3f ms %7.1f TFLOP/s",
-			len(plan.nonzero), n, plan.touched, "the whole call (expertsLt)", ms, flop/ms/1e9)
 		return nil
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// callGEMMs runs each expert's two GEMMs over its own gathered rows of d (plan's order, blocks of
+// ltExpertRows), the experts taking turns over the 16 decoded slots at wdec, on the compute stream; with
+// situ, the SiTU pass between them as the call runs it.
+func callGEMMs(c *opCtx, d *groupedDev, gu, dn *ltShape, wdec, gub uint64, plan *groupedPlan, slot int, situ bool) error {
+	latent, ffn := d.latent, d.ffn
+	first := 0
+	for i := range plan.counts {
+		if plan.counts[i] == 0 {
+			continue
+		}
+		j := slices.Index(plan.nonzero, i)
+		w := wdec + uint64(2*slot*(j%16))
+		for r0 := 0; r0 < plan.counts[i]; r0 += ltExpertRows {
+			rn := min(ltExpertRows, plan.counts[i]-r0)
+			row := first + r0
+			zs, h := d.zs+uint64(2*row*latent), d.h+uint64(2*row*ffn)
+			if err := c.ltGemm(gu, gub, zs, w, rn, 2*ffn, latent); err != nil {
+				return err
+			}
+			if situ {
+				if err := c.situRows(h, gub, rn, ffn, d.situ); err != nil {
+					return err
+				}
+			}
+			if err := c.ltGemm(dn, zs, h, w+uint64(2*2*ffn*latent), rn, latent, ffn); err != nil {
+				return err
+			}
+		}
+		first += plan.counts[i]
+	}
+	return nil
 }
