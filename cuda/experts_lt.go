@@ -89,12 +89,15 @@ func (c *opCtx) expertsLt(p *groupedPlan, gu, dn *ltShape, acc, z, zb uint64, la
 		return err
 	}
 	d.zb = zb
+	c.stepDone("prepare (plan upload, temporaries)")
 	if err := c.groupedGather(d); err != nil {
 		return fmt.Errorf("experts on cuBLASLt (%d experts, %d rows): gather: %w", p.experts, p.rows, err)
 	}
+	c.stepDone("gather")
 	if err := c.groupedSiTUTables(d); err != nil {
 		return fmt.Errorf("experts on cuBLASLt: SiTU tables: %w", err)
 	}
+	c.stepDone("SiTU tables")
 	slot := 3 * ffn * latent // decoded values an expert
 	budget := ltDecodeBytes
 	if c.b.decodeBytes > 0 {
@@ -118,15 +121,18 @@ func (c *opCtx) expertsLt(p *groupedPlan, gu, dn *ltShape, acc, z, zb uint64, la
 	if err := x.setup(c, slot, chunk, max(1, budget/(2*slot)), (len(p.nonzero)+chunk-1)/chunk); err != nil {
 		return fmt.Errorf("experts on cuBLASLt: %w", err)
 	}
+	c.stepDone("setup (lanes, kept buffers)")
 	for j0, ci := 0, 0; j0 < len(p.nonzero); j0, ci = j0+chunk, ci+1 {
 		cnt := min(chunk, len(p.nonzero)-j0)
 		wdec := x.wdec[ci%len(x.wdec)]
 		if err := x.reuse(c, ci); err != nil {
 			return fmt.Errorf("experts on cuBLASLt: %w", err)
 		}
+		c.stepDone("wait for the decode buffer")
 		if err := c.decodeExperts(wdec, d.tab, d.at(p.offList+j0), cnt, ffn, latent); err != nil {
 			return fmt.Errorf("experts on cuBLASLt: decoding experts %d..%d of the call: %w", j0, j0+cnt-1, err)
 		}
+		c.stepDone("decode")
 		if err := x.start(c); err != nil {
 			return fmt.Errorf("experts on cuBLASLt: %w", err)
 		}
@@ -136,6 +142,7 @@ func (c *opCtx) expertsLt(p *groupedPlan, gu, dn *ltShape, acc, z, zb uint64, la
 				return err
 			}
 		}
+		c.stepDone("experts' GEMMs and SiTU")
 		if err := x.finish(c, ci); err != nil {
 			return fmt.Errorf("experts on cuBLASLt: %w", err)
 		}
@@ -143,9 +150,11 @@ func (c *opCtx) expertsLt(p *groupedPlan, gu, dn *ltShape, acc, z, zb uint64, la
 	if err := x.join(c); err != nil {
 		return fmt.Errorf("experts on cuBLASLt: %w", err)
 	}
+	c.stepDone("join the lanes")
 	if err := c.groupedCombine(d); err != nil {
 		return fmt.Errorf("experts on cuBLASLt: combine: %w", err)
 	}
+	c.stepDone("combine")
 	return nil
 }
 

@@ -1,11 +1,15 @@
 package cuda
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
 	"testing"
+	"time"
+	"unsafe"
 
+	"github.com/potato-k3/potato-k3/cuda/bind"
 	"github.com/potato-k3/potato-k3/replay/ops"
 )
 
@@ -158,23 +162,162 @@ func TestExpertsPhasesTiming(t *testing.T) {
 			t.Logf("TIMING expert call phases, %d experts, %d gathered rows, %d touched: %-38s %8.3f ms %s",
 				len(plan.nonzero), n, plan.touched, p.what, ms, rate)
 		}
-		for _, lanes := range []int{0, 1} { // the default lanes, then the compute stream alone (Options.ExpertStreams)
-			was := b.opts.ExpertStreams
-			b.opts.ExpertStreams = lanes
-			what := fmt.Sprintf("the whole call (expertsLt), %d lanes", b.expertStreamCount())
-			ms, err := eventTime(c, 3, func() error { return c.expertsLt(&plan, gu, dn, ap, zp, zb, latent, ffn, beta, linBeta) })
-			b.opts.ExpertStreams = was
-			if err != nil {
-				return fmt.Errorf("%s: %w", what, err)
-			}
-			t.Logf("TIMING expert call phases, %d experts, %d gathered rows, %d touched: %-38s %8.3f ms %7.1f TFLOP/s",
-				len(plan.nonzero), n, plan.touched, what, ms, flop/ms/1e9)
-		}
 		return nil
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The whole call on the default lanes and on the compute stream alone, each call an op of its own as
+	// in the engine (its temporaries freed when it ends; inside one op they would pile up and the pool
+	// grow), and where its time goes: an event at each step's end (opCtx.steps), every step on the
+	// compute stream when it runs alone.
+	// first the GEMMs and SiTU pass at the call's rows alone, timed the same way: what the call's own
+	// step of them should take
+	err = expertCallSteps(t, b, "the GEMMs and SiTU alone", flop, func(c *opCtx) error {
+		gu, dn, _, err := c.ltExpertShapes(latent, ffn)
+		if err != nil {
+			return err
+		}
+		d, err := c.prepareGrouped(&plan, acc.(*Tensor).ptr, z.(*Tensor).ptr, latent, ffn, beta, linBeta, "")
+		if err != nil {
+			return err
+		}
+		if err := c.groupedGather(d); err != nil {
+			return err
+		}
+		if err := c.groupedSiTUTables(d); err != nil {
+			return err
+		}
+		wdec, err := c.temp(2 * slot * 16)
+		if err != nil {
+			return err
+		}
+		gub, err := c.temp(2 * ltExpertRows * 2 * ffn)
+		if err != nil {
+			return err
+		}
+		if err := c.decodeExperts(wdec, d.tab, d.at(plan.offList), 16, ffn, latent); err != nil {
+			return err
+		}
+		c.stepDone("setup, gather, one decode")
+		if err := callGEMMs(c, d, gu, dn, wdec, gub, &plan, slot, true); err != nil {
+			return err
+		}
+		c.stepDone("GEMMs and SiTU at the call's rows")
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, lanes := range []int{0, 1} {
+		was := b.opts.ExpertStreams
+		b.opts.ExpertStreams = lanes
+		err := expertCallSteps(t, b, fmt.Sprintf("%d experts, %d gathered rows, %d lanes", len(plan.nonzero), n, b.expertStreamCount()), flop,
+			func(c *opCtx) error {
+				gu, dn, _, err := c.ltExpertShapes(latent, ffn)
+				if err != nil {
+					return err
+				}
+				zt := z.(*Tensor)
+				zb, err := c.narrowOf(zt, latent)
+				if err != nil {
+					return err
+				}
+				return c.expertsLt(&plan, gu, dn, acc.(*Tensor).ptr, zt.ptr, zb, latent, ffn, beta, linBeta)
+			})
+		b.opts.ExpertStreams = was
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// expertCallSteps runs call as an op once untimed, then three times timed, each between two events on
+// the compute stream with an event at each step's end (opCtx.steps), and logs the median call and, from
+// the last run, each step's device time (from the step before's end; summed over its repeats) and the
+// host's time in it.
+func expertCallSteps(t *testing.T, b *Backend, what string, flop float64, call func(c *opCtx) error) error {
+	if err := b.run("expert call (warm-up)", call); err != nil {
+		return err
+	}
+	type mark struct {
+		step string
+		ev   uintptr
+		host time.Duration
+	}
+	var calls []float64
+	var lastMarks []mark
+	var lastDev []float32
+	for range 3 {
+		var marks []mark
+		var devs []float32
+		err := b.run("expert call", func(c *opCtx) error {
+			tm := newEventTimer(c)
+			defer tm.destroy()
+			d, strm := b.drv, b.dv.Stream
+			t0 := time.Now()
+			ev0, err := tm.events.Record(d, strm)
+			if err != nil {
+				return err
+			}
+			var recErr error
+			c.steps = func(step string) {
+				ev, err := tm.events.Record(d, strm)
+				if err != nil {
+					recErr = err
+					return
+				}
+				marks = append(marks, mark{step, ev, time.Since(t0)})
+			}
+			err = call(c)
+			c.steps = nil
+			if err = errors.Join(err, recErr); err != nil {
+				return err
+			}
+			if len(marks) == 0 {
+				return fmt.Errorf("no steps marked")
+			}
+			last := marks[len(marks)-1].ev
+			if err := d.Check("cuEventSynchronize(steps)", bind.Call(d.CuEventSynchronize, last)); err != nil {
+				return err
+			}
+			prev := ev0
+			for _, m := range marks {
+				var ms float32
+				if err := d.Check("cuEventElapsedTime(steps)", bind.Call(d.CuEventElapsedTime, uintptr(unsafe.Pointer(&ms)), prev, m.ev)); err != nil {
+					return err
+				}
+				devs, prev = append(devs, ms), m.ev
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		var sum float64
+		for _, v := range devs {
+			sum += float64(v)
+		}
+		calls, lastMarks, lastDev = append(calls, sum), marks, devs
+	}
+	slices.Sort(calls)
+	t.Logf("TIMING expert call steps, %s: the whole call %8.3f ms %7.1f TFLOP/s (median of 3, each an op)", what, calls[1], flop/calls[1]/1e9)
+	var order []string
+	dev, host, count := map[string]float64{}, map[string]float64{}, map[string]int{}
+	var before time.Duration
+	for i, m := range lastMarks {
+		if count[m.step] == 0 {
+			order = append(order, m.step)
+		}
+		dev[m.step] += float64(lastDev[i])
+		host[m.step] += float64(m.host-before) / 1e6
+		count[m.step]++
+		before = m.host
+	}
+	for _, step := range order {
+		t.Logf("TIMING expert call steps, %s: %-36s %3d x, device %8.3f ms, host %8.3f ms", what, step, count[step], dev[step], host[step])
+	}
+	return nil
 }
 
 // callGEMMs runs each expert's two GEMMs over its own gathered rows of d (plan's order, blocks of

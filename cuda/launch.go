@@ -34,6 +34,16 @@ type opCtx struct {
 	// deferRound lets gemmLt leave a rounded product's rounding to its reader (MatMul, deferred.go);
 	// deferred reports that it did
 	deferRound, deferred bool
+	// steps, when set (a timing test), is called at each step boundary of a long op (expertsLt) with the
+	// name of the step that just ended, so that the test can record an event there
+	steps func(step string)
+}
+
+// stepDone reports the end of a step of the op to c.steps, if set.
+func (c *opCtx) stepDone(step string) {
+	if c.steps != nil {
+		c.steps(step)
+	}
 }
 
 // stream is the stream the op's launches go to now: a side stream's, or the backend's.
