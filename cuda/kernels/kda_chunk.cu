@@ -51,6 +51,9 @@
 //      several ulps: kept only as the template's option, not instantiated.
 //   4b. graw and braw rounded as they are read for the gate and beta: their projections reach the kernel
 //      with the rounding deferred (cuda/deferred.go). A no-op on rounded inputs; q, k, v come rounded.
+//   Tried and not kept (cuda/records): 5, the short convolutions fused in as a phase 0 (kda_conv_fused.diff,
+//   runs 90-93: the phase cost as much as the convolutions alone); 6, phase 3's A and P on the tensor cores
+//   in split tf32 (kda_ap_tensor_cores.diff, run 96: 1.6% faster, four times as many outputs off the exact path).
 //   Next: producer warps running the next chunk's CUDA-core phases while consumer warps run this chunk's
 //   products (the phases now add up: rows 16%, columns 12%, A and P 22%, M 8%, W 6%); the short
 //   convolution and the gated output norm fused in.
