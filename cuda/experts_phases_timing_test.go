@@ -178,14 +178,8 @@ func TestExpertsPhasesTiming(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		d, err := c.prepareGrouped(&plan, acc.(*Tensor).ptr, z.(*Tensor).ptr, latent, ffn, beta, linBeta, "")
+		d, err := c.gatheredCall(&plan, acc.(*Tensor).ptr, z.(*Tensor).ptr, latent, ffn, beta, linBeta, "")
 		if err != nil {
-			return err
-		}
-		if err := c.groupedGather(d); err != nil {
-			return err
-		}
-		if err := c.groupedSiTUTables(d); err != nil {
 			return err
 		}
 		wdec, err := c.temp(2 * slot * 16)
@@ -351,4 +345,17 @@ func callGEMMs(c *opCtx, d *groupedDev, gu, dn *ltShape, wdec, gub uint64, plan 
 		first += plan.counts[i]
 	}
 	return nil
+}
+
+// gatheredCall prepares a grouped call on the op (prepareGrouped), gathers its rows and makes the SiTU
+// tables: what the call's GEMM kernels read, for tests that time or run those kernels.
+func (c *opCtx) gatheredCall(p *groupedPlan, acc, z uint64, latent, ffn int, beta, linBeta float32, suffix string) (*groupedDev, error) {
+	d, err := c.prepareGrouped(p, acc, z, latent, ffn, beta, linBeta, suffix)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.groupedGather(d); err != nil {
+		return nil, err
+	}
+	return d, c.groupedSiTUTables(d)
 }

@@ -97,14 +97,8 @@ func wgBreakdown(t *testing.T, b *Backend, name string, z *Tensor, rt ops.Routin
 	}
 	defer b.Free(acc)
 	err = b.run("timing", func(c *opCtx) error {
-		d, err := c.prepareGrouped(&p, acc.(*Tensor).ptr, z.ptr, latent, ffn, 4, 25, "_wg")
+		d, err := c.gatheredCall(&p, acc.(*Tensor).ptr, z.ptr, latent, ffn, 4, 25, "_wg")
 		if err != nil {
-			return err
-		}
-		if err := c.groupedGather(d); err != nil {
-			return err
-		}
-		if err := c.groupedSiTUTables(d); err != nil {
 			return err
 		}
 		for _, s := range []struct {
