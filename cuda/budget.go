@@ -24,11 +24,11 @@ func (b *Backend) FreeDeviceMemory() (int64, error) {
 // cuBLASLt matmul reading an input keep (narrow.go): only matmul inputs have one, about half the values.
 func (b *Backend) ActivationElementBytes() int { return 5 }
 
-// ExpertScratchBytes is what ExpertsAccumulate takes beyond acc and z (ops.ExpertScratch): the grouped
-// path's bfloat16 gathers of every (row, expert) pair's latent input and SiTU output (experts.go,
-// prepareGrouped), and z's bfloat16 copy, which the cuBLASLt path's gather reads and which stays with z
-// until it is freed (moe.go); the cuBLASLt lanes hold buffers of a bounded number of rows, counted by the
-// plan's margin.
-func (b *Backend) ExpertScratchBytes(rows, k, latent, ffn int) int64 {
-	return 2*int64(rows)*int64(k)*int64(latent+ffn) + 2*int64(rows)*int64(latent)
+// ExpertScratchBytes is what ExpertsAccumulate takes beyond acc and z (ops.ExpertScratch) for a call over
+// rows rows of z with pairs (row, expert) pairs: the grouped path's bfloat16 gathers of every pair's
+// latent input and SiTU output (experts.go, prepareGrouped), and z's bfloat16 copy, which the cuBLASLt
+// path's gather reads and which stays with z until it is freed (moe.go); the cuBLASLt lanes hold buffers
+// of a bounded number of rows, counted by the plan's margin.
+func (b *Backend) ExpertScratchBytes(rows, pairs, latent, ffn int) int64 {
+	return 2*int64(pairs)*int64(latent+ffn) + 2*int64(rows)*int64(latent)
 }

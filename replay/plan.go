@@ -375,7 +375,7 @@ func (e *Engine) expertScratch() int64 {
 	if e.Plan.MoELayers() == 0 {
 		return 0
 	}
-	return e.Model.ExpertScratchBytes(1, e.Model.Dims.TopK)
+	return e.Model.ExpertScratchBytes(1, e.Model.Dims.TopK) // a token's row and its top-k pairs
 }
 
 // devSlices is how many slices of n tokens keep their state on the device beside the running slice's

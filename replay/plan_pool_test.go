@@ -41,7 +41,7 @@ func TestPlanPooled(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			cb := newCounting(ops.BF16)
-			cb.scratch = func(pairs int) int64 { return probe.Model.ExpertScratchBytes(pairs, 1) }
+			cb.scratch = probe.Model.ExpertScratchBytes
 			e := openPreset(t, "tiny", 1, cb, EngineOptions{SliceTokens: 300, ExpertChunk: 3, NoExpertPooling: c.noPool,
 				DeviceMemory: c.budget, PrefetchExperts: -1})
 			cb.reset()

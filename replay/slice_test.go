@@ -105,9 +105,9 @@ type counting struct {
 	*cpu.Backend
 	liveBytes
 	// expertRows has the rows of every ExpertsAccumulate call; with scratch set, each call also counts
-	// scratch(pairs) bytes while it runs, pairs being its (row, expert) pairs with the expert given.
+	// scratch(rows, pairs) bytes while it runs, pairs being its (row, expert) pairs with the expert given.
 	expertRows []int
-	scratch    func(pairs int) int64
+	scratch    func(rows, pairs int) int64
 }
 
 func (c *counting) ExpertsAccumulate(acc, z ops.Tensor, r ops.Routing, experts []ops.Expert, beta, linBeta float32) error {
@@ -126,7 +126,7 @@ func (c *counting) ExpertsAccumulate(acc, z ops.Tensor, r ops.Routing, experts [
 			}
 		}
 		key := new(int)
-		c.add(key, c.scratch(pairs))
+		c.add(key, c.scratch(z.Rows(), pairs))
 		defer c.drop(key)
 	}
 	return c.Backend.ExpertsAccumulate(acc, z, r, experts, beta, linBeta)
@@ -340,7 +340,7 @@ func TestPlanExpertMajor(t *testing.T) {
 		slice    int
 	}{{false, budget, 0}, {true, budget + stash, 300}} {
 		cb := newCounting(ops.BF16)
-		cb.scratch = func(pairs int) int64 { return probe.Model.ExpertScratchBytes(pairs, 1) }
+		cb.scratch = probe.Model.ExpertScratchBytes
 		e := openPreset(t, "tiny", 1, cb, EngineOptions{ExpertChunk: 1, DeviceMemory: c.budget, SliceTokens: c.slice})
 		e.forceExpertMajor = true
 		cb.reset()

@@ -177,17 +177,17 @@ type pool struct {
 // (ops.ExpertScratch; without it, float32 gate, up and output values of every pair, as the CPU backend
 // holds them: the plan's assumption too).
 func (m *Model) expertCallBytes(rows, pairs int) int64 {
-	return int64(rows)*int64(m.Dims.Latent)*m.ActivationBytes() + m.ExpertScratchBytes(pairs, 1)
+	return int64(rows)*int64(m.Dims.Latent)*m.ActivationBytes() + m.ExpertScratchBytes(rows, pairs)
 }
 
-// ExpertScratchBytes is what ExpertsAccumulate takes beyond acc and z on m's backend for rows rows
-// choosing k experts each (ops.ExpertScratch, else 4 x rows x k x (latent + 2 ffn)).
-func (m *Model) ExpertScratchBytes(rows, k int) int64 {
+// ExpertScratchBytes is what ExpertsAccumulate takes beyond acc and z on m's backend for a call over rows
+// rows of z with pairs (row, expert) pairs (ops.ExpertScratch, else 4 x pairs x (latent + 2 ffn)).
+func (m *Model) ExpertScratchBytes(rows, pairs int) int64 {
 	d := m.Dims
 	if s, ok := m.Ops.(ops.ExpertScratch); ok {
-		return s.ExpertScratchBytes(rows, k, d.Latent, d.ExpertFFN)
+		return s.ExpertScratchBytes(rows, pairs, d.Latent, d.ExpertFFN)
 	}
-	return 4 * int64(rows) * int64(k) * int64(d.Latent+2*d.ExpertFFN)
+	return 4 * int64(pairs) * int64(d.Latent+2*d.ExpertFFN)
 }
 
 // waveRouting is an expert-major layer's routing of the whole wave, filled slice by slice in its first

@@ -15,10 +15,11 @@ type ActivationSizer interface {
 }
 
 // ExpertScratch is an optional interface of a Backend: the device bytes ExpertsAccumulate takes beyond
-// its acc and z for rows rows choosing k experts each (the CUDA backend's grouped path gathers every
-// (row, expert) pair's latent input and SiTU output in bfloat16). The engine plans
-// 4 x rows x k x (latent + 2 ffn) bytes for a backend without it: float32 gate and up outputs and the
-// expert output of every pair, as the CPU backend holds them.
+// its acc and z for a call over rows rows of z whose routing gives the call's experts pairs (row, expert)
+// pairs (the CUDA backend's grouped path gathers every pair's latent input and SiTU output in bfloat16,
+// and keeps a bfloat16 copy of z). The engine plans 4 x pairs x (latent + 2 ffn) bytes for a backend
+// without it: float32 gate and up outputs and the expert output of every pair, as the CPU backend holds
+// them.
 type ExpertScratch interface {
-	ExpertScratchBytes(rows, k, latent, ffn int) int64
+	ExpertScratchBytes(rows, pairs, latent, ffn int) int64
 }
