@@ -43,15 +43,11 @@ func TestCuBLASLtSurvey(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 5))
 	for _, tc := range cases {
 		err := b.run("survey", func(c *opCtx) error {
-			def, err := h.shapeOut(tc.m, tc.k, tc.out)
-			if err != nil || !def.ok {
-				return fmt.Errorf("%s %dx%d: no pinned plan: %v %s", tc.what, tc.m, tc.k, err, def.why)
-			}
-			s := &ltShape{ldb: def.ldb, out: tc.out, adesc: def.adesc, ok: true, algo: def.algo, config: def.config}
-			cands, err := h.candidates(s, tc.m, tc.k)
+			def, cands, err := pinnedCandidates(h, tc.what, tc.m, tc.k, tc.out, nil)
 			if err != nil {
 				return err
 			}
+			s := &cands[0]
 			most := 0
 			for _, n := range tc.ns {
 				most = max(most, n)
@@ -127,21 +123,15 @@ func TestCuBLASLtSustained(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 7))
 	for _, tc := range cases {
 		err := b.run("sustained", func(c *opCtx) error {
-			def, err := h.shapeOut(tc.m, tc.k, tc.out)
-			if err != nil || !def.ok {
-				return fmt.Errorf("%s %dx%d: no pinned plan: %v %s", tc.what, tc.m, tc.k, err, def.why)
-			}
-			pinned := def
+			var tune func(*ltShape) error
 			if tc.out == bind.R16BF { // the experts' shapes are tuned (ltTune) when the path first runs
-				if err := c.ltTune(def, tc.m, tc.k, ltExpertTuneN); err != nil {
-					return err
-				}
+				tune = func(def *ltShape) error { return c.ltTune(def, tc.m, tc.k, ltExpertTuneN) }
 			}
-			s := &ltShape{ldb: def.ldb, out: tc.out, adesc: def.adesc, ok: true, algo: def.algo, config: def.config}
-			cands, err := h.candidates(s, tc.m, tc.k)
+			pinned, cands, err := pinnedCandidates(h, tc.what, tc.m, tc.k, tc.out, tune)
 			if err != nil {
 				return err
 			}
+			s, def := &cands[0], pinned
 			w, err1 := uploadTemp(c, randBF16Words(rng, tc.m*tc.k))
 			x, err2 := uploadTemp(c, randBF16Words(rng, tc.n*s.ldb))
 			out, err3 := c.temp(tc.n * tc.m * def.outBytes())
@@ -178,4 +168,24 @@ func TestCuBLASLtSustained(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// pinnedCandidates returns the pinned plan of the shape (m, k) with outputs of type out, tuned first by
+// tune when it is given, and every configuration the tuner would time for it, the pinned one first.
+func pinnedCandidates(h *ltHandle, what string, m, k int, out uintptr, tune func(*ltShape) error) (*ltShape, []ltShape, error) {
+	def, err := h.shapeOut(m, k, out)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s %dx%d: %w", what, m, k, err)
+	}
+	if !def.ok {
+		return nil, nil, fmt.Errorf("%s %dx%d: no pinned plan: %s", what, m, k, def.why)
+	}
+	if tune != nil {
+		if err := tune(def); err != nil {
+			return nil, nil, err
+		}
+	}
+	s := &ltShape{ldb: def.ldb, out: out, adesc: def.adesc, ok: true, algo: def.algo, config: def.config}
+	cands, err := h.candidates(s, m, k)
+	return def, cands, err
 }
