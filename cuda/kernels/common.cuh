@@ -164,11 +164,15 @@ __device__ __forceinline__ int warp_sum_i(int v) {
     return v;
 }
 
-// lane_sum_sq returns, in every lane, sum_i x[i]^2 over n floats: lane l adds x[l], x[l+32], ... in
-// ascending order (products rounded first), then warp_sum. The order depends on n only.
-__device__ __forceinline__ float lane_sum_sq(const float* x, int n, int lane) {
+// lane_sum_sq returns, in every lane, sum_i v[i]^2 over n floats v[i] = rnd(x[i], bf) (x rounded as it
+// is read): lane l adds v[l], v[l+32], ... in ascending order (products rounded first), then warp_sum.
+// The order depends on n only.
+__device__ __forceinline__ float lane_sum_sq(const float* x, int n, int lane, int bf) {
     float s = 0.0f;
-    for (int i = lane; i < n; i += 32) s = __fadd_rn(s, __fmul_rn(x[i], x[i]));
+    for (int i = lane; i < n; i += 32) {
+        const float v = rnd(x[i], bf);
+        s = __fadd_rn(s, __fmul_rn(v, v));
+    }
     return warp_sum(s);
 }
 

@@ -35,12 +35,7 @@ extern "C" __global__ void k_rmsnorm(float* out, const float* x, const float* w,
     i64 q = blockIdx.x * (i64)(blockDim.x >> 5) + (threadIdx.x >> 5);
     if (q >= groups) return;
     const float* v = x + q * g;
-    float ss = 0.0f; // lane_sum_sq's order over x rounded as read
-    for (int d = lane; d < g; d += 32) {
-        const float xd = rnd(v[d], bf);
-        ss = __fadd_rn(ss, __fmul_rn(xd, xd));
-    }
-    ss = warp_sum(ss);
+    float ss = lane_sum_sq(v, g, lane, bf); // x rounded as read
     float inv = rsqrt_f(__fadd_rn(__fdiv_rn(ss, (float)g), eps));
     float* o = out + q * g;
     for (int d = lane; d < g; d += 32) {
