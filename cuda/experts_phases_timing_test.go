@@ -315,7 +315,7 @@ func expertCallSteps(t *testing.T, b *Backend, what string, flop float64, call f
 
 // callGEMMs runs each expert's two GEMMs over its own gathered rows of d (plan's order, blocks of
 // ltExpertRows), the experts taking turns over the 16 decoded slots at wdec, on the compute stream; with
-// situ, the SiTU pass between them as the call runs it.
+// situ, the SiTU pass between them, as the call runs them (expertLtRows).
 func callGEMMs(c *opCtx, d *groupedDev, gu, dn *ltShape, wdec, gub uint64, plan *groupedPlan, slot int, situ bool) error {
 	latent, ffn := d.latent, d.ffn
 	first := 0
@@ -326,16 +326,16 @@ func callGEMMs(c *opCtx, d *groupedDev, gu, dn *ltShape, wdec, gub uint64, plan 
 		j := slices.Index(plan.nonzero, i)
 		w := wdec + uint64(2*slot*(j%16))
 		for r0 := 0; r0 < plan.counts[i]; r0 += ltExpertRows {
-			rn := min(ltExpertRows, plan.counts[i]-r0)
-			row := first + r0
+			rn, row := min(ltExpertRows, plan.counts[i]-r0), first+r0
+			if situ {
+				if err := c.expertLtRows(d, gu, dn, w, gub, row, rn); err != nil {
+					return err
+				}
+				continue
+			}
 			zs, h := d.zs+uint64(2*row*latent), d.h+uint64(2*row*ffn)
 			if err := c.ltGemm(gu, gub, zs, w, rn, 2*ffn, latent); err != nil {
 				return err
-			}
-			if situ {
-				if err := c.situRows(h, gub, rn, ffn, d.situ); err != nil {
-					return err
-				}
 			}
 			if err := c.ltGemm(dn, zs, h, w+uint64(2*2*ffn*latent), rn, latent, ffn); err != nil {
 				return err
