@@ -37,16 +37,17 @@ func TestEvenSlices(t *testing.T) {
 // are of about one size, with no short last slice (the results do not depend on the slice size:
 // TestSliceInvariance).
 func TestPlanEvenSlices(t *testing.T) {
-	lens := make([]int, 18) // 9,000 tokens
+	const seqs, seqLen = 18, 500 // 9,000 tokens
+	lens := make([]int, seqs)
 	for i := range lens {
-		lens[i] = 500
+		lens[i] = seqLen
 	}
-	total := 9000
+	total := seqs * seqLen
 	probe := openTiny(t, ops.BF16, EngineOptions{})
 	act, state, _ := probe.tokenBytes()
 	// the state of the whole wave and the activations of half of it: the largest slice 4,096 tokens, three
 	// slices, the last of 808 tokens unless they are evened out
-	budget := probe.weightPeak(true) + probe.carryBytes(500, true) + int64(total)*state + int64(total)*act/2
+	budget := probe.weightPeak(true) + probe.carryBytes(seqLen, true) + int64(total)*state + int64(total)*act/2
 	e := openTiny(t, ops.BF16, EngineOptions{DeviceMemory: budget})
 	p, err := e.planWave(lens)
 	if err != nil {
