@@ -55,34 +55,45 @@ func TestKDAChunkSlices(t *testing.T) {
 			sizes = append(sizes, n)
 		}
 		for _, n := range sizes {
-			slices := ops.CutSlices(l, n)
-			bounds := ops.SliceBounds(slices)
-			var carry ops.Carry
-			var got []float32
-			for j, sl := range slices {
-				x := in.rowsOf(t, b, bounds[j], bounds[j+1])
-				y, next, err := b.KDASlice(x[0], x[1], x[2], x[3], x[4], x[5], x[6], heads, -5, sl, carry)
-				for i := range 5 {
-					b.Free(x[i])
-				}
-				if err != nil {
-					t.Fatalf("d%d, slices of %d: slice %d (%v): %v", d, n, j, sl, err)
-				}
-				if carry != nil {
-					b.Free(carry)
-				}
-				carry = next
-				h, err := b.ToHost(y)
-				b.Free(y)
-				if err != nil {
-					t.Fatal(err)
-				}
-				got = append(got, h...)
-			}
+			got := kdaSliced(t, b, in, heads, l, n)
 			if i := firstDiff(got, whole); i >= 0 {
 				t.Errorf("d%d, slices of %d: row %d col %d differs from the unsliced output (%g, want %g)", d, n, i/ch, i%ch, got[i], whole[i])
 			}
 		}
 		in.free(b)
 	}
+}
+
+// kdaSliced runs KDA over l in slices of n rows (ops.CutSlices), each slice's carry handed to the next,
+// and returns the outputs of every slice in order.
+func kdaSliced(t *testing.T, b *Backend, in *kdaInputs, heads int, l ops.Layout, n int) []float32 {
+	t.Helper()
+	slices := ops.CutSlices(l, n)
+	bounds := ops.SliceBounds(slices)
+	var carry ops.Carry
+	var got []float32
+	for j, sl := range slices {
+		x := in.rowsOf(t, b, bounds[j], bounds[j+1])
+		y, next, err := b.KDASlice(x[0], x[1], x[2], x[3], x[4], x[5], x[6], heads, -5, sl, carry)
+		for i := range 5 {
+			b.Free(x[i])
+		}
+		if err != nil {
+			t.Fatalf("slices of %d: slice %d (%v): %v", n, j, sl, err)
+		}
+		if carry != nil {
+			b.Free(carry)
+		}
+		carry = next
+		h, err := b.ToHost(y)
+		b.Free(y)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, h...)
+	}
+	if carry != nil {
+		b.Free(carry)
+	}
+	return got
 }

@@ -44,18 +44,22 @@
 //   3. Phases 2 and 5 hold four rows at a time instead of sixteen beside the state (32 bytes of spills
 //      left): 28.8 and 59.6 ms; profile as version 2 (the products 46%). In the k3-layer bench at
 //      262,144 tokens (64 x 4,096, 4 slices) 141 ms a kda+moe layer against the step path's 147 (run 62).
-//   4. (this file) The split by clearing the low mantissa bits instead of three cvt.rna.tf32 a value:
+//   4. The split by clearing the low mantissa bits instead of three cvt.rna.tf32 a value:
 //      24.6 and 52.9 ms (1.26x and 1.47x the step path), the products 35% of a chunk's 25,300 cycles;
 //      0.006% of the outputs one ulp off the exact path (run 63). The one-mma form (SPLIT 1, the operands'
 //      bits truncated by the tensor cores) is 17.9 and 40.6 ms but leaves 9% of the outputs off, some by
 //      several ulps: kept only as the template's option, not instantiated.
 //   4b. graw and braw rounded as they are read for the gate and beta: their projections reach the kernel
 //      with the rounding deferred (cuda/deferred.go). A no-op on rounded inputs; q, k, v come rounded.
+//   7. (this file) Phase 2 on every thread, two a channel (each runs the channel's scan, then scales half
+//      its rows); phases 4 and 5 load the rows of A and M in 16-byte broadcasts: the same operations in
+//      the same order (version 4's bits, checked on the H200 before version 4 was removed, run 104):
+//      24.21 -> 24.01 ms at 16 x 4,096, 51.0 -> 49.4 at 1 x 65,536; columns 11.6% -> 8.3% of a chunk.
 //   Tried and not kept (cuda/records): 5, the short convolutions fused in as a phase 0 (kda_conv_fused.diff,
 //   runs 90-93: the phase cost as much as the convolutions alone); 6, phase 3's A and P on the tensor cores
 //   in split tf32 (kda_ap_tensor_cores.diff, run 96: 1.6% faster, four times as many outputs off the exact path).
 //   Next: producer warps running the next chunk's CUDA-core phases while consumer warps run this chunk's
-//   products (the phases now add up: rows 16%, columns 12%, A and P 22%, M 8%, W 6%); the short
+//   products (the phases now add up, run 104: rows 18%, columns 8%, A and P 22%, M 8%, W 7%); the short
 //   convolution and the gated output norm fused in.
 #include "common.cuh"
 
@@ -254,26 +258,30 @@ __device__ __forceinline__ void kda_chunk(float* __restrict__ out, const float* 
         __syncthreads();
         mark(0);
 
-        // 2. per channel: G (ascending rows, in place of g), the scaled rows, e^G_last (four rows at a time,
-        // so that a thread holds few values beside the state)
-        if (tid < D) {
-            const int c = tid;
+        // 2. per channel: G (ascending rows), the scaled rows, e^G_last (four rows at a time, so that a
+        // thread holds few values beside the state). Two threads a channel (NT = 2D): each runs the
+        // channel's whole scan (the same adds in the same order, so both hold the same G) and scales half
+        // of its rows.
+        {
+            const int c = tid % D, half = tid / D;  // half is warp-uniform
+            float G[KC];
             float acc = 0.0f;
 #pragma unroll
             for (int t = 0; t < KC; t++) {
                 acc = __fadd_rn(acc, sG[t * D + c]);
-                sG[t * D + c] = acc;
+                G[t] = acc;
             }
             const float gam = expf(acc);
-            sGam[c] = gam;
+            if (half == 0) sGam[c] = gam;
 #pragma unroll
             for (int m = 0; m < KC / 4; m++) {
+                if (m / (KC / 8) != half) continue;
                 float kh[4];
 #pragma unroll
                 for (int i = 0; i < 4; i++) {
                     const int t = 4 * m + i;
                     const float kn = sKt[t * LDK + c];
-                    const float e = expf(sG[t * D + c]), ei = __frcp_rn(e);  // e >= e^(16 lower): a normal float
+                    const float e = expf(G[t]), ei = __frcp_rn(e);  // e >= e^(16 lower): a normal float
                     sQt[t * LDW + c] = __fmul_rn(sQt[t * LDW + c], e);
                     sKt[t * LDK + c] = __fmul_rn(kn, e);
                     sKi[t * LDK + c] = __fmul_rn(kn, ei);
@@ -314,9 +322,15 @@ __device__ __forceinline__ void kda_chunk(float* __restrict__ out, const float* 
             float x[KC];
 #pragma unroll
             for (int t = 0; t < KC; t++) {
-                float acc = 0.0f;
+                float acc = 0.0f;  // row t of A in 16-byte loads, the same address in every lane (a broadcast)
 #pragma unroll
-                for (int u = 0; u < t; u++) acc = __fmaf_rn(sA[t * KDA_LDA + u], x[u], acc);
+                for (int u4 = 0; 4 * u4 < t; u4++) {
+                    const float4 a = *(const float4*)(sA + t * KDA_LDA + 4 * u4);
+                    const float av[4] = {a.x, a.y, a.z, a.w};
+#pragma unroll
+                    for (int i = 0; i < 4; i++)
+                        if (4 * u4 + i < t) acc = __fmaf_rn(av[i], x[4 * u4 + i], acc);
+                }
                 x[t] = t < j ? 0.0f : (t == j ? 1.0f : -acc);
             }
             const float bj = sBeta[j];
@@ -339,9 +353,15 @@ __device__ __forceinline__ void kda_chunk(float* __restrict__ out, const float* 
 #pragma unroll
                 for (int i = 0; i < 4; i++) {
                     const int t = 4 * m + i;
-                    float acc = 0.0f;
+                    float acc = 0.0f;  // row t of M in 16-byte loads, one broadcast each
 #pragma unroll
-                    for (int r = 0; r <= t; r++) acc = __fmaf_rn(sM[t * KDA_LDA + r], x[r], acc);
+                    for (int r4 = 0; 4 * r4 <= t; r4++) {
+                        const float4 mv = *(const float4*)(sM + t * KDA_LDA + 4 * r4);
+                        const float mr[4] = {mv.x, mv.y, mv.z, mv.w};
+#pragma unroll
+                        for (int k = 0; k < 4; k++)
+                            if (4 * r4 + k <= t) acc = __fmaf_rn(mr[k], x[4 * r4 + k], acc);
+                    }
                     w[i] = acc;
                 }
                 if (isk) {

@@ -58,6 +58,13 @@ __device__ __forceinline__ void mla_q_frags(u32 (&qa)[QC][4], const float* q, i6
     }
 }
 
+// mla_mask is a compile-time flag passed as a value (a generic lambda's argument): whether a key block's
+// softmax applies the causal mask.
+template <bool B>
+struct mla_mask {
+    static constexpr bool value = B;
+};
+
 // mla_softmax_stats is one key block's step of the online softmax for this lane's two rows, on the
 // block's scores s (the tensor cores' sums), up to the accumulators: x = float32(s * c), masked to -Inf
 // where MASK and the key's place in the block is past lim (lima for row ra, limb for rb); the rows' new

@@ -13,11 +13,10 @@
 // query tile and a key block as panels of 64 rows x 128 bytes (K-major), a value block likewise (MN-major
 // for P V); keys and values are staged by cp.async two blocks at a time.
 //
-// Differences from mla_tc.cu that change no output: every block applies the causal mask (keys past a row
-// exist only in the diagonal blocks, so elsewhere it masks nothing), which keeps the block free of
-// branches; the diagonal block adds the e = 0 of every masked key to P V for all four warps (mma.sync
-// skipped the chunks of 16 keys none of a warp's rows can see), and the first warpgroup also walks the
-// second's diagonal block, past all of its rows, where mla.cuh keeps alpha at 1 and every e is 0: a zero
+// Differences from mla_tc.cu that change no output: the last two blocks of a walk apply the causal mask
+// (keys past a row exist only in the diagonal blocks), in a loop of their own; the diagonal block adds the
+// e = 0 of every masked key to P V for all four warps (mma.sync skipped the chunks of 16 keys none of a
+// warp's rows can see), and the first warpgroup also walks the second's diagonal block, past all of its rows, where mla.cuh keeps alpha at 1 and every e is 0: a zero
 // added to an accumulator that is not -0 leaves it unchanged. wgmma sums a chunk of 16 products as
 // mma.sync does: on the H200 the two kernels gave the same bits for every value (TestMLAWGAgainstMmaSync,
 // runs 79-82), and every result is batch, slice and part invariant for mla_tc.cu's reasons.
@@ -32,11 +31,17 @@
 //      issued, the accumulators rescaled by block j - 1's alpha, block j - 1's P V issued, block j's
 //      softmax beside it; S started by the instruction's scale, since zeroing its accumulators while a
 //      P V was in flight made ptxas serialize every wgmma, run 80): 237 and 226 TFLOP/s (run 81), 3%.
-//   7. (this file) two warpgroups a block sharing each staged block: half the L2 reads a query row (per
+//   7. two warpgroups a block sharing each staged block: half the L2 reads a query row (per
 //      64 keys a warpgroup read 40 KB for 3.7 MFLOP of tensor work, about 3.6 TB/s of L2 across the chip
 //      in version 6): 254 TFLOP/s at 4 x 4,096, 253 at 16 x 4,096 (version 5 in the same call 226, 222);
 //      the bench's MLA op 162.3 ms a mla layer (run 82). 228 registers, no spills, 129 KiB of shared
 //      memory: one block an SM.
+//   8. (this file) the causal mask only in the last two key blocks of a walk (the first warpgroup's
+//      diagonal and the second's), the blocks before them in a loop of their own without it, as mla_tc.cu
+//      compiles its blocks twice (a branch in the loop would serialize the wgmma): 4 x 4,096 8.04 -> 7.53
+//      ms (257 -> 274 TFLOP/s), 16 x 4,096 32.66 -> 31.25 (253 -> 264), 64 x 4,096 136.6 -> 130.2;
+//      a mla+moe layer 1.0563 -> 1.0470 s in the bench at 262,144 tokens (run 104). The same bits
+//      (TestMLAWGAgainstMmaSync).
 //      Next: TMA multicast of each staged block to a cluster of two blocks of the same head and sequence
 //      (the L2's reads halved again; three warpgroups a block do not fit the registers), then a producer
 //      warp and the warpgroups' softmax and MMAs scheduled in turn (FlashAttention-3's ping-pong).
@@ -191,7 +196,11 @@ __device__ __forceinline__ void mla_wg(float* out, const float* q, const u16* kb
                                 (int)(rb - start - (i64)jb0 * MLA_BN), t4);
 #pragma unroll
     for (int kc = 0; kc < KSTEPS; kc++) mla_p_frags<NT>(s, kc, ah[kc], al[kc]);
-    for (int jb = jb0 + 1; jb < jb1; jb++) {
+    // block jb of the walk after the first: masked where a key may lie past a row of the block's, the last
+    // two blocks of the walk (the first warpgroup's diagonal and the second's, past all of the first's rows);
+    // a block before them has every key at or before every row, where the mask changes nothing and only
+    // costs its compares (two loops, not a branch: a branch around the wgmma would serialize them)
+    auto step = [&](int jb, auto masked) {
         const i64 kb0 = start + (i64)jb * MLA_BN;
         const int cur = jb & 1, prv = cur ^ 1;
         cp_async_wait<0>();  // keys jb and values jb - 1
@@ -209,7 +218,7 @@ __device__ __forceinline__ void mla_wg(float* out, const float* q, const u16* kb
         for (int n = 0; n < NT; n++)
 #pragma unroll
             for (int e = 0; e < 4; e++) pin(s[n][e]);
-        mla_softmax_stats<NT, true>(s, ma, mb, la, lb, alpha_a, alpha_b, c, (int)(ra - kb0), (int)(rb - kb0), t4);
+        mla_softmax_stats<NT, decltype(masked)::value>(s, ma, mb, la, lb, alpha_a, alpha_b, c, (int)(ra - kb0), (int)(rb - kb0), t4);
         wg_wait<0>();  // P V of jb - 1 is done: its fragments may change
 #pragma unroll
         for (int j = 0; j < VT; j++)
@@ -224,7 +233,10 @@ __device__ __forceinline__ void mla_wg(float* out, const float* q, const u16* kb
             }
             mla_p_frags<NT>(s, kc, ah[kc], al[kc]);
         }
-    }
+    };
+    const int jm = max(jb0 + 1, jb1 - 2);  // the first block that may need the mask
+    for (int jb = jb0 + 1; jb < jm; jb++) step(jb, mla_mask<false>{});
+    for (int jb = jm; jb < jb1; jb++) step(jb, mla_mask<true>{});
     cp_async_wait<0>();  // values jb1 - 1
     fence_async_shared();
     __syncthreads();
