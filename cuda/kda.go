@@ -159,7 +159,7 @@ func (c *opCtx) launchKDAChunk(name string, out uint64, in []uint64, starts uint
 // kdaChunkSmem is kda_chunk.cu's kda_chunk_smem(d) in bytes.
 func kdaChunkSmem(d int) int {
 	const kc, ldt, ldp, lda = kdaChunkRows, 24, 24, 20
-	return 4 * (2*kc*(d+8) + 2*kc*(d+4) + 2*kc*d + 2*d*ldt + kc*ldp + 2*kc*lda + 2*kc*d + 2*kc + d)
+	return 4 * (2*kc*(d+8) + 2*kc*(d+4) + 2*kc*d + 2*d*ldt + kc*ldp + 2*kc*lda + 2*kc*d + 2*kc + 2*d)
 }
 
 // kda is KDA with, for token slices (slice.go), the state sequence 0 starts from (init, heads x d x d

@@ -1,7 +1,9 @@
 package cuda
 
 import (
+	"encoding/binary"
 	"fmt"
+	"hash/fnv"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -158,6 +160,9 @@ func timeKDA(t *testing.T, b *Backend, seqs, n, heads, d, runs int) {
 		}
 		t.Logf("TIMING KDA %-17s %2d x %d tokens, %d heads of %d: %8.3f ms (%5.2f TFLOP/s at the recurrence's count)",
 			name, seqs, n, heads, d, ms, flop/ms/1e9)
+		if err := logTailHash(t, c.b, name, out[0], seqs, n, ch); err != nil {
+			return err
+		}
 		if err := checkTails(t, c.b, name, out[0], out[1], seqs, n, ch); err != nil {
 			return err
 		}
@@ -210,6 +215,27 @@ func checkTails(t *testing.T, b *Backend, name string, got, exact uint64, seqs, 
 				name, s, tail-i/ch, i%ch, v[0][i], v[1][i])
 		}
 	}
+	return nil
+}
+
+// logTailHash logs an FNV-1a hash of the bits of the last 64 rows of every sequence of out (seqs
+// sequences of n rows, ch columns): a kernel change meant to keep every bit is compared across builds
+// by it (a sequence's last rows depend on all of its rows through the state).
+func logTailHash(t *testing.T, b *Backend, name string, out uint64, seqs, n, ch int) error {
+	tail := min(64, n)
+	h := fnv.New64a()
+	v := make([]float32, tail*ch)
+	var buf [4]byte
+	for s := range seqs {
+		if err := download(b, v, out+uint64(4*((s+1)*n-tail)*ch)); err != nil {
+			return err
+		}
+		for _, x := range v {
+			binary.LittleEndian.PutUint32(buf[:], math.Float32bits(x))
+			h.Write(buf[:])
+		}
+	}
+	t.Logf("HASH KDA %s %d x %d tokens, the last %d rows of each sequence: %016x", name, seqs, n, tail, h.Sum64())
 	return nil
 }
 

@@ -94,6 +94,20 @@ __device__ __forceinline__ float silu_f(float x) { return __fmul_rn(x, sigmoid_f
 // overflows to infinity and the result is 0 where sigmoid_f gives a denormal below 2^-126.
 __device__ __forceinline__ float sigmoid_ff(float x) { return __frcp_rn(__fadd_rn(1.0f, expf(-x))); }
 
+// frcp_fast is __frcp_rn(y) where ok comes back true: the approximate reciprocal and one Newton step in
+// fused multiply-adds, the sequence ptxas emits for __frcp_rn's fast path, taken for every y whose
+// exponent field is 1 .. 252 (the same test); elsewhere (zero, subnormals, |y| >= 2^126, infinities,
+// NaN) ok is false and the value is not the reciprocal. Without __frcp_rn's branch to its slow path,
+// several of these in a row interleave; a caller checks ok (once for a warp, __all_sync) and runs
+// __frcp_rn where it failed.
+__device__ __forceinline__ float frcp_fast(float y, bool& ok) {
+    float r;
+    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(y));
+    const float e = __fmaf_rn(y, r, -1.0f);
+    ok = ((__float_as_uint(y) + 0x1800000u) & 0x7f800000u) > 0x1ffffffu;
+    return __fmaf_rn(r, -e, r);
+}
+
 // mul_sigmoid_bf is rnd(__fmul_rn(x, sigmoid_f(g)), bf), the CPU backend's statement (the sigmoid in
 // double precision rounded to float, the product rounded, then to bfloat16 in BF16 precision; silu is
 // mul_sigmoid_bf(x, x, bf)), with the double-precision sigmoid skipped where single precision provably

@@ -51,10 +51,19 @@
 //      several ulps: kept only as the template's option, not instantiated.
 //   4b. graw and braw rounded as they are read for the gate and beta: their projections reach the kernel
 //      with the rounding deferred (cuda/deferred.go). A no-op on rounded inputs; q, k, v come rounded.
-//   7. (this file) Phase 2 on every thread, two a channel (each runs the channel's scan, then scales half
+//   7. Phase 2 on every thread, two a channel (each runs the channel's scan, then scales half
 //      its rows); phases 4 and 5 load the rows of A and M in 16-byte broadcasts: the same operations in
 //      the same order (version 4's bits, checked on the H200 before version 4 was removed, run 104):
 //      24.21 -> 24.01 ms at 16 x 4,096, 51.0 -> 49.4 at 1 x 65,536; columns 11.6% -> 8.3% of a chunk.
+//   8. (this file) From Nsight Compute (run 106: 29,400 instructions a block and chunk, issue slots 49%
+//      busy, stalls mostly on fixed-latency dependencies; 66 million spill requests a launch): the gate's
+//      reciprocals by frcp_fast (common.cuh: __frcp_rn's fast path without its branch, so the channels'
+//      chains interleave; __frcp_rn for a warp where it does not apply), dtBias in shared memory (its
+//      registers were spilled and reloaded a row), the staging of a chunk inside its sequence with 32-bit
+//      offsets from the chunk's first row. The same bits (TestKDATiming's hash of every sequence's last
+//      64 rows); 24.04 -> 21.70 ms at 16 x 4,096, 6.87 -> 6.32 at 4 x 4,096, 49.4 -> 50.3 at 1 x
+//      65,536; 12% fewer instructions, spill requests 66 -> 12.6 million; a kda+moe layer 1.2186 ->
+//      1.2110 s in the bench (run 107).
 //   Tried and not kept (cuda/records): 5, the short convolutions fused in as a phase 0 (kda_conv_fused.diff,
 //   runs 90-93: the phase cost as much as the convolutions alone); 6, phase 3's A and P on the tensor cores
 //   in split tf32 (kda_ap_tensor_cores.diff, run 96: 1.6% faster, four times as many outputs off the exact path).
@@ -130,7 +139,8 @@ __host__ __device__ constexpr int kda_chunk_smem(int D) {
            + KC * KDA_LDP               // sP
            + 2 * KC * KDA_LDA           // sA, sM
            + 2 * KC * D                 // sRq, sRk: the next chunk's q and k rows, staged
-           + KC + KC + D;               // sRb (its braw), sBeta, sGam
+           + KC + KC + D                // sRb (its braw), sBeta, sGam
+           + D;                         // sDtb: dtBias of the head (in registers it was spilled)
 }
 
 // kda_chunk: see the file's header. Arguments as kda.cu's recurrence kernels, with the raw inputs (q, k, v,
@@ -168,6 +178,7 @@ __device__ __forceinline__ void kda_chunk(float* __restrict__ out, const float* 
     float* sRb = sRk + KC * D;
     float* sBeta = sRb + KC;
     float* sGam = sBeta + KC;
+    float* sDtb = sGam + D;
 
     const int s = blockIdx.x, h = blockIdx.y, tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int gid = lane >> 2, tig = lane & 3;
@@ -176,15 +187,26 @@ __device__ __forceinline__ void kda_chunk(float* __restrict__ out, const float* 
     const int np = s == 0 ? npre : 0;
     const i64 vs = first - np;  // the chunk grid's anchor: the sequence's start
     const float rate = exp_f(aLog[h]);
-    float dtb[CL];
-#pragma unroll
-    for (int i = 0; i < CL; i++) dtb[i] = dtBias[hoff + lane + 32 * i];
+    if (tid < D) sDtb[tid] = dtBias[hoff + tid];  // read after the first chunk's barrier
 
     // stage(c0, part) copies rows c0 .. c0+KC-1 of the sequence (pre rows before first, zeros past end)
     // into shared memory with cp.async: part 0 q, k (sRq, sRk), graw (sG), braw (sRb); part 1 v (sV)
     auto stage = [&](i64 c0, int part) {
         constexpr int per = D / 4;  // 16-byte pieces a row
         const int arrays = part == 0 ? 3 : 1;
+        if (c0 >= first && c0 + KC <= end) {  // every row inside the sequence: piece i of this thread is
+            // array i / 2, row (tid / per + 8 i) % KC (NT = 2 KC per), its address a 32-bit offset from the
+            // chunk's first row; the same copies as the loop below, without its 64-bit arithmetic a piece
+            const i64 at = c0 * ch + hoff;
+#pragma unroll
+            for (int i = 0; i < 6; i++) {
+                if (i >= 2 * arrays) break;
+                const int a = part == 1 ? 3 : i / 2, t = (tid / per + 8 * i) % KC, j = tid % per;
+                const float* base = a == 3 ? v : a == 0 ? q : a == 1 ? k : graw;
+                float* dst = (a == 3 ? sV : a == 0 ? sRq : a == 1 ? sRk : sG) + t * D + 4 * j;
+                cp16(dst, base + at + (t * (int)ch + 4 * j), true);
+            }
+        } else
         for (int p = tid; p < arrays * KC * per; p += NT) {
             const int a = p / (KC * per), t = p / per % KC, j = p % per;
             const i64 r = c0 + t;
@@ -243,15 +265,38 @@ __device__ __forceinline__ void kda_chunk(float* __restrict__ out, const float* 
                 sq = __fadd_rn(sq, __fmul_rn(qv[i], qv[i]));
                 sk = __fadd_rn(sk, __fmul_rn(kv[i], kv[i]));
             }
+            // the gate is lower * sigmoid_ff(rate * (graw + dtBias)): first 1 + e^-x of every channel, whose
+            // chains interleave, then the reciprocals (frcp_fast; __frcp_rn for a warp where one fails)
+            float y[CL];
+#pragma unroll
+            for (int i = 0; i < CL; i++) {
+                const int c = lane + 32 * i;
+                const float gr = rnd(sG[t * D + c], bf); // graw rounded as loaded (cuda/deferred.go)
+                y[i] = __fadd_rn(1.0f, expf(-__fmul_rn(rate, __fadd_rn(gr, sDtb[c]))));
+            }
             const float qinv = __frsqrt_rn(__fadd_rn(warp_sum(sq), 1e-6f));
             const float kinv = __frsqrt_rn(__fadd_rn(warp_sum(sk), 1e-6f));
+            bool ok = true;
+#pragma unroll
+            for (int i = 0; i < CL; i++) {
+                bool oki;
+                y[i] = frcp_fast(y[i], oki);
+                ok = ok && oki;
+            }
+            if (!__all_sync(0xffffffffu, ok)) {  // never with K3's bounds: x would be below -87
+#pragma unroll
+                for (int i = 0; i < CL; i++) {
+                    const int c = lane + 32 * i;
+                    const float gr = rnd(sG[t * D + c], bf);
+                    y[i] = sigmoid_ff(__fmul_rn(rate, __fadd_rn(gr, sDtb[c])));
+                }
+            }
 #pragma unroll
             for (int i = 0; i < CL; i++) {
                 const int c = lane + 32 * i;
                 sQt[t * LDW + c] = __fmul_rn(__fmul_rn(qv[i], qinv), scale);
                 sKt[t * LDK + c] = __fmul_rn(kv[i], kinv);
-                const float gr = rnd(sG[t * D + c], bf); // graw rounded as loaded (cuda/deferred.go)
-                sG[t * D + c] = valid ? __fmul_rn(lower, sigmoid_ff(__fmul_rn(rate, __fadd_rn(gr, dtb[i])))) : 0.0f;
+                sG[t * D + c] = valid ? __fmul_rn(lower, y[i]) : 0.0f;
             }
             if (lane == 0) sBeta[t] = valid ? sigmoid_ff(rnd(sRb[t], bf)) : 0.0f; // braw likewise
         }
@@ -277,15 +322,27 @@ __device__ __forceinline__ void kda_chunk(float* __restrict__ out, const float* 
             for (int m = 0; m < KC / 4; m++) {
                 if (m / (KC / 8) != half) continue;
                 float kh[4];
+                float e[4], ei[4];  // e^G and its reciprocal (e >= e^(16 lower): a normal float, frcp_fast's range)
+                bool ok = true;
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    bool oki;
+                    e[i] = expf(G[4 * m + i]);
+                    ei[i] = frcp_fast(e[i], oki);
+                    ok = ok && oki;
+                }
+                if (!__all_sync(0xffffffffu, ok)) {
+#pragma unroll
+                    for (int i = 0; i < 4; i++) ei[i] = __frcp_rn(e[i]);
+                }
 #pragma unroll
                 for (int i = 0; i < 4; i++) {
                     const int t = 4 * m + i;
                     const float kn = sKt[t * LDK + c];
-                    const float e = expf(G[t]), ei = __frcp_rn(e);  // e >= e^(16 lower): a normal float
-                    sQt[t * LDW + c] = __fmul_rn(sQt[t * LDW + c], e);
-                    sKt[t * LDK + c] = __fmul_rn(kn, e);
-                    sKi[t * LDK + c] = __fmul_rn(kn, ei);
-                    kh[i] = __fmul_rn(kn, __fmul_rn(gam, ei));
+                    sQt[t * LDW + c] = __fmul_rn(sQt[t * LDW + c], e[i]);
+                    sKt[t * LDK + c] = __fmul_rn(kn, e[i]);
+                    sKi[t * LDK + c] = __fmul_rn(kn, ei[i]);
+                    kh[i] = __fmul_rn(kn, __fmul_rn(gam, ei[i]));
                 }
                 *(float4*)(sKhT + c * KDA_LDT + 4 * m) = make_float4(kh[0], kh[1], kh[2], kh[3]);
             }
