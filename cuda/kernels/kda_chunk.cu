@@ -110,6 +110,15 @@ __device__ __forceinline__ void mma_split(float* d, const frag<4, SPLIT>& a, con
     mma_tf32(d, a.hi, b.hi);
 }
 
+// lds2 loads two floats from shared-memory address a (ld.shared.v2.f32): the products' B operands, each at
+// a per-thread base plus a constant (a constant added to a register base folds into the load's offset,
+// where the products' float* indexing left three address instructions a load, run 107's profile).
+__device__ __forceinline__ float2 lds2(u32 a) {
+    float2 v;
+    asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(v.x), "=f"(v.y) : "r"(a));
+    return v;
+}
+
 // cp16 copies 16 bytes from global src to shared dst asynchronously (cp.async, L2 only), or writes 16 zero
 // bytes when !ok (src is then not read).
 __device__ __forceinline__ void cp16(float* dst, const float* src, bool ok) {
@@ -434,6 +443,9 @@ __device__ __forceinline__ void kda_chunk(float* __restrict__ out, const float* 
         if (r0 + KC < end) stage(r0 + KC, 1);  // sV is free until the next chunk
 
         // 6. X^T = S^T [Wk; Qt]^T: 16 value rows x 32 chunk columns (Wk rows 0-15, Qt rows 16-31)
+        // this lane's B operand bases (shared-memory byte addresses): every load below adds a constant
+        const u32 bWQ = smem_u32(sWQ + gid * LDW + 2 * tig), bP = smem_u32(sP + gid * KDA_LDP + 2 * tig);
+        const u32 bKh = smem_u32(sKhT + gid * KDA_LDT + 2 * tig);
         float x[4][4];
 #pragma unroll
         for (int nt = 0; nt < 4; nt++) x[nt][0] = x[nt][1] = x[nt][2] = x[nt][3] = 0.0f;
@@ -444,7 +456,7 @@ __device__ __forceinline__ void kda_chunk(float* __restrict__ out, const float* 
             a.set(av);
 #pragma unroll
             for (int nt = 0; nt < 4; nt++) {
-                const float2 bv = *(const float2*)(sWQ + (8 * nt + gid) * LDW + 8 * j + 2 * tig);
+                const float2 bv = lds2(bWQ + 4 * (8 * nt * LDW + 8 * j));
                 const float bb[2] = {bv.x, bv.y};
                 frag<2, SPLIT> b;
                 b.set(bb);
@@ -466,7 +478,7 @@ __device__ __forceinline__ void kda_chunk(float* __restrict__ out, const float* 
         for (int nt = 0; nt < 2; nt++) {
 #pragma unroll
             for (int kk = 0; kk < 2; kk++) {
-                const float2 pv2 = *(const float2*)(sP + (8 * nt + gid) * KDA_LDP + 8 * kk + 2 * tig);
+                const float2 pv2 = lds2(bP + 4 * (8 * nt * KDA_LDP + 8 * kk));
                 const float bb[2] = {pv2.x, pv2.y};
                 frag<2, SPLIT> b;
                 b.set(bb);
@@ -489,7 +501,7 @@ __device__ __forceinline__ void kda_chunk(float* __restrict__ out, const float* 
                 st[j][2] = __fmul_rn(st[j][2], g0), st[j][3] = __fmul_rn(st[j][3], g1);
 #pragma unroll
                 for (int kk = 0; kk < 2; kk++) {
-                    const float2 kv2 = *(const float2*)(sKhT + (8 * j + gid) * KDA_LDT + 8 * kk + 2 * tig);
+                    const float2 kv2 = lds2(bKh + 4 * (8 * j * KDA_LDT + 8 * kk));
                     const float bb[2] = {kv2.x, kv2.y};
                     frag<2, SPLIT> b;
                     b.set(bb);

@@ -63,17 +63,31 @@ __device__ __forceinline__ void sts128(u32 addr, uint4 v) {
 }
 #endif
 
-// mla_wg_stage stages rows kb0 .. kb0 + MLA_BN - 1 of src (rows of CH 16-byte chunks; rows from t1 on:
-// zeros) at dst for the block's 256 threads: chunk ch of row r goes to panel ch / 8, chunk ch % 8 of the
-// panel's row r in the 128-byte swizzle. One cp.async group.
+// A block's staged rows (MLA_BN rows of CH 16-byte chunks, from row kb0 of src; rows from t1 on: zeros)
+// go to a stage as 64-row panels of 128 bytes in the swizzle: chunk ch of row r to panel ch / 8, chunk
+// ch % 8 of the panel's row r. The block's 256 threads take MLA_BN * CH / 256 chunks each, thread tid
+// chunk e = tid + 256 i; which chunks and where they go are the same for every block, so each thread
+// packs its own once (mla_wg_piece) and a stage costs it a few instructions a chunk (mla_wg_stage).
+
+// mla_wg_piece is chunk e = tid + 256 i of a block packed: its byte offset in a stage (low 16 bits) and
+// its element offset from the block's first row (high 16 bits; both below 2^15 at QKP <= 192).
 template <int CH>
-__device__ __forceinline__ void mla_wg_stage(u32 dst, const u16* src, i64 kb0, i64 t1, int tid) {
+__device__ __forceinline__ u32 mla_wg_piece(int tid, int i) {
+    const int e = tid + i * MLA_WG_THREADS, r = e / CH, ch = e - r * CH;
+    return ((u32)(ch >> 3) * MLA_WG_PANEL + swz(r, ch & 7)) | ((u32)(r * CH * 8 + ch * 8) << 16);
+}
+
+// mla_wg_stage stages the block at row kb0 of src at dst with this thread's packed chunks pc (zeros for
+// rows from t1 on, whose chunks lie at or past (t1 - kb0) * CH * 8 elements). One cp.async group.
+template <int CH, int N>
+__device__ __forceinline__ void mla_wg_stage(u32 dst, const u16* src, i64 kb0, i64 t1, const u32 (&pc)[N]) {
+    const u16* blk = src + kb0 * (CH * 8);
+    const u32 lim = (u32)min(t1 - kb0, (i64)MLA_BN) * (CH * 8);
 #pragma unroll
-    for (int i = 0; i < MLA_BN * CH / MLA_WG_THREADS; i++) {
-        const int e = tid + i * MLA_WG_THREADS, r = e / CH, ch = e - r * CH;
-        const i64 s = kb0 + r;
-        const bool ok = s < t1;
-        cp_async16(dst + (u32)(ch >> 3) * MLA_WG_PANEL + swz(r, ch & 7), src + (ok ? s : 0) * (CH * 8) + ch * 8, ok);
+    for (int i = 0; i < N; i++) {
+        const u32 off = pc[i] >> 16;
+        const bool ok = off < lim;
+        cp_async16(dst + (pc[i] & 0xffffu), ok ? blk + off : src, ok);
     }
     cp_async_commit();
 }
@@ -123,9 +137,15 @@ __device__ __forceinline__ void mla_wg(float* out, const float* q, const u16* kb
         }
     }
 
-    // stage the keys (K) or values (V) of the block at row kb0 (mla_wg_stage)
-    auto load_k = [&](int stage, i64 kb0) { mla_wg_stage<QKP / 8>(sK + stage * KBYTES, kh, kb0, t1, tid); };
-    auto load_v = [&](int stage, i64 kb0) { mla_wg_stage<VP / 8>(sV + stage * VBYTES, vh, kb0, t1, tid); };
+    // stage the keys (K) or values (V) of the block at row kb0 (mla_wg_stage, this thread's chunks packed once)
+    constexpr int NPK = MLA_BN * (QKP / 8) / MLA_WG_THREADS, NPV = MLA_BN * (VP / 8) / MLA_WG_THREADS;
+    u32 pk[NPK], pv[NPV];
+#pragma unroll
+    for (int i = 0; i < NPK; i++) pk[i] = mla_wg_piece<QKP / 8>(tid, i);
+#pragma unroll
+    for (int i = 0; i < NPV; i++) pv[i] = mla_wg_piece<VP / 8>(tid, i);
+    auto load_k = [&](int stage, i64 kb0) { mla_wg_stage<QKP / 8>(sK + stage * KBYTES, kh, kb0, t1, pk); };
+    auto load_v = [&](int stage, i64 kb0) { mla_wg_stage<VP / 8>(sV + stage * VBYTES, vh, kb0, t1, pv); };
     // S = Q K^T of this warpgroup's query rows and the keys staged at ks into sd (its first k step starts
     // the sum), qk chunk kc: panel kc / 4, 32-byte step kc % 4 of its rows (both operands); issued and
     // committed as one group
