@@ -113,8 +113,8 @@ func shortConv4Fits(out, x, w uint64, ch, taps int) bool {
 // cores with float32-accurate products (tf32 split in high and low parts). The same loop to float32
 // rounding, in another order: the decay of a chunk as e^(sum of g) instead of a product of e^g, the
 // chunk's rows solved as a triangular system; 0.03-0.05% of the outputs one bfloat16 ulp off the CPU
-// backend on the H200 (TestKDAAgainstCPU, TestKDAChunkSlices), 24.6 ms against the step kernels' 31 at
-// 16 x 4,096 tokens of 96 heads, 52.9 against 78 for one sequence of 65,536 (TestKDATiming).
+// backend on the H200 (TestKDAAgainstCPU, TestKDAChunkSlices), 21.2 ms against the step kernels' 31 at
+// 16 x 4,096 tokens of 96 heads, 48.6 against 78 for one sequence of 65,536 (TestKDATiming, run 108).
 func (b *Backend) KDA(q, k, v, graw, braw ops.Tensor, aLog, dtBias ops.Tensor, heads int, lower float32, l ops.Layout) (ops.Tensor, error) {
 	out, _, err := b.kda(q, k, v, graw, braw, aLog, dtBias, heads, lower, l, nil, nil, false)
 	return out, err
