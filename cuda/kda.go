@@ -124,11 +124,12 @@ func (b *Backend) KDA(q, k, v, graw, braw ops.Tensor, aLog, dtBias ops.Tensor, h
 // the chunk's start.
 const kdaChunkRows = 16
 
-// kdaChunkKernel is the chunked kernel for head width d and decay bound lower on this backend, or "" where
-// the step kernels run (FP32 precision, Options.NoTensorCores, a device before compute capability 8.0,
-// other widths, or a bound below kdaChunkLower).
-func (b *Backend) kdaChunkKernel(d int, lower float32) string {
-	return kdaChunkKernelFor(b.bf == 1, !b.opts.NoTensorCores && b.info.Major >= 8, d, lower)
+// kdaChunkKernel is the chunked kernel for ch channels of head width d and decay bound lower on this
+// backend, or "" where the step kernels run (FP32 precision, Options.NoTensorCores, a device before
+// compute capability 8.0, other widths, a bound below kdaChunkLower, or rows so wide that a chunk's 16
+// rows pass 2^31 values: kda_chunk.cu stages a chunk at 32-bit offsets from its first row).
+func (b *Backend) kdaChunkKernel(ch, d int, lower float32) string {
+	return kdaChunkKernelFor(b.bf == 1, !b.opts.NoTensorCores && b.info.Major >= 8, ch, d, lower)
 }
 
 // kdaChunkLower is the lowest decay bound the chunked kernel takes: it scales a chunk's rows by e^G and
@@ -137,8 +138,8 @@ func (b *Backend) kdaChunkKernel(d int, lower float32) string {
 const kdaChunkLower = -5
 
 // kdaChunkKernelFor is kdaChunkKernel for a precision (bf) and tensor cores (tc) in use.
-func kdaChunkKernelFor(bf, tc bool, d int, lower float32) string {
-	if bf && tc && (d == 64 || d == 128) && lower >= kdaChunkLower {
+func kdaChunkKernelFor(bf, tc bool, ch, d int, lower float32) string {
+	if bf && tc && (d == 64 || d == 128) && lower >= kdaChunkLower && int64(ch)*kdaChunkRows <= math.MaxInt32 {
 		return fmt.Sprintf("k_kda_chunk_r%d", d)
 	}
 	return ""
@@ -193,7 +194,7 @@ func (b *Backend) kda(q, k, v, graw, braw ops.Tensor, aLog, dtBias ops.Tensor, h
 	if init != nil && (init.rows != heads*d || init.cols != d) {
 		return nil, nil, shapeErr(op, "carried state %v: want %dx%d", init, heads*d, d)
 	}
-	chunk := b.kdaChunkKernel(d, lower)
+	chunk := b.kdaChunkKernel(ch, d, lower)
 	npre := 0
 	if len(pre) > 0 {
 		npre = pre[0].rows

@@ -11,18 +11,21 @@ import (
 // TestKDAChunkKernel: the chunked kernel runs in BF16 precision with the tensor cores at head widths 64 and
 // 128 and decay bounds down to -5 only; its shared memory lets two blocks of width 128 share an H200 SM (227 KiB). No GPU needed.
 func TestKDAChunkKernel(t *testing.T) {
+	const k3 = 96 * 128 // K3's channels
 	for _, c := range []struct {
 		bf, tc bool
-		d      int
+		ch, d  int
 		lower  float32
 		want   string
 	}{
-		{true, true, 128, -5, "k_kda_chunk_r128"}, {true, true, 64, -5, "k_kda_chunk_r64"}, {true, true, 128, -1, "k_kda_chunk_r128"},
-		{true, true, 128, -6, ""}, {true, true, 32, -5, ""}, {true, true, 48, -5, ""}, {true, false, 128, -5, ""},
-		{false, true, 128, -5, ""}, {false, false, 64, -5, ""},
+		{true, true, k3, 128, -5, "k_kda_chunk_r128"}, {true, true, 64, 64, -5, "k_kda_chunk_r64"}, {true, true, k3, 128, -1, "k_kda_chunk_r128"},
+		{true, true, k3, 128, -6, ""}, {true, true, k3, 32, -5, ""}, {true, true, k3, 48, -5, ""}, {true, false, k3, 128, -5, ""},
+		{false, true, k3, 128, -5, ""}, {false, false, k3, 64, -5, ""},
+		// a chunk of 16 rows at 32-bit offsets: 2^27 channels still fit, one head more does not
+		{true, true, 1 << 27, 128, -5, ""}, {true, true, 1<<27 - 128, 128, -5, "k_kda_chunk_r128"},
 	} {
-		if got := kdaChunkKernelFor(c.bf, c.tc, c.d, c.lower); got != c.want {
-			t.Errorf("bf %v, tensor cores %v, width %d, lower %g: %q, want %q", c.bf, c.tc, c.d, c.lower, got, c.want)
+		if got := kdaChunkKernelFor(c.bf, c.tc, c.ch, c.d, c.lower); got != c.want {
+			t.Errorf("bf %v, tensor cores %v, %d channels of width %d, lower %g: %q, want %q", c.bf, c.tc, c.ch, c.d, c.lower, got, c.want)
 		}
 	}
 	if n := kdaChunkSmem(128); 2*n > 227*1024 {
@@ -40,7 +43,7 @@ func TestKDAChunkSlices(t *testing.T) {
 	rows := l.Tokens()
 	for _, d := range []int{128, 64} {
 		const heads = 2
-		if b.kdaChunkKernel(d, -5) == "" {
+		if b.kdaChunkKernel(heads*d, d, -5) == "" {
 			t.Skipf("no chunked kernel for width %d on this device", d)
 		}
 		in := newKDAInputs(t, b, rand.New(rand.NewPCG(uint64(d), 99)), rows, heads, d)

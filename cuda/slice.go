@@ -234,7 +234,7 @@ func (b *Backend) KDASlice(q, k, v, graw, braw ops.Tensor, aLog, dtBias ops.Tens
 		return out, nil, nil
 	}
 	next := &carry{op: op, t: []*Tensor{last}}
-	if heads > 0 && b.kdaChunkKernel(q.Cols()/heads, lower) != "" {
+	if heads > 0 && b.kdaChunkKernel(q.Cols(), q.Cols()/heads, lower) != "" {
 		rows, err := b.kdaPreRows(op, l, pre, q, k, v, graw, braw)
 		if err != nil {
 			b.Free(out)

@@ -203,9 +203,11 @@ __device__ __forceinline__ void kda_chunk(float* __restrict__ out, const float* 
     auto stage = [&](i64 c0, int part) {
         constexpr int per = D / 4;  // 16-byte pieces a row
         const int arrays = part == 0 ? 3 : 1;
+        static_assert(KC * per == 2 * NT, "two pieces of each array a thread");
         if (c0 >= first && c0 + KC <= end) {  // every row inside the sequence: piece i of this thread is
-            // array i / 2, row (tid / per + 8 i) % KC (NT = 2 KC per), its address a 32-bit offset from the
-            // chunk's first row; the same copies as the loop below, without its 64-bit arithmetic a piece
+            // array i / 2, row (tid / per + 8 i) % KC, its address a 32-bit offset from the chunk's first row
+            // (t ch < 2^31: cuda/kda.go's kdaChunkKernel takes no wider rows); the same copies as the loop
+            // below, without its 64-bit arithmetic a piece
             const i64 at = c0 * ch + hoff;
 #pragma unroll
             for (int i = 0; i < 6; i++) {

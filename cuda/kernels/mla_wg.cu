@@ -16,8 +16,9 @@
 // Differences from mla_tc.cu that change no output: the last two blocks of a walk apply the causal mask
 // (keys past a row exist only in the diagonal blocks), in a loop of their own; the diagonal block adds the
 // e = 0 of every masked key to P V for all four warps (mma.sync skipped the chunks of 16 keys none of a
-// warp's rows can see), and the first warpgroup also walks the second's diagonal block, past all of its rows, where mla.cuh keeps alpha at 1 and every e is 0: a zero
-// added to an accumulator that is not -0 leaves it unchanged. wgmma sums a chunk of 16 products as
+// warp's rows can see), and the first warpgroup also walks the second's diagonal block, past all of its
+// rows, where mla.cuh keeps alpha at 1 and every e is 0: a zero added to an accumulator that is not -0
+// leaves it unchanged. wgmma sums a chunk of 16 products as
 // mma.sync does: on the H200 the two kernels gave the same bits for every value (TestMLAWGAgainstMmaSync,
 // runs 79-82), and every result is batch, slice and part invariant for mla_tc.cu's reasons.
 //
@@ -70,7 +71,7 @@ __device__ __forceinline__ void sts128(u32 addr, uint4 v) {
 // packs its own once (mla_wg_piece) and a stage costs it a few instructions a chunk (mla_wg_stage).
 
 // mla_wg_piece is chunk e = tid + 256 i of a block packed: its byte offset in a stage (low 16 bits) and
-// its element offset from the block's first row (high 16 bits; both below 2^15 at QKP <= 192).
+// its element offset from the block's first row (high 16 bits; mla_wg asserts that both fit).
 template <int CH>
 __device__ __forceinline__ u32 mla_wg_piece(int tid, int i) {
     const int e = tid + i * MLA_WG_THREADS, r = e / CH, ch = e - r * CH;
@@ -98,6 +99,7 @@ __device__ __forceinline__ void mla_wg(float* out, const float* q, const u16* kb
                                        i64 klo, i64 khi, float* st, i64 st0) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     static_assert(QKP % 64 == 0 && VP % 64 == 0, "head sizes in panels of 64");
+    static_assert(MLA_BN * QKP <= 65536 && (QKP / 64) * MLA_WG_PANEL <= 65536, "a chunk's offsets in 16 bits each");
     constexpr int NT = MLA_BN / 8, VT = VP / 8, QC = QKP / 16, KSTEPS = MLA_BN / 16;
     // shared memory: the query tile (a 64-row half a warpgroup), 2 stages of keys, 2 of values (each a
     // multiple of 1,024 bytes)
@@ -238,7 +240,8 @@ __device__ __forceinline__ void mla_wg(float* out, const float* q, const u16* kb
         for (int n = 0; n < NT; n++)
 #pragma unroll
             for (int e = 0; e < 4; e++) pin(s[n][e]);
-        mla_softmax_stats<NT, decltype(masked)::value>(s, ma, mb, la, lb, alpha_a, alpha_b, c, (int)(ra - kb0), (int)(rb - kb0), t4);
+        mla_softmax_stats<NT, decltype(masked)::value>(s, ma, mb, la, lb, alpha_a, alpha_b, c, (int)(ra - kb0),
+                                                        (int)(rb - kb0), t4);
         wg_wait<0>();  // P V of jb - 1 is done: its fragments may change
 #pragma unroll
         for (int j = 0; j < VT; j++)
