@@ -9,7 +9,8 @@ import (
 )
 
 // TestKDAChunkKernel: the chunked kernel runs in BF16 precision with the tensor cores at head widths 64 and
-// 128 and decay bounds down to -5 only; its shared memory lets two blocks of width 128 share an H200 SM (227 KiB). No GPU needed.
+// 128, decay bounds down to -5 and rows whose 16-row chunks stay below 2^31 values only; its shared memory
+// lets two blocks of width 128 share an H200 SM (227 KiB). No GPU needed.
 func TestKDAChunkKernel(t *testing.T) {
 	const k3 = 96 * 128 // K3's channels
 	for _, c := range []struct {
