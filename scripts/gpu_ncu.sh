@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Nsight Compute on one launch of a kernel, on the GPU machine (ncu is /usr/local/cuda/bin/ncu there; no
+# nsys), the clocks left as they run. Build a cuda test binary here first and carry it, e.g.
+#   mkdir -p .dev/prof && CGO_ENABLED=0 go test -c -trimpath -ldflags='-s -w' -o .dev/prof/cuda.test ./cuda
+#   run(command="bash scripts/gpu_ncu.sh kda 'k_kda_chunk_r128$' 0 'TestKDATiming$'", carry=[".dev/prof"])
+# Arguments: NAME (the output files' prefix), a kernel name regex, how many of its launches to skip (the
+# timing tests launch the small waves first), the -test.run pattern that launches it. Writes, under $OUT:
+#   NAME_details.txt  every section of ncu's full set with its details (stall reasons, pipes, memory)
+#   NAME_sass.csv.gz  the SASS with per-instruction stall samples and counts (scripts/sass_regions.py
+#                     sums it by phase: the regions between a kernel's barriers)
+#   NAME_run.txt      ncu's own log
+# docs/records/run106 is the first use (KDA's chunked kernel and MLA's wgmma kernel). BIN (default
+# .dev/prof/cuda.test) names another binary.
+set -uo pipefail
+NAME=${1:?NAME}; KERNEL=${2:?kernel regex}; SKIP=${3:-0}; TEST=${4:?test pattern}
+OUT=${OUT:-/tmp/out}; BIN=${BIN:-.dev/prof/cuda.test}
+mkdir -p "$OUT"
+B=$(mktemp -d)/cuda.test
+cp "$BIN" "$B" && chmod +x "$B" || { echo "no test binary at $BIN"; exit 1; }
+command -v ncu > /dev/null || { echo "no ncu on this machine"; exit 1; }
+cd cuda || exit 1 # the tests read their testdata from the package folder
+timeout 300 ncu --target-processes all --clock-control none -k "regex:$KERNEL" --launch-skip "$SKIP" -c 1 \
+  --set full --import-source no -o "/tmp/$NAME" -f "$B" -test.run "$TEST" > "$OUT/${NAME}_run.txt" 2>&1
+ncu --import "/tmp/$NAME.ncu-rep" --print-details all > "$OUT/${NAME}_details.txt" 2>&1
+ncu --import "/tmp/$NAME.ncu-rep" --page source --print-source sass --csv 2> /dev/null | gzip -9 > "$OUT/${NAME}_sass.csv.gz"
+ls -la "$OUT"
