@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Nsight Compute on one launch of a kernel, on the GPU machine (ncu is /usr/local/cuda/bin/ncu there; no
-# nsys), the clocks left as they run. Build a cuda test binary here first and carry it, e.g.
+# nsys), the clocks left as they run. Build a cuda test binary here first and carry it (raw, .xz or .gz), e.g.
 #   mkdir -p .dev/prof && CGO_ENABLED=0 go test -c -trimpath -ldflags='-s -w' -o .dev/prof/cuda.test ./cuda
+#   xz -9 -T4 .dev/prof/cuda.test   # a call carries 64 MiB with the tree: about 4 MB packed, 30 raw
 #   run(command="bash scripts/gpu_ncu.sh kda 'k_kda_chunk_r128$' 0 'TestKDATiming$'", carry=[".dev/prof"])
 # Arguments: NAME (the output files' prefix), a kernel name regex, how many of its launches to skip (the
 # timing tests launch the small waves first), the -test.run pattern that launches it. Writes, under $OUT:
@@ -16,7 +17,14 @@ NAME=${1:?NAME}; KERNEL=${2:?kernel regex}; SKIP=${3:-0}; TEST=${4:?test pattern
 OUT=${OUT:-/tmp/out}; BIN=${BIN:-.dev/prof/cuda.test}
 mkdir -p "$OUT"
 B=$(mktemp -d)/cuda.test
-cp "$BIN" "$B" && chmod +x "$B" || { echo "no test binary at $BIN"; exit 1; }
+if [[ -f $BIN ]]; then cp "$BIN" "$B"
+elif [[ -f $BIN.xz ]]; then # python's lzma where xz is not installed
+  xz -dc "$BIN.xz" > "$B" 2> /dev/null ||
+    python3 -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), sys.stdout.buffer)' "$BIN.xz" > "$B"
+elif [[ -f $BIN.gz ]]; then gunzip -c "$BIN.gz" > "$B"
+else echo "no test binary at $BIN (.xz, .gz)"; exit 1
+fi
+chmod +x "$B"
 command -v ncu > /dev/null || { echo "no ncu on this machine"; exit 1; }
 cd cuda || exit 1 # the tests read their testdata from the package folder
 timeout 300 ncu --target-processes all --clock-control none -k "regex:$KERNEL" --launch-skip "$SKIP" -c 1 \
