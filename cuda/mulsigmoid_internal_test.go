@@ -15,7 +15,7 @@ func mulSigmoidExact(x, g float32) float32 {
 	return bf16.Round(x * sig)
 }
 
-// mulSigmoidFast emulates common.cuh's mul_sigmoid_bf fast path in float32 with expf's result moved by
+// mulSigmoidFast emulates common.cuh's mul_sigmoid_fast in float32 with expf's result moved by
 // off ulps (CUDA's expf is within 2 of the correctly rounded value): the bfloat16 value and whether the
 // fast path answers (false: the kernel runs the double-precision statement).
 func mulSigmoidFast(x, g float32, off int) (float32, bool) {
@@ -35,7 +35,7 @@ func mulSigmoidFast(x, g float32, off int) (float32, bool) {
 	return 0, false
 }
 
-// TestMulSigmoidMargin: wherever mul_sigmoid_bf's fast path answers, with expf anywhere within 2 ulps,
+// TestMulSigmoidMargin: wherever mul_sigmoid_fast's value stands, with expf anywhere within 2 ulps,
 // its bfloat16 value is the double-precision statement's; and it answers for nearly every value (the
 // double-precision fallback is rare, or the kernel gains nothing). Random gates and inputs, and inputs
 // chosen to put the product within a few float32 ulps of a bfloat16 rounding midpoint.

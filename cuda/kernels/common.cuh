@@ -108,11 +108,11 @@ __device__ __forceinline__ float frcp_fast(float y, bool& ok) {
     return __fmaf_rn(r, -e, r);
 }
 
-// mul_sigmoid_bf is rnd(__fmul_rn(x, sigmoid_f(g)), bf), the CPU backend's statement (the sigmoid in
-// double precision rounded to float, the product rounded, then to bfloat16 in BF16 precision; silu is
-// mul_sigmoid_bf(x, x, bf)), with the double-precision sigmoid skipped where single precision provably
-// gives the same bits: about 25 single-precision and integer instructions in place of about 35 FP64
-// ones (the FP64 pipe has half the lanes). Used by k_shortconv4, k_mul_sigmoid4 and the gated norm; the
+// mul_sigmoid_bf4 is rnd(__fmul_rn(x, sigmoid_f(g)), bf) for four pairs, the CPU backend's statement
+// (the sigmoid in double precision rounded to float, the product rounded, then to bfloat16 in BF16
+// precision; silu is the statement with g = x), with the double-precision sigmoid skipped where single
+// precision provably gives the same bits: about 25 single-precision and integer instructions in place
+// of about 35 FP64 ones (the FP64 pipe has half the lanes). Used by k_shortconv4, k_mul_sigmoid4 and the gated norm; the
 // scalar kernels keep the double-precision statement as the tests' oracles. Run 68 tried a form that
 // tested the margin with three bf16_round (about 50 instructions): every bit held and the kernels were
 // slower; run 92 measured that form's cost inside KDA's chunked kernel (cuda/records/kda_conv_fused.diff).
@@ -129,14 +129,37 @@ __device__ __forceinline__ float frcp_fast(float y, bool& ok) {
 // overflow), |y| outside [2^-100, 2^127) (products near the subnormals, 0, infinities) and NaN, the
 // double-precision statement runs. FP32 precision (bf 0) always runs it. TestMulSigmoidMargin checks
 // the bound on the CPU with expf's error pushed to 2 ulps either way.
-__device__ __forceinline__ float mul_sigmoid_bf(float x, float g, int bf) {
-    if (bf && g > -80.0f && g < 80.0f) { // false for NaN
-        const float y = __fmul_rn(x, sigmoid_ff(g));
-        const u32 u = __float_as_uint(y);
-        // biased exponent 27 .. 253; low half more than 32 from 0x8000 (0x7fe0 .. 0x8020 fall back)
-        if (((u >> 23) & 0xffu) - 27u <= 226u && (u & 0xffffu) - 0x7fe0u > 64u) return __uint_as_float((u + 0x8000u) & 0xffff0000u);
+//
+// mul_sigmoid_fast computes the fast value and says whether it stands (ok); mul_sigmoid_bf4 takes the
+// four fast values first and the double-precision statement after them for those that fail, so that the
+// four chains interleave (run 94's form, one pair at a time, ended each in its own branch, which kept the
+// next one from starting). The fast value's reciprocal is frcp_fast: 1 + e^-g for g in (-80, 80) lies in [1,
+// 2^116), where frcp_fast is __frcp_rn (sigmoid_ff's) without the branch to the slow path; ok includes
+// frcp_fast's own test, so a value outside its range would take the double-precision statement.
+__device__ __forceinline__ float mul_sigmoid_fast(float x, float g, bool& ok) {
+    bool rok;
+    const float y = __fmul_rn(x, frcp_fast(__fadd_rn(1.0f, expf(-g)), rok));
+    const u32 u = __float_as_uint(y);
+    // g in (-80, 80) (false for NaN); biased exponent 27 .. 253; low half more than 32 from 0x8000 (0x7fe0
+    // .. 0x8020 fall back)
+    ok = rok && g > -80.0f && g < 80.0f && ((u >> 23) & 0xffu) - 27u <= 226u && (u & 0xffffu) - 0x7fe0u > 64u;
+    return __uint_as_float((u + 0x8000u) & 0xffff0000u);
+}
+
+__device__ __forceinline__ float4 mul_sigmoid_bf4(float4 x, float4 g, int bf) {
+    if (!bf) // FP32 precision: the statement, unrounded
+        return make_float4(__fmul_rn(x.x, sigmoid_f(g.x)), __fmul_rn(x.y, sigmoid_f(g.y)), __fmul_rn(x.z, sigmoid_f(g.z)),
+                           __fmul_rn(x.w, sigmoid_f(g.w)));
+    bool o0, o1, o2, o3;
+    float4 y = make_float4(mul_sigmoid_fast(x.x, g.x, o0), mul_sigmoid_fast(x.y, g.y, o1), mul_sigmoid_fast(x.z, g.z, o2),
+                           mul_sigmoid_fast(x.w, g.w, o3));
+    if (!(o0 && o1 && o2 && o3)) {
+        if (!o0) y.x = rnd(__fmul_rn(x.x, sigmoid_f(g.x)), bf);
+        if (!o1) y.y = rnd(__fmul_rn(x.y, sigmoid_f(g.y)), bf);
+        if (!o2) y.z = rnd(__fmul_rn(x.z, sigmoid_f(g.z)), bf);
+        if (!o3) y.w = rnd(__fmul_rn(x.w, sigmoid_f(g.w)), bf);
     }
-    return rnd(__fmul_rn(x, sigmoid_f(g)), bf);
+    return y;
 }
 
 // situ_f is one SiTU-GLU element (K3_SPEC.md 5.4), float32 left to right as replay/cpu situ:

@@ -59,12 +59,11 @@ extern "C" __global__ void k_mul_sigmoid(float* out, const float* x, const float
         out[i] = rnd(__fmul_rn(rnd(x[i], bf), sigmoid_f(rnd(g[i], bf))), bf);
 }
 
-// mul_sigmoid4 is k_mul_sigmoid's statement for four elements, the sigmoid by mul_sigmoid_bf (the
+// mul_sigmoid4 is k_mul_sigmoid's statement for four elements, the sigmoid by mul_sigmoid_bf4 (the
 // double-precision statement's bits; k_mul_sigmoid is the oracle; run 94).
 __device__ __forceinline__ float4 mul_sigmoid4(float4 x, float4 g, int bf) {
     const float4 a = rnd4(x, bf), b = rnd4(g, bf);
-    return make_float4(mul_sigmoid_bf(a.x, b.x, bf), mul_sigmoid_bf(a.y, b.y, bf), mul_sigmoid_bf(a.z, b.z, bf),
-                       mul_sigmoid_bf(a.w, b.w, bf));
+    return mul_sigmoid_bf4(a, b, bf);
 }
 
 // k_mul_sigmoid4: k_mul_sigmoid four elements a thread (n4 = n / 4; every buffer 16-byte aligned).

@@ -11,7 +11,7 @@
 //                    Rows a thread, timed: 1: 3.41 ms, 2: 3.08, 4: 2.77, 8: 3.43 (84 registers): SC_ROWS 4.
 //                    Tried (run 71, cuda/records/shortconv_sliding_window.diff): a sliding window, 16 rows a
 //                    thread, each input row loaded once, four loads in flight: 2.87 ms against 2.78.
-//                    Version 2 (run 94): SiLU by mul_sigmoid_bf (common.cuh: single precision where it
+//                    Version 2 (run 94): SiLU by mul_sigmoid_bf4 (common.cuh: single precision where it
 //                    provably gives the double-precision statement's bfloat16 bits, tested on the bits).
 //     k_shortconv    any other shape: one thread an element, grid-stride (6.51 ms at the shape above); the
 //                    double-precision statement, TestShortConvBits' oracle for k_shortconv4.
@@ -108,8 +108,8 @@ __device__ __forceinline__ void shortconv4(float* __restrict__ out, const float*
                 s[3] = __fadd_rn(s[3], __fmul_rn(tap[3][i], v.w));
             }
         }
-        *(float4*)(out + t * ch + c) = make_float4(mul_sigmoid_bf(s[0], s[0], bf), mul_sigmoid_bf(s[1], s[1], bf),
-                                                   mul_sigmoid_bf(s[2], s[2], bf), mul_sigmoid_bf(s[3], s[3], bf));
+        const float4 sv = make_float4(s[0], s[1], s[2], s[3]);
+        *(float4*)(out + t * ch + c) = mul_sigmoid_bf4(sv, sv, bf);
     }
 }
 

@@ -151,12 +151,11 @@ __device__ __forceinline__ float4 norm_out4(float4 v, float4 w, float inv, int b
 }
 
 // gate4 is the gated form's statement for one chunk: rnd(y * sigmoid(rnd(gate))), the gate rounded as
-// loaded (a projection's output with its rounding deferred, cuda/deferred.go), by mul_sigmoid_bf (the
+// loaded (a projection's output with its rounding deferred, cuda/deferred.go), by mul_sigmoid_bf4 (the
 // double-precision statement's bits, k_rmsnorm's; run 94).
 __device__ __forceinline__ float4 gate4(float4 y, float4 g, int bf) {
     g = rnd4(g, bf);
-    return make_float4(mul_sigmoid_bf(y.x, g.x, bf), mul_sigmoid_bf(y.y, g.y, bf), mul_sigmoid_bf(y.z, g.z, bf),
-                       mul_sigmoid_bf(y.w, g.w, bf));
+    return mul_sigmoid_bf4(y, g, bf);
 }
 
 // rmsnorm2<W, CPT>: k_rmsnorm (version 2) with W warps a group (1 or 8) and at most CPT chunks of 4
