@@ -102,6 +102,9 @@ type Options struct {
 	// (slice_mla.go; 0: 16,384), a multiple of 64. Results are the same bits for every value; tests take
 	// it small to cross many parts.
 	MLAPrefixRows int
+	// MLAExpandedKeys keeps MLA's keys and values expanded by kv_b_proj's MatMul in float32 and copied to
+	// bfloat16 by k_mla_prep, as before mla_latent.go (ops.LatentKeys answers false): for comparisons.
+	MLAExpandedKeys bool
 }
 
 // CuBLASLtMode is Options.CuBLASLt.
@@ -157,6 +160,8 @@ type Backend struct {
 	prof opProfile  // op timing (profile.go); on the CUDA thread
 	// situTabs are SiTU's factor tables by (beta, linBeta) (ffn.go); on the CUDA thread
 	situTabs map[situKey]uint64
+	// latentKeys are MLAFromLatent's answers by head sizes (mla_latent.go); on the CUDA thread
+	latentKeys map[latentKey]latentPlan
 	// Test knobs, zero for the defaults: the bytes of decoded weights of one chunk of the cuBLASLt expert
 	// path (ltDecodeBytes), the rows of one of its GEMM blocks (ltExpertRows) and the rows of one block of
 	// the fused FFN (ffnBlockRows).

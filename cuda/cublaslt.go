@@ -16,11 +16,13 @@ type ltHandle struct {
 	desc   uintptr // cublasLtMatmulDesc_t
 	ws     uint64  // device workspace of ltWorkspaceAlloc bytes (cuMemAlloc, freed by the backend's release)
 	shapes map[ltKey]*ltShape
+	// batches are the batched shapes' plans (cublaslt_batch.go)
+	batches map[ltBatchKey]*ltShape
 }
 
 // newLtHandle creates the handle and the matmul descriptor (on the CUDA thread, context current).
 func newLtHandle(l *bind.CuBLASLt) (*ltHandle, error) {
-	h := &ltHandle{lib: l, shapes: map[ltKey]*ltShape{}}
+	h := &ltHandle{lib: l, shapes: map[ltKey]*ltShape{}, batches: map[ltBatchKey]*ltShape{}}
 	if err := l.Check("cublasLtCreate", bind.Call(l.Create, uintptr(unsafe.Pointer(&h.handle)))); err != nil {
 		return nil, err
 	}
@@ -44,7 +46,14 @@ func newLtHandle(l *bind.CuBLASLt) (*ltHandle, error) {
 func (h *ltHandle) close() error {
 	l := h.lib
 	var errs []error
+	all := make([]*ltShape, 0, len(h.shapes)+len(h.batches))
 	for _, s := range h.shapes {
+		all = append(all, s)
+	}
+	for _, s := range h.batches {
+		all = append(all, s)
+	}
+	for _, s := range all {
 		if s.adesc != 0 {
 			errs = append(errs, l.Check("cublasLtMatrixLayoutDestroy", bind.Call(l.MatrixLayoutDestroy, s.adesc)))
 			s.adesc = 0

@@ -72,9 +72,10 @@ type ltShape struct {
 	adesc  uintptr // the weight's layout: bf16, k x m column-major, ld k
 	ldb    int     // leading dimension of the bf16 copy of x: k rounded up to 8 (16-byte rows)
 	config ltConfig
-	out    uintptr // the output's type: bind.R32F or bind.R16BF
-	why    string  // when !ok: the reason
-	tuned  bool    // ltTune ran (cublaslt_tune.go): algo is the fastest valid configuration
+	out    uintptr     // the output's type: bind.R32F or bind.R16BF
+	why    string      // when !ok: the reason
+	tuned  bool        // ltTune ran (cublaslt_tune.go): algo is the fastest valid configuration
+	batch  *ltBatching // a strided batch of matrices a call (cublaslt_batch.go); nil: one
 }
 
 // outBytes is the size of one output element.
@@ -129,8 +130,12 @@ func (h *ltHandle) shapeOut(m, k int, out uintptr) (*ltShape, error) {
 	return s, nil
 }
 
-// ioLayouts creates the layouts of x (bf16, k x n, ld ldb) and of s's output (m x n, ld m).
+// ioLayouts creates the layouts of x (bf16, k x n, ld ldb) and of s's output (m x n, ld m; for a batched
+// shape ld ldd, both layouts a batch of the plan's count with contiguous outputs: ltBatching.check).
 func (h *ltHandle) ioLayouts(s *ltShape, m, k, n int) (bdesc, ddesc uintptr, err error) {
+	if s.batch != nil {
+		return h.batchIO(s, m, k, n, s.batch.count, int64(n)*int64(s.batch.ldd))
+	}
 	if bdesc, err = h.layout(bind.R16BF, k, n, s.ldb); err != nil {
 		return 0, 0, err
 	}
@@ -152,11 +157,16 @@ func (h *ltHandle) plan(m, k int, out uintptr) (*ltShape, error) {
 	if s.adesc, err = h.layout(bind.R16BF, k, m, k); err != nil {
 		return nil, err
 	}
+	return h.pinFirst(s, m, k, ltProbes(m, k))
+}
+
+// pinFirst pins the first of the heuristic's configurations for s (its weight layout made) at n = ltRepN
+// that passes pin's checks at the probes; none passing leaves s.ok false with the reason.
+func (h *ltHandle) pinFirst(s *ltShape, m, k int, probes []int) (*ltShape, error) {
 	results, masked, err := h.heuristic(s, m, k, ltMaxWorkspace)
 	if err != nil {
 		return nil, errors.Join(err, h.dropLayout(s.adesc))
 	}
-	probes := ltProbes(m, k)
 	s.why = fmt.Sprintf("the heuristic returned no configuration at n=%d", ltRepN)
 	for i := range results {
 		r := &results[i]

@@ -38,7 +38,7 @@ var kernelFiles = []kernelFile{
 		"k_kda_exact", "k_kda_exact_r32", "k_kda_exact_r64", "k_kda_exact_r128", "k_kda_fast_r64", "k_kda_fast_r128"}},
 	{"kda_chunk.cu", []string{"k_kda_chunk_r128", "k_kda_chunk_r64", "k_kda_chunk_prof_r128"}},
 	{"mla.cu", []string{"k_mla"}},
-	{"mla_tc.cu", []string{"k_mla_prep", "k_mla_tc_64_64", "k_mla_tc_128_128", "k_mla_tc_192_128"}},
+	{"mla_tc.cu", []string{"k_mla_prep", "k_mla_shared_keys", "k_mla_tc_64_64", "k_mla_tc_128_128", "k_mla_tc_192_128"}},
 	{"mla_wg.cu", []string{"k_mla_wg_64_64", "k_mla_wg_128_128", "k_mla_wg_192_128"}},
 	{"route.cu", []string{"k_route_topk", "k_route_topk_v2"}},
 	{"tokenstats.cu", []string{"k_token_stats"}},

@@ -61,7 +61,7 @@ func (b *Backend) MLA(q, kv, ks ops.Tensor, heads, nope, shared, vdim int, l ops
 	if err := ops.CheckMLA(q, kv, ks, heads, nope, shared, vdim, l); err != nil {
 		return nil, err
 	}
-	return b.mla(ts, heads, nope, shared, vdim, l, 0, nil)
+	return b.mla(ts, heads, nope, shared, vdim, l, 0, nil, nil)
 }
 
 // keyPart is the part of sequence 0's keys one launch of MLA's kernel walks when a slice continuing a
@@ -179,16 +179,17 @@ func (b *Backend) mlaPartFloats(heads, nope, shared, vdim int, l ops.Layout, qOf
 // the tile holding row qOff runs whole, its rows before qOff on zero queries into a scratch output.
 //
 // The tensor-core kernels also take ts = q, kv, ks, kv2, ks2: the key rows of kv then those of kv2 (a
-// slice's own keys after the carried prefix's, slice_mla.go), read where they are.
-func (b *Backend) mla(ts []*Tensor, heads, nope, shared, vdim int, l ops.Layout, qOff int, part *keyPart) (ops.Tensor, error) {
+// slice's own keys after the carried prefix's, slice_mla.go), read where they are. With kvb (kv_b_proj's
+// weight) not nil, kv and kv2 are latents, whose keys the op expands itself (mla_latent.go).
+func (b *Backend) mla(ts []*Tensor, heads, nope, shared, vdim int, l ops.Layout, qOff int, part *keyPart, kvb *Tensor) (ops.Tensor, error) {
 	if tc, ok := b.mlaTCKernel(nope+shared, vdim); ok {
 		if len(ts) == 5 && (ts[3].cols != ts[1].cols || ts[4].cols != ts[2].cols || ts[3].rows != ts[4].rows || ts[1].rows != ts[2].rows) {
 			return nil, shapeErr("MLA", "keys in two parts: %v and %v, shared keys %v and %v", ts[1], ts[3], ts[2], ts[4])
 		}
-		return b.mlaTC(tc, ts, heads, nope, shared, vdim, l, qOff, part)
+		return b.mlaTC(tc, ts, heads, nope, shared, vdim, l, qOff, part, kvb)
 	}
-	if len(ts) != 3 {
-		return nil, fmt.Errorf("%w: MLA on the CUDA cores takes its keys in one tensor, got %d inputs", ErrInternal, len(ts))
+	if len(ts) != 3 || kvb != nil {
+		return nil, fmt.Errorf("%w: MLA on the CUDA cores takes its keys expanded, in one tensor, got %d inputs", ErrInternal, len(ts))
 	}
 	return b.mlaCUDACores(ts, heads, nope, shared, vdim, l, qOff, part)
 }

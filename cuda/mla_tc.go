@@ -99,8 +99,11 @@ func mlaTCTasks(l ops.Layout, size int) []int32 {
 // mlaTC launches the tensor-core kernel k (BF16 precision): per group of heads, k_mla_prep (bfloat16 keys
 // and values) then k. ts is q, kv, ks, and optionally a second kv, ks whose rows follow the first's (a
 // slice's own keys after the carried prefix's, which k_mla_prep reads where they are instead of a joined
-// copy).
-func (b *Backend) mlaTC(k mlaTCKernel, ts []*Tensor, heads, nope, shared, vdim int, l ops.Layout, qOff int, part *keyPart) (ops.Tensor, error) {
+// copy). With kvb not nil the kv are latents and the keys and values come from kv_b's batched calls
+// instead of k_mla_prep (mla_latent.go), every group a batch of the same count of heads: the last group's
+// calls start early enough to keep it (they write again keys the group before wrote, the same bits),
+// and its kernel launch takes only its own heads.
+func (b *Backend) mlaTC(k mlaTCKernel, ts []*Tensor, heads, nope, shared, vdim int, l ops.Layout, qOff int, part *keyPart, kvb *Tensor) (ops.Tensor, error) {
 	const op = "MLA"
 	// rows: the key rows (qOff more than the queries' when a slice continues a sequence, MLA's mla), n0
 	// of them from the first source
@@ -115,6 +118,13 @@ func (b *Backend) mlaTC(k mlaTCKernel, ts []*Tensor, heads, nope, shared, vdim i
 	tasks, low := part.tiles(mlaTCTasks(l, k.tileRows()), qOff)
 	perHead := rows * (k.qkp + k.vp) * 2
 	group := max(1, min(heads, mlaTCTempMax/max(perHead, 1)))
+	latent := kvb != nil
+	var key latentKey
+	if latent { // groups of one size: as many as before, as even as they go
+		groups := (heads + group - 1) / group
+		group = (heads + groups - 1) / groups
+		key = latentKey{heads, nope, shared, vdim, ts[1].cols}
+	}
 	scale := float32(math.Log2E / math.Sqrt(float64(qk)))
 	var m mlaLaunch
 	err := b.run(op, func(c *opCtx) error {
@@ -141,17 +151,31 @@ func (b *Backend) mlaTC(k mlaTCKernel, ts []*Tensor, heads, nope, shared, vdim i
 			bind.Call(d.CuFuncSetAttribute, b.fn(k.name), bind.FuncAttrMaxDynamicSharedBytes, uintptr(shmem))); err != nil {
 			return err
 		}
+		var parts []latentPart
+		if latent {
+			if parts, err = c.latentParts(ts, key.kvLora, n0); err != nil {
+				return err
+			}
+		}
 		for h0 := 0; h0 < heads; h0 += group {
 			hg := min(group, heads-h0)
 			kv2, ks2 := m.in[1], m.in[2]
 			if len(ts) == 5 {
 				kv2, ks2 = m.in[3], m.in[4]
 			}
-			if err := c.launch("k_mla_prep", d1((hg*rows+7)/8), d1(256), 0, kb, vb, m.in[1], m.in[2], int64(rows), int32(heads),
+			kbh, vbh := kb, vb // head h0's keys and values
+			if latent {
+				g0 := min(h0, heads-group)
+				if err := c.expandLatent(k, key, group, g0, kb, vb, kvb.ptr, parts, m.in[2], ks2, rows, n0); err != nil {
+					return err
+				}
+				kbh += uint64(2 * (h0 - g0) * rows * k.qkp)
+				vbh += uint64(2 * (h0 - g0) * rows * k.vp)
+			} else if err := c.launch("k_mla_prep", d1((hg*rows+7)/8), d1(256), 0, kb, vb, m.in[1], m.in[2], int64(rows), int32(heads),
 				int32(h0), int32(hg), int32(nope), int32(shared), int32(vdim), int32(k.qkp), int32(k.vp), kv2, ks2, int64(n0)); err != nil {
 				return err
 			}
-			kbp, vbp := part.rebase(kb, 2*k.qkp), part.rebase(vb, 2*k.vp)
+			kbp, vbp := part.rebase(kbh, 2*k.qkp), part.rebase(vbh, 2*k.vp)
 			args := append([]any{m.o, m.q, kbp, vbp, m.tasks, int32(heads), int32(h0), int64(rows), int32(qk), int32(vdim), scale, b.bf, int64(qOff)},
 				part.stateArgs(low)...)
 			if err := c.launch(k.name, d2(len(tasks)/3, hg), d1(k.threads()), shmem, args...); err != nil {

@@ -293,23 +293,40 @@ func (b *Backend) MLASlice(q, kv, ks, latent, kvb ops.Tensor, heads, nope, share
 	if err != nil {
 		return nil, nil, err
 	}
+	fromLatent := kv == nil // ops.LatentKeys: the keys come from the latents
+	if fromLatent {
+		kv = latent // checked as the latent below; kvt is not used
+	}
 	ts, err := b.tensors(op, []string{"q", "kv", "ks", "latent", "kvb"}, q, kv, ks, latent, kvb)
 	if err != nil {
 		return nil, nil, err
 	}
 	qt, kvt, kst, lt, wt := ts[0], ts[1], ts[2], ts[3], ts[4]
-	if err := ops.CheckMLA(q, kv, ks, heads, nope, shared, vdim, l.Layout); err != nil {
+	if fromLatent {
+		if err := ops.CheckMLALatent(q, latent, ks, kvb, heads, nope, shared, vdim, l.Layout); err != nil {
+			return nil, nil, err
+		}
+		if err := b.latentReady(lt, wt, heads, nope, shared, vdim); err != nil {
+			return nil, nil, err
+		}
+		kvt = nil
+	} else if err := ops.CheckMLA(q, kv, ks, heads, nope, shared, vdim, l.Layout); err != nil {
 		return nil, nil, err
 	}
 	if err := ops.CheckSliceLayout(op, l, qt.rows, in); err != nil {
 		return nil, nil, err
 	}
-	if lt.rows != qt.rows || wt.cols != lt.cols || wt.rows != kvt.cols || lt.dt != dtF32 || kst.dt != dtF32 || kvt.dt != dtF32 {
-		return nil, nil, shapeErr(op, "latent %v with kv_b %v: want %d activation rows and kv_b %d x latent", lt, wt, qt.rows, kvt.cols)
+	if lt.rows != qt.rows || wt.cols != lt.cols || wt.rows != heads*(nope+vdim) || lt.dt != dtF32 || kst.dt != dtF32 || (kvt != nil && kvt.dt != dtF32) {
+		return nil, nil, shapeErr(op, "latent %v with kv_b %v: want %d activation rows and kv_b %d x latent", lt, wt, qt.rows, heads*(nope+vdim))
 	}
 	var out ops.Tensor
 	if c == nil {
-		if out, err = b.MLA(q, kv, ks, heads, nope, shared, vdim, l.Layout); err != nil {
+		if fromLatent {
+			out, err = b.MLALatent(q, latent, ks, kvb, heads, nope, shared, vdim, l.Layout)
+		} else {
+			out, err = b.MLA(q, kv, ks, heads, nope, shared, vdim, l.Layout)
+		}
+		if err != nil {
 			return nil, nil, err
 		}
 	} else {
@@ -322,7 +339,7 @@ func (b *Backend) MLASlice(q, kv, ks, latent, kvb ops.Tensor, heads, nope, share
 			el.Starts[i] = s + l.Offset
 		}
 		el.Starts[0] = 0
-		if out, err = b.mlaCarried(qt, kvt, kst, pl, pk, wt, heads, nope, shared, vdim, el, l.Offset); err != nil {
+		if out, err = b.mlaCarried(qt, kvt, kst, lt, pl, pk, wt, heads, nope, shared, vdim, el, l.Offset); err != nil {
 			return nil, nil, err
 		}
 	}

@@ -37,9 +37,14 @@ func (b *Backend) prefixRows() int {
 // prefix, wt kv_b_proj. A prefix of at most prefixRows rows is expanded whole (one launch); a longer one a
 // part of at most prefixRows rows at a time, each part's launch taking the softmax state of the first
 // sequence's tiles from the previous one. Either way every key block is walked as by one launch over all
-// the keys, so the output has the unsliced op's bits.
-func (b *Backend) mlaCarried(qt, kvt, kst, pl, pk, wt *Tensor, heads, nope, shared, vdim int, el ops.Layout, off int) (ops.Tensor, error) {
+// the keys, so the output has the unsliced op's bits. With kvt nil the keys come from the latents (the
+// slice's own are lt; mla_latent.go), the prefix's by the same batched calls as the slice's.
+func (b *Backend) mlaCarried(qt, kvt, kst, lt, pl, pk, wt *Tensor, heads, nope, shared, vdim int, el ops.Layout, off int) (ops.Tensor, error) {
 	const op = "MLA"
+	var kvb *Tensor // kv_b for the kernels that expand the latents themselves
+	if kvt == nil {
+		kvt, kvb = lt, wt
+	}
 	chunk := b.prefixRows()
 	tail := 0 // the first prefix row expanded with the slice's keys; the rows before it go in parts
 	var part *keyPart
@@ -52,11 +57,11 @@ func (b *Backend) mlaCarried(qt, kvt, kst, pl, pk, wt *Tensor, heads, nope, shar
 		defer b.Free(st)
 		for lo := 0; lo < tail; lo += chunk {
 			hi := min(lo+chunk, tail)
-			kv, ks, err := b.expandPrefix(op, pl, pk, wt, lo, hi)
+			kv, ks, err := b.expandPrefix(op, pl, pk, wt, lo, hi, kvb != nil)
 			if err != nil {
 				return nil, err
 			}
-			_, err = b.mla([]*Tensor{qt, kv, ks}, heads, nope, shared, vdim, el, off, &keyPart{base: lo, lo: lo, hi: hi, st: st.(*Tensor)})
+			_, err = b.mla([]*Tensor{qt, kv, ks}, heads, nope, shared, vdim, el, off, &keyPart{base: lo, lo: lo, hi: hi, st: st.(*Tensor)}, kvb)
 			b.Free(kv)
 			b.Free(ks)
 			if err != nil {
@@ -66,14 +71,14 @@ func (b *Backend) mlaCarried(qt, kvt, kst, pl, pk, wt *Tensor, heads, nope, shar
 		part = &keyPart{base: tail, lo: tail, hi: -1, st: st.(*Tensor)}
 	}
 	// the last part: the prefix from tail on, then the slice's own keys
-	pre, pks, err := b.expandPrefix(op, pl, pk, wt, tail, off)
+	pre, pks, err := b.expandPrefix(op, pl, pk, wt, tail, off, kvb != nil)
 	if err != nil {
 		return nil, err
 	}
 	if _, tc := b.mlaTCKernel(nope+shared, vdim); tc {
-		// the tensor-core kernels' k_mla_prep reads the prefix's rows and the slice's where they are: no
-		// joined copy of the slice's keys (7.5 GB at 76,800 rows of K3)
-		out, err := b.mla([]*Tensor{qt, pre, pks, kvt, kst}, heads, nope, shared, vdim, el, off, part)
+		// the tensor-core kernels' k_mla_prep (or the latents' batched calls) read the prefix's rows and
+		// the slice's where they are: no joined copy of the slice's keys (7.5 GB at 76,800 rows of K3)
+		out, err := b.mla([]*Tensor{qt, pre, pks, kvt, kst}, heads, nope, shared, vdim, el, off, part, kvb)
 		b.Free(pre)
 		b.Free(pks)
 		return out, err
@@ -90,18 +95,26 @@ func (b *Backend) mlaCarried(qt, kvt, kst, pl, pk, wt *Tensor, heads, nope, shar
 		b.Free(keys)
 		return nil, err
 	}
-	out, err := b.mla([]*Tensor{qt, keys, kss}, heads, nope, shared, vdim, el, off, part)
+	out, err := b.mla([]*Tensor{qt, keys, kss}, heads, nope, shared, vdim, el, off, part, nil)
 	b.Free(keys)
 	b.Free(kss)
 	return out, err
 }
 
 // expandPrefix returns the kv rows (kv_b_proj of the latents) and shared keys of prefix rows lo..hi-1,
-// as the slice that first held them made them (MatMul gives a row the same bits whatever its batch).
-func (b *Backend) expandPrefix(op string, pl, pk, wt *Tensor, lo, hi int) (kv, ks *Tensor, err error) {
+// as the slice that first held them made them (MatMul gives a row the same bits whatever its batch); with
+// latent set, the latent rows themselves, for a kernel launch that expands them (mla_latent.go).
+func (b *Backend) expandPrefix(op string, pl, pk, wt *Tensor, lo, hi int, latent bool) (kv, ks *Tensor, err error) {
 	lat, err := b.catRows(op, pl.cols, rowRange{pl, lo, hi})
 	if err != nil {
 		return nil, nil, err
+	}
+	if latent {
+		if ks, err = b.catRows(op, pk.cols, rowRange{pk, lo, hi}); err != nil {
+			b.Free(lat)
+			return nil, nil, err
+		}
+		return lat, ks, nil
 	}
 	x, err := b.MatMul(lat, wt)
 	b.Free(lat)
@@ -125,20 +138,27 @@ var _ ops.PrefixSizer = (*Backend)(nil)
 
 // MLAPrefixBytes is what MLASlice holds beyond its inputs and output for a slice that continues a
 // sequence begun prefix rows before (ops.PrefixSizer): the expanded part of the prefix (its kv rows, its
-// shared keys, the latents copied for the matmul) and the keys joined for the last launch, in float32;
-// with more than prefixRows rows, also the softmax state of the slice's rows between the parts' launches.
+// shared keys, the latents copied for the matmul) and the keys joined for the last launch, in float32
+// (with keys from the latents, the latents and their bfloat16 copies instead of the kv rows); with more
+// than prefixRows rows, also the softmax state of the slice's rows between the parts' launches.
 func (b *Backend) MLAPrefixBytes(prefix, heads, nope, shared, vdim, kvLora int) (fixed, perRow int64) {
 	if prefix <= 0 {
 		return 0, 0
 	}
 	kvw := int64(heads) * int64(nope+vdim)
 	rows := int64(min(prefix, b.prefixRows()+mlaKeyBlock))
-	fixed = 4 * rows * (2*kvw + 2*int64(shared) + int64(kvLora))
+	if b.MLAFromLatent(heads, nope, shared, vdim, kvLora) {
+		// the part's latents and their bfloat16 copy instead of its keys, and the slice's latents' copy
+		// (mla_latent.go)
+		kvw = 0
+		fixed, perRow = 2*rows*int64(kvLora), 2*int64(kvLora)
+	}
+	fixed += 4 * rows * (2*kvw + 2*int64(shared) + int64(kvLora))
 	tc, isTC := b.mlaTCKernel(nope+shared, vdim)
 	if isTC {
 		fixed += int64(mlaTCTempMax) // the bfloat16 keys and values of a launch group (mla_tc.go)
 	} else {
-		perRow = 4 * (kvw + int64(shared)) // the slice's keys joined after the prefix rows of the last launch
+		perRow += 4 * (kvw + int64(shared)) // the slice's keys joined after the prefix rows of the last launch
 	}
 	if prefix > b.prefixRows() { // the softmax state of the tiles between the parts' launches
 		if isTC {

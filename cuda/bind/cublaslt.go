@@ -59,6 +59,10 @@ const (
 	LtAlgoConfigInnerShapeID    = 7 // uint16_t
 	LtAlgoConfigClusterShapeID  = 8 // uint16_t, cublasLtClusterShape_t
 
+	// cublasLtMatrixLayoutAttribute_t: a strided batch of matrices of one layout
+	LtLayoutBatchCount         = 5 // int32_t, default 1
+	LtLayoutStridedBatchOffset = 6 // int64_t, elements from one matrix of the batch to the next, default 0
+
 	LtLibEnv     = "POTATO_CUBLASLT" // a path to libcublasLt, tried first
 	ltDefaultLib = "libcublasLt.so.13"
 )
@@ -93,6 +97,7 @@ type CuBLASLt struct {
 	Create, Destroy, getVersion, getStatusName, getStatusString uintptr
 	MatmulDescCreate, MatmulDescDestroy, MatmulDescSetAttribute uintptr
 	MatrixLayoutCreate, MatrixLayoutDestroy                     uintptr
+	MatrixLayoutSetAttribute                                    uintptr
 	PreferenceCreate, PreferenceDestroy, PreferenceSetAttribute uintptr
 	MatmulAlgoGetHeuristic, MatmulAlgoCheck                     uintptr
 	MatmulAlgoConfigGetAttribute, MatmulAlgoConfigSetAttribute  uintptr
@@ -138,6 +143,7 @@ func openCuBLASLt(candidates []string) (*CuBLASLt, error) {
 		"cublasLtMatmulDescSetAttribute":       &l.MatmulDescSetAttribute,
 		"cublasLtMatrixLayoutCreate":           &l.MatrixLayoutCreate,
 		"cublasLtMatrixLayoutDestroy":          &l.MatrixLayoutDestroy,
+		"cublasLtMatrixLayoutSetAttribute":     &l.MatrixLayoutSetAttribute,
 		"cublasLtMatmulPreferenceCreate":       &l.PreferenceCreate,
 		"cublasLtMatmulPreferenceDestroy":      &l.PreferenceDestroy,
 		"cublasLtMatmulPreferenceSetAttribute": &l.PreferenceSetAttribute,

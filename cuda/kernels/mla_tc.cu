@@ -130,6 +130,38 @@ extern "C" __global__ void __launch_bounds__(256) k_mla_prep(u32* kb, u32* vb, c
     }
 }
 
+// k_mla_shared_keys completes the bfloat16 key and value arrays of k_mla_prep's layout where kv_b's
+// batched GEMM wrote the keys' nope columns and the values straight from the latent (cuda/mla_latent.go):
+// for planes hl < hg and rows r < rows (hr = hl * rows + r), key columns nope .. qkp-1 get ks's row
+// (rows r < n0 from ks, the others from ks2's row r - n0) up to qk = nope + shared and zeros after it,
+// value columns vdim .. vp-1 zeros: k_mla_prep's values for them (ks rounded to nearest even as it
+// is read). A thread writes 8 columns (16 bytes) of one plane and row; nope, vdim, qkp and vp are
+// multiples of 8. Launch: blockDim 256, gridDim ceil(hg * rows * w / 256), w = (qkp - nope + vp - vdim) / 8.
+extern "C" __global__ void __launch_bounds__(256) k_mla_shared_keys(uint4* kb, uint4* vb, const float* ks, const float* ks2,
+                                                                    i64 rows, i64 n0, int hg, int nope, int shared,
+                                                                    int qkp, int vdim, int vp) {
+    const int wk = (qkp - nope) / 8, w = wk + (vp - vdim) / 8;
+    const i64 idx = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (i64)hg * rows * w) return;
+    const i64 hr = idx / w;
+    const int j = (int)(idx - hr * w);
+    if (j >= wk) {
+        vb[(hr * vp + vdim) / 8 + (j - wk)] = make_uint4(0u, 0u, 0u, 0u);
+        return;
+    }
+    const i64 r = hr % rows;
+    const float* src = r < n0 ? ks + r * shared : ks2 + (r - n0) * shared;
+    u32 p[4];
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+        const int i = 8 * j + 2 * e;  // the column past nope
+        const float x0 = i < shared ? src[i] : 0.0f;
+        const float x1 = i + 1 < shared ? src[i + 1] : 0.0f;
+        p[e] = pack_bf16(x0, x1);
+    }
+    kb[(hr * qkp + nope) / 8 + j] = make_uint4(p[0], p[1], p[2], p[3]);
+}
+
 // mla_tc: tasks[3*b .. 3*b+2] = (sequence start row, first query row t0, end row t1) of tile b =
 // blockIdx.x, t1 - t0 <= 64 and t0 - start a multiple of 64; head h = h0 + blockIdx.y, whose keys and
 // values are kb, vb at local index blockIdx.y (k_mla_prep's layout). qk <= QKP, vdim <= VP.

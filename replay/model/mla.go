@@ -51,7 +51,10 @@ func (w *MLAWeights) Forward(f *Pass, x ops.Tensor) (ops.Tensor, error) {
 	r.drop(kv)
 	cKV := norm(latent, w.KVNorm, "kv_a_layernorm")
 	r.drop(latent)
-	kvb := r.mm(cKV, w.KVB, "kv_b_proj") // per head [k_nope | v]
+	var kvb ops.Tensor // per head [k_nope | v]; nil where the backend expands it from cKV (ops.LatentKeys)
+	if lk, ok := b.(ops.LatentKeys); !ok || !lk.MLAFromLatent(d.MLAHeads, d.QKNope, d.QKShared, d.VHead, d.KVLora) {
+		kvb = r.mm(cKV, w.KVB, "kv_b_proj")
+	}
 	// sliced, the attention carries cKV and ks (kv latent + shared values a row), not the expanded kvb
 	o := r.do("attention", func() (ops.Tensor, error) { return f.mla(q, kvb, ks, cKV, w.KVB) })
 	r.drop(q, kvb, ks, cKV)

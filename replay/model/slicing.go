@@ -61,6 +61,9 @@ func (f *Pass) kda(q, k, v, graw, braw, aLog, dtBias ops.Tensor, heads int, lowe
 func (f *Pass) mla(q, kv, ks, latent, kvb ops.Tensor) (ops.Tensor, error) {
 	d := f.Model.Dims
 	if !f.Sliced() {
+		if kv == nil { // ops.LatentKeys: the backend expands the keys from the latent
+			return f.Model.Ops.(ops.LatentKeys).MLALatent(q, latent, ks, kvb, d.MLAHeads, d.QKNope, d.QKShared, d.VHead, f.Layout)
+		}
 		return f.Model.Ops.MLA(q, kv, ks, d.MLAHeads, d.QKNope, d.QKShared, d.VHead, f.Layout)
 	}
 	out, next, err := f.Model.Ops.(ops.Slicer).MLASlice(q, kv, ks, latent, kvb, d.MLAHeads, d.QKNope, d.QKShared, d.VHead, f.cur, f.carries.mla)

@@ -81,6 +81,26 @@ func CheckMLA(q, kv, ks Tensor, heads, nope, shared, vdim int, l Layout) error {
 	return CheckLayout(op, l, rows)
 }
 
+// CheckMLALatent verifies the shapes of LatentKeys.MLALatent's arguments: q and ks as for MLA, latent
+// rows x kvLora and kvb heads*(nope+vdim) x kvLora.
+func CheckMLALatent(q, latent, ks, kvb Tensor, heads, nope, shared, vdim int, l Layout) error {
+	const op = "MLA"
+	rows := q.Rows()
+	switch {
+	case heads <= 0 || nope < 0 || shared < 0 || vdim <= 0 || nope+shared == 0:
+		return shapeErr(op, "heads %d, nope %d, shared %d, vdim %d", heads, nope, shared, vdim)
+	case q.Cols() != heads*(nope+shared):
+		return shapeErr(op, "q %s: want %d columns (%d heads x (%d + %d))", dims(q), heads*(nope+shared), heads, nope, shared)
+	case latent.Rows() != rows || latent.Cols() == 0:
+		return shapeErr(op, "latent %s: want %d rows", dims(latent), rows)
+	case kvb.Rows() != heads*(nope+vdim) || kvb.Cols() != latent.Cols():
+		return shapeErr(op, "kv_b %s: want %dx%d (%d heads x (%d + %d) by the latent's width)", dims(kvb), heads*(nope+vdim), latent.Cols(), heads, nope, vdim)
+	case ks.Rows() != rows || ks.Cols() != shared:
+		return shapeErr(op, "ks %s: want %dx%d", dims(ks), rows, shared)
+	}
+	return CheckLayout(op, l, rows)
+}
+
 // CheckTokenStats verifies Backend.TokenStats's arguments: h rows x cols against an lm_head of vocab x
 // cols, one target per row (negative: none; else below vocab), 0 <= k <= vocab.
 func CheckTokenStats(h, w Tensor, targets []int32, k int) error {

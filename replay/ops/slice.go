@@ -44,7 +44,8 @@ type Slicer interface {
 	// and kvb the kv_b_proj weight (heads*(nope+vdim) x kvLora), so that kv = MatMul(latent, kvb) row by
 	// row: the carry keeps the open sequence's latent and ks rows (kvLora + shared values a row, not the
 	// heads' expanded keys and values) and the next slice expands them again with the same MatMul, so its
-	// queries attend to every earlier key of their sequence with the same bits.
+	// queries attend to every earlier key of their sequence with the same bits. On a LatentKeys backend
+	// whose MLAFromLatent answers true kv may be nil: the call then expands every key from the latents.
 	MLASlice(q, kv, ks, latent, kvb Tensor, heads, nope, shared, vdim int, l SliceLayout, in Carry) (Tensor, Carry, error)
 }
 

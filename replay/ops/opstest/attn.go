@@ -2,6 +2,7 @@ package opstest
 
 import (
 	"fmt"
+	"math"
 
 	"github.com/potato-k3/potato-k3/replay/ops"
 )
@@ -11,6 +12,7 @@ var attnTests = []test{
 	{"ShortConvSiLU", testShortConv},
 	{"KDA", testKDA},
 	{"MLA", testMLA},
+	{"MLALatent", testMLALatent},
 }
 
 // testShortConv: a wave of uneven sequences and one long sequence, 4 taps.
@@ -130,5 +132,61 @@ func testMLA(s *suite) {
 		for _, t := range ts {
 			s.b.Free(t)
 		}
+	}
+}
+
+// latentCases are head sizes for keys from the latent: K3's heads of 128 + 64 with values of 128, and
+// small ones whose key and value arrays are padded (48 to 64, 16 to 64), over waves with sequences longer
+// than a 64-row key block.
+var latentCases = []struct {
+	heads, nope, shared, vdim, lat int
+	lens                           []int
+}{{2, 128, 64, 128, 32, []int{3, 17, 130}}, {3, 32, 16, 16, 16, unevenLens}, {4, 16, 8, 32, 24, []int{200}}}
+
+// testMLALatent: a backend's MLA with the keys expanded from the latent (ops.LatentKeys, optional)
+// against its MLA over kv = MatMul(latent, kv_b): within the tolerance, every output a bfloat16 value in
+// BF16 precision, and nearly all of them equal (the expansion may sum in another order than MatMul and
+// round a key or value the other way), and a kv_b of the wrong shape refused.
+func testMLALatent(s *suite) {
+	lk, ok := s.b.(ops.LatentKeys)
+	if !ok {
+		s.Skipf("backend %s has no keys from the latent (ops.LatentKeys)", s.b.Name())
+	}
+	ran := 0
+	for _, c := range latentCases {
+		if !lk.MLAFromLatent(c.heads, c.nope, c.shared, c.vdim, c.lat) {
+			continue
+		}
+		ran++
+		l := layout(c.lens...)
+		rows, cols := l.Tokens(), c.heads*c.vdim
+		q, _ := s.randAct(rows, c.heads*(c.nope+c.shared), 1)
+		lat, _ := s.randAct(rows, c.lat, 1)
+		ks, _ := s.randAct(rows, c.shared, 1)
+		kvb, _ := s.randWeight(c.heads*(c.nope+c.vdim), c.lat, 1/math.Sqrt(float64(c.lat)))
+		kv, err := s.b.MatMul(lat, kvb)
+		s.must(err, "MatMul(latent, kv_b)")
+		want, err := s.b.MLA(q, kv, ks, c.heads, c.nope, c.shared, c.vdim, l)
+		s.must(err, "MLA")
+		got, err := lk.MLALatent(q, lat, ks, kvb, c.heads, c.nope, c.shared, c.vdim, l)
+		s.must(err, "MLALatent")
+		what := fmt.Sprintf("MLA %d heads (%d+%d, v %d) with keys from a latent of %d over sequences %v", c.heads, c.nope, c.shared, c.vdim, c.lat, c.lens)
+		w, g := s.host(want, rows, cols), s.host(got, rows, cols)
+		ref := make([]float64, len(w))
+		for i, x := range w {
+			ref[i] = float64(x)
+		}
+		s.close(what, g, ref, cols, s.tol(ref).scaled(2))
+		s.roundedOutput(what, g, ref)
+		bad, _ := s.randWeight(c.heads*(c.nope+c.vdim)+1, c.lat, 1)
+		s.fails(what+" with a kv_b of one row too many", func() error {
+			out, err := lk.MLALatent(q, lat, ks, bad, c.heads, c.nope, c.shared, c.vdim, l)
+			s.free(out)
+			return err
+		})
+		s.free(want, got, kv, q, lat, ks, kvb, bad)
+	}
+	if ran == 0 {
+		s.Skipf("backend %s takes keys from the latent for none of the cases", s.b.Name())
 	}
 }

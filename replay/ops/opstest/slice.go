@@ -113,7 +113,7 @@ func (s *suite) slicedOps(sl ops.Slicer, sh sliceShape) []slicedOp {
 	dtBias, _ := s.weightF32(1, ch, s.normals(ch, 0.5))
 	kvb, _ := s.randWeight(mh*(nope+vdim), lat, 1/math.Sqrt(float64(lat)))
 	s.Cleanup(func() { s.free(conv, aLog, dtBias, kvb) })
-	return []slicedOp{
+	sliced := []slicedOp{
 		{fmt.Sprintf("ShortConvSiLU %d channels", ch), []int{ch}, func(x []ops.Tensor, l ops.SliceLayout, in ops.Carry, whole bool) (ops.Tensor, ops.Carry, error) {
 			if whole {
 				out, err := b.ShortConvSiLU(x[0], conv, l.Layout)
@@ -142,4 +142,14 @@ func (s *suite) slicedOps(sl ops.Slicer, sh sliceShape) []slicedOp {
 			return sl.MLASlice(x[0], kv, x[2], x[1], kvb, mh, nope, shared, vdim, l, in)
 		}},
 	}
+	if lk, ok := b.(ops.LatentKeys); ok && lk.MLAFromLatent(mh, nope, shared, vdim, lat) {
+		sliced = append(sliced, slicedOp{fmt.Sprintf("MLA %d heads of %d+%d, values %d, keys from the latent", mh, nope, shared, vdim), []int{mh * (nope + shared), lat, shared}, func(x []ops.Tensor, l ops.SliceLayout, in ops.Carry, whole bool) (ops.Tensor, ops.Carry, error) {
+			if whole {
+				out, err := lk.MLALatent(x[0], x[1], x[2], kvb, mh, nope, shared, vdim, l.Layout)
+				return out, nil, err
+			}
+			return sl.MLASlice(x[0], nil, x[2], x[1], kvb, mh, nope, shared, vdim, l, in)
+		}})
+	}
+	return sliced
 }
