@@ -157,10 +157,10 @@ func (c *opCtx) launchKDAChunk(name string, out uint64, in []uint64, starts uint
 	return c.launch(name, d2(seqs, heads), d1(2*d), kdaChunkSmem(d), append(args, extra...)...)
 }
 
-// kdaChunkSmem is kda_chunk.cu's kda_chunk_smem(d) in bytes.
+// kdaChunkSmem is kda_chunk.cu's kda_chunk_smem(d) in bytes (TestKDAChunkSmem compares the two).
 func kdaChunkSmem(d int) int {
-	const kc, ldt, ldp, lda = kdaChunkRows, 24, 24, 20
-	return 4 * (2*kc*(d+8) + 2*kc*(d+4) + 2*kc*d + 2*d*ldt + kc*ldp + 2*kc*lda + 2*kc*d + 2*kc + 2*d)
+	const kc, ldt, ldp, lda = kdaChunkRows, 24, 40, 20
+	return 4 * (4*kc*(d+8) + 2*kc*d + 2*d*ldt + kc*ldp + 2*kc*lda + 2*kc*d + 2*kc + 2*d)
 }
 
 // kda is KDA with, for token slices (slice.go), the state sequence 0 starts from (init, heads x d x d

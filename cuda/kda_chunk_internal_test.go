@@ -3,6 +3,8 @@ package cuda
 import (
 	"fmt"
 	"math/rand/v2"
+	"os/exec"
+	"strings"
 	"testing"
 
 	"github.com/potato-k3/potato-k3/replay/ops"
@@ -10,7 +12,8 @@ import (
 
 // TestKDAChunkKernel: the chunked kernel runs in BF16 precision with the tensor cores at head widths 64 and
 // 128, decay bounds down to -5 and rows whose 16-row chunks stay below 2^31 values only; its shared memory
-// lets two blocks of width 128 share an H200 SM (227 KiB). No GPU needed.
+// lets two blocks of width 128 and four of width 64 (its __launch_bounds__) share an H200 SM (228 KiB,
+// 1 KiB of it reserved for each block). No GPU needed.
 func TestKDAChunkKernel(t *testing.T) {
 	const k3 = 96 * 128 // K3's channels
 	for _, c := range []struct {
@@ -29,8 +32,24 @@ func TestKDAChunkKernel(t *testing.T) {
 			t.Errorf("bf %v, tensor cores %v, %d channels of width %d, lower %g: %q, want %q", c.bf, c.tc, c.ch, c.d, c.lower, got, c.want)
 		}
 	}
-	if n := kdaChunkSmem(128); 2*n > 227*1024 {
-		t.Errorf("width 128: %d bytes of shared memory a block: two blocks do not fit an SM", n)
+	for _, c := range []struct{ d, blocks int }{{128, 2}, {64, 4}} {
+		if n := kdaChunkSmem(c.d); c.blocks*(n+1024) > 228*1024 {
+			t.Errorf("width %d: %d bytes of shared memory a block: %d blocks do not fit an SM", c.d, n, c.blocks)
+		}
+	}
+}
+
+// TestKDAChunkSmem: kdaChunkSmem, which the launch passes, is kda_chunk.cu's kda_chunk_smem at both widths
+// (g++ evaluates the kernel file's constexpr function against the Go values in a static_assert). Skipped
+// where g++ is not installed.
+func TestKDAChunkSmem(t *testing.T) {
+	gxx, prelude := hostCpp(t)
+	src := fmt.Sprintf("#include \"kda_chunk.cu\"\nstatic_assert(4 * kda_chunk_smem(128) == %d && 4 * kda_chunk_smem(64) == %d, \"kdaChunkSmem\");\n",
+		kdaChunkSmem(128), kdaChunkSmem(64))
+	cmd := exec.Command(gxx, "-std=c++17", "-fsyntax-only", "-w", "-fpermissive", "-include", prelude, "-I", "kernels", "-x", "c++", "-")
+	cmd.Stdin = strings.NewReader(src)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Errorf("kdaChunkSmem(128) = %d, kdaChunkSmem(64) = %d: not kda_chunk_smem's bytes: %v\n%s", kdaChunkSmem(128), kdaChunkSmem(64), err, out)
 	}
 }
 

@@ -108,14 +108,43 @@ __device__ __forceinline__ float frcp_fast(float y, bool& ok) {
     return __fmaf_rn(r, -e, r);
 }
 
+// frsqrt_fast is __frsqrt_rn(x) where ok comes back true, for every x whose exponent field is 1 .. 254 and
+// sign is clear (a positive normal float) but about 1 in 65,000; elsewhere (zero, subnormals, negatives,
+// infinities, NaN) and for those few, ok is false and the value is not the reciprocal square root. It is
+// not __frsqrt_rn's own sequence but a certified one: __frsqrt_rn is correctly rounded (the CUDA C++
+// Programming Guide's intrinsics table: IEEE-compliant, 0 ulp), so any value proven to be 1/sqrt(x) rounded
+// to nearest has its bits. rsqrt.approx's estimate y0 is within E = 2^-22.9 of r = 1/sqrt(x) (relative; the
+// PTX ISA's bound over the positive finite floats); one Newton step in double precision,
+// y1 = y0 + (y0/2)(1 - (x y0) y0), with x and y0 exact in double, three roundings of 2^-53, leaves
+// |y1 - r| <= r (1.5 E^2 + 2^-52) < 2.5e-14 r: fewer than 226 double ulps of y1's binade. Rounding y1 to float
+// (cvt.rn) gives r's rounding unless a float midpoint lies between them; r is never one (1/sqrt of a float
+// is not a 25-bit dyadic), the midpoints of y1's binade sit where its 29 bits below float precision are
+// 2^28, and the other binades' are 2^27 double ulps away or more. So ok requires those 29 bits more than
+// 4,096 from 2^28: 18 times the bound (enough for an rsqrt.approx 4 times less accurate than stated;
+// TestFrsqrtFast checks it on the CPU with y0 anywhere in that range).
+// Without __frsqrt_rn's branch (between its path for zeros, subnormals and non-finite inputs and the
+// scaled one for the rest, in CUDA 11.8's SASS) several of these interleave; a caller checks ok (once for
+// a warp, __all_sync) and runs __frsqrt_rn where it failed, as for frcp_fast.
+__device__ __forceinline__ float frsqrt_fast(float x, bool& ok) {
+    float y0;
+    asm("rsqrt.approx.ftz.f32 %0, %1;" : "=f"(y0) : "f"(x));
+    const double xd = (double)x, yd = (double)y0;
+    const double e = __fma_rn(-__dmul_rn(xd, yd), yd, 1.0);  // 1 - x y0^2 = -(2 eps + eps^2), to 2^-53 of x y0^2
+    const double y1 = __fma_rn(__dmul_rn(0.5, yd), e, yd);
+    const u32 low = (u32)__double2loint(y1) & 0x1fffffffu;  // the 29 mantissa bits below float precision
+    ok = (__float_as_uint(x) - 0x00800000u) < 0x7f000000u && low - 0x0ffff000u > 0x2000u;
+    return __double2float_rn(y1);
+}
+
 // mul_sigmoid_bf4 is rnd(__fmul_rn(x, sigmoid_f(g)), bf) for four pairs, the CPU backend's statement
 // (the sigmoid in double precision rounded to float, the product rounded, then to bfloat16 in BF16
 // precision; silu is the statement with g = x), with the double-precision sigmoid skipped where single
 // precision provably gives the same bits: about 25 single-precision and integer instructions in place
-// of about 35 FP64 ones (the FP64 pipe has half the lanes). Used by k_shortconv4, k_mul_sigmoid4 and the gated norm; the
-// scalar kernels keep the double-precision statement as the tests' oracles. Run 68 tried a form that
-// tested the margin with three bf16_round (about 50 instructions): every bit held and the kernels were
-// slower; run 92 measured that form's cost inside KDA's chunked kernel (cuda/records/kda_conv_fused.diff).
+// of about 35 FP64 ones (the FP64 pipe has half the lanes). Used by k_shortconv4, k_mul_sigmoid4 and the
+// gated norm; the scalar kernels keep the double-precision statement as the tests' oracles. Run 68 tried
+// a form that tested the margin with three bf16_round (about 50 instructions): every bit held and the
+// kernels were slower; run 92 measured that form's cost inside KDA's chunked kernel
+// (cuda/records/kda_conv_fused.diff).
 //
 // The fast value y = fl(x * sigmoid_ff(g)): CUDA's expf is within 2 ulps (2^-22 relative; NVIDIA's
 // tested bound, the CUDA C++ Programming Guide's table of single-precision functions), 1 + e and the
@@ -181,6 +210,17 @@ __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) v = __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, o));
     return v;
+}
+
+// warp_sum2 is warp_sum of a and of b in place, their butterflies interleaved so that the two chains of
+// shuffles and adds overlap: each sum's adds are warp_sum's, in its order, so the bits are the same.
+__device__ __forceinline__ void warp_sum2(float& a, float& b) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        const float ta = __shfl_xor_sync(0xffffffffu, a, o), tb = __shfl_xor_sync(0xffffffffu, b, o);
+        a = __fadd_rn(a, ta);
+        b = __fadd_rn(b, tb);
+    }
 }
 
 __device__ __forceinline__ double warp_sum_d(double v) {

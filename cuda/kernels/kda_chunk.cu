@@ -22,7 +22,9 @@
 // is read from shared memory in the same permutation). Each float32 operand is split into a tf32 high
 // part and a tf32 low part and each product takes three mma (lo*hi, hi*lo, hi*hi, in that order): the
 // products are float32 accurate, where one tf32 mma would leave 2^-10 of each (SPLIT 1, the template's
-// other option: version 4 below).
+// other option: version 4 below). The B operands of the first two products (Wk, Qt, P: the same values
+// in every warp) are split once a block, before the products, and stored as their two parts; the third
+// product's (Kh) are split in each warp as before (version 9 below says why).
 //
 // Every sum runs in an order fixed by D and the row's place in its chunk; chunks are anchored at the
 // sequence start; a row's output depends on the rows before it in its chunk only (rows past a sequence's
@@ -55,7 +57,7 @@
 //      its rows); phases 4 and 5 load the rows of A and M in 16-byte broadcasts: the same operations in
 //      the same order (version 4's bits, checked on the H200 before version 4 was removed, run 104):
 //      24.21 -> 24.01 ms at 16 x 4,096, 51.0 -> 49.4 at 1 x 65,536; columns 11.6% -> 8.3% of a chunk.
-//   8. (this file) From Nsight Compute (run 106: 29,400 instructions a block and chunk, issue slots 49%
+//   8. From Nsight Compute (run 106: 29,400 instructions a block and chunk, issue slots 49%
 //      busy, stalls mostly on fixed-latency dependencies; 66 million spill requests a launch): the gate's
 //      reciprocals by frcp_fast (common.cuh: __frcp_rn's fast path without its branch, so the channels'
 //      chains interleave; __frcp_rn for a warp where it does not apply), dtBias in shared memory (its
@@ -64,6 +66,21 @@
 //      64 rows); 24.04 -> 21.70 ms at 16 x 4,096, 6.87 -> 6.32 at 4 x 4,096, 49.4 -> 50.3 at 1 x
 //      65,536; 12% fewer instructions, spill requests 66 -> 12.6 million; a kda+moe layer 1.2186 ->
 //      1.2110 s in the bench (run 107).
+//   9. (this file) The first two products' B operands split once a block instead of once a warp (the
+//      splits were 38% of the products' instructions, run 106): phase 5 stores Wk's tf32 high parts in
+//      place and their low parts over Kt, and the warps that phase 4's substitution leaves idle do the
+//      same for Qt (low parts over Ki) and P (beside its row), which phase 3 read or wrote last; Kt now
+//      at sWQ's stride, P's rows twice as wide: 384 floats more a block (98,432 bytes at width 128, 2 an
+//      SM; 52,864 at 64, 4). Kh stays split in each warp: stored split as well (tried, its low parts in
+//      rows of KhT twice as wide), ptxas hoisted the third product's loads of both parts, and where the
+//      split had filled the gaps between dependent HMMAs it put NOPs, so the product was no shorter and
+//      the kernel's spills nearly five times v8's (CUDA 11.8's ptxas for sm_90: 112 bytes of spill
+//      stores a thread against 24; as kept, 24, and 120 fewer SASS instructions a warp from the
+//      products' barrier to the chunk's end, 6%). The norms' two rsqrt by frsqrt_fast (common.cuh: a
+//      double-precision Newton step from rsqrt.approx, proven to round to __frsqrt_rn's value where its
+//      test passes; __frsqrt_rn for a warp where it fails) without __frsqrt_rn's branch, their warp
+//      sums' butterflies interleaved. The same operations on the same values, so the same bits
+//      (TestKDATiming's hash): not yet run on the H200.
 //   Tried and not kept (cuda/records): 5, the short convolutions fused in as a phase 0 (kda_conv_fused.diff,
 //   runs 90-93: the phase cost as much as the convolutions alone); 6, phase 3's A and P on the tensor cores
 //   in split tf32 (kda_ap_tensor_cores.diff, run 96: 1.6% faster, four times as many outputs off the exact path).
@@ -82,23 +99,65 @@ __device__ __forceinline__ void mma_tf32(float* d, const u32* a, const u32* b) {
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
-// frag is an mma operand of n values split into tf32 parts: hi = x with its low 13 mantissa bits cleared
-// (exact in tf32), lo = x - hi (exact in float32), passed as float32 bits: the tensor cores read the top
-// 19 bits of a tf32 operand, so lo (below 2^-10 of x) loses at most 2^-10 of itself and the two parts
-// are x within 2^-20 of it (SPLIT 3);
+// tf32_hi is x with its low 13 mantissa bits cleared (exact in tf32), tf32_lo is x - tf32_hi(x) (exact in
+// float32): the two tf32 parts of x. bhi is the high part an operand carries: tf32_hi(x) (SPLIT 3), or x
+// itself (SPLIT 1).
+__device__ __forceinline__ float tf32_hi(float x) { return __uint_as_float(__float_as_uint(x) & 0xffffe000u); }
+__device__ __forceinline__ float tf32_lo(float x) { return __fsub_rn(x, tf32_hi(x)); }
+template <int SPLIT>
+__device__ __forceinline__ float bhi(float x) { return SPLIT == 3 ? tf32_hi(x) : x; }
+
+// lds2 loads two floats from shared-memory address a (ld.shared.v2.f32): the products' B operands, each at
+// a per-thread base plus a constant (a constant added to a register base folds into the load's offset,
+// where the products' float* indexing left three address instructions a load, run 107's profile).
+__device__ __forceinline__ float2 lds2(u32 a) {
+    float2 v;
+    asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(v.x), "=f"(v.y) : "r"(a));
+    return v;
+}
+
+// frag is an mma operand of n values split into tf32 parts, hi = tf32_hi(x) and lo = tf32_lo(x), passed
+// as float32 bits: the tensor cores read the top 19 bits of a tf32 operand, so lo (below 2^-10 of x)
+// loses at most 2^-10 of itself and the two parts are x within 2^-20 of it (SPLIT 3);
 // or x's bits alone, truncated by the tensor cores to 2^-10 (SPLIT 1). Clearing bits replaces version
-// 3's cvt.rna.tf32.f32 conversions (three a value).
+// 3's cvt.rna.tf32.f32 conversions (three a value). set splits x (the A operands, each thread's own, and
+// Kh's B operands); load reads a B operand stored split (st_b): hi at shared-memory address a, lo
+// (SPLIT 3) lo_bytes above it.
 template <int N, int SPLIT>
 struct frag {
     u32 hi[N], lo[N];
     __device__ __forceinline__ void set(const float* x) {
 #pragma unroll
         for (int i = 0; i < N; i++) {
-            hi[i] = SPLIT == 3 ? __float_as_uint(x[i]) & 0xffffe000u : __float_as_uint(x[i]);
-            if (SPLIT == 3) lo[i] = __float_as_uint(__fsub_rn(x[i], __uint_as_float(hi[i])));
+            hi[i] = __float_as_uint(bhi<SPLIT>(x[i]));
+            if (SPLIT == 3) lo[i] = __float_as_uint(tf32_lo(x[i]));
+        }
+    }
+    __device__ __forceinline__ void load(u32 a, u32 lo_bytes) {
+        static_assert(N == 2, "a B operand holds two values");
+        const float2 h = lds2(a);
+        hi[0] = __float_as_uint(h.x), hi[1] = __float_as_uint(h.y);
+        if (SPLIT == 3) {
+            const float2 l = lds2(a + lo_bytes);
+            lo[0] = __float_as_uint(l.x), lo[1] = __float_as_uint(l.y);
         }
     }
 };
+
+// st_b stores x as a B operand of the products: bhi(x) at p and (SPLIT 3) tf32_lo(x) at lo, the values
+// frag::set would make of x (the same operations, so the same bits), so that the products load them
+// split once a block instead of each warp splitting the same values (the splits were 38% of the
+// products' instructions, run 106); st_b4 does four at 16-byte addresses.
+template <int SPLIT>
+__device__ __forceinline__ void st_b(float* p, float* lo, float x) {
+    *p = bhi<SPLIT>(x);
+    if (SPLIT == 3) *lo = tf32_lo(x);
+}
+template <int SPLIT>
+__device__ __forceinline__ void st_b4(float* p, float* lo, float4 v) {
+    *(float4*)p = make_float4(bhi<SPLIT>(v.x), bhi<SPLIT>(v.y), bhi<SPLIT>(v.z), bhi<SPLIT>(v.w));
+    if (SPLIT == 3) *(float4*)lo = make_float4(tf32_lo(v.x), tf32_lo(v.y), tf32_lo(v.z), tf32_lo(v.w));
+}
 
 // mma_split is d += a b with a and b split: lo*hi, hi*lo, hi*hi (SPLIT 3), or hi*hi.
 template <int SPLIT>
@@ -108,15 +167,6 @@ __device__ __forceinline__ void mma_split(float* d, const frag<4, SPLIT>& a, con
         mma_tf32(d, a.hi, b.lo);
     }
     mma_tf32(d, a.hi, b.hi);
-}
-
-// lds2 loads two floats from shared-memory address a (ld.shared.v2.f32): the products' B operands, each at
-// a per-thread base plus a constant (a constant added to a register base folds into the load's offset,
-// where the products' float* indexing left three address instructions a load, run 107's profile).
-__device__ __forceinline__ float2 lds2(u32 a) {
-    float2 v;
-    asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(v.x), "=f"(v.y) : "r"(a));
-    return v;
 }
 
 // cp16 copies 16 bytes from global src to shared dst asynchronously (cp.async, L2 only), or writes 16 zero
@@ -134,15 +184,20 @@ __device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_grou
 __device__ __forceinline__ void cp_wait_all() { asm volatile("cp.async.wait_group 0;" ::: "memory"); }
 
 // kda_chunk_smem is the dynamic shared memory of kda_chunk<D>, in floats (each array a multiple of 4 floats,
-// so that every one starts 16-byte aligned).
+// so that every one starts 16-byte aligned). The low parts of the B operands of the first two products
+// take the space of Kt and Ki (dead by then: sWQ's rows' low parts at sWQ's stride, Kt at that stride
+// too) and a row of P twice as wide (high parts, then low parts at KDA_PLO): 384 floats more than
+// version 8 at either width, 98,432 bytes a block at width 128 and 52,864 at 64, so that two blocks of
+// width 128 (four of 64) share an H200 SM's 228 KiB, 1 KiB of it reserved for each block.
 __host__ __device__ constexpr int kda_chunk_ldw(int D) { return D + 8; }  // 8 mod 32: conflict-free float2 B loads
 __host__ __device__ constexpr int kda_chunk_ldk(int D) { return D + 4; }  // 4 mod 32: conflict-free float4 row loads
 #define KDA_LDT 24  // transposed arrays (D rows of KC): 24 mod 32, conflict-free float2 B loads
-#define KDA_LDP 24
+#define KDA_LDP 40  // P (KC values, then their low parts): 8 mod 32, conflict-free float2 B loads
+#define KDA_PLO 16  // where a row of P's low parts start
 #define KDA_LDA 20
 __host__ __device__ constexpr int kda_chunk_smem(int D) {
-    return 2 * KC * kda_chunk_ldw(D)    // sWQ: Wk rows, then Qt rows
-           + 2 * KC * kda_chunk_ldk(D)  // sKt, sKi
+    return 2 * KC * kda_chunk_ldw(D)    // sWQ: Wk rows, then Qt rows (their high parts by the products)
+           + 2 * KC * kda_chunk_ldw(D)  // sKt, sKi, then sWQ's low parts
            + 2 * KC * D                 // sV, sG
            + 2 * D * KDA_LDT            // sWvT, sKhT
            + KC * KDA_LDP               // sP
@@ -151,6 +206,8 @@ __host__ __device__ constexpr int kda_chunk_smem(int D) {
            + KC + KC + D                // sRb (its braw), sBeta, sGam
            + D;                         // sDtb: dtBias of the head (in registers it was spilled)
 }
+static_assert(2 * (4 * kda_chunk_smem(128) + 1024) <= 228 * 1024, "two blocks of width 128 an SM");
+static_assert(4 * (4 * kda_chunk_smem(64) + 1024) <= 228 * 1024, "four blocks of width 64 an SM");
 
 // kda_chunk: see the file's header. Arguments as kda.cu's recurrence kernels, with the raw inputs (q, k, v,
 // graw rows x heads*D; braw rows x heads; aLog; dtBias 1 x heads*D) in place of the prep's outputs, and
@@ -173,9 +230,10 @@ __device__ __forceinline__ void kda_chunk(float* __restrict__ out, const float* 
     extern __shared__ float4 smem4[];
     float* sWQ = (float*)smem4;
     float* sQt = sWQ + KC * LDW;
-    float* sKt = sWQ + 2 * KC * LDW;
-    float* sKi = sKt + KC * LDK;
-    float* sV = sKi + KC * LDK;
+    float* sKt = sWQ + 2 * KC * LDW;  // at stride LDW (its readers take rows a warp or a column a thread)
+    float* sKi = sKt + KC * LDW;      // at stride LDK in KC * LDW floats
+    float* sWQlo = sKt;  // sWQ's low parts in sWQ's layout: Wk's over Kt (phase 5), Qt's over Ki (phase 4)
+    float* sV = sKi + KC * LDW;
     float* sG = sV + KC * D;
     float* sWvT = sG + KC * D;
     float* sKhT = sWvT + D * KDA_LDT;
@@ -285,14 +343,22 @@ __device__ __forceinline__ void kda_chunk(float* __restrict__ out, const float* 
                 const float gr = rnd(sG[t * D + c], bf); // graw rounded as loaded (cuda/deferred.go)
                 y[i] = __fadd_rn(1.0f, expf(-__fmul_rn(rate, __fadd_rn(gr, sDtb[c]))));
             }
-            const float qinv = __frsqrt_rn(__fadd_rn(warp_sum(sq), 1e-6f));
-            const float kinv = __frsqrt_rn(__fadd_rn(warp_sum(sk), 1e-6f));
+            // the norms' reciprocal square roots by frsqrt_fast (common.cuh: __frsqrt_rn's value without its
+            // branch; the sums the same in every lane, so ok is too), both sums' butterflies interleaved
+            warp_sum2(sq, sk);
+            const float nq = __fadd_rn(sq, 1e-6f), nk = __fadd_rn(sk, 1e-6f);
+            bool okq, okk;
+            float qinv = frsqrt_fast(nq, okq), kinv = frsqrt_fast(nk, okk);
             bool ok = true;
 #pragma unroll
             for (int i = 0; i < CL; i++) {
                 bool oki;
                 y[i] = frcp_fast(y[i], oki);
                 ok = ok && oki;
+            }
+            if (!__all_sync(0xffffffffu, okq && okk)) {  // about 1 in 65,000 sums, and any not a positive normal float
+                qinv = __frsqrt_rn(nq);
+                kinv = __frsqrt_rn(nk);
             }
             if (!__all_sync(0xffffffffu, ok)) {  // never with K3's bounds: x would be below -87
 #pragma unroll
@@ -306,7 +372,7 @@ __device__ __forceinline__ void kda_chunk(float* __restrict__ out, const float* 
             for (int i = 0; i < CL; i++) {
                 const int c = lane + 32 * i;
                 sQt[t * LDW + c] = __fmul_rn(__fmul_rn(qv[i], qinv), scale);
-                sKt[t * LDK + c] = __fmul_rn(kv[i], kinv);
+                sKt[t * LDW + c] = __fmul_rn(kv[i], kinv);
                 sG[t * D + c] = valid ? __fmul_rn(lower, y[i]) : 0.0f;
             }
             if (lane == 0) sBeta[t] = valid ? sigmoid_ff(rnd(sRb[t], bf)) : 0.0f; // braw likewise
@@ -349,9 +415,9 @@ __device__ __forceinline__ void kda_chunk(float* __restrict__ out, const float* 
 #pragma unroll
                 for (int i = 0; i < 4; i++) {
                     const int t = 4 * m + i;
-                    const float kn = sKt[t * LDK + c];
+                    const float kn = sKt[t * LDW + c];
                     sQt[t * LDW + c] = __fmul_rn(sQt[t * LDW + c], e[i]);
-                    sKt[t * LDK + c] = __fmul_rn(kn, e[i]);
+                    sKt[t * LDW + c] = __fmul_rn(kn, e[i]);
                     sKi[t * LDK + c] = __fmul_rn(kn, ei[i]);
                     kh[i] = __fmul_rn(kn, __fmul_rn(gam, ei[i]));
                 }
@@ -365,7 +431,7 @@ __device__ __forceinline__ void kda_chunk(float* __restrict__ out, const float* 
         // 3. A and P, one (t, s) pair a thread at a time, d ascending in fours
         for (int p = tid; p < KC * KC; p += NT) {
             const int t = p / KC, j = p % KC;
-            const float4* kt = (const float4*)(sKt + t * LDK);
+            const float4* kt = (const float4*)(sKt + t * LDW);
             const float4* ki = (const float4*)(sKi + j * LDK);
             const float4* qt = (const float4*)(sQt + t * LDW);
             float4 a = make_float4(0.0f, 0.0f, 0.0f, 0.0f), pp = a;  // a sum per component of d mod 4
@@ -404,17 +470,33 @@ __device__ __forceinline__ void kda_chunk(float* __restrict__ out, const float* 
             const float bj = sBeta[j];
 #pragma unroll
             for (int t = 0; t < KC; t++) sM[t * KDA_LDA + j] = __fmul_rn(x[t], bj);
+        } else if (SPLIT == 3 && warp > 0) {
+            // meanwhile the other warps split Qt and P, B operands of the first two products, which phase 3
+            // wrote or read last: the high parts in place, the low parts over Ki (dead since phase 3) and
+            // beside P's row
+            constexpr int Q4 = D / 4, P4 = KC / 4;  // 16-byte pieces a row of Qt, of P
+            for (int p = tid - 32; p < KC * (Q4 + P4); p += NT - 32) {
+                if (p < KC * Q4) {
+                    const int t = p / Q4, c = 4 * (p % Q4);
+                    st_b4<SPLIT>(sQt + t * LDW + c, sWQlo + (KC + t) * LDW + c, *(const float4*)(sQt + t * LDW + c));
+                } else {
+                    const int t = (p - KC * Q4) / P4, j = 4 * ((p - KC * Q4) % P4);
+                    float* pt = sP + t * KDA_LDP + j;
+                    st_b4<SPLIT>(pt, pt + KDA_PLO, *(const float4*)pt);
+                }
+            }
         }
         __syncthreads();
         mark(3);
 
-        // 5. Wk = M Kt (into sWQ's first rows), Wv = M V (transposed), a column a thread, four rows at a time
+        // 5. Wk = M Kt (into sWQ's first rows, split: its low parts over Kt, whose column c only this thread
+        // reads, all of it before the first write), Wv = M V (transposed), a column a thread, four rows at a time
         {
             const bool isk = tid < D;
             const int c = isk ? tid : tid - D;
             float x[KC];
 #pragma unroll
-            for (int r = 0; r < KC; r++) x[r] = isk ? sKt[r * LDK + c] : sV[r * D + c];
+            for (int r = 0; r < KC; r++) x[r] = isk ? sKt[r * LDW + c] : sV[r * D + c];
 #pragma unroll
             for (int m = 0; m < KC / 4; m++) {
                 float w[4];
@@ -434,7 +516,8 @@ __device__ __forceinline__ void kda_chunk(float* __restrict__ out, const float* 
                 }
                 if (isk) {
 #pragma unroll
-                    for (int i = 0; i < 4; i++) sWQ[(4 * m + i) * LDW + c] = w[i];
+                    for (int i = 0; i < 4; i++)
+                        st_b<SPLIT>(sWQ + (4 * m + i) * LDW + c, sWQlo + (4 * m + i) * LDW + c, w[i]);
                 } else {
                     *(float4*)(sWvT + c * KDA_LDT + 4 * m) = make_float4(w[0], w[1], w[2], w[3]);
                 }
@@ -445,9 +528,11 @@ __device__ __forceinline__ void kda_chunk(float* __restrict__ out, const float* 
         if (r0 + KC < end) stage(r0 + KC, 1);  // sV is free until the next chunk
 
         // 6. X^T = S^T [Wk; Qt]^T: 16 value rows x 32 chunk columns (Wk rows 0-15, Qt rows 16-31)
-        // this lane's B operand bases (shared-memory byte addresses): every load below adds a constant
+        // this lane's B operand bases (shared-memory byte addresses): every load below adds a constant, and
+        // the low parts of sWQ and sP are a constant further (loWQ, loP bytes)
         const u32 bWQ = smem_u32(sWQ + gid * LDW + 2 * tig), bP = smem_u32(sP + gid * KDA_LDP + 2 * tig);
         const u32 bKh = smem_u32(sKhT + gid * KDA_LDT + 2 * tig);
+        constexpr u32 loWQ = 4 * 2 * KC * LDW, loP = 4 * KDA_PLO;  // sWQlo - sWQ, P's row's low parts
         float x[4][4];
 #pragma unroll
         for (int nt = 0; nt < 4; nt++) x[nt][0] = x[nt][1] = x[nt][2] = x[nt][3] = 0.0f;
@@ -458,10 +543,8 @@ __device__ __forceinline__ void kda_chunk(float* __restrict__ out, const float* 
             a.set(av);
 #pragma unroll
             for (int nt = 0; nt < 4; nt++) {
-                const float2 bv = lds2(bWQ + 4 * (8 * nt * LDW + 8 * j));
-                const float bb[2] = {bv.x, bv.y};
                 frag<2, SPLIT> b;
-                b.set(bb);
+                b.load(bWQ + 4 * (8 * nt * LDW + 8 * j), loWQ);
                 mma_split<SPLIT>(x[nt], a, b);
             }
         }
@@ -480,10 +563,8 @@ __device__ __forceinline__ void kda_chunk(float* __restrict__ out, const float* 
         for (int nt = 0; nt < 2; nt++) {
 #pragma unroll
             for (int kk = 0; kk < 2; kk++) {
-                const float2 pv2 = lds2(bP + 4 * (8 * nt * KDA_LDP + 8 * kk));
-                const float bb[2] = {pv2.x, pv2.y};
                 frag<2, SPLIT> b;
-                b.set(bb);
+                b.load(bP + 4 * (8 * nt * KDA_LDP + 8 * kk), loP);
                 mma_split<SPLIT>(x[2 + nt], ua[kk], b);
             }
 #pragma unroll
@@ -494,7 +575,8 @@ __device__ __forceinline__ void kda_chunk(float* __restrict__ out, const float* 
             }
         }
         // S^T = S^T diag(e^G_last) + U^T Kh, after a whole chunk only (a partial one is run again, whole,
-        // by the next slice)
+        // by the next slice). Kh is split here, in every warp: stored split, its loads of both parts,
+        // hoisted by ptxas, left no fewer instructions and nearly five times the spills (version 9)
         if (n == KC) {
 #pragma unroll
             for (int j = 0; j < D / 8; j++) {

@@ -37,5 +37,6 @@ size_t __cvta_generic_to_shared(const void*);
 struct int4 { int x, y, z, w; }; struct int2 { int x, y; };
 unsigned __byte_perm(unsigned, unsigned, unsigned); float4 __ldcs(const float4*); float __ldcs(const float*);
 float __frsqrt_rn(float); double __ddiv_rn(double,double); double __dmul_rn(double,double); double __dsub_rn(double,double);
+double __fma_rn(double,double,double); int __double2loint(double); float __double2float_rn(double);
 template <class T> T atomicAdd(T*, T); long long clock64(); int __any_sync(unsigned, int); int __all_sync(unsigned, int); unsigned __ballot_sync(unsigned, int);
 int __ffs(unsigned); int __popc(unsigned); unsigned __match_any_sync(unsigned, int); unsigned __reduce_or_sync(unsigned, unsigned);
