@@ -11,8 +11,11 @@
 //                    Rows a thread, timed: 1: 3.41 ms, 2: 3.08, 4: 2.77, 8: 3.43 (84 registers): SC_ROWS 4.
 //                    Tried (run 71, cuda/records/shortconv_sliding_window.diff): a sliding window, 16 rows a
 //                    thread, each input row loaded once, four loads in flight: 2.87 ms against 2.78.
-//                    Version 2 (run 94): SiLU by mul_sigmoid_bf4 (common.cuh: single precision where it
-//                    provably gives the double-precision statement's bfloat16 bits, tested on the bits).
+//                    Version 2 (run 94): SiLU with the sigmoid in single precision where that provably
+//                    gives the double-precision statement's bfloat16 bits (common.cuh, tested on the bits).
+//                    Version 3 (run 110): the four channels' sigmoids by mul_sigmoid_bf4 at once, their
+//                    reciprocals by frcp_fast, one fallback branch for the four: 2.99 -> 2.48 ms at the
+//                    shape above; the bench's ShortConvSiLU 43.5 -> 35.1 ms a kda layer (run 112).
 //     k_shortconv    any other shape: one thread an element, grid-stride (6.51 ms at the shape above); the
 //                    double-precision statement, TestShortConvBits' oracle for k_shortconv4.
 //     Both round x as they load it (BF16 precision): the projections reach them with their rounding

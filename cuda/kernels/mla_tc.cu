@@ -62,9 +62,13 @@
 //      slice's q and output less, the same fragments (zeros) and bits.
 //   5-7 are mla_wg.cu: the same statement on sm_90a's wgmma, the same bits, 1.41x this kernel's speed at
 //      16 x 4,096 tokens (run 82); this kernel stays for other devices and Options.MLAMmaSync.
+//   The keys from the latent (run 110, cuda/mla_latent.go): where cuBLASLt runs, kv_b's batched calls
+//      write the nope keys and the values straight into k_mla_prep's arrays (bfloat16, rounded by the
+//      epilogue) and k_mla_shared_keys adds the shared key columns and the padding: no float32 kv, no
+//      prep copy. Both kernels read the arrays as before; 0 of 805 million values differ from the prep
+//      path at K3's sizes, and MLA with its keys takes 28.2 ms instead of 31.8 at 16 x 4,096 tokens.
 //      Next here: 32 query rows a warp (half the shared-memory reads per mma; needs Q re-read from shared
-//      memory to fit the registers); the prep copy folded into the producer of kv if activations ever live
-//      as bf16 in memory (it is 7% of the time at 16 x 4096).
+//      memory to fit the registers).
 #include "common.cuh"
 #include "mla.cuh"
 
