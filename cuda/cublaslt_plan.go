@@ -76,6 +76,8 @@ type ltShape struct {
 	why    string      // when !ok: the reason
 	tuned  bool        // ltTune ran (cublaslt_tune.go): algo is the fastest valid configuration
 	batch  *ltBatching // a strided batch of matrices a call (cublaslt_batch.go); nil: one
+	// ios are a batched shape's x and output layouts by (rows, output stride), kept for the next call
+	ios map[[2]int64][2]uintptr
 }
 
 // outBytes is the size of one output element.
@@ -131,7 +133,7 @@ func (h *ltHandle) shapeOut(m, k int, out uintptr) (*ltShape, error) {
 }
 
 // ioLayouts creates the layouts of x (bf16, k x n, ld ldb) and of s's output (m x n, ld m; for a batched
-// shape ld ldd, both layouts a batch of the plan's count with contiguous outputs: ltBatching.check).
+// shape ld ldd, both layouts a batch of the plan's count with contiguous outputs: cublaslt_batch.go).
 func (h *ltHandle) ioLayouts(s *ltShape, m, k, n int) (bdesc, ddesc uintptr, err error) {
 	if s.batch != nil {
 		return h.batchIO(s, m, k, n, s.batch.count, int64(n)*int64(s.batch.ldd))
