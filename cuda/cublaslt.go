@@ -58,7 +58,6 @@ func (h *ltHandle) close() error {
 			errs = append(errs, l.Check("cublasLtMatrixLayoutDestroy", bind.Call(l.MatrixLayoutDestroy, s.adesc)))
 			s.adesc = 0
 		}
-		errs = append(errs, h.dropIOs(s))
 	}
 	if h.desc != 0 {
 		errs = append(errs, l.Check("cublasLtMatmulDescDestroy", bind.Call(l.MatmulDescDestroy, h.desc)))

@@ -119,45 +119,16 @@ func (c *opCtx) batchGemm(s *ltShape, d, xb, w uint64, n, m, k int, strideD int6
 	return nil
 }
 
-// ltMaxIOs bounds the layouts a batched shape keeps (two a pair of rows and output stride): a wave's calls
-// use a few pairs (full chunks and the rest of a slice, a slice with or without a carried prefix), so
-// the layouts are made once, not twice a call; past the bound they are all dropped and made again.
-const ltMaxIOs = 64
-
 // matmulBatch enqueues one batched call of shape s on stream strm (matmul's counterpart).
-func (h *ltHandle) matmulBatch(s *ltShape, strm uintptr, ws, d, xb, w uint64, n, m, k int, strideD int64) error {
-	key := [2]int64{int64(n), strideD}
-	io, ok := s.ios[key]
-	if !ok {
-		if len(s.ios) >= ltMaxIOs {
-			if err := h.dropIOs(s); err != nil {
-				return err
-			}
-		}
-		bdesc, ddesc, err := h.batchIO(s, m, k, n, s.batch.count, strideD)
-		if err != nil {
-			return err
-		}
-		if s.ios == nil {
-			s.ios = map[[2]int64][2]uintptr{}
-		}
-		io = [2]uintptr{bdesc, ddesc}
-		s.ios[key] = io
+func (h *ltHandle) matmulBatch(s *ltShape, strm uintptr, ws, d, xb, w uint64, n, m, k int, strideD int64) (err error) {
+	bdesc, ddesc, err := h.batchIO(s, m, k, n, s.batch.count, strideD)
+	if err != nil {
+		return err
 	}
-	bdesc, ddesc := io[0], io[1]
+	defer func() { err = errors.Join(err, h.dropLayout(bdesc), h.dropLayout(ddesc)) }()
 	alpha, beta := float32(1), float32(0)
 	algo := s.algo
 	rc := bind.Call(h.lib.Matmul, h.handle, h.desc, uintptr(unsafe.Pointer(&alpha)), uintptr(w), s.adesc, uintptr(xb), bdesc,
 		uintptr(unsafe.Pointer(&beta)), uintptr(d), ddesc, uintptr(d), ddesc, uintptr(unsafe.Pointer(&algo)), uintptr(ws), ltMaxWorkspace, strm)
 	return h.lib.Check(fmt.Sprintf("cublasLtMatmul(batch of %d: %dx%d by %dx%d)", s.batch.count, n, k, m, k), rc)
-}
-
-// dropIOs destroys the layouts s keeps (matmulBatch).
-func (h *ltHandle) dropIOs(s *ltShape) error {
-	var errs []error
-	for key, io := range s.ios {
-		errs = append(errs, h.dropLayout(io[0]), h.dropLayout(io[1]))
-		delete(s.ios, key)
-	}
-	return errors.Join(errs...)
 }

@@ -76,8 +76,6 @@ type ltShape struct {
 	why    string      // when !ok: the reason
 	tuned  bool        // ltTune ran (cublaslt_tune.go): algo is the fastest valid configuration
 	batch  *ltBatching // a strided batch of matrices a call (cublaslt_batch.go); nil: one
-	// ios are a batched shape's x and output layouts by (rows, output stride), kept for the next call
-	ios map[[2]int64][2]uintptr
 }
 
 // outBytes is the size of one output element.
