@@ -36,9 +36,18 @@ func bitsDiffer(x, y []float32) int {
 // TestMLALatentGroups: keys from the latent in groups of heads of one size (7 heads in groups of 3, the
 // last group's batched calls starting at head 4 so that it keeps the count) give the bits of one group of
 // all 7; against MLA over MatMul's kv (the expansion before mla_latent.go) the differing values are
-// counted (the two GEMM configurations may sum a key in another order).
+// counted (the two GEMM configurations may sum a key in another order). On both tensor-core kernels: the
+// wgmma one where the device has it, and mla_tc.cu's (Options.MLAMmaSync), which read the same arrays.
 func TestMLALatentGroups(t *testing.T) {
-	b := testBackend(t, Options{Precision: ops.BF16, Sync: true})
+	for _, c := range []struct {
+		name string
+		opts Options
+	}{{"default kernel", Options{Precision: ops.BF16, Sync: true}}, {"mma.sync kernel", Options{Precision: ops.BF16, Sync: true, MLAMmaSync: true}}} {
+		t.Run(c.name, func(t *testing.T) { mlaLatentGroups(t, testBackend(t, c.opts)) })
+	}
+}
+
+func mlaLatentGroups(t *testing.T, b *Backend) {
 	const heads, nope, shared, vdim, lat = 7, 128, 64, 128, 512
 	if !b.MLAFromLatent(heads, nope, shared, vdim, lat) {
 		t.Skip("no keys from the latent on this device (needs cuBLASLt and the tensor-core MLA)")
