@@ -29,7 +29,8 @@ var _ ops.LatentKeys = (*Backend)(nil)
 
 // MLAFromLatent reports whether MLALatent and MLASlice with kv nil run for these sizes (ops.LatentKeys):
 // in BF16 precision on the tensor-core kernels with cuBLASLt, unless Options.MLAExpandedKeys, for head
-// sizes whose batched calls have a pinned configuration (nope and vdim multiples of 8).
+// sizes whose batched calls have a pinned configuration at every batch count they can take (nope and
+// vdim multiples of 8).
 func (b *Backend) MLAFromLatent(heads, nope, shared, vdim, kvLora int) bool {
 	var p latentPlan
 	if err := b.ex.Do(func() error {
@@ -43,8 +44,9 @@ func (b *Backend) MLAFromLatent(heads, nope, shared, vdim, kvLora int) bool {
 }
 
 // latentPlanFor answers MLAFromLatent on the CUDA thread, once a shape: the batched plans are made for
-// a batch of one head and of every head (the counts mlaTC uses lie between; each is planned and checked
-// again on first use).
+// every batch count mlaTC can use (heads in k groups of one size, ceil(heads / k) each, for every k), so
+// that a count no configuration fits turns the keys from the latent off for the shape before any wave
+// instead of failing a call inside one.
 func (b *Backend) latentPlanFor(key latentKey) (latentPlan, error) {
 	if p, ok := b.latentKeys[key]; ok {
 		return p, nil
@@ -61,7 +63,7 @@ func (b *Backend) latentPlanFor(key latentKey) (latentPlan, error) {
 	case key.nope <= 0 || key.nope%8 != 0 || key.vdim%8 != 0 || key.kvLora <= 0 || key.kvLora%8 != 0 || key.heads <= 0:
 		p.why = fmt.Sprintf("nope %d, vdim %d, latent %d: the batched outputs and weights need multiples of 8", key.nope, key.vdim, key.kvLora)
 	default:
-		for _, count := range []int{1, key.heads} {
+		for _, count := range latentCounts(key.heads) {
 			kp, vp, err := b.latentShapes(tc, key, count)
 			if err != nil {
 				return p, err
@@ -77,6 +79,18 @@ func (b *Backend) latentPlanFor(key latentKey) (latentPlan, error) {
 	}
 	b.latentKeys[key] = p
 	return p, nil
+}
+
+// latentCounts are the batch counts mlaTC's groups of heads can have: ceil(heads / k) for k groups,
+// k = 1 .. heads, each once, largest first.
+func latentCounts(heads int) []int {
+	var out []int
+	for k := 1; k <= heads; k++ {
+		if c := (heads + k - 1) / k; len(out) == 0 || c != out[len(out)-1] {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 // latentShapes returns the batched plans of count heads' keys (nope outputs at the key arrays' pitch qkp)

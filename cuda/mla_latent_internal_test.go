@@ -146,3 +146,24 @@ func TestMLALatentTiming(t *testing.T) {
 	}
 	t.Logf("TIMING MLA keys from the latent: %d of %d values differ from the expanded keys' result", bitsDiffer(outs[0], outs[1]), len(outs[0]))
 }
+
+// TestLatentCounts: the batch counts MLAFromLatent plans are every group size mlaTC's grouping gives, for
+// any row count (no GPU needed).
+func TestLatentCounts(t *testing.T) {
+	for _, heads := range []int{1, 2, 7, 96, 97} {
+		planned := map[int]bool{}
+		for _, c := range latentCounts(heads) {
+			planned[c] = true
+		}
+		for most := 1; most <= heads+1; most++ { // mlaTC's group before balancing: min(heads, tempMax / perHead)
+			group := max(1, min(heads, most))
+			groups := (heads + group - 1) / group
+			if c := (heads + groups - 1) / groups; !planned[c] {
+				t.Errorf("%d heads, groups of at most %d: a batch of %d heads, not among the planned %v", heads, most, c, latentCounts(heads))
+			}
+		}
+	}
+	if got := latentCounts(96); len(got) != 19 || got[0] != 96 || got[len(got)-1] != 1 {
+		t.Errorf("latentCounts(96) = %v", got)
+	}
+}
