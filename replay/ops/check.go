@@ -66,39 +66,51 @@ func CheckKDA(q, k, v, graw, braw, aLog, dtBias Tensor, heads int, l Layout) err
 // CheckMLA verifies the shapes of Backend.MLA's arguments: q rows x heads*(nope+shared), kv rows x
 // heads*(nope+vdim), ks rows x shared, l covering the rows.
 func CheckMLA(q, kv, ks Tensor, heads, nope, shared, vdim int, l Layout) error {
-	const op = "MLA"
-	rows, qk, kvw := q.Rows(), nope+shared, nope+vdim
-	switch {
-	case heads <= 0 || nope < 0 || shared < 0 || vdim <= 0 || qk == 0:
-		return shapeErr(op, "heads %d, nope %d, shared %d, vdim %d", heads, nope, shared, vdim)
-	case q.Cols() != heads*qk:
-		return shapeErr(op, "q %s: want %d columns (%d heads x (%d + %d))", dims(q), heads*qk, heads, nope, shared)
-	case kv.Rows() != rows || kv.Cols() != heads*kvw:
-		return shapeErr(op, "kv %s: want %dx%d (%d heads x (%d + %d))", dims(kv), rows, heads*kvw, heads, nope, vdim)
-	case ks.Rows() != rows || ks.Cols() != shared:
-		return shapeErr(op, "ks %s: want %dx%d", dims(ks), rows, shared)
+	if err := checkMLAHeads(q, heads, nope, shared, vdim); err != nil {
+		return err
 	}
-	return CheckLayout(op, l, rows)
+	if rows, kvw := q.Rows(), heads*(nope+vdim); kv.Rows() != rows || kv.Cols() != kvw {
+		return shapeErr("MLA", "kv %s: want %dx%d (%d heads x (%d + %d))", dims(kv), rows, kvw, heads, nope, vdim)
+	}
+	return checkMLAShared(q, ks, shared, l)
 }
 
 // CheckMLALatent verifies the shapes of LatentKeys.MLALatent's arguments: q and ks as for MLA, latent
 // rows x kvLora and kvb heads*(nope+vdim) x kvLora.
 func CheckMLALatent(q, latent, ks, kvb Tensor, heads, nope, shared, vdim int, l Layout) error {
 	const op = "MLA"
-	rows := q.Rows()
+	if err := checkMLAHeads(q, heads, nope, shared, vdim); err != nil {
+		return err
+	}
 	switch {
-	case heads <= 0 || nope < 0 || shared < 0 || vdim <= 0 || nope+shared == 0:
-		return shapeErr(op, "heads %d, nope %d, shared %d, vdim %d", heads, nope, shared, vdim)
-	case q.Cols() != heads*(nope+shared):
-		return shapeErr(op, "q %s: want %d columns (%d heads x (%d + %d))", dims(q), heads*(nope+shared), heads, nope, shared)
-	case latent.Rows() != rows || latent.Cols() == 0:
-		return shapeErr(op, "latent %s: want %d rows", dims(latent), rows)
+	case latent.Rows() != q.Rows() || latent.Cols() == 0:
+		return shapeErr(op, "latent %s: want %d rows", dims(latent), q.Rows())
 	case kvb.Rows() != heads*(nope+vdim) || kvb.Cols() != latent.Cols():
 		return shapeErr(op, "kv_b %s: want %dx%d (%d heads x (%d + %d) by the latent's width)", dims(kvb), heads*(nope+vdim), latent.Cols(), heads, nope, vdim)
-	case ks.Rows() != rows || ks.Cols() != shared:
+	}
+	return checkMLAShared(q, ks, shared, l)
+}
+
+// checkMLAHeads verifies MLA's head sizes and q's columns, heads*(nope+shared).
+func checkMLAHeads(q Tensor, heads, nope, shared, vdim int) error {
+	const op = "MLA"
+	qk := nope + shared
+	switch {
+	case heads <= 0 || nope < 0 || shared < 0 || vdim <= 0 || qk == 0:
+		return shapeErr(op, "heads %d, nope %d, shared %d, vdim %d", heads, nope, shared, vdim)
+	case q.Cols() != heads*qk:
+		return shapeErr(op, "q %s: want %d columns (%d heads x (%d + %d))", dims(q), heads*qk, heads, nope, shared)
+	}
+	return nil
+}
+
+// checkMLAShared verifies the shared keys, q's rows x shared, and the layout over q's rows.
+func checkMLAShared(q, ks Tensor, shared int, l Layout) error {
+	const op = "MLA"
+	if rows := q.Rows(); ks.Rows() != rows || ks.Cols() != shared {
 		return shapeErr(op, "ks %s: want %dx%d", dims(ks), rows, shared)
 	}
-	return CheckLayout(op, l, rows)
+	return CheckLayout(op, l, q.Rows())
 }
 
 // CheckTokenStats verifies Backend.TokenStats's arguments: h rows x cols against an lm_head of vocab x
