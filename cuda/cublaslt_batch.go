@@ -106,14 +106,10 @@ func (c *opCtx) batchGemm(s *ltShape, d, xb, w uint64, n, m, k int, strideD int6
 	if d%ltAlign != 0 || xb%ltAlign != 0 || w%ltAlign != 0 || strideD%8 != 0 {
 		return fmt.Errorf("%w: batched cuBLASLt operands not %d-byte aligned (out %#x, stride %d, x %#x, weight %#x)", ErrInternal, ltAlign, d, strideD, xb, w)
 	}
-	h := c.b.lt
-	strm, ws := c.b.dv.Stream, h.ws
-	if c.side != nil {
-		strm, ws = c.side.Stream, c.side.Scratch
-	}
+	strm, ws := c.ltStream()
 	for r0 := 0; r0 < n; r0 += ltBatchRows {
 		rn := min(ltBatchRows, n-r0)
-		if err := h.matmulBatch(s, strm, ws, d+uint64(2*r0*s.batch.ldd), xb+uint64(2*r0*s.ldb), w, rn, m, k, strideD); err != nil {
+		if err := c.b.lt.matmulBatch(s, strm, ws, d+uint64(2*r0*s.batch.ldd), xb+uint64(2*r0*s.ldb), w, rn, m, k, strideD); err != nil {
 			return err
 		}
 	}
@@ -127,9 +123,5 @@ func (h *ltHandle) matmulBatch(s *ltShape, strm uintptr, ws, d, xb, w uint64, n,
 		return err
 	}
 	defer func() { err = errors.Join(err, h.dropLayout(bdesc), h.dropLayout(ddesc)) }()
-	alpha, beta := float32(1), float32(0)
-	algo := s.algo
-	rc := bind.Call(h.lib.Matmul, h.handle, h.desc, uintptr(unsafe.Pointer(&alpha)), uintptr(w), s.adesc, uintptr(xb), bdesc,
-		uintptr(unsafe.Pointer(&beta)), uintptr(d), ddesc, uintptr(d), ddesc, uintptr(unsafe.Pointer(&algo)), uintptr(ws), ltMaxWorkspace, strm)
-	return h.lib.Check(fmt.Sprintf("cublasLtMatmul(batch of %d: %dx%d by %dx%d)", s.batch.count, n, k, m, k), rc)
+	return h.enqueue(s, strm, ws, d, xb, w, bdesc, ddesc, fmt.Sprintf("cublasLtMatmul(batch of %d: %dx%d by %dx%d)", s.batch.count, n, k, m, k))
 }

@@ -349,9 +349,15 @@ func (h *ltHandle) matmul(s *ltShape, strm uintptr, ws, d, xb, w uint64, n, m, k
 		return err
 	}
 	defer func() { err = errors.Join(err, h.dropLayout(bdesc), h.dropLayout(ddesc)) }()
+	return h.enqueue(s, strm, ws, d, xb, w, bdesc, ddesc, fmt.Sprintf("cublasLtMatmul(%dx%d by %dx%d)", n, k, m, k))
+}
+
+// enqueue is one cublasLtMatmul of shape s's pinned algorithm with the layouts of x and the output made
+// for the call (matmul, matmulBatch); what names the call in an error.
+func (h *ltHandle) enqueue(s *ltShape, strm uintptr, ws, d, xb, w uint64, bdesc, ddesc uintptr, what string) error {
 	alpha, beta := float32(1), float32(0) // host pointer mode: read during the call
 	algo := s.algo
 	rc := bind.Call(h.lib.Matmul, h.handle, h.desc, uintptr(unsafe.Pointer(&alpha)), uintptr(w), s.adesc, uintptr(xb), bdesc,
 		uintptr(unsafe.Pointer(&beta)), uintptr(d), ddesc, uintptr(d), ddesc, uintptr(unsafe.Pointer(&algo)), uintptr(ws), ltMaxWorkspace, strm)
-	return h.lib.Check(fmt.Sprintf("cublasLtMatmul(%dx%d by %dx%d)", n, k, m, k), rc)
+	return h.lib.Check(what, rc)
 }

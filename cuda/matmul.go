@@ -127,15 +127,21 @@ func (c *opCtx) ltGemm(s *ltShape, out, xb, w uint64, n, m, k int) error {
 	step := ltCallRows(m, k) // a multiple of 4 (plan refuses shapes where it is not, and odd m with bfloat16 outputs): every call's out is 16-byte aligned
 	for r0 := 0; r0 < n; r0 += step {
 		rn := min(step, n-r0)
-		strm, ws := c.b.dv.Stream, c.b.lt.ws
-		if c.side != nil {
-			strm, ws = c.side.Stream, c.side.Scratch
-		}
+		strm, ws := c.ltStream()
 		if err := c.b.lt.matmul(s, strm, ws, out+uint64(s.outBytes()*r0*m), xb+uint64(2*r0*s.ldb), w, rn, m, k); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// ltStream is the stream a cuBLASLt call of the op goes to and the workspace that stream's calls use: a
+// side stream's own (cuda/device/streams.go), or the backend's stream and the handle's.
+func (c *opCtx) ltStream() (strm uintptr, ws uint64) {
+	if c.side != nil {
+		return c.side.Stream, c.side.Scratch
+	}
+	return c.b.dv.Stream, c.b.lt.ws
 }
 
 // gemmKernel launches one matmul kernel (tile: its rows and columns per block) over n rows.
