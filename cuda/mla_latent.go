@@ -141,54 +141,61 @@ type latentPart struct {
 	rows, off int
 }
 
-// expandLatent writes the keys and values of count heads from head g0 on into kb, vb (k_mla_prep's
-// layout, rows key rows a head): the two batched calls for each part of the latent, then the shared key
-// columns (ks for rows below n0, ks2 from n0 on) and the padding.
-func (c *opCtx) expandLatent(tc mlaTCKernel, key latentKey, count, g0 int, kb, vb, w uint64, parts []latentPart, ks, ks2 uint64, rows, n0 int) error {
+// latentExpansion is what one mlaTC call's groups of heads share: the batched plans of count heads' keys
+// and values, and the latents' bfloat16 copies at those plans' row pitch.
+type latentExpansion struct {
+	tc     mlaTCKernel
+	key    latentKey
+	count  int
+	kp, vp *ltShape
+	parts  []latentPart
+}
+
+// newLatentExpansion plans the batched calls for groups of count heads and takes the bfloat16 copies
+// (narrow.go, made once) of the latents of ts: ts[1], and ts[3] after n0 rows when there are two sources.
+func (c *opCtx) newLatentExpansion(tc mlaTCKernel, key latentKey, count int, ts []*Tensor, n0 int) (*latentExpansion, error) {
 	kp, vp, err := c.b.latentShapes(tc, key, count)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if !kp.ok || !vp.ok {
-		return fmt.Errorf("%w: MLA: no batched cuBLASLt configuration for %d heads of keys from the latent: %s%s", ErrInternal, count, kp.why, vp.why)
+		return nil, fmt.Errorf("%w: MLA: no batched cuBLASLt configuration for %d heads of keys from the latent: %s%s", ErrInternal, count, kp.why, vp.why)
 	}
-	nope, vdim, kvLora := key.nope, key.vdim, key.kvLora
+	x := &latentExpansion{tc: tc, key: key, count: count, kp: kp, vp: vp, parts: []latentPart{{rows: ts[1].rows}}}
+	if len(ts) == 5 {
+		x.parts = append(x.parts, latentPart{rows: ts[3].rows, off: n0})
+	}
+	for i := range x.parts {
+		if x.parts[i].lat, err = c.narrowOf(ts[1+2*i], kp.ldb); err != nil {
+			return nil, err
+		}
+	}
+	return x, nil
+}
+
+// expand writes the keys and values of the count heads from head g0 on into kb, vb (k_mla_prep's layout,
+// rows key rows a head): the two batched calls for each part of the latent, w being kv_b, then the shared
+// key columns (ks for rows below n0, ks2 from n0 on) and the padding.
+func (x *latentExpansion) expand(c *opCtx, g0 int, kb, vb, w, ks, ks2 uint64, rows, n0 int) error {
+	tc, nope, vdim, kvLora := x.tc, x.key.nope, x.key.vdim, x.key.kvLora
 	wk := w + uint64(2*g0*(nope+vdim)*kvLora)
 	wv := wk + uint64(2*nope*kvLora)
-	for _, p := range parts {
+	for _, p := range x.parts {
 		if p.rows == 0 {
 			continue
 		}
-		if err := c.batchGemm(kp, kb+uint64(2*p.off*tc.qkp), p.lat, wk, p.rows, nope, kvLora, int64(rows)*int64(tc.qkp)); err != nil {
+		if err := c.batchGemm(x.kp, kb+uint64(2*p.off*tc.qkp), p.lat, wk, p.rows, nope, kvLora, int64(rows)*int64(tc.qkp)); err != nil {
 			return err
 		}
-		if err := c.batchGemm(vp, vb+uint64(2*p.off*tc.vp), p.lat, wv, p.rows, vdim, kvLora, int64(rows)*int64(tc.vp)); err != nil {
+		if err := c.batchGemm(x.vp, vb+uint64(2*p.off*tc.vp), p.lat, wv, p.rows, vdim, kvLora, int64(rows)*int64(tc.vp)); err != nil {
 			return err
 		}
 	}
 	w8 := (tc.qkp - nope + tc.vp - vdim) / 8
-	n := count * rows * w8
+	n := x.count * rows * w8
 	if n == 0 {
 		return nil
 	}
-	return c.launch("k_mla_shared_keys", d1((n+255)/256), d1(256), 0, kb, vb, ks, ks2, int64(rows), int64(n0), int32(count),
-		int32(nope), int32(key.shared), int32(tc.qkp), int32(vdim), int32(tc.vp))
-}
-
-// latentParts are the bfloat16 copies of the latents of ts (ts[1], and ts[3] after n0 rows when there
-// are two sources), made once (narrow.go) at the row pitch of the batched plans.
-func (c *opCtx) latentParts(ts []*Tensor, kvLora, n0 int) ([]latentPart, error) {
-	ldb := (kvLora + 7) &^ 7 // ltShape.ldb of a k-wide weight
-	parts := []latentPart{{rows: ts[1].rows}}
-	if len(ts) == 5 {
-		parts = append(parts, latentPart{rows: ts[3].rows, off: n0})
-	}
-	for i := range parts {
-		p, err := c.narrowOf(ts[1+2*i], ldb)
-		if err != nil {
-			return nil, err
-		}
-		parts[i].lat = p
-	}
-	return parts, nil
+	return c.launch("k_mla_shared_keys", d1((n+255)/256), d1(256), 0, kb, vb, ks, ks2, int64(rows), int64(n0), int32(x.count),
+		int32(nope), int32(x.key.shared), int32(tc.qkp), int32(vdim), int32(tc.vp))
 }

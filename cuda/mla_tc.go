@@ -151,9 +151,9 @@ func (b *Backend) mlaTC(k mlaTCKernel, ts []*Tensor, heads, nope, shared, vdim i
 			bind.Call(d.CuFuncSetAttribute, b.fn(k.name), bind.FuncAttrMaxDynamicSharedBytes, uintptr(shmem))); err != nil {
 			return err
 		}
-		var parts []latentPart
+		var lx *latentExpansion
 		if latent {
-			if parts, err = c.latentParts(ts, key.kvLora, n0); err != nil {
+			if lx, err = c.newLatentExpansion(k, key, group, ts, n0); err != nil {
 				return err
 			}
 		}
@@ -166,7 +166,7 @@ func (b *Backend) mlaTC(k mlaTCKernel, ts []*Tensor, heads, nope, shared, vdim i
 			kbh, vbh := kb, vb // head h0's keys and values
 			if latent {
 				g0 := min(h0, heads-group)
-				if err := c.expandLatent(k, key, group, g0, kb, vb, kvb.ptr, parts, m.in[2], ks2, rows, n0); err != nil {
+				if err := lx.expand(c, g0, kb, vb, kvb.ptr, m.in[2], ks2, rows, n0); err != nil {
 					return err
 				}
 				kbh += uint64(2 * (h0 - g0) * rows * k.qkp)
