@@ -295,7 +295,7 @@ func (b *Backend) MLASlice(q, kv, ks, latent, kvb ops.Tensor, heads, nope, share
 	}
 	fromLatent := kv == nil // ops.LatentKeys: the keys come from the latents
 	if fromLatent {
-		kv = latent // checked as the latent below; kvt is not used
+		kv = latent // the kernels' keys are the latents then (expand below)
 	}
 	ts, err := b.tensors(op, []string{"q", "kv", "ks", "latent", "kvb"}, q, kv, ks, latent, kvb)
 	if err != nil {
@@ -309,24 +309,22 @@ func (b *Backend) MLASlice(q, kv, ks, latent, kvb ops.Tensor, heads, nope, share
 		if err := b.latentReady(lt, wt, heads, nope, shared, vdim); err != nil {
 			return nil, nil, err
 		}
-		kvt = nil
 	} else if err := ops.CheckMLA(q, kv, ks, heads, nope, shared, vdim, l.Layout); err != nil {
 		return nil, nil, err
 	}
 	if err := ops.CheckSliceLayout(op, l, qt.rows, in); err != nil {
 		return nil, nil, err
 	}
-	if lt.rows != qt.rows || wt.cols != lt.cols || wt.rows != heads*(nope+vdim) || lt.dt != dtF32 || kst.dt != dtF32 || (kvt != nil && kvt.dt != dtF32) {
+	if lt.rows != qt.rows || wt.cols != lt.cols || wt.rows != heads*(nope+vdim) || lt.dt != dtF32 || kst.dt != dtF32 || kvt.dt != dtF32 {
 		return nil, nil, shapeErr(op, "latent %v with kv_b %v: want %d activation rows and kv_b %d x latent", lt, wt, qt.rows, heads*(nope+vdim))
 	}
+	var expand *Tensor // kv_b when the kernels expand the keys from the latents (kvt is lt then), else nil
+	if fromLatent {
+		expand = wt
+	}
 	var out ops.Tensor
-	if c == nil {
-		if fromLatent {
-			out, err = b.MLALatent(q, latent, ks, kvb, heads, nope, shared, vdim, l.Layout)
-		} else {
-			out, err = b.MLA(q, kv, ks, heads, nope, shared, vdim, l.Layout)
-		}
-		if err != nil {
+	if c == nil { // the unsliced op, its arguments checked above
+		if out, err = b.mla([]*Tensor{qt, kvt, kst}, heads, nope, shared, vdim, l.Layout, 0, nil, expand); err != nil {
 			return nil, nil, err
 		}
 	} else {
@@ -339,7 +337,7 @@ func (b *Backend) MLASlice(q, kv, ks, latent, kvb ops.Tensor, heads, nope, share
 			el.Starts[i] = s + l.Offset
 		}
 		el.Starts[0] = 0
-		if out, err = b.mlaCarried(qt, kvt, kst, lt, pl, pk, wt, heads, nope, shared, vdim, el, l.Offset); err != nil {
+		if out, err = b.mlaCarried(qt, kvt, kst, pl, pk, wt, expand, heads, nope, shared, vdim, el, l.Offset); err != nil {
 			return nil, nil, err
 		}
 	}

@@ -37,14 +37,11 @@ func (b *Backend) prefixRows() int {
 // prefix, wt kv_b_proj. A prefix of at most prefixRows rows is expanded whole (one launch); a longer one a
 // part of at most prefixRows rows at a time, each part's launch taking the softmax state of the first
 // sequence's tiles from the previous one. Either way every key block is walked as by one launch over all
-// the keys, so the output has the unsliced op's bits. With kvt nil the keys come from the latents (the
-// slice's own are lt; mla_latent.go), the prefix's by the same batched calls as the slice's.
-func (b *Backend) mlaCarried(qt, kvt, kst, lt, pl, pk, wt *Tensor, heads, nope, shared, vdim int, el ops.Layout, off int) (ops.Tensor, error) {
+// the keys, so the output has the unsliced op's bits. With kvb (kv_b, the same as wt) not nil, kvt holds
+// the slice's latents instead of its kv rows and the kernels expand the keys (mla_latent.go), the prefix's
+// by the same batched calls as the slice's.
+func (b *Backend) mlaCarried(qt, kvt, kst, pl, pk, wt, kvb *Tensor, heads, nope, shared, vdim int, el ops.Layout, off int) (ops.Tensor, error) {
 	const op = "MLA"
-	var kvb *Tensor // kv_b for the kernels that expand the latents themselves
-	if kvt == nil {
-		kvt, kvb = lt, wt
-	}
 	chunk := b.prefixRows()
 	tail := 0 // the first prefix row expanded with the slice's keys; the rows before it go in parts
 	var part *keyPart
