@@ -94,6 +94,10 @@ type Options struct {
 	// returning them, as they did before deferred rounding (deferred.go): the same bits, one more pass
 	// over each output. For tests that compare the two, and as a fallback.
 	EagerRounding bool
+	// EagerWidening makes RMSNorm, GatedRMSNorm and MulSigmoid write their float32 outputs beside the
+	// bfloat16 copies the next matmuls read, as they did before narrow-only outputs (narrow.go): the same
+	// bits, one more write of each output. For tests that compare the two, and as a fallback.
+	EagerWidening bool
 	// MLAMmaSync keeps MLA's attention in BF16 precision on mla_tc.cu's mma.sync kernel where an sm_90a
 	// device would run mla_wg.cu's wgmma kernel (the default there): for comparisons and as a fallback.
 	// Both give the same bits (TestMLAWGAgainstMmaSync); only the speed differs.

@@ -28,8 +28,12 @@ package cuda
 // unrounded for the reader to round: in BF16 precision unless Options.EagerRounding.
 func (b *Backend) defersRounding() bool { return b.bf == 1 && !b.opts.EagerRounding }
 
-// settle rounds t in place if its rounding was deferred (stream-ordered, like the op's other work).
+// settle rounds t in place if its rounding was deferred, and widens a narrow-only t first (narrow.go):
+// stream-ordered, like the op's other work.
 func (c *opCtx) settle(t *Tensor) error {
+	if err := c.widen(t); err != nil { // a narrow-only tensor's values (narrow.go)
+		return err
+	}
 	if !t.unrounded || t.dt != dtF32 {
 		return nil
 	}
@@ -44,10 +48,11 @@ func (c *opCtx) settle(t *Tensor) error {
 
 // raw returns the device address of t's values as float32 without settling a deferred rounding: only for
 // kernels that round every value of this input as they load it in BF16 precision (rnd(x, bf), or a
-// conversion to bfloat16 by round to nearest even). A bfloat16 weight is widened as by f32.
+// conversion to bfloat16 by round to nearest even). A bfloat16 weight is widened as by f32, and a
+// narrow-only activation's values written from its copy (widen).
 func (c *opCtx) raw(t *Tensor) (uint64, error) {
 	if t.dt == dtF32 {
-		return t.ptr, nil
+		return t.ptr, c.widen(t) // a narrow-only tensor's values (narrow.go)
 	}
 	return c.f32(t)
 }

@@ -77,8 +77,11 @@ func (b *Backend) SiTUFFN(x, gate, up, down ops.Tensor, beta, linBeta float32) (
 		if c.profiling() { // the profile's key: the gate weight's shape, as MatMul's
 			c.detail = fmt.Sprintf("%dx%d", ffn, hidden)
 		}
-		if err := c.settle(xt); err != nil { // x is read by address below (deferred.go)
-			return err
+		// x is read by address below (deferred.go), unless its copy serves and holds it (narrow.go)
+		if !xt.narrowOnly || xt.narrowLd != gu.ldb {
+			if err := c.settle(xt); err != nil {
+				return err
+			}
 		}
 		o, err := c.out(n, hidden)
 		if err != nil {

@@ -70,7 +70,7 @@ func (b *Backend) tokenStats(h, w ops.Tensor, targets []int32, k int, chunkBytes
 	topIDs, topLp := make([]int32, rows*k), make([]float32, rows*k)
 	chunk := statsChunk(rows, vocab, chunkBytes)
 	err = b.run(op, func(c *opCtx) error {
-		hp, err := c.f32(ht)
+		hp, err := c.xaddr(ht) // gemm reads a narrow-only h's copy (narrow.go)
 		if err != nil {
 			return err
 		}

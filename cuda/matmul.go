@@ -64,6 +64,14 @@ func (c *opCtx) gemm(out, x uint64, n int, w weightRef, round bool) error {
 				return c.gemmLt(s, out, x, n, w, round)
 			}
 		}
+	}
+	// the kernels below read x as float32: a narrow-only x's values first (narrow.go)
+	if _, ok := c.xsrc.rowOf(x, n, w.k); ok {
+		if err := c.widen(c.xsrc); err != nil {
+			return err
+		}
+	}
+	if c.b.bf == 1 && w.tc != "" && !c.b.opts.NoTensorCores {
 		if !round {
 			// unrounded sums (the router's logits) without cuBLASLt stay on the CUDA cores' ascending
 			// order, the CPU backend's bits
@@ -190,7 +198,7 @@ func (b *Backend) MatMul(x, w ops.Tensor) (ops.Tensor, error) {
 				c.detail += " f32"
 			}
 		}
-		xp, err := c.f32(xt)
+		xp, err := c.xaddr(xt) // gemm reads a narrow-only x's copy (narrow.go)
 		if err != nil {
 			return err
 		}

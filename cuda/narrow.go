@@ -1,6 +1,9 @@
 package cuda
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+)
 
 // The bfloat16 copy of a matmul's x, kept with the tensor.
 //
@@ -15,12 +18,27 @@ import "errors"
 // layer's calls (moe.go). Free releases it with the tensor. The only op that writes into an existing tensor,
 // ExpertsAccumulate (its acc), drops the copy first. The values a GEMM reads are the same either way, so
 // no bit changes.
+//
+// Narrow-only outputs. The norms' and MulSigmoid's outputs are read by matmuls alone in K3's layers
+// (q, k, v, g and the gates' projections; the router, the shared experts and routed_expert_down_proj;
+// up_proj after routed_expert_norm; o_proj; lm_head), so where they keep the copy they no longer write
+// the float32 values too (Tensor.narrowOnly; Options.EagerWidening writes both): at 65,536 rows that
+// is 1.9 GB less written a hidden-width norm and 3.2 GB a 12,288-wide GatedRMSNorm or MulSigmoid, about
+// 9 ms a MoE layer at 262,144 tokens. The float32 storage is still allocated, so addresses and the
+// plan's memory stay as they were; a reader that needs the float32 values widens the copy into it first
+// (widen: exact, the copy holds bfloat16 values), as a deferred rounding is settled (deferred.go): f32,
+// raw and settle do so, and the row copies (catRows, copyRows). MatMul, Route and TokenStats take x's
+// address by xaddr instead, which does not widen: gemm widens c.xsrc only for a kernel that reads
+// float32 (no pinned cuBLASLt algorithm for the shape), and narrowOf before replacing the copy.
 
 // narrowOf returns t's bfloat16 copy with rows ld elements apart, making it on first use (ordered on the
 // compute stream, like every op's work).
 func (c *opCtx) narrowOf(t *Tensor, ld int) (uint64, error) {
 	if t.narrow != 0 && t.narrowLd == ld {
 		return t.narrow, nil
+	}
+	if err := c.widen(t); err != nil { // the copy is about to go: its values first
+		return 0, err
 	}
 	if err := c.b.dropNarrow(t); err != nil {
 		return 0, err
@@ -43,14 +61,49 @@ func (c *opCtx) keepNarrow(out *Tensor, ld int, launch func(nb uint64) error) er
 	return nil
 }
 
-// dropNarrow frees t's bfloat16 copy, if any (stream-ordered: after the work queued that reads it).
+// dropNarrow frees t's bfloat16 copy, if any (stream-ordered: after the work queued that reads it). A
+// narrow-only tensor's copy holds its values: widen it first.
 func (b *Backend) dropNarrow(t *Tensor) error {
 	if t.narrow == 0 {
 		return nil
 	}
+	if t.narrowOnly {
+		return fmt.Errorf("%w: dropping the bfloat16 copy of a narrow-only %v would lose its values", ErrInternal, t)
+	}
 	p := t.narrow
 	t.narrow, t.narrowLd = 0, 0
 	return b.dv.Free(p)
+}
+
+// writesNarrowOnly reports whether an op writing its output's bfloat16 copy (keepsNarrow) leaves the
+// float32 values unwritten (Tensor.narrowOnly): unless Options.EagerWidening.
+func (b *Backend) writesNarrowOnly() bool { return !b.opts.EagerWidening }
+
+// widen writes a narrow-only t's float32 values from its bfloat16 copy (k_widen_bf16: exact) and clears
+// the mark; any other tensor is left as it is. Stream-ordered, like every op's work.
+func (c *opCtx) widen(t *Tensor) error {
+	if !t.narrowOnly {
+		return nil
+	}
+	if t.narrowLd != t.cols || t.dt != dtF32 {
+		return fmt.Errorf("%w: narrow-only %v with its copy's rows %d apart", ErrInternal, t, t.narrowLd)
+	}
+	if t.n() > 0 {
+		if err := c.launch1D("k_widen_bf16", t.n(), t.ptr, t.narrow, int64(t.n())); err != nil {
+			return err
+		}
+	}
+	t.narrowOnly = false
+	return nil
+}
+
+// xaddr is the address of a matmul's x (MatMul, Route, TokenStats; c.xsrc): f32's, except that a
+// narrow-only x is not widened, since gemm reads its copy (and widens it where it cannot).
+func (c *opCtx) xaddr(t *Tensor) (uint64, error) {
+	if t.narrowOnly {
+		return t.ptr, nil
+	}
+	return c.f32(t)
 }
 
 // rowOf reports whether x .. x + n rows of k float32 values are whole rows of t (a float32 activation;

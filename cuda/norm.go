@@ -86,7 +86,8 @@ func aligned16(ptrs ...uint64) bool {
 //
 // The norm factor's float32 sum order (norm.cu's version list gives both versions') differs from the CPU
 // backend's single ascending sum (rounding level); it depends on g only, never on the rows or the wave.
-// Version 2 also writes the output's bfloat16 copy where keepsNarrow says so.
+// Version 2 also writes the output's bfloat16 copy where keepsNarrow says so, and then only the copy
+// unless Options.EagerWidening (narrow.go: narrow-only outputs).
 func (b *Backend) RMSNorm(x, w ops.Tensor, eps float32) (ops.Tensor, error) {
 	return b.norm("RMSNorm", x, w, nil, eps)
 }
@@ -144,12 +145,20 @@ func (b *Backend) norm(op string, x, w, gate ops.Tensor, eps float32) (ops.Tenso
 			ptrs = append(ptrs, gp)
 		}
 		if name, grid, ok := rmsnorm2Kernel(g, groups, ptrs...); ok && b.normVer != 1 {
-			// nb: the bfloat16 copy the next MatMul reads (narrow.go), written with the output, or 0
+			// nb: the bfloat16 copy the next MatMul reads (narrow.go), written with the output, or 0; op:
+			// the float32 output, or 0 where the copy alone holds it (Tensor.narrowOnly)
+			op := out.ptr
 			launch := func(nb uint64) error {
-				return c.launch(name, d1(grid), d1(normThreads), 0, out.ptr, xp, wp, gp, int64(groups), int32(g), eps, b.bf, nb)
+				return c.launch(name, d1(grid), d1(normThreads), 0, op, xp, wp, gp, int64(groups), int32(g), eps, b.bf, nb)
 			}
 			if b.keepsNarrow(xt.cols) {
-				return c.keepNarrow(out, xt.cols, launch)
+				only := b.writesNarrowOnly()
+				if only {
+					op = 0
+				}
+				err := c.keepNarrow(out, xt.cols, launch)
+				out.narrowOnly = only && err == nil
+				return err
 			}
 			return launch(0)
 		}

@@ -67,7 +67,7 @@ func (b *Backend) Route(x, w, bias ops.Tensor, k int, scale float32) (ops.Routin
 		return rt, nil
 	}
 	err = b.run(op, func(c *opCtx) error {
-		xp, err := c.f32(xt)
+		xp, err := c.xaddr(xt) // gemm reads a narrow-only x's copy (narrow.go)
 		if err != nil {
 			return err
 		}

@@ -91,6 +91,9 @@ func (b *Backend) catRows(op string, cols int, parts ...rowRange) (*Tensor, erro
 			out.unrounded = out.unrounded || p.t.unrounded // a copy keeps a deferred rounding (deferred.go)
 			n := uintptr(4 * (p.hi - p.lo) * cols)
 			if n > 0 {
+				if err := c.widen(p.t); err != nil { // a narrow-only tensor's values (narrow.go)
+					return err
+				}
 				src := p.t.ptr + uint64(4*p.lo*cols)
 				if err := d.Check("cuMemcpyDtoDAsync", bind.Call(d.CuMemcpyDtoDAsync, uintptr(at), uintptr(src), n, c.stream())); err != nil {
 					return err
@@ -139,6 +142,17 @@ func (b *Backend) copyRows(op string, dst *Tensor, dstRow int, src rowRange) err
 	}
 	return b.run(op, func(c *opCtx) error {
 		d := b.drv
+		if err := c.widen(src.t); err != nil { // a narrow-only tensor's values (narrow.go)
+			return err
+		}
+		if dst.narrow != 0 { // dst changes: a copy of it would be stale (narrow.go)
+			if err := c.widen(dst); err != nil {
+				return err
+			}
+			if err := b.dropNarrow(dst); err != nil {
+				return err
+			}
+		}
 		dst.unrounded = dst.unrounded || src.t.unrounded // a copy keeps a deferred rounding (deferred.go)
 		return d.Check("cuMemcpyDtoDAsync", bind.Call(d.CuMemcpyDtoDAsync, uintptr(dst.ptr+uint64(4*dstRow*dst.cols)),
 			uintptr(src.t.ptr+uint64(4*src.lo*src.t.cols)), uintptr(4*n*dst.cols), c.stream()))

@@ -29,6 +29,9 @@ type Tensor struct {
 	// cuBLASLt matmul that reads it as x in BF16 precision and reused by the next ones (narrow.go)
 	narrow   uint64
 	narrowLd int
+	// narrowOnly: the values live in narrow alone (rows cols apart); ptr is allocated but not written.
+	// A norm or MulSigmoid whose output only matmuls read writes it so (narrow.go); widen fills ptr.
+	narrowOnly bool
 	// unrounded: the values are a MatMul's float32 sums whose rounding to bfloat16 was left to the reader
 	// (deferred.go); f32 rounds them in place, raw leaves them to a kernel that rounds as it loads
 	unrounded bool
@@ -362,9 +365,15 @@ func (b *Backend) binary(op, name string, raw bool, xn, yn string, x, y ops.Tens
 		}
 		if v4, ok := vec4Kernels[name]; ok && p.n()%4 == 0 && aligned16(out.ptr, pp, qp) {
 			if vn, ok := vec4NarrowKernels[name]; ok && b.keepsNarrow(p.cols) {
-				return c.keepNarrow(out, p.cols, func(nb uint64) error {
-					return c.launch1D(vn, p.n()/4, append([]any{out.ptr, pp, qp, int64(p.n() / 4)}, append(args, nb)...)...)
+				only, op := b.writesNarrowOnly(), out.ptr // op 0: the copy alone holds the output (narrow.go)
+				if only {
+					op = 0
+				}
+				err := c.keepNarrow(out, p.cols, func(nb uint64) error {
+					return c.launch1D(vn, p.n()/4, append([]any{op, pp, qp, int64(p.n() / 4)}, append(args, nb)...)...)
 				})
+				out.narrowOnly = only && err == nil
+				return err
 			}
 			return c.launch1D(v4, p.n()/4, append([]any{out.ptr, pp, qp, int64(p.n() / 4)}, args...)...)
 		}
@@ -383,7 +392,8 @@ var vec4Kernels = map[string]string{"k_add": "k_add4", "k_mul_sigmoid": "k_mul_s
 
 // vec4NarrowKernels maps a four-element kernel's scalar form to the form that also writes the output's
 // bfloat16 copy (narrow.go), with the copy's address as its last argument, for outputs a MatMul reads
-// next where keepsNarrow says so (MulSigmoid: MLA's gated output before o_proj).
+// next where keepsNarrow says so (MulSigmoid: MLA's gated output before o_proj). With a null output the
+// copy alone is written (narrow-only outputs, narrow.go).
 var vec4NarrowKernels = map[string]string{"k_mul_sigmoid": "k_mul_sigmoid4n"}
 
 // Round returns rounded(x): a copy in FP32 precision.

@@ -76,6 +76,9 @@ func (b *Backend) toHostBF16(op string, x ops.Tensor, dst []uint16, queue bool) 
 		case t.narrow != 0 && t.narrowLd == t.cols: // the copy a matmul made of it (narrow.go)
 			return out(t.narrow)
 		}
+		if err := c.widen(t); err != nil { // never: a narrow-only tensor's copy serves above (narrow.go)
+			return err
+		}
 		p, err := b.dv.Malloc(2 * t.n())
 		if err != nil {
 			return err

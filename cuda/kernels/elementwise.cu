@@ -74,11 +74,12 @@ extern "C" __global__ void k_mul_sigmoid4(float4* out, const float4* x, const fl
 
 // k_mul_sigmoid4n: k_mul_sigmoid4 that also writes the outputs' bfloat16 bits to nb (BF16 precision,
 // where they are bfloat16 values: exact), the copy the next MatMul reads (cuda/narrow.go): MLA's gated
-// output feeds o_proj, which otherwise converts it in a pass of its own.
+// output feeds o_proj, which otherwise converts it in a pass of its own. A null out writes the copy alone
+// (cuda/narrow.go, narrow-only outputs).
 extern "C" __global__ void k_mul_sigmoid4n(float4* out, const float4* x, const float4* g, i64 n4, int bf, uint2* nb) {
     for (i64 i = blockIdx.x * (i64)blockDim.x + threadIdx.x; i < n4; i += (i64)gridDim.x * blockDim.x) {
         const float4 y = mul_sigmoid4(x[i], g[i], bf);
-        out[i] = y;
+        if (out != 0) out[i] = y;
         nb[i] = make_uint2((__float_as_uint(y.x) >> 16) | (__float_as_uint(y.y) & 0xffff0000u),
                            (__float_as_uint(y.z) >> 16) | (__float_as_uint(y.w) & 0xffff0000u));
     }

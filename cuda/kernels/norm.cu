@@ -185,7 +185,7 @@ __device__ __forceinline__ void rmsnorm2(float* out, const float* x, const float
     if (!live) return;
     const float inv = rsqrt_f(__fadd_rn(__fdiv_rn(ss, (float)g), eps));
     const float4* w4 = (const float4*)w;
-    float4* o4 = (float4*)(out + q * g);
+    float4* o4 = out != 0 ? (float4*)(out + q * g) : 0;  // null: nb alone receives the output (narrow-only)
     const float4* g4 = gate != 0 ? (const float4*)(gate + q * g) : 0;
 #pragma unroll
     for (int j = 0; j < CPT; j++) {
@@ -193,7 +193,7 @@ __device__ __forceinline__ void rmsnorm2(float* out, const float* x, const float
             const int c = t + j * T;
             float4 y = norm_out4(v[j], w4[c], inv, bf);
             if (g4 != 0) y = gate4(y, g4[c], bf);
-            o4[c] = y;
+            if (o4 != 0) o4[c] = y;
             if (nb != 0) // y holds bfloat16 values (BF16 precision): their bits, exactly
                 ((uint2*)(nb + q * g))[c] = make_uint2((__float_as_uint(y.x) >> 16) | (__float_as_uint(y.y) & 0xffff0000u),
                                                        (__float_as_uint(y.z) >> 16) | (__float_as_uint(y.w) & 0xffff0000u));
@@ -202,7 +202,8 @@ __device__ __forceinline__ void rmsnorm2(float* out, const float* x, const float
 }
 
 // K_RMSNORM2(W, CPT) defines k_rmsnorm2_w<W>_c<CPT>; nb, when not null, receives the outputs as bfloat16
-// (16-byte aligned, the output's layout).
+// (16-byte aligned, the output's layout), and then out may be null: the copy alone is written
+// (cuda/narrow.go, narrow-only outputs).
 #define K_RMSNORM2(W, CPT)                                                                                   \
     extern "C" __global__ void __launch_bounds__(256) k_rmsnorm2_w##W##_c##CPT(                              \
         float* out, const float* x, const float* w, const float* gate, i64 groups, int g, float eps, int bf,  \
