@@ -98,6 +98,9 @@ type Options struct {
 	// bfloat16 copies the next matmuls read, as they did before narrow-only outputs (narrow.go): the same
 	// bits, one more write of each output. For tests that compare the two, and as a fallback.
 	EagerWidening bool
+	// UnfusedMixNorm makes AttnResMixNorm run AttnResMix and RMSNorm one after the other instead of its
+	// fused kernel (mixnorm.go): the same bits, the mix written and read back. For tests and comparisons.
+	UnfusedMixNorm bool
 	// MLAMmaSync keeps MLA's attention in BF16 precision on mla_tc.cu's mma.sync kernel where an sm_90a
 	// device would run mla_wg.cu's wgmma kernel (the default there): for comparisons and as a fallback.
 	// Both give the same bits (TestMLAWGAgainstMmaSync); only the speed differs.

@@ -19,17 +19,19 @@ import (
 // ExpertsAccumulate (its acc), drops the copy first. The values a GEMM reads are the same either way, so
 // no bit changes.
 //
-// Narrow-only outputs. The norms' and MulSigmoid's outputs are read by matmuls alone in K3's layers
-// (q, k, v, g and the gates' projections; the router, the shared experts and routed_expert_down_proj;
-// up_proj after routed_expert_norm; o_proj; lm_head), so where they keep the copy they no longer write
-// the float32 values too (Tensor.narrowOnly; Options.EagerWidening writes both): at 65,536 rows that
-// is 1.9 GB less written a hidden-width norm and 3.2 GB a 12,288-wide GatedRMSNorm or MulSigmoid, about
-// 9 ms a MoE layer at 262,144 tokens. The float32 storage is still allocated, so addresses and the
-// plan's memory stay as they were; a reader that needs the float32 values widens the copy into it first
-// (widen: exact, the copy holds bfloat16 values), as a deferred rounding is settled (deferred.go): f32,
-// raw and settle do so, and the row copies (catRows, copyRows). MatMul, Route and TokenStats take x's
-// address by xaddr instead, which does not widen: gemm widens c.xsrc only for a kernel that reads
-// float32 (no pinned cuBLASLt algorithm for the shape), and narrowOf before replacing the copy.
+// Narrow-only outputs. The norms' (AttnResMixNorm's too) and MulSigmoid's outputs are read by matmuls
+// alone in K3's layers (q, k, v, g and the gates' projections; the router, the shared experts and
+// routed_expert_down_proj; up_proj after routed_expert_norm; o_proj; lm_head), so where they keep the
+// copy they no longer write the float32 values too (Tensor.narrowOnly; Options.EagerWidening writes
+// both): at 65,536 rows that is 1.9 GB less written a hidden-width norm and 3.2 GB a 12,288-wide
+// GatedRMSNorm or MulSigmoid. Run 116's op profiles at 262,144 tokens: RMSNorm 13.1 -> 10.8 ms a
+// kda+moe layer and 15.0 -> 12.7 a mla+moe one, MulSigmoid 10.5 -> 8.2; GatedRMSNorm, bound by its
+// sigmoids, about as before. The float32 storage is still allocated, so addresses and the plan's memory
+// stay as they were; a reader that needs the float32 values widens the copy into it first (widen:
+// exact, the copy holds bfloat16 values), as a deferred rounding is settled (deferred.go): f32, raw and
+// settle do so, and the row copies (catRows, copyRows). MatMul, Route and TokenStats take x's address by
+// xaddr instead, which does not widen: gemm widens c.xsrc only for a kernel that reads float32 (no
+// pinned cuBLASLt algorithm for the shape), and narrowOf before replacing the copy.
 
 // narrowOf returns t's bfloat16 copy with rows ld elements apart, making it on first use (ordered on the
 // compute stream, like every op's work).

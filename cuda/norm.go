@@ -194,17 +194,8 @@ func (b *Backend) AttnResMixQuiet(vs []ops.Tensor, wg ops.Tensor) (ops.Tensor, e
 // attnResMix is AttnResMix, with p copied to the host only when weights is true (else p is nil).
 func (b *Backend) attnResMix(vs []ops.Tensor, wg ops.Tensor, weights bool) (ops.Tensor, []float32, error) {
 	const op = "AttnResMix"
-	wt, err := b.tensor(op, "wg", wg)
+	v, wt, err := b.mixOperands(op, vs, wg)
 	if err != nil {
-		return nil, nil, err
-	}
-	v := make([]*Tensor, len(vs))
-	for i, x := range vs {
-		if v[i], err = b.tensor(op, fmt.Sprintf("vs[%d]", i), x); err != nil {
-			return nil, nil, err
-		}
-	}
-	if err := ops.CheckAttnResMix(vs, wg); err != nil {
 		return nil, nil, err
 	}
 	rows, cols, n := v[0].rows, v[0].cols, len(v)
@@ -214,26 +205,14 @@ func (b *Backend) attnResMix(vs []ops.Tensor, wg ops.Tensor, weights bool) (ops.
 		p = make([]float32, rows*n)
 	}
 	err = b.run(op, func(c *opCtx) error {
-		ptrs := make([]uint64, n)
-		for i, t := range v {
-			p, err := c.f32(t)
-			if err != nil {
-				return err
-			}
-			ptrs[i] = p
-		}
-		wp, err := c.f32(wt)
+		ptrs, wp, err := c.mixInputs(v, wt)
 		if err != nil {
 			return err
 		}
 		if out, err = c.out(rows, cols); err != nil || rows == 0 {
 			return err
 		}
-		vsp, err := uploadTemp(c, ptrs)
-		if err != nil {
-			return err
-		}
-		pp, err := c.temp(4 * rows * n)
+		vsp, pp, err := c.mixTables(ptrs, rows)
 		if err != nil {
 			return err
 		}
@@ -253,4 +232,44 @@ func (b *Backend) attnResMix(vs []ops.Tensor, wg ops.Tensor, weights bool) (ops.
 		return nil, nil, err
 	}
 	return out, p, nil
+}
+
+// mixOperands checks AttnResMix's arguments (op names them in errors) and returns them as tensors.
+func (b *Backend) mixOperands(op string, vs []ops.Tensor, wg ops.Tensor) ([]*Tensor, *Tensor, error) {
+	wt, err := b.tensor(op, "wg", wg)
+	if err != nil {
+		return nil, nil, err
+	}
+	v := make([]*Tensor, len(vs))
+	for i, x := range vs {
+		if v[i], err = b.tensor(op, fmt.Sprintf("vs[%d]", i), x); err != nil {
+			return nil, nil, err
+		}
+	}
+	if err := ops.CheckAttnResMix(vs, wg); err != nil {
+		return nil, nil, err
+	}
+	return v, wt, nil
+}
+
+// mixInputs returns the float32 addresses of a mix's vectors and of wg.
+func (c *opCtx) mixInputs(v []*Tensor, wt *Tensor) (ptrs []uint64, wp uint64, err error) {
+	ptrs = make([]uint64, len(v))
+	for i, t := range v {
+		if ptrs[i], err = c.f32(t); err != nil {
+			return nil, 0, err
+		}
+	}
+	wp, err = c.f32(wt)
+	return ptrs, wp, err
+}
+
+// mixTables returns the device table of a mix's vector addresses and a temporary for its weights p
+// (rows x len(ptrs)).
+func (c *opCtx) mixTables(ptrs []uint64, rows int) (vsp, pp uint64, err error) {
+	if vsp, err = uploadTemp(c, ptrs); err != nil {
+		return 0, 0, err
+	}
+	pp, err = c.temp(4 * rows * len(ptrs))
+	return vsp, pp, err
 }

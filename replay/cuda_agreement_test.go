@@ -147,19 +147,21 @@ func TestCUDABatchInvariance(t *testing.T) {
 // the device and in host memory, MoE layers sliced, pooled (plan_pool.go) and expert-major (the stash in
 // host memory, and on the device: ops.RowJoiner), gives every table bit for bit as the unsliced wave (both precisions): the
 // carried convolution, KDA state and MLA keys on the device. The unsliced wave rounds every MatMul's
-// output eagerly and writes the norms' float32 outputs, and the sliced ones defer the rounding to the
-// readers and keep the norms' outputs in their bfloat16 copies alone, so the test also holds deferred
-// rounding (cuda/deferred.go) and narrow-only outputs (cuda/narrow.go) to the eager bits across every
-// layer kind and carry.
+// output eagerly, writes the norms' float32 outputs and norms each AttnRes mix in an op of its own, and
+// the sliced ones defer the rounding to the readers, keep the norms' outputs in their bfloat16 copies
+// alone and fuse each mix with its norm, so the test also holds deferred rounding (cuda/deferred.go),
+// narrow-only outputs (cuda/narrow.go) and the fused mix (cuda/mixnorm.go) to the plain bits across
+// every layer kind and carry.
 func TestCUDASliceInvariance(t *testing.T) {
 	opts := Options{TopK: 5, Lens: []int{1, 3}, Hidden: []int{0, 2}, Router: true, AttnRes: true}
 	for _, prec := range []ops.Precision{ops.BF16, ops.FP32} {
 		seqs := randomSequences(5, 3328, sliceSeqLens...)
-		// the reference rounds every MatMul's output in the MatMul (cuda.Options.EagerRounding) and writes
-		// every norm's float32 output (EagerWidening); the sliced runs below leave the rounding to the
-		// readers (cuda/deferred.go) and the norms' outputs to their bfloat16 copies (cuda/narrow.go): the
-		// same bits either way
-		whole := openPreset(t, "tiny", 1, newCUDA(t, cuda.Options{Precision: prec, EagerRounding: true, EagerWidening: true}), EngineOptions{})
+		// the reference rounds every MatMul's output in the MatMul (cuda.Options.EagerRounding), writes
+		// every norm's float32 output (EagerWidening) and runs each AttnRes mix and its norm as two ops
+		// (UnfusedMixNorm); the sliced runs below leave the rounding to the readers (cuda/deferred.go), the
+		// norms' outputs to their bfloat16 copies (cuda/narrow.go) and fuse the mixes with their norms
+		// (cuda/mixnorm.go): the same bits either way
+		whole := openPreset(t, "tiny", 1, newCUDA(t, cuda.Options{Precision: prec, EagerRounding: true, EagerWidening: true, UnfusedMixNorm: true}), EngineOptions{})
 		want := runOne(t, whole, Request{Sequences: seqs, Options: opts})
 		for _, n := range []int{1, 7, 64, 65, 129} {
 			for _, mode := range []string{"device", "pooled", "host", "expert-major", "expert-major, stash on the device"} {

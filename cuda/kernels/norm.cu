@@ -219,16 +219,12 @@ K_RMSNORM2(8, 2)
 K_RMSNORM2(8, 4)
 K_RMSNORM2(8, 8)
 
-// attnres2<CPT>: k_attnres (version 2), one block of 8 warps a row, cols % 4 == 0, cols <= 1024 * CPT,
-// every vector and wg 16-byte aligned. Vectors 0 and 1 stay in registers from their sums to the mix; the
-// others are read again for it. The scalars are version 1's statements: the scores (and their max m) by
-// every thread alike, the softmax by thread 0, which stores p. Launch: blockDim 256, gridDim rows, 4 * n bytes of dynamic shared
-// memory (the scores, then p).
+// attnres2_mix is version 2's mix of row blockIdx.x into h, the thread's chunks t + 256 j (j < the count it
+// returns), rounded: the scores and p (stored to p) as k_attnres2 computes them. sp: 4 * n bytes of shared
+// memory; red: block_sum8's.
 template <int CPT>
-__device__ __forceinline__ void attnres2(float* out, float* p, const float* const* vs, int n, const float* wg, i64 rows,
-                                         int cols, int bf) {
-    extern __shared__ float sp[];
-    __shared__ float red[8];
+__device__ __forceinline__ int attnres2_mix(float4 (&h)[CPT], float* p, const float* const* vs, int n, const float* wg,
+                                            int cols, int bf, float* sp, float* red) {
     const i64 r = blockIdx.x;
     const int t = threadIdx.x;
     const int nc = cols / 4;
@@ -270,7 +266,6 @@ __device__ __forceinline__ void attnres2(float* out, float* p, const float* cons
         }
     }
     __syncthreads();
-    float4* o4 = (float4*)(out + r * cols);
 #pragma unroll
     for (int j = 0; j < CPT; j++) {
         if (j < mine) {
@@ -284,9 +279,28 @@ __device__ __forceinline__ void attnres2(float* out, float* p, const float* cons
                 acc.z = __fadd_rn(acc.z, __fmul_rn(pi, v.z));
                 acc.w = __fadd_rn(acc.w, __fmul_rn(pi, v.w));
             }
-            o4[c] = make_float4(rnd(acc.x, bf), rnd(acc.y, bf), rnd(acc.z, bf), rnd(acc.w, bf));
+            h[j] = make_float4(rnd(acc.x, bf), rnd(acc.y, bf), rnd(acc.z, bf), rnd(acc.w, bf));
         }
     }
+    return mine;
+}
+
+// attnres2<CPT>: k_attnres (version 2), one block of 8 warps a row, cols % 4 == 0, cols <= 1024 * CPT,
+// every vector and wg 16-byte aligned. Vectors 0 and 1 stay in registers from their sums to the mix; the
+// others are read again for it. The scalars are version 1's statements: the scores (and their max m) by
+// every thread alike, the softmax by thread 0, which stores p. Launch: blockDim 256, gridDim rows, 4 * n bytes of dynamic shared
+// memory (the scores, then p).
+template <int CPT>
+__device__ __forceinline__ void attnres2(float* out, float* p, const float* const* vs, int n, const float* wg, i64 rows,
+                                         int cols, int bf) {
+    extern __shared__ float sp[];
+    __shared__ float red[8];
+    float4 h[CPT];
+    const int mine = attnres2_mix<CPT>(h, p, vs, n, wg, cols, bf, sp, red);
+    float4* o4 = (float4*)(out + blockIdx.x * (i64)cols);
+#pragma unroll
+    for (int j = 0; j < CPT; j++)
+        if (j < mine) o4[threadIdx.x + j * 256] = h[j];
 }
 
 // K_ATTNRES2(CPT) defines k_attnres2_c<CPT>.
@@ -299,3 +313,74 @@ K_ATTNRES2(1)
 K_ATTNRES2(2)
 K_ATTNRES2(4)
 K_ATTNRES2(8)
+
+// store_norm4 writes chunk c of a normed row (base: the row's first value) as bfloat16 to nb (the values
+// are bfloat16 values: their bits, exactly) and as float32 to out unless out is null (cuda/narrow.go).
+__device__ __forceinline__ void store_norm4(float* out, u16* nb, i64 base, int c, float4 y) {
+    if (out != 0) ((float4*)(out + base))[c] = y;
+    ((uint2*)(nb + base))[c] = make_uint2((__float_as_uint(y.x) >> 16) | (__float_as_uint(y.y) & 0xffff0000u),
+                                          (__float_as_uint(y.z) >> 16) | (__float_as_uint(y.w) & 0xffff0000u));
+}
+
+// attnres_norm2<CPT, CPTN>: k_attnres2_c<CPT> and then k_rmsnorm2 over the mixed row (one group, g = cols),
+// in one kernel: the mix stays in registers instead of crossing the bus twice (cuda/norm.go
+// AttnResMixNorm). The norm runs version 2's statements in its own thread layout, so the bits are those
+// of the two kernels: for cols > 1,024 (CPTN == 0) k_rmsnorm2_w8_c<CPT>'s, whose block of 8 warps holds
+// the row's chunks as the mix does (chunk t + 256 j); for cols <= 1,024 (CPT == 1) k_rmsnorm2_w1_c<CPTN>'s,
+// one warp over chunks t + 32 j, from the mix staged in shared memory. Writes the normed row to nb (and
+// out unless null) and p as k_attnres2. Launch: blockDim 256, gridDim rows, dynamic shared memory 4 * n
+// bytes (CPTN == 0), else 16 * ceil(n / 4) + 4 * cols.
+template <int CPT, int CPTN>
+__device__ __forceinline__ void attnres_norm2(float* out, u16* nb, float* p, const float* const* vs, int n,
+                                              const float* wg, int cols, const float* w, float eps, int bf) {
+    extern __shared__ float sp[];
+    __shared__ float red[8];
+    float4 h[CPT];
+    const int mine = attnres2_mix<CPT>(h, p, vs, n, wg, cols, bf, sp, red);
+    const int t = threadIdx.x;
+    const i64 base = blockIdx.x * (i64)cols;
+    const float4* w4 = (const float4*)w;
+    if (CPTN == 0) { // k_rmsnorm2_w8_c<CPT>: x rounded as read, then its sums and outputs
+        float4 v[CPT];
+#pragma unroll
+        for (int j = 0; j < CPT; j++)
+            if (j < mine) v[j] = rnd4(h[j], bf);
+        const float ss = block_sum8(chunk_sq_sum<CPT>(v, mine), red);
+        const float inv = rsqrt_f(__fadd_rn(__fdiv_rn(ss, (float)cols), eps));
+#pragma unroll
+        for (int j = 0; j < CPT; j++)
+            if (j < mine) store_norm4(out, nb, base, t + j * 256, norm_out4(v[j], w4[t + j * 256], inv, bf));
+        return;
+    }
+    float4* row = (float4*)(sp + 4 * ((n + 3) / 4)); // 16-byte aligned, after the scores
+    if (mine > 0) row[t] = h[0];                     // CPT == 1: chunk t
+    __syncthreads();
+    if (t >= 32) return;
+    const int nc = cols / 4;
+    const int minen = nc > t ? (nc - t + 31) / 32 : 0;
+    constexpr int NN = CPTN > 0 ? CPTN : 1; // CPTN == 0 never gets here
+    float4 v[NN];
+#pragma unroll
+    for (int j = 0; j < NN; j++)
+        if (j < minen) v[j] = rnd4(row[t + j * 32], bf);
+    const float ss = warp_sum(chunk_sq_sum<NN>(v, minen));
+    const float inv = rsqrt_f(__fadd_rn(__fdiv_rn(ss, (float)cols), eps));
+#pragma unroll
+    for (int j = 0; j < NN; j++)
+        if (j < minen) store_norm4(out, nb, base, t + j * 32, norm_out4(v[j], w4[t + j * 32], inv, bf));
+}
+
+// K_ATTNRES_NORM2(CPT, CPTN) defines k_attnres_norm2_c<CPT>_n<CPTN>.
+#define K_ATTNRES_NORM2(CPT, CPTN)                                                                           \
+    extern "C" __global__ void __launch_bounds__(256) k_attnres_norm2_c##CPT##_n##CPTN(                      \
+        float* out, u16* nb, float* p, const float* const* vs, int n, const float* wg, int cols,             \
+        const float* w, float eps, int bf) {                                                                  \
+        attnres_norm2<CPT, CPTN>(out, nb, p, vs, n, wg, cols, w, eps, bf);                                    \
+    }
+K_ATTNRES_NORM2(2, 0)
+K_ATTNRES_NORM2(4, 0)
+K_ATTNRES_NORM2(8, 0)
+K_ATTNRES_NORM2(1, 1)
+K_ATTNRES_NORM2(1, 2)
+K_ATTNRES_NORM2(1, 4)
+K_ATTNRES_NORM2(1, 8)

@@ -192,6 +192,32 @@ func (f *Pass) mix(blocks []ops.Tensor, v ops.Tensor, wg ops.Tensor, site Site) 
 	return out, nil
 }
 
+// mixNorm is RMSNorm(mix(blocks, v, wg, site), norm): one op where the backend fuses them
+// (ops.MixNormer), else the two. what names the norm in errors.
+func (f *Pass) mixNorm(blocks []ops.Tensor, v, wg ops.Tensor, site Site, norm ops.Tensor, what string) (ops.Tensor, error) {
+	b := f.Model.Ops
+	if mn, ok := b.(ops.MixNormer); ok {
+		vs := append(append(make([]ops.Tensor, 0, len(blocks)+1), blocks...), v)
+		keep := f.keepsMixes()
+		out, weights, err := mn.AttnResMixNorm(vs, wg, norm, f.Model.eps, keep)
+		if err != nil {
+			return nil, fmt.Errorf("AttnRes %s mix and %s: %w", site, what, err)
+		}
+		f.seen.mix(f, site, weights, len(vs))
+		return out, nil
+	}
+	h, err := f.mix(blocks, v, wg, site)
+	if err != nil {
+		return nil, err
+	}
+	out, err := b.RMSNorm(h, norm, f.Model.eps)
+	b.Free(h)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	return out, nil
+}
+
 // Layer runs layer w.Layer.Index for the whole wave (K3_SPEC.md 5.1 steps 1-4), slice after slice,
 // updating the wave's state.
 func (f *Pass) Layer(wv *Wave, w *LayerWeights) error {
@@ -252,23 +278,19 @@ func (f *Pass) attnSteps(st *State, w *LayerWeights) (ops.Tensor, error) {
 	b, m := f.Model.Ops, f.Model
 	// hidden, p, blocks: [tokens, hidden] bf16
 	pIn := st.P
-	h := pIn
-	if len(st.Blocks) > 0 { // only layer 0 runs with no block: it reads the embedding as is
-		var err error
-		if h, err = f.mix(st.Blocks, pIn, w.AttnMix, SiteAttn); err != nil {
-			return nil, err
-		}
+	var x ops.Tensor
+	var err error
+	if len(st.Blocks) > 0 {
+		x, err = f.mixNorm(st.Blocks, pIn, w.AttnMix, SiteAttn, w.AttnNorm, "input_layernorm")
+	} else if x, err = b.RMSNorm(pIn, w.AttnNorm, m.eps); err != nil { // only layer 0 has no block: it reads the embedding as is
+		err = fmt.Errorf("input_layernorm: %w", err)
+	}
+	if err != nil {
+		return nil, err
 	}
 	if w.Layer.BlockStart { // bank p: layer 0 banks the embedding, layer 12k banks block k-1
 		st.Blocks = append(st.Blocks, pIn)
 		st.P = nil
-	}
-	x, err := b.RMSNorm(h, w.AttnNorm, m.eps)
-	if h != pIn {
-		b.Free(h)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("input_layernorm: %w", err)
 	}
 	a, err := w.Attn.Forward(f, x)
 	b.Free(x)
@@ -287,15 +309,7 @@ func (f *Pass) attnSteps(st *State, w *LayerWeights) (ops.Tensor, error) {
 	if err := f.accumulate(st, a); err != nil {
 		return nil, err
 	}
-	if h, err = f.mix(st.Blocks, st.P, w.MLPMix, SiteMLP); err != nil {
-		return nil, err
-	}
-	x, err = b.RMSNorm(h, w.FFNNorm, m.eps)
-	b.Free(h)
-	if err != nil {
-		return nil, fmt.Errorf("post_attention_layernorm: %w", err)
-	}
-	return x, nil
+	return f.mixNorm(st.Blocks, st.P, w.MLPMix, SiteMLP, w.FFNNorm, "post_attention_layernorm")
 }
 
 // accumulate adds a sublayer output to the running sum: p = a when p is empty, else rounded(p + a).

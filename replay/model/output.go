@@ -15,14 +15,9 @@ func (f *Pass) Readout(g *Globals, st *State) (ops.Tensor, error) {
 	if st.P == nil {
 		return nil, fmt.Errorf("readout: the running sum is empty (mid-layer state)")
 	}
-	h, err := f.mix(st.Blocks, st.P, g.OutputMix, SiteOutput)
+	out, err := f.mixNorm(st.Blocks, st.P, g.OutputMix, SiteOutput, g.Norm, "norm")
 	if err != nil {
 		return nil, fmt.Errorf("readout: %w", err)
-	}
-	out, err := f.Model.Ops.RMSNorm(h, g.Norm, f.Model.eps)
-	f.Model.Ops.Free(h)
-	if err != nil {
-		return nil, fmt.Errorf("readout: norm: %w", err)
 	}
 	return out, nil
 }
