@@ -75,3 +75,36 @@ func TestAttnResMixNorm(t *testing.T) {
 		t.Logf("%d columns (fused: %v): the fused op's bits are AttnResMix then RMSNorm's", cols, fused)
 	}
 }
+
+// TestNormKernelsListed (no GPU): every kernel name the norms, the mix and the fused mix and norm can
+// launch, at every width version 2 takes and 1 to 9 vectors, is one that kernels.go loads from norm.cu
+// (a name missing there fails only at launch, on a device).
+func TestNormKernelsListed(t *testing.T) {
+	listed := map[string]bool{}
+	for _, f := range kernelFiles {
+		if f.file == "norm.cu" {
+			for _, k := range f.kernels {
+				listed[k] = true
+			}
+		}
+	}
+	check := func(what string, cols int, name string, ok bool) {
+		t.Helper()
+		if !ok {
+			t.Fatalf("%s at %d columns: version 2 refused", what, cols)
+		}
+		if !listed[name] {
+			t.Errorf("%s at %d columns: %s is not among norm.cu's kernels in kernels.go", what, cols, name)
+		}
+	}
+	for cols := 4; cols <= norm2Max; cols += 4 {
+		name, _, ok := rmsnorm2Kernel(cols, 1)
+		check("RMSNorm", cols, name, ok)
+		name, ok = attnres2Kernel(cols)
+		check("AttnResMix", cols, name, ok)
+		for n := 1; n <= 9; n++ {
+			name, _, ok := mixNormKernel(cols, n)
+			check(fmt.Sprintf("AttnResMixNorm of %d vectors", n), cols, name, ok)
+		}
+	}
+}
