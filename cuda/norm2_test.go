@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"testing"
 
@@ -92,6 +93,17 @@ func TestNormTiming(t *testing.T) {
 		}
 		b.normVer = 0
 		t.Logf("TIMING %-36s version 1 / version 2 = %.2f", c.name, ms[0]/ms[1])
+	}
+	for _, n := range []int{2, 9} { // the fused mix and norm against the two ops (mixnorm.go)
+		var ms [2]float64
+		for i, unfused := range []bool{true, false} {
+			b.opts.UnfusedMixNorm = unfused
+			med := medianTime(t, b, 5, func() error { y, _, err := b.AttnResMixNorm(vs[:n], w7, w7, 1e-5, false); b.Free(y); return err })
+			ms[i] = float64(med.Microseconds()) / 1e3
+			t.Logf("TIMING %-36s unfused %-5v %8.3f ms", fmt.Sprintf("AttnResMixNorm of %d, 65536 x 7168", n), unfused, ms[i])
+		}
+		b.opts.UnfusedMixNorm = false
+		t.Logf("TIMING %-36s unfused / fused = %.2f", fmt.Sprintf("AttnResMixNorm of %d, 65536 x 7168", n), ms[0]/ms[1])
 	}
 	med := medianTime(t, b, 5, func() error { y, err := b.MulSigmoid(heads, gate); b.Free(y); return err })
 	t.Logf("TIMING %-36s k_mul_sigmoid %8.3f ms %6.2f TB/s", "MulSigmoid 65536 x 12288", float64(med.Microseconds())/1e3, 12*rows*12288/med.Seconds()/1e12)
