@@ -172,16 +172,10 @@ __device__ __forceinline__ void rmsnorm2(float* out, const float* x, const float
     const int nc = g / 4;                      // chunks of the group
     const int mine = nc > t ? (nc - t + T - 1) / T : 0;  // chunks t, t + T, ... below nc
     const float4* v4 = (const float4*)(x + (live ? q : 0) * g);
-    const float4* g4 = gate != 0 ? (const float4*)(gate + (live ? q : 0) * g) : 0;
-    float4 v[CPT], gv[W == 1 ? CPT : 1];
+    float4 v[CPT];
 #pragma unroll
-    for (int j = 0; j < CPT; j++) {
+    for (int j = 0; j < CPT; j++)
         if (live && j < mine) v[j] = rnd4(v4[t + j * T], bf);  // x rounded as read (the routed experts' float32 sum)
-        // a warp's group: the gate's loads are issued with x's, before the sums wait on x (KDA's gated
-        // norm, groups of 128, one float4 of x and one of gate a thread, otherwise waited for DRAM twice
-        // a group); a block's group loads it after them, as its registers would cost occupancy
-        if (W == 1 && g4 != 0 && live && j < mine) gv[W == 1 ? j : 0] = g4[t + j * T];
-    }
     float ss = live ? chunk_sq_sum<CPT>(v, mine) : 0.0f;
     if (W == 1) {
         ss = warp_sum(ss);
@@ -192,12 +186,13 @@ __device__ __forceinline__ void rmsnorm2(float* out, const float* x, const float
     const float inv = rsqrt_f(__fadd_rn(__fdiv_rn(ss, (float)g), eps));
     const float4* w4 = (const float4*)w;
     float4* o4 = out != 0 ? (float4*)(out + q * g) : 0;  // null: nb alone receives the output (narrow-only)
+    const float4* g4 = gate != 0 ? (const float4*)(gate + q * g) : 0;
 #pragma unroll
     for (int j = 0; j < CPT; j++) {
         if (j < mine) {
             const int c = t + j * T;
             float4 y = norm_out4(v[j], w4[c], inv, bf);
-            if (g4 != 0) y = gate4(y, W == 1 ? gv[W == 1 ? j : 0] : g4[c], bf);
+            if (g4 != 0) y = gate4(y, g4[c], bf);
             if (o4 != 0) o4[c] = y;
             if (nb != 0) // y holds bfloat16 values (BF16 precision): their bits, exactly
                 ((uint2*)(nb + q * g))[c] = make_uint2((__float_as_uint(y.x) >> 16) | (__float_as_uint(y.y) & 0xffff0000u),
