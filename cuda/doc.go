@@ -40,7 +40,7 @@
 //     kernels of kernels/*.cu and frees its temporaries; op timing (ops.OpProfiler) brackets that closure
 //     with events. One file per op family, with the kernel file it launches: kda.go (ShortConvSiLU, KDA;
 //     kda.cu), mla.go and mla_tc.go (MLA; mla.cu, mla_tc.cu, mla_wg.cu on sm_90a's wgmma, what the last two
-//     share in mla.cuh), norm.go (RMSNorm, GatedRMSNorm, AttnResMix;
+//     share in mla.cuh), norm.go and mixnorm.go (RMSNorm, GatedRMSNorm, AttnResMix, AttnResMixNorm;
 //     norm.cu), matmul.go (MatMul; matmul.cu, matmul_tc.cu, cuBLASLt through cublaslt.go and
 //     cublaslt_plan.go), route.go (Route; route.cu), moe.go, experts*.go (UploadExpert, UploadExperts,
 //     ExpertsAccumulate; experts.cu, experts_wg.cu and the decoders they share in experts.cuh; the wgmma
