@@ -15,6 +15,7 @@ var denseTests = []test{
 	{"GatedRMSNorm", testGatedRMSNorm},
 	{"AttnResMix", testAttnResMix},
 	{"AttnResMixQuiet", testAttnResMixQuiet},
+	{"AttnResMixNorm", testAttnResMixNorm},
 	{"SiTUGLU", testSiTUGLU},
 	{"SiTUFFN", testSiTUFFN},
 }
@@ -234,6 +235,60 @@ func testAttnResMixQuiet(s *suite) {
 		wg, _ := s.weightF32(1, 8, s.normals(8, 0.3))
 		defer s.free(wg)
 		_, err := qb.AttnResMixQuiet(nil, wg)
+		return err
+	})
+}
+
+// testAttnResMixNorm: a backend's fused mix and norm (ops.MixNormer, optional) equals AttnResMix then
+// RMSNorm bit for bit, output and weights, quiet and with the weights, for 1, 2 and 9 vectors over every
+// tail row count, at widths of a block a row (1,104), of a warp a row (96, 1,024) and others (7); skipped
+// for a backend without it.
+func testAttnResMixNorm(s *suite) {
+	mn, ok := s.b.(ops.MixNormer)
+	if !ok {
+		s.Skipf("backend %s has no fused mix and norm (ops.MixNormer)", s.b.Name())
+	}
+	for _, cols := range []int{1104, 96, 1024, 7} {
+		wg, _ := s.weightF32(1, cols, s.normals(cols, 0.3))
+		w, _ := s.weightF32(1, cols, s.normals(cols, 1))
+		for _, n := range tailRows {
+			for _, count := range []int{1, 2, 9} {
+				vs := make([]ops.Tensor, count)
+				for i := range vs {
+					vs[i], _ = s.randAct(n, cols, 0.5+float64(i))
+				}
+				mixed, wantP, err := s.b.AttnResMix(vs, wg)
+				s.must(err, "AttnResMix")
+				normed, err := s.b.RMSNorm(mixed, w, 1e-5)
+				s.must(err, "RMSNorm")
+				want := s.host(normed, n, cols)
+				for _, weights := range []bool{false, true} {
+					what := fmt.Sprintf("AttnResMixNorm of %d over %d x %d, weights %v", count, n, cols, weights)
+					got, p, err := mn.AttnResMixNorm(vs, wg, w, 1e-5, weights)
+					s.must(err, what)
+					s.same(what+" against AttnResMix then RMSNorm", s.host(got, n, cols), want, cols)
+					switch {
+					case !weights && p != nil:
+						s.Errorf("%s: %d weights, want none", what, len(p))
+					case weights && len(p) != len(wantP):
+						s.Errorf("%s: %d weights, want %d", what, len(p), len(wantP))
+					case weights:
+						s.same(what+": its weights against AttnResMix's", p, wantP, count)
+					}
+					s.free(got)
+				}
+				s.free(mixed, normed)
+				for _, v := range vs {
+					s.free(v)
+				}
+			}
+		}
+		s.free(wg, w)
+	}
+	s.fails("AttnResMixNorm of nothing", func() error {
+		wg, _ := s.weightF32(1, 8, s.normals(8, 0.3))
+		defer s.free(wg)
+		_, _, err := mn.AttnResMixNorm(nil, wg, wg, 1e-5, false)
 		return err
 	})
 }
