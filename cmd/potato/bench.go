@@ -28,18 +28,18 @@ func init() {
 
 // benchFlags are the flags of `potato bench`.
 type benchFlags struct {
-	mem                                            memoryFlags // --slice-tokens, --device-memory, --host-memory
-	backend, preset, precision, model, waves       string
-	seed                                           uint64
-	seqLen, repeat, expertChunk, readWorkers       int
-	expertStreams                                  int
-	prefetch                                       int
-	boundFlops, boundBandwidth                     float64
-	cpuProfile                                     string
-	hostCache, resident                            byteSize
-	directIO, opProfile, eagerRounding, mlaMmaSync bool
-	noReadAhead                                    bool
-	planOnly                                       bool
+	mem                                                                           memoryFlags // --slice-tokens, --device-memory, --host-memory
+	backend, preset, precision, model, waves                                      string
+	seed                                                                          uint64
+	seqLen, repeat, expertChunk, readWorkers                                      int
+	expertStreams                                                                 int
+	prefetch                                                                      int
+	boundFlops, boundBandwidth                                                    float64
+	cpuProfile                                                                    string
+	hostCache, resident                                                           byteSize
+	directIO, opProfile, eagerRounding, eagerWidening, unfusedMixNorm, mlaMmaSync bool
+	noReadAhead                                                                   bool
+	planOnly                                                                      bool
 }
 
 func runBench(ctx context.Context, args []string, stdout io.Writer) error {
@@ -63,6 +63,8 @@ func benchTo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs.IntVar(&f.expertChunk, "expert-chunk", 0, "routed experts resident at once per MoE layer (0: all chosen, or on a device too small for them the largest chunk the plan fits)")
 	fs.IntVar(&f.expertStreams, "expert-streams", 0, "cuda: streams the routed experts' GEMMs are spread over (0: the backend's default, 1: the compute stream alone); results do not depend on it")
 	fs.BoolVar(&f.eagerRounding, "eager-rounding", false, "cuda: round each matmul's output in the matmul instead of leaving it to the op that reads it (the same bits; for comparing the two)")
+	fs.BoolVar(&f.eagerWidening, "eager-widening", false, "cuda: the norms and MulSigmoid write their float32 outputs beside the bfloat16 copies their matmuls read (the same bits; for comparing the two)")
+	fs.BoolVar(&f.unfusedMixNorm, "unfused-mix-norm", false, "cuda: each AttnRes mix and the norm that reads it as two ops instead of one kernel (the same bits; for comparing the two)")
 	fs.BoolVar(&f.mlaMmaSync, "mla-mma-sync", false, "cuda: MLA's attention on the mma.sync kernel where an sm_90a device runs the wgmma one (the same bits; for comparing the two)")
 	fs.Float64Var(&f.boundFlops, "bound-flops", 0, "arithmetic rate of the bound in FLOP/s (0: measure the backend's MatMul); an H200's bf16 rate is about 790e12")
 	fs.Float64Var(&f.boundBandwidth, "bound-bandwidth", 0, "weight bandwidth of the bound in bytes/s (0: measure reading the checkpoint); pinned host-to-device on an H200 is about 55e9")
@@ -110,7 +112,8 @@ func benchTo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		HostCacheBytes: int64(f.hostCache), ResidentBytes: int64(f.resident), PrefetchExperts: f.prefetch,
 		ExpertReadAhead: readAheadOption(f.noReadAhead), Log: func(s string) { fmt.Fprintln(stdout, "plan: "+s) }}
 	f.mem.apply(&opts)
-	l, err := openEngine(ctx, dir, f.backend, f.precision, backendTuning{expertStreams: f.expertStreams, eagerRounding: f.eagerRounding, mlaMmaSync: f.mlaMmaSync, devices: f.mem.devices}, opts,
+	l, err := openEngine(ctx, dir, f.backend, f.precision, backendTuning{expertStreams: f.expertStreams, eagerRounding: f.eagerRounding, eagerWidening: f.eagerWidening,
+		unfusedMixNorm: f.unfusedMixNorm, mlaMmaSync: f.mlaMmaSync, devices: f.mem.devices}, opts,
 		checkpoint.WithReadConcurrency(f.readWorkers), checkpoint.WithDirectIO(f.directIO))
 	if err != nil {
 		return err

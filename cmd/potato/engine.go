@@ -37,11 +37,13 @@ func (l *loaded) Close() {
 
 // backendTuning holds the backends' speed settings (bench flags), which leave results unchanged.
 type backendTuning struct {
-	expertStreams int        // cuda.Options.ExpertStreams
-	eagerRounding bool       // cuda.Options.EagerRounding
-	mlaMmaSync    bool       // cuda.Options.MLAMmaSync
-	devices       deviceList // --devices: one backend each (devices.go); empty: device 0
-	device        int        // the device newBackend opens (cuda.Options.Device)
+	expertStreams  int        // cuda.Options.ExpertStreams
+	eagerRounding  bool       // cuda.Options.EagerRounding
+	eagerWidening  bool       // cuda.Options.EagerWidening
+	unfusedMixNorm bool       // cuda.Options.UnfusedMixNorm
+	mlaMmaSync     bool       // cuda.Options.MLAMmaSync
+	devices        deviceList // --devices: one backend each (devices.go); empty: device 0
+	device         int        // the device newBackend opens (cuda.Options.Device)
 }
 
 // newBackend makes the named backend: "cpu" (pure Go, everywhere) or "cuda" (an NVIDIA GPU with the CUDA
@@ -51,7 +53,8 @@ func newBackend(name string, prec ops.Precision, tune backendTuning) (ops.Backen
 	case "cpu":
 		return cpu.New(cpu.Options{Precision: prec}), nil, nil
 	case "cuda":
-		b, err := cuda.New(cuda.Options{Precision: prec, ExpertStreams: tune.expertStreams, EagerRounding: tune.eagerRounding, MLAMmaSync: tune.mlaMmaSync, Device: tune.device})
+		b, err := cuda.New(cuda.Options{Precision: prec, ExpertStreams: tune.expertStreams, EagerRounding: tune.eagerRounding,
+			EagerWidening: tune.eagerWidening, UnfusedMixNorm: tune.unfusedMixNorm, MLAMmaSync: tune.mlaMmaSync, Device: tune.device})
 		if err != nil {
 			return nil, nil, fmt.Errorf("backend cuda: %w (use --backend cpu on a machine without a GPU)", err)
 		}
