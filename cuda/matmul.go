@@ -54,15 +54,14 @@ func (c *opCtx) gemm(out, x uint64, n int, w weightRef, round bool) error {
 		bf = c.b.bf
 	}
 	kernel, tile := w.kernel, mmTile
-	if c.b.bf == 1 && w.tc != "" && !c.b.opts.NoTensorCores {
-		if w.lt && c.b.lt != nil {
-			s, err := c.b.lt.shape(w.rows, w.k)
-			if err != nil {
-				return err
-			}
-			if s.ok {
-				return c.gemmLt(s, out, x, n, w, round)
-			}
+	tensorCores := c.b.bf == 1 && w.tc != "" && !c.b.opts.NoTensorCores
+	if tensorCores && w.lt && c.b.lt != nil {
+		s, err := c.b.lt.shape(w.rows, w.k)
+		if err != nil {
+			return err
+		}
+		if s.ok {
+			return c.gemmLt(s, out, x, n, w, round)
 		}
 	}
 	// the kernels below read x as float32: a narrow-only x's values first (narrow.go)
@@ -71,7 +70,7 @@ func (c *opCtx) gemm(out, x uint64, n int, w weightRef, round bool) error {
 			return err
 		}
 	}
-	if c.b.bf == 1 && w.tc != "" && !c.b.opts.NoTensorCores {
+	if tensorCores {
 		if !round {
 			// unrounded sums (the router's logits) without cuBLASLt stay on the CUDA cores' ascending
 			// order, the CPU backend's bits

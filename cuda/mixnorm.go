@@ -54,17 +54,12 @@ func (b *Backend) AttnResMixNorm(vs []ops.Tensor, wg, w ops.Tensor, eps float32,
 		if err != nil {
 			return err
 		}
-		only, op := b.writesNarrowOnly(), out.ptr
-		if only {
-			op = 0
-		}
-		err = c.keepNarrow(out, cols, func(nb uint64) error {
+		err = c.keepNarrowOutput(out, func(op, nb uint64) error {
 			return c.launch(name, d1(rows), d1(normThreads), shmem, op, nb, pp, vsp, int32(n), wgp, int32(cols), wp, eps, b.bf)
 		})
 		if err != nil {
 			return err
 		}
-		out.narrowOnly = only
 		return download(b, p, pp) // nothing, and no wait for the device, when p is nil
 	})
 	if err != nil {
@@ -78,7 +73,7 @@ func (b *Backend) AttnResMixNorm(vs []ops.Tensor, wg, w ops.Tensor, eps float32,
 // is one group over the row (1 x cols), unless Options.UnfusedMixNorm.
 func (b *Backend) fusesMixNorm(w *Tensor, cols int) bool {
 	return !b.opts.UnfusedMixNorm && b.normVer != 1 && b.keepsNarrow(cols) && w.rows == 1 && w.cols == cols &&
-		cols%4 == 0 && cols <= norm2Max
+		cols <= norm2Max // keepsNarrow: cols a multiple of 8
 }
 
 // mixNormKernel names the fused kernel for rows of cols values mixing n vectors, with its dynamic shared

@@ -77,9 +77,18 @@ func (b *Backend) dropNarrow(t *Tensor) error {
 	return b.dv.Free(p)
 }
 
-// writesNarrowOnly reports whether an op writing its output's bfloat16 copy (keepsNarrow) leaves the
-// float32 values unwritten (Tensor.narrowOnly): unless Options.EagerWidening.
-func (b *Backend) writesNarrowOnly() bool { return !b.opts.EagerWidening }
+// keepNarrowOutput runs an op's launch for out and its new bfloat16 copy (keepNarrow, rows of out.cols):
+// launch gets the float32 output's address, 0 where the copy alone is to hold the values, unless
+// Options.EagerWidening, and the copy's; out is then narrow-only (Tensor.narrowOnly).
+func (c *opCtx) keepNarrowOutput(out *Tensor, launch func(op, nb uint64) error) error {
+	only, op := !c.b.opts.EagerWidening, out.ptr
+	if only {
+		op = 0
+	}
+	err := c.keepNarrow(out, out.cols, func(nb uint64) error { return launch(op, nb) })
+	out.narrowOnly = only && err == nil
+	return err
+}
 
 // widen writes a narrow-only t's float32 values from its bfloat16 copy (k_widen_bf16: exact) and clears
 // the mark; any other tensor is left as it is. Stream-ordered, like every op's work.

@@ -145,22 +145,15 @@ func (b *Backend) norm(op string, x, w, gate ops.Tensor, eps float32) (ops.Tenso
 			ptrs = append(ptrs, gp)
 		}
 		if name, grid, ok := rmsnorm2Kernel(g, groups, ptrs...); ok && b.normVer != 1 {
-			// nb: the bfloat16 copy the next MatMul reads (narrow.go), written with the output, or 0; op:
-			// the float32 output, or 0 where the copy alone holds it (Tensor.narrowOnly)
-			op := out.ptr
-			launch := func(nb uint64) error {
+			// op: the float32 output, or 0 where the copy alone holds it; nb: the bfloat16 copy the next
+			// MatMul reads, or 0 (narrow.go)
+			launch := func(op, nb uint64) error {
 				return c.launch(name, d1(grid), d1(normThreads), 0, op, xp, wp, gp, int64(groups), int32(g), eps, b.bf, nb)
 			}
 			if b.keepsNarrow(xt.cols) {
-				only := b.writesNarrowOnly()
-				if only {
-					op = 0
-				}
-				err := c.keepNarrow(out, xt.cols, launch)
-				out.narrowOnly = only && err == nil
-				return err
+				return c.keepNarrowOutput(out, launch)
 			}
-			return launch(0)
+			return launch(out.ptr, 0)
 		}
 		return c.launch("k_rmsnorm", d1((groups+normWarps-1)/normWarps), d1(normThreads), 0,
 			out.ptr, xp, wp, gp, int64(groups), int32(g), eps, b.bf)

@@ -365,15 +365,9 @@ func (b *Backend) binary(op, name string, raw bool, xn, yn string, x, y ops.Tens
 		}
 		if v4, ok := vec4Kernels[name]; ok && p.n()%4 == 0 && aligned16(out.ptr, pp, qp) {
 			if vn, ok := vec4NarrowKernels[name]; ok && b.keepsNarrow(p.cols) {
-				only, op := b.writesNarrowOnly(), out.ptr // op 0: the copy alone holds the output (narrow.go)
-				if only {
-					op = 0
-				}
-				err := c.keepNarrow(out, p.cols, func(nb uint64) error {
+				return c.keepNarrowOutput(out, func(op, nb uint64) error {
 					return c.launch1D(vn, p.n()/4, append([]any{op, pp, qp, int64(p.n() / 4)}, append(args, nb)...)...)
 				})
-				out.narrowOnly = only && err == nil
-				return err
 			}
 			return c.launch1D(v4, p.n()/4, append([]any{out.ptr, pp, qp, int64(p.n() / 4)}, args...)...)
 		}
