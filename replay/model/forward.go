@@ -175,7 +175,7 @@ func (s *State) Free(b ops.Backend) {
 // weights and the backend is an ops.QuietMixer, it mixes without them (their copy to the host waits for
 // the device) and reports them empty.
 func (f *Pass) mix(blocks []ops.Tensor, v ops.Tensor, wg ops.Tensor, site Site) (ops.Tensor, error) {
-	vs := append(append(make([]ops.Tensor, 0, len(blocks)+1), blocks...), v)
+	vs := mixed(blocks, v)
 	if q, ok := f.Model.Ops.(ops.QuietMixer); ok && !f.keepsMixes() {
 		out, err := q.AttnResMixQuiet(vs, wg)
 		if err != nil {
@@ -192,12 +192,17 @@ func (f *Pass) mix(blocks []ops.Tensor, v ops.Tensor, wg ops.Tensor, site Site) 
 	return out, nil
 }
 
+// mixed is what a mix takes: the banked blocks, then v (a new slice: blocks is the state's).
+func mixed(blocks []ops.Tensor, v ops.Tensor) []ops.Tensor {
+	return append(append(make([]ops.Tensor, 0, len(blocks)+1), blocks...), v)
+}
+
 // mixNorm is RMSNorm(mix(blocks, v, wg, site), norm): one op where the backend fuses them
 // (ops.MixNormer), else the two. what names the norm in errors.
 func (f *Pass) mixNorm(blocks []ops.Tensor, v, wg ops.Tensor, site Site, norm ops.Tensor, what string) (ops.Tensor, error) {
 	b := f.Model.Ops
 	if mn, ok := b.(ops.MixNormer); ok {
-		vs := append(append(make([]ops.Tensor, 0, len(blocks)+1), blocks...), v)
+		vs := mixed(blocks, v)
 		keep := f.keepsMixes()
 		out, weights, err := mn.AttnResMixNorm(vs, wg, norm, f.Model.eps, keep)
 		if err != nil {

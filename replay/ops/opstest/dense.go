@@ -119,10 +119,7 @@ func testAttnResMix(s *suite) {
 			wgScale, tolScale float64
 		}{{1, 0.3, 1}, {2, 0.3, 1}, {9, 0.3, 1}, {9, 10, 32}} {
 			count := c.count
-			vs, vv := make([]ops.Tensor, count), make([][]float64, count)
-			for i := range vs {
-				vs[i], vv[i] = s.randAct(n, cols, 0.5+float64(i)) // unequal norms: the mix is not uniform
-			}
+			vs, vv := s.mixVectors(n, cols, count)
 			wg, wgv := s.weightF32(1, cols, s.normals(cols, c.wgScale))
 			out, p, err := s.b.AttnResMix(vs, wg)
 			s.must(err, "AttnResMix")
@@ -145,10 +142,8 @@ func testAttnResMix(s *suite) {
 				// weights are softmax outputs in float32 whatever the precision
 				s.close(what+" weights", p, refP, count, tol{abs: 1e-6 * c.tolScale, rel: 1e-5 * c.tolScale})
 			}
-			for _, v := range vs {
-				s.b.Free(v)
-			}
 			s.free(wg, out)
+			s.freeAll(vs)
 		}
 	}
 }
@@ -213,10 +208,7 @@ func testAttnResMixQuiet(s *suite) {
 		wg, _ := s.weightF32(1, cols, s.normals(cols, 0.3))
 		for _, n := range tailRows {
 			for _, count := range []int{1, 2, 9} {
-				vs := make([]ops.Tensor, count)
-				for i := range vs {
-					vs[i], _ = s.randAct(n, cols, 0.5+float64(i))
-				}
+				vs, _ := s.mixVectors(n, cols, count)
 				what := fmt.Sprintf("AttnResMixQuiet of %d over %d x %d", count, n, cols)
 				quiet, err := qb.AttnResMixQuiet(vs, wg)
 				s.must(err, what)
@@ -224,9 +216,7 @@ func testAttnResMixQuiet(s *suite) {
 				s.must(err, "AttnResMix")
 				s.same(what+" against AttnResMix", s.host(quiet, n, cols), s.host(mixed, n, cols), cols)
 				s.free(quiet, mixed)
-				for _, v := range vs {
-					s.free(v)
-				}
+				s.freeAll(vs)
 			}
 		}
 		s.free(wg)
@@ -253,10 +243,7 @@ func testAttnResMixNorm(s *suite) {
 		w, _ := s.weightF32(1, cols, s.normals(cols, 1))
 		for _, n := range tailRows {
 			for _, count := range []int{1, 2, 9} {
-				vs := make([]ops.Tensor, count)
-				for i := range vs {
-					vs[i], _ = s.randAct(n, cols, 0.5+float64(i))
-				}
+				vs, _ := s.mixVectors(n, cols, count)
 				mixed, wantP, err := s.b.AttnResMix(vs, wg)
 				s.must(err, "AttnResMix")
 				normed, err := s.b.RMSNorm(mixed, w, 1e-5)
@@ -278,9 +265,7 @@ func testAttnResMixNorm(s *suite) {
 					s.free(got)
 				}
 				s.free(mixed, normed)
-				for _, v := range vs {
-					s.free(v)
-				}
+				s.freeAll(vs)
 			}
 		}
 		s.free(wg, w)
@@ -291,4 +276,14 @@ func testAttnResMixNorm(s *suite) {
 		_, _, err := mn.AttnResMixNorm(nil, wg, wg, 1e-5, false)
 		return err
 	})
+}
+
+// mixVectors returns count random n x cols activations for an AttnRes mix, with their values, of unequal
+// norms (scales 0.5, 1.5, ...) so that the mix is not uniform.
+func (s *suite) mixVectors(n, cols, count int) ([]ops.Tensor, [][]float64) {
+	vs, vv := make([]ops.Tensor, count), make([][]float64, count)
+	for i := range vs {
+		vs[i], vv[i] = s.randAct(n, cols, 0.5+float64(i))
+	}
+	return vs, vv
 }

@@ -228,6 +228,13 @@ func (s *suite) free(xs ...any) {
 	}
 }
 
+// freeAll releases each of ts (free's form for a slice of tensors).
+func (s *suite) freeAll(ts []ops.Tensor) {
+	for _, t := range ts {
+		s.b.Free(t)
+	}
+}
+
 // must fails the check on err.
 func (s *suite) must(err error, what string) {
 	s.Helper()
