@@ -158,6 +158,16 @@ __device__ __forceinline__ float4 gate4(float4 y, float4 g, int bf) {
     return mul_sigmoid_bf4(y, g, bf);
 }
 
+// store_norm4 writes chunk c of a normed row (base: the row's first value) as float32 to out and as
+// bfloat16 to nb, each unless null (cuda/narrow.go: the copy the next MatMul reads, alone for a
+// narrow-only output); the values are bfloat16 values, so the copy holds their bits exactly.
+__device__ __forceinline__ void store_norm4(float* out, u16* nb, i64 base, int c, float4 y) {
+    if (out != 0) ((float4*)(out + base))[c] = y;
+    if (nb != 0)
+        ((uint2*)(nb + base))[c] = make_uint2((__float_as_uint(y.x) >> 16) | (__float_as_uint(y.y) & 0xffff0000u),
+                                              (__float_as_uint(y.z) >> 16) | (__float_as_uint(y.w) & 0xffff0000u));
+}
+
 // rmsnorm2<W, CPT>: k_rmsnorm (version 2) with W warps a group (1 or 8) and at most CPT chunks of 4
 // values a thread: group size g <= 128 * W * CPT, g % 4 == 0, all operands 16-byte aligned. A block of 8
 // warps holds 8 / W groups. Launch: blockDim 256, gridDim ceil(groups * W / 8).
@@ -185,7 +195,6 @@ __device__ __forceinline__ void rmsnorm2(float* out, const float* x, const float
     if (!live) return;
     const float inv = rsqrt_f(__fadd_rn(__fdiv_rn(ss, (float)g), eps));
     const float4* w4 = (const float4*)w;
-    float4* o4 = out != 0 ? (float4*)(out + q * g) : 0;  // null: nb alone receives the output (narrow-only)
     const float4* g4 = gate != 0 ? (const float4*)(gate + q * g) : 0;
 #pragma unroll
     for (int j = 0; j < CPT; j++) {
@@ -193,10 +202,7 @@ __device__ __forceinline__ void rmsnorm2(float* out, const float* x, const float
             const int c = t + j * T;
             float4 y = norm_out4(v[j], w4[c], inv, bf);
             if (g4 != 0) y = gate4(y, g4[c], bf);
-            if (o4 != 0) o4[c] = y;
-            if (nb != 0) // y holds bfloat16 values (BF16 precision): their bits, exactly
-                ((uint2*)(nb + q * g))[c] = make_uint2((__float_as_uint(y.x) >> 16) | (__float_as_uint(y.y) & 0xffff0000u),
-                                                       (__float_as_uint(y.z) >> 16) | (__float_as_uint(y.w) & 0xffff0000u));
+            store_norm4(out, nb, q * g, c, y); // out null: nb alone receives the output (narrow-only)
         }
     }
 }
@@ -313,14 +319,6 @@ K_ATTNRES2(1)
 K_ATTNRES2(2)
 K_ATTNRES2(4)
 K_ATTNRES2(8)
-
-// store_norm4 writes chunk c of a normed row (base: the row's first value) as bfloat16 to nb (the values
-// are bfloat16 values: their bits, exactly) and as float32 to out unless out is null (cuda/narrow.go).
-__device__ __forceinline__ void store_norm4(float* out, u16* nb, i64 base, int c, float4 y) {
-    if (out != 0) ((float4*)(out + base))[c] = y;
-    ((uint2*)(nb + base))[c] = make_uint2((__float_as_uint(y.x) >> 16) | (__float_as_uint(y.y) & 0xffff0000u),
-                                          (__float_as_uint(y.z) >> 16) | (__float_as_uint(y.w) & 0xffff0000u));
-}
 
 // attnres_norm2<CPT, CPTN>: k_attnres2_c<CPT> and then k_rmsnorm2 over the mixed row (one group, g = cols),
 // in one kernel: the mix stays in registers instead of crossing the bus twice (cuda/norm.go
