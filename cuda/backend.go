@@ -174,8 +174,10 @@ type Backend struct {
 	// the fused FFN (ffnBlockRows).
 	decodeBytes, expertRows, ffnRows int
 	// normVer 1 makes RMSNorm, GatedRMSNorm and AttnResMix launch norm.cu's general kernels where the
-	// 16-byte ones fit (tests and timing compare the two).
+	// 16-byte ones fit (tests and timing compare the two); mixForm, when set, is the fused mix and norm's
+	// form for every vector count (mixNormForm).
 	normVer int
+	mixForm string
 
 	hosts hostAllocs // pinned buffers handed out by AllocHost
 	lt    *ltHandle  // cuBLASLt for the bfloat16 matmuls, nil when not used (matmul.go gemm)

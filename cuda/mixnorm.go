@@ -9,7 +9,7 @@ import (
 var _ ops.MixNormer = (*Backend)(nil)
 
 // AttnResMixNorm implements ops.MixNormer: RMSNorm(AttnResMix(vs, wg), w, eps) in one kernel
-// (norm.cu k_attnres_norm2_*) where the output keeps only its bfloat16 copy (keepsNarrow, narrow.go) and
+// (norm.cu k_attnres_norm3_* or k_attnres_norm2_*: mixNormKernel) where the output keeps only its bfloat16 copy (keepsNarrow, narrow.go) and
 // both ops would run version 2 with w one group over the row: the mix stays in registers (or, for rows
 // of up to 1,024 values, in shared memory), so the float32 mix is neither written nor read back, about
 // 3.8 GB at each site of a 65,536-token slice at K3's width. The kernel runs the two kernels' statements,
@@ -46,7 +46,7 @@ func (b *Backend) AttnResMixNorm(vs []ops.Tensor, wg, w ops.Tensor, eps float32,
 		if out, err = c.out(rows, cols); err != nil || rows == 0 {
 			return err
 		}
-		name, shmem, ok := mixNormKernel(cols, n, append(ptrs, wgp, wp, out.ptr)...)
+		name, shmem, ok := mixNormKernel(b.mixNormForm(n), cols, n, append(ptrs, wgp, wp, out.ptr)...)
 		if !ok { // an operand not 16-byte aligned: never for pool allocations
 			return fmt.Errorf("%w: %s: operands not 16-byte aligned", ErrInternal, op)
 		}
@@ -76,12 +76,37 @@ func (b *Backend) fusesMixNorm(w *Tensor, cols int) bool {
 		cols <= norm2Max // keepsNarrow: cols a multiple of 8
 }
 
+// mixNormForm is the fused mix and norm's version for rows over 1,024 values mixing n vectors: the test
+// knob mixForm when set, else "v3" (norm.cu's attnres3_mix: one barrier for the scores) up to mixV3Most
+// vectors and "v2" beyond. Both give the same bits. Run 121 (TestNormTiming, 65,536 x 7,168): version 2
+// / version 3 = 1.14, 1.23, 1.11, 1.03 at 1-4 vectors, 0.98, 0.98, 0.93, 0.83, 0.82 at 5-9.
+func (b *Backend) mixNormForm(n int) string {
+	switch {
+	case b.mixForm != "":
+		return b.mixForm
+	case n <= mixV3Most:
+		return "v3"
+	}
+	return "v2"
+}
+
+// mixV3Most is the most vectors the fused mix and norm runs version 3 for (mixNormForm); mixMaxV3 the most
+// it can (a lane of each warp a vector).
+const (
+	mixV3Most = 4
+	mixMaxV3  = 32
+)
+
 // mixNormKernel names the fused kernel for rows of cols values mixing n vectors, with its dynamic shared
 // memory: the layout of k_rmsnorm2's choice for a group of cols (rmsnorm2Kernel), the mix's chunks as
-// k_attnres2's (attnres2Kernel). ok is false where either would not run version 2.
-func mixNormKernel(cols, n int, ptrs ...uint64) (name string, shmem int, ok bool) {
+// k_attnres2's (attnres2Kernel); for rows over 1,024 values version 3 where form says so ("v3", up to
+// mixMaxV3 vectors), else version 2: the same bits. ok is false where either op would not run version 2.
+func mixNormKernel(form string, cols, n int, ptrs ...uint64) (name string, shmem int, ok bool) {
 	if _, ok := attnres2Kernel(cols, ptrs...); !ok {
 		return "", 0, false
+	}
+	if cols > 1024 && n <= mixMaxV3 && form == "v3" { // warp sums of every vector: 16 floats each
+		return fmt.Sprintf("k_attnres_norm3_c%d", norm2CPT(cols, normThreads)), 64 * n, true
 	}
 	if cols > 1024 { // k_rmsnorm2_w8: a block over the row, as the mix
 		return fmt.Sprintf("k_attnres_norm2_c%d_n0", norm2CPT(cols, normThreads)), 4 * n, true

@@ -8,11 +8,11 @@ import (
 	"github.com/potato-k3/potato-k3/replay/ops"
 )
 
-// TestAttnResMixNorm: the fused mix and norm (k_attnres_norm2_*) gives the bits of AttnResMix then RMSNorm
+// TestAttnResMixNorm: the fused mix and norm (k_attnres_norm3_*, k_attnres_norm2_*) gives the bits of AttnResMix then RMSNorm
 // (Options.UnfusedMixNorm), output and weights, at every width of each thread layout (a block over the
 // row: 2,048, 4,096, 7,168 and 8,192; a warp over it from shared memory: 128, 256, 512, 1,000, 1,024),
-// for 1, 2, 3 and 9 vectors, quiet and with the weights, with the float32 output left unwritten and
-// written (Options.EagerWidening). The fused op must have run (its output narrow-only), and a width
+// for 1, 2, 3, 9 and 33 vectors, quiet and with the weights, with the float32 output left unwritten and
+// written (Options.EagerWidening), in both versions of the wide rows' kernel (3 and 2). The fused op must have run (its output narrow-only), and a width
 // RMSNorm keeps no copy of (100: not a multiple of 8) must run the two ops and give their bits too.
 func TestAttnResMixNorm(t *testing.T) {
 	b := newLtBackend(t, false)
@@ -20,7 +20,7 @@ func TestAttnResMixNorm(t *testing.T) {
 	const rows = 333
 	for _, cols := range []int{7168, 2048, 4096, 8192, 128, 256, 512, 1000, 1024, 100} {
 		fused := b.keepsNarrow(cols)
-		vs := make([]ops.Tensor, 9)
+		vs := make([]ops.Tensor, 33)
 		for i := range vs {
 			x, err := b.FromHost(rows, cols, fastFill(rng, rows*cols, 1+float64(i)/4))
 			if err != nil {
@@ -39,7 +39,7 @@ func TestAttnResMixNorm(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer b.Free(w)
-		for _, n := range []int{1, 2, 3, 9} {
+		for _, n := range []int{1, 2, 3, 9, 33} { // 33: past version 3's 32 vectors
 			for _, weights := range []bool{false, true} {
 				for _, eager := range []bool{false, true} {
 					name := fmt.Sprintf("%d columns, %d vectors, weights %v, eager widening %v", cols, n, weights, eager)
@@ -59,16 +59,21 @@ func TestAttnResMixNorm(t *testing.T) {
 						return v, p, only
 					}
 					want, wantP, _ := run(true)
-					got, gotP, only := run(false)
-					if only != (fused && !eager) {
-						t.Errorf("%s: output narrow-only %v, want %v (the fused kernel runs: %v)", name, only, fused && !eager, fused)
+					for _, form := range []string{"v3", "v2"} {
+						b.mixForm = form
+						name := name + ", form " + form
+						got, gotP, only := run(false)
+						b.mixForm = ""
+						if only != (fused && !eager) {
+							t.Errorf("%s: output narrow-only %v, want %v (the fused kernel runs: %v)", name, only, fused && !eager, fused)
+						}
+						if (gotP == nil) != !weights || len(gotP) != len(wantP) {
+							t.Errorf("%s: %d weights, want %d", name, len(gotP), len(wantP))
+						} else {
+							sameBitsQuiet(t, name+", weights", gotP, wantP, n)
+						}
+						sameBitsQuiet(t, name, got, want, cols)
 					}
-					if (gotP == nil) != !weights || len(gotP) != len(wantP) {
-						t.Errorf("%s: %d weights, want %d", name, len(gotP), len(wantP))
-					} else {
-						sameBitsQuiet(t, name+", weights", gotP, wantP, n)
-					}
-					sameBitsQuiet(t, name, got, want, cols)
 				}
 			}
 		}
@@ -102,9 +107,11 @@ func TestNormKernelsListed(t *testing.T) {
 		check("RMSNorm", cols, name, ok)
 		name, ok = attnres2Kernel(cols)
 		check("AttnResMix", cols, name, ok)
-		for n := 1; n <= 9; n++ {
-			name, _, ok := mixNormKernel(cols, n)
-			check(fmt.Sprintf("AttnResMixNorm of %d vectors", n), cols, name, ok)
+		for n := 1; n <= mixMaxV3+1; n++ {
+			for _, form := range []string{"v3", "v2"} {
+				name, _, ok := mixNormKernel(form, cols, n)
+				check(fmt.Sprintf("AttnResMixNorm of %d vectors (%s)", n, form), cols, name, ok)
+			}
 		}
 	}
 }

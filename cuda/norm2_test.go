@@ -94,22 +94,43 @@ func TestNormTiming(t *testing.T) {
 		b.normVer = 0
 		t.Logf("TIMING %-36s version 1 / version 2 = %.2f", c.name, ms[0]/ms[1])
 	}
-	for _, n := range []int{2, 9} { // the fused mix and norm against the two ops (mixnorm.go)
-		var ms [2]float64
-		for i, unfused := range []bool{true, false} {
-			b.opts.UnfusedMixNorm = unfused
+	for n := 1; n <= len(vs); n++ { // the fused mix and norm's forms against the two ops (mixnorm.go)
+		var ms [3]float64
+		for i, form := range []string{"unfused", "v2", "v3"} {
+			b.opts.UnfusedMixNorm, b.mixForm = form == "unfused", form
+			if form == "unfused" {
+				b.mixForm = ""
+			}
 			med := medianTime(t, b, 5, func() error { y, _, err := b.AttnResMixNorm(vs[:n], w7, w7, 1e-5, false); b.Free(y); return err })
 			ms[i] = float64(med.Microseconds()) / 1e3
-			t.Logf("TIMING %-36s unfused %-5v %8.3f ms", fmt.Sprintf("AttnResMixNorm of %d, 65536 x 7168", n), unfused, ms[i])
+			t.Logf("TIMING %-36s %-7s %8.3f ms %6.2f TB/s", fmt.Sprintf("AttnResMixNorm of %d, 65536 x 7168", n), form, ms[i],
+				float64((4*n+2)*rows*7168)/(ms[i]/1e3)/1e12)
 		}
-		b.opts.UnfusedMixNorm = false
-		t.Logf("TIMING %-36s unfused / fused = %.2f", fmt.Sprintf("AttnResMixNorm of %d, 65536 x 7168", n), ms[0]/ms[1])
+		b.opts.UnfusedMixNorm, b.mixForm = false, ""
+		t.Logf("TIMING %-36s unfused / v2 = %.2f, v2 / v3 = %.2f", fmt.Sprintf("AttnResMixNorm of %d, 65536 x 7168", n),
+			ms[0]/ms[1], ms[1]/ms[2])
 	}
 	med := medianTime(t, b, 5, func() error { y, err := b.MulSigmoid(heads, gate); b.Free(y); return err })
 	t.Logf("TIMING %-36s k_mul_sigmoid %8.3f ms %6.2f TB/s", "MulSigmoid 65536 x 12288", float64(med.Microseconds())/1e3, 12*rows*12288/med.Seconds()/1e12)
 	other := act(7168)
 	med = medianTime(t, b, 5, func() error { y, err := b.Add(wide, other); b.Free(y); return err })
 	t.Logf("TIMING %-36s k_add4 %8.3f ms %6.2f TB/s", "Add 65536 x 7168", float64(med.Microseconds())/1e3, 12*rows*7168/med.Seconds()/1e12)
+	// an MoE layer's end: Add(p, Add(a, b)) as two Adds and as one AddSum (the floor 16 bytes a value)
+	third := act(7168)
+	two := medianTime(t, b, 5, func() error {
+		ab, err := b.Add(other, third)
+		if err != nil {
+			return err
+		}
+		y, err := b.Add(wide, ab)
+		b.Free(ab)
+		b.Free(y)
+		return err
+	})
+	med = medianTime(t, b, 5, func() error { y, err := b.AddSum(wide, other, third); b.Free(y); return err })
+	t.Logf("TIMING %-36s k_add_sum4 %8.3f ms %6.2f TB/s; two Adds %8.3f ms", "AddSum 65536 x 7168", float64(med.Microseconds())/1e3,
+		16*rows*7168/med.Seconds()/1e12, float64(two.Microseconds())/1e3)
+	b.Free(third)
 	table := bf16Weight(t, b, rng, 163840, 7168, 1)
 	ids := make([]int32, rows)
 	for i := range ids {

@@ -14,6 +14,10 @@
 //   3. k_add, k_mul_sigmoid (and their four-element forms) round their inputs as they load them: a
 //      MatMul's output reaches them with its rounding deferred (cuda/deferred.go), which saves the
 //      MatMul's rounding pass (a read and a write of its output). k_mul_sigmoid4 is new with it.
+//   4. k_add_sum and k_add_sum4 (ops.SumAdder, cuda/addsum.go): Add(p, Add(a, b)) in one pass, the two
+//      Adds' statements per element (the middle sum rounded, then rounded as the second Add loads it: a
+//      no-op), so their bits; an MoE layer's routed and shared outputs reach the running sum without
+//      their sum being written out and read back (two 65,536 x 7,168 float32 passes a slice at K3's size).
 #include "common.cuh"
 
 // k_round: out[i] = rnd(x[i]) (out may be x).
@@ -50,6 +54,23 @@ extern "C" __global__ void k_add4(float4* out, const float4* a, const float4* b,
         const float4 x = rnd4(a[i], bf), y = rnd4(b[i], bf);
         out[i] = make_float4(rnd(__fadd_rn(x.x, y.x), bf), rnd(__fadd_rn(x.y, y.y), bf), rnd(__fadd_rn(x.z, y.z), bf),
                              rnd(__fadd_rn(x.w, y.w), bf));
+    }
+}
+
+// k_add_sum: out[i] = rnd(rnd(p[i]) + rnd(rnd(a[i]) + rnd(b[i]))): k_add of p and k_add's sum of a and b.
+extern "C" __global__ void k_add_sum(float* out, const float* p, const float* a, const float* b, i64 n, int bf) {
+    for (i64 i = blockIdx.x * (i64)blockDim.x + threadIdx.x; i < n; i += (i64)gridDim.x * blockDim.x)
+        out[i] = rnd(__fadd_rn(rnd(p[i], bf), rnd(__fadd_rn(rnd(a[i], bf), rnd(b[i], bf)), bf)), bf);
+}
+
+// k_add_sum4: k_add_sum four elements a thread, as k_add4 (n4 = n / 4; every buffer 16-byte aligned).
+extern "C" __global__ void k_add_sum4(float4* out, const float4* p, const float4* a, const float4* b, i64 n4, int bf) {
+    for (i64 i = blockIdx.x * (i64)blockDim.x + threadIdx.x; i < n4; i += (i64)gridDim.x * blockDim.x) {
+        const float4 x = rnd4(a[i], bf), y = rnd4(b[i], bf), q = rnd4(p[i], bf);
+        const float4 s = make_float4(rnd(__fadd_rn(x.x, y.x), bf), rnd(__fadd_rn(x.y, y.y), bf), rnd(__fadd_rn(x.z, y.z), bf),
+                                     rnd(__fadd_rn(x.w, y.w), bf));
+        out[i] = make_float4(rnd(__fadd_rn(q.x, s.x), bf), rnd(__fadd_rn(q.y, s.y), bf), rnd(__fadd_rn(q.z, s.z), bf),
+                             rnd(__fadd_rn(q.w, s.w), bf));
     }
 }
 

@@ -22,6 +22,11 @@
 //      output statement is version 1's. RMSNorm's (and the gated form's) outputs can also be written as
 //      bfloat16 (nb, rows of the output's width): the kept copy of narrow.go that the next MatMul reads,
 //      8 bytes more a chunk instead of a conversion pass (read 16, write 8) before the GEMM.
+//   3. k_attnres_norm3_* (the fused mix and norm, rows over 1,024 values): version 2's statements with one
+//      barrier for all the scores instead of four a vector and two around thread 0's softmax (attnres3_mix
+//      says how); faster up to four vectors, slower past them, where cuda/mixnorm.go keeps version 2
+//      (run 121). Tried and dropped with it (run 120): the narrow norms four groups a warp, all four
+//      groups' loads before any sum (GatedRMSNorm 3.26 -> 4.10 ms; cuda/records/rmsnorm_groups.diff).
 #include "common.cuh"
 
 // k_rmsnorm: for each group q of g consecutive values of x (groups = rows * cols / g), with w 1 x g:
@@ -382,3 +387,144 @@ K_ATTNRES_NORM2(1, 1)
 K_ATTNRES_NORM2(1, 2)
 K_ATTNRES_NORM2(1, 4)
 K_ATTNRES_NORM2(1, 8)
+
+// attnres3_mix is attnres2_mix's statements with its barriers gathered (the fused mix and norm's version
+// 3). Version 2 summed each vector through two block_sum8 (four barriers a vector) and ran the softmax on
+// thread 0 between two more: a row's loads and reductions ran in series, and at two or three rows an SM
+// the kernel was bound by that latency (2.0 TB/s at K3's width, run 119). Here each warp's partial sums
+// of every vector (the squares and the dot, warp_sum2) go to shared memory with no barrier between the
+// vectors, so the next vector's loads overlap this one's sums; after one barrier lane i of every warp
+// adds vector i's 8 warp sums in ascending warp order (block_sum8's order) into its score, and each warp
+// runs version 2's max and softmax statements, in ascending i, over its lanes' scores by shuffles (warp
+// 0 stores p). The mix then takes the vectors in ascending i for every element, as version 2. The same
+// bits. Vectors 0 and 1 stay in registers from their sums to the mix, loaded together before any sum;
+// the others are read again. n <= 32. red: 16 n floats of shared memory.
+//
+// Against version 2 at 65,536 x 7,168 (run 121, TestNormTiming): 1.86 -> 1.63 ms at 1 vector, 2.35 -> 1.92
+// at 2, 2.84 -> 2.57 at 3, 3.37 -> 3.28 at 4, but 4.25 -> 4.32 at 5 and 8.06 -> 9.87 at 9: past four
+// vectors the re-read ones (a row of 9 is 258 KB, 2 blocks an SM of 132 hold 68 MB against the L2's
+// 50) lose what the barriers won, so cuda/mixnorm.go runs version 2 there. A form keeping no vector in
+// registers (78-80 registers, three blocks an SM: cuda/records/mixnorm_reread_occupancy.diff's idea)
+// was between the two (1.59 at 1, 2.03 at 2, 3.68 at 4, 8.80 at 9) and went.
+template <int CPT>
+__device__ __forceinline__ int attnres3_mix(float4 (&h)[CPT], float* p, const float* const* vs, int n, const float* wg,
+                                            int cols, int bf, float* red) {
+    const i64 r = blockIdx.x;
+    const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
+    const int nc = cols / 4;
+    const int mine = nc > t ? (nc - t + 255) / 256 : 0;
+    const float4* wg4 = (const float4*)wg;
+    float4 a[CPT], b[CPT];
+#pragma unroll
+    for (int j = 0; j < CPT; j++)
+        if (j < mine) a[j] = ((const float4*)(vs[0] + r * cols))[t + j * 256];
+    if (n > 1) {
+#pragma unroll
+        for (int j = 0; j < CPT; j++)
+            if (j < mine) b[j] = ((const float4*)(vs[1] + r * cols))[t + j * 256];
+    }
+    for (int i = 0; i < n; i++) {
+        float ss, dot;
+        if (i == 0) {
+            ss = chunk_sq_sum<CPT>(a, mine);
+            dot = chunk_dot_sum<CPT>(a, wg4, t, 256, mine);
+        } else if (i == 1) {
+            ss = chunk_sq_sum<CPT>(b, mine);
+            dot = chunk_dot_sum<CPT>(b, wg4, t, 256, mine);
+        } else {
+            float4 c[CPT];
+#pragma unroll
+            for (int j = 0; j < CPT; j++)
+                if (j < mine) c[j] = ((const float4*)(vs[i] + r * cols))[t + j * 256];
+            ss = chunk_sq_sum<CPT>(c, mine);
+            dot = chunk_dot_sum<CPT>(c, wg4, t, 256, mine);
+        }
+        warp_sum2(ss, dot);
+        if (lane == 0) {
+            red[16 * i + warp] = ss;
+            red[16 * i + 8 + warp] = dot;
+        }
+    }
+    __syncthreads();
+    float s = 0.0f;  // lane i: vector i's score, as version 2's block_sum8 and statements give it
+    if (lane < n) {
+        float ss = red[16 * lane], dot = red[16 * lane + 8];
+#pragma unroll
+        for (int w = 1; w < 8; w++) {
+            ss = __fadd_rn(ss, red[16 * lane + w]);
+            dot = __fadd_rn(dot, red[16 * lane + 8 + w]);
+        }
+        const float inv = rsqrt_f(__fadd_rn(__fdiv_rn(ss, (float)cols), 1e-5f));
+        s = __fmul_rn(dot, inv);
+    }
+    float m = 0.0f;
+    for (int i = 0; i < n; i++) {
+        const float si = __shfl_sync(0xffffffffu, s, i);
+        m = i == 0 ? si : fmaxf(m, si);
+    }
+    const float e = lane < n ? exp_f(__fsub_rn(s, m)) : 0.0f;
+    float sum = 0.0f;
+    for (int i = 0; i < n; i++) sum = __fadd_rn(sum, __shfl_sync(0xffffffffu, e, i));
+    const float pl = __fdiv_rn(e, sum);  // lane i: p_i
+    if (t < n) p[r * n + t] = pl;
+    float4 acc[CPT];
+#pragma unroll
+    for (int j = 0; j < CPT; j++) acc[j] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    for (int i = 0; i < n; i++) {
+        const float pi = __shfl_sync(0xffffffffu, pl, i);
+#pragma unroll
+        for (int j = 0; j < CPT; j++) {
+            if (j < mine) {
+                const float4 v = i == 0 ? a[j] : i == 1 ? b[j] : ((const float4*)(vs[i] + r * cols))[t + j * 256];
+                acc[j].x = __fadd_rn(acc[j].x, __fmul_rn(pi, v.x));
+                acc[j].y = __fadd_rn(acc[j].y, __fmul_rn(pi, v.y));
+                acc[j].z = __fadd_rn(acc[j].z, __fmul_rn(pi, v.z));
+                acc[j].w = __fadd_rn(acc[j].w, __fmul_rn(pi, v.w));
+            }
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < CPT; j++)
+        if (j < mine) h[j] = make_float4(rnd(acc[j].x, bf), rnd(acc[j].y, bf), rnd(acc[j].z, bf), rnd(acc[j].w, bf));
+    return mine;
+}
+
+// attnres_norm3<CPT>: attnres_norm2<CPT, 0> (rows over 1,024 values) with the mix of attnres3_mix:
+// the same bits. The norm's sum is block_sum8's without its second barrier (nothing reuses red after it).
+// Launch: blockDim 256, gridDim rows, dynamic shared memory 64 n bytes; n <= 32.
+template <int CPT>
+__device__ __forceinline__ void attnres_norm3(float* out, u16* nb, float* p, const float* const* vs, int n,
+                                              const float* wg, int cols, const float* w, float eps, int bf) {
+    extern __shared__ float sred[];
+    __shared__ float red[8];
+    float4 h[CPT];
+    const int mine = attnres3_mix<CPT>(h, p, vs, n, wg, cols, bf, sred);
+    const int t = threadIdx.x;
+    const i64 base = blockIdx.x * (i64)cols;
+    const float4* w4 = (const float4*)w;
+#pragma unroll
+    for (int j = 0; j < CPT; j++)
+        if (j < mine) h[j] = rnd4(h[j], bf);  // k_rmsnorm2_w8_c<CPT>: x rounded as read
+    float ss = warp_sum(chunk_sq_sum<CPT>(h, mine));
+    if ((t & 31) == 0) red[t >> 5] = ss;
+    __syncthreads();
+    ss = red[0];
+#pragma unroll
+    for (int w8 = 1; w8 < 8; w8++) ss = __fadd_rn(ss, red[w8]);
+    const float inv = rsqrt_f(__fadd_rn(__fdiv_rn(ss, (float)cols), eps));
+#pragma unroll
+    for (int j = 0; j < CPT; j++)
+        if (j < mine) store_norm4(out, nb, base, t + j * 256, norm_out4(h[j], w4[t + j * 256], inv, bf));
+}
+
+// K_ATTNRES_NORM3(CPT) defines k_attnres_norm3_c<CPT>, with k_attnres_norm2's arguments; two blocks an SM
+// at least (at CPT 8, 128 registers: one more block's worth of rows in flight than ptxas would choose).
+#define K_ATTNRES_NORM3(CPT)                                                                                 \
+    extern "C" __global__ void __launch_bounds__(256, 2) k_attnres_norm3_c##CPT(                             \
+        float* out, u16* nb, float* p, const float* const* vs, int n, const float* wg, int cols,             \
+        const float* w, float eps, int bf) {                                                                  \
+        attnres_norm3<CPT>(out, nb, p, vs, n, wg, cols, w, eps, bf);                                          \
+    }
+K_ATTNRES_NORM3(2)
+K_ATTNRES_NORM3(4)
+K_ATTNRES_NORM3(8)

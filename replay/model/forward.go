@@ -269,6 +269,14 @@ func (f *Pass) layerSteps(st *State, w *LayerWeights) error {
 	if err != nil {
 		return err
 	}
+	if moe, ok := w.FFN.(*MoEWeights); ok { // its two outputs go to the running sum together
+		up, shared, err := moe.parts(f, x)
+		f.Model.Ops.Free(x)
+		if err != nil {
+			return fmt.Errorf("%s: %w", w.Layer.FFN, err)
+		}
+		return f.accumulateSum(st, up, shared)
+	}
 	y, err := w.FFN.Forward(f, x)
 	f.Model.Ops.Free(x)
 	if err != nil {
@@ -315,6 +323,29 @@ func (f *Pass) attnSteps(st *State, w *LayerWeights) (ops.Tensor, error) {
 		return nil, err
 	}
 	return f.mixNorm(st.Blocks, st.P, w.MLPMix, SiteMLP, w.FFNNorm, "post_attention_layernorm")
+}
+
+// accumulateSum adds an MoE layer's two outputs to the running sum: p = rounded(p + rounded(a + b)), in
+// one op where the backend has ops.SumAdder (the sum a + b is then never written out), else as two Adds.
+// It frees a and b.
+func (f *Pass) accumulateSum(st *State, a, b ops.Tensor) error {
+	be := f.Model.Ops
+	if sa, ok := be.(ops.SumAdder); ok && st.P != nil {
+		sum, err := sa.AddSum(st.P, a, b)
+		be.Free(a)
+		be.Free(b)
+		if err != nil {
+			return fmt.Errorf("running sum + routed + shared: %w", err)
+		}
+		be.Free(st.P) // never a banked block, as in accumulate
+		st.P = sum
+		return nil
+	}
+	y, err := addParts(be, a, b)
+	if err != nil {
+		return err
+	}
+	return f.accumulate(st, y)
 }
 
 // accumulate adds a sublayer output to the running sum: p = a when p is empty, else rounded(p + a).

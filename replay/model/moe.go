@@ -59,22 +59,48 @@ func Chosen(r ops.Routing) []int {
 // projects it back and adds the shared experts.
 func (w *MoEWeights) Forward(f *Pass, x ops.Tensor) (ops.Tensor, error) {
 	// x: [tokens, hidden] bf16 -> y: [tokens, hidden] bf16
+	up, shared, err := w.parts(f, x)
+	if err != nil {
+		return nil, err
+	}
+	return addParts(f.Model.Ops, up, shared)
+}
+
+// addParts returns rounded(up + shared), the layer's output, and frees both.
+func addParts(b ops.Backend, up, shared ops.Tensor) (ops.Tensor, error) {
+	y, err := b.Add(up, shared)
+	b.Free(up)
+	b.Free(shared)
+	if err != nil {
+		return nil, fmt.Errorf("routed + shared: %w", err)
+	}
+	return y, nil
+}
+
+// parts is Forward before its last Add: the routed experts' output projected back to the hidden width,
+// and the shared experts' output, both [tokens, hidden] bf16, for the caller to add (Pass.accumulateSum
+// adds them to the running sum in one op where the backend can).
+func (w *MoEWeights) parts(f *Pass, x ops.Tensor) (up, shared ops.Tensor, err error) {
 	m := f.Model
 	beta, linBeta := m.situBetas()
 	in, err := w.before(f, x)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer in.free(m.Ops)
 	acc, err := m.Ops.Zeros(x.Rows(), m.Dims.Latent)
 	if err != nil {
-		return nil, fmt.Errorf("expert accumulator: %w", err)
+		return nil, nil, fmt.Errorf("expert accumulator: %w", err)
 	}
 	defer m.Ops.Free(acc)
 	if err := w.experts(f, acc, in.z, in.routing, beta, linBeta); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return w.after(f, acc, in.shared)
+	if up, err = w.after(f, acc); err != nil {
+		return nil, nil, err
+	}
+	shared, in.shared = in.shared, nil // the caller's now
+	return up, shared, nil
 }
 
 // moeInput is what an MoE layer computes from its input before the routed experts: the router's choice,
@@ -115,16 +141,16 @@ func (w *MoEWeights) before(f *Pass, x ops.Tensor) (moeInput, error) {
 	return moeInput{routing: routing, shared: shared, z: z}, nil
 }
 
-// after ends the layer from the routed experts' float32 sum acc: rounded, normed (RMSNorm rounds its input
-// as it reads it), projected back to the hidden width and added to the shared experts' output.
-func (w *MoEWeights) after(f *Pass, acc, shared ops.Tensor) (ops.Tensor, error) {
+// after ends the routed experts from their float32 sum acc: rounded, normed (RMSNorm rounds its input as
+// it reads it) and projected back to the hidden width; the layer's output adds the shared experts' output
+// to it (addParts, Pass.accumulateSum).
+func (w *MoEWeights) after(f *Pass, acc ops.Tensor) (ops.Tensor, error) {
 	m, b := f.Model, f.Model.Ops
 	r := newRun(b)
 	defer r.free()
 	normed := r.do("routed_expert_norm", func() (ops.Tensor, error) { return b.RMSNorm(acc, w.Norm, m.eps) })
-	up := r.mm(normed, w.UpLatent, "routed_expert_up_proj")
-	y := r.result("routed + shared", func() (ops.Tensor, error) { return b.Add(up, shared) })
-	return y, r.err
+	up := r.result("routed_expert_up_proj", func() (ops.Tensor, error) { return b.MatMul(normed, w.UpLatent) })
+	return up, r.err
 }
 
 // experts fetches the chosen experts in ascending chunks and accumulates their weighted outputs. The chunk

@@ -120,13 +120,13 @@ func (f *Pass) layerExpertMajor(wv *Wave, w *LayerWeights) error {
 			b.Free(acc)
 			return fmt.Errorf("%s: shared experts' output of slice %d: %w", w.Layer.FFN, j, err)
 		}
-		y, err := moe.after(f, acc, shared)
-		b.Free(shared)
+		up, err := moe.after(f, acc)
 		b.Free(acc)
 		if err != nil {
+			b.Free(shared)
 			return fmt.Errorf("%s: %w", w.Layer.FFN, err)
 		}
-		return f.accumulate(st, y)
+		return f.accumulateSum(st, up, shared)
 	})
 }
 

@@ -17,6 +17,7 @@ var basicTests = []test{
 	{"Slice", testSlice},
 	{"JoinRows", testJoinRows},
 	{"Add", testAdd},
+	{"AddSum", testAddSum},
 	{"Errors", testErrors},
 }
 
@@ -176,6 +177,54 @@ func testAdd(s *suite) {
 		s.roundedOutput("Add", got, ref)
 		s.free(a, b, out)
 	}
+}
+
+// testAddSum: a backend's AddSum (ops.SumAdder, optional) equals Add(p, Add(a, b)) bit for bit over
+// every tail row count, at widths of whole and partial quads (32, 33, 7), with plain activations and with
+// a and b MatMul outputs (a device backend may leave their rounding to the reader) of sizes whose sum
+// must round; mismatched shapes fail. Skipped for a backend without it.
+func testAddSum(s *suite) {
+	sa, ok := s.b.(ops.SumAdder)
+	if !ok {
+		s.Skipf("backend %s has no AddSum (ops.SumAdder)", s.b.Name())
+	}
+	for _, cols := range []int{32, 33, 7} {
+		w1, _ := s.randWeight(cols, 40, 1/math.Sqrt(40))
+		w2, _ := s.randWeight(cols, 40, 0.01/math.Sqrt(40))
+		for _, n := range tailRows {
+			for _, products := range []bool{false, true} {
+				p, _ := s.randAct(n, cols, 1)
+				var a, b ops.Tensor
+				if products {
+					x, _ := s.randAct(n, 40, 1)
+					var err error
+					a, err = s.b.MatMul(x, w1)
+					s.must(err, "MatMul")
+					b, err = s.b.MatMul(x, w2)
+					s.must(err, "MatMul")
+					s.free(x)
+				} else {
+					a, _ = s.randAct(n, cols, 0.1)
+					b, _ = s.randAct(n, cols, 0.001)
+				}
+				ab, err := s.b.Add(a, b)
+				s.must(err, "Add")
+				want, err := s.b.Add(p, ab)
+				s.must(err, "Add")
+				got, err := sa.AddSum(p, a, b)
+				what := fmt.Sprintf("AddSum over %d x %d (MatMul outputs %v)", n, cols, products)
+				s.must(err, what)
+				s.same(what+" against Add(p, Add(a, b))", s.host(got, n, cols), s.host(want, n, cols), cols)
+				s.free(p, a, b, ab, want, got)
+			}
+		}
+		s.free(w1, w2)
+	}
+	x, _ := s.randAct(4, 8, 1)
+	y, _ := s.randAct(4, 9, 1)
+	s.fails("AddSum of 4x8, 4x8 and 4x9", func() error { _, err := sa.AddSum(x, x, y); return err })
+	s.fails("AddSum of 4x9, 4x8 and 4x8", func() error { _, err := sa.AddSum(y, x, x); return err })
+	s.free(x, y)
 }
 
 // testErrors: bad shapes and freed tensors give errors, never panics; Free(nil) is a no-op.
