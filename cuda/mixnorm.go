@@ -8,13 +8,14 @@ import (
 
 var _ ops.MixNormer = (*Backend)(nil)
 
-// AttnResMixNorm implements ops.MixNormer: RMSNorm(AttnResMix(vs, wg), w, eps) in one kernel
-// (norm.cu k_attnres_norm3_* or k_attnres_norm2_*: mixNormKernel) where the output keeps only its bfloat16 copy (keepsNarrow, narrow.go) and
-// both ops would run version 2 with w one group over the row: the mix stays in registers (or, for rows
-// of up to 1,024 values, in shared memory), so the float32 mix is neither written nor read back, about
-// 3.8 GB at each site of a 65,536-token slice at K3's width. The kernel runs the two kernels' statements,
-// each in its own thread layout, so the bits are theirs. Elsewhere (and with Options.UnfusedMixNorm) it
-// runs the two ops. weights as AttnResMix's: p is copied to the host only when set.
+// AttnResMixNorm implements ops.MixNormer: RMSNorm(AttnResMix(vs, wg), w, eps) in one kernel (norm.cu
+// k_attnres_norm3_* or k_attnres_norm2_*: mixNormKernel) where the output keeps only its bfloat16 copy
+// (keepsNarrow, narrow.go) and both ops would run version 2 with w one group over the row: the mix stays
+// in registers (or, for rows of up to 1,024 values, in shared memory), so the float32 mix is neither
+// written nor read back, about 3.8 GB at each site of a 65,536-token slice at K3's width. The kernel runs
+// the two kernels' statements, each in its own thread layout, so the bits are theirs. Elsewhere (and with
+// Options.UnfusedMixNorm) it runs the two ops. weights as AttnResMix's: p is copied to the host only when
+// set.
 func (b *Backend) AttnResMixNorm(vs []ops.Tensor, wg, w ops.Tensor, eps float32, weights bool) (ops.Tensor, []float32, error) {
 	const op = "AttnResMixNorm"
 	v, wgt, err := b.mixOperands(op, vs, wg)

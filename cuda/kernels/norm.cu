@@ -402,8 +402,8 @@ K_ATTNRES_NORM2(1, 8)
 //
 // Against version 2 at 65,536 x 7,168 (run 121, TestNormTiming): 1.86 -> 1.63 ms at 1 vector, 2.35 -> 1.92
 // at 2, 2.84 -> 2.57 at 3, 3.37 -> 3.28 at 4, but 4.25 -> 4.32 at 5 and 8.06 -> 9.87 at 9: past four
-// vectors the re-read ones (a row of 9 is 258 KB, 2 blocks an SM of 132 hold 68 MB against the L2's
-// 50) lose what the barriers won, so cuda/mixnorm.go runs version 2 there. A form keeping no vector in
+// vectors the ones read again lose what the barriers won (probably the L2: a row of 9 is 258 KB, and two
+// blocks on each of 132 SMs hold 68 MB of rows against its 50), so cuda/mixnorm.go runs version 2 there. A form keeping no vector in
 // registers (78-80 registers, three blocks an SM: cuda/records/mixnorm_reread_occupancy.diff's idea)
 // was between the two (1.59 at 1, 2.03 at 2, 3.68 at 4, 8.80 at 9) and went.
 template <int CPT>
