@@ -400,12 +400,13 @@ K_ATTNRES_NORM2(1, 8)
 // bits. Vectors 0 and 1 stay in registers from their sums to the mix, loaded together before any sum;
 // the others are read again. n <= 32. red: 16 n floats of shared memory.
 //
-// Against version 2 at 65,536 x 7,168 (run 121, TestNormTiming): 1.86 -> 1.63 ms at 1 vector, 2.35 -> 1.92
-// at 2, 2.84 -> 2.57 at 3, 3.37 -> 3.28 at 4, but 4.25 -> 4.32 at 5 and 8.06 -> 9.87 at 9: past four
-// vectors the ones read again lose what the barriers won (probably the L2: a row of 9 is 258 KB, and two
-// blocks on each of 132 SMs hold 68 MB of rows against its 50), so cuda/mixnorm.go runs version 2 there. A form keeping no vector in
-// registers (78-80 registers, three blocks an SM: cuda/records/mixnorm_reread_occupancy.diff's idea)
-// was between the two (1.59 at 1, 2.03 at 2, 3.68 at 4, 8.80 at 9) and went.
+// Against version 2 at 65,536 x 7,168 (run 121, TestNormTiming): 1.86 -> 1.63 ms at 1 vector, 2.35 ->
+// 1.92 at 2, 2.84 -> 2.57 at 3, 3.37 -> 3.28 at 4, but 4.25 -> 4.32 at 5 and 8.06 -> 9.87 at 9: past
+// four vectors the ones read again lose what the barriers won (probably the L2: a row of 9 is 258 KB,
+// and two blocks on each of 132 SMs hold 68 MB of rows against its 50), so cuda/mixnorm.go runs version
+// 2 there. A form keeping no vector in registers (78-80 registers, three blocks an SM: the idea of
+// cuda/records/mixnorm_reread_occupancy.diff) was between the two (1.59 at 1, 2.03 at 2, 3.68 at 4,
+// 8.80 at 9) and went.
 template <int CPT>
 __device__ __forceinline__ int attnres3_mix(float4 (&h)[CPT], float* p, const float* const* vs, int n, const float* wg,
                                             int cols, int bf, float* red) {
