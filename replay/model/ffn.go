@@ -18,6 +18,12 @@ func bindDense(get func(string) ops.Tensor) *DenseWeights {
 	}
 }
 
+// Outputs is Forward's output alone (FFN).
+func (w *DenseWeights) Outputs(f *Pass, x ops.Tensor) (ops.Tensor, ops.Tensor, error) {
+	y, err := w.Forward(f, x)
+	return y, nil, err
+}
+
 // Forward computes down(SiTU(gate x, up x)). SiTU, not SwiGLU: SiLU here silently breaks the model. A
 // backend that implements ops.SiTUFFN runs it in one call, with the same bits as the steps below.
 func (w *DenseWeights) Forward(f *Pass, x ops.Tensor) (ops.Tensor, error) {

@@ -269,20 +269,15 @@ func (f *Pass) layerSteps(st *State, w *LayerWeights) error {
 	if err != nil {
 		return err
 	}
-	if moe, ok := w.FFN.(*MoEWeights); ok { // its two outputs go to the running sum together
-		up, shared, err := moe.parts(f, x)
-		f.Model.Ops.Free(x)
-		if err != nil {
-			return fmt.Errorf("%s: %w", w.Layer.FFN, err)
-		}
-		return f.accumulateSum(st, up, shared)
-	}
-	y, err := w.FFN.Forward(f, x)
+	a, b, err := w.FFN.Outputs(f, x)
 	f.Model.Ops.Free(x)
 	if err != nil {
 		return fmt.Errorf("%s: %w", w.Layer.FFN, err)
 	}
-	return f.accumulate(st, y)
+	if b == nil {
+		return f.accumulate(st, a)
+	}
+	return f.accumulateSum(st, a, b)
 }
 
 // attnSteps runs a layer's attention sublayer on a slice's state and returns the FFN's input, the
@@ -341,9 +336,11 @@ func (f *Pass) accumulateSum(st *State, a, b ops.Tensor) error {
 		st.P = sum
 		return nil
 	}
-	y, err := addParts(be, a, b)
+	y, err := be.Add(a, b)
+	be.Free(a)
+	be.Free(b)
 	if err != nil {
-		return err
+		return fmt.Errorf("routed + shared: %w", err)
 	}
 	return f.accumulate(st, y)
 }

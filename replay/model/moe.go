@@ -55,32 +55,11 @@ func Chosen(r ops.Routing) []int {
 	return out
 }
 
-// Forward routes, runs the chosen experts in the latent width (fetched only now), normalises their sum,
-// projects it back and adds the shared experts.
-func (w *MoEWeights) Forward(f *Pass, x ops.Tensor) (ops.Tensor, error) {
-	// x: [tokens, hidden] bf16 -> y: [tokens, hidden] bf16
-	up, shared, err := w.parts(f, x)
-	if err != nil {
-		return nil, err
-	}
-	return addParts(f.Model.Ops, up, shared)
-}
-
-// addParts returns rounded(up + shared), the layer's output, and frees both.
-func addParts(b ops.Backend, up, shared ops.Tensor) (ops.Tensor, error) {
-	y, err := b.Add(up, shared)
-	b.Free(up)
-	b.Free(shared)
-	if err != nil {
-		return nil, fmt.Errorf("routed + shared: %w", err)
-	}
-	return y, nil
-}
-
-// parts is Forward before its last Add: the routed experts' output projected back to the hidden width,
-// and the shared experts' output, both [tokens, hidden] bf16, for the caller to add (Pass.accumulateSum
-// adds them to the running sum in one op where the backend can).
-func (w *MoEWeights) parts(f *Pass, x ops.Tensor) (up, shared ops.Tensor, err error) {
+// Outputs routes, runs the chosen experts in the latent width (fetched only now), normalises their sum
+// and projects it back (a), beside the shared experts' output (b): the layer's output is rounded(a + b),
+// which Pass.accumulateSum adds to the running sum.
+func (w *MoEWeights) Outputs(f *Pass, x ops.Tensor) (up, shared ops.Tensor, err error) {
+	// x: [tokens, hidden] bf16 -> up, shared: [tokens, hidden] bf16
 	m := f.Model
 	beta, linBeta := m.situBetas()
 	in, err := w.before(f, x)
@@ -143,7 +122,7 @@ func (w *MoEWeights) before(f *Pass, x ops.Tensor) (moeInput, error) {
 
 // after ends the routed experts from their float32 sum acc: rounded, normed (RMSNorm rounds its input as
 // it reads it) and projected back to the hidden width; the layer's output adds the shared experts' output
-// to it (addParts, Pass.accumulateSum).
+// to it (Pass.accumulateSum).
 func (w *MoEWeights) after(f *Pass, acc ops.Tensor) (ops.Tensor, error) {
 	m, b := f.Model, f.Model.Ops
 	r := newRun(b)

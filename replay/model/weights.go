@@ -37,8 +37,10 @@ type Attention interface {
 
 // FFN is a channel-mixing sublayer: dense or MoE.
 type FFN interface {
-	// Forward maps the normed input x ([tokens, hidden]) to the sublayer's output ([tokens, hidden]).
-	Forward(f *Pass, x ops.Tensor) (ops.Tensor, error)
+	// Outputs maps the normed input x ([tokens, hidden]) to the sublayer's output: a, or rounded(a + b)
+	// where b is not nil ([tokens, hidden] each). The two addends stay apart so that the running sum takes
+	// them in one op (Pass.accumulateSum).
+	Outputs(f *Pass, x ops.Tensor) (a, b ops.Tensor, err error)
 }
 
 // LoadGlobals reads and uploads the global weights.
