@@ -179,8 +179,9 @@ type Backend struct {
 	normVer int
 	mixForm string
 
-	hosts hostAllocs // pinned buffers handed out by AllocHost
-	lt    *ltHandle  // cuBLASLt for the bfloat16 matmuls, nil when not used (matmul.go gemm)
+	hosts  hostAllocs // pinned buffers handed out by AllocHost
+	routes routeHost  // the pinned buffer of queued routings (route_queued.go)
+	lt     *ltHandle  // cuBLASLt for the bfloat16 matmuls, nil when not used (matmul.go gemm)
 
 	closeOnce sync.Once
 	closeErr  error
@@ -367,7 +368,7 @@ func (b *Backend) release() error {
 		return nil
 	}
 	d := b.drv
-	errs := []error{b.dv.SyncStreams(), b.releaseHosts(), b.releaseSiTUTables()} // side streams too: they may read the tables
+	errs := []error{b.dv.SyncStreams(), b.releaseHosts(), b.releaseRouteBuffer(true), b.releaseSiTUTables()} // side streams too: they may read the tables
 	if b.lt != nil {
 		if b.lt.ws != 0 {
 			errs = append(errs, d.Check("cuMemFree(cuBLASLt workspace)", bind.Call(d.CuMemFree, uintptr(b.lt.ws))))

@@ -52,54 +52,19 @@ func (c *opCtx) routeTopK(version int, ids, ws, logits, bias uint64, n, experts,
 // wave's router some 40 times faster than the CUDA cores.
 func (b *Backend) Route(x, w, bias ops.Tensor, k int, scale float32) (ops.Routing, error) {
 	const op = "Route"
-	ts, err := b.tensors(op, []string{"x", "w", "bias"}, x, w, bias)
+	xt, wt, bt, err := b.routeTensors(op, x, w, bias, k)
 	if err != nil {
 		return ops.Routing{}, err
 	}
-	if err := ops.CheckRoute(x, w, bias, k); err != nil {
-		return ops.Routing{}, err
-	}
-	xt, wt, bt := ts[0], ts[1], ts[2]
-	experts := wt.rows
 	rows := xt.rows
 	rt := ops.Routing{K: k, IDs: make([]int32, rows*k), Weights: make([]float32, rows*k)}
 	if rows == 0 {
 		return rt, nil
 	}
 	err = b.run(op, func(c *opCtx) error {
-		xp, err := c.xaddr(xt) // gemm reads a narrow-only x's copy (narrow.go)
+		ids, ws, err := c.routeRows(xt, wt, bt, k, scale)
 		if err != nil {
 			return err
-		}
-		bp, err := c.f32(bt)
-		if err != nil {
-			return err
-		}
-		chunk := min(routeChunk, rows)
-		logits, err := c.temp(4 * chunk * experts)
-		if err != nil {
-			return err
-		}
-		// every row's choices on the device (8 bytes a choice), downloaded once after the last chunk: a
-		// download waits for the stream, so one a chunk left the device idle while the host turned round
-		ids, err := c.temp(4 * rows * k)
-		if err != nil {
-			return err
-		}
-		ws, err := c.temp(4 * rows * k)
-		if err != nil {
-			return err
-		}
-		c.xsrc = xt // on cuBLASLt the chunks read x's kept bfloat16 copy, which the MoE's next matmul reads too
-		for r0 := 0; r0 < rows; r0 += chunk {
-			n := min(chunk, rows-r0)
-			if err := c.gemm(logits, xp+uint64(4*r0*xt.cols), n, weightOf(wt), false); err != nil {
-				return err
-			}
-			off := uint64(4 * r0 * k)
-			if err := c.routeTopK(2, ids+off, ws+off, logits, bp, n, experts, k, scale); err != nil {
-				return err
-			}
 		}
 		if err := download(b, rt.IDs, ids); err != nil {
 			return err
@@ -110,4 +75,55 @@ func (b *Backend) Route(x, w, bias ops.Tensor, k int, scale float32) (ops.Routin
 		return ops.Routing{}, err
 	}
 	return rt, nil
+}
+
+// routeTensors checks Route's arguments and returns their tensors.
+func (b *Backend) routeTensors(op string, x, w, bias ops.Tensor, k int) (xt, wt, bt *Tensor, err error) {
+	ts, err := b.tensors(op, []string{"x", "w", "bias"}, x, w, bias)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if err := ops.CheckRoute(x, w, bias, k); err != nil {
+		return nil, nil, nil, err
+	}
+	return ts[0], ts[1], ts[2], nil
+}
+
+// routeRows queues the router over every row of xt: the choices (ids, then weights, rows x k each) in
+// two temporaries of c. The caller has checked the arguments (ops.CheckRoute) and that xt has rows.
+func (c *opCtx) routeRows(xt, wt, bt *Tensor, k int, scale float32) (ids, ws uint64, err error) {
+	experts, rows := wt.rows, xt.rows
+	xp, err := c.xaddr(xt) // gemm reads a narrow-only x's copy (narrow.go)
+	if err != nil {
+		return 0, 0, err
+	}
+	bp, err := c.f32(bt)
+	if err != nil {
+		return 0, 0, err
+	}
+	chunk := min(routeChunk, rows)
+	logits, err := c.temp(4 * chunk * experts)
+	if err != nil {
+		return 0, 0, err
+	}
+	// every row's choices on the device (8 bytes a choice), copied out once after the last chunk: a
+	// download waits for the stream, so one a chunk left the device idle while the host turned round
+	if ids, err = c.temp(4 * rows * k); err != nil {
+		return 0, 0, err
+	}
+	if ws, err = c.temp(4 * rows * k); err != nil {
+		return 0, 0, err
+	}
+	c.xsrc = xt // on cuBLASLt the chunks read x's kept bfloat16 copy, which the MoE's next matmul reads too
+	for r0 := 0; r0 < rows; r0 += chunk {
+		n := min(chunk, rows-r0)
+		if err := c.gemm(logits, xp+uint64(4*r0*xt.cols), n, weightOf(wt), false); err != nil {
+			return 0, 0, err
+		}
+		off := uint64(4 * r0 * k)
+		if err := c.routeTopK(2, ids+off, ws+off, logits, bp, n, experts, k, scale); err != nil {
+			return 0, 0, err
+		}
+	}
+	return ids, ws, nil
 }

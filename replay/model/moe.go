@@ -99,15 +99,27 @@ func (in *moeInput) free(b ops.Backend) {
 }
 
 // before routes x and runs the shared experts and the routed experts' down projection to the latent.
-func (w *MoEWeights) before(f *Pass, x ops.Tensor) (moeInput, error) {
+// The router is queued first and waited for last (ops.QueueRoute): the shared experts and the projection
+// do not depend on it, and on a device backend they run while the host collects the routing, where the
+// device would otherwise idle until the host had turned round (cuda/route_queued.go). The routed experts' weights
+// are then still being fetched meanwhile too.
+func (w *MoEWeights) before(f *Pass, x ops.Tensor) (in moeInput, err error) {
 	m, b := f.Model, f.Model.Ops
-	routing, err := b.Route(x, w.Router, w.Bias, m.Dims.TopK, float32(m.Plan.Config.RoutedScalingFactor))
+	pending, err := ops.QueueRoute(b, x, w.Router, w.Bias, m.Dims.TopK, float32(m.Plan.Config.RoutedScalingFactor))
 	if err != nil {
 		return moeInput{}, fmt.Errorf("router: %w", err)
 	}
-	f.seen.route(f, routing)
-	// The shared experts go first: they do not depend on the routed ones, and on a device backend their
-	// kernels then run while the routed experts' weights are still being fetched.
+	defer func() {
+		routing, werr := pending.Wait() // on every return: the routing's device work ends before the caller frees x
+		if err == nil && werr != nil {
+			in.free(b)
+			in, err = moeInput{}, fmt.Errorf("router: %w", werr)
+		}
+		if err == nil {
+			in.routing = routing
+			f.seen.route(f, routing)
+		}
+	}()
 	shared, err := w.Shared.Forward(f, x)
 	if err != nil {
 		return moeInput{}, fmt.Errorf("shared experts: %w", err)
@@ -117,7 +129,7 @@ func (w *MoEWeights) before(f *Pass, x ops.Tensor) (moeInput, error) {
 		b.Free(shared)
 		return moeInput{}, fmt.Errorf("routed_expert_down_proj: %w", err)
 	}
-	return moeInput{routing: routing, shared: shared, z: z}, nil
+	return moeInput{shared: shared, z: z}, nil
 }
 
 // after ends the routed experts from their float32 sum acc: rounded, normed (RMSNorm rounds its input as

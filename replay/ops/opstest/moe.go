@@ -12,6 +12,7 @@ import (
 var moeTests = []test{
 	{"Route", testRoute},
 	{"RouteTies", testRouteTies},
+	{"QueueRoute", testQueueRoute},
 	{"ExpertsAccumulate", testExperts},
 	{"MXFP4Golden", testMXFP4Golden},
 	{"MXFP4Refused", testMXFP4Refused},
@@ -87,6 +88,67 @@ func testRouteTies(s *suite) {
 		}
 	}
 	s.free(x, w, bias, zero)
+}
+
+// testQueueRoute (backends with ops.RouteQueuer): a queued routing waited for after other ops equals
+// Route's, bit for bit, with those ops' results unchanged; two pending at once, waited for in either
+// order; a second Wait returns the first's result; bad arguments fail at QueueRoute.
+func testQueueRoute(s *suite) {
+	q, ok := s.b.(ops.RouteQueuer)
+	if !ok {
+		s.Skipf("backend %s has no QueueRoute (ops.RouteQueuer)", s.b.Name())
+	}
+	const cols, experts, k, scale = 64, 48, 6, 2.5
+	w, _ := s.randWeight(experts, cols, 0.125)
+	bias, _ := s.weightF32(1, experts, s.normals(experts, 0.05))
+	up, _ := s.randWeight(40, cols, 1/math.Sqrt(cols))
+	for _, n := range append([]int{0}, tailRows...) {
+		x, _ := s.randAct(n, cols, 1)
+		y, _ := s.randAct(n+3, cols, 1)
+		want, err := s.b.Route(x, w, bias, k, scale)
+		s.must(err, "Route")
+		wantY, err := s.b.Route(y, w, bias, k, scale)
+		s.must(err, "Route")
+		wantUp, err := s.b.MatMul(x, up)
+		s.must(err, "MatMul")
+		for _, reverse := range []bool{false, true} {
+			what := fmt.Sprintf("QueueRoute over %d rows (two pending, the second waited for first: %v)", n, reverse)
+			px, err := q.QueueRoute(x, w, bias, k, scale)
+			s.must(err, what)
+			between, err := s.b.MatMul(x, up) // queued while the routing is pending
+			s.must(err, what+": MatMul")
+			py, err := q.QueueRoute(y, w, bias, k, scale)
+			s.must(err, what)
+			first, second := px, py
+			if reverse {
+				first, second = py, px
+			}
+			_, err = first.Wait()
+			s.must(err, what+": Wait")
+			_, err = second.Wait()
+			s.must(err, what+": Wait")
+			for _, c := range []struct {
+				name string
+				p    ops.PendingRouting
+				want ops.Routing
+			}{{"x", px, want}, {"y", py, wantY}} {
+				for range 2 { // a second Wait returns the first's result
+					got, err := c.p.Wait()
+					s.must(err, what+": Wait")
+					if got.K != c.want.K || !slices.Equal(got.IDs, c.want.IDs) || !slices.Equal(got.Weights, c.want.Weights) {
+						s.Errorf("%s: routing of %s differs from Route's", what, c.name)
+					}
+				}
+			}
+			s.same(what+": the MatMul queued between", s.host(between, n, 40), s.host(wantUp, n, 40), 40)
+			s.free(between)
+		}
+		s.free(x, y, wantUp)
+	}
+	x, _ := s.randAct(2, cols, 1)
+	s.fails("QueueRoute with k = 0", func() error { _, err := q.QueueRoute(x, w, bias, 0, 1); return err })
+	s.fails("QueueRoute with k = 49 of 48 experts", func() error { _, err := q.QueueRoute(x, w, bias, experts+1, 1); return err })
+	s.free(x, w, bias, up)
 }
 
 // randRouting picks k distinct experts of n per row with weights in (0, 1).
