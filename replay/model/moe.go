@@ -99,10 +99,10 @@ func (in *moeInput) free(b ops.Backend) {
 }
 
 // before routes x and runs the shared experts and the routed experts' down projection to the latent.
-// The router is queued first and waited for last (ops.QueueRoute): the shared experts and the projection
-// do not depend on it, and on a device backend they run while the host collects the routing, where the
-// device would otherwise idle until the host had turned round (cuda/route_queued.go). The routed experts' weights
-// are then still being fetched meanwhile too.
+// The router is queued first and waited for last (ops.QueueRoute): the shared experts and the
+// projection do not depend on it, and on a device backend they run while the host collects the routing,
+// where the device would otherwise idle until the host had turned round (cuda/route_queued.go). The
+// routed experts' weights are then still being fetched meanwhile too.
 func (w *MoEWeights) before(f *Pass, x ops.Tensor) (in moeInput, err error) {
 	m, b := f.Model, f.Model.Ops
 	pending, err := ops.QueueRoute(b, x, w.Router, w.Bias, m.Dims.TopK, float32(m.Plan.Config.RoutedScalingFactor))
