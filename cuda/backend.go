@@ -178,6 +178,8 @@ type Backend struct {
 	// form for every vector count (mixNormForm).
 	normVer int
 	mixForm string
+	// gateLate makes the gated norm load its gate after the sums, as k_rmsnorm2 does (gatedKernel)
+	gateLate bool
 
 	hosts  hostAllocs // pinned buffers handed out by AllocHost
 	routes routeHost  // the pinned buffer of queued routings (route_queued.go)

@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/potato-k3/potato-k3/replay/ops"
 )
@@ -42,6 +43,20 @@ func rmsnorm2Kernel(g, groups int, ptrs ...uint64) (name string, grid int, ok bo
 		return fmt.Sprintf("k_rmsnorm2_w1_c%d", norm2CPT(g, 32)), (groups + normWarps - 1) / normWarps, true
 	}
 	return fmt.Sprintf("k_rmsnorm2_w8_c%d", norm2CPT(g, normThreads)), groups, true
+}
+
+// gatedKernel names the gated form's instance for version 2 kernel name: one warp a group with at most
+// two chunks a thread (K3's KDA output, groups of 128) takes k_rmsnorm2g, which loads the gate beside x
+// before the sums (norm.cu, rmsnorm2's PG); late keeps name (tests compare the two).
+func gatedKernel(name string, late bool) string {
+	if late {
+		return name
+	}
+	switch name {
+	case "k_rmsnorm2_w1_c1", "k_rmsnorm2_w1_c2":
+		return "k_rmsnorm2g" + strings.TrimPrefix(name, "k_rmsnorm2")
+	}
+	return name
 }
 
 // attnres2Kernel names the version 2 AttnResMix kernel for rows of cols values (a block a row), or ok
@@ -145,6 +160,9 @@ func (b *Backend) norm(op string, x, w, gate ops.Tensor, eps float32) (ops.Tenso
 			ptrs = append(ptrs, gp)
 		}
 		if name, grid, ok := rmsnorm2Kernel(g, groups, ptrs...); ok && b.normVer != 1 {
+			if gp != 0 {
+				name = gatedKernel(name, b.gateLate)
+			}
 			// op: the float32 output, or 0 where the copy alone holds it; nb: the bfloat16 copy the next
 			// MatMul reads, or 0 (narrow.go)
 			launch := func(op, nb uint64) error {

@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"testing"
 
@@ -33,6 +34,75 @@ func TestNorm2Kernels(t *testing.T) {
 		}
 		if aok != (c.name != "") {
 			t.Errorf("AttnResMix, %d columns, offset %d: version 2 %v, want %v", c.g, c.ptr, aok, c.name != "")
+		}
+	}
+}
+
+// TestGatedKernel: the gated form takes the gate-early instance for one warp a group of up to two chunks
+// a thread, the usual one otherwise and with gateLate (no GPU needed).
+func TestGatedKernel(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		late bool
+		want string
+	}{
+		{"k_rmsnorm2_w1_c1", false, "k_rmsnorm2g_w1_c1"}, {"k_rmsnorm2_w1_c2", false, "k_rmsnorm2g_w1_c2"},
+		{"k_rmsnorm2_w1_c4", false, "k_rmsnorm2_w1_c4"}, {"k_rmsnorm2_w8_c1", false, "k_rmsnorm2_w8_c1"},
+		{"k_rmsnorm2_w1_c1", true, "k_rmsnorm2_w1_c1"},
+	} {
+		if got := gatedKernel(c.name, c.late); got != c.want {
+			t.Errorf("gatedKernel(%q, %v) = %q, want %q", c.name, c.late, got, c.want)
+		}
+	}
+}
+
+// TestGatedRMSNormGateEarly: the gate-early instances (k_rmsnorm2g) give the bits of the usual ones, in
+// both precisions, with the float32 output and the bfloat16 copy, at widths of one and two chunks a lane,
+// with gates and values of every size (sigmoid's saturation, zeros) and rows that leave a block part
+// empty.
+func TestGatedRMSNormGateEarly(t *testing.T) {
+	for _, prec := range []ops.Precision{ops.BF16, ops.FP32} {
+		b := testBackend(t, Options{Precision: prec, Sync: true})
+		rng := rand.New(rand.NewPCG(7, uint64(prec)))
+		for _, c := range []struct{ rows, cols, g int }{{1, 128, 128}, {13, 12288, 128}, {1000, 1536, 128}, {65, 256, 256}, {9, 132, 132}, {3, 96, 96}} {
+			xv := fastFill(rng, c.rows*c.cols, 3)
+			gv := fastFill(rng, c.rows*c.cols, 8)
+			for i := 0; i < len(gv); i += 97 {
+				gv[i] = []float32{0, -0.0, 90, -90, 1e-30}[i%5]
+				xv[i] = []float32{0, 1e-20, -3e4, 7, 1}[i%5]
+			}
+			x, err := b.FromHost(c.rows, c.cols, xv)
+			if err != nil {
+				t.Fatal(err)
+			}
+			gate, err := b.FromHost(c.rows, c.cols, gv)
+			if err != nil {
+				t.Fatal(err)
+			}
+			w := bf16Weight(t, b, rng, 1, c.g, 1)
+			var outs [2][]float32
+			for i, late := range []bool{false, true} {
+				b.gateLate = late
+				y, err := b.GatedRMSNorm(x, w, gate, 1e-5)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if outs[i], err = b.ToHost(y); err != nil {
+					t.Fatal(err)
+				}
+				b.Free(y)
+			}
+			b.gateLate = false
+			what := fmt.Sprintf("%v %d x %d, groups of %d", prec, c.rows, c.cols, c.g)
+			for i := range outs[0] {
+				if math.Float32bits(outs[0][i]) != math.Float32bits(outs[1][i]) {
+					t.Fatalf("%s: value %d: %g gate early, %g late", what, i, outs[0][i], outs[1][i])
+				}
+			}
+			t.Logf("%s: the same bits (%d values)", what, len(outs[0]))
+			b.Free(x)
+			b.Free(gate)
+			b.Free(w)
 		}
 	}
 }
@@ -81,6 +151,11 @@ func TestNormTiming(t *testing.T) {
 	}{
 		{"RMSNorm 65536 x 7168", 8 * rows * 7168, func() (ops.Tensor, error) { return b.RMSNorm(wide, w7, 1e-5) }},
 		{"GatedRMSNorm 65536 x 12288 (128)", 12 * rows * 12288, func() (ops.Tensor, error) { return b.GatedRMSNorm(heads, w128, gate, 1e-5) }},
+		{"GatedRMSNorm, gate late", 12 * rows * 12288, func() (ops.Tensor, error) {
+			b.gateLate = true
+			defer func() { b.gateLate = false }()
+			return b.GatedRMSNorm(heads, w128, gate, 1e-5)
+		}},
 		{"AttnResMix of 2, 65536 x 7168", 12 * rows * 7168, func() (ops.Tensor, error) { y, _, err := b.AttnResMix(vs[:2], w7); return y, err }},
 		{"AttnResMix of 9, 65536 x 7168", 40 * rows * 7168, func() (ops.Tensor, error) { y, _, err := b.AttnResMix(vs, w7); return y, err }},
 	} {

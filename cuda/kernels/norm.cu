@@ -173,10 +173,14 @@ __device__ __forceinline__ void store_norm4(float* out, u16* nb, i64 base, int c
                                               (__float_as_uint(y.z) >> 16) | (__float_as_uint(y.w) & 0xffff0000u));
 }
 
-// rmsnorm2<W, CPT>: k_rmsnorm (version 2) with W warps a group (1 or 8) and at most CPT chunks of 4
+// rmsnorm2<W, CPT, PG>: k_rmsnorm (version 2) with W warps a group (1 or 8) and at most CPT chunks of 4
 // values a thread: group size g <= 128 * W * CPT, g % 4 == 0, all operands 16-byte aligned. A block of 8
-// warps holds 8 / W groups. Launch: blockDim 256, gridDim ceil(groups * W / 8).
-template <int W, int CPT>
+// warps holds 8 / W groups. With PG (the gated form only) a thread loads its gate and weight chunks
+// beside its x chunks, before the sums, instead of after them: the same statements, with the gate's
+// loads in flight while the group's sum runs (K3's KDA output, groups of 128 over 12,288: one chunk of
+// each a thread).
+// Launch: blockDim 256, gridDim ceil(groups * W / 8).
+template <int W, int CPT, bool PG = false>
 __device__ __forceinline__ void rmsnorm2(float* out, const float* x, const float* w, const float* gate, i64 groups, int g,
                                          float eps, int bf, u16* nb) {
     __shared__ float red[8];
@@ -191,6 +195,17 @@ __device__ __forceinline__ void rmsnorm2(float* out, const float* x, const float
 #pragma unroll
     for (int j = 0; j < CPT; j++)
         if (live && j < mine) v[j] = rnd4(v4[t + j * T], bf);  // x rounded as read (the routed experts' float32 sum)
+    float4 gv[PG ? CPT : 1], wv[PG ? CPT : 1];
+    if (PG) {
+        const float4* g4 = (const float4*)(gate + (live ? q : 0) * g);
+#pragma unroll
+        for (int j = 0; j < CPT; j++) {
+            if (live && j < mine) {
+                gv[j] = g4[t + j * T];
+                wv[j] = ((const float4*)w)[t + j * T];
+            }
+        }
+    }
     float ss = live ? chunk_sq_sum<CPT>(v, mine) : 0.0f;
     if (W == 1) {
         ss = warp_sum(ss);
@@ -205,8 +220,12 @@ __device__ __forceinline__ void rmsnorm2(float* out, const float* x, const float
     for (int j = 0; j < CPT; j++) {
         if (j < mine) {
             const int c = t + j * T;
-            float4 y = norm_out4(v[j], w4[c], inv, bf);
-            if (g4 != 0) y = gate4(y, g4[c], bf);
+            float4 y = norm_out4(v[j], PG ? wv[PG ? j : 0] : w4[c], inv, bf);
+            if (PG) {
+                y = gate4(y, gv[PG ? j : 0], bf);
+            } else if (g4 != 0) {
+                y = gate4(y, g4[c], bf);
+            }
             store_norm4(out, nb, q * g, c, y); // out null: nb alone receives the output (narrow-only)
         }
     }
@@ -229,6 +248,17 @@ K_RMSNORM2(8, 1)
 K_RMSNORM2(8, 2)
 K_RMSNORM2(8, 4)
 K_RMSNORM2(8, 8)
+
+// K_RMSNORM2G(CPT) defines k_rmsnorm2g_w1_c<CPT>: k_rmsnorm2_w1_c<CPT> for the gated form (gate not null)
+// with the gate's chunks loaded before the sums (PG above).
+#define K_RMSNORM2G(CPT)                                                                                     \
+    extern "C" __global__ void __launch_bounds__(256) k_rmsnorm2g_w1_c##CPT(                                 \
+        float* out, const float* x, const float* w, const float* gate, i64 groups, int g, float eps, int bf,  \
+        u16* nb) {                                                                                           \
+        rmsnorm2<1, CPT, true>(out, x, w, gate, groups, g, eps, bf, nb);                                      \
+    }
+K_RMSNORM2G(1)
+K_RMSNORM2G(2)
 
 // attnres2_mix is version 2's mix of row blockIdx.x into h, the thread's chunks t + 256 j (j < the count it
 // returns), rounded: the scores and p (stored to p) as k_attnres2 computes them. sp: 4 * n bytes of shared
