@@ -42,7 +42,8 @@
 //     kda.cu), mla.go and mla_tc.go (MLA; mla.cu, mla_tc.cu, mla_wg.cu on sm_90a's wgmma, what the last two
 //     share in mla.cuh), norm.go and mixnorm.go (RMSNorm, GatedRMSNorm, AttnResMix, AttnResMixNorm;
 //     norm.cu), matmul.go (MatMul; matmul.cu, matmul_tc.cu, cuBLASLt through cublaslt.go and
-//     cublaslt_plan.go), route.go (Route; route.cu), moe.go, experts*.go (UploadExpert, UploadExperts,
+//     cublaslt_plan.go), route.go (Route; route.cu), route_queued.go (QueueRoute: the same kernels, the choices
+//     copied out on the stream), moe.go, experts*.go (UploadExpert, UploadExperts,
 //     ExpertsAccumulate; experts.cu, experts_wg.cu and the decoders they share in experts.cuh; the wgmma
 //     helpers of experts_wg.cu and mla_wg.cu in wgmma.cuh), ffn.go
 //     (SiTUFFN), logits.go (TokenStats; tokenstats.cu), tensor.go (tensors and the elementwise ops;
