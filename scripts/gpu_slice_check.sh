@@ -2,7 +2,7 @@
 # Token-sliced layers on the H200 (issue 13), in one device call: plans for large waves and long sequences,
 # then the k3-layer bench (K3's real layer sizes, 3 layers: one of each kind) on waves past what one slice
 # holds, each with its plan line and the GPU memory peak (nvidia-smi, sampled every 100 ms) beside the plan's
-# device peak. Build here first and carry .dev/after:
+# device peak, and the SM clock, power and temperature while the GPU was busy (gpu_busy_summary.sh). Build here first and carry .dev/after:
 #   mkdir -p .dev/after && CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o .dev/after/potato ./cmd/potato && gzip -9f .dev/after/potato
 #   (and for the tests step: CGO_ENABLED=0 go test -c -trimpath -ldflags='-s -w' -o .dev/after/cuda.test ./cuda, the same
 #   for ./replay to .dev/after/replay.test, both gzipped)
@@ -73,16 +73,19 @@ step() {
   if (( left < 25 )); then log "SKIPPED $name (no time left)"; echo "== $name: skipped, no time left" >> "$OUT/summary.txt"; return; fi
   (( lim > left )) && lim=$left
   log "$name: $*"
-  nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 100 > "/tmp/slice/$name.mem" 2>/dev/null &
+  nvidia-smi --query-gpu=memory.used,clocks.sm,power.draw,temperature.gpu,utilization.gpu --format=csv,noheader,nounits \
+    -lms 100 > "/tmp/slice/$name.mem" 2>/dev/null &
   local mp=$!
   timeout "$lim" "$P" "$@" > "$OUT/$name.txt" 2>&1
   local rc=$?
   kill "$mp" 2>/dev/null; wait "$mp" 2>/dev/null
-  local peak
-  peak=$(sort -n "/tmp/slice/$name.mem" | tail -1)
-  log "$name exit $rc; GPU memory peak $peak MiB"
+  local peak busy
+  peak=$(cut -d, -f1 "/tmp/slice/$name.mem" | sort -n | tail -1)
+  busy=$(bash "$(dirname "${BASH_SOURCE[0]}")/gpu_busy_summary.sh" "/tmp/slice/$name.mem")
+  log "$name exit $rc; GPU memory peak $peak MiB; $busy"
   {
     echo "== $name (exit $rc; GPU memory peak $peak MiB = $(( ${peak:-0} * 1048576 / 1000000000 )) GB): $*"
+    echo "$busy"
     grep -E "^plan:|^wave of|kda\+|mla\+|readout|full K3|warning|over the memory|warm-up|^  op |ExpertsAccumulate|KDA |MLA |Error|error" "$OUT/$name.txt" | head -80
   } >> "$OUT/summary.txt"
 }
