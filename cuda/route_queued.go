@@ -14,8 +14,9 @@ import (
 // experts, and the device idles all that while (in the op profiles of run 121 a MoE layer's Route took
 // 11.0 ms at 262,144 tokens in a kda+moe layer and 17.4 in a mla+moe layer, whose host is busier then,
 // for the same kernels). QueueRoute queues the same kernels and the copy of the choices into a pinned
-// buffer on the compute stream, then an event; Wait waits for that event, by when the ops queued after
-// QueueRoute keep the device busy, and copies the choices out.
+// buffer on the compute stream, then an event; Wait waits for that event (while the ops queued after
+// QueueRoute keep the device busy) and copies the choices out. Run 123: Route 7.5-7.9 ms a layer in both
+// kinds.
 
 var _ ops.RouteQueuer = (*Backend)(nil)
 
