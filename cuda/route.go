@@ -66,15 +66,21 @@ func (b *Backend) Route(x, w, bias ops.Tensor, k int, scale float32) (ops.Routin
 		if err != nil {
 			return err
 		}
-		if err := download(b, rt.IDs, ids); err != nil {
-			return err
-		}
-		return download(b, rt.Weights, ws)
+		return downloadRouting(b, rt, ids, ws)
 	})
 	if err != nil {
 		return ops.Routing{}, err
 	}
 	return rt, nil
+}
+
+// downloadRouting copies the choices routeRows left on the device (ids, then weights) into rt, waiting
+// for the stream.
+func downloadRouting(b *Backend, rt ops.Routing, ids, ws uint64) error {
+	if err := download(b, rt.IDs, ids); err != nil {
+		return err
+	}
+	return download(b, rt.Weights, ws)
 }
 
 // routeTensors checks Route's arguments and returns their tensors.

@@ -51,10 +51,7 @@ func (b *Backend) QueueRoute(x, w, bias ops.Tensor, k int, scale float32) (ops.P
 			return err
 		}
 		if b.routes.busy { // another routing holds the buffer: Route's download
-			if err := download(b, p.rt.IDs, ids); err != nil {
-				return err
-			}
-			return download(b, p.rt.Weights, ws)
+			return downloadRouting(b, p.rt, ids, ws)
 		}
 		n := 4 * rows * k // bytes of ids, and of weights
 		buf, err := b.routeBuffer(2 * n)
