@@ -51,6 +51,7 @@ func compareRuns(a, b []Result) agreement {
 				d := math.Abs(float64(sa.Logprob - sb.Logprob))
 				ag.sumAbs += d
 				ag.maxAbs = max(ag.maxAbs, d)
+				ag.scored++
 			}
 			for li := range a[s].Router {
 				ra, rb := a[s].Router[li], b[s].Router[li]

@@ -48,8 +48,7 @@ func TestWriteDemoGoldenInputs(t *testing.T) {
 	}
 }
 
-// TestGoldensDemo holds the engine to k3_ref on the demo model: fp32 relative error of the running sum
-// <= 1e-5 at every layer; bf16 top-1 agreement >= 99% and mean |delta logprob| <= 0.02 nats (reported).
+// TestGoldensDemo holds the engine to k3_ref on the demo model with checkGolden's criteria (TestGoldens).
 func TestGoldensDemo(t *testing.T) {
 	raw, err := os.ReadFile(filepath.Join(demoGoldenDir, "meta.json"))
 	if err != nil {
@@ -65,16 +64,11 @@ func TestGoldensDemo(t *testing.T) {
 	}
 	model := demoModel(t)
 	a, rel := compareGolden(t, model, demoGoldenDir, ops.FP32)
-	for l, r := range rel {
-		if r > 1e-5 {
-			t.Errorf("demo fp32: layer %d: relative error %.3g > 1e-5", l, r)
-		}
-	}
-	t.Logf("demo fp32: rel err per layer %.2g; top-1 %.4f, mean |dlogprob| %.2g", rel, a.top1(), a.meanAbs())
+	t.Logf("demo fp32: rel err per layer %.2g; top-1 %.4f, mean |dlogprob| %.2g, router sets differing %.4f",
+		rel, a.top1(), a.meanAbs(), a.flips())
+	checkGolden(t, "demo fp32", ops.FP32, a, rel)
 	a, _ = compareGolden(t, model, demoGoldenDir, ops.BF16)
 	t.Logf("demo bf16: %d positions: top-1 %.4f, mean |dlogprob| %.4f (max %.4f), router sets differing %.4f",
 		a.positions, a.top1(), a.meanAbs(), a.maxAbs, a.flips())
-	if a.top1() < 0.99 || a.meanAbs() > 0.02 {
-		t.Errorf("demo bf16: top-1 %.4f (want >= 0.99), mean |dlogprob| %.4f (want <= 0.02)", a.top1(), a.meanAbs())
-	}
+	checkGolden(t, "demo bf16", ops.BF16, a, nil)
 }

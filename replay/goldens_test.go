@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"flag"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -100,8 +101,9 @@ func TestWriteGoldenInputs(t *testing.T) {
 	}
 }
 
-// TestGoldens holds the engine to k3_ref on the committed goldens (two seeds): fp32 relative error of the
-// running sum <= 1e-5 at every layer; bf16 top-1 agreement >= 99% and mean |delta logprob| <= 0.02 nats.
+// TestGoldens holds the engine to k3_ref on the committed goldens (two seeds) with checkGolden: fp32
+// relative error of the running sum <= 1e-5 at every layer and outputs and routing all but identical;
+// bf16 top-1 agreement >= 99%, mean |delta logprob| <= 0.02 nats and expert sets differing <= 2%.
 func TestGoldens(t *testing.T) {
 	for _, seed := range goldenSeeds {
 		dir := goldenDir(seed)
@@ -119,17 +121,12 @@ func TestGoldens(t *testing.T) {
 				"regenerate them (k3_ref/README.md)", dir, meta.ModelSHA256[:12], meta.SynthVersion, got[:12], synth.Version)
 		}
 		a, rel := compareGolden(t, model, dir, ops.FP32)
-		for l, r := range rel {
-			if r > 1e-5 {
-				t.Errorf("seed %d fp32: layer %d: relative error %.3g > 1e-5", seed, l, r)
-			}
-		}
-		t.Logf("seed %d fp32: rel err per layer %.2g; top-1 %.4f, mean |dlogprob| %.2g", seed, rel, a.top1(), a.meanAbs())
+		t.Logf("seed %d fp32: rel err per layer %.2g; top-1 %.4f, mean |dlogprob| %.2g, router sets differing %.4f",
+			seed, rel, a.top1(), a.meanAbs(), a.flips())
+		checkGolden(t, fmt.Sprintf("seed %d fp32", seed), ops.FP32, a, rel)
 		a, _ = compareGolden(t, model, dir, ops.BF16)
 		t.Logf("seed %d bf16: %d positions: top-1 %.4f, mean |dlogprob| %.4f (max %.4f), router sets differing %.4f",
 			seed, a.positions, a.top1(), a.meanAbs(), a.maxAbs, a.flips())
-		if a.top1() < 0.99 || a.meanAbs() > 0.02 {
-			t.Errorf("seed %d bf16: top-1 %.4f (want >= 0.99), mean |dlogprob| %.4f (want <= 0.02)", seed, a.top1(), a.meanAbs())
-		}
+		checkGolden(t, fmt.Sprintf("seed %d bf16", seed), ops.BF16, a, nil)
 	}
 }
