@@ -75,11 +75,14 @@ func TestKernelFilesListEveryKernel(t *testing.T) {
 }
 
 // hostCpp returns g++'s path and the host prelude's (testdata/cuda_host_prelude.h), or skips the test
-// where g++ is not installed.
+// where g++ is not installed; with POTATO_REQUIRE_TOOLS=1 (CI, .ci/run) a missing g++ fails it instead.
 func hostCpp(t *testing.T) (gxx, prelude string) {
 	t.Helper()
 	gxx, err := exec.LookPath("g++")
 	if err != nil {
+		if os.Getenv("POTATO_REQUIRE_TOOLS") == "1" {
+			t.Fatal("no g++ on this machine, and POTATO_REQUIRE_TOOLS=1: install g++ (.ci/run does)")
+		}
 		t.Skip("no g++ on this machine")
 	}
 	prelude, err = filepath.Abs(filepath.Join("testdata", "cuda_host_prelude.h"))

@@ -16,7 +16,7 @@ import (
 // instead. Always: the fields a dataset job relies on, by their lines. Where python3 has PyYAML: the
 // parsed object (completions equal to SHARDS, the volumes every mount names, a GPU limit), and the
 // container's shell command run with a stand-in potato, which must receive --shard I/N and its own --out
-// directory for a completion index. Where kubectl is installed: `kubectl kustomize` parses it as a
+// directory for a completion index (required with POTATO_REQUIRE_TOOLS=1, as in CI). Where kubectl is installed: `kubectl kustomize` parses it as a
 // Kubernetes resource.
 func TestKubernetesManifest(t *testing.T) {
 	const path = "k8s/potato-indexed-job.yaml"
@@ -40,6 +40,9 @@ func TestKubernetesManifest(t *testing.T) {
 	}
 
 	if out, err := exec.Command("python3", "-c", "import yaml, json, sys; json.dump(yaml.safe_load(open(sys.argv[1])), sys.stdout)", path).Output(); err != nil {
+		if os.Getenv("POTATO_REQUIRE_TOOLS") == "1" {
+			t.Fatalf("no python3 with PyYAML (%v), and POTATO_REQUIRE_TOOLS=1: install python3-yaml (.ci/run does)", err)
+		}
 		t.Logf("no python3 with PyYAML (%v): the parsed checks are skipped", err)
 	} else {
 		checkJob(t, out)
