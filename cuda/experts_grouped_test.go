@@ -322,3 +322,9 @@ func TestExpertsGroupedBits(t *testing.T) {
 		})
 	}
 }
+
+// planGrouped is planGroupedTiles with the grouped kernels' row tiles (xTileRows), as the tests lay out
+// calls.
+func planGrouped(es []*Expert, work []ops.ExpertRows, accRows int) groupedPlan {
+	return planGroupedTiles(es, work, accRows, xTileRows)
+}

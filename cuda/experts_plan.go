@@ -31,18 +31,14 @@ type groupedPlan struct {
 	offTiles, offRows, offRowPtr, offRowID, offPos, offW, offList int
 }
 
-// planGrouped lays out the call: expert i (ascending id) owns gathered rows first_i .. first_i+n_i-1 in
-// the order work[i] lists them; each accumulator row's entries are listed in ascending expert id, so the
-// combine adds them in the per-expert path's order.
-func planGrouped(es []*Expert, work []ops.ExpertRows, accRows int) groupedPlan {
-	return planGroupedTiles(es, work, accRows, xTileRows)
-}
-
 // planPairsPerPart is the fewest (row, expert) pairs a part of the plan takes: below it a part's goroutine
 // costs more than its share of the scans.
 const planPairsPerPart = 32768
 
-// planGroupedTiles is planGrouped with row tiles of at most tileRows rows (the wgmma kernels take 256).
+// planGroupedTiles lays out the call: expert i (ascending id) owns gathered rows first_i .. first_i+n_i-1
+// in the order work[i] lists them; each accumulator row's entries are listed in ascending expert id, so
+// the combine adds them in the per-expert path's order. Row tiles hold at most tileRows rows (the wgmma
+// kernels take 256).
 func planGroupedTiles(es []*Expert, work []ops.ExpertRows, accRows, tileRows int) groupedPlan {
 	pairs := 0
 	for i := range work {

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -53,10 +54,18 @@ func (c *Client) ReplayCached(ctx context.Context, args ...Arg) (*Result, error)
 		return nil, err
 	}
 	if err := writeCached(entry, r); err != nil {
-		return r, nil // the result is good; only the cache failed, and the next call replays again
+		// The result is good; only the cache failed, and the next call replays again: say so once, on
+		// stderr (a notebook cell shows it), rather than let every call replay without a word.
+		c.cacheWarned.Do(func() {
+			fmt.Fprintf(cacheWarnings, "kernel: ReplayCached could not store a result (%v); results are not cached and each call replays\n", err)
+		})
 	}
 	return r, nil
 }
+
+// cacheWarnings receives ReplayCached's one warning a client when a result could not be stored (a test
+// reads it).
+var cacheWarnings io.Writer = os.Stderr
 
 // cacheKey is the hex SHA-256 of the request and what identifies the model the engine runs.
 func cacheKey(req api.Request, info api.Info) string {

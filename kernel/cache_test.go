@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/apache/arrow-go/v18/arrow/array"
@@ -82,5 +83,39 @@ func TestExample(t *testing.T) {
 	}
 	if _, err := buildRequest([]Arg{Example("no-such")}); !errors.Is(err, examples.ErrUnknown) {
 		t.Errorf("unknown id: %v", err)
+	}
+}
+
+// A cache that cannot be written leaves ReplayCached's results intact and says so once a client, not on
+// every call.
+func TestReplayCachedUnwritable(t *testing.T) {
+	root := t.TempDir()
+	t.Setenv(EnvCache, root)
+	// The results folder is a file, so no entry can be made under it, whoever runs the test.
+	if err := os.MkdirAll(filepath.Join(root, "kernel"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "kernel", resultsDir), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var warned strings.Builder
+	cacheWarnings = &warned
+	defer func() { cacheWarnings = os.Stderr }()
+	c, err := Connect(WithAddr(startServer(t, "127.0.0.1:0", server.Config{})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for i := range 2 {
+		r, err := c.ReplayCached(context.Background(), Example("greeting"), TopK(2))
+		if err != nil {
+			t.Fatalf("call %d: %v", i, err)
+		}
+		if r.FromCache || r.Tokens().NumRows() == 0 {
+			t.Fatalf("call %d: from cache %v, %d token rows: want a fresh replay with rows", i, r.FromCache, r.Tokens().NumRows())
+		}
+	}
+	if n := strings.Count(warned.String(), "could not store a result"); n != 1 {
+		t.Errorf("warned %d times, want once: %q", n, warned.String())
 	}
 }

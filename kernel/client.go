@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/potato-k3/potato-k3/kernel/api"
@@ -22,6 +23,8 @@ type Client struct {
 	token    string
 	hc       *http.Client
 	progress io.Writer // text progress outside a notebook; nil: none
+	// cacheWarned: ReplayCached has said once that it could not store a result (cache.go)
+	cacheWarned sync.Once
 }
 
 // ServerError is an error answer of the engine: its HTTP status and the server's own message, which

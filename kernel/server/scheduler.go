@@ -10,13 +10,12 @@ import (
 	"github.com/potato-k3/potato-k3/replay"
 )
 
-// The scheduler runs one wave at a time over replay.Engine.Run, with the policy of replay.Queue: the
-// jobs queued when the engine becomes free go together, in arrival order, up to MaxWaveTokens (a larger
-// job runs alone), and a wave stops early only when every job in it was cancelled. It is its own loop
-// rather than a replay.Queue because the service must know which jobs a wave took, to report each job's
-// state and per-layer progress exactly (a Queue does not say when a job's wave starts), and because one
-// loop over the engines of both precisions keeps to one pass over the weights at a time. A wave holds
-// jobs of one precision: the precision of the oldest queued job.
+// The scheduler runs one wave at a time over replay.Engine.Run. Its policy: the jobs queued when the
+// engine becomes free go together, in arrival order, up to MaxWaveTokens (a larger job runs alone), so
+// that several callers share one pass over the weights; a wave stops early only when every job in it was
+// cancelled. The loop knows which jobs each wave took, so it reports each job's state and per-layer
+// progress exactly, and one loop over the engines of both precisions keeps to one pass over the weights
+// at a time. A wave holds jobs of one precision: the precision of the oldest queued job.
 
 // loop is the scheduler goroutine.
 func (s *Server) loop() {

@@ -47,11 +47,9 @@ type Header struct {
 	Tensors   []Tensor          // sorted by Offset; spans lie inside the file and do not overlap
 }
 
-// ReadHeader opens the shard at path and parses its header.
-func ReadHeader(path string) (*Header, error) { return readHeader(path, true) }
-
-// readHeader is ReadHeader; Open passes dupNames false because it finds duplicate names itself, across
-// all shards, with the one map it needs for lookups anyway (a second map per shard costs 10% of Open).
+// readHeader opens the shard at path and parses its header (ParseHeader). Open passes dupNames false
+// because it finds duplicate names itself, across all shards, with the one map it needs for lookups
+// anyway (a second map per shard costs 10% of Open).
 func readHeader(path string, dupNames bool) (*Header, error) {
 	f, err := os.Open(path)
 	if err != nil {

@@ -18,9 +18,6 @@ import (
 	"fmt"
 )
 
-// ErrNotImplemented is returned (wrapped) by a backend for an operation it does not provide.
-var ErrNotImplemented = errors.New("ops: not implemented by this backend")
-
 // ErrOutOfMemory is matched (errors.Is) by a backend's error when an op could not get the device memory
 // it needed; the backend stays usable, so the engine retries the wave as smaller waves.
 var ErrOutOfMemory = errors.New("ops: out of device memory")

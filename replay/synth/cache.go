@@ -38,19 +38,14 @@ func CacheDir() (string, error) {
 	return filepath.Join(d, "potato-k3"), nil
 }
 
-// Cached returns the directory of preset at seed in the cache, writing it on first use. Concurrent callers
-// (two notebook cells, two processes) are safe: Write renames a complete directory into place atomically,
-// and a loser of that race finds the winner's. See CachedVerified for the check of its bytes.
-func Cached(ctx context.Context, preset string, seed uint64) (string, error) {
-	return CachedVerified(ctx, preset, seed, nil)
-}
-
-// CachedVerified is Cached that verifies the directory's bytes before use against the digest recorded
-// when it was written (DigestFile; a cache from before digests were recorded is checked, for the embedded
-// synthetic default, against DefaultDigest, compiled in): a damaged directory (a flipped bit, a truncated shard, a
-// file removed or added) would otherwise change results without a word. A damaged one is removed and
-// written again, with a line to warn (nil: none) naming what differed. Hashing the tiny default's 5 MB
-// takes a few milliseconds.
+// CachedVerified returns the directory of preset at seed in the cache, writing it on first use. Concurrent
+// callers (two notebook cells, two processes) are safe: Write renames a complete directory into place
+// atomically, and a loser of that race finds the winner's. It verifies the directory's bytes before use
+// against the digest recorded when it was written (DigestFile; a cache from before digests were recorded
+// is checked, for the embedded synthetic default, against DefaultDigest, compiled in): a damaged
+// directory (a flipped bit, a truncated shard, a file removed or added) would otherwise change results
+// without a word. A damaged one is removed and written again, with a line to warn (nil: none) naming what
+// differed. Hashing the tiny default's 5 MB takes a few milliseconds.
 func CachedVerified(ctx context.Context, preset string, seed uint64, warn io.Writer) (string, error) {
 	root, err := CacheDir()
 	if err != nil {

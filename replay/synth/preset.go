@@ -111,9 +111,6 @@ func (p Preset) TextConfig(n int) (model.TextConfig, error) {
 	return c, nil
 }
 
-// NumBPE returns the number of BPE tokens of the preset's vocabulary (the special slots follow).
-func (p Preset) NumBPE() int { return p.numBPE }
-
 // layerLists returns kda_layers and full_attn_layers (1-indexed) for n layers.
 func layerLists(n int) (kda, full []int) {
 	for l := 1; l <= n; l++ {

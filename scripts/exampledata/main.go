@@ -62,7 +62,7 @@ func lines(n int) ([]line, error) {
 	return out, nil
 }
 
-func write(path string, n int) error {
+func write(path string, n int) (err error) {
 	ls, err := lines(n)
 	if err != nil {
 		return err
@@ -71,7 +71,11 @@ func write(path string, n int) error {
 	if err != nil {
 		return err
 	}
-	defer f.Close()
+	defer func() { // a full disk can show first at Close: the file is not written unless it closed
+		if cerr := f.Close(); err == nil && cerr != nil {
+			err = fmt.Errorf("%s: %w", path, cerr)
+		}
+	}()
 	switch strings.ToLower(filepath.Ext(path)) {
 	case ".jsonl":
 		w := bufio.NewWriter(f)
