@@ -50,11 +50,13 @@ type Part struct {
 	Finished      time.Time       `json:"finished"`
 }
 
-// File is one table file of a part, with its size (checked when a job resumes).
+// File is one table file of a part, with its size and SHA-256 (both checked when a job resumes; a
+// manifest written before the digests were recorded has none, and only the size is checked).
 type File struct {
-	Path  string `json:"path"` // relative to the job directory
-	Bytes int64  `json:"bytes"`
-	Rows  int64  `json:"rows"`
+	Path   string `json:"path"` // relative to the job directory
+	Bytes  int64  `json:"bytes"`
+	Rows   int64  `json:"rows"`
+	SHA256 string `json:"sha256,omitempty"` // hex
 }
 
 // Done is where a finished conversation is: its part and its seq_id (its index in the dataset).

@@ -2,7 +2,9 @@ package job_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -182,6 +184,49 @@ func TestResumeAfterKill(t *testing.T) {
 		t.Fatal(err)
 	}
 	sameFiles(t, filepath.Join(out, "merged2.parquet"), filepath.Join(out, "single.parquet"))
+
+	// A part damaged in place (its size unchanged: only its SHA-256 tells) is replayed too, and a staged
+	// set a kill left behind (tables.WriteSet's temporary folder, files inside) is removed.
+	m, err = job.ReadManifest(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	damaged = m.Parts[0]
+	path := filepath.Join(dir, damaged.Files[tables.TokensTable].Path)
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := len(data) / 2; i < len(data)/2+16; i++ {
+		data[i] ^= 0x5a
+	}
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	staged := filepath.Join(dir, ".part-00099.parquet.12345.tmp")
+	if err := os.MkdirAll(staged, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(staged, "part-00099.tokens.parquet"), []byte("partial"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	eng.seqs, logs = 0, nil
+	if _, err := job.Run(context.Background(), eng, j.cfg, j.items); err != nil {
+		t.Fatal(err)
+	}
+	if eng.seqs != damaged.Conversations {
+		t.Errorf("after damaging %s in place (%d conversations) the rerun replayed %d", damaged.Name, damaged.Conversations, eng.seqs)
+	}
+	if len(logs) == 0 || !strings.Contains(logs[0], damaged.Name+"'s files are missing or changed") {
+		t.Errorf("no warning about %s: %q", damaged.Name, logs)
+	}
+	if _, err := os.Stat(staged); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the staged folder %s is still there (%v)", staged, err)
+	}
+	if _, err := job.Merge(filepath.Join(out, "merged3.parquet"), []string{dir}, job.MergeOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	sameFiles(t, filepath.Join(out, "merged3.parquet"), filepath.Join(out, "single.parquet"))
 }
 
 // Three shards run apart, merged, equal one run of the whole dataset byte for byte (tokens and lens

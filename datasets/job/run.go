@@ -2,8 +2,11 @@ package job
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -171,17 +174,17 @@ func openManifest(cfg Config, items []Item) (*Manifest, error) {
 	return m, nil
 }
 
-// tidy makes the directory hold exactly what the manifest names: parts whose files are missing or of
-// another size are dropped from it (their conversations run again), and part files or temporary files it
-// does not name (a wave that was in flight) are deleted. Other files are left alone.
+// tidy makes the directory hold exactly what the manifest names: parts whose files are missing, of
+// another size or with other bytes (their SHA-256) are dropped from it (their conversations run again),
+// and part files or temporary files and folders it does not name (a wave that was in flight) are
+// deleted. Other files are left alone.
 func tidy(dir string, m *Manifest, log func(string)) error {
 	named := map[string]bool{}
 	kept := m.Parts[:0]
 	for _, p := range m.Parts {
 		ok := true
 		for _, f := range p.Files {
-			st, err := os.Stat(filepath.Join(dir, f.Path))
-			if err != nil || st.Size() != f.Bytes {
+			if ok && !intact(filepath.Join(dir, f.Path), f) {
 				ok = false
 			}
 		}
@@ -216,8 +219,8 @@ func tidy(dir string, m *Manifest, log func(string)) error {
 		n := e.Name()
 		stray := strings.HasPrefix(n, "part-") && strings.HasSuffix(n, ".parquet") && !named[n]
 		temp := (strings.HasPrefix(n, ".part-") || strings.HasPrefix(n, "."+ManifestName+".")) && strings.HasSuffix(n, ".tmp")
-		if stray || temp {
-			if err := os.Remove(filepath.Join(dir, n)); err != nil {
+		if stray || temp { // a temporary may be a folder: tables.WriteSet stages a set in one
+			if err := os.RemoveAll(filepath.Join(dir, n)); err != nil {
 				return fmt.Errorf("job: %w", err)
 			}
 			removed++
@@ -227,6 +230,34 @@ func tidy(dir string, m *Manifest, log func(string)) error {
 		log(fmt.Sprintf("job: removed %d files of an interrupted wave from %s", removed, dir))
 	}
 	return nil
+}
+
+// intact reports whether the file at path is the one f records: its size, and its SHA-256 where the
+// manifest has one (a part damaged in place keeps its size).
+func intact(path string, f File) bool {
+	st, err := os.Stat(path)
+	if err != nil || st.Size() != f.Bytes {
+		return false
+	}
+	if f.SHA256 == "" {
+		return true
+	}
+	sum, err := fileSHA256(path)
+	return err == nil && sum == f.SHA256
+}
+
+// fileSHA256 is the hex SHA-256 of the file at path.
+func fileSHA256(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", fmt.Errorf("job: %w", err)
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", fmt.Errorf("job: %s: %w", path, err)
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
 // pack cuts items, in order, into waves of at most budget tokens (a longer conversation alone), then
@@ -308,7 +339,11 @@ func runWave(ctx context.Context, eng Engine, cfg Config, m *Manifest, wave []It
 		if err != nil {
 			return Part{}, fmt.Errorf("job: %w", err)
 		}
-		p.Files[t.Name] = File{Path: filepath.Base(path), Bytes: st.Size(), Rows: t.NumRows()}
+		sum, err := fileSHA256(path)
+		if err != nil {
+			return Part{}, err
+		}
+		p.Files[t.Name] = File{Path: filepath.Base(path), Bytes: st.Size(), Rows: t.NumRows(), SHA256: sum}
 	}
 	// The part files are each synced and renamed into place; the directory sync makes the renames
 	// durable before the manifest that names them.
