@@ -14,6 +14,7 @@
 // string, kept verbatim, or an object, written as compact JSON) and tool_call_id. An unknown key (at
 // the top, in a message, a tool call, its function or a content part) is an error naming it, so that a
 // misspelled "contnet" is not read as an empty turn; "metadata" at the top is the one key ignored. A
+// conversation's JSON text must be valid UTF-8 (a bad byte would be read as U+FFFD and scored). A
 // conversation without an "id" gets its line (JSONL), item (JSON) or row (Parquet) number. Anything
 // else that does not fit is an *Error naming the file, the line and the field:
 //

@@ -124,6 +124,9 @@ func TestReadJSONLErrors(t *testing.T) {
 			1, "messages[0].tool_calls[0].function", `unknown key "argument" (want name, arguments)`},
 		{"unknown part key", `[{"role":"user","content":[{"type":"text","txt":"a"}]}]`,
 			1, "messages[0].content[0]", `unknown key "txt" (want type, text)`},
+		// Bytes that are not UTF-8 would be scored as U+FFFD, text the file does not hold.
+		{"invalid utf-8", ok + "\n" + "{\"messages\":[{\"role\":\"user\",\"content\":\"caf\xe9\"}]}",
+			2, "", "not valid UTF-8 (byte 43 of the conversation's JSON text)"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

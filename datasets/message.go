@@ -23,9 +23,15 @@ type obj map[string]json.RawMessage
 // or a bare array of messages. "metadata" is ignored (a place for anything of the caller's); any other
 // key, at the top or inside a message, tool call or content part, is an error naming it: a misspelled
 // "contnet" would otherwise become an empty turn, a "thinkng" an unset mode.
+//
+// Text that is not valid UTF-8 is refused (JSON text must be UTF-8): decoding it would quietly turn each
+// bad byte into U+FFFD, and the model would score text the file does not hold.
 func parseConversation(data []byte) (tokenizer.Conversation, error) {
 	var c tokenizer.Conversation
 	data = bytes.TrimSpace(data)
+	if !utf8.Valid(data) {
+		return c, fmt.Errorf("not valid UTF-8 (byte %d of the conversation's JSON text): JSON must be UTF-8; fix the encoding", firstInvalid(data)+1)
+	}
 	if len(data) > 0 && data[0] == '[' {
 		msgs, err := parseMessages(data, "messages")
 		c.Messages = msgs
@@ -283,6 +289,18 @@ func validUTF8(s []byte) string {
 		s = s[n:]
 	}
 	return b.String()
+}
+
+// firstInvalid is the offset of data's first byte that is not part of valid UTF-8 (len(data) if none).
+func firstInvalid(data []byte) int {
+	for i := 0; i < len(data); {
+		r, n := utf8.DecodeRune(data[i:])
+		if r == utf8.RuneError && n == 1 {
+			return i
+		}
+		i += n
+	}
+	return len(data)
 }
 
 // stringField reads o[key] as a string; absent or null is "".
