@@ -91,7 +91,7 @@ func runDatasetJob(ctx context.Context, f *replayFlags, opts replay.EngineOption
 	}
 	defer l.Close()
 	if l.tok == nil {
-		return fmt.Errorf("replay: %s has no tiktoken.model: a dataset job needs the tokenizer", l.dir)
+		return fmt.Errorf("replay: %s has no tokenizer (%v): a dataset job needs it", l.dir, l.tokMissing)
 	}
 	layers := len(l.engine.Plan.Layers)
 	var o replay.Options

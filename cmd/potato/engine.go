@@ -18,13 +18,14 @@ import (
 
 // loaded is an open engine with its tokenizer (nil when the model directory has none) and what to close.
 type loaded struct {
-	dir       string
-	engine    *replay.Engine
-	tok       *tokenizer.Tokenizer
-	ckpt      *checkpoint.Dir
-	backend   string
-	precision ops.Precision
-	closeB    func() // releases the backend (the GPU context); nil for the CPU
+	dir        string
+	engine     *replay.Engine
+	tok        *tokenizer.Tokenizer
+	tokMissing error // why tok is nil: the tokenizer file the directory lacks (tokenizer.Load's error)
+	ckpt       *checkpoint.Dir
+	backend    string
+	precision  ops.Precision
+	closeB     func() // releases the backend (the GPU context); nil for the CPU
 }
 
 func (l *loaded) Close() {
@@ -105,5 +106,6 @@ func openEngine(ctx context.Context, dir, backend, precision string, tune backen
 		l.Close()
 		return nil, err
 	}
+	l.tokMissing = err
 	return l, nil
 }

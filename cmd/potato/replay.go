@@ -245,7 +245,7 @@ func (f *replayFlags) request(l *loaded, in input) (replay.Request, error) {
 		return req, fmt.Errorf("--lens: %w", err)
 	}
 	if f.tokens == "" && l.tok == nil {
-		return req, fmt.Errorf("replay: %s has no tiktoken.model: give --tokens", l.dir)
+		return req, fmt.Errorf("replay: %s has no tokenizer (%v): give --tokens", l.dir, l.tokMissing)
 	}
 	limit, limitFlag := f.maxTokens, "--max-tokens"
 	if f.maxWaveTokens < limit {

@@ -11,6 +11,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/potato-k3/potato-k3/datasets"
+	"github.com/potato-k3/potato-k3/kernel/server"
 	"github.com/potato-k3/potato-k3/replay/tokenizer"
 )
 
@@ -29,6 +30,7 @@ func runTokenize(ctx context.Context, args []string, stdout io.Writer) error {
 	special := fs.Bool("special", false, "with --text: names of special tokens such as <|open|> become special ids")
 	chat := fs.String("chat", "", "JSONL file of conversations, one per line (- for stdin)")
 	thinking := fs.String("thinking", "", "with --chat: on or off, for conversations that do not say (required then)")
+	maxTokens := fs.Int("max-tokens", server.DefaultLimits.MaxSequenceTokens, "most tokens of the text or of one conversation (as potato replay); a longer one is refused (text is tokenized only up to the limit)")
 	fs.Usage = func() {
 		fmt.Fprintln(os.Stderr, "usage: potato tokenize [--model DIR] (--text STRING [--special] | --text-file FILE | --chat FILE [--thinking on|off])\n\n"+
 			"A conversation line looks like {\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}],\n"+
@@ -49,6 +51,9 @@ func runTokenize(ctx context.Context, args []string, stdout io.Writer) error {
 	if given != 1 || fs.NArg() > 0 {
 		fs.Usage()
 		return errors.New("tokenize: exactly one of --text, --text-file or --chat is required")
+	}
+	if *maxTokens <= 0 {
+		return fmt.Errorf("tokenize: --max-tokens %d must be positive", *maxTokens)
 	}
 	if *textFile != "" {
 		var b []byte
@@ -72,14 +77,42 @@ func runTokenize(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	if textSet {
-		return printTokens(stdout, tok, tok.EncodeText(*text, *special))
+		tokens, err := encodeTextLimit(tok, *text, *special, *maxTokens)
+		if err != nil {
+			return err
+		}
+		return printTokens(stdout, tok, tokens)
 	}
-	return tokenizeChats(ctx, stdout, tok, *chat, *thinking)
+	return tokenizeChats(ctx, stdout, tok, *chat, *thinking, *maxTokens)
+}
+
+// encodeTextLimit is tok.EncodeText refused past limit tokens. Without special tokens the encoder stops at
+// the limit (a huge file is not tokenized whole); with them the whole text is encoded first (the special
+// names split it before the encoder sees it), which costs a few bytes a token, not the printing's memory.
+func encodeTextLimit(tok *tokenizer.Tokenizer, text string, special bool, limit int) ([]tokenizer.Token, error) {
+	tooLong := fmt.Errorf("tokenize: the text has more than %d tokens: the limit is %d (--max-tokens)", limit, limit)
+	if special {
+		tokens := tok.EncodeText(text, true)
+		if len(tokens) > limit {
+			return nil, tooLong
+		}
+		return tokens, nil
+	}
+	ids, ok := tok.EncodeLimit(text, limit)
+	if !ok {
+		return nil, tooLong
+	}
+	tokens := make([]tokenizer.Token, len(ids))
+	for i, id := range ids {
+		tokens[i] = tokenizer.Token{ID: id, Message: -1, Channel: tokenizer.ChannelText}
+	}
+	return tokens, nil
 }
 
 // tokenizeChats prints the tokens of every conversation in a JSONL or Parquet file (- for JSONL on stdin).
-// --thinking fills in the mode of conversations that do not give theirs, as in potato replay.
-func tokenizeChats(ctx context.Context, w io.Writer, tok *tokenizer.Tokenizer, path, thinking string) error {
+// --thinking fills in the mode of conversations that do not give theirs, as in potato replay. A file
+// without conversations, or a conversation past limit tokens, is an error naming it.
+func tokenizeChats(ctx context.Context, w io.Writer, tok *tokenizer.Tokenizer, path, thinking string, limit int) error {
 	var convs []tokenizer.Conversation
 	var err error
 	if path == "-" {
@@ -89,6 +122,9 @@ func tokenizeChats(ctx context.Context, w io.Writer, tok *tokenizer.Tokenizer, p
 	}
 	if err != nil {
 		return fmt.Errorf("tokenize: %w", err)
+	}
+	if len(convs) == 0 {
+		return fmt.Errorf("tokenize: %s holds no conversations", path)
 	}
 	if err := applyThinking(convs, thinking); err != nil {
 		return fmt.Errorf("tokenize: %w", err)
@@ -105,6 +141,9 @@ func tokenizeChats(ctx context.Context, w io.Writer, tok *tokenizer.Tokenizer, p
 		if id == "" {
 			id = strconv.Itoa(i + 1)
 		}
+		if len(tokens) > limit {
+			return fmt.Errorf("tokenize: %s: conversation %d (id %q) has %d tokens: the limit is %d (--max-tokens)", path, i+1, id, len(tokens), limit)
+		}
 		fmt.Fprintf(w, "# conversation %s: %d messages, %d tokens\n", id, len(c.Messages), len(tokens))
 		if err := printTokens(w, tok, tokens); err != nil {
 			return err
@@ -114,12 +153,21 @@ func tokenizeChats(ctx context.Context, w io.Writer, tok *tokenizer.Tokenizer, p
 	return nil
 }
 
+// printRowsAligned is how many rows printTokens aligns at once: a tabwriter holds every row until it
+// flushes, and a million rows held at once took hundreds of MB; columns may widen from block to block.
+const printRowsAligned = 4096
+
 // printTokens writes one row per token: position, id, the piece in backquotes (control characters escaped,
 // partial UTF-8 bytes as <0xNN>), the message index (- for none) and the channel.
 func printTokens(w io.Writer, tok *tokenizer.Tokenizer, tokens []tokenizer.Token) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "pos\tid\tpiece\tmessage\tchannel")
 	for i, t := range tokens {
+		if i > 0 && i%printRowsAligned == 0 {
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+		}
 		msg := "-"
 		if t.Message >= 0 {
 			msg = strconv.Itoa(t.Message)
