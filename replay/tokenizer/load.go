@@ -107,7 +107,17 @@ func ReadTiktoken(r io.Reader, name string) ([]string, error) {
 	}
 	for rank, l := range lineOf {
 		if l == 0 {
-			return nil, fmt.Errorf("%w: %s: ranks have a gap: %d of %d tokens is missing", ErrFormat, name, rank, n)
+			where := "" // where the reader should look: the line of the rank before, and one past the end
+			if rank > 0 {
+				where = fmt.Sprintf("; rank %d is on line %d", rank-1, lineOf[rank-1])
+			}
+			for _, e := range entries {
+				if e.rank >= n {
+					where += fmt.Sprintf("; line %d gives rank %d, past the %d tokens the file holds", e.line, e.rank, n)
+					break
+				}
+			}
+			return nil, fmt.Errorf("%w: %s: ranks have a gap: no line gives rank %d%s", ErrFormat, name, rank, where)
 		}
 	}
 	for b := range 256 {

@@ -35,7 +35,7 @@ func TestReadTiktokenErrors(t *testing.T) {
 		{"bad rank", byteLines() + b64("ab") + " -3\n", "x.model:257: bad rank \"-3\""},
 		{"duplicate rank", byteLines() + b64("ab") + " 7\n", "x.model:257: duplicate rank 7 (also on line 8)"},
 		{"duplicate bytes", byteLines() + b64("a") + " 256\n", "x.model:257: token \"a\" already has a rank on line 98"},
-		{"gap", byteLines() + b64("ab") + " 257\n", "ranks have a gap: 256 of 257 tokens is missing"},
+		{"gap", byteLines() + b64("ab") + " 257\n", "ranks have a gap: no line gives rank 256; rank 255 is on line 256; line 257 gives rank 257, past the 257 tokens the file holds"},
 		{"missing byte", strings.Replace(byteLines(), b64("\x07")+" 7\n", b64("ab")+" 7\n", 1), "single-byte token 0x07 is missing"},
 	}
 	for _, tt := range tests {
