@@ -323,14 +323,18 @@ func (b *Backend) start(images map[string][]byte, lt *bind.CuBLASLt) error {
 	b.dv = dv
 	mods := make([]device.Module, len(kernelFiles))
 	for i, kf := range kernelFiles {
-		mods[i] = device.Module{Name: kf.file, Image: images[kf.file], Kernels: kf.kernels}
+		mods[i] = device.Module{Name: kf.file, Image: images[kf.file], Kernels: kf.loaded()}
 	}
 	if err := dv.Load(mods); err != nil {
 		b.release()
 		return err
 	}
 	// Kernels with more than 48 KiB of dynamic shared memory must opt in.
-	for _, k := range []string{"k_kda_exact", "k_mla", "k_kda_chunk_r128", "k_kda_chunk_r64", "k_kda_chunk_prof_r128"} {
+	large := []string{"k_kda_exact", "k_mla", "k_kda_chunk_r128", "k_kda_chunk_r64"}
+	if devKernels {
+		large = append(large, "k_kda_chunk_prof_r128")
+	}
+	for _, k := range large {
 		if err := d.Check("cuFuncSetAttribute("+k+", max dynamic shared memory)",
 			bind.Call(d.CuFuncSetAttribute, b.fn(k), bind.FuncAttrMaxDynamicSharedBytes, uintptr(b.info.MaxSharedOptin))); err != nil {
 			b.release()

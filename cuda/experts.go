@@ -101,11 +101,11 @@ func (d *groupedDev) at(off int) uint64 { return d.tab + 4*uint64(off) }
 func (c *opCtx) prepareGrouped(p *groupedPlan, acc, z uint64, latent, ffn int, beta, linBeta float32, suffix string) (*groupedDev, error) {
 	d := &groupedDev{plan: p, acc: acc, z: z, latent: latent, ffn: ffn, beta: beta, linBeta: linBeta,
 		gateNCol: (ffn + xGateCols - 1) / xGateCols, downNCol: (latent + xDownCols - 1) / xDownCols, smem: xSmemBytes, kernels: suffix}
-	kernels := []string{"k_experts_gateup", "k_experts_down", "k_experts_gateup_f32", "k_experts_down_f32",
-		"k_experts_gateup_nodec", "k_experts_down_nodec"}
+	// The two GEMM kernels this call launches (groupedGateUp, groupedDown); only these are asked for
+	// their shared memory below: the tests' other forms are not loaded in production (kernels.go, dev).
+	kernels := []string{"k_experts_gateup" + suffix, "k_experts_down" + suffix}
 	if wgKernels(suffix) {
 		d.gateNCol, d.downNCol, d.smem = (ffn+wGateCols-1)/wGateCols, (latent+wDownCols-1)/wDownCols, wSmemBytes
-		kernels = []string{"k_experts_gateup_wg", "k_experts_down_wg", "k_experts_gateup_wg_nodec", "k_experts_down_wg_nodec"}
 	}
 	if int64(p.tiles)*int64(max(d.gateNCol, d.downNCol)) > math.MaxInt32 {
 		return nil, fmt.Errorf("%w: %s: %d row tiles x %d column tiles exceed a grid", ErrArgument, c.op, p.tiles, max(d.gateNCol, d.downNCol))

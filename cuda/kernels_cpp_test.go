@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -28,7 +29,7 @@ func TestKernelsParseAsCpp(t *testing.T) {
 		n++
 		t.Run(f.Name(), func(t *testing.T) {
 			t.Parallel()
-			cmd := exec.Command(gxx, "-std=c++17", "-fsyntax-only", "-w", "-fpermissive", "-include", prelude, "-x", "c++", f.Name())
+			cmd := exec.Command(gxx, "-std=c++17", "-fsyntax-only", "-w", "-fpermissive", "-DPOTATO_DEV_KERNELS", "-include", prelude, "-x", "c++", f.Name())
 			cmd.Dir = "kernels"
 			if out, err := cmd.CombinedOutput(); err != nil {
 				t.Errorf("g++ %s: %v\n%s", f.Name(), err, out)
@@ -43,7 +44,8 @@ func TestKernelsParseAsCpp(t *testing.T) {
 // TestKernelFilesListEveryKernel: kernelFiles names exactly the extern "C" kernels each file defines, macro
 // expansions included (g++ -E with the host prelude, __global__ marked): the backend loads kernels by
 // those lists, so a kernel missing from its file's list fails only at its first launch on the device
-// (run 90 lost a call to one). Skipped where g++ is not installed.
+// (run 90 lost a call to one). Both builds: production's (the kernels lists) and the tests' with
+// POTATO_DEV_KERNELS (the dev lists too). Skipped where g++ is not installed.
 func TestKernelFilesListEveryKernel(t *testing.T) {
 	gxx, prelude := hostCpp(t)
 	mark := filepath.Join(t.TempDir(), "mark.h")
@@ -52,25 +54,32 @@ func TestKernelFilesListEveryKernel(t *testing.T) {
 	}
 	def := regexp.MustCompile(`extern\s+"C"\s+POTATO_KERNEL\s+void\s+(\w+)\s*\(`)
 	for _, kf := range kernelFiles {
-		t.Run(kf.file, func(t *testing.T) {
-			t.Parallel()
-			cmd := exec.Command(gxx, "-std=c++17", "-E", "-P", "-w", "-include", prelude, "-include", mark, "-x", "c++", kf.file)
-			cmd.Dir = "kernels"
-			out, err := cmd.Output()
-			if err != nil {
-				t.Fatalf("g++ -E %s: %v", kf.file, err)
-			}
-			var got []string
-			for _, m := range def.FindAllSubmatch(out, -1) {
-				got = append(got, string(m[1]))
-			}
-			want := slices.Clone(kf.kernels)
-			slices.Sort(got)
-			slices.Sort(want)
-			if !slices.Equal(got, want) {
-				t.Errorf("%s defines %v; kernelFiles lists %v", kf.file, got, want)
-			}
-		})
+		for _, dev := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/dev=%v", kf.file, dev), func(t *testing.T) {
+				t.Parallel()
+				args := []string{"-std=c++17", "-E", "-P", "-w", "-include", prelude, "-include", mark}
+				want := slices.Clone(kf.kernels)
+				if dev {
+					args = append(args, "-DPOTATO_DEV_KERNELS")
+					want = append(want, kf.dev...)
+				}
+				cmd := exec.Command(gxx, append(args, "-x", "c++", kf.file)...)
+				cmd.Dir = "kernels"
+				out, err := cmd.Output()
+				if err != nil {
+					t.Fatalf("g++ -E %s: %v", kf.file, err)
+				}
+				var got []string
+				for _, m := range def.FindAllSubmatch(out, -1) {
+					got = append(got, string(m[1]))
+				}
+				slices.Sort(got)
+				slices.Sort(want)
+				if !slices.Equal(got, want) {
+					t.Errorf("%s (dev kernels %v) defines %v; kernelFiles lists %v", kf.file, dev, got, want)
+				}
+			})
+		}
 	}
 }
 

@@ -32,7 +32,7 @@ func TestPtxasInfo(t *testing.T) {
 		if s.Name != file {
 			continue
 		}
-		opts := append([]string{"--gpu-architecture=" + arch, "--ptxas-options=-v"}, nvrtcOptions...)
+		opts := append([]string{"--gpu-architecture=" + arch, "--ptxas-options=-v"}, compileOptions()...)
 		log, err := nv.BuildLog(s, opts)
 		if err != nil {
 			t.Fatal(err)

@@ -257,7 +257,9 @@ __device__ __forceinline__ void experts_gemm(u16* out, const u16* a, const int4*
 // tiles * ncol blocks (block b: row tile b / ncol, column tile b % ncol; ncol = ceil(ffn / 64) for
 // gate/up, ceil(latent / 128) for down). tiles: int4 (expert index into wp, first row, rows <= 128, 0).
 // The _f32 forms decode with float32 multiplies only (the same bits; compared and timed by the tests),
-// the _nodec forms skip decoding (wrong values: they time the rest of the kernel).
+// the _nodec forms skip decoding (wrong values: they time the rest of the kernel). Both are instruments of
+// the tests, compiled only under POTATO_DEV_KERNELS (kernels.go's dev lists): production carries the
+// X_DEC forms alone.
 #define X_GATEUP(name, dec)                                                                                      \
     extern "C" __global__ void __launch_bounds__(X_THREADS, 2)                                                  \
         name(u16* h, const u16* zs, const int4* tiles, const u64* wp, int ncol, int ffn, int latent,             \
@@ -271,10 +273,12 @@ __device__ __forceinline__ void experts_gemm(u16* out, const u16* a, const int4*
     }
 X_GATEUP(k_experts_gateup, X_DEC)
 X_DOWN(k_experts_down, X_DEC)
+#ifdef POTATO_DEV_KERNELS
 X_GATEUP(k_experts_gateup_f32, DEC_F32)
 X_DOWN(k_experts_down_f32, DEC_F32)
 X_GATEUP(k_experts_gateup_nodec, DEC_NONE)
 X_DOWN(k_experts_down_nodec, DEC_NONE)
+#endif
 
 // k_experts_gather: out[r, :] = bf16(z[rows[r], :]) for r < n (cols % 4 == 0, z 16-byte aligned).
 // Grid-stride, 4 values a thread.

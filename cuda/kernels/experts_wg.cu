@@ -211,7 +211,8 @@ __device__ __forceinline__ void experts_wg(u16* out, const u16* a, const int4* t
 // Launch (k_experts_gateup_wg, k_experts_down_wg): blockDim 256, W_SMEM_BYTES of dynamic shared memory,
 // gridDim tiles * ncol blocks (block b: row tile b / ncol, column tile b % ncol; ncol = ceil(ffn / 64) for
 // gate/up, ceil(latent / 128) for down), a tile table of experts.cu's form with tiles of up to 256 rows.
-// The _nodec forms skip decoding (wrong values: they time the rest of the kernel). Compiled for sm_90a
+// The _nodec forms skip decoding (wrong values: they time the rest of the kernel; tests only, compiled
+// under POTATO_DEV_KERNELS). Compiled for sm_90a
 // only; elsewhere the kernels exist and do nothing, and the Go side never launches them (Backend.wgOK).
 #define W_GATEUP(name, dec)                                                                                     \
     extern "C" __global__ void __launch_bounds__(W_THREADS, 1)                                                 \
@@ -226,5 +227,7 @@ __device__ __forceinline__ void experts_wg(u16* out, const u16* a, const int4* t
     }
 W_GATEUP(k_experts_gateup_wg, X_DEC)
 W_DOWN(k_experts_down_wg, X_DEC)
+#ifdef POTATO_DEV_KERNELS
 W_GATEUP(k_experts_gateup_wg_nodec, DEC_NONE)
 W_DOWN(k_experts_down_wg_nodec, DEC_NONE)
+#endif

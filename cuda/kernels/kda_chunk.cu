@@ -621,8 +621,10 @@ __device__ __forceinline__ void kda_chunk(float* __restrict__ out, const float* 
     }
 KDA_CHUNK(k_kda_chunk_r128, 128, 3, 2)
 KDA_CHUNK(k_kda_chunk_r64, 64, 3, 4)
+#ifdef POTATO_DEV_KERNELS
 // k_kda_chunk_prof_r128 is k_kda_chunk_r128 with thread 0 of each block adding its clock cycles per phase
-// to prof[0..7] (rows, columns, A and P, M, W, products, chunk start barrier, before the loop): timing only.
+// to prof[0..7] (rows, columns, A and P, M, W, products, chunk start barrier, before the loop): timing only,
+// compiled for the tests (POTATO_DEV_KERNELS).
 extern "C" __global__ void __launch_bounds__(256, 2)
     k_kda_chunk_prof_r128(float* out, const float* q, const float* k, const float* v, const float* graw, const float* braw,
                           const float* aLog, const float* dtBias, const int* starts, int heads, float lower, float scale,
@@ -631,3 +633,4 @@ extern "C" __global__ void __launch_bounds__(256, 2)
     kda_chunk<128, 3, true>(out, q, k, v, graw, braw, aLog, dtBias, starts, heads, lower, scale, bf, init, fin, pq, pk, pv,
                             pg, pb, npre, prof);
 }
+#endif
