@@ -165,7 +165,7 @@ func Open(ctx context.Context, dir string, b ops.Backend, opts EngineOptions, ck
 		d.Close()
 		return nil, nil, err
 	}
-	if err := d.Check(plan.Tensors(), model.IgnoredPrefixes...); err != nil {
+	if err := plan.CheckDir(d); err != nil { // by count first: an absurd config is refused before its tensor list is built
 		d.Close()
 		return nil, nil, err
 	}

@@ -86,7 +86,7 @@ func inspect(dir string, perLayer bool, w io.Writer) error {
 	if err := plan.Fit(d.Lookup); err != nil {
 		fmt.Fprintf(w, "VIOLATION %v\n", err)
 		problems++
-	} else if err := d.Check(plan.Tensors(), model.IgnoredPrefixes...); err != nil {
+	} else if err := plan.CheckDir(d); err != nil {
 		problems += printMismatch(w, err)
 	}
 	problems += checkTokenizer(w, dir, plan.Config)

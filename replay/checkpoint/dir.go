@@ -210,6 +210,18 @@ func (d *Dir) Lookup(name string) (Tensor, bool) {
 // Len returns the number of tensors.
 func (d *Dir) Len() int { return len(d.tensors) }
 
+// Count returns the number of tensors whose names start with none of skipPrefixes, the tensors Check
+// expects a spec for: a caller can compare it with the count its specs would have before building them.
+func (d *Dir) Count(skipPrefixes ...string) int {
+	n := 0
+	for _, t := range d.tensors {
+		if !hasAnyPrefix(t.Name, skipPrefixes) {
+			n++
+		}
+	}
+	return n
+}
+
 // Names returns every tensor name, sorted.
 func (d *Dir) Names() []string {
 	names := make([]string, len(d.tensors))

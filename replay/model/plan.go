@@ -2,7 +2,6 @@ package model
 
 import (
 	"fmt"
-	"sort"
 )
 
 // AttnKind is the token-mixing sublayer of a layer.
@@ -115,9 +114,14 @@ func (p *Plan) LayerIndices(a AttnKind) []int {
 	return out
 }
 
-// checkLayerLists verifies that kda_layers and full_attn_layers (1-indexed) partition 1..n.
+// maxListedLayers bounds the layer numbers one message lists; the rest are counted ("and N more").
+const maxListedLayers = 10
+
+// checkLayerLists verifies that kda_layers and full_attn_layers (1-indexed) partition 1..n. Its memory
+// follows the lists' lengths (what config.json holds), never n: validate bounds n before, and the
+// message about layers in neither list names the first few and counts the rest.
 func checkLayerLists(n int, kda, full []int) error {
-	owner := make(map[int]string, n)
+	owner := make(map[int]string, len(kda)+len(full))
 	for _, list := range []struct {
 		field string
 		ids   []int
@@ -136,14 +140,19 @@ func checkLayerLists(n int, kda, full []int) error {
 		}
 	}
 	if len(kda)+len(full) != n {
-		var missing []int
-		for i := 1; i <= n; i++ {
+		// Every listed id is in 1..n and distinct, so n - len(owner) layers are in neither list.
+		missing, more := []int{}, n-len(owner)
+		for i := 1; i <= n && len(missing) < maxListedLayers; i++ {
 			if _, ok := owner[i]; !ok {
 				missing = append(missing, i)
 			}
 		}
-		sort.Ints(missing)
-		return fmt.Errorf("%w: linear_attn_config: layers %v (1-indexed) are in neither kda_layers nor full_attn_layers; num_hidden_layers is %d", ErrConfig, missing, n)
+		more -= len(missing)
+		rest := ""
+		if more > 0 {
+			rest = fmt.Sprintf(" and %d more", more)
+		}
+		return fmt.Errorf("%w: linear_attn_config: layers %v%s (1-indexed) are in neither kda_layers nor full_attn_layers; num_hidden_layers is %d", ErrConfig, missing, rest, n)
 	}
 	return nil
 }

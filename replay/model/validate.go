@@ -37,6 +37,14 @@ func validate(c *TextConfig) error {
 			return fmt.Errorf("%w: text_config.%s = %d: must be positive", ErrConfig, f.field, f.v)
 		}
 	}
+	// Upper bounds, checked before anything is sized by these numbers (the layer plan, the layer lists'
+	// check, the tensor manifest): a config past them is a typo or a damaged file, and planning it would
+	// exhaust memory rather than fail.
+	for _, f := range sizeBounds(c) {
+		if f.v > f.max {
+			return fmt.Errorf("%w: text_config.%s = %d: more than the %d this engine admits (K3: %d)", ErrConfig, f.field, f.v, f.max, f.k3)
+		}
+	}
 	nonNegative := []struct {
 		field string
 		v     int
@@ -135,4 +143,46 @@ func validate(c *TextConfig) error {
 		}
 	}
 	return nil
+}
+
+// The largest layer and expert counts a config may give (sizeBounds). Each is more than ten times K3's
+// (93 layers, 896 experts), so any model of the architecture fits; a config past them cannot be a
+// checkpoint anyone can hold (a thousand K3 layers are 17 TB).
+const (
+	MaxLayers  = 1024  // text_config.num_hidden_layers at most
+	MaxExperts = 16384 // text_config.num_experts at most
+)
+
+// sizeBound is one config number, the most the engine admits and K3's value (K3_SPEC.md section 1),
+// which the refusal quotes so that the bound reads as headroom, not as a limit on the real model.
+type sizeBound struct {
+	field      string
+	v, max, k3 int
+}
+
+// sizeBounds lists the upper bounds of text_config's sizes. Each admits K3 with at least ten times
+// headroom. They also keep every tensor's element count far below what int64 byte counts hold (the
+// largest, the fused shared experts' num_shared_experts x moe_intermediate_size x hidden_size, is at most
+// 2^43).
+func sizeBounds(c *TextConfig) []sizeBound {
+	return []sizeBound{
+		{"num_hidden_layers", c.NumHiddenLayers, MaxLayers, 93},
+		{"num_experts", c.NumExperts, MaxExperts, 896},
+		{"hidden_size", c.HiddenSize, 1 << 17, 7168},
+		{"vocab_size", c.VocabSize, 1 << 24, 163840},
+		{"num_attention_heads", c.NumAttentionHeads, 4096, 96},
+		{"num_key_value_heads", c.NumKeyValueHeads, 4096, 96},
+		{"q_lora_rank", c.QLoraRank, 1 << 16, 1536},
+		{"kv_lora_rank", c.KVLoraRank, 1 << 16, 512},
+		{"qk_nope_head_dim", c.QKNopeHeadDim, 4096, 128},
+		{"qk_rope_head_dim", c.QKRopeHeadDim, 4096, 64},
+		{"v_head_dim", c.VHeadDim, 4096, 128},
+		{"linear_attn_config.head_dim", c.LinearAttn.HeadDim, 4096, 128},
+		{"linear_attn_config.num_heads", c.LinearAttn.NumHeads, 4096, 96},
+		{"linear_attn_config.short_conv_kernel_size", c.LinearAttn.ShortConvKernelSize, 256, 4},
+		{"intermediate_size", c.IntermediateSize, 1 << 20, 33792},
+		{"num_shared_experts", c.NumSharedExperts, 256, 2},
+		{"moe_intermediate_size", c.MoEIntermediateSize, 1 << 18, 3072},
+		{"routed_expert_hidden_size", c.RoutedExpertHidden, 1 << 17, 3584},
+	}
 }
