@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/potato-k3/potato-k3/replay/model"
 	"github.com/potato-k3/potato-k3/replay/synth"
 )
 
@@ -46,6 +47,14 @@ func runSynth(ctx context.Context, args []string, stdout io.Writer) error {
 	if *out == "" || fs.NArg() > 0 {
 		fs.Usage()
 		return errors.New("synth: --out DIR is required and takes no positional arguments")
+	}
+	// The sizes are checked before anything is built: the plan of a huge --layers would fill memory
+	// before the disk-space check could refuse it.
+	switch {
+	case *layers < 0 || *layers > model.MaxLayers:
+		return fmt.Errorf("synth: --layers %d: want 0 (the preset's default) up to %d", *layers, model.MaxLayers)
+	case *workers < 0:
+		return fmt.Errorf("synth: --workers %d is negative (0: one per CPU)", *workers)
 	}
 	o := synth.Options{Preset: *preset, Seed: *seed, Layers: *layers, Sparse: *sparse, Workers: *workers}
 	if !*quiet {

@@ -31,8 +31,24 @@ type Placed struct {
 	Begin int64
 }
 
+// MaxTensors bounds the tensors of a synthetic directory: four times the release's 497,220. Its layout
+// is held in memory (about 350 bytes a tensor), so a layer count that would pass it is refused, by count,
+// before any tensor is listed.
+const MaxTensors = 4 * 497_220
+
 // NewLayout computes the layout of a preset for n layers (0: the preset's default).
 func NewLayout(p Preset, n int, seed uint64) (*Layout, error) {
+	plan, err := p.plan(n)
+	if err != nil {
+		return nil, err
+	}
+	return p.layout(plan, seed)
+}
+
+// plan is the preset's layer plan for n layers (0: the default), with A_log padded as the preset says.
+// It is cheap (a few entries a layer): the tensor count is computed, not listed, and a count past
+// MaxTensors is refused here.
+func (p Preset) plan(n int) (*model.Plan, error) {
 	tc, err := p.TextConfig(n)
 	if err != nil {
 		return nil, err
@@ -45,16 +61,40 @@ func NewLayout(p Preset, n int, seed uint64) (*Layout, error) {
 		heads := tc.LinearAttn.NumHeads
 		plan.ALogLen = (heads + p.aLogPad - 1) / p.aLogPad * p.aLogPad
 	}
+	text, _ := plan.TensorCount()
+	if total := text + int64(len(visionTensors(p.vision, tc.HiddenSize))); total > MaxTensors {
+		return nil, fmt.Errorf("%w: %s with %d layers has %d tensors: more than the %d synth writes (synth.MaxTensors, four times K3's)",
+			ErrPreset, p.Name, len(plan.Layers), total, MaxTensors)
+	}
+	return plan, nil
+}
+
+// layout places every tensor of plan in the preset's shards.
+func (p Preset) layout(plan *model.Plan, seed uint64) (*Layout, error) {
 	specs := writeOrder(plan, p.vision)
 	var total int64
 	for _, s := range specs {
 		total += s.Bytes()
 	}
-	shards, err := splitShards(specs, total, p.shards(tc, total))
+	shards, err := splitShards(specs, total, p.shards(plan.Config, total))
 	if err != nil {
 		return nil, fmt.Errorf("synth: preset %s: %w", p.Name, err)
 	}
 	return &Layout{Preset: p, Seed: seed, Plan: plan, Shards: shards}, nil
+}
+
+// dataBytes is the tensor data of the preset's directory for plan, computed from the plan's layer sizes
+// without listing the tensors: what a dense write needs at least, known before the layout is built.
+func (p Preset) dataBytes(plan *model.Plan) int64 {
+	var n int64
+	for _, s := range append(plan.GlobalTensors(), visionTensors(p.vision, plan.Config.HiddenSize)...) {
+		n += s.Bytes()
+	}
+	for i := range plan.Layers {
+		own, experts := plan.LayerBytes(i)
+		n += own + experts
+	}
+	return n
 }
 
 // writeOrder lists every tensor of the directory in the order the shards hold them: the embedding, each

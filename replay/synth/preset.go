@@ -97,6 +97,8 @@ func (p Preset) TextConfig(n int) (model.TextConfig, error) {
 		n = p.Layers
 	case n < 0:
 		return model.TextConfig{}, fmt.Errorf("%w: %s: %d layers", ErrPreset, p.Name, n)
+	case n > model.MaxLayers: // refused before the layer lists are built: they take n entries
+		return model.TextConfig{}, fmt.Errorf("%w: %s: %d layers: more than the %d a model may have (model.MaxLayers; K3 has 93)", ErrPreset, p.Name, n, model.MaxLayers)
 	case p.FixedLayers && n != p.Layers:
 		return model.TextConfig{}, fmt.Errorf("%w: %s always has %d layers (use k3-layer for fewer)", ErrPreset, p.Name, p.Layers)
 	}

@@ -45,7 +45,7 @@ func Write(ctx context.Context, dir string, o Options) (*Layout, error) {
 	if err != nil {
 		return nil, err
 	}
-	l, err := NewLayout(p, o.Layers, o.Seed)
+	plan, err := p.plan(o.Layers)
 	if err != nil {
 		return nil, err
 	}
@@ -55,6 +55,17 @@ func Write(ctx context.Context, dir string, o Options) (*Layout, error) {
 	parent := filepath.Dir(filepath.Clean(dir))
 	if err := os.MkdirAll(parent, 0o755); err != nil {
 		return nil, fmt.Errorf("synth: %w", err)
+	}
+	// The space a dense write needs is known from the plan before the layout (every tensor listed, in
+	// memory) is built: the tensor data now, the headers with it after.
+	if !o.Sparse {
+		if err := checkSpace(parent, p.dataBytes(plan), p); err != nil {
+			return nil, err
+		}
+	}
+	l, err := p.layout(plan, o.Seed)
+	if err != nil {
+		return nil, err
 	}
 	if !o.Sparse {
 		if err := checkSpace(parent, l.FileBytes(), p); err != nil {
