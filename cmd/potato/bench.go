@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"os"
 	"runtime/pprof"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/potato-k3/potato-k3/cuda"
+	"github.com/potato-k3/potato-k3/kernel/server"
 	"github.com/potato-k3/potato-k3/replay"
 	"github.com/potato-k3/potato-k3/replay/checkpoint"
 	"github.com/potato-k3/potato-k3/replay/model"
@@ -40,6 +42,7 @@ type benchFlags struct {
 	directIO, opProfile, eagerRounding, eagerWidening, unfusedMixNorm, mlaMmaSync bool
 	noReadAhead                                                                   bool
 	planOnly                                                                      bool
+	maxWave                                                                       int
 }
 
 func runBench(ctx context.Context, args []string, stdout io.Writer) error {
@@ -78,7 +81,15 @@ func benchTo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs.BoolVar(&f.planOnly, "plan-only", false, "print each wave size's plan (reads, slices, where the state lives, device peak) and stop, without computing")
 	fs.BoolVar(&f.directIO, "direct-io", false, "read the checkpoint with O_DIRECT, bypassing the page cache (from the disk itself)")
 	fs.BoolVar(&f.opProfile, "op-profile", false, "print, per layer kind, each op's calls and device time (MatMul by weight shape) against the layers' wall time, from the median run (cuda backend only; the ops are timed with CUDA events; without it the device timeline the cuda backend always prints times only the layers' ends)")
+	fs.IntVar(&f.maxWave, "max-wave-tokens", server.DefaultLimits.MaxWaveTokens, "largest wave size --tokens may give (as potato replay and serve); a larger one is refused before anything is built")
 	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("bench: unexpected argument %q", fs.Arg(0))
+	}
+	sizes, err := f.check()
+	if err != nil {
 		return err
 	}
 	if f.cpuProfile != "" {
@@ -94,19 +105,10 @@ func benchTo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	dir := f.model
 	if dir == "" {
-		var err error
 		fmt.Fprintf(stderr, "bench: preset %s seed %d (written to the cache on first use)\n", f.preset, f.seed)
 		if dir, err = synth.CachedVerified(ctx, f.preset, f.seed, stderr); err != nil {
 			return err
 		}
-	}
-	var sizes []int
-	for _, s := range strings.Split(f.waves, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(s))
-		if err != nil || n < 1 {
-			return fmt.Errorf("--tokens: %q is not a wave size", s)
-		}
-		sizes = append(sizes, n)
 	}
 	opts := replay.EngineOptions{ExpertChunk: f.expertChunk,
 		HostCacheBytes: int64(f.hostCache), ResidentBytes: int64(f.resident), PrefetchExperts: f.prefetch,
@@ -187,6 +189,56 @@ func benchTo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	// The read buffers the engine keeps between waves (pinned memory on the GPU backend).
 	fmt.Fprintf(stdout, "\nhost read buffers kept between waves: %.2f GB\n", float64(l.engine.HostBufferBytes())/1e9)
 	return nil
+}
+
+// check refuses, before the model is opened or written, every flag that cannot be benched: wave sizes
+// that are not positive or past --max-wave-tokens (a request of that many tokens is built in memory),
+// a --seq-len below 1 (the request would never fill), bounds that are negative or not finite (0:
+// measure), a --repeat below 1, and negative counts. It returns the wave sizes of --tokens.
+func (f *benchFlags) check() ([]int, error) {
+	if f.maxWave < 1 {
+		return nil, fmt.Errorf("bench: --max-wave-tokens %d must be positive", f.maxWave)
+	}
+	var sizes []int
+	for _, s := range strings.Split(f.waves, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		switch {
+		case err != nil || n < 1:
+			return nil, fmt.Errorf("bench: --tokens: %q is not a wave size (a positive number of tokens)", s)
+		case n > f.maxWave:
+			return nil, fmt.Errorf("bench: --tokens: a wave of %d tokens is past the limit of %d (--max-wave-tokens)", n, f.maxWave)
+		}
+		sizes = append(sizes, n)
+	}
+	if f.seqLen < 1 {
+		return nil, fmt.Errorf("bench: --seq-len %d: a sequence needs at least 1 token", f.seqLen)
+	}
+	if f.repeat < 1 {
+		return nil, fmt.Errorf("bench: --repeat %d: at least 1 timed run per wave size", f.repeat)
+	}
+	for _, b := range []struct {
+		flag string
+		v    float64
+	}{{"--bound-flops", f.boundFlops}, {"--bound-bandwidth", f.boundBandwidth}} {
+		if b.v < 0 || math.IsNaN(b.v) || math.IsInf(b.v, 0) {
+			return nil, fmt.Errorf("bench: %s %g: want a positive rate (0: measure it)", b.flag, b.v)
+		}
+	}
+	for _, n := range []struct {
+		flag string
+		v    int
+	}{{"--expert-chunk", f.expertChunk}, {"--expert-streams", f.expertStreams}, {"--read-workers", f.readWorkers}} {
+		if n.v < 0 {
+			return nil, fmt.Errorf("bench: %s %d is negative", n.flag, n.v)
+		}
+	}
+	if f.prefetch < -1 {
+		return nil, fmt.Errorf("bench: --prefetch-experts %d: want a count, or -1 for all", f.prefetch)
+	}
+	if err := f.mem.check(f.backend); err != nil {
+		return nil, fmt.Errorf("bench: %w", err)
+	}
+	return sizes, nil
 }
 
 // bound is the measured ceilings the results are divided by.
@@ -386,7 +438,7 @@ func benchWave(ctx context.Context, w io.Writer, l *loaded, bd bound, n, seqLen,
 	var runs []replay.WaveStats
 	var layerTimes, routedTimes [][]float64
 	var profiles [][]ops.OpSpan
-	for range max(repeat, 1) {
+	for range repeat { // at least 1 (benchFlags.check)
 		times, routed := make([]float64, len(plan.Layers)), make([]float64, len(plan.Layers))
 		last := 0.0
 		if prof != nil {

@@ -49,16 +49,23 @@ func parseLayers(s string, layers int) ([]int, error) {
 	return out, nil
 }
 
-// parseIDs reads a comma- or space-separated list of token ids.
+// parseIDs reads a list of token ids separated by commas, spaces or both ("1, 2 3,\n40"). An empty
+// entry between commas, or before or after one ("1,,2", "1,2,", ",1"), is refused rather than dropped:
+// it is most likely an id lost in editing, and a sequence silently one token short shifts every target.
 func parseIDs(s string) ([]int32, error) {
-	fields := strings.FieldsFunc(s, func(r rune) bool { return r == ',' || r == ' ' || r == '\t' || r == '\n' })
-	out := make([]int32, 0, len(fields))
-	for _, f := range fields {
-		v, err := strconv.ParseInt(f, 10, 32)
-		if err != nil {
-			return nil, fmt.Errorf("token list: %q is not a token id", f)
+	var out []int32
+	for i, part := range strings.Split(s, ",") {
+		fields := strings.Fields(part)
+		if len(fields) == 0 {
+			return nil, fmt.Errorf("token list: entry %d is empty (a comma with no id on one side)", i+1)
 		}
-		out = append(out, int32(v))
+		for _, f := range fields {
+			v, err := strconv.ParseInt(f, 10, 32)
+			if err != nil {
+				return nil, fmt.Errorf("token list: %q is not a token id", f)
+			}
+			out = append(out, int32(v))
+		}
 	}
 	return out, nil
 }

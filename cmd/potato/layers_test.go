@@ -2,6 +2,7 @@ package main
 
 import (
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -33,12 +34,32 @@ func TestParseLayers(t *testing.T) {
 	}
 }
 
+// parseIDs takes ids separated by commas, spaces or both, and refuses an empty entry instead of
+// dropping it (a lost id would shift every target after it).
 func TestParseIDs(t *testing.T) {
-	got, err := parseIDs("1, 2 3,\n40")
-	if err != nil || !slices.Equal(got, []int32{1, 2, 3, 40}) {
-		t.Errorf("parseIDs = %v, %v", got, err)
+	tests := []struct {
+		in   string
+		want []int32
+		err  string // in the error; "" when accepted
+	}{
+		{"1, 2 3,\n40", []int32{1, 2, 3, 40}, ""},
+		{"7", []int32{7}, ""},
+		{" 1 ,2\n", []int32{1, 2}, ""},
+		{"1,x", nil, `"x" is not a token id`},
+		{"1,,2", nil, "entry 2 is empty"},
+		{"1,2,", nil, "entry 3 is empty"},
+		{",1", nil, "entry 1 is empty"},
+		{"1, ,2", nil, "entry 2 is empty"},
+		{" ", nil, "entry 1 is empty"},
+		{"99999999999", nil, "is not a token id"},
 	}
-	if _, err := parseIDs("1,x"); err == nil {
-		t.Error("parseIDs accepted a non-number")
+	for _, tc := range tests {
+		got, err := parseIDs(tc.in)
+		switch {
+		case tc.err == "" && (err != nil || !slices.Equal(got, tc.want)):
+			t.Errorf("parseIDs(%q): -want %v +got %v, %v", tc.in, tc.want, got, err)
+		case tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)):
+			t.Errorf("parseIDs(%q): -want an error …%s… +got %v, %v", tc.in, tc.err, got, err)
+		}
 	}
 }

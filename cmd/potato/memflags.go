@@ -2,6 +2,7 @@ package main
 
 import (
 	"flag"
+	"fmt"
 
 	"github.com/potato-k3/potato-k3/replay"
 )
@@ -29,4 +30,22 @@ func (m *memoryFlags) register(fs *flag.FlagSet) {
 func (m *memoryFlags) apply(o *replay.EngineOptions) {
 	o.SliceTokens, o.DeviceMemory, o.HostMemory = m.sliceTokens, int64(m.device), int64(m.host)
 	o.ExpertMajor, o.NoExpertPooling = m.expertMajor, m.noPooling
+}
+
+// check refuses, before anything is built, what the budgets' flags cannot mean: a negative
+// --slice-tokens (it would silently plan as 0), and on the cpu backend a --devices ordinal other than 0
+// (there is one CPU: an entry there is another CPU backend on it, named 0, as in 0,0; a 5 would be
+// accepted and mean nothing).
+func (m *memoryFlags) check(backend string) error {
+	if m.sliceTokens < 0 {
+		return fmt.Errorf("--slice-tokens %d is negative (0: planned from --device-memory)", m.sliceTokens)
+	}
+	if backend == "cpu" {
+		for _, d := range m.devices {
+			if d != 0 {
+				return fmt.Errorf("--devices %s: the cpu backend has device 0 alone (name it several times, 0,0, for several CPU backends)", m.devices.String())
+			}
+		}
+	}
+	return nil
 }

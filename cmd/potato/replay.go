@@ -107,11 +107,12 @@ func runReplay(ctx context.Context, args []string, stdout io.Writer) error {
 	return writeTables(stdout, l, &req, res[0], f.out, f.float16)
 }
 
-// input is what check read before the engine opened: the text of --text or --text-file, or the
-// conversations of --chat (with --thinking applied).
+// input is what check read before the engine opened: the text of --text or --text-file, the
+// conversations of --chat (with --thinking applied), or the ids of --tokens.
 type input struct {
 	text  string
 	convs []tokenizer.Conversation
+	ids   []int32
 }
 
 // check runs every check that needs no model, before the engine opens: one input, the numbers, the output
@@ -127,8 +128,16 @@ func (f *replayFlags) check() (input, error) {
 	if inputs != 1 {
 		return in, errors.New("replay: give exactly one of --text, --text-file, --chat, --tokens")
 	}
-	if f.topK < 0 {
-		return in, fmt.Errorf("replay: --top-k %d is negative", f.topK)
+	for _, n := range []struct {
+		flag string
+		v    int
+	}{{"--top-k", f.topK}, {"--expert-chunk", f.expertChunk}, {"--show", f.show}} {
+		if n.v < 0 {
+			return in, fmt.Errorf("replay: %s %d is negative", n.flag, n.v)
+		}
+	}
+	if err := f.mem.check(f.backend); err != nil {
+		return in, fmt.Errorf("replay: %w", err)
 	}
 	if f.maxTokens <= 0 || f.maxWaveTokens <= 0 || f.maxRequest <= 0 {
 		return in, fmt.Errorf("replay: --max-tokens %d, --max-wave-tokens %d and --max-request-tokens %d must be positive", f.maxTokens, f.maxWaveTokens, f.maxRequest)
@@ -144,6 +153,10 @@ func (f *replayFlags) check() (input, error) {
 	in.text = f.text
 	var err error
 	switch {
+	case f.tokens != "":
+		if in.ids, err = parseIDs(f.tokens); err != nil {
+			return in, fmt.Errorf("replay: --tokens: %w", err)
+		}
 	case f.textFile == "-":
 		b, err := io.ReadAll(f.stdin)
 		if err != nil {
@@ -259,14 +272,10 @@ func (f *replayFlags) request(l *loaded, in input) (replay.Request, error) {
 	}
 	switch {
 	case f.tokens != "":
-		ids, err := parseIDs(f.tokens)
-		if err != nil {
-			return req, err
+		if len(in.ids) > limit {
+			return req, tooLong("--tokens", len(in.ids))
 		}
-		if len(ids) > limit {
-			return req, tooLong("--tokens", len(ids))
-		}
-		req.Sequences = []replay.Sequence{replay.FromIDs(l.tok, ids)}
+		req.Sequences = []replay.Sequence{replay.FromIDs(l.tok, in.ids)}
 	case in.convs == nil:
 		s, err := replay.FromTextLimit(l.tok, in.text, limit)
 		if errors.Is(err, replay.ErrTooManyTokens) {
