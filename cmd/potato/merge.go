@@ -8,6 +8,7 @@ import (
 	"os"
 
 	"github.com/potato-k3/potato-k3/datasets/job"
+	"github.com/potato-k3/potato-k3/replay/tables"
 )
 
 func init() {
@@ -30,7 +31,9 @@ func runMerge(ctx context.Context, args []string, stdout io.Writer) error {
 		fs.Usage()
 		return fmt.Errorf("merge: give --out FILE.parquet and the job directories")
 	}
-	sum, err := job.Merge(*out, fs.Args(), job.MergeOptions{Partial: *partial})
+	// A fresh result-set id, as `potato replay --out` stamps its tables: tables.ReadSet then refuses the
+	// merged tables beside another run's.
+	sum, err := job.Merge(*out, fs.Args(), job.MergeOptions{Partial: *partial, ResultSet: tables.NewSetID()})
 	if err != nil {
 		return err
 	}

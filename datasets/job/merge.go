@@ -2,10 +2,7 @@ package job
 
 import (
 	"fmt"
-	"io"
-	"path/filepath"
 	"sort"
-	"strings"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
@@ -19,7 +16,12 @@ type MergeOptions struct {
 	// Partial accepts directories whose job is not complete and shard sets with shards missing; by default
 	// Merge refuses them, since the result would silently lack conversations.
 	Partial bool
-	Log     func(string)
+	// ResultSet, when set, is stamped on every merged table as its tables.MetaResultSet (replacing any the
+	// parts carry), as `potato replay --out` stamps its sets (`potato merge` gives tables.NewSetID()), so
+	// that ReadSet refuses the merged tables mixed with another run's. Empty keeps the parts' metadata as
+	// it is, and the files then equal those of a single tables.Build with the parts' options byte for byte.
+	ResultSet string
+	Log       func(string)
 }
 
 // MergeSummary is what Merge wrote.
@@ -32,8 +34,13 @@ type MergeSummary struct {
 // Merge writes the parts of the job directories dirs as one table set at out (FILE.parquet or
 // FILE.arrow: FILE.tokens.parquet and so on, the layout of `potato replay --out`), whose rows are those a
 // single replay of the whole dataset writes, in the same order (by seq_id) and cut into the same record
-// batches: the files equal a single run's byte for byte. The directories must hold one job (one key) and,
-// unless opts.Partial, every shard of it, complete; no conversation may appear twice.
+// batches: the files equal a single run's byte for byte but for the metadata (opts.ResultSet). The
+// directories must hold one job (one key) and, unless opts.Partial, every shard of it, complete; no
+// conversation may appear twice. Every part file the manifests name must be a plain name inside its
+// directory and hold the rows its manifest records; a fault is refused, naming the file, before anything
+// is written. The tables are written as one set (tables.WriteSetFrom): on any error nothing at out
+// changes, and on success out's tables of an earlier merge or run that this merge does not hold are
+// removed.
 func Merge(out string, dirs []string, opts MergeOptions) (MergeSummary, error) {
 	sum := MergeSummary{Rows: map[string]int64{}}
 	if _, err := tables.FormatOf(out); err != nil {
@@ -44,129 +51,29 @@ func Merge(out string, dirs []string, opts MergeOptions) (MergeSummary, error) {
 		return sum, err
 	}
 	sum.Dirs, sum.Parts, sum.Conversations = len(dirs), srcs.parts, len(srcs.order)
+	var set []tables.TableSource
+	var mergers []*merger
 	for _, name := range tables.TableNames {
 		if !srcs.tables[name] {
 			continue
 		}
-		path := tables.TablePath(out, name)
-		rr := newMerger(name, srcs)
-		err := writeTable(path, rr)
-		rows := rr.rows
-		rr.Release()
-		if err != nil {
-			return sum, err
-		}
+		m := newMerger(name, srcs, opts.ResultSet)
+		defer m.Release()
+		set = append(set, tables.TableSource{Name: name, Reader: m})
+		mergers = append(mergers, m)
+	}
+	paths, err := tables.WriteSetFrom(out, set)
+	if err != nil {
+		return sum, fmt.Errorf("job: merge: %w", err)
+	}
+	for i, path := range paths {
 		sum.Files = append(sum.Files, path)
-		sum.Rows[name] = rows
+		sum.Rows[mergers[i].name] = mergers[i].rows
 		if opts.Log != nil {
-			opts.Log(fmt.Sprintf("merge: wrote %s (%s rows)", path, commas(rows)))
+			opts.Log(fmt.Sprintf("merge: wrote %s (%s rows)", path, commas(mergers[i].rows)))
 		}
 	}
 	return sum, nil
-}
-
-// writeTable writes rr's batches to path atomically in the format its extension names.
-func writeTable(path string, rr array.RecordReader) error {
-	format, _ := tables.FormatOf(path)
-	return writeAtomic(path, func(w io.Writer) error {
-		switch format {
-		case tables.FormatParquet:
-			return tables.WriteParquetFrom(w, rr)
-		case tables.FormatIPC: // .arrow: the IPC file format, as every table file named so
-			return tables.WriteIPCFileFrom(w, rr)
-		}
-		return tables.WriteIPCFrom(w, rr)
-	})
-}
-
-// sources are the parts of every directory, with the merged order of their conversations.
-type sources struct {
-	order  []placed        // every conversation, by seq_id
-	count  map[string]int  // conversations per part path prefix
-	tables map[string]bool // tables some part holds
-	parts  int
-}
-
-// placed is one conversation and the part (directory + part name) that holds its rows.
-type placed struct {
-	seq  int
-	part string // filepath.Join(dir, part name)
-}
-
-// mergeSources reads and checks the manifests of dirs.
-func mergeSources(dirs []string, partial bool) (*sources, error) {
-	if len(dirs) == 0 {
-		return nil, fmt.Errorf("job: merge: no directories")
-	}
-	s := &sources{count: map[string]int{}, tables: map[string]bool{}}
-	var first *Manifest
-	shards := map[string]string{} // shard -> directory
-	count := 0
-	seqs := map[int]string{}
-	ids := map[string]string{}
-	for _, dir := range dirs {
-		m, err := ReadManifest(dir)
-		if err != nil {
-			return nil, err
-		}
-		if first == nil {
-			first = m
-		} else if m.Key != first.Key {
-			return nil, fmt.Errorf("job: merge: %s and %s hold jobs of different settings: %s", dirs[0], dir,
-				strings.Join(first.Settings.Diff(m.Settings), "; "))
-		}
-		sh, err := ParseShard(m.Shard)
-		if err != nil {
-			return nil, fmt.Errorf("job: merge: %s: %w", dir, err)
-		}
-		if other, ok := shards[m.Shard]; ok {
-			return nil, fmt.Errorf("job: merge: %s and %s both hold shard %s", other, dir, m.Shard)
-		}
-		shards[m.Shard] = dir
-		if count == 0 {
-			count = sh.Count
-		} else if sh.Count != count && !partial {
-			return nil, fmt.Errorf("job: merge: %s is shard %s, others are of %d shards", dir, m.Shard, count)
-		}
-		if !m.Complete && !partial {
-			return nil, fmt.Errorf("job: merge: %s is not complete (%d of %d conversations): finish it (run the same command again) or give --partial",
-				dir, len(m.Done), m.ShardConversations)
-		}
-		for _, p := range m.Parts {
-			s.parts++
-			for name := range p.Files {
-				s.tables[name] = true
-			}
-		}
-		for id, d := range m.Done {
-			if other, ok := ids[id]; ok {
-				return nil, fmt.Errorf("job: merge: conversation %q is in %s and in %s", id, other, dir)
-			}
-			if other, ok := seqs[d.SeqID]; ok {
-				return nil, fmt.Errorf("job: merge: seq_id %d is in %s and in %s", d.SeqID, other, dir)
-			}
-			ids[id], seqs[d.SeqID] = dir, dir
-			part := filepath.Join(dir, d.Part)
-			s.order = append(s.order, placed{d.SeqID, part})
-			s.count[part]++
-		}
-	}
-	if !partial {
-		if len(shards) != count {
-			var missing []string
-			for i := 0; i < count; i++ {
-				if _, ok := shards[fmt.Sprintf("%d/%d", i, count)]; !ok {
-					missing = append(missing, fmt.Sprintf("%d/%d", i, count))
-				}
-			}
-			return nil, fmt.Errorf("job: merge: shards %s are missing (or give --partial)", strings.Join(missing, ", "))
-		}
-		if len(s.order) != first.Conversations {
-			return nil, fmt.Errorf("job: merge: the directories hold %d conversations of the dataset's %d", len(s.order), first.Conversations)
-		}
-	}
-	sort.Slice(s.order, func(i, j int) bool { return s.order[i].seq < s.order[j].seq })
-	return s, nil
 }
 
 // block is rows [from, to) of one record batch of a part's table.
@@ -177,9 +84,11 @@ type block struct {
 
 // partTable is one part's table, loaded, with each conversation's rows.
 type partTable struct {
+	path string
 	t    *tables.Table
 	rows map[int32][]block
-	left int // conversations not yet emitted
+	left int   // conversations not yet emitted
+	sent int64 // rows emitted
 }
 
 // merger is an array.RecordReader over the merged rows of one table: it walks the conversations by
@@ -188,9 +97,11 @@ type partTable struct {
 type merger struct {
 	name    string
 	src     *sources
-	next    int // index into src.order
+	stamp   string // MergeOptions.ResultSet
+	next    int    // index into src.order
 	open    map[string]*partTable
-	schema  *arrow.Schema
+	parts   *arrow.Schema // the parts' schema, which every part must have
+	schema  *arrow.Schema // the merged table's: parts, with stamp as its MetaResultSet
 	maxRows int64
 	pending []block // rows waiting for the next batch (slices, retained)
 	npend   int64
@@ -200,10 +111,13 @@ type merger struct {
 	mem     memory.Allocator
 }
 
-func newMerger(name string, src *sources) *merger {
-	return &merger{name: name, src: src, open: map[string]*partTable{}, mem: memory.DefaultAllocator}
+// newMerger returns the merger of table name over src; stamp, when set, is the merged table's
+// MetaResultSet.
+func newMerger(name string, src *sources, stamp string) *merger {
+	return &merger{name: name, src: src, stamp: stamp, open: map[string]*partTable{}, mem: memory.DefaultAllocator}
 }
 
+// Retain does nothing: Merge owns its mergers and releases each once.
 func (m *merger) Retain() {}
 
 // Release drops the loaded parts and the current batch.
@@ -222,7 +136,8 @@ func (m *merger) Release() {
 	}
 }
 
-// Schema is the parts' schema (read from the first part when not yet known).
+// Schema is the merged table's schema (read from the first part when not yet known); it is nil when
+// that part does not read, and Err then says why.
 func (m *merger) Schema() *arrow.Schema {
 	if m.schema == nil && m.err == nil {
 		m.err = m.loadSchema()
@@ -230,9 +145,14 @@ func (m *merger) Schema() *arrow.Schema {
 	return m.schema
 }
 
+// RecordBatch is the batch Next made; it is valid until the next call to Next.
 func (m *merger) RecordBatch() arrow.RecordBatch { return m.cur }
-func (m *merger) Record() arrow.RecordBatch      { return m.cur }
-func (m *merger) Err() error                     { return m.err }
+
+// Record is RecordBatch under its older name (array.RecordReader asks for both).
+func (m *merger) Record() arrow.RecordBatch { return m.cur }
+
+// Err is the error that ended the batches, or nil.
+func (m *merger) Err() error { return m.err }
 
 // loadSchema opens the part of the first conversation that has this table.
 func (m *merger) loadSchema() error {
@@ -248,24 +168,31 @@ func (m *merger) loadSchema() error {
 	return fmt.Errorf("job: merge: no part holds table %s", m.name)
 }
 
-// part returns the loaded table of part (a directory joined with a part name), loading it first.
+// part returns the loaded table of part (a part's key, sources.files), loading it first.
 func (m *merger) part(part string) (*partTable, error) {
 	if p, ok := m.open[part]; ok {
 		return p, nil
 	}
-	path := part + "." + m.name + ".parquet"
+	path, ok := m.src.files[part][m.name]
+	if !ok { // checkFiles refuses this first; kept so that the merger never guesses a path
+		return nil, fmt.Errorf("job: merge: part %s has no %s table", part, m.name)
+	}
 	t, err := tables.ReadParquet(path, m.mem)
 	if err != nil {
 		return nil, fmt.Errorf("job: merge: %w", err)
 	}
-	if m.schema == nil {
+	if m.parts == nil {
+		m.parts = t.Schema
 		m.schema = t.Schema
+		if m.stamp != "" {
+			m.schema = withMeta(t.Schema, tables.MetaResultSet, m.stamp)
+		}
 		m.maxRows = batchRows(t.Schema)
-	} else if !m.schema.Equal(t.Schema) || !m.schema.Metadata().Equal(t.Schema.Metadata()) {
+	} else if !m.parts.Equal(t.Schema) || !m.parts.Metadata().Equal(t.Schema.Metadata()) {
 		t.Release()
 		return nil, fmt.Errorf("job: merge: %s's schema differs from the other parts'", path)
 	}
-	p := &partTable{t: t, rows: map[int32][]block{}, left: m.src.count[part]}
+	p := &partTable{path: path, t: t, rows: map[int32][]block{}, left: m.src.count[part]}
 	last := int32(-1)
 	for _, rec := range t.Records {
 		col, ok := rec.Column(0).(*array.Int32)
@@ -329,14 +256,20 @@ func (m *merger) Next() bool {
 		}
 		bs, ok := p.rows[int32(pl.seq)]
 		if !ok {
-			m.err = fmt.Errorf("job: merge: %s.%s.parquet has no rows of seq_id %d, which its manifest names", pl.part, m.name, pl.seq)
+			m.err = fmt.Errorf("job: merge: %s has no rows of seq_id %d, which its manifest places there", p.path, pl.seq)
 			return false
 		}
 		for _, b := range bs {
 			m.pending = append(m.pending, block{b.rec.NewSlice(b.from, b.to), 0, b.to - b.from})
 			m.npend += b.to - b.from
+			p.sent += b.to - b.from
 		}
 		if p.left--; p.left == 0 {
+			// Rows of a conversation the manifest does not place in this part would be dropped unseen.
+			if held := p.t.NumRows(); p.sent != held {
+				m.err = fmt.Errorf("job: merge: %s holds %d rows, the conversations its manifest places there %d", p.path, held, p.sent)
+				return false
+			}
 			p.t.Release() // the pending slices keep what they need
 			delete(m.open, pl.part)
 		}
@@ -395,6 +328,29 @@ func (m *merger) cut(n int64) (arrow.RecordBatch, error) {
 		c.Release()
 	}
 	return rec, nil
+}
+
+// withMeta returns schema with key set to value in its metadata, the keys kept in sorted order as
+// tables.Build writes them (so equal inputs still give equal bytes).
+func withMeta(schema *arrow.Schema, key, value string) *arrow.Schema {
+	md := schema.Metadata()
+	kv := map[string]string{key: value}
+	for i, k := range md.Keys() {
+		if k != key {
+			kv[k] = md.Values()[i]
+		}
+	}
+	keys := make([]string, 0, len(kv))
+	for k := range kv {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	vals := make([]string, len(keys))
+	for i, k := range keys {
+		vals[i] = kv[k]
+	}
+	out := arrow.NewMetadata(keys, vals)
+	return arrow.NewSchema(schema.Fields(), &out)
 }
 
 var _ array.RecordReader = (*merger)(nil)

@@ -41,9 +41,10 @@
 //
 // A Set is one result set, published whole or not at all: its tables are written into a temporary
 // directory beside the target and renamed into place only when all are written, and an earlier run's
-// tables that this set does not hold are removed. Every producer stamps each table with
-// ProvenanceKeys (MetaResultSet, one id a run; MetaRequestHash; MetaConfigHash; MetaEngine;
-// MetaPrecision; MetaBackend), and ReadSet refuses tables of two result sets. ReadFile, ReadIPC,
+// tables that this set does not hold are removed. WriteSetFrom publishes a set the same way from
+// readers, batch by batch, for tables too large to hold (a dataset job's merge). Every producer stamps
+// each table with ProvenanceKeys (MetaResultSet, one id a run; MetaRequestHash; MetaConfigHash;
+// MetaEngine; MetaPrecision; MetaBackend), and ReadSet refuses tables of two result sets. ReadFile, ReadIPC,
 // ReadIPCFile and ReadParquet read one table (ReadFile also reads a .arrow file that holds a stream, as
 // written before schema version 3). Over HTTP, WriteIPC's stream is served as ContentType,
 // application/vnd.apache.arrow.stream.

@@ -8,8 +8,10 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
+	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 )
 
@@ -118,6 +120,51 @@ func ReadFile(path string, mem memory.Allocator) (*Table, error) {
 // A rename can fail only when the directory itself goes away or is made read-only in that instant; then
 // the error says so, and ReadSet refuses the mixed files by their MetaResultSet.
 func WriteSet(path string, s *Set) ([]string, error) {
+	var names []string
+	for _, name := range TableNames {
+		if s.Table(name) != nil {
+			names = append(names, name)
+		}
+	}
+	return writeSet(path, names, func(i int, staged string) error { return WriteFile(staged, s.Table(names[i])) })
+}
+
+// TableSource is one table of a set that WriteSetFrom writes batch by batch.
+type TableSource struct {
+	Name string // one of TableNames: the table's file is TablePath(path, Name)
+	// Reader yields the table's batches; WriteSetFrom reads it to the end and does not release it. A
+	// reader that fails (Err, or no Schema) fails the whole set.
+	Reader array.RecordReader
+}
+
+// WriteSetFrom is WriteSet for tables read batch by batch rather than held (a merge of many parts never
+// holds a whole table): each source's batches are written straight into the staging directory, in the
+// order given, and the set is then published exactly as WriteSet publishes one, removing the files of
+// the tables srcs do not name. Names must be distinct members of TableNames, since they choose which
+// earlier files are removed; a reader whose schema names another table ("potato.table") is refused.
+func WriteSetFrom(path string, srcs []TableSource) ([]string, error) {
+	names := make([]string, len(srcs))
+	for i, src := range srcs {
+		if !slices.Contains(TableNames, src.Name) {
+			return nil, fmt.Errorf("tables: writing the result set %s: unknown table %q (want one of %v)", path, src.Name, TableNames)
+		}
+		if slices.Contains(names[:i], src.Name) {
+			return nil, fmt.Errorf("tables: writing the result set %s: table %s given twice", path, src.Name)
+		}
+		names[i] = src.Name
+	}
+	return writeSet(path, names, func(i int, staged string) error {
+		if got := TableName(srcs[i].Reader.Schema()); got != "" && got != srcs[i].Name {
+			return fmt.Errorf("tables: the reader holds table %q", got)
+		}
+		return writeFileFrom(staged, srcs[i].Reader)
+	})
+}
+
+// writeSet is WriteSet's and WriteSetFrom's publishing: write(i, staged) writes table names[i] to the
+// file staged inside the temporary directory; when every table is written, the files of the tables
+// names lacks are removed and the staged files renamed into place.
+func writeSet(path string, names []string, write func(i int, staged string) error) ([]string, error) {
 	if _, err := FormatOf(path); err != nil {
 		return nil, err
 	}
@@ -131,15 +178,15 @@ func WriteSet(path string, s *Set) ([]string, error) {
 	}
 	defer os.RemoveAll(tmp) // empty after a good publish
 	var staged, written []string
-	for _, t := range s.Tables() {
-		p := TablePath(path, t.Name)
-		if err := WriteFile(filepath.Join(tmp, filepath.Base(p)), t); err != nil {
-			return nil, fmt.Errorf("tables: writing the result set %s: table %s: %w (nothing was replaced)", path, t.Name, err)
+	for i, name := range names {
+		p := TablePath(path, name)
+		if err := write(i, filepath.Join(tmp, filepath.Base(p))); err != nil {
+			return nil, fmt.Errorf("tables: writing the result set %s: table %s: %w (nothing was replaced)", path, name, err)
 		}
 		staged, written = append(staged, filepath.Join(tmp, filepath.Base(p))), append(written, p)
 	}
 	for _, name := range TableNames {
-		if s.Table(name) != nil {
+		if slices.Contains(names, name) {
 			continue
 		}
 		if err := os.Remove(TablePath(path, name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -153,6 +200,24 @@ func WriteSet(path string, s *Set) ([]string, error) {
 	}
 	_ = SyncDir(dir) // make the renames durable; the tables are in place either way
 	return written, nil
+}
+
+// writeFileFrom writes rr's batches to path, atomically, in the format its extension names (WriteFile
+// for a reader).
+func writeFileFrom(path string, rr array.RecordReader) error {
+	format, err := FormatOf(path)
+	if err != nil {
+		return err
+	}
+	return writeAtomic(path, func(w io.Writer) error {
+		switch format {
+		case FormatParquet:
+			return WriteParquetFrom(w, rr)
+		case FormatIPC:
+			return WriteIPCFileFrom(w, rr)
+		}
+		return WriteIPCFrom(w, rr)
+	})
 }
 
 // ReadSet reads the tables at TablePath(path, name) for every name in TableNames that has a file, and

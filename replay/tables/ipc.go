@@ -46,14 +46,19 @@ func WriteTableIPC(w io.Writer, t *Table) error {
 }
 
 // WriteIPCFrom writes every batch rr yields to w as one Arrow IPC stream with rr's schema, so that a
-// server can stream a table built by NewReader batch by batch. It does not release rr.
+// server can stream a table built by NewReader batch by batch. It does not release rr. A reader without a
+// schema is an error carrying rr.Err.
 func WriteIPCFrom(w io.Writer, rr array.RecordReader) (err error) {
-	name := TableName(rr.Schema())
+	name := "a table"
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("tables: writing %s as Arrow IPC: %v", name, p)
 		}
 	}()
+	if rr.Schema() == nil {
+		return noSchema("Arrow IPC", rr)
+	}
+	name = TableName(rr.Schema())
 	iw := ipc.NewWriter(w, ipc.WithSchema(rr.Schema()))
 	batch := 0
 	for rr.Next() {

@@ -44,13 +44,17 @@ func WriteTableIPCFile(w io.Writer, t *Table) (err error) {
 }
 
 // WriteIPCFileFrom writes the records of rr to w as one Arrow IPC file, batch by batch (a merge of many
-// parts never holds them all).
+// parts never holds them all). It does not release rr. A reader without a schema is an error carrying
+// rr.Err.
 func WriteIPCFileFrom(w io.Writer, rr array.RecordReader) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("tables: writing an Arrow IPC file: %v", p)
 		}
 	}()
+	if rr.Schema() == nil {
+		return noSchema("an Arrow IPC file", rr)
+	}
 	fw, err := ipc.NewFileWriter(w, ipc.WithSchema(rr.Schema()))
 	if err != nil {
 		return fmt.Errorf("tables: writing an Arrow IPC file: %w", err)

@@ -39,14 +39,18 @@ func WriteTableParquet(w io.Writer, t *Table) error {
 // Arrow schema is stored in the file (ARROW:schema), so that what Parquet lacks comes back exactly:
 // int32 stays int32, float16 and fixed_size_list vectors keep their type; the schema metadata is also
 // written as the file's key-value metadata, where tools that ignore ARROW:schema find it. It does not
-// release rr.
+// release rr. A reader without a schema (one that failed before it knew it) is an error carrying rr.Err.
 func WriteParquetFrom(w io.Writer, rr array.RecordReader) (err error) {
-	name := TableName(rr.Schema())
+	name := "a table"
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("tables: writing %s as Parquet: %v", name, p)
 		}
 	}()
+	if rr.Schema() == nil {
+		return noSchema("Parquet", rr)
+	}
+	name = TableName(rr.Schema())
 	props := parquet.NewWriterProperties(parquet.WithCompression(compress.Codecs.Zstd))
 	fw, err := pqarrow.NewFileWriter(rr.Schema(), w, props, pqarrow.NewArrowWriterProperties(pqarrow.WithStoreSchema()))
 	if err != nil {
@@ -68,6 +72,33 @@ func WriteParquetFrom(w io.Writer, rr array.RecordReader) (err error) {
 		return fmt.Errorf("tables: writing %s as Parquet: footer: %w", name, err)
 	}
 	return nil
+}
+
+// noSchema is a writer's error for a reader without a schema: the reader failed before it knew one (a
+// merge whose first part file does not read), and its Err says why.
+func noSchema(format string, rr array.RecordReader) error {
+	if err := rr.Err(); err != nil {
+		return fmt.Errorf("tables: writing %s: the reader has no schema: %w", format, err)
+	}
+	return fmt.Errorf("tables: writing %s: the reader has no schema", format)
+}
+
+// ParquetRows returns the rows of the Parquet file at path, read from its footer alone (a dataset
+// merge checks every part against its manifest before it reads any). A file that is not Parquet, or is
+// cut short, is an error naming path.
+func ParquetRows(path string) (n int64, err error) {
+	// The Parquet reader panics on some malformed footers; no panic leaves this package.
+	defer func() {
+		if p := recover(); p != nil {
+			n, err = 0, fmt.Errorf("tables: reading Parquet: %v (file %s)", p, path)
+		}
+	}()
+	pf, err := file.OpenParquetFile(path, false)
+	if err != nil {
+		return 0, fmt.Errorf("tables: reading Parquet: %w (file %s)", err, path)
+	}
+	defer pf.Close()
+	return pf.NumRows(), nil
 }
 
 // ReadParquet reads the Parquet file at path into a Table (see ReadParquetFrom).

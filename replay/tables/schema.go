@@ -48,8 +48,11 @@ func NewSetID() string {
 	return hex.EncodeToString(b[:])
 }
 
-// metaValue returns the value of key in schema's metadata, or "".
+// metaValue returns the value of key in schema's metadata, or "" (also for a nil schema).
 func metaValue(schema *arrow.Schema, key string) string {
+	if schema == nil {
+		return ""
+	}
 	md := schema.Metadata()
 	if i := md.FindKey(key); i >= 0 {
 		return md.Values()[i]
@@ -216,8 +219,11 @@ func schemaMetadata(name string, meta map[string]string) (arrow.Metadata, error)
 }
 
 // TableName returns the "potato.table" metadata of schema, or "" when it has none (a file written by
-// another tool).
+// another tool) or schema is nil (a reader that failed before it knew its schema).
 func TableName(schema *arrow.Schema) string {
+	if schema == nil {
+		return ""
+	}
 	md := schema.Metadata()
 	if i := md.FindKey(MetaTable); i >= 0 {
 		return md.Values()[i]
