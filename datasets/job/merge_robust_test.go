@@ -117,6 +117,15 @@ func TestMergeRefusesDamagedJob(t *testing.T) {
 			os.WriteFile(path, []byte("not parquet"), 0o644)
 			return []string{path}
 		}},
+		{"damaged in place, size unchanged", false, func(t *testing.T, root, dir string) []string {
+			path := filepath.Join(dir, "part-00001.tokens.parquet")
+			data, _ := os.ReadFile(path)
+			for i := len(data) / 3; i < len(data)/3+8; i++ {
+				data[i] ^= 0xff
+			}
+			os.WriteFile(path, data, 0o644)
+			return []string{path, "has changed since its job wrote it"}
+		}},
 		{"rows differ from the manifest", false, func(t *testing.T, root, dir string) []string {
 			editManifest(t, dir, func(m *job.Manifest) {
 				f := m.Parts[1].Files[tables.TokensTable]
@@ -237,8 +246,8 @@ func TestMergeWritesOneSet(t *testing.T) {
 	checkSet(t, out, "aaaa", tables.TokensTable, tables.LensTable)
 	before := folderBytes(t, filepath.Dir(out))
 
-	// The lens file of part-00001 replaced by part-00000's (its manifest's rows made to match, so the
-	// up-front checks pass): the tokens table merges, the lens table fails half way.
+	// The lens file of part-00001 replaced by part-00000's (its manifest's rows and SHA-256 made to
+	// match, so the up-front checks pass): the tokens table merges, the lens table fails half way.
 	broken := filepath.Join(root, "broken")
 	copyJob(t, fixture, broken)
 	data, err := os.ReadFile(filepath.Join(broken, "part-00000.lens.parquet"))
@@ -248,7 +257,7 @@ func TestMergeWritesOneSet(t *testing.T) {
 	os.WriteFile(filepath.Join(broken, "part-00001.lens.parquet"), data, 0o644)
 	editManifest(t, broken, func(m *job.Manifest) {
 		f := m.Parts[1].Files[tables.LensTable]
-		f.Rows = m.Parts[0].Files[tables.LensTable].Rows
+		f.Rows, f.SHA256 = m.Parts[0].Files[tables.LensTable].Rows, m.Parts[0].Files[tables.LensTable].SHA256
 		m.Parts[1].Files[tables.LensTable] = f
 	})
 	_, err = job.Merge(out, []string{broken}, job.MergeOptions{ResultSet: "bbbb"})

@@ -37,7 +37,7 @@ func mergeSources(dirs []string, partial bool) (*sources, error) {
 	count := 0
 	seqs := map[int]string{}
 	ids := map[string]string{}
-	rows := map[string]int64{} // file path -> the rows its manifest records
+	recorded := map[string]File{} // file path -> what its manifest records (rows, SHA-256)
 	for _, dir := range dirs {
 		m, err := ReadManifest(dir)
 		if err != nil {
@@ -66,7 +66,7 @@ func mergeSources(dirs []string, partial bool) (*sources, error) {
 			return nil, fmt.Errorf("job: merge: %s is not complete (%d of %d conversations): finish it (run the same command again) or give --partial",
 				dir, len(m.Done), m.ShardConversations)
 		}
-		if err := s.addParts(dir, m, rows); err != nil {
+		if err := s.addParts(dir, m, recorded); err != nil {
 			return nil, err
 		}
 		for id, d := range m.Done {
@@ -104,17 +104,17 @@ func mergeSources(dirs []string, partial bool) (*sources, error) {
 			return nil, fmt.Errorf("job: merge: the directories hold %d conversations of the dataset's %d", len(s.order), first.Conversations)
 		}
 	}
-	if err := s.checkFiles(rows); err != nil {
+	if err := s.checkFiles(recorded); err != nil {
 		return nil, err
 	}
 	sort.Slice(s.order, func(i, j int) bool { return s.order[i].seq < s.order[j].seq })
 	return s, nil
 }
 
-// addParts records the parts of dir's manifest m and the rows m records for each file (into rows). The
+// addParts records the parts of dir's manifest m and what m records of each file (into recorded). The
 // manifest is not trusted to stay inside dir: every part name and file path must be a plain name, so that
 // a manifest edited by hand, or copied from elsewhere, cannot make a merge read files outside its job.
-func (s *sources) addParts(dir string, m *Manifest, rows map[string]int64) error {
+func (s *sources) addParts(dir string, m *Manifest, recorded map[string]File) error {
 	for _, p := range m.Parts {
 		if !plainName(p.Name) {
 			return fmt.Errorf("job: merge: %s: part name %q is not a plain name inside the job directory", manifestPath(dir), p.Name)
@@ -136,7 +136,7 @@ func (s *sources) addParts(dir string, m *Manifest, rows map[string]int64) error
 			}
 			path := filepath.Join(dir, f.Path)
 			s.files[part][name] = path
-			rows[path] = f.Rows
+			recorded[path] = f
 			s.tables[name] = true
 		}
 	}
@@ -144,10 +144,11 @@ func (s *sources) addParts(dir string, m *Manifest, rows map[string]int64) error
 }
 
 // checkFiles checks, before anything is written, that every part that holds conversations has a file of
-// every table the merge writes, and that each such file opens as Parquet and holds the rows its manifest
-// records (read from the file's footer): a part file missing, cut short or not the one the manifest
-// describes is refused by name rather than found half way through the merge.
-func (s *sources) checkFiles(rows map[string]int64) error {
+// every table the merge writes, and that each such file has the SHA-256 its manifest records (where it
+// records one), opens as Parquet and holds the rows the manifest records (read from the file's footer): a
+// part file missing, cut short, damaged in place or not the one the manifest describes is refused by name
+// rather than found half way through the merge, or not at all.
+func (s *sources) checkFiles(recorded map[string]File) error {
 	var used []string
 	for part, n := range s.count {
 		if n > 0 {
@@ -165,13 +166,24 @@ func (s *sources) checkFiles(rows map[string]int64) error {
 				return fmt.Errorf("job: merge: %s: part %s has no %s table, which other parts have",
 					manifestPath(filepath.Dir(part)), filepath.Base(part), name)
 			}
+			want := recorded[path]
+			if want.SHA256 != "" {
+				sum, err := fileSHA256(path)
+				if err != nil {
+					return fmt.Errorf("job: merge: %w", err)
+				}
+				if sum != want.SHA256 {
+					return fmt.Errorf("job: merge: part file %s has changed since its job wrote it (SHA-256 %s…, its manifest %s records %s…): rerun the job in that directory to replay its part",
+						path, sum[:12], manifestPath(filepath.Dir(part)), want.SHA256[:min(12, len(want.SHA256))])
+				}
+			}
 			got, err := tables.ParquetRows(path)
 			if err != nil {
 				return fmt.Errorf("job: merge: %w", err) // it names the file
 			}
-			if got != rows[path] {
+			if got != want.Rows {
 				return fmt.Errorf("job: merge: part file %s holds %d rows, its manifest (%s) records %d",
-					path, got, manifestPath(filepath.Dir(part)), rows[path])
+					path, got, manifestPath(filepath.Dir(part)), want.Rows)
 			}
 		}
 	}

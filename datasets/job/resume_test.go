@@ -227,6 +227,39 @@ func TestResumeAfterKill(t *testing.T) {
 		t.Fatal(err)
 	}
 	sameFiles(t, filepath.Join(out, "merged3.parquet"), filepath.Join(out, "single.parquet"))
+
+	// A manifest whose file path leaves the job directory (edited, or copied from elsewhere) is not
+	// followed: that part counts as damaged and runs again, and the file outside is not touched.
+	// The file outside is a copy of the part's own, so only the path tells them apart.
+	m, err = job.ReadManifest(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	own, err := os.ReadFile(filepath.Join(dir, m.Parts[2].Files[tables.TokensTable].Path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	outside := filepath.Join(filepath.Dir(dir), "outside.parquet")
+	if err := os.WriteFile(outside, own, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var escaped job.Part
+	editManifest(t, dir, func(m *job.Manifest) {
+		escaped = m.Parts[2]
+		f := m.Parts[2].Files[tables.TokensTable]
+		f.Path = "../outside.parquet"
+		m.Parts[2].Files[tables.TokensTable] = f
+	})
+	eng.seqs = 0
+	if _, err := job.Run(context.Background(), eng, j.cfg, j.items); err != nil {
+		t.Fatal(err)
+	}
+	if eng.seqs != escaped.Conversations {
+		t.Errorf("a part whose path leaves the directory: the rerun replayed %d conversations, want its %d", eng.seqs, escaped.Conversations)
+	}
+	if data, err := os.ReadFile(outside); err != nil || string(data) != string(own) {
+		t.Errorf("the file outside the job directory changed or went away (%v)", err)
+	}
 }
 
 // Three shards run apart, merged, equal one run of the whole dataset byte for byte (tokens and lens
