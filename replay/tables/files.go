@@ -116,7 +116,8 @@ func ReadFile(path string, mem memory.Allocator) (*Table, error) {
 // temporary directory beside path, and only when all are there are they renamed into place, after the
 // files of tables this set does not hold (left by an earlier run under the same name) are removed, so
 // that the directory never holds a new table beside an old run's. On error before the renames (a full
-// disk, a table that does not write) nothing under path changes and the temporary directory is removed.
+// disk, a table that does not write) nothing under path changes and the temporary directory is removed;
+// one that a killed writer of the same set left is removed by the next write (sweepStaging).
 // A rename can fail only when the directory itself goes away or is made read-only in that instant; then
 // the error says so, and ReadSet refuses the mixed files by their MetaResultSet.
 func WriteSet(path string, s *Set) ([]string, error) {
@@ -172,11 +173,17 @@ func writeSet(path string, names []string, write func(i int, staged string) erro
 	if dir == "" {
 		dir = "."
 	}
+	sweepStaging(dir, base) // what a killed writer of this set left
 	tmp, err := os.MkdirTemp(dir, "."+base+".*.tmp")
 	if err != nil {
 		return nil, fmt.Errorf("tables: writing %s: %w", path, err)
 	}
-	defer os.RemoveAll(tmp) // empty after a good publish
+	defer os.RemoveAll(tmp) // empty after a good publish, but for its owner file
+	release, err := holdStaging(tmp)
+	if err != nil {
+		return nil, fmt.Errorf("tables: writing %s: %w", path, err)
+	}
+	defer release() // before the RemoveAll above (defers run last first)
 	var staged, written []string
 	for i, name := range names {
 		p := TablePath(path, name)
