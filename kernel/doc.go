@@ -3,8 +3,9 @@
 // while the engine streams the weights, and returns the results as Arrow records that render inline.
 //
 // It stays light on purpose: GoNB compiles the client into every cell, so it depends only on arrow-go,
-// kernel/display (HTML tables and the progress bar), kernel/api (the wire format) and the tokenizer's
-// Conversation type, never on the engine or plotting.
+// kernel/display (HTML tables and the progress bar), kernel/api (the wire format), the tokenizer's
+// Conversation type, datasets/examples (the bundled conversations Example names) and GoNB's gonbui (to
+// display in a cell), never on the engine or plotting.
 //
 // # A cell
 //

@@ -46,6 +46,11 @@ func exitCode(err error) int {
 
 // run dispatches args to the named subcommand.
 func run(ctx context.Context, args []string, stdout io.Writer) error {
+	if len(args) == 2 && args[0] == "help" { // potato help CMD is potato CMD -h
+		if _, ok := commands[args[1]]; ok {
+			args = []string{args[1], "-h"}
+		}
+	}
 	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
 		usage(stdout)
 		return nil

@@ -11,11 +11,14 @@ import (
 	"github.com/potato-k3/potato-k3/replay"
 )
 
-// -h is help asked for: exit status 0 (it was 1); any other error is 1.
+// -h is help asked for: exit status 0 (it was 1), for every command, version included, and `potato help
+// CMD` is `potato CMD -h`; any other error is 1.
 func TestExitCode(t *testing.T) {
-	err := run(context.Background(), []string{"replay", "-h"}, &bytes.Buffer{})
-	if !errors.Is(err, flag.ErrHelp) || exitCode(err) != 0 {
-		t.Errorf("replay -h: %v, exit %d, want flag.ErrHelp and 0", err, exitCode(err))
+	for _, args := range [][]string{{"replay", "-h"}, {"version", "-h"}, {"help", "merge"}, {"help", "tokenize"}} {
+		err := run(context.Background(), args, &bytes.Buffer{})
+		if !errors.Is(err, flag.ErrHelp) || exitCode(err) != 0 {
+			t.Errorf("potato %v: %v, exit %d, want flag.ErrHelp and 0", args, err, exitCode(err))
+		}
 	}
 	if c := exitCode(errors.New("boom")); c != 1 {
 		t.Errorf("an error: exit %d, want 1", c)

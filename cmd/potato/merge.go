@@ -18,10 +18,10 @@ func init() {
 func runMerge(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("merge", flag.ContinueOnError)
 	fs.SetOutput(os.Stderr)
-	out := fs.String("out", "", "the table set to write: FILE.parquet or FILE.arrow (FILE.tokens.parquet, ...)")
+	out := fs.String("out", "", "the table set to write: FILE.parquet, FILE.arrow or FILE.arrows (FILE.tokens.parquet, ...)")
 	partial := fs.Bool("partial", false, "merge incomplete jobs and shard sets with shards missing")
 	fs.Usage = func() {
-		fmt.Fprintln(os.Stderr, "usage: potato merge --out FILE.parquet DIR...")
+		fmt.Fprintln(os.Stderr, "usage: potato merge --out FILE.parquet|FILE.arrow|FILE.arrows DIR...")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {

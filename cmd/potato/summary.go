@@ -58,7 +58,7 @@ func printSummary(w io.Writer, l *loaded, res []replay.Result, st replay.WaveSta
 		}
 		tw.Flush()
 		if len(r.Tokens) > show {
-			fmt.Fprintf(w, "... %d more positions (--show N, or --out FILE for all)\n", len(r.Tokens)-show)
+			fmt.Fprintf(w, "... %d more positions (potato replay --show N, or --out FILE for all)\n", len(r.Tokens)-show)
 		}
 	}
 }

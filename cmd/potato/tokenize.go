@@ -28,7 +28,7 @@ func runTokenize(ctx context.Context, args []string, stdout io.Writer) error {
 	text := fs.String("text", "", "raw text to tokenize (no BOS is added)")
 	textFile := fs.String("text-file", "", "file of raw text to tokenize, - for stdin")
 	special := fs.Bool("special", false, "with --text: names of special tokens such as <|open|> become special ids")
-	chat := fs.String("chat", "", "JSONL file of conversations, one per line (- for stdin)")
+	chat := fs.String("chat", "", "file of conversations: JSONL (one a line), a JSON array, or Parquet (- for JSONL on stdin)")
 	thinking := fs.String("thinking", "", "with --chat: on or off, for conversations that do not say (required then)")
 	maxTokens := fs.Int("max-tokens", server.DefaultLimits.MaxSequenceTokens, "most tokens of the text or of one conversation (as potato replay); a longer one is refused (text is tokenized only up to the limit)")
 	fs.Usage = func() {

@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io"
+	"os"
 	"runtime"
 	"runtime/debug"
 
@@ -20,6 +22,10 @@ func init() {
 // potato.engine_version), the tables' schema version, the synthetic generator's version, and the build
 // (Go version, and the commit when built from a checkout).
 func runVersion(_ context.Context, args []string, stdout io.Writer) error {
+	if len(args) == 1 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help") {
+		fmt.Fprintln(os.Stderr, "usage: potato version\n\nPrints the engine, table schema and generator versions and the build (Go, OS, commit).")
+		return flag.ErrHelp
+	}
 	if len(args) > 0 {
 		return fmt.Errorf("version: unexpected argument %q", args[0])
 	}

@@ -15,10 +15,12 @@
 // A job directory holds manifest.json (Manifest: the settings and their Key, the shard, every finished
 // Part and which part holds each conversation), one Parquet file per table and part
 // (part-00000.tokens.parquet, part-00000.lens.parquet, ...), and .lock, which the running job holds with
-// flock. A part's files are each written to a temporary file, synced and renamed; then the manifest that
-// names them is written the same way. Run begins by making the directory match its manifest: parts whose
-// files are missing or changed in size are dropped (their conversations run again), and part or temporary
-// files the manifest does not name (the wave a crash interrupted) are deleted.
+// flock. A part's files are written as one set (tables.WriteSet: staged in a temporary folder, synced and
+// renamed), each recorded in the manifest with its size and SHA-256; then the manifest that names them is
+// written the same way. Run begins by making the directory match its manifest: parts whose files are
+// missing, changed (size or SHA-256) or named by a path that leaves the directory are dropped (their
+// conversations run again), and part files or temporary files and folders the manifest does not name
+// (the wave a crash interrupted) are deleted.
 //
 // # Keys and shards
 //
