@@ -11,6 +11,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/potato-k3/potato-k3/datasets"
@@ -112,6 +113,9 @@ func runDatasetJob(ctx context.Context, f *replayFlags, opts replay.EngineOption
 		if err != nil {
 			return fmt.Errorf("%s: conversation %s: %w", f.chat, ids[i], err)
 		}
+		if n := len(s.Tokens); n > f.maxTokens { // as a single replay's --max-tokens
+			return fmt.Errorf("replay: %s: conversation %s has %d tokens: the limit is %d (--max-tokens)", f.chat, ids[i], n, f.maxTokens)
+		}
 		items = append(items, job.Item{ID: ids[i], Seq: i, Sequence: s})
 		req.Sequences = append(req.Sequences, s)
 	}
@@ -120,6 +124,9 @@ func runDatasetJob(ctx context.Context, f *replayFlags, opts replay.EngineOption
 	}
 	// Every conversation is checked before the first wave, so that a bad one does not stop the job hours in.
 	if err := req.Validate(l.engine.Model.Dims.Vocab, layers, replay.Limits{}); err != nil {
+		return err
+	}
+	if err := checkWaveBytes(f, shapeOf(l), o, items); err != nil {
 		return err
 	}
 	tokHash, err := tokenizerSHA256(l.dir)
@@ -148,6 +155,40 @@ func runDatasetJob(ctx context.Context, f *replayFlags, opts replay.EngineOption
 	fmt.Fprintf(stdout, "job complete: %d conversations (%d tokens) of shard %s in %s: %d parts; this run %d waves, %d conversations skipped, %d tokens in %.1f s (%.0f tokens/s), %.1f MB of weights read\n",
 		sum.Conversations, sum.Tokens, shard, f.out, sum.Parts, sum.Waves, sum.Skipped, sum.TokensRun, sum.Seconds, rate, float64(sum.BytesRead)/1e6)
 	return nil
+}
+
+// checkWaveBytes refuses a job whose largest wave's results, held with their Parquet part while it is
+// built and written (a job holds one wave's at a time), would pass --max-result-bytes. The waves are
+// those job.Run cuts of the conversations f.out's manifest does not hold yet: in order, up to
+// --wave-tokens, a longer conversation alone (the engine's plan only cuts them smaller).
+func checkWaveBytes(f *replayFlags, shape tables.Shape, o replay.Options, items []job.Item) error {
+	if m, err := job.ReadManifest(f.out); err == nil { // a resumed job: what is done does not run again
+		items = slices.DeleteFunc(slices.Clone(items), func(it job.Item) bool { _, done := m.Done[it.ID]; return done })
+	}
+	budget := f.job.waveTokens
+	if budget <= 0 {
+		budget = job.DefaultWaveTokens
+	}
+	var worst tables.Estimate
+	var worstWave string
+	for from := 0; from < len(items); {
+		to, tokens := from+1, len(items[from].Sequence.Tokens)
+		for to < len(items) && tokens+len(items[to].Sequence.Tokens) <= budget {
+			tokens += len(items[to].Sequence.Tokens)
+			to++
+		}
+		req := replay.Request{Options: o}
+		for _, it := range items[from:to] {
+			req.Sequences = append(req.Sequences, it.Sequence)
+		}
+		est := shape.Estimate(tables.Output{Request: req, Format: tables.FormatParquet, Float16: f.float16})
+		if est.Total() > worst.Total() {
+			worst = est
+			worstWave = fmt.Sprintf("over the largest wave, %d tokens of conversations %s..%s", tokens, items[from].ID, items[to-1].ID)
+		}
+		from = to
+	}
+	return checkEstimate(worst, o, int64(f.maxResult), worstWave, "lower --wave-tokens")
 }
 
 // fileSHA256 is the hex SHA-256 of a file's bytes.

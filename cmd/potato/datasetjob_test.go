@@ -124,3 +124,34 @@ func TestDatasetJobCLI(t *testing.T) {
 		t.Errorf("a job directory resumed with --top-k 4: %v", err)
 	}
 }
+
+// A dataset job applies --max-tokens to each conversation and --max-result-bytes to its largest wave,
+// before the first wave: before, "--max-result-bytes 1B --max-tokens 10" said "job complete".
+func TestDatasetJobLimits(t *testing.T) {
+	model := tinyModel(t)
+	data := smallDataset(t, 6)
+	for _, tt := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"--max-tokens", []string{"--max-tokens", "10"}, "conversation greeting has 130 tokens: the limit is 10 (--max-tokens)"},
+		{"--max-result-bytes", []string{"--max-result-bytes", "1B", "--wave-tokens", "300"},
+			"(0 hidden and 0 lens layers, top-k 3, over the largest wave, "},
+		{"--max-result-bytes names the limit", []string{"--max-result-bytes", "1B"},
+			"conversations greeting..line:7): the limit is 1 B (--max-result-bytes): ask for fewer layers or a smaller top-k, or lower --wave-tokens"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "job") + "/"
+			var out bytes.Buffer
+			args := append([]string{"replay", "--model", model, "--chat", data, "--thinking", "off", "--top-k", "3", "--no-progress", "--out", dir}, tt.args...)
+			err := run(context.Background(), args, &out)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("error: -want …%s… +got %v (%s)", tt.want, err, out.String())
+			}
+			if _, err := os.Stat(dir); !os.IsNotExist(err) {
+				t.Errorf("the refused job made its directory: %v", err)
+			}
+		})
+	}
+}

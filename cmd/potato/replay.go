@@ -305,7 +305,7 @@ func (f *replayFlags) request(l *loaded, in input) (replay.Request, error) {
 	if err := req.Validate(vocab, layers, replay.Limits{}); err != nil {
 		return req, err
 	}
-	return req, checkResultBytes(req, l.engine.Plan, l.engine.Model.Dims.Hidden, int64(f.maxResult))
+	return req, f.checkResultBytes(l, req)
 }
 
 // applyThinking applies a --thinking mode (on, off or "") to conversations, by one rule shared with the
