@@ -29,7 +29,7 @@ type serveFlags struct {
 	limits                                                         api.Limits
 	keep, gather, shutdownTimeout, readTimeout                     time.Duration
 	expertChunk, prefetch                                          int
-	hostCache, resident                                            byteSize
+	hostCache, resident, maxResult                                 byteSize
 }
 
 func runServe(ctx context.Context, args []string, stdout io.Writer) error {
@@ -50,6 +50,7 @@ func runServe(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.IntVar(&f.limits.MaxSequences, "max-sequences", d.MaxSequences, "most sequences of one request")
 	fs.IntVar(&f.limits.MaxTopK, "max-top-k", d.MaxTopK, "largest top_k")
 	fs.IntVar(&f.limits.MaxWaveTokens, "max-wave-tokens", d.MaxWaveTokens, "a wave takes queued requests up to this many tokens (a larger request runs alone, in passes of at most this many; a longer sequence is refused)")
+	fs.Var(&f.maxResult, "max-result-bytes", "most host memory a request's results, and a wave's, may hold until written, e.g. 8GB (default: half the memory available at start, as potato replay)")
 	fs.DurationVar(&f.keep, "keep", 30*time.Minute, "how long results stay after they were fetched, and failed jobs' status")
 	fs.DurationVar(&f.gather, "gather", 50*time.Millisecond, "wait this long after a request reaches an idle engine, so that requests sent together share a wave")
 	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 10*time.Minute, "on SIGTERM, how long the wave in flight may take to finish before it is failed")
@@ -106,6 +107,7 @@ func runServe(ctx context.Context, args []string, stdout io.Writer) error {
 
 // config turns the flags into a server.Config, the model and spill directories defaulting to the cache.
 func (f *serveFlags) config(ctx context.Context) (server.Config, error) {
+	f.limits.MaxResultBytes = int64(f.maxResult) // 0: tables.DefaultResultLimit, in server.New
 	cfg := server.Config{Backend: f.backend, Precision: f.precision, SpillDir: f.spill, Limits: f.limits,
 		Keep: f.keep, Gather: f.gather, ShutdownTimeout: f.shutdownTimeout, ReadTimeout: f.readTimeout, ExpertChunk: f.expertChunk, HostCacheBytes: int64(f.hostCache), ResidentBytes: int64(f.resident), PrefetchExperts: f.prefetch,
 		SliceTokens: f.mem.sliceTokens, ExpertMajor: f.mem.expertMajor, NoExpertPooling: f.mem.noPooling, DeviceMemory: int64(f.mem.device), HostMemory: int64(f.mem.host),

@@ -60,7 +60,7 @@ func TestServeUntilSignal(t *testing.T) {
 	var out bytes.Buffer
 	go func() {
 		done <- run(ctx, []string{"serve", "--model", model, "--listen", "127.0.0.1:0", "--spill", t.TempDir(),
-			"--state-file", state, "--gather", "0"}, &out)
+			"--state-file", state, "--gather", "0", "--max-result-bytes", "1kB"}, &out)
 	}()
 	var st api.State
 	for deadline := time.Now().Add(30 * time.Second); ; {
@@ -84,6 +84,21 @@ func TestServeUntilSignal(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		t.Errorf("health: %d", resp.StatusCode)
+	}
+	// --max-result-bytes reaches the server: it says so, and refuses what would pass it
+	var info api.Info
+	if resp, err := http.Get(st.Addr + api.PathInfo); err != nil || json.NewDecoder(resp.Body).Decode(&info) != nil || info.Limits.MaxResultBytes != 1000 {
+		t.Errorf("info: limits %+v (%v), want max_result_bytes 1000", info.Limits, err)
+	}
+	resp, err = http.Post(st.Addr+api.PathJobs, api.ContentTypeJSON, strings.NewReader(`{"inputs": [{"tokens": [1, 2, 3]}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var e api.Error
+	json.NewDecoder(resp.Body).Decode(&e)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestEntityTooLarge || e.Limit != "--max-result-bytes" {
+		t.Errorf("a job past --max-result-bytes 1kB: %d %+v", resp.StatusCode, e)
 	}
 	stop()
 	if err := <-done; err != nil {

@@ -48,7 +48,8 @@ func ReceivedPath(id, table string) string { return TablePath(id, table) + "/rec
 type Request struct {
 	Inputs []Input `json:"inputs"`
 	// Thinking is the thinking mode of every conversation that does not give its own "thinking". A
-	// conversation with neither is refused: the model's output depends on it.
+	// conversation with neither is refused: the model's output depends on it. A request without a
+	// conversation may not give it (text and token ids have no thinking mode).
 	Thinking *bool   `json:"thinking,omitempty"`
 	Options  Options `json:"options"`
 	// Label is free text shown with the job (a notebook's name for it); it changes nothing.

@@ -53,6 +53,10 @@ type Limits struct {
 	MaxSequences      int   `json:"max_sequences"`       // --max-sequences
 	MaxTopK           int   `json:"max_top_k"`           // --max-top-k
 	MaxWaveTokens     int   `json:"max_wave_tokens"`     // --max-wave-tokens (a larger request runs alone, in passes of at most this; a longer sequence is refused)
+	// MaxResultBytes bounds the host memory a request's results, and a wave's, hold until written: the
+	// results, their tables and the Parquet writer's working memory, as tables.Shape.Estimate counts
+	// them (--max-result-bytes; by default half the memory available when the server started).
+	MaxResultBytes int64 `json:"max_result_bytes"`
 }
 
 // Error is the body of every 4xx and 5xx answer.

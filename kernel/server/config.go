@@ -11,6 +11,7 @@ import (
 	"github.com/potato-k3/potato-k3/replay"
 	"github.com/potato-k3/potato-k3/replay/cpu"
 	"github.com/potato-k3/potato-k3/replay/ops"
+	"github.com/potato-k3/potato-k3/replay/tables"
 )
 
 // Config is everything a Server is told at start. Paths come only from here (the command's flags): no
@@ -94,7 +95,8 @@ func OpenCPU(ctx context.Context, dir string, prec ops.Precision, opts replay.En
 // K3's context of 1,048,576 tokens: one read of the weights serves every token of a wave, so the engine
 // plans each wave from the memory budgets (replay.WavePlan: token-sliced layers, state off the device)
 // and refuses, with the budget named, what they cannot hold; these limits only bound what one request
-// may ask for.
+// may ask for. MaxResultBytes has no fixed default: zero takes tables.DefaultResultLimit when the server
+// starts (half the memory available), as potato replay does.
 var DefaultLimits = api.Limits{
 	MaxBodyBytes:      64 << 20,
 	MaxSequenceTokens: 1 << 20,
@@ -135,6 +137,9 @@ func (c Config) withDefaults() (Config, error) {
 	l.MaxSequences = or(l.MaxSequences, d.MaxSequences)
 	l.MaxTopK = or(l.MaxTopK, d.MaxTopK)
 	l.MaxWaveTokens = or(l.MaxWaveTokens, d.MaxWaveTokens)
+	if l.MaxResultBytes == 0 {
+		l.MaxResultBytes, _ = tables.DefaultResultLimit()
+	}
 	c.Keep = or(c.Keep, 30*time.Minute)
 	c.Gather = or(c.Gather, 50*time.Millisecond)
 	c.ShutdownTimeout = or(c.ShutdownTimeout, 10*time.Minute)

@@ -59,11 +59,12 @@
 //
 // Refusals: malformed JSON, unknown fields, a key given twice or in another case than its field's, no
 // inputs, an input with not exactly one of text, conversation, tokens, an empty sequence, a token id
-// outside the vocabulary, a layer outside the model, a top_k past --max-top-k or the vocabulary, an
-// unknown precision, a conversation without thinking mode: 400, the message naming the field
-// ("inputs[2].tokens[7]: token id 170000 outside the vocabulary 0..163839"). Past --max-body-bytes,
-// --max-tokens or --max-wave-tokens (one sequence), --max-request-tokens or --max-sequences: 413, with
-// "limit" naming the flag.
+// outside the vocabulary, a layer outside the model, a top_k past the vocabulary, an unknown precision,
+// a conversation without thinking mode, a request-level "thinking" without a conversation: 400, the
+// message naming the field ("inputs[2].tokens[7]: token id 170000 outside the vocabulary 0..163839").
+// Past --max-body-bytes, --max-tokens or --max-wave-tokens (one sequence), --max-request-tokens,
+// --max-sequences, --max-top-k or --max-result-bytes (the memory the results, their tables and the
+// Parquet writer would hold until written, tables.Shape.Estimate): 413, with "limit" naming the flag.
 //
 // The tables name the top-k ids with the tokenizer's pieces (the topk_tokens column of the tokens and lens
 // tables; empty lists for a model without a tokenizer), and Info gives the model's shape, so that a
@@ -73,8 +74,9 @@
 //
 // Jobs queued while the engine is busy, or within --gather of each other at an idle engine, go through
 // the weights together, in arrival order up to --max-wave-tokens (a larger job runs alone, split by the
-// engine into passes of at most --max-wave-tokens, which bounds the memory a pass holds); a wave holds
-// jobs of one precision. Each job's results are exactly those of replaying it alone (the wave computes
+// engine into passes of at most --max-wave-tokens, which bounds the memory a pass holds) and up to
+// --max-result-bytes of results, counting those of earlier waves still being written (a job that does
+// not fit waits for a later wave); a wave holds jobs of one precision. Each job's results are exactly those of replaying it alone (the wave computes
 // the union of the options and hands each job its own). A job's status names its wave and the jobs that
 // shared it. A wave of several jobs that fails (a damaged tensor that one job's tokens read, an I/O
 // error) is retried one job at a time, so that each job fails or succeeds as it would alone. The
@@ -83,11 +85,14 @@
 //
 // # Results outlive clients and restarts
 //
-// A finished job's tables are written to SPILL/ID/result.NAME.parquet (each file atomically) and then
+// A finished job's tables are built batch by batch as they are written to SPILL/ID/result.NAME.parquet
+// (one set, each file atomically) and then
 // its manifest SPILL/ID/job.json says done; the manifest is first written when the job is queued, and
 // again when its wave starts. A client that drops its connection or its progress stream cancels nothing: it fetches by id later. Only
 // the cancel endpoint (or DELETE) cancels; a cancelled job in a shared wave drops out and the wave goes
-// on for the others, and a wave whose jobs are all cancelled stops. Results stay until every table has
+// on for the others, and a wave whose jobs are all cancelled stops; a job cancelled while its tables
+// are written stops at the next record batch. A job whose tables cannot be written fails, and its
+// manifest says so. Results stay until every table has
 // been fetched once, then for --keep; failed and cancelled jobs' status stays for --keep. A server
 // started on the same spill directory serves the done jobs again and reports the jobs its predecessor
 // left queued or running as failed ("the server (pid N) stopped while this job was running; its

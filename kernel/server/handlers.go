@@ -105,6 +105,8 @@ func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request) {
 	for _, seq := range rr.Sequences {
 		j.tokens += len(seq.Tokens)
 	}
+	est := s.estimate(rr, req.Options.Float16)
+	j.fixed = s.shape.InputBytes(rr) + est.Tables + est.Transient
 	if err := s.persist(j); err != nil { // the manifest first: a crash from now on is reported, not lost
 		writeError(w, err)
 		return

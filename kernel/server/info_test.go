@@ -35,10 +35,13 @@ func TestHealthInfoList(t *testing.T) {
 	if code != http.StatusOK || json.Unmarshal(body, &info) != nil {
 		t.Fatalf("info: %d %s", code, body)
 	}
+	// MaxResultBytes defaults to half the memory available at start: not a constant
+	defaults := DefaultLimits
+	defaults.MaxResultBytes = info.Limits.MaxResultBytes
 	if info.ModelDir != modelDir || info.Layers != 8 || info.Vocab != 3328 || info.Hidden != 128 ||
 		info.Experts != 16 || info.ExpertsPerToken != 4 ||
 		len(info.ConfigSHA256) != 64 || info.Backend != "cpu" || info.Precision != "bf16" || !info.Tokenizer ||
-		info.Limits != DefaultLimits || info.EngineVersion != replay.Version {
+		info.Limits != defaults || info.Limits.MaxResultBytes <= 0 || info.EngineVersion != replay.Version {
 		t.Errorf("info: %+v", info)
 	}
 	kinds := ""

@@ -12,6 +12,7 @@ import (
 	"github.com/potato-k3/potato-k3/kernel/api"
 	"github.com/potato-k3/potato-k3/replay"
 	"github.com/potato-k3/potato-k3/replay/ops"
+	"github.com/potato-k3/potato-k3/replay/tables"
 )
 
 // idPattern is the shape of a job id. Ids are random, so one client cannot guess another's, and their
@@ -51,6 +52,10 @@ type job struct {
 	config    string          // config hash of the engine that ran it
 	removed   bool            // results deleted: nothing may write its directory again
 	alone     bool            // its shared wave failed: it is retried in a wave of its own (Server.finish)
+	// fixed is the estimate of what its results hold until spilled beside their per-token part: its
+	// sequences, its tables' batch and the Parquet writer (tables.Shape.InputBytes, Estimate.Tables and
+	// Estimate.Transient). The per-token part depends on the wave's options (wave.share).
+	fixed int64
 
 	persist sync.Mutex // held while the manifest is snapshotted and written, so writes land in order
 }
@@ -66,6 +71,16 @@ type wave struct {
 	started time.Time
 	cancel  context.CancelCauseFunc // set once the wave runs
 	stats   replay.WaveStats        // once it finished
+	// union is what the wave computes for every token: the union of its jobs' options, which their
+	// results hold (tables.UnionOptions); fixed the sum of its jobs' fixed parts.
+	union replay.Options
+	fixed int64
+}
+
+// share is j's part of the estimate of w's results until spilled: its fixed part and its tokens under
+// the wave's options.
+func (w *wave) share(shape tables.Shape, j *job) int64 {
+	return j.fixed + int64(j.tokens)*shape.TokenBytes(w.union)
 }
 
 // terminal marks j finished in state st with msg as its error text. The caller holds Server.mu.

@@ -17,6 +17,7 @@ import (
 	"github.com/potato-k3/potato-k3/kernel/api"
 	"github.com/potato-k3/potato-k3/replay"
 	"github.com/potato-k3/potato-k3/replay/ops"
+	"github.com/potato-k3/potato-k3/replay/tables"
 	"github.com/potato-k3/potato-k3/replay/tokenizer"
 )
 
@@ -105,6 +106,11 @@ func (s *Server) build(req api.Request) (replay.Request, ops.Precision, error) {
 	if len(req.Inputs) > lim.MaxSequences {
 		return out, prec, tooLarge("--max-sequences", int64(lim.MaxSequences), "%d inputs", len(req.Inputs))
 	}
+	// As potato replay's --thinking without --chat: a mode given for inputs that have none is a mistake
+	// (the caller may believe it changed their text), not something to ignore.
+	if req.Thinking != nil && !slices.ContainsFunc(req.Inputs, func(in api.Input) bool { return in.Conversation != nil }) {
+		return out, prec, badRequest("thinking: the request's \"thinking\" is for conversations, and no input is one (text and token ids have no thinking mode): remove it")
+	}
 	total := 0
 	for i, in := range req.Inputs {
 		// Text is tokenized only up to the first limit it would pass: a 60 MB text is refused after its
@@ -141,7 +147,18 @@ func (s *Server) build(req api.Request) (replay.Request, ops.Precision, error) {
 	if err := out.Validate(s.info.Vocab, s.info.Layers, replay.Limits{}); err != nil {
 		return out, prec, badRequest("%v", err)
 	}
+	if est := s.estimate(out, req.Options.Float16); est.Total() > lim.MaxResultBytes {
+		return out, prec, tooLarge("--max-result-bytes", lim.MaxResultBytes,
+			"the results would hold about %s until written, for %d lens and %d hidden layers and top_k %d over %d tokens (ask for fewer layers or a smaller top_k, or split the request)",
+			est, len(o.Lens), len(o.Hidden), o.TopK, total)
+	}
 	return out, prec, nil
+}
+
+// estimate is what r's results hold until they are spilled, replayed alone: the results, the tables
+// built from them batch by batch and the Parquet writer (spill).
+func (s *Server) estimate(r replay.Request, float16 bool) tables.Estimate {
+	return s.shape.Estimate(tables.Output{Request: r, Format: tables.FormatParquet, Float16: float16, Streamed: true})
 }
 
 // textLimit is the most tokens input i may have and the flag that sets it; request is the request's
@@ -273,9 +290,11 @@ func (s *Server) options(o api.Options) (replay.Options, error) {
 	if o.TopK < 0 {
 		return replay.Options{}, badRequest("options.top_k %d is negative", o.TopK)
 	}
-	if limit := min(s.cfg.Limits.MaxTopK, s.info.Vocab); o.TopK > limit {
-		return replay.Options{}, badRequest("options.top_k %d is too large: at most %d (--max-top-k %d, vocabulary %d)",
-			o.TopK, limit, s.cfg.Limits.MaxTopK, s.info.Vocab)
+	if o.TopK > s.cfg.Limits.MaxTopK { // a size limit, answered as the others
+		return replay.Options{}, tooLarge("--max-top-k", int64(s.cfg.Limits.MaxTopK), "options.top_k is %d", o.TopK)
+	}
+	if o.TopK > s.info.Vocab {
+		return replay.Options{}, badRequest("options.top_k %d is past the vocabulary (%d ids)", o.TopK, s.info.Vocab)
 	}
 	for _, list := range []struct {
 		name   string

@@ -11,7 +11,7 @@ import (
 
 // Every malformed request is a 400 whose message says what is wrong and where.
 func TestBadRequests(t *testing.T) {
-	ts := startServer(t, Config{Limits: api.Limits{MaxTopK: 50}}, testHooks{})
+	ts := startServer(t, Config{Limits: api.Limits{MaxTopK: 5000}}, testHooks{})
 	chat := func(extra string) string {
 		return `{"inputs": [{"conversation": {"messages": [{"role": "user", "content": "Hi"}]` + extra + `}}]}`
 	}
@@ -35,10 +35,12 @@ func TestBadRequests(t *testing.T) {
 		{"lens layer", `{"inputs": [{"tokens": [1]}], "options": {"lens": [-1]}}`, "options.lens[0]: layer -1 outside 0..7"},
 		{"repeated lens layer", `{"inputs": [{"tokens": [1]}], "options": {"lens": [0, 7, 0]}}`, "options.lens[2]: layer 0 appears twice (give each layer once)"},
 		{"repeated hidden layer", `{"inputs": [{"tokens": [1]}], "options": {"hidden": [3, 3]}}`, "options.hidden[1]: layer 3 appears twice (give each layer once)"},
-		{"top_k too large", `{"inputs": [{"tokens": [1]}], "options": {"top_k": 51}}`, "options.top_k 51 is too large: at most 50 (--max-top-k 50"},
+		{"top_k past the vocabulary", `{"inputs": [{"tokens": [1]}], "options": {"top_k": 3329}}`, "options.top_k 3329 is past the vocabulary (3328 ids)"},
 		{"top_k negative", `{"inputs": [{"tokens": [1]}], "options": {"top_k": -1}}`, "options.top_k -1 is negative"},
 		{"precision", `{"inputs": [{"tokens": [1]}], "options": {"precision": "fp8"}}`, `options.precision "fp8": want bf16 or fp32`},
 		{"no thinking mode", chat(""), "inputs[0].conversation: no thinking mode"},
+		{"thinking without a conversation", `{"inputs": [{"text": "Hi"}, {"tokens": [1]}], "thinking": true}`,
+			`thinking: the request's "thinking" is for conversations, and no input is one`},
 		{"bad role", `{"inputs": [{"conversation": {"messages": [{"role": "bot", "content": "x"}], "thinking": true}}]}`,
 			`inputs[0].conversation.messages[0].role: unknown role "bot"`},
 		{"no messages", `{"inputs": [{"conversation": {"messages": []}}], "thinking": false}`, "inputs[0].conversation.messages: no messages"},
@@ -67,7 +69,7 @@ func TestBadRequests(t *testing.T) {
 // Requests past a size limit are refused with 413 and the limit's flag, before anything is queued.
 func TestLimits(t *testing.T) {
 	ts := startServer(t, Config{Limits: api.Limits{MaxBodyBytes: 4096, MaxSequenceTokens: 10,
-		MaxRequestTokens: 15, MaxSequences: 3}}, testHooks{})
+		MaxRequestTokens: 15, MaxSequences: 3, MaxTopK: 50}}, testHooks{})
 	ids := func(n int) string { return strings.TrimSuffix(strings.Repeat("1,", n), ",") }
 	tests := []struct {
 		name, body, limit, want string
@@ -80,6 +82,8 @@ func TestLimits(t *testing.T) {
 			"the limit is 15 (--max-request-tokens)"},
 		{"sequences", `{"inputs": [{"tokens": [1]}, {"tokens": [1]}, {"tokens": [1]}, {"tokens": [1]}]}`, "--max-sequences",
 			"4 inputs: the limit is 3 (--max-sequences)"},
+		{"top_k", `{"inputs": [{"tokens": [1]}], "options": {"top_k": 51}}`, "--max-top-k",
+			"options.top_k is 51: the limit is 50 (--max-top-k)"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -94,7 +98,7 @@ func TestLimits(t *testing.T) {
 	if len(ts.jobs) != 0 {
 		t.Errorf("%d jobs queued by refused requests", len(ts.jobs))
 	}
-	ts.submit(t, api.Request{Inputs: []api.Input{{Tokens: []int32{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}}}}) // at the limits
+	ts.submit(t, api.Request{Inputs: []api.Input{{Tokens: []int32{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}}}, Options: api.Options{TopK: 50}}) // at the limits
 }
 
 // Unknown jobs, tables and endpoints are 404s that say so.

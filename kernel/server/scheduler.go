@@ -8,6 +8,7 @@ import (
 
 	"github.com/potato-k3/potato-k3/kernel/api"
 	"github.com/potato-k3/potato-k3/replay"
+	"github.com/potato-k3/potato-k3/replay/tables"
 )
 
 // The scheduler runs one wave at a time over replay.Engine.Run. Its policy: the jobs queued when the
@@ -43,20 +44,31 @@ func (s *Server) loop() {
 	}
 }
 
-// take removes the next wave's jobs from the queue and marks them running; nil when there is none.
+// take removes the next wave's jobs from the queue and marks them running; nil when there is none. A
+// wave's results, with those of earlier waves still being written (Server.held), stay within
+// MaxResultBytes: a job that would pass it waits for a later wave, and the first job waits for the
+// spills in flight to end (release wakes the loop) unless none is left, since no request past the
+// limit was accepted (build).
 func (s *Server) take() *wave {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closing || len(s.pending) == 0 {
 		return nil
 	}
+	room := s.cfg.Limits.MaxResultBytes - s.held
+	first := s.pending[0]
+	if s.held > 0 && first.fixed+int64(first.tokens)*s.shape.TokenBytes(first.req.Options) > room {
+		return nil
+	}
 	now := time.Now()
 	s.waves++
-	w := &wave{id: s.waves, prec: s.pending[0].prec, started: now}
+	w := &wave{id: s.waves, prec: first.prec, started: now}
 	var rest []*job
 	alone := false // the wave holds a job retried alone: no other joins it
 	for _, j := range s.pending {
-		if alone || j.prec != w.prec || (len(w.jobs) > 0 && (j.alone || w.tokens+j.tokens > s.cfg.Limits.MaxWaveTokens)) {
+		union := tables.UnionOptions(w.union, j.req.Options)
+		bytes := w.fixed + j.fixed + int64(w.tokens+j.tokens)*s.shape.TokenBytes(union)
+		if alone || j.prec != w.prec || (len(w.jobs) > 0 && (j.alone || w.tokens+j.tokens > s.cfg.Limits.MaxWaveTokens || bytes > room)) {
 			rest = append(rest, j)
 			continue
 		}
@@ -65,6 +77,7 @@ func (s *Server) take() *wave {
 		w.reqs = append(w.reqs, j.req)
 		w.tokens += j.tokens
 		w.seqs += j.seqs
+		w.union, w.fixed = union, w.fixed+j.fixed
 		j.state, j.started, j.wave = api.StateRunning, now, w
 		j.progress = replay.Progress{Layers: s.info.Layers, Tokens: w.tokens}
 	}
@@ -161,8 +174,10 @@ func (s *Server) finish(w *wave, results [][]replay.Result, stats replay.WaveSta
 			failed = append(failed, j)
 		default:
 			j.progress.Layer = j.progress.Layers // a wave of an engine with no layers reports none
+			share := w.share(s.shape, j)
+			s.held += share
 			s.spills.Add(1)
-			go s.spill(j, results[i])
+			go s.spill(j, results[i], share)
 		}
 	}
 	s.pending = append(again, s.pending...)

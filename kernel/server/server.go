@@ -15,6 +15,7 @@ import (
 	"github.com/potato-k3/potato-k3/kernel/api"
 	"github.com/potato-k3/potato-k3/replay"
 	"github.com/potato-k3/potato-k3/replay/ops"
+	"github.com/potato-k3/potato-k3/replay/tables"
 	"github.com/potato-k3/potato-k3/replay/tokenizer"
 )
 
@@ -29,6 +30,7 @@ type Server struct {
 	tok   *tokenizer.Tokenizer
 	piece func(id int32) string // names the top-k ids of the tables (topk_tokens); nil without a tokenizer
 	info  api.Info              // the static part of Info
+	shape tables.Shape          // what the estimate of a request's results needs of the model (--max-result-bytes)
 	lock  *os.File              // the spill directory's lock, held for the server's life
 
 	engMu   sync.Mutex
@@ -42,6 +44,9 @@ type Server struct {
 	changed chan struct{} // closed and replaced on every change of any job: wakes progress streams
 	closing bool
 	https   []*http.Server
+	// held is the estimate of the results of finished waves whose tables are still being written (each
+	// job's share, wave.share); take starts no wave that would pass MaxResultBytes beside them.
+	held int64
 
 	wake        chan struct{} // a job was queued
 	stop        chan struct{} // closed by Shutdown: the scheduler exits after the wave in flight
@@ -58,6 +63,7 @@ type Server struct {
 type testHooks struct {
 	beforeWave func(ids []string)      // on the scheduler goroutine, before the wave runs
 	afterLayer func(p replay.Progress) // on the scheduler goroutine, after each layer's report
+	spillBatch func(id, table string)  // on a job's spill goroutine, after each record batch of its tables
 }
 
 // New opens the default precision's engine on cfg.ModelDir, finds again the jobs spilled under
@@ -87,6 +93,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.info = modelInfo(cfg, o, s.tok != nil)
+	s.shape = tables.ShapeOf(o.Engine.Plan, s.piece)
 	if err := s.recover(); err != nil {
 		s.closeEngines()
 		unlockSpill(s.lock)

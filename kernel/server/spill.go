@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/potato-k3/potato-k3/kernel/api"
 	"github.com/potato-k3/potato-k3/replay"
 	"github.com/potato-k3/potato-k3/replay/ops"
@@ -101,9 +102,15 @@ func writeManifest(dir string, m manifest) error {
 	return nil
 }
 
+// errDropped stops the writing of a job's results once it was cancelled or deleted.
+var errDropped = errors.New("the job was cancelled or deleted while its results were written")
+
 // spill writes a finished job's tables to Parquet, then its manifest, and only then says it is done.
-func (s *Server) spill(j *job, results []replay.Result) {
+// share is its part of Server.held, given back at the end. A job cancelled or deleted meanwhile stops
+// at the next record batch: nothing more is built or written for it.
+func (s *Server) spill(j *job, results []replay.Result, share int64) {
 	defer s.spills.Done()
+	defer s.release(share)
 	s.mu.Lock()
 	opts := tables.Options{HiddenFloat16: j.opts.Float16, Metadata: map[string]string{
 		tables.MetaResultSet: j.id, tables.MetaRequestHash: j.reqHash, // tables.ProvenanceKeys, as the CLI's
@@ -111,7 +118,7 @@ func (s *Server) spill(j *job, results []replay.Result) {
 		tables.MetaPrecision: j.prec.String(), tables.MetaBackend: s.info.Backend,
 	}, Piece: s.piece}
 	s.mu.Unlock()
-	names, err := writeResults(filepath.Join(s.jobDir(j.id), "result.parquet"), results, opts)
+	names, err := s.writeResults(j, filepath.Join(s.jobDir(j.id), "result.parquet"), results, opts)
 	j.persist.Lock()
 	defer j.persist.Unlock()
 	now := time.Now()
@@ -132,7 +139,6 @@ func (s *Server) spill(j *job, results []replay.Result) {
 		err = writeManifest(s.jobDir(j.id), m)
 	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	switch {
 	case j.state != api.StateRunning: // cancelled while its tables were written: drop them
 		s.log.Info("results dropped", "job", j.id)
@@ -141,33 +147,110 @@ func (s *Server) spill(j *job, results []replay.Result) {
 		removeTables(s, j.id, names)
 		j.terminal(api.StateFailed, "writing the results: "+err.Error(), now)
 		s.log.Error("spill failed", "job", j.id, "err", err)
-		// The manifest may still say queued; the next server reports the job failed, which is right.
+		m = s.manifestOf(j)
 	default:
 		j.tables, j.fetched = names, map[string]bool{}
 		j.terminal(api.StateDone, "", now)
 		s.log.Info("job done", "job", j.id, "tables", names)
 	}
+	failed := j.state == api.StateFailed
 	s.broadcast()
+	s.mu.Unlock()
+	if failed {
+		// The manifest still says running: without this a restarted server would report a crash. The
+		// disk that refused the tables may refuse the manifest too; then it does say running, and the
+		// log says why.
+		if err := writeManifest(s.jobDir(j.id), m); err != nil {
+			s.log.Error("writing the failed job's manifest: after a restart it will read as stopped while running", "job", j.id, "err", err)
+		}
+	}
 }
 
-// writeResults writes every captured table of results as base.NAME.parquet and returns the names.
-func writeResults(base string, results []replay.Result, opts tables.Options) ([]string, error) {
-	set, err := tables.Build(results, opts)
-	if err != nil {
+// release gives back n bytes of Server.held and wakes the scheduler, which may have left a wave queued
+// for them.
+func (s *Server) release(n int64) {
+	s.mu.Lock()
+	s.held -= n
+	s.mu.Unlock()
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// dropped reports whether j was cancelled or deleted, so that its results need not be written.
+func (s *Server) dropped(j *job) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return j.state != api.StateRunning || j.removed
+}
+
+// writeResults writes every captured table of results as base.NAME.parquet, one set (all or none), and
+// returns the names. Each table is built batch by batch as it is written (tables.NewReader into
+// tables.WriteSetFrom, the batches Build would make), so that only the results and one batch are held,
+// and a job dropped meanwhile stops at the next batch (errDropped).
+func (s *Server) writeResults(j *job, base string, results []replay.Result, opts tables.Options) ([]string, error) {
+	if s.dropped(j) {
+		return nil, errDropped
+	}
+	if err := tables.Validate(results); err != nil {
 		return nil, err
 	}
-	defer set.Release()
+	var srcs []tables.TableSource
+	defer func() {
+		for _, src := range srcs {
+			src.Reader.Release()
+		}
+	}()
+	for _, name := range tables.Captured(results) {
+		rr, err := tables.NewReader(results, name, opts)
+		if err != nil {
+			return nil, err
+		}
+		srcs = append(srcs, tables.TableSource{Name: name, Reader: &stopReader{RecordReader: rr, stop: func() bool {
+			if h := s.hooks.spillBatch; h != nil {
+				h(j.id, name)
+			}
+			return s.dropped(j)
+		}}})
+	}
 	if err := os.MkdirAll(filepath.Dir(base), 0o700); err != nil {
 		return nil, err
 	}
-	if _, err := tables.WriteSet(base, set); err != nil {
+	if _, err := tables.WriteSetFrom(base, srcs); err != nil {
+		if s.dropped(j) {
+			return nil, errDropped
+		}
 		return nil, err
 	}
-	var names []string
-	for _, t := range set.Tables() {
-		names = append(names, t.Name)
+	names := make([]string, len(srcs))
+	for i, src := range srcs {
+		names[i] = src.Name
 	}
 	return names, nil
+}
+
+// stopReader is a RecordReader that ends with errDropped before its next batch once stop says so.
+type stopReader struct {
+	array.RecordReader
+	stop func() bool
+	err  error
+}
+
+// Next builds the next batch unless stop says the job was dropped.
+func (r *stopReader) Next() bool {
+	if r.err == nil && r.stop() {
+		r.err = errDropped
+	}
+	return r.err == nil && r.RecordReader.Next()
+}
+
+// Err is errDropped, or the reader's own error.
+func (r *stopReader) Err() error {
+	if r.err != nil {
+		return r.err
+	}
+	return r.RecordReader.Err()
 }
 
 // removeTables deletes the table files of job id (the manifest stays, for its status).
