@@ -3,8 +3,10 @@ package server
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/potato-k3/potato-k3/kernel/api"
@@ -26,6 +28,12 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET "+api.PathJobs+"/{id}/tables/{table}", s.withJob(s.handleTable))
 	mux.HandleFunc("POST "+api.PathJobs+"/{id}/tables/{table}/received", s.withJob(s.handleReceived))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		if allow := allowedMethods(mux, r); len(allow) > 0 { // the path exists, for other methods
+			w.Header().Set("Allow", strings.Join(allow, ", "))
+			writeError(w, &httpError{status: http.StatusMethodNotAllowed,
+				msg: fmt.Sprintf("%s %s: this endpoint takes %s", r.Method, r.URL.Path, strings.Join(allow, " or "))})
+			return
+		}
 		writeError(w, &httpError{status: http.StatusNotFound, msg: "no endpoint " + r.Method + " " + r.URL.Path})
 	})
 	if s.cfg.Token == "" {
@@ -39,6 +47,20 @@ func (s *Server) Handler() http.Handler {
 		}
 		mux.ServeHTTP(w, r)
 	})
+}
+
+// allowedMethods is the methods for which mux routes r's path to an endpoint (not the catch-all "/"):
+// with them a request of another method gets 405 and an Allow header, not 404.
+func allowedMethods(mux *http.ServeMux, r *http.Request) []string {
+	var allow []string
+	for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodDelete} {
+		probe := r.Clone(r.Context())
+		probe.Method = m
+		if _, pattern := mux.Handler(probe); pattern != "/" && pattern != "" {
+			allow = append(allow, m)
+		}
+	}
+	return allow
 }
 
 // writeJSON answers status with v as JSON.

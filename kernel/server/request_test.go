@@ -118,3 +118,21 @@ func TestNotFound(t *testing.T) {
 		}
 	}
 }
+
+// A path the API has, asked with a method it does not take, is a 405 naming the methods it does take,
+// not a 404 (which would say the endpoint is missing).
+func TestMethodNotAllowed(t *testing.T) {
+	ts := startServer(t, Config{}, testHooks{})
+	id := ts.waitState(t, ts.submit(t, api.Request{Inputs: []api.Input{{Tokens: []int32{1, 2}}}}).ID, api.StateDone).ID
+	for _, tt := range []struct{ method, path, want string }{
+		{"PUT", api.PathJobs, "PUT /v1/jobs: this endpoint takes GET or POST"},
+		{"POST", api.JobPath(id), "takes GET or DELETE"},
+		{"GET", api.JobPath(id) + "/cancel", "takes POST"},
+		{"DELETE", api.PathInfo, "takes GET"},
+	} {
+		code, body := ts.do(t, tt.method, tt.path, "")
+		if code != http.StatusMethodNotAllowed || !strings.Contains(string(body), tt.want) {
+			t.Errorf("%s %s: %d %s, want 405 …%s…", tt.method, tt.path, code, body, tt.want)
+		}
+	}
+}
