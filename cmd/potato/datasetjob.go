@@ -146,6 +146,9 @@ func runDatasetJob(ctx context.Context, f *replayFlags, opts replay.EngineOption
 	}
 	sum, err := job.Run(ctx, l.engine, cfg, items)
 	if err != nil {
+		if ctx.Err() != nil { // interrupted: the finished parts are kept, and the same command resumes
+			return fmt.Errorf("%w: the job in %s stopped; its finished parts are kept, and running the same command again resumes it", err, f.out)
+		}
 		return err
 	}
 	rate := 0.0

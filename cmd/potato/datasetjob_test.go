@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/potato-k3/potato-k3/datasets/job"
@@ -153,5 +154,40 @@ func TestDatasetJobLimits(t *testing.T) {
 				t.Errorf("the refused job made its directory: %v", err)
 			}
 		})
+	}
+}
+
+// A dataset job interrupted after a part says that its parts are kept and the same command resumes it;
+// the same command then finishes it without replaying the kept part.
+func TestDatasetJobInterrupted(t *testing.T) {
+	model := tinyModel(t)
+	data := smallDataset(t, 6)
+	dir := filepath.Join(t.TempDir(), "job") + "/"
+	args := []string{"replay", "--model", model, "--chat", data, "--thinking", "off", "--top-k", "3", "--no-progress",
+		"--wave-tokens", "150", "--out", dir}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { // the first part written: interrupt, as Ctrl-C does
+		for ctx.Err() == nil {
+			if m, err := job.ReadManifest(dir); err == nil && len(m.Parts) > 0 {
+				cancel()
+				return
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+	}()
+	err := run(ctx, args, &bytes.Buffer{})
+	if err == nil {
+		t.Skip("the job finished before it could be interrupted")
+	}
+	if !strings.Contains(err.Error(), "its finished parts are kept, and running the same command again resumes it") {
+		t.Fatalf("interrupted job: %v", err)
+	}
+	var out bytes.Buffer
+	if err := run(context.Background(), args, &out); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "job complete") || strings.Contains(out.String(), " 0 conversations skipped") {
+		t.Errorf("the rerun did not resume (want some conversations skipped): %s", out.String())
 	}
 }

@@ -54,7 +54,7 @@ func runReplay(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.BoolVar(&f.router, "router", false, "return every MoE layer's expert choices")
 	fs.BoolVar(&f.attnres, "attnres", false, "return every AttnRes mix's weights")
 	fs.BoolVar(&f.float16, "float16", false, "store hidden states as float16 instead of float32")
-	fs.StringVar(&f.out, "out", "", "write the tables to FILE.arrow (Arrow IPC files), FILE.arrows (IPC streams) or FILE.parquet, one file per table")
+	fs.StringVar(&f.out, "out", "", "write the tables to FILE.arrow (Arrow IPC files), FILE.arrows (IPC streams) or FILE.parquet, one file per table; with --chat, DIR/ (a trailing slash) runs a resumable dataset job into DIR (Parquet parts and a manifest; potato merge joins them)")
 	fs.IntVar(&f.maxTokens, "max-tokens", d.MaxSequenceTokens, "most tokens of one sequence (as potato serve); a longer one is refused before any compute")
 	fs.IntVar(&f.maxWaveTokens, "max-wave-tokens", d.MaxWaveTokens, "most tokens of one wave (as potato serve): more sequences run as several waves, with the same results")
 	fs.IntVar(&f.maxRequest, "max-request-tokens", d.MaxRequestTokens, "most tokens of all sequences together (as potato serve): the results are held in memory until written")
@@ -178,11 +178,31 @@ func (f *replayFlags) check() (input, error) {
 		return in, err
 	}
 	if f.chat != "" {
+		if err := checkConversations(f.chat, in.convs); err != nil {
+			return in, err
+		}
 		if err := applyThinking(in.convs, f.thinking); err != nil {
 			return in, err
 		}
 	}
 	return in, nil
+}
+
+// checkConversations refuses a chat file that holds no conversations, and one in which two conversations
+// share an id: the tables name each conversation by its id (the conversation column), and two of one
+// name could be told apart only by their seq_id.
+func checkConversations(name string, convs []tokenizer.Conversation) error {
+	if len(convs) == 0 {
+		return fmt.Errorf("replay: %s holds no conversations", name)
+	}
+	seen := make(map[string]int, len(convs))
+	for i, c := range convs {
+		if j, ok := seen[c.ID]; ok {
+			return fmt.Errorf("replay: %s: conversations %d and %d share the id %q: give each its own (or drop the \"id\" fields to name them by their line)", name, j+1, i+1, c.ID)
+		}
+		seen[c.ID] = i
+	}
+	return nil
 }
 
 // checkOut checks --out before any compute: a known extension, and a directory that exists and takes a

@@ -31,6 +31,12 @@ func TestReplayChecksBeforeCompute(t *testing.T) {
 	typo := filepath.Join(dir, "typo.jsonl")
 	os.WriteFile(typo, []byte(`{"thinking":false,"messages":[{"role":"user","content":"a"}]}`+"\n"+
 		`{"thinking":false,"messages":[{"role":"user","contnet":"Hi"}]}`+"\n"), 0o644)
+	dup := filepath.Join(dir, "dup.jsonl")
+	os.WriteFile(dup, []byte(`{"id":"a","thinking":false,"messages":[{"role":"user","content":"one"}]}`+"\n"+
+		`{"id":"b","thinking":false,"messages":[{"role":"user","content":"two"}]}`+"\n"+
+		`{"id":"a","thinking":false,"messages":[{"role":"user","content":"three"}]}`+"\n"), 0o644)
+	empty := filepath.Join(dir, "empty.jsonl")
+	os.WriteFile(empty, []byte("\n"), 0o644)
 	big := filepath.Join(dir, "big.txt") // 3 MB of "word ": past --max-tokens (1,048,576) in the tiny vocabulary
 	os.WriteFile(big, bytes.Repeat([]byte("word "), 3<<20/5), 0o644)
 	out := filepath.Join(dir, "r.arrow")
@@ -51,6 +57,8 @@ func TestReplayChecksBeforeCompute(t *testing.T) {
 			`conversation 1 (id "greeting") says "thinking": false but --thinking is on: remove one of them`},
 		{"misspelled key", []string{"--chat", typo}, `typo.jsonl line 2: messages[0]: unknown key "contnet"`},
 		{"missing text file", []string{"--text-file", filepath.Join(dir, "none.txt")}, "--text-file: open"},
+		{"two conversations of one id", []string{"--chat", dup}, `dup.jsonl: conversations 1 and 3 share the id "a"`},
+		{"no conversations", []string{"--chat", empty}, "empty.jsonl holds no conversations"},
 	}
 	if os.Getuid() != 0 { // root writes anywhere
 		ro := filepath.Join(dir, "ro")

@@ -66,6 +66,9 @@ func runServe(ctx context.Context, args []string, stdout io.Writer) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("serve: unexpected argument %q", fs.Arg(0))
 	}
+	if err := f.mem.check(f.backend); err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
 	cfg, err := f.config(ctx)
 	if err != nil {
 		return err
@@ -102,6 +105,7 @@ func runServe(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	case <-ctx.Done(): // SIGTERM or SIGINT
 	}
+	fmt.Fprintf(os.Stderr, "potato serve: stopping: the wave in flight may finish (up to --shutdown-timeout %v); interrupt again to quit at once\n", f.shutdownTimeout)
 	return srv.Shutdown(context.Background()) // bounded by --shutdown-timeout
 }
 

@@ -37,6 +37,8 @@ func TestServeRefusals(t *testing.T) {
 		{[]string{"--listen", ":0"}, "is reachable from other machines"},
 		{[]string{"--token-file", short}, "the token has 7 characters, want at least 16"},
 		{[]string{"--precision", "fp8"}, "fp8"},
+		{[]string{"--slice-tokens", "-1"}, "--slice-tokens -1 is negative"},
+		{[]string{"--devices", "3"}, "--devices 3: the cpu backend has device 0 alone"},
 	} {
 		args := append([]string{"serve", "--model", model, "--spill", t.TempDir()}, tt.args...)
 		var stdout bytes.Buffer
