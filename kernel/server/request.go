@@ -71,6 +71,13 @@ func decodeRequest(w http.ResponseWriter, r *http.Request, limit int64, timeout 
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	err = dec.Decode(&req)
+	if ute := (*json.UnmarshalTypeError)(nil); errors.As(err, &ute) {
+		// encoding/json names only the Go field (Input.inputs.tokens); checkKeys names the value itself
+		// (inputs[0].tokens[3]), and says what it wanted
+		if werr := checkKeys(body, reflect.TypeFor[api.Request]()); werr != nil {
+			err = werr
+		}
+	}
 	if err == nil { // only white space may follow (dec.More would let a stray '}' or ']' through)
 		if _, err = dec.Token(); err == io.EOF {
 			err = nil
