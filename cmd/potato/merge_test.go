@@ -40,6 +40,11 @@ func TestMergeCLI(t *testing.T) {
 		}
 		for _, tb := range set.Tables() {
 			md := tb.Schema.Metadata()
+			for _, key := range tables.ProvenanceKeys { // every key, as replay's sets carry them
+				if i := md.FindKey(key); i < 0 || md.Values()[i] == "" {
+					t.Errorf("merged %s table: no %s", tb.Name, key)
+				}
+			}
 			if i := md.FindKey(tables.MetaResultSet); i < 0 || md.Values()[i] == "" {
 				t.Errorf("merged %s table: no %s", tb.Name, tables.MetaResultSet)
 			} else {

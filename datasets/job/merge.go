@@ -18,8 +18,11 @@ type MergeOptions struct {
 	Partial bool
 	// ResultSet, when set, is stamped on every merged table as its tables.MetaResultSet (replacing any the
 	// parts carry), as `potato replay --out` stamps its sets (`potato merge` gives tables.NewSetID()), so
-	// that ReadSet refuses the merged tables mixed with another run's. Empty keeps the parts' metadata as
-	// it is, and the files then equal those of a single tables.Build with the parts' options byte for byte.
+	// that ReadSet refuses the merged tables mixed with another run's; the job's Key is then stamped as
+	// their tables.MetaRequestHash (a merged set answers no single request: the key hashes the dataset and
+	// every setting that changes a row), so that every merged table carries all of tables.ProvenanceKeys.
+	// Empty keeps the parts' metadata as it is, and the files then equal those of a single tables.Build
+	// with the parts' options byte for byte.
 	ResultSet string
 	Log       func(string)
 }
@@ -101,7 +104,7 @@ type merger struct {
 	next    int    // index into src.order
 	open    map[string]*partTable
 	parts   *arrow.Schema // the parts' schema, which every part must have
-	schema  *arrow.Schema // the merged table's: parts, with stamp as its MetaResultSet
+	schema  *arrow.Schema // the merged table's: parts, with stamp as its MetaResultSet and the key as its MetaRequestHash
 	maxRows int64
 	pending []block // rows waiting for the next batch (slices, retained)
 	npend   int64
@@ -185,7 +188,7 @@ func (m *merger) part(part string) (*partTable, error) {
 		m.parts = t.Schema
 		m.schema = t.Schema
 		if m.stamp != "" {
-			m.schema = withMeta(t.Schema, tables.MetaResultSet, m.stamp)
+			m.schema = withMeta(withMeta(t.Schema, tables.MetaResultSet, m.stamp), tables.MetaRequestHash, m.src.key)
 		}
 		m.maxRows = batchRows(t.Schema)
 	} else if !m.parts.Equal(t.Schema) || !m.parts.Metadata().Equal(t.Schema.Metadata()) {

@@ -316,6 +316,11 @@ func checkSet(t *testing.T, path, id string, names ...string) {
 		if got != id {
 			t.Errorf("%s: %s: %s -want %q +got %q", path, name, tables.MetaResultSet, id, got)
 		}
+		for _, key := range []string{tables.MetaResultSet, tables.MetaRequestHash} { // the keys a merge stamps
+			if i := md.FindKey(key); i < 0 || md.Values()[i] == "" {
+				t.Errorf("%s: %s: no %s", path, name, key)
+			}
+		}
 	}
 }
 

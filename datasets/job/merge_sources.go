@@ -17,6 +17,7 @@ type sources struct {
 	files  map[string]map[string]string // part key -> table -> the file's path
 	tables map[string]bool              // tables some part holds
 	parts  int
+	key    string // the job's Key, one for every directory
 }
 
 // placed is one conversation and the part that holds its rows.
@@ -44,7 +45,7 @@ func mergeSources(dirs []string, partial bool) (*sources, error) {
 			return nil, err
 		}
 		if first == nil {
-			first = m
+			first, s.key = m, m.Key
 		} else if m.Key != first.Key {
 			return nil, fmt.Errorf("job: merge: %s and %s hold jobs of different settings: %s", dirs[0], dir,
 				strings.Join(first.Settings.Diff(m.Settings), "; "))

@@ -82,7 +82,7 @@ var (
 	seqField   = arrow.Field{Name: "seq_id", Type: int32Type}       // replay.Result.SeqID
 	posField   = arrow.Field{Name: "pos", Type: int32Type}          // 0-indexed token position in the sequence
 	layerField = arrow.Field{Name: "layer", Type: int32Type}        // 0-indexed decoder layer
-	topIDs     = arrow.Field{Name: "topk_ids", Type: idsType}       // the k most probable next ids, descending
+	topIDs     = arrow.Field{Name: "topk_ids", Type: idsType}       // the k most probable next ids, descending; ties to the lower id
 	topPieces  = arrow.Field{Name: "topk_tokens", Type: piecesType} // their text pieces (Options.Piece), same order
 	topLogp    = arrow.Field{Name: "topk_logprobs", Type: logpType} // their log probabilities, same order
 )
@@ -93,12 +93,14 @@ var tokensFields = []arrow.Field{
 	seqField,
 	posField,
 	{Name: "token_id", Type: int32Type},  // the input token at pos
-	{Name: "token", Type: stringType},    // its text piece ("" when the request carried ids only)
+	{Name: "token", Type: stringType},    // its text piece ("" for a model without a tokenizer)
 	{Name: "message", Type: int32Type},   // index of the chat message the token belongs to; -1: none
-	{Name: "channel", Type: stringType},  // system/user/think/response/tool...; "" when not a conversation
+	{Name: "channel", Type: stringType},  // structure/system/user/think/response/tool... in a conversation; "text" for raw text; "" for ids
 	{Name: "target_id", Type: int32Type}, // token_id at pos+1, the id scored here; -1 at the last position
-	// log p(target_id) and its rank (1 = most probable); null where target_id is -1, because 0 would read
-	// as a certain prediction.
+	// log p(target_id) and its rank: 1 + the number of ids the model finds strictly more probable, so ids
+	// of exactly equal probability share a rank (bfloat16 logits tie often) and a target of rank 1 need not
+	// be topk_ids[0], which breaks ties towards the lower id. Null where target_id is -1, because 0 would
+	// read as a certain prediction.
 	{Name: "logprob", Type: float32Type, Nullable: true},
 	{Name: "rank", Type: int32Type, Nullable: true},
 	{Name: "entropy", Type: float32Type}, // nats, over the full vocabulary, never a top-k estimate
@@ -151,7 +153,9 @@ var routerFields = []arrow.Field{
 }
 
 // attnresFields is the AttnRes table: per mixing site ("attn", "mlp" or "output") of a layer and position,
-// the softmax weights over the completed block vectors followed by the running sum (K3_SPEC.md).
+// the softmax weights over the completed block vectors followed by the running sum (K3_SPEC.md). The
+// "output" site is the readout's mix: it has rows at the last layer and at each lens layer of the request
+// (a lens readout mixes there too), none elsewhere.
 var attnresFields = []arrow.Field{
 	seqField,
 	posField,
