@@ -23,8 +23,20 @@ func columnError(table, name, format string, args ...any) error {
 	return fmt.Errorf("%w: %s table: column %q: %s", ErrColumn, table, name, fmt.Sprintf(format, args...))
 }
 
-// findColumn returns the column called name, or an error listing the columns there are.
+// askFor is the kernel option that asks the engine for each optional table, for the error of a table
+// that is not there.
+var askFor = map[string]string{"lens": "kernel.Lens or LensAll", "router": "kernel.Router", "attnres": "kernel.AttnRes"}
+
+// findColumn returns the column called name, or an error listing the columns there are; a nil record (a
+// table the result does not hold: kernel's Result.Lens() is nil unless the lens was asked for) is an
+// ErrInput error saying so.
 func findColumn(rec arrow.RecordBatch, table, name string) (arrow.Array, error) {
+	if rec == nil {
+		if how, ok := askFor[table]; ok {
+			return nil, fmt.Errorf("%w: no %s table (nil): the replay must ask for it (%s)", ErrInput, table, how)
+		}
+		return nil, fmt.Errorf("%w: no %s table (nil)", ErrInput, table)
+	}
 	idx := rec.Schema().FieldIndices(name)
 	if len(idx) == 0 {
 		names := make([]string, rec.Schema().NumFields())

@@ -174,25 +174,40 @@ func EntropyByLayer(rows []LensRow, opts EntropyOptions) (*Figure, error) {
 type layerTicks struct{}
 
 // Ticks implements plot.Ticker.
+//
+// Past maxLayerTicks layers (no model has that many; a table of bad layer numbers might) only the
+// labelled ticks are drawn, at a step that keeps them near 24, so the ticks never outnumber the page.
 func (layerTicks) Ticks(min, max float64) []plot.Tick {
-	lo, hi := int(math.Ceil(min)), int(math.Floor(max))
-	step := 1
-	for _, nice := range []int{1, 2, 5, 10, 20, 50, 100} {
+	if math.IsNaN(min) || math.IsNaN(max) || max < min || max-min > 1<<40 { // (infinite spans too)
+		return nil
+	}
+	lo, hi := int64(math.Ceil(min)), int64(math.Floor(max))
+	step := int64(1)
+	for _, nice := range []int64{1, 2, 5, 10, 20, 50, 100} {
 		step = nice
 		if (hi-lo)/nice < 24 {
 			break
 		}
 	}
+	every := int64(1) // draw every layer's tick, labelled or not
+	if hi-lo > maxLayerTicks {
+		for step = 100; (hi-lo)/step >= 24; step *= 10 {
+		}
+		every = step
+	}
 	var ticks []plot.Tick
-	for l := lo; l <= hi; l++ {
+	for l := lo + (every-lo%every)%every; l <= hi; l += every {
 		t := plot.Tick{Value: float64(l)}
 		if l%step == 0 {
-			t.Label = strconv.Itoa(l)
+			t.Label = strconv.FormatInt(l, 10)
 		}
 		ticks = append(ticks, t)
 	}
 	return ticks
 }
+
+// maxLayerTicks is the most layers layerTicks draws a tick for each of.
+const maxLayerTicks = 1024
 
 // thousands writes 3328 as 3,328.
 func thousands(n int) string {

@@ -71,6 +71,9 @@ func newHeatmap(s heatmapSpec) (*Figure, error) {
 	if lo == hi {
 		lo, hi = lo-0.5, hi+0.5
 	}
+	if math.IsInf(hi-lo, 0) { // finite values whose span is not (±1.7e308): no colour scale can be drawn
+		return nil, inputError("%s: the values span %g to %g, more than a colour scale can show", s.title, lo, hi)
+	}
 
 	cmap := viridis()
 	cmap.SetMin(lo)

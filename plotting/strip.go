@@ -60,7 +60,7 @@ func LogprobStrip(rows []TokenRow, opts StripOptions) (string, error) {
 
 // withDefaults fills in the defaults of unset options.
 func (o StripOptions) withDefaults() StripOptions {
-	if o.MaxSurprise <= 0 {
+	if !(o.MaxSurprise > 0) || math.IsInf(o.MaxSurprise, 0) { // NaN, 0, negative or infinite: unset
 		o.MaxSurprise = defaultMaxSurprise
 	}
 	if o.TopK <= 0 {
