@@ -103,6 +103,10 @@ func readCached(dir string) (*Result, error) {
 		r.Release()
 		return nil, errors.New("kernel: results cache entry without a tokens table")
 	}
+	if err := r.checkRows(); err != nil { // a stream cut short cleanly, or a status of another entry
+		r.Release()
+		return nil, fmt.Errorf("kernel: results cache %s: %w", dir, err)
+	}
 	return r, nil
 }
 

@@ -23,6 +23,7 @@ type Client struct {
 	token    string
 	hc       *http.Client
 	progress io.Writer // text progress outside a notebook; nil: none
+	logPath  string    // the engine's log, when this package started it (for error messages); else ""
 	// cacheWarned: ReplayCached has said once that it could not store a result (cache.go)
 	cacheWarned sync.Once
 }
@@ -57,6 +58,8 @@ func newClient(addr, token string, progress io.Writer) (*Client, error) {
 		c.base = "http://potato" // the host is not used: every connection goes to the socket
 	case strings.HasPrefix(addr, "http://"), strings.HasPrefix(addr, "https://"):
 		c.base = strings.TrimSuffix(addr, "/")
+	case strings.Contains(addr, "://"): // else it would be dialled as the host "ftp" of http://ftp://x
+		return nil, fmt.Errorf("kernel: address %q: the engine speaks http, https or unix: give http://host:port, https://host:port or unix:/path", addr)
 	case addr != "":
 		c.base = "http://" + addr
 	default:
@@ -107,7 +110,8 @@ func (c *Client) request(ctx context.Context, method, path string, body any) (*h
 	data, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	var e api.Error
 	if json.Unmarshal(data, &e) != nil || e.Error == "" {
-		e.Error = strings.TrimSpace(string(data))
+		// Not the engine's JSON: a proxy's or web server's page, of which the start is enough.
+		e.Error = clip(string(data), 300)
 	}
 	return nil, &ServerError{StatusCode: resp.StatusCode, Message: e.Error, Limit: e.Limit}
 }
@@ -170,5 +174,6 @@ func (c *Client) Forget(ctx context.Context, id string) error {
 	return c.getJSON(ctx, http.MethodDelete, api.JobPath(id), nil, nil)
 }
 
-// healthTimeout bounds one health check: a live engine answers it at once, even mid-wave.
-const healthTimeout = 5 * time.Second
+// healthTimeout bounds one health check: a live engine answers it at once, even mid-wave. It is a
+// variable only so that a test of an engine that does not answer need not wait the full time.
+var healthTimeout = 5 * time.Second

@@ -5,9 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // Environment variables Connect reads.
@@ -74,14 +77,29 @@ func Connect(opts ...Option) (*Client, error) {
 		defer cancel()
 		var se *ServerError
 		switch _, err := c.Health(ctx); {
-		case errors.As(err, &se):
+		case errors.As(err, &se) && (se.StatusCode == http.StatusUnauthorized || se.StatusCode == http.StatusForbidden):
 			return nil, fmt.Errorf("kernel: the engine at %s refused us (check %s): %w", o.addr, EnvToken, err)
+		case errors.As(err, &se): // a web server, a proxy: its page says nothing about potato, so only its start
+			return nil, fmt.Errorf("kernel: %s is not a potato engine (HTTP %d %s: %s): check %s or WithAddr",
+				o.addr, se.StatusCode, http.StatusText(se.StatusCode), clip(se.Message, 120), EnvAddr)
 		case err != nil:
 			return nil, fmt.Errorf("kernel: the engine at %s does not answer: %w", o.addr, err)
 		}
 		return c, nil
 	}
 	return connectBackground(o)
+}
+
+// clip cuts s to about n bytes (at a rune boundary) with an ellipsis, and folds it onto one line.
+func clip(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
 }
 
 // CacheDir is the cache directory: $POTATO_CACHE, else potato-k3 under the user's cache directory. It is

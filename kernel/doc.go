@@ -42,7 +42,8 @@
 //  1. WithAddr, or $POTATO_ADDR: http://host:port or unix:/path, with WithToken or $POTATO_TOKEN as the
 //     bearer token. It must answer; Connect never starts another in its place.
 //  2. The background engine an earlier cell started: CacheDir()/kernel/serve.json holds its address and
-//     pid, and it must answer its health check with that pid.
+//     pid, and it must answer its health check with that pid. One whose pid is alive and holds its spill
+//     directory but does not answer in time (busy, or paused) is an error, never replaced by a second.
 //  3. A new background engine: `potato serve` on the embedded default model (or WithModel), on a unix
 //     socket in CacheDir()/kernel (a loopback port when that path is too long), in a session of its own
 //     so that it outlives the cell, its output in CacheDir()/kernel/serve.log. Connect waits until it

@@ -15,3 +15,4 @@ func terminate(pid int) error         { return errNoBackground }
 func terminateGroup(pid int)          {}
 func alive(pid int) bool              { return false }
 func lockFile(string) (func(), error) { return nil, errNoBackground }
+func lockHeld(string) bool            { return false }

@@ -54,8 +54,11 @@ func (v *view) finish(p api.Progress) {
 	}
 }
 
-// fail shows why waiting stopped.
+// fail shows why waiting stopped, over the last report shown when p is empty (no report came).
 func (v *view) fail(p api.Progress, err error) {
+	if p.State == "" {
+		p = v.shown
+	}
 	if p.Error == "" {
 		p.Error = err.Error()
 	}

@@ -50,14 +50,18 @@ func (c *Client) Wait(ctx context.Context, id string) (api.JobStatus, error) {
 	view := c.newView(id)
 	last, err := c.follow(ctx, id, view.update)
 	if err != nil {
-		view.fail(last, err)
 		if ctx.Err() != nil {
+			view.fail(last, err)
 			return api.JobStatus{}, fmt.Errorf("kernel: job %s is still on the engine (fetch it later with Fetch(ctx, %q)): %w", id, id, err)
 		}
+		err = c.lost(id, err)
+		view.fail(last, err)
 		return api.JobStatus{}, err
 	}
 	st, err := c.Status(ctx, id)
 	if err != nil {
+		err = c.lost(id, err)
+		view.fail(last, err)
 		return st, err
 	}
 	view.finish(last)
@@ -71,14 +75,35 @@ func (c *Client) Wait(ctx context.Context, id string) (api.JobStatus, error) {
 	}
 }
 
+// lost names job id in an error that is not the engine's own answer (a refused or broken connection:
+// the engine stopped, or was killed), and says what to do; the engine's answers (a 404, a 401) and
+// errors that carry the job already pass through.
+func (c *Client) lost(id string, err error) error {
+	var se *ServerError
+	if errors.As(err, &se) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	where := ""
+	if c.logPath != "" {
+		where = ", and see its log at " + c.logPath
+	}
+	return fmt.Errorf("kernel: job %s: the engine stopped answering (%w): Connect again%s", id, err, where)
+}
+
 // follow calls update with each progress report of job id until one is terminal, which it returns. It
 // reads the progress stream and opens it again if it breaks; after repeated breaks it polls the status.
 func (c *Client) follow(ctx context.Context, id string, update func(api.Progress)) (api.Progress, error) {
 	var last api.Progress
 	var err error
 	for attempt := 0; ; attempt++ {
-		last, err = c.stream(ctx, id, update)
-		if err == nil && last.State.Terminal() {
+		// A stream that fails before its first line reports nothing: keep what the last one said, for
+		// the display of why waiting stopped.
+		var p api.Progress
+		p, err = c.stream(ctx, id, update)
+		if p.State != "" {
+			last = p
+		}
+		if err == nil && p.State.Terminal() {
 			return last, nil
 		}
 		var se *ServerError

@@ -62,21 +62,48 @@ func readState(dir string) (api.State, error) {
 	return st, nil
 }
 
-// answering returns a client of the engine st describes and its health if it answers with st's pid (a
-// pid alone may have been reused by another program since); nil when it does not.
-func answering(st api.State, o options) (*Client, api.Health) {
+// engineCheck is what probe found of the engine a state file names.
+type engineCheck int
+
+const (
+	engineGone engineCheck = iota // no engine of this directory runs: the state file is stale
+	engineUp                      // it answered its health check with the state's pid
+	engineBusy                    // it is alive and holds its spill directory, but did not answer in time
+)
+
+// probe checks the engine st describes (in the kernel directory dir): a client of it and its health
+// when it answers with st's pid. A health check that fails is not enough to call the engine gone: one
+// busy or paused (SIGSTOP, a swapping machine) misses it, and forgetting it then would orphan it (a second
+// engine cannot start on its spill directory, and Shutdown could no longer find it). It is gone only
+// when its pid is not alive, when something else answers at its address, or when no process holds its
+// spill directory's lock (the pid was reused by another program since).
+func probe(dir string, st api.State, o options) (*Client, api.Health, engineCheck) {
 	c, err := newClient(st.Addr, "", o.progress)
 	if err != nil {
-		return nil, api.Health{}
+		return nil, api.Health{}, engineGone
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), healthTimeout)
 	defer cancel()
 	h, err := c.Health(ctx)
-	if err != nil || h.PID != st.PID {
-		return nil, h
+	var se *ServerError
+	switch {
+	case err == nil && h.PID == st.PID:
+		c.logPath = filepath.Join(dir, logName)
+		return c, h, engineUp
+	case err == nil, errors.As(err, &se): // another program answers at the address
+		c.Close()
+		return nil, h, engineGone
 	}
-	return c, h
+	c.Close()
+	if st.PID > 0 && alive(st.PID) && lockHeld(spillLock(dir)) {
+		return nil, h, engineBusy
+	}
+	return nil, h, engineGone
 }
+
+// spillLock is the lock file the background engine holds on its spill directory for its whole life
+// (kernel/server's lockSpill; it holds the engine's pid).
+func spillLock(dir string) string { return filepath.Join(dir, spillName, ".lock") }
 
 // reuse returns a client of the running background engine; nil and no error when there is none (a
 // stale state file is removed).
@@ -85,12 +112,17 @@ func reuse(dir string, o options) (*Client, error) {
 	if err != nil {
 		return nil, nil
 	}
-	c, h := answering(st, o)
-	if c == nil {
+	c, h, check := probe(dir, st, o)
+	switch check {
+	case engineGone:
 		os.Remove(filepath.Join(dir, stateName))
 		return nil, nil
+	case engineBusy:
+		return nil, fmt.Errorf("kernel: the engine (pid %d) did not answer within %s; it may be busy: retry, or kernel.Shutdown() to stop it (its log: %s)",
+			st.PID, healthTimeout, filepath.Join(dir, logName))
 	}
 	if h.Status != "ok" { // it holds its spill directory until it exits: a second one could not start
+		c.Close()
 		return nil, fmt.Errorf("kernel: the background engine (pid %d) is stopping; connect again once it has", st.PID)
 	}
 	if o.model != "" && !sameDir(o.model, st.Model) {
@@ -127,6 +159,13 @@ func start(dir string, o options) (*Client, error) {
 		}
 		args = append(args, "--model", abs)
 	}
+	// An engine that still holds the spill directory, though the state file no longer names it, would
+	// make the new one fail at once; and the log about to be truncated is that engine's.
+	if lockHeld(spillLock(dir)) {
+		holder, _ := os.ReadFile(spillLock(dir))
+		return nil, fmt.Errorf("kernel: another engine (pid %s) holds %s but does not answer as the background engine: stop it, then connect again; %s",
+			strings.TrimSpace(string(holder)), filepath.Join(dir, spillName), logTail(logPath))
+	}
 	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("kernel: %w", err)
@@ -157,7 +196,7 @@ func start(dir string, o options) (*Client, error) {
 		case <-tick.C:
 		}
 		if st, err := readState(dir); err == nil {
-			if c, _ := answering(st, o); c != nil {
+			if c, _, check := probe(dir, st, o); check == engineUp {
 				return c, nil
 			}
 		}
@@ -202,7 +241,8 @@ func logTail(path string) string {
 
 // Shutdown stops the background engine that Connect started (found through its state file), after the
 // wave in flight; its finished results stay on disk for the next one. It does nothing when none runs,
-// and never signals a process that does not answer as that engine.
+// and never signals a process that is not that engine: one that answers with the state's pid, or, when
+// it does not answer in time (busy, or paused), whose pid is alive and holds the engine's spill directory.
 func Shutdown() error {
 	dir, err := stateDir()
 	if err != nil {
@@ -215,18 +255,29 @@ func Shutdown() error {
 	if err != nil {
 		return err
 	}
-	if c, _ := answering(st, options{}); c == nil {
+	c, _, check := probe(dir, st, options{})
+	if c != nil {
+		c.Close()
+	}
+	if check == engineGone {
 		os.Remove(filepath.Join(dir, stateName))
 		return nil
 	}
 	if err := terminate(st.PID); err != nil {
 		return fmt.Errorf("kernel: stopping the engine (pid %d): %w", st.PID, err)
 	}
-	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); {
+	const wait = 2 * time.Minute
+	for deadline := time.Now().Add(wait); time.Now().Before(deadline); {
 		if !alive(st.PID) {
+			// The engine removes its own state file as it exits; one killed, or not an engine at all
+			// (a test's stand-in), leaves it, and it must not name a pid that may be reused.
+			if now, err := readState(dir); err == nil && now.PID == st.PID {
+				os.Remove(filepath.Join(dir, stateName))
+			}
 			return nil
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	return fmt.Errorf("kernel: the engine (pid %d) is still finishing its wave; it stops after it; %s", st.PID, logTail(filepath.Join(dir, logName)))
+	return fmt.Errorf("kernel: the engine (pid %d) has not stopped within %s: it stops after its wave, unless it is paused or stuck (kill -CONT %d, or kill -KILL %d); %s",
+		st.PID, wait, st.PID, st.PID, logTail(filepath.Join(dir, logName)))
 }
