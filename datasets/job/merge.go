@@ -2,7 +2,6 @@ package job
 
 import (
 	"fmt"
-	"sort"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
@@ -188,7 +187,7 @@ func (m *merger) part(part string) (*partTable, error) {
 		m.parts = t.Schema
 		m.schema = t.Schema
 		if m.stamp != "" {
-			m.schema = withMeta(withMeta(t.Schema, tables.MetaResultSet, m.stamp), tables.MetaRequestHash, m.src.key)
+			m.schema = tables.WithMetadata(t.Schema, map[string]string{tables.MetaResultSet: m.stamp, tables.MetaRequestHash: m.src.key})
 		}
 		m.maxRows = batchRows(t.Schema)
 	} else if !m.parts.Equal(t.Schema) || !m.parts.Metadata().Equal(t.Schema.Metadata()) {
@@ -331,29 +330,6 @@ func (m *merger) cut(n int64) (arrow.RecordBatch, error) {
 		c.Release()
 	}
 	return rec, nil
-}
-
-// withMeta returns schema with key set to value in its metadata, the keys kept in sorted order as
-// tables.Build writes them (so equal inputs still give equal bytes).
-func withMeta(schema *arrow.Schema, key, value string) *arrow.Schema {
-	md := schema.Metadata()
-	kv := map[string]string{key: value}
-	for i, k := range md.Keys() {
-		if k != key {
-			kv[k] = md.Values()[i]
-		}
-	}
-	keys := make([]string, 0, len(kv))
-	for k := range kv {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	vals := make([]string, len(keys))
-	for i, k := range keys {
-		vals[i] = kv[k]
-	}
-	out := arrow.NewMetadata(keys, vals)
-	return arrow.NewSchema(schema.Fields(), &out)
 }
 
 var _ array.RecordReader = (*merger)(nil)

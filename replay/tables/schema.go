@@ -210,6 +210,12 @@ func schemaMetadata(name string, meta map[string]string) (arrow.Metadata, error)
 		}
 		kv[k] = v
 	}
+	return sortedMetadata(kv), nil
+}
+
+// sortedMetadata is kv as Arrow metadata in sorted key order, the order every table of this package is
+// written with, so that equal inputs give byte-identical files.
+func sortedMetadata(kv map[string]string) arrow.Metadata {
 	keys := make([]string, 0, len(kv))
 	for k := range kv {
 		keys = append(keys, k)
@@ -219,7 +225,23 @@ func schemaMetadata(name string, meta map[string]string) (arrow.Metadata, error)
 	for i, k := range keys {
 		vals[i] = kv[k]
 	}
-	return arrow.NewMetadata(keys, vals), nil
+	return arrow.NewMetadata(keys, vals)
+}
+
+// WithMetadata returns schema with the keys of set given their values in its metadata (the others kept),
+// in the sorted order Build writes, so that a table restamped this way (a merge's result-set id) still
+// gives equal bytes for equal inputs.
+func WithMetadata(schema *arrow.Schema, set map[string]string) *arrow.Schema {
+	md := schema.Metadata()
+	kv := make(map[string]string, md.Len()+len(set))
+	for i, k := range md.Keys() {
+		kv[k] = md.Values()[i]
+	}
+	for k, v := range set {
+		kv[k] = v
+	}
+	out := sortedMetadata(kv)
+	return arrow.NewSchema(schema.Fields(), &out)
 }
 
 // TableName returns the "potato.table" metadata of schema, or "" when it has none (a file written by
