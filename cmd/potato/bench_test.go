@@ -86,3 +86,24 @@ func TestBenchPinsReadAhead(t *testing.T) {
 		t.Errorf("the pinning line does not name its size:\n%s", s)
 	}
 }
+
+// A wave that beats its bound says the bound is no ceiling, and says so only then.
+func TestBenchBeatenBound(t *testing.T) {
+	dir := tinyModel(t)
+	for _, tt := range []struct {
+		bounds   []string
+		wantNote bool
+	}{
+		{[]string{"--bound-flops", "1e18", "--bound-bandwidth", "1e15"}, false}, // no CPU reaches it: ratio far above 1
+		{[]string{"--bound-flops", "1", "--bound-bandwidth", "1"}, true},        // one FLOP a second: the wave beats it
+	} {
+		var out, progress strings.Builder
+		args := append([]string{"--model", dir, "--tokens", "48", "--seq-len", "48", "--repeat", "1"}, tt.bounds...)
+		if err := benchTo(context.Background(), args, &out, &progress); err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.Contains(out.String(), "note: the wave beat its bound"); got != tt.wantNote {
+			t.Errorf("bounds %v: note printed %v, want %v:\n%s", tt.bounds, got, tt.wantNote, out.String())
+		}
+	}
+}
