@@ -48,7 +48,7 @@ func runDemo(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	printSummary(stdout, l, res[0], stats, 24)
+	printSummary(stdout, l, res[0], stats, 24, "")
 	r := res[0][0]
 	fmt.Fprintf(stdout, "\nlogit lens, sequence 0 (entropy in nats at positions 0..7, by layer):\n")
 	for _, ls := range append(r.Lens, replay.LayerStats{Layer: len(l.engine.Plan.Layers) - 1, Stats: r.Stats}) {

@@ -99,7 +99,7 @@ func runReplay(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	printSummary(stdout, l, res[0], stats, f.show)
+	printSummary(stdout, l, res[0], stats, f.show, f.out)
 	printDevices(stdout, l)
 	if f.out == "" {
 		return nil
@@ -144,6 +144,16 @@ func (f *replayFlags) check() (input, error) {
 	}
 	if f.thinking != "" && f.chat == "" {
 		return in, errors.New("replay: --thinking is for --chat (text and token ids have no thinking mode)")
+	}
+	if f.out == "" { // the printed table is the tokens table's; the others would be computed and dropped
+		for _, o := range []struct {
+			flag string
+			set  bool
+		}{{"--lens", f.lens != ""}, {"--hidden", f.hidden != ""}, {"--router", f.router}, {"--attnres", f.attnres}} {
+			if o.set {
+				return in, fmt.Errorf("replay: %s asks for a table that only --out writes (the printed table is the tokens table): give --out FILE.arrow, .arrows or .parquet", o.flag)
+			}
+		}
 	}
 	if f.out != "" && (f.chat == "" || !isJobDir(f.out)) { // a dataset job's directory is the job's to check
 		if err := checkOut(f.out); err != nil {

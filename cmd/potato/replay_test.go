@@ -59,6 +59,8 @@ func TestReplayChecksBeforeCompute(t *testing.T) {
 		{"missing text file", []string{"--text-file", filepath.Join(dir, "none.txt")}, "--text-file: open"},
 		{"two conversations of one id", []string{"--chat", dup}, `dup.jsonl: conversations 1 and 3 share the id "a"`},
 		{"no conversations", []string{"--chat", empty}, "empty.jsonl holds no conversations"},
+		{"lens without --out", []string{"--text", "x", "--lens", "1"}, "--lens asks for a table that only --out writes"},
+		{"router without --out", []string{"--text", "x", "--router"}, "--router asks for a table that only --out writes"},
 	}
 	if os.Getuid() != 0 { // root writes anywhere
 		ro := filepath.Join(dir, "ro")
@@ -87,7 +89,7 @@ func TestReplayChecksBeforeCompute(t *testing.T) {
 		{"repeated lens layer", []string{"--text", "x", "--lens", "1,1", "--out", out},
 			`--lens: layer list "1,1": layer 1 appears twice (give each layer once)`},
 		{"range and repeat", []string{"--text", "x", "--lens", "0-7,3", "--out", out}, `layer 3 appears twice`},
-		{"hidden outside", []string{"--text", "x", "--hidden", "8"}, "layer 8 outside 0..7"},
+		{"hidden outside", []string{"--text", "x", "--hidden", "8", "--out", out}, "layer 8 outside 0..7"},
 		{"top-k past the vocabulary", []string{"--text", "x", "--top-k", "4000"}, "--top-k 4000 is past the vocabulary (3328 ids)"},
 		{"text past --max-tokens", []string{"--text", "one two three four five six", "--max-tokens", "3"},
 			"replay: the text has more than 3 tokens: the limit is 3 (--max-tokens)"},
@@ -95,7 +97,7 @@ func TestReplayChecksBeforeCompute(t *testing.T) {
 		{"conversation past --max-wave-tokens", []string{"--chat", chats, "--max-wave-tokens", "20"},
 			`conversation 1 (id "greeting") has`},
 		{"tokens past --max-tokens", []string{"--tokens", "1,2,3", "--max-tokens", "2"}, "--tokens has 3 tokens: the limit is 2 (--max-tokens)"},
-		{"results past --max-result-bytes", []string{"--text", "one two three", "--hidden", "all", "--max-result-bytes", "10kB"},
+		{"results past --max-result-bytes", []string{"--text", "one two three", "--hidden", "all", "--max-result-bytes", "10kB", "--out", out},
 			"in memory (8 hidden and 0 lens layers, top-k 0, over every token): the limit is 10.0 kB (--max-result-bytes)"},
 		{"conversations past --max-request-tokens", []string{"--chat", chats, "--max-request-tokens", "300"},
 			"tokens: the limit is 300 (--max-request-tokens)"},

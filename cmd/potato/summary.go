@@ -12,10 +12,11 @@ import (
 // printSummary writes a readable per-token table of each sequence, row for row the Arrow tokens table: at
 // position t the token there, the next token (target_id, the token at t+1), the log-probability and rank
 // the model gave that next token at t, the entropy at t and the top alternatives for the next token. The
-// last position has no next token: its logprob and rank are blank, as they are null in the table.
-func printSummary(w io.Writer, l *loaded, res []replay.Result, st replay.WaveStats, show int) {
-	fmt.Fprintf(w, "%s: %d sequences, %d tokens, %s on %s, %.1f MB of weights read in %.2fs\n",
-		l.dir, st.Sequences, st.Tokens, l.precision, l.backend, float64(st.BytesRead())/1e6, st.Seconds)
+// last position has no next token: its logprob and rank are blank, as they are null in the table. out is
+// the --out the tables go to ("" for none), for the line that says where the rows not shown are.
+func printSummary(w io.Writer, l *loaded, res []replay.Result, st replay.WaveStats, show int, out string) {
+	fmt.Fprintf(w, "%s: %s, %s tokens, %s on %s, %.1f MB of weights read in %.2fs\n",
+		l.dir, plural(st.Sequences, "sequence"), commas(int64(st.Tokens)), l.precision, l.backend, float64(st.BytesRead())/1e6, st.Seconds)
 	for _, r := range res {
 		var sum float64
 		n := 0
@@ -25,7 +26,11 @@ func printSummary(w io.Writer, l *loaded, res []replay.Result, st replay.WaveSta
 				n++
 			}
 		}
-		fmt.Fprintf(w, "\nsequence %d: %d tokens", r.SeqID, len(r.Tokens))
+		fmt.Fprintf(w, "\nsequence %d", r.SeqID)
+		if r.Conversation != "" {
+			fmt.Fprintf(w, " (conversation %s)", r.Conversation)
+		}
+		fmt.Fprintf(w, ": %s tokens", commas(int64(len(r.Tokens))))
 		if n > 0 {
 			fmt.Fprintf(w, ", mean logprob %.3f nats", sum/float64(n))
 		}
@@ -33,8 +38,14 @@ func printSummary(w io.Writer, l *loaded, res []replay.Result, st replay.WaveSta
 		if show <= 0 {
 			continue
 		}
+		// Without a top-k (--top-k 0, replay's default) the last column would be empty on every row.
+		topk := len(r.Stats) > 0 && len(r.Stats[0].TopIDs) > 0
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, summaryHeader)
+		if topk {
+			fmt.Fprintln(tw, summaryHeader+"\t"+topkHeader)
+		} else {
+			fmt.Fprintln(tw, summaryHeader)
+		}
 		for t := 0; t < len(r.Tokens) && t < show; t++ {
 			s := r.Stats[t]
 			// row t is Arrow row t: the logprob and rank of the next token (target_id), scored at t
@@ -54,18 +65,32 @@ func printSummary(w io.Writer, l *loaded, res []replay.Result, st replay.WaveSta
 			if len(r.Channels) > t {
 				ch = r.Channels[t]
 			}
-			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%.3f\t%s\n", t, quote(tokenPiece(l, r, t)), ch, next, lp, rank, s.Entropy, strings.Join(alts, ", "))
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%.3f", t, quote(tokenPiece(l, r, t)), ch, next, lp, rank, s.Entropy)
+			if topk {
+				fmt.Fprintf(tw, "\t%s", strings.Join(alts, ", "))
+			}
+			fmt.Fprintln(tw)
 		}
 		tw.Flush()
+		if !topk {
+			fmt.Fprintln(w, "(--top-k N adds the N most probable next tokens to each row)")
+		}
 		if len(r.Tokens) > show {
-			fmt.Fprintf(w, "... %d more positions (potato replay --show N, or --out FILE for all)\n", len(r.Tokens)-show)
+			if out != "" {
+				fmt.Fprintf(w, "... %d more positions (all of them are in the tokens table of %s; --show N prints more)\n", len(r.Tokens)-show, out)
+			} else {
+				fmt.Fprintf(w, "... %d more positions (potato replay --show N, or --out FILE for all)\n", len(r.Tokens)-show)
+			}
 		}
 	}
 }
 
 // summaryHeader names the printed columns after the tokens table's, saying which token each number is
 // about: next is target_id, and logprob(next) and rank(next) score it at pos.
-const summaryHeader = "pos\ttoken\tchannel\tnext (target)\tlogprob(next)\trank(next)\tentropy\ttop-k for next"
+const summaryHeader = "pos\ttoken\tchannel\tnext (target)\tlogprob(next)\trank(next)\tentropy"
+
+// topkHeader is the last printed column's name, when the replay asked for a top-k.
+const topkHeader = "top-k for next"
 
 func tokenPiece(l *loaded, r replay.Result, t int) string {
 	if len(r.Pieces) > t {
@@ -81,12 +106,21 @@ func piece(l *loaded, _ replay.Result, id int32) string {
 	return l.tok.Piece(id)
 }
 
-// quote shows a display piece in quotes, cut at 24 characters (tokenizer.Piece already escapes control
-// bytes, newlines and partial UTF-8).
+// quote shows a display piece in quotes, cut at 24 characters, a quote mark inside escaped as \" so that
+// the piece " reads "\"" and not """ (tokenizer.Piece already escapes control bytes, newlines and partial
+// UTF-8).
 func quote(s string) string {
 	r := []rune(s)
 	if len(r) > 24 {
 		s = string(r[:24]) + "…"
 	}
-	return `"` + s + `"`
+	return `"` + strings.ReplaceAll(s, `"`, `\"`) + `"`
+}
+
+// plural is n and noun, with an s unless n is 1.
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return commas(int64(n)) + " " + noun + "s"
 }
