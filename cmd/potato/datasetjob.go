@@ -155,8 +155,9 @@ func runDatasetJob(ctx context.Context, f *replayFlags, opts replay.EngineOption
 	if sum.Seconds > 0 {
 		rate = float64(sum.TokensRun) / sum.Seconds
 	}
-	fmt.Fprintf(stdout, "job complete: %d conversations (%d tokens) of shard %s in %s: %d parts; this run %d waves, %d conversations skipped, %d tokens in %.1f s (%.0f tokens/s), %.1f MB of weights read\n",
-		sum.Conversations, sum.Tokens, shard, f.out, sum.Parts, sum.Waves, sum.Skipped, sum.TokensRun, sum.Seconds, rate, float64(sum.BytesRead)/1e6)
+	fmt.Fprintf(stdout, "job complete: %s (%s tokens) of shard %s in %s: %s; this run %s, %s skipped, %s tokens in %.1f s (%.0f tokens/s), %.1f MB of weights read\n",
+		plural(sum.Conversations, "conversation"), commas(sum.Tokens), shard, f.out, plural(sum.Parts, "part"), plural(sum.Waves, "wave"),
+		plural(sum.Skipped, "conversation"), commas(sum.TokensRun), sum.Seconds, rate, float64(sum.BytesRead)/1e6)
 	return nil
 }
 

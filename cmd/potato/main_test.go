@@ -77,7 +77,7 @@ func TestETA(t *testing.T) {
 	}{
 		{replay.Progress{Layer: 3, Layers: 8, ETASeconds: 0.4}, "<1s"},
 		{replay.Progress{Layer: 3, Layers: 8, ETASeconds: 20.2}, "20s"},
-		{replay.Progress{Layer: 8, Layers: 8, ETASeconds: 0}, "the final readout"},
+		{replay.Progress{Layer: 8, Layers: 8, ETASeconds: 0}, "the final readout only"},
 	} {
 		if got := eta(tt.p); got != tt.want {
 			t.Errorf("eta(%+v): -want %q +got %q", tt.p, tt.want, got)

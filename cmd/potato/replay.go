@@ -388,7 +388,7 @@ func progressPrinter(w io.Writer) func(replay.Progress) {
 func eta(p replay.Progress) string {
 	switch d := time.Duration(p.ETASeconds * float64(time.Second)); {
 	case p.Layer >= p.Layers:
-		return "the final readout"
+		return "the final readout only"
 	case d < time.Second:
 		return "<1s"
 	default:
