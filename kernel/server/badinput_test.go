@@ -51,6 +51,8 @@ func TestHostileRequests(t *testing.T) {
 		{"huge layer", `{"inputs": [{"tokens": [1]}], "options": {"hidden": [9223372036854775807]}}`, 400,
 			"options.hidden[0]: layer 9223372036854775807 outside 0..7"},
 		{"inputs not a list", `{"inputs": {"tokens": [1]}}`, 400, "inputs: want an array, got an object"},
+		{"an input at the top level", `{"text": "hi"}`, 400, `unknown field "text" (inputs go in a list: {"inputs": [{"text": ...}], "options": {...}})`},
+		{"lens as a word", `{"inputs": [{"tokens": [1]}], "options": {"lens": "all"}}`, 400, `options.lens: want an array, got a string (a list of layers, such as [0, 3]; "lens_all": true for every layer)`},
 		{"a string among the ids", `{"inputs": [{"tokens": [1]}, {"tokens": [1, 2, "3"]}]}`, 400, "inputs[1].tokens[2]: want an integer, got a string"},
 		{"router not a bool", `{"inputs": [{"tokens": [1]}], "options": {"router": 1}}`, 400, "options.router: want true or false, got a number"},
 		{"nesting bomb", strings.Repeat("[", 20000), 400, "exceeded max depth"},

@@ -34,7 +34,9 @@ func (s *Server) Handler() http.Handler {
 				msg: fmt.Sprintf("%s %s: this endpoint takes %s", r.Method, r.URL.Path, strings.Join(allow, " or "))})
 			return
 		}
-		writeError(w, &httpError{status: http.StatusNotFound, msg: "no endpoint " + r.Method + " " + r.URL.Path})
+		writeError(w, &httpError{status: http.StatusNotFound, msg: "no endpoint " + r.Method + " " + r.URL.Path +
+			" (the API: GET " + api.PathHealth + ", GET " + api.PathInfo + ", POST and GET " + api.PathJobs + ", and under " +
+			api.PathJobs + "/ID: GET, DELETE, POST cancel, GET progress, GET tables/NAME, POST tables/NAME/received)"})
 	})
 	if s.cfg.Token == "" {
 		return mux

@@ -11,6 +11,7 @@ import (
 	"reflect"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/potato-k3/potato-k3/datasets"
@@ -89,9 +90,27 @@ func decodeRequest(w http.ResponseWriter, r *http.Request, limit int64, timeout 
 		err = checkKeys(body, reflect.TypeFor[api.Request]())
 	}
 	if err != nil {
-		return req, badRequest("malformed request JSON: %v", err)
+		return req, badRequest("malformed request JSON: %v%s", err, requestHint(err))
 	}
 	return req, nil
+}
+
+// requestHint is a pointer to the request's shape for the mistakes a first request makes: an input's
+// field at the top level, "lens": "all".
+func requestHint(err error) string {
+	msg := err.Error()
+	for _, f := range []string{`"text"`, `"tokens"`, `"conversation"`} {
+		if strings.Contains(msg, "unknown field "+f) {
+			return ` (inputs go in a list: {"inputs": [{` + f + `: ...}], "options": {...}})`
+		}
+	}
+	switch {
+	case strings.HasPrefix(msg, "options.lens:"):
+		return ` (a list of layers, such as [0, 3]; "lens_all": true for every layer)`
+	case strings.HasPrefix(msg, "options.hidden:"):
+		return " (a list of layers, such as [0, 3])"
+	}
+	return ""
 }
 
 // build turns a decoded request into what the engine replays: each input tokenized, every limit and
