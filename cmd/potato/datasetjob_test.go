@@ -191,3 +191,70 @@ func TestDatasetJobInterrupted(t *testing.T) {
 		t.Errorf("the rerun did not resume (want some conversations skipped): %s", out.String())
 	}
 }
+
+// More shards than conversations: the empty shards finish as complete and empty, the merge of every
+// shard equals one replay, and a merge of jobs with no finished conversation writes nothing and leaves
+// earlier tables alone.
+func TestDatasetJobEmptyShards(t *testing.T) {
+	model := tinyModel(t)
+	data := smallDataset(t, 3)
+	root := t.TempDir()
+	base := []string{"replay", "--model", model, "--chat", data, "--thinking", "off", "--top-k", "3", "--no-progress"}
+	var dirs []string
+	empty := 0
+	for s := range 6 {
+		dir := filepath.Join(root, fmt.Sprintf("s%d", s)) + "/"
+		if err := run(context.Background(), append(base, "--shard", fmt.Sprintf("%d/6", s), "--out", dir), &bytes.Buffer{}); err != nil {
+			t.Fatalf("shard %d/6: %v", s, err)
+		}
+		m, err := job.ReadManifest(dir)
+		if err != nil || !m.Complete {
+			t.Fatalf("shard %d/6: manifest %v, complete %v", s, err, m != nil && m.Complete)
+		}
+		if len(m.Done) == 0 {
+			empty++
+		}
+		dirs = append(dirs, dir)
+	}
+	if empty == 0 {
+		t.Fatal("no shard of 6 was empty with 3 conversations")
+	}
+	merged, single := filepath.Join(root, "merged.parquet"), filepath.Join(root, "single.parquet")
+	if err := run(context.Background(), append([]string{"merge", "--out", merged}, dirs...), &bytes.Buffer{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := run(context.Background(), append(base, "--out", single), &bytes.Buffer{}); err != nil {
+		t.Fatal(err)
+	}
+	a, err := tables.ReadSet(merged, memory.DefaultAllocator)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Release()
+	b, err := tables.ReadSet(single, memory.DefaultAllocator)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Release()
+	for _, name := range tables.TableNames {
+		if ta, tb := a.Table(name), b.Table(name); (ta == nil) != (tb == nil) || (ta != nil && !tables.SameRows(ta, tb)) {
+			t.Errorf("%s table: the merge of six shards, some empty, differs from one replay", name)
+		}
+	}
+
+	// Only the empty shards: nothing to merge, and the earlier merge's tables stay.
+	var none []string
+	for _, d := range dirs {
+		if m, _ := job.ReadManifest(d); len(m.Done) == 0 {
+			none = append(none, d)
+		}
+	}
+	before, _ := os.ReadFile(tables.TablePath(merged, tables.TokensTable))
+	err = run(context.Background(), append([]string{"merge", "--partial", "--out", merged}, none...), &bytes.Buffer{})
+	if err == nil || !strings.Contains(err.Error(), "hold no finished conversation yet: nothing was written") {
+		t.Errorf("merging empty jobs: %v", err)
+	}
+	if after, _ := os.ReadFile(tables.TablePath(merged, tables.TokensTable)); string(after) != string(before) {
+		t.Error("merging empty jobs changed the earlier tables")
+	}
+}

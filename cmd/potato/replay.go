@@ -142,6 +142,9 @@ func (f *replayFlags) check() (input, error) {
 	if f.maxTokens <= 0 || f.maxWaveTokens <= 0 || f.maxRequest <= 0 {
 		return in, fmt.Errorf("replay: --max-tokens %d, --max-wave-tokens %d and --max-request-tokens %d must be positive", f.maxTokens, f.maxWaveTokens, f.maxRequest)
 	}
+	if f.job.waveTokens <= 0 {
+		return in, fmt.Errorf("replay: --wave-tokens %d must be positive", f.job.waveTokens)
+	}
 	if f.thinking != "" && f.chat == "" {
 		return in, errors.New("replay: --thinking is for --chat (text and token ids have no thinking mode)")
 	}

@@ -2,6 +2,7 @@ package job
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
@@ -53,6 +54,10 @@ func Merge(out string, dirs []string, opts MergeOptions) (MergeSummary, error) {
 		return sum, err
 	}
 	sum.Dirs, sum.Parts, sum.Conversations = len(dirs), srcs.parts, len(srcs.order)
+	if sum.Conversations == 0 { // an empty set would replace out's tables with none
+		return sum, fmt.Errorf("job: merge: %s hold no finished conversation yet: nothing was written, and the tables at %s are as they were",
+			strings.Join(dirs, ", "), out)
+	}
 	var set []tables.TableSource
 	var mergers []*merger
 	for _, name := range tables.TableNames {
