@@ -107,8 +107,12 @@ func Run(ctx context.Context, eng Engine, cfg Config, items []Item) (Summary, er
 		return sum, err
 	}
 	if sum.Skipped > 0 {
-		cfg.log(fmt.Sprintf("job: resuming %s: %s hold %s of %s conversations; %s to go in %s",
-			cfg.Dir, count(len(m.Parts), "part"), commas(int64(sum.Skipped)), commas(int64(sum.Conversations)), commas(int64(len(todo))), count(len(waves), "wave")))
+		hold := "hold"
+		if len(m.Parts) == 1 {
+			hold = "holds"
+		}
+		cfg.log(fmt.Sprintf("job: resuming %s: %s %s %s of %s conversations; %s to go in %s",
+			cfg.Dir, count(len(m.Parts), "part"), hold, commas(int64(sum.Skipped)), commas(int64(sum.Conversations)), commas(int64(len(todo))), count(len(waves), "wave")))
 	} else {
 		cfg.log(fmt.Sprintf("job: %s (%s tokens) of shard %s in %s of at most %s tokens into %s",
 			count(sum.Conversations, "conversation"), commas(sum.Tokens), cfg.Shard, count(len(waves), "wave"), commas(int64(cfg.WaveTokens)), cfg.Dir))

@@ -61,7 +61,11 @@ func (s Settings) Diff(o Settings) []string {
 	var out []string
 	for _, k := range names {
 		if string(a[k]) != string(b[k]) {
-			out = append(out, fmt.Sprintf("%s: %s -> %s", k, show(a[k]), show(b[k])))
+			d := fmt.Sprintf("%s: %s -> %s", k, show(a[k]), show(b[k]))
+			if k == "dataset_sha256" { // two hashes alone do not say what happened
+				d += " (the dataset file's contents changed)"
+			}
+			out = append(out, d)
 		}
 	}
 	return out
