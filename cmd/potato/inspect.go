@@ -12,6 +12,7 @@ import (
 
 	"github.com/potato-k3/potato-k3/replay/checkpoint"
 	"github.com/potato-k3/potato-k3/replay/model"
+	"github.com/potato-k3/potato-k3/replay/tables"
 	"github.com/potato-k3/potato-k3/replay/tokenizer"
 )
 
@@ -44,6 +45,12 @@ func runInspect(ctx context.Context, args []string, stdout io.Writer) error {
 		return errors.New("inspect: want one model directory (--model DIR or DIR)")
 	case fs.NArg() == 1:
 		*model = fs.Arg(0)
+	}
+	if st, err := os.Stat(*model); err == nil && !st.IsDir() {
+		if _, ferr := tables.FormatOf(*model); ferr == nil { // a result table, not a model
+			return fmt.Errorf("inspect: %s is a result table, not a model directory: potato show %s prints it", *model, *model)
+		}
+		return fmt.Errorf("inspect: %s is a file, not a model directory", *model)
 	}
 	dir, err := modelDir(ctx, *model)
 	if err != nil {

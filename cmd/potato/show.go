@@ -1,0 +1,119 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+
+	"github.com/potato-k3/potato-k3/replay/tables"
+)
+
+func init() {
+	commands["show"] = command{"print a result table's columns, provenance and first rows (.arrow, .arrows, .parquet)", runShow}
+}
+
+// runShow parses `potato show [--rows N] FILE...`: for a researcher without pyarrow or a Go program at
+// hand, what a written table holds, read by the same code that reads it in Go (tables.ReadFile).
+func runShow(_ context.Context, args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("show", flag.ContinueOnError)
+	fs.SetOutput(os.Stderr)
+	rows := fs.Int("rows", 10, "rows printed from the top of each table (0: none)")
+	width := fs.Int("width", 60, "characters a cell is cut to")
+	fs.Usage = func() {
+		fmt.Fprintln(os.Stderr, "usage: potato show [--rows N] FILE.tokens.arrow|.arrows|.parquet ...\n\n"+
+			"Prints each table's name, rows, columns and types, its potato.* provenance and its first rows.\n\nflags:")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() == 0 {
+		fs.Usage()
+		return errors.New("show: give one or more table files")
+	}
+	if *rows < 0 || *width < 4 {
+		return fmt.Errorf("show: --rows %d must be at least 0 and --width %d at least 4", *rows, *width)
+	}
+	for i, path := range fs.Args() {
+		if i > 0 {
+			fmt.Fprintln(stdout)
+		}
+		if err := showTable(stdout, path, *rows, *width); err != nil {
+			return fmt.Errorf("show: %w", err)
+		}
+	}
+	return nil
+}
+
+// showTable prints one table file.
+func showTable(w io.Writer, path string, rows, width int) error {
+	t, err := tables.ReadFile(path, memory.DefaultAllocator)
+	if err != nil {
+		return err
+	}
+	defer t.Release()
+	name := t.Name
+	if name == "" {
+		name = tables.TableName(t.Schema)
+	}
+	fmt.Fprintf(w, "%s: table %s, %s rows\n", path, name, commas(t.NumRows()))
+	md := t.Schema.Metadata()
+	for i, k := range md.Keys() {
+		if strings.HasPrefix(k, "potato.") {
+			fmt.Fprintf(w, "  %s = %s\n", k, md.Values()[i])
+		}
+	}
+	fields := t.Schema.Fields()
+	var cols []string
+	for _, f := range fields {
+		cols = append(cols, f.Name+" "+f.Type.String())
+	}
+	fmt.Fprintf(w, "  columns: %s\n", strings.Join(cols, ", "))
+	if rows == 0 || t.NumRows() == 0 {
+		return nil
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	names := make([]string, len(fields))
+	for i, f := range fields {
+		names[i] = f.Name
+	}
+	fmt.Fprintln(tw, strings.Join(names, "\t"))
+	shown := 0
+	for _, rec := range t.Records {
+		for r := 0; r < int(rec.NumRows()) && shown < rows; r++ {
+			cells := make([]string, len(fields))
+			for c := range fields {
+				cells[c] = cell(rec.Column(c), r, width)
+			}
+			fmt.Fprintln(tw, strings.Join(cells, "\t"))
+			shown++
+		}
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if left := t.NumRows() - int64(shown); left > 0 {
+		fmt.Fprintf(w, "... %s more rows (--rows N)\n", commas(left))
+	}
+	return nil
+}
+
+// cell is one value as Arrow prints it, on one line (tabs and newlines escaped), cut to width characters.
+func cell(col arrow.Array, r, width int) string {
+	if col.IsNull(r) {
+		return "null"
+	}
+	s := strings.NewReplacer("\t", `\t`, "\n", `\n`, "\r", `\r`).Replace(col.ValueStr(r))
+	if rs := []rune(s); len(rs) > width {
+		s = string(rs[:width-1]) + "…"
+	}
+	return s
+}
