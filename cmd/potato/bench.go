@@ -112,7 +112,7 @@ func benchTo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	opts := replay.EngineOptions{ExpertChunk: f.expertChunk,
 		HostCacheBytes: int64(f.hostCache), ResidentBytes: int64(f.resident), PrefetchExperts: f.prefetch,
-		ExpertReadAhead: readAheadOption(f.noReadAhead), Log: func(s string) { fmt.Fprintln(stdout, "plan: "+s) }}
+		ExpertReadAhead: readAheadOption(f.noReadAhead), Log: planPrinter(stdout)}
 	f.mem.apply(&opts)
 	l, err := openEngine(ctx, dir, f.backend, f.precision, backendTuning{expertStreams: f.expertStreams, eagerRounding: f.eagerRounding, eagerWidening: f.eagerWidening,
 		unfusedMixNorm: f.unfusedMixNorm, mlaMmaSync: f.mlaMmaSync, devices: f.mem.devices}, opts,
@@ -189,6 +189,19 @@ func benchTo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	// The read buffers the engine keeps between waves (pinned memory on the GPU backend).
 	fmt.Fprintf(stdout, "\nhost read buffers kept between waves: %.2f GB\n", float64(l.engine.HostBufferBytes())/1e9)
 	return nil
+}
+
+// planPrinter prints the engine's plan lines, each once: the warm-up and every timed run of a wave size
+// plan the same wave, and the same line three times over said nothing more. Warnings always print.
+func planPrinter(w io.Writer) func(string) {
+	last := ""
+	return func(s string) {
+		if s == last {
+			return
+		}
+		last = s
+		fmt.Fprintln(w, "plan: "+s)
+	}
 }
 
 // check refuses, before the model is opened or written, every flag that cannot be benched: wave sizes

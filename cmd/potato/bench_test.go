@@ -98,12 +98,16 @@ func TestBenchBeatenBound(t *testing.T) {
 		{[]string{"--bound-flops", "1", "--bound-bandwidth", "1"}, true},        // one FLOP a second: the wave beats it
 	} {
 		var out, progress strings.Builder
-		args := append([]string{"--model", dir, "--tokens", "48", "--seq-len", "48", "--repeat", "1"}, tt.bounds...)
+		args := append([]string{"--model", dir, "--tokens", "48", "--seq-len", "48", "--repeat", "2"}, tt.bounds...)
 		if err := benchTo(context.Background(), args, &out, &progress); err != nil {
 			t.Fatal(err)
 		}
 		if got := strings.Contains(out.String(), "note: the wave beat its bound"); got != tt.wantNote {
 			t.Errorf("bounds %v: note printed %v, want %v:\n%s", tt.bounds, got, tt.wantNote, out.String())
+		}
+		// the warm-up and the timed run plan one wave: its plan line prints once
+		if n := strings.Count(out.String(), "plan: wave 48 tokens"); n != 1 {
+			t.Errorf("the wave's plan line printed %d times, want once:\n%s", n, out.String())
 		}
 	}
 }
