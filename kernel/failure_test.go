@@ -1,3 +1,5 @@
+//go:build unix
+
 package kernel
 
 import (
@@ -411,5 +413,36 @@ func TestConnectNotAnEngine(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), `"`+addr+`"`) || !strings.Contains(err.Error(), "http, https or unix") {
 			t.Errorf("Connect(%s): %v", addr, err)
 		}
+	}
+}
+
+// Shutdown takes the start lock as Connect does: while a Connect holds it (starting an engine), Shutdown
+// waits rather than race it.
+func TestShutdownWaitsForStartLock(t *testing.T) {
+	t.Setenv(EnvCache, t.TempDir())
+	dir, err := stateDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	unlock, err := lockFile(filepath.Join(dir, lockName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- Shutdown() }()
+	select {
+	case err := <-done:
+		unlock()
+		t.Fatalf("Shutdown returned (%v) while the start lock was held", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	unlock()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("Shutdown with no engine: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Shutdown did not return once the start lock was free")
 	}
 }

@@ -2,13 +2,7 @@
 
 package kernel
 
-import (
-	"errors"
-	"syscall"
-)
-
-// errNoBackground is returned where this package cannot start a detached engine.
-var errNoBackground = errors.New("kernel: starting a background engine needs a unix system: run potato serve and set POTATO_ADDR")
+import "syscall"
 
 func detached() *syscall.SysProcAttr  { return nil }
 func terminate(pid int) error         { return errNoBackground }

@@ -28,6 +28,9 @@ const (
 // the background engine listens on a free loopback port instead.
 const maxSocketPath = 100
 
+// errNoBackground is returned where this package cannot start a detached engine (proc_other.go).
+var errNoBackground = errors.New("kernel: starting a background engine needs a unix system: run potato serve and set POTATO_ADDR")
+
 // connectBackground reuses the background engine or starts one. Cells that run at once take turns
 // through a lock, so that they start one engine between them.
 func connectBackground(o options) (*Client, error) {
@@ -247,6 +250,15 @@ func Shutdown() error {
 	dir, err := stateDir()
 	if err != nil {
 		return err
+	}
+	// The start lock, as Connect takes it: a Connect starting the engine at this instant finishes first,
+	// and one that comes while this waits for the engine to exit waits too, rather than find it stopping.
+	unlock, err := lockFile(filepath.Join(dir, lockName))
+	switch {
+	case err == nil:
+		defer unlock()
+	case !errors.Is(err, errNoBackground):
+		return fmt.Errorf("kernel: %w", err)
 	}
 	st, err := readState(dir)
 	if errors.Is(err, fs.ErrNotExist) {
