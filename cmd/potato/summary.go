@@ -7,6 +7,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/potato-k3/potato-k3/replay"
+	"github.com/potato-k3/potato-k3/replay/tokenizer"
 )
 
 // printSummary writes a readable per-token table of each sequence, row for row the Arrow tokens table: at
@@ -18,12 +19,19 @@ func printSummary(w io.Writer, l *loaded, res []replay.Result, st replay.WaveSta
 	fmt.Fprintf(w, "%s: %s, %s tokens, %s on %s, %.1f MB of weights read in %.2fs\n",
 		l.dir, plural(st.Sequences, "sequence"), commas(int64(st.Tokens)), l.precision, l.backend, float64(st.BytesRead())/1e6, st.Seconds)
 	for _, r := range res {
-		var sum float64
-		n := 0
+		// The mean over every scored token, and for a conversation over the tokens of its messages' text
+		// alone: the chat markup (channel structure) is all but certain and would pull the mean towards 0.
+		var sum, textSum float64
+		n, textN := 0, 0
 		for t := range r.Tokens {
 			if r.Targets[t] >= 0 {
-				sum += float64(r.Stats[t].Logprob)
+				lp := float64(r.Stats[t].Logprob)
+				sum += lp
 				n++
+				if t+1 < len(r.Channels) && r.Channels[t+1] != string(tokenizer.ChannelStructure) {
+					textSum += lp
+					textN++
+				}
 			}
 		}
 		fmt.Fprintf(w, "\nsequence %d", r.SeqID)
@@ -33,6 +41,9 @@ func printSummary(w io.Writer, l *loaded, res []replay.Result, st replay.WaveSta
 		fmt.Fprintf(w, ": %s tokens", commas(int64(len(r.Tokens))))
 		if n > 0 {
 			fmt.Fprintf(w, ", mean logprob %.3f nats", sum/float64(n))
+		}
+		if r.Conversation != "" && textN > 0 && textN < n {
+			fmt.Fprintf(w, " (%.3f over the %s tokens of the messages, the chat markup left out)", textSum/float64(textN), commas(int64(textN)))
 		}
 		fmt.Fprintln(w)
 		if show <= 0 {
