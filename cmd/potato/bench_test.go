@@ -111,3 +111,25 @@ func TestBenchBeatenBound(t *testing.T) {
 		}
 	}
 }
+
+// planPrinter prints one plan line a wave, whatever free memory each run read its budget from, and every
+// line that is not a plan.
+func TestPlanPrinter(t *testing.T) {
+	var out strings.Builder
+	p := planPrinter(&out)
+	for _, s := range []string{
+		"wave 48 tokens (1 sequences, longest 48) in 1 read: device peak 2.9 MB of 18.5 GB",
+		"wave 48 tokens (1 sequences, longest 48) in 1 read: device peak 2.9 MB of 18.6 GB",
+		"warning: something",
+		"warning: something",
+		"wave 96 tokens (2 sequences, longest 48) in 1 read: device peak 3.1 MB of 18.6 GB",
+	} {
+		p(s)
+	}
+	want := "plan: wave 48 tokens (1 sequences, longest 48) in 1 read: device peak 2.9 MB of 18.5 GB\n" +
+		"plan: warning: something\nplan: warning: something\n" +
+		"plan: wave 96 tokens (2 sequences, longest 48) in 1 read: device peak 3.1 MB of 18.6 GB\n"
+	if out.String() != want {
+		t.Errorf("-want\n%s+got\n%s", want, out.String())
+	}
+}
