@@ -37,16 +37,12 @@ var ErrTooManyTokens = errors.New("too many tokens")
 // FromTextLimit is FromText for a text of at most limit tokens: past that it stops tokenizing and returns
 // an error wrapping ErrTooManyTokens, having held no more than limit ids.
 func FromTextLimit(tok *tokenizer.Tokenizer, text string, limit int) (Sequence, error) {
-	ids, ok := tok.EncodeLimit(text, limit)
+	toks, ok := tok.EncodeTextLimit(text, false, limit)
 	if !ok {
 		return Sequence{}, fmt.Errorf("text: more than %d tokens (tokenizing stopped there): %w", limit, ErrTooManyTokens)
 	}
-	if len(ids) == 0 {
+	if len(toks) == 0 {
 		return Sequence{}, fmt.Errorf("text: it encodes to no tokens")
-	}
-	toks := make([]tokenizer.Token, len(ids))
-	for i, id := range ids {
-		toks[i] = tokenizer.Token{ID: id, Message: -1, Channel: tokenizer.ChannelText}
 	}
 	return FromTokens(tok, toks), nil
 }

@@ -77,36 +77,13 @@ func runTokenize(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	if textSet {
-		tokens, err := encodeTextLimit(tok, *text, *special, *maxTokens)
-		if err != nil {
-			return err
+		tokens, ok := tok.EncodeTextLimit(*text, *special, *maxTokens)
+		if !ok {
+			return fmt.Errorf("tokenize: the text has more than %d tokens: the limit is %d (--max-tokens)", *maxTokens, *maxTokens)
 		}
 		return printTokens(stdout, tok, tokens)
 	}
 	return tokenizeChats(ctx, stdout, tok, *chat, *thinking, *maxTokens)
-}
-
-// encodeTextLimit is tok.EncodeText refused past limit tokens. Without special tokens the encoder stops at
-// the limit (a huge file is not tokenized whole); with them the whole text is encoded first (the special
-// names split it before the encoder sees it), which costs a few bytes a token, not the printing's memory.
-func encodeTextLimit(tok *tokenizer.Tokenizer, text string, special bool, limit int) ([]tokenizer.Token, error) {
-	tooLong := fmt.Errorf("tokenize: the text has more than %d tokens: the limit is %d (--max-tokens)", limit, limit)
-	if special {
-		tokens := tok.EncodeText(text, true)
-		if len(tokens) > limit {
-			return nil, tooLong
-		}
-		return tokens, nil
-	}
-	ids, ok := tok.EncodeLimit(text, limit)
-	if !ok {
-		return nil, tooLong
-	}
-	tokens := make([]tokenizer.Token, len(ids))
-	for i, id := range ids {
-		tokens[i] = tokenizer.Token{ID: id, Message: -1, Channel: tokenizer.ChannelText}
-	}
-	return tokens, nil
 }
 
 // tokenizeChats prints the tokens of every conversation in a JSONL or Parquet file (- for JSONL on stdin).

@@ -67,6 +67,29 @@ func (t *Tokenizer) EncodeText(text string, allowSpecial bool) []Token {
 	} else {
 		ids = t.Encode(text)
 	}
+	return textTokens(ids)
+}
+
+// EncodeTextLimit is EncodeText refused past limit tokens: false when text has more. Without special
+// tokens the encoder stops at the limit (EncodeLimit: a huge text is not tokenized whole); with them the
+// whole text is encoded first, since the special names split it before the encoder sees it.
+func (t *Tokenizer) EncodeTextLimit(text string, allowSpecial bool, limit int) ([]Token, bool) {
+	if allowSpecial {
+		ids := t.EncodeSpecial(text)
+		if len(ids) > limit {
+			return nil, false
+		}
+		return textTokens(ids), true
+	}
+	ids, ok := t.EncodeLimit(text, limit)
+	if !ok {
+		return nil, false
+	}
+	return textTokens(ids), true
+}
+
+// textTokens are ids as tokens of raw text: ChannelText, no message.
+func textTokens(ids []int32) []Token {
 	out := make([]Token, len(ids))
 	for i, id := range ids {
 		out[i] = Token{id, -1, ChannelText}

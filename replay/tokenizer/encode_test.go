@@ -269,3 +269,21 @@ func TestEncodeLimit(t *testing.T) {
 		t.Errorf("16 MB text, limit 100: allocated %d bytes, want under 1 MiB", alloc)
 	}
 }
+
+// EncodeTextLimit is EncodeText within its limit, in both special modes, and refuses a text past it.
+func TestEncodeTextLimit(t *testing.T) {
+	tok := builtinForTest(t, 3072)
+	text := "Hello <|im_end|> world, hello again."
+	for _, special := range []bool{false, true} {
+		want := tok.EncodeText(text, special)
+		for _, limit := range []int{len(want), len(want) + 5} {
+			got, ok := tok.EncodeTextLimit(text, special, limit)
+			if !ok || !slices.Equal(got, want) {
+				t.Errorf("special %v, limit %d: ok %v, %v; want %v", special, limit, ok, got, want)
+			}
+		}
+		if got, ok := tok.EncodeTextLimit(text, special, len(want)-1); ok || got != nil {
+			t.Errorf("special %v, limit %d (one short): ok %v, %d tokens", special, len(want)-1, ok, len(got))
+		}
+	}
+}
