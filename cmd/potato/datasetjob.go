@@ -82,7 +82,7 @@ func runDatasetJob(ctx context.Context, f *replayFlags, opts replay.EngineOption
 	if err := job.CheckIDs(ids); err != nil {
 		return fmt.Errorf("%s: %w", f.chat, err)
 	}
-	dataHash, err := fileSHA256(f.chat)
+	dataHash, err := job.FileSHA256(f.chat) // Settings.Dataset
 	if err != nil {
 		return err
 	}
@@ -194,20 +194,6 @@ func checkWaveBytes(f *replayFlags, shape tables.Shape, o replay.Options, items 
 		from = to
 	}
 	return checkEstimate(worst, o, int64(f.maxResult), worstWave, "lower --wave-tokens")
-}
-
-// fileSHA256 is the hex SHA-256 of a file's bytes.
-func fileSHA256(path string) (string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", fmt.Errorf("%s: %w", path, err)
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
 // tokenizerSHA256 hashes the files the tokenizer is read from (tiktoken.model, tokenizer_config.json),

@@ -169,7 +169,7 @@ func (s *sources) checkFiles(recorded map[string]File) error {
 			}
 			want := recorded[path]
 			if want.SHA256 != "" {
-				sum, err := fileSHA256(path)
+				sum, err := FileSHA256(path)
 				if err != nil {
 					return fmt.Errorf("job: merge: %w", err)
 				}

@@ -248,12 +248,13 @@ func intact(path string, f File) bool {
 	if f.SHA256 == "" {
 		return true
 	}
-	sum, err := fileSHA256(path)
+	sum, err := FileSHA256(path)
 	return err == nil && sum == f.SHA256
 }
 
-// fileSHA256 is the hex SHA-256 of the file at path.
-func fileSHA256(path string) (string, error) {
+// FileSHA256 is the hex SHA-256 of the file at path: a part file's, checked on resume and merge, and the
+// dataset's (Settings.Dataset).
+func FileSHA256(path string) (string, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return "", fmt.Errorf("job: %w", err)
@@ -345,7 +346,7 @@ func runWave(ctx context.Context, eng Engine, cfg Config, m *Manifest, wave []It
 		if err != nil {
 			return Part{}, fmt.Errorf("job: %w", err)
 		}
-		sum, err := fileSHA256(path)
+		sum, err := FileSHA256(path)
 		if err != nil {
 			return Part{}, err
 		}
