@@ -14,6 +14,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/janpfeifer/gonb/gonbui"
 
+	"github.com/potato-k3/potato-k3/internal/numtext"
 	"github.com/potato-k3/potato-k3/kernel/api"
 	"github.com/potato-k3/potato-k3/kernel/display"
 )
@@ -58,11 +59,11 @@ func (r *Result) Release() {
 // Summary is one line about the result: job, sequences, tokens, the wave it shared, precision.
 func (r *Result) Summary() string {
 	st := r.Status
-	s := fmt.Sprintf("job %s · %s · %s · %s", st.ID, count(st.Sequences, "sequence"), count(st.Tokens, "token"), st.Precision)
+	s := fmt.Sprintf("job %s · %s · %s · %s", st.ID, numtext.Count(st.Sequences, "sequence"), numtext.Count(st.Tokens, "token"), st.Precision)
 	if w := st.Wave; w != nil {
 		s += fmt.Sprintf(" · wave %d", w.ID)
 		if len(w.Jobs) > 1 {
-			s += fmt.Sprintf(" (shared by %d jobs, %s)", len(w.Jobs), count(w.Tokens, "token"))
+			s += fmt.Sprintf(" (shared by %d jobs, %s)", len(w.Jobs), numtext.Count(w.Tokens, "token"))
 		}
 	}
 	var names []string
@@ -89,14 +90,6 @@ func (r *Result) HTML() string {
 func (r *Result) Display() {
 	gonbui.DisplayHTML(r.HTML())
 	gonbui.Sync() // delivered before the cell's program can exit (display.Display says why)
-}
-
-// count is "1 token", "3 tokens".
-func count(n int, what string) string {
-	if n == 1 {
-		return "1 " + what
-	}
-	return fmt.Sprintf("%d %ss", n, what)
 }
 
 // Fetch reads every table of a done job (it may have finished long ago, or before a restart of the

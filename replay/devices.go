@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/potato-k3/potato-k3/internal/numtext"
 	"github.com/potato-k3/potato-k3/replay/model"
 	"github.com/potato-k3/potato-k3/replay/ops"
 )
@@ -322,13 +323,13 @@ func groupPlanLine(plans []WavePlan, active []int, n int) string {
 		tokens, seqs, longest = tokens+p.Tokens, seqs+p.Sequences, max(longest, p.Longest)
 		slice := "1 slice"
 		if p.Slices > 1 {
-			slice = fmt.Sprintf("%d slices of %s", p.Slices, commas(p.SliceTokens))
+			slice = fmt.Sprintf("%d slices of %s", p.Slices, numtext.Commas(p.SliceTokens))
 		}
 		parts = append(parts, fmt.Sprintf("device %d %s tokens (%d sequences, %s, peak %s of %s)",
-			d, commas(p.Tokens), p.Sequences, slice, gb(p.DevicePeak), gb(p.DeviceBudget)))
+			d, numtext.Commas(p.Tokens), p.Sequences, slice, gb(p.DevicePeak), gb(p.DeviceBudget)))
 	}
 	return fmt.Sprintf("devices %d of %d: wave %s tokens (%d sequences, longest %s) in 1 read for all: %s",
-		len(active), n, commas(tokens), seqs, commas(longest), strings.Join(parts, "; "))
+		len(active), n, numtext.Commas(tokens), seqs, numtext.Commas(longest), strings.Join(parts, "; "))
 }
 
 // freeGlobals frees global weights uploaded to m's backend.

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/potato-k3/potato-k3/internal/numtext"
 	"github.com/potato-k3/potato-k3/replay/model"
 	"github.com/potato-k3/potato-k3/replay/ops"
 )
@@ -69,18 +70,18 @@ type WavePlan struct {
 func (p WavePlan) String() string {
 	reads := "1 read"
 	if p.Waves > 1 {
-		reads = fmt.Sprintf("%d reads (waves of at most %s tokens)", p.Waves, commas(p.WaveTokens))
+		reads = fmt.Sprintf("%d reads (waves of at most %s tokens)", p.Waves, numtext.Commas(p.WaveTokens))
 	}
 	slices := "1 slice"
 	if p.Slices > 1 {
-		slices = fmt.Sprintf("%d slices of %s", p.Slices, commas(p.SliceTokens))
+		slices = fmt.Sprintf("%d slices of %s", p.Slices, numtext.Commas(p.SliceTokens))
 	}
 	where := "on the device"
 	if p.HostState {
 		where = fmt.Sprintf("in host memory (%s) and on the device (%d slices)", gb(p.HostBytes), p.DeviceSlices)
 	}
 	s := fmt.Sprintf("wave %s tokens (%d sequences, longest %s) in %s: %s; state %s %s; device peak %s of %s (weights %s)",
-		commas(p.Tokens), p.Sequences, commas(p.Longest), reads, slices, gb(p.StateBytes), where, gb(p.DevicePeak),
+		numtext.Commas(p.Tokens), p.Sequences, numtext.Commas(p.Longest), reads, slices, gb(p.StateBytes), where, gb(p.DevicePeak),
 		gb(p.DeviceBudget), gb(p.WeightBytes))
 	if p.ExpertReadAhead > 0 {
 		s += fmt.Sprintf("; experts read ahead from disk (up to %s of host memory)", gb(p.ExpertReadAhead))
@@ -101,15 +102,6 @@ func gb(n int64) string {
 		return fmt.Sprintf("%.1f MB", float64(n)/1e6)
 	}
 	return fmt.Sprintf("%.1f GB", float64(n)/1e9)
-}
-
-// commas writes n with thousands separators.
-func commas(n int) string {
-	s := strconv.Itoa(n)
-	for i := len(s) - 3; i > 0; i -= 3 {
-		s = s[:i] + "," + s[i:]
-	}
-	return s
 }
 
 // ErrBudget marks a request that the memory budgets cannot hold.
@@ -225,7 +217,7 @@ func (e *Engine) planWith(lens []int, mode layerMode, chunk int) (WavePlan, erro
 		}
 		if p.StashBytes > p.HostBudget {
 			return p, fmt.Errorf("%w: the expert inputs of %s tokens (%s) do not fit the host budget of %s (--host-memory)",
-				ErrBudget, commas(wave), gb(p.StashBytes), gb(p.HostBudget))
+				ErrBudget, numtext.Commas(wave), gb(p.StashBytes), gb(p.HostBudget))
 		}
 		p.HostBudget -= p.StashBytes
 	}
@@ -251,7 +243,7 @@ func (e *Engine) planWith(lens []int, mode layerMode, chunk int) (WavePlan, erro
 		wave = min(wave, int(avail/(act+state)))
 		if e.maxRows > 0 && e.maxRows < p.Longest {
 			return p, fmt.Errorf("%w: a sequence of %s tokens is more than the %s rows the %s backend can index at once "+
-				"(ops.ElementLimit), and its layers run unsliced", ErrBudget, commas(p.Longest), commas(e.maxRows), e.Model.Ops.Name())
+				"(ops.ElementLimit), and its layers run unsliced", ErrBudget, numtext.Commas(p.Longest), numtext.Commas(e.maxRows), e.Model.Ops.Name())
 		}
 		if e.maxRows > 0 && wave > e.maxRows {
 			wave = e.maxRows // what the backend can index (ops.ElementLimit)
@@ -259,7 +251,7 @@ func (e *Engine) planWith(lens []int, mode layerMode, chunk int) (WavePlan, erro
 		if wave < p.Longest {
 			return p, fmt.Errorf("%w: a sequence of %s tokens needs %s of device memory with its layers unsliced "+
 				"(budget %s, %s after the weights; the %s backend slices layers only when a layer's routed experts fit the device at once)",
-				ErrBudget, commas(p.Longest), gb(int64(p.Longest)*(act+state)), gb(p.DeviceBudget), gb(avail), e.Model.Ops.Name())
+				ErrBudget, numtext.Commas(p.Longest), gb(int64(p.Longest)*(act+state)), gb(p.DeviceBudget), gb(avail), e.Model.Ops.Name())
 		}
 		slice = wave
 	case slice > 0:
@@ -269,7 +261,7 @@ func (e *Engine) planWith(lens []int, mode layerMode, chunk int) (WavePlan, erro
 		}
 		if int64(slice)*act > avail {
 			return p, fmt.Errorf("%w: slices of %s tokens need %s of activations, more than the %s the device budget "+
-				"leaves after the weights (--slice-tokens, --device-memory)", ErrBudget, commas(slice), gb(int64(slice)*act), gb(avail))
+				"leaves after the weights (--slice-tokens, --device-memory)", ErrBudget, numtext.Commas(slice), gb(int64(slice)*act), gb(avail))
 		}
 		p.HostState = int64(wave)*state+int64(slice)*act > avail
 	default:
@@ -304,7 +296,7 @@ func (e *Engine) planWith(lens []int, mode layerMode, chunk int) (WavePlan, erro
 		wave = devSlices(slice, avail, act, state)*slice + int(p.HostBudget/hostState)
 		if wave < p.Longest {
 			return p, fmt.Errorf("%w: the state of a sequence of %s tokens (%s) does not fit the host budget of %s (--host-memory) beside what the device holds",
-				ErrBudget, commas(p.Longest), gb(int64(p.Longest)*hostState), gb(p.HostBudget))
+				ErrBudget, numtext.Commas(p.Longest), gb(int64(p.Longest)*hostState), gb(p.HostBudget))
 		}
 	}
 	p.WaveTokens, p.SliceTokens = wave, slice

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/potato-k3/potato-k3/cuda"
+	"github.com/potato-k3/potato-k3/internal/numtext"
 	"github.com/potato-k3/potato-k3/kernel/server"
 	"github.com/potato-k3/potato-k3/replay"
 	"github.com/potato-k3/potato-k3/replay/checkpoint"
@@ -409,7 +410,7 @@ func pinReadAhead(stdout io.Writer, l *loaded, n, seqLen int) error {
 	}
 	if got > 0 {
 		fmt.Fprintf(stdout, "host buffers (the experts' read-ahead, state kept in host memory): %s allocated in %.2fs before the timed waves of %d tokens (once an engine; a server's first large wave pays it)\n",
-			humanBytes(got), time.Since(start).Seconds(), n)
+			numtext.Bytes(got), time.Since(start).Seconds(), n)
 	}
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/potato-k3/potato-k3/internal/numtext"
 	"github.com/potato-k3/potato-k3/replay/model"
 )
 
@@ -58,7 +59,7 @@ func printLayers(w io.Writer, plan *model.Plan, t tally) {
 			mark = "*"
 		}
 		fmt.Fprintf(w, "%5d  %-9s %4d%1s %8d %20s %20s\n", i, layerKind(l), l.Blocks-1, mark, t.layerTensors[i],
-			commas(t.layerBytes[i]), commas(t.expertBytes[i]))
+			numtext.Commas(t.layerBytes[i]), numtext.Commas(t.expertBytes[i]))
 	}
 	fmt.Fprintln(w, "  (block: the AttnRes block the layer belongs to; * marks the layer that starts it)")
 }
@@ -95,26 +96,14 @@ func printKinds(w io.Writer, plan *model.Plan, t tally) {
 				per = strconv.Itoa(n)
 			}
 		}
-		fmt.Fprintf(w, "%-34s %7d %14s %10s %22s\n", k, a.layers, per, commas(int64(a.tensors)), commas(a.bytes))
+		fmt.Fprintf(w, "%-34s %7d %14s %10s %22s\n", k, a.layers, per, numtext.Commas(int64(a.tensors)), numtext.Commas(a.bytes))
 		total += a.tensors
 		totalBytes += a.bytes
 	}
-	fmt.Fprintf(w, "%-34s %7s %14s %10s %22s\n", "globals (embedding, norms, lm_head)", "", "", commas(int64(t.global)), commas(t.globalBytes))
-	fmt.Fprintf(w, "%-34s %7s %14s %10s %22s\n", "ignored (vision_tower., mm_projector.)", "", "", commas(int64(t.ignored)), commas(t.ignoredBytes))
+	fmt.Fprintf(w, "%-34s %7s %14s %10s %22s\n", "globals (embedding, norms, lm_head)", "", "", numtext.Commas(int64(t.global)), numtext.Commas(t.globalBytes))
+	fmt.Fprintf(w, "%-34s %7s %14s %10s %22s\n", "ignored (vision_tower., mm_projector.)", "", "", numtext.Commas(int64(t.ignored)), numtext.Commas(t.ignoredBytes))
 	if t.other > 0 {
 		fmt.Fprintf(w, "%-34s %7s %14s %10d\n", "unplaceable layer names", "", "", t.other)
 	}
-	fmt.Fprintf(w, "%-34s %7d %14s %10s %22s\n", "total", len(plan.Layers), "", commas(int64(total)), commas(totalBytes))
-}
-
-// commas writes n with thousands separators: 1,560,860,324,864.
-func commas(n int64) string {
-	s := strconv.FormatInt(n, 10)
-	if n < 0 {
-		return "-" + commas(-n)
-	}
-	for i := len(s) - 3; i > 0; i -= 3 {
-		s = s[:i] + "," + s[i:]
-	}
-	return s
+	fmt.Fprintf(w, "%-34s %7d %14s %10s %22s\n", "total", len(plan.Layers), "", numtext.Commas(int64(total)), numtext.Commas(totalBytes))
 }

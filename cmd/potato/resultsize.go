@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 
+	"github.com/potato-k3/potato-k3/internal/numtext"
 	"github.com/potato-k3/potato-k3/replay"
 	"github.com/potato-k3/potato-k3/replay/tables"
 )
@@ -39,11 +40,8 @@ func checkEstimate(est tables.Estimate, o replay.Options, limit int64, over, hin
 	}
 	if need := est.Total(); need > limit {
 		return fmt.Errorf("replay: the results would hold about %s in memory (%d hidden and %d lens layers, top-k %d, %s): the limit is %s (%s): ask for fewer layers or a smaller top-k, or %s (of it results %s, tables %s, writing them %s)",
-			humanBytes(need), len(o.Hidden), len(o.Lens), o.TopK, over, humanBytes(limit), why, hint,
-			humanBytes(est.Results), humanBytes(est.Tables), humanBytes(est.Transient))
+			numtext.Bytes(need), len(o.Hidden), len(o.Lens), o.TopK, over, numtext.Bytes(limit), why, hint,
+			numtext.Bytes(est.Results), numtext.Bytes(est.Tables), numtext.Bytes(est.Transient))
 	}
 	return nil
 }
-
-// humanBytes writes n with a decimal unit: "54.4 kB", "11.0 GB".
-func humanBytes(n int64) string { return tables.HumanBytes(n) }

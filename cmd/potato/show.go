@@ -13,6 +13,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
+	"github.com/potato-k3/potato-k3/internal/numtext"
 	"github.com/potato-k3/potato-k3/replay/tables"
 )
 
@@ -64,7 +65,7 @@ func showTable(w io.Writer, path string, rows, width int) error {
 	if name == "" {
 		name = tables.TableName(t.Schema)
 	}
-	fmt.Fprintf(w, "%s: table %s, %s rows\n", path, name, commas(t.NumRows()))
+	fmt.Fprintf(w, "%s: table %s, %s rows\n", path, name, numtext.Commas(t.NumRows()))
 	md := t.Schema.Metadata()
 	for i, k := range md.Keys() {
 		if strings.HasPrefix(k, "potato.") {
@@ -101,7 +102,7 @@ func showTable(w io.Writer, path string, rows, width int) error {
 		return err
 	}
 	if left := t.NumRows() - int64(shown); left > 0 {
-		fmt.Fprintf(w, "... %s more rows (--rows N)\n", commas(left))
+		fmt.Fprintf(w, "... %s more rows (--rows N)\n", numtext.Commas(left))
 	}
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/potato-k3/potato-k3/internal/numtext"
 	"github.com/potato-k3/potato-k3/replay"
 	"github.com/potato-k3/potato-k3/replay/tokenizer"
 )
@@ -17,7 +18,7 @@ import (
 // the --out the tables go to ("" for none), for the line that says where the rows not shown are.
 func printSummary(w io.Writer, l *loaded, res []replay.Result, st replay.WaveStats, show int, out string) {
 	fmt.Fprintf(w, "%s: %s, %s tokens, %s on %s, %.1f MB of weights read in %.2fs\n",
-		l.dir, plural(st.Sequences, "sequence"), commas(int64(st.Tokens)), l.precision, l.backend, float64(st.BytesRead())/1e6, st.Seconds)
+		l.dir, numtext.Count(st.Sequences, "sequence"), numtext.Commas(int64(st.Tokens)), l.precision, l.backend, float64(st.BytesRead())/1e6, st.Seconds)
 	for _, r := range res {
 		// The mean over every scored token, and for a conversation over the tokens of its messages' text
 		// alone: the chat markup (channel structure) is all but certain and would pull the mean towards 0.
@@ -38,12 +39,12 @@ func printSummary(w io.Writer, l *loaded, res []replay.Result, st replay.WaveSta
 		if r.Conversation != "" {
 			fmt.Fprintf(w, " (conversation %s)", r.Conversation)
 		}
-		fmt.Fprintf(w, ": %s tokens", commas(int64(len(r.Tokens))))
+		fmt.Fprintf(w, ": %s tokens", numtext.Commas(int64(len(r.Tokens))))
 		if n > 0 {
 			fmt.Fprintf(w, ", mean logprob %.3f nats", sum/float64(n))
 		}
 		if r.Conversation != "" && textN > 0 && textN < n {
-			fmt.Fprintf(w, " (%.3f over the %s tokens of the messages, the chat markup left out)", textSum/float64(textN), commas(int64(textN)))
+			fmt.Fprintf(w, " (%.3f over the %s tokens of the messages, the chat markup left out)", textSum/float64(textN), numtext.Commas(int64(textN)))
 		}
 		fmt.Fprintln(w)
 		if show <= 0 {
@@ -126,12 +127,4 @@ func quote(s string) string {
 		s = string(r[:24]) + "…"
 	}
 	return `"` + strings.ReplaceAll(s, `"`, `\"`) + `"`
-}
-
-// plural is n and noun, with an s unless n is 1.
-func plural(n int, noun string) string {
-	if n == 1 {
-		return "1 " + noun
-	}
-	return commas(int64(n)) + " " + noun + "s"
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
+	"github.com/potato-k3/potato-k3/internal/numtext"
 	"github.com/potato-k3/potato-k3/replay/tables"
 )
 
@@ -77,7 +78,7 @@ func Merge(out string, dirs []string, opts MergeOptions) (MergeSummary, error) {
 		sum.Files = append(sum.Files, path)
 		sum.Rows[mergers[i].name] = mergers[i].rows
 		if opts.Log != nil {
-			opts.Log(fmt.Sprintf("merge: wrote %s (%s rows)", path, commas(mergers[i].rows)))
+			opts.Log(fmt.Sprintf("merge: wrote %s (%s rows)", path, numtext.Commas(mergers[i].rows)))
 		}
 	}
 	return sum, nil

@@ -2,8 +2,9 @@ package job
 
 import (
 	"fmt"
-	"strconv"
 	"time"
+
+	"github.com/potato-k3/potato-k3/internal/numtext"
 )
 
 // progressLine is the line a job prints after each wave, for example
@@ -26,38 +27,6 @@ func progressLine(w, waves int, p Part, s Summary) string {
 		pct = 100 * float64(s.TokensDone) / float64(s.Tokens)
 	}
 	return fmt.Sprintf("job: wave %d of %d (%s): %s of %s conversations, %s of %s tokens (%.1f%%); %s tokens/s; %s read this pass; ETA %s",
-		w, waves, p.Name, commas(int64(s.Done)), commas(int64(s.Conversations)), commas(s.TokensDone), commas(s.Tokens), pct,
-		commas(int64(rate+0.5)), bytesText(p.BytesRead), eta)
-}
-
-// commas writes n with thousands separators.
-func commas(n int64) string {
-	s := strconv.FormatInt(n, 10)
-	neg := len(s) > 0 && s[0] == '-'
-	if neg {
-		s = s[1:]
-	}
-	for i := len(s) - 3; i > 0; i -= 3 {
-		s = s[:i] + "," + s[i:]
-	}
-	if neg {
-		s = "-" + s
-	}
-	return s
-}
-
-// bytesText writes a byte count in MB, or GB from a gigabyte.
-func bytesText(n int64) string {
-	if n < 1e9 {
-		return fmt.Sprintf("%.1f MB", float64(n)/1e6)
-	}
-	return fmt.Sprintf("%.1f GB", float64(n)/1e9)
-}
-
-// count writes n and the noun, plural unless n is 1: "1 wave", "3 waves".
-func count(n int, noun string) string {
-	if n == 1 {
-		return "1 " + noun
-	}
-	return commas(int64(n)) + " " + noun + "s"
+		w, waves, p.Name, numtext.Commas(int64(s.Done)), numtext.Commas(int64(s.Conversations)), numtext.Commas(s.TokensDone), numtext.Commas(s.Tokens), pct,
+		numtext.Commas(int64(rate+0.5)), numtext.Bytes(p.BytesRead), eta)
 }

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/potato-k3/potato-k3/internal/numtext"
 	"github.com/potato-k3/potato-k3/replay"
 	"github.com/potato-k3/potato-k3/replay/tables"
 )
@@ -112,10 +113,10 @@ func Run(ctx context.Context, eng Engine, cfg Config, items []Item) (Summary, er
 			hold = "holds"
 		}
 		cfg.log(fmt.Sprintf("job: resuming %s: %s %s %s of %s conversations; %s to go in %s",
-			cfg.Dir, count(len(m.Parts), "part"), hold, commas(int64(sum.Skipped)), commas(int64(sum.Conversations)), commas(int64(len(todo))), count(len(waves), "wave")))
+			cfg.Dir, numtext.Count(len(m.Parts), "part"), hold, numtext.Commas(int64(sum.Skipped)), numtext.Commas(int64(sum.Conversations)), numtext.Commas(int64(len(todo))), numtext.Count(len(waves), "wave")))
 	} else {
 		cfg.log(fmt.Sprintf("job: %s (%s tokens) of shard %s in %s of at most %s tokens into %s",
-			count(sum.Conversations, "conversation"), commas(sum.Tokens), cfg.Shard, count(len(waves), "wave"), commas(int64(cfg.WaveTokens)), cfg.Dir))
+			numtext.Count(sum.Conversations, "conversation"), numtext.Commas(sum.Tokens), cfg.Shard, numtext.Count(len(waves), "wave"), numtext.Commas(int64(cfg.WaveTokens)), cfg.Dir))
 	}
 	start := time.Now()
 	for w, wave := range waves {

@@ -6,6 +6,8 @@ import (
 	"math"
 	"strings"
 	"time"
+
+	"github.com/potato-k3/potato-k3/internal/numtext"
 )
 
 // Progress is one report of a replay wave streaming through the model, as the engine sends it while a
@@ -78,7 +80,7 @@ func layersDone(done, layers int) string {
 func (p Progress) Summary() string {
 	parts := []string{layersDone(p.Layer, p.Layers)}
 	if p.Tokens > 0 {
-		parts = append(parts, plural(p.Tokens, "token"))
+		parts = append(parts, numtext.Count(p.Tokens, "token"))
 	}
 	if r := p.Rate(); r > 0 {
 		parts = append(parts, formatRate(r))

@@ -8,6 +8,7 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/potato-k3/potato-k3/internal/numtext"
 )
 
 // DefaultMaxRows is the number of rows shown when maxRows <= 0.
@@ -166,7 +167,7 @@ func pieceColumn(name string) bool {
 
 // footer is "N rows × M columns", with "(first K shown)" when rows were left out and "in B batches".
 func footer(total int64, cols, shown, batches int) string {
-	s := fmt.Sprintf("%s × %s", plural(total, "row"), plural(int64(cols), "column"))
+	s := fmt.Sprintf("%s × %s", numtext.Count(total, "row"), numtext.Count(int64(cols), "column"))
 	if batches > 0 {
 		s += fmt.Sprintf(" in %d batches", batches)
 	}
@@ -174,34 +175,6 @@ func footer(total int64, cols, shown, batches int) string {
 		s += fmt.Sprintf(" (first %d shown)", shown)
 	}
 	return s
-}
-
-// plural is "1 row", "2 rows", with thousands separators.
-func plural(n int64, noun string) string {
-	if n == 1 {
-		return "1 " + noun
-	}
-	return groupThousands(n) + " " + noun + "s"
-}
-
-// groupThousands writes 1234567 as 1,234,567.
-func groupThousands(n int64) string {
-	s := fmt.Sprint(n)
-	neg := strings.HasPrefix(s, "-")
-	if neg {
-		s = s[1:]
-	}
-	var b strings.Builder
-	for i, r := range s {
-		if i > 0 && (len(s)-i)%3 == 0 {
-			b.WriteByte(',')
-		}
-		b.WriteRune(r)
-	}
-	if neg {
-		return "-" + b.String()
-	}
-	return b.String()
 }
 
 // errorHTML is a visible note in place of a table: a display call in a notebook should show what is

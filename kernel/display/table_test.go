@@ -240,18 +240,6 @@ func TestQuoteIfNeeded(t *testing.T) {
 	}
 }
 
-func TestGroupThousands(t *testing.T) {
-	tests := []struct {
-		in   int64
-		want string
-	}{{0, "0"}, {999, "999"}, {1000, "1,000"}, {1234567, "1,234,567"}, {-12345, "-12,345"}}
-	for _, tt := range tests {
-		if got := groupThousands(tt.in); got != tt.want {
-			t.Errorf("groupThousands(%d): want %q, got %q", tt.in, tt.want, got)
-		}
-	}
-}
-
 // The columns a researcher reads first come first, top-k beside the token; pieces are quoted with their
 // spaces visible, in lists too; strings are left-aligned and a wide table scrolls inside its div.
 func TestColumnOrderAndPieces(t *testing.T) {

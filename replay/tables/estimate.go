@@ -10,6 +10,7 @@ import (
 	"strings"
 	"unsafe"
 
+	"github.com/potato-k3/potato-k3/internal/numtext"
 	"github.com/potato-k3/potato-k3/replay"
 	"github.com/potato-k3/potato-k3/replay/model"
 	"github.com/potato-k3/potato-k3/replay/ops"
@@ -126,8 +127,8 @@ func (e Estimate) Total() int64 { return e.Results + e.Tables + e.Transient }
 
 // String is the total with its parts: "4.1 GB (results 1.0 GB, tables 2.0 GB, writing 1.1 GB)".
 func (e Estimate) String() string {
-	return fmt.Sprintf("%s (results %s, tables %s, writing %s)", HumanBytes(e.Total()), HumanBytes(e.Results),
-		HumanBytes(e.Tables), HumanBytes(e.Transient))
+	return fmt.Sprintf("%s (results %s, tables %s, writing %s)", numtext.Bytes(e.Total()), numtext.Bytes(e.Results),
+		numtext.Bytes(e.Tables), numtext.Bytes(e.Transient))
 }
 
 // Estimate is the memory out's results hold when its request is replayed alone, then built and written.
@@ -466,17 +467,4 @@ func DefaultResultLimit() (int64, string) {
 		}
 	}
 	return 16e9, "the default where the memory available is unknown"
-}
-
-// HumanBytes writes n with a decimal unit: "54.4 kB", "11.0 GB".
-func HumanBytes(n int64) string {
-	v, units := float64(n), []string{"B", "kB", "MB", "GB", "TB"}
-	i := 0
-	for ; v >= 1000 && i < len(units)-1; i++ {
-		v /= 1000
-	}
-	if i == 0 {
-		return fmt.Sprintf("%d B", n)
-	}
-	return fmt.Sprintf("%.1f %s", v, units[i])
 }

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/potato-k3/potato-k3/internal/numtext"
 	"github.com/potato-k3/potato-k3/replay"
 	"github.com/potato-k3/potato-k3/replay/cpu"
 	"github.com/potato-k3/potato-k3/replay/ops"
@@ -164,10 +165,10 @@ func TestEstimateCoversMeasured(t *testing.T) {
 			// The results are counted to the allocation; the engine's own buffers differ by kilobytes
 			// between waves, hence the 1%.
 			if est.Results < held-held/100 {
-				t.Errorf("results: estimate %s, measured %s", HumanBytes(est.Results), HumanBytes(held))
+				t.Errorf("results: estimate %s, measured %s", numtext.Bytes(est.Results), numtext.Bytes(held))
 			}
 			if est.Total() < peak || est.Total() > 2*peak {
-				t.Errorf("estimate %s, measured peak %s: want between 1 and 2 times it", HumanBytes(est.Total()), HumanBytes(peak))
+				t.Errorf("estimate %s, measured peak %s: want between 1 and 2 times it", numtext.Bytes(est.Total()), numtext.Bytes(peak))
 			}
 		})
 	}
