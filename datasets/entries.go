@@ -30,6 +30,20 @@ func (e Entry) Name() string {
 	return fmt.Sprintf("%s:%d", e.Unit, e.N)
 }
 
+// CheckIDs refuses a dataset in which two conversations share a name (ids, in file order, as Name gives
+// them or as Load leaves Conversation.ID): their rows could not be told apart in the tables, and a dataset
+// job, whose manifest and shards go by name, would replay one twice or count it done once.
+func CheckIDs(ids []string) error {
+	seen := make(map[string]int, len(ids))
+	for i, id := range ids {
+		if j, ok := seen[id]; ok {
+			return fmt.Errorf("conversations %d and %d (counted from 1) share the id %q: give each its own, or drop the \"id\" fields to name conversations by their line, item or row", j+1, i+1, id)
+		}
+		seen[id] = i
+	}
+	return nil
+}
+
 // LoadEntries reads the conversations of path as Load does, in the same order, each with the line
 // (JSONL, blank lines counted), item (JSON array) or row (Parquet) it came from.
 func LoadEntries(path string) ([]Entry, error) {

@@ -3,6 +3,7 @@ package datasets_test
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/potato-k3/potato-k3/datasets"
@@ -47,5 +48,22 @@ func TestLoadEntries(t *testing.T) {
 	}
 	if _, err := datasets.LoadEntries(filepath.Join(dir, "missing.jsonl")); err == nil {
 		t.Error("a missing file: no error")
+	}
+}
+
+func TestCheckIDs(t *testing.T) {
+	for _, tt := range []struct {
+		ids  []string
+		want string // "" for no error
+	}{
+		{nil, ""},
+		{[]string{"a", "b", "line:3"}, ""},
+		{[]string{"a", "b", "a"}, `conversations 1 and 3 (counted from 1) share the id "a"`},
+		{[]string{"x", "y", "y", "x"}, `conversations 2 and 3 (counted from 1) share the id "y"`},
+	} {
+		err := datasets.CheckIDs(tt.ids)
+		if (err == nil) != (tt.want == "") || err != nil && !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("CheckIDs(%q) = %v, want %q", tt.ids, err, tt.want)
+		}
 	}
 }

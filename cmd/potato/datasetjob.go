@@ -16,6 +16,7 @@ import (
 
 	"github.com/potato-k3/potato-k3/datasets"
 	"github.com/potato-k3/potato-k3/datasets/job"
+	"github.com/potato-k3/potato-k3/internal/numtext"
 	"github.com/potato-k3/potato-k3/replay"
 	"github.com/potato-k3/potato-k3/replay/tables"
 	"github.com/potato-k3/potato-k3/replay/tokenizer"
@@ -79,8 +80,8 @@ func runDatasetJob(ctx context.Context, f *replayFlags, opts replay.EngineOption
 	if err := applyThinking(convs, f.thinking); err != nil {
 		return err
 	}
-	if err := job.CheckIDs(ids); err != nil {
-		return fmt.Errorf("%s: %w", f.chat, err)
+	if err := datasets.CheckIDs(ids); err != nil {
+		return fmt.Errorf("%s: a dataset job needs unique ids: %w", f.chat, err)
 	}
 	dataHash, err := job.FileSHA256(f.chat) // Settings.Dataset
 	if err != nil {
@@ -157,8 +158,8 @@ func runDatasetJob(ctx context.Context, f *replayFlags, opts replay.EngineOption
 		rate = float64(sum.TokensRun) / sum.Seconds
 	}
 	fmt.Fprintf(stdout, "job complete: %s (%s tokens) of shard %s in %s: %s; this run %s, %s skipped, %s tokens in %.1f s (%.0f tokens/s), %.1f MB of weights read\n",
-		plural(sum.Conversations, "conversation"), commas(sum.Tokens), shard, f.out, plural(sum.Parts, "part"), plural(sum.Waves, "wave"),
-		plural(sum.Skipped, "conversation"), commas(sum.TokensRun), sum.Seconds, rate, float64(sum.BytesRead)/1e6)
+		numtext.Count(sum.Conversations, "conversation"), numtext.Commas(sum.Tokens), shard, f.out, numtext.Count(sum.Parts, "part"), numtext.Count(sum.Waves, "wave"),
+		numtext.Count(sum.Skipped, "conversation"), numtext.Commas(sum.TokensRun), sum.Seconds, rate, float64(sum.BytesRead)/1e6)
 	return nil
 }
 

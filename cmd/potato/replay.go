@@ -208,12 +208,12 @@ func checkConversations(name string, convs []tokenizer.Conversation) error {
 	if len(convs) == 0 {
 		return fmt.Errorf("replay: %s holds no conversations", name)
 	}
-	seen := make(map[string]int, len(convs))
+	ids := make([]string, len(convs))
 	for i, c := range convs {
-		if j, ok := seen[c.ID]; ok {
-			return fmt.Errorf("replay: %s: conversations %d and %d share the id %q: give each its own (or drop the \"id\" fields to name them by their line)", name, j+1, i+1, c.ID)
-		}
-		seen[c.ID] = i
+		ids[i] = c.ID
+	}
+	if err := datasets.CheckIDs(ids); err != nil {
+		return fmt.Errorf("replay: %s: %w", name, err)
 	}
 	return nil
 }

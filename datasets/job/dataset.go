@@ -55,15 +55,3 @@ func ShardOf(id string, n int) int {
 	return int(binary.BigEndian.Uint64(sum[:8]) % uint64(n))
 }
 
-// CheckIDs refuses a dataset in which two conversations share a name: the manifest maps names to parts
-// and shards are cut by name, so a repeated id would be replayed twice or counted as done once.
-func CheckIDs(ids []string) error {
-	seen := make(map[string]int, len(ids))
-	for i, id := range ids {
-		if j, ok := seen[id]; ok {
-			return fmt.Errorf("job: conversations %d and %d (counted from 1) share the id %q: a dataset job needs unique ids (drop the \"id\" field to name conversations by their line or row)", j+1, i+1, id)
-		}
-		seen[id] = i
-	}
-	return nil
-}

@@ -62,16 +62,6 @@ func TestParseShard(t *testing.T) {
 	}
 }
 
-func TestCheckIDs(t *testing.T) {
-	if err := job.CheckIDs([]string{"a", "b", "line:3"}); err != nil {
-		t.Error(err)
-	}
-	err := job.CheckIDs([]string{"a", "b", "a"})
-	if err == nil || !strings.Contains(err.Error(), `conversations 1 and 3 (counted from 1) share the id "a"`) {
-		t.Errorf("CheckIDs with a repeat: %v", err)
-	}
-}
-
 // Every setting that changes a row changes the key, and Diff names it.
 func TestKeyCoversSettings(t *testing.T) {
 	base := job.Settings{Dataset: "d", ConfigHash: "c", Tokenizer: "t", Engine: "0.1.0", Precision: "bf16", Backend: "cpu", TopK: 5}
