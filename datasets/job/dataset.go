@@ -54,4 +54,3 @@ func ShardOf(id string, n int) int {
 	sum := sha256.Sum256([]byte(id))
 	return int(binary.BigEndian.Uint64(sum[:8]) % uint64(n))
 }
-
