@@ -57,7 +57,7 @@ func TestReplayChecksBeforeCompute(t *testing.T) {
 			`conversation 1 (id "greeting") says "thinking": false but --thinking is on: remove one of them`},
 		{"misspelled key", []string{"--chat", typo}, `typo.jsonl line 2: messages[0]: unknown key "contnet"`},
 		{"missing text file", []string{"--text-file", filepath.Join(dir, "none.txt")}, "--text-file: open"},
-		{"two conversations of one id", []string{"--chat", dup}, `dup.jsonl: conversations 1 and 3 share the id "a"`},
+		{"two conversations of one id", []string{"--chat", dup}, `dup.jsonl: conversations 1 and 3 (counted from 1) share the id "a"`},
 		{"no conversations", []string{"--chat", empty}, "empty.jsonl holds no conversations"},
 		{"lens without --out", []string{"--text", "x", "--lens", "1"}, "--lens asks for a table that only --out writes"},
 		{"router without --out", []string{"--text", "x", "--router"}, "--router asks for a table that only --out writes"},
