@@ -1,12 +1,9 @@
 package replay
 
 import (
-	"bufio"
 	"fmt"
-	"os"
-	"strconv"
-	"strings"
 
+	"github.com/potato-k3/potato-k3/internal/hostmem"
 	"github.com/potato-k3/potato-k3/internal/numtext"
 	"github.com/potato-k3/potato-k3/replay/model"
 	"github.com/potato-k3/potato-k3/replay/ops"
@@ -78,13 +75,13 @@ func (p WavePlan) String() string {
 	}
 	where := "on the device"
 	if p.HostState {
-		where = fmt.Sprintf("in host memory (%s) and on the device (%d slices)", gb(p.HostBytes), p.DeviceSlices)
+		where = fmt.Sprintf("in host memory (%s) and on the device (%d slices)", numtext.Bytes(p.HostBytes), p.DeviceSlices)
 	}
 	s := fmt.Sprintf("wave %s tokens (%d sequences, longest %s) in %s: %s; state %s %s; device peak %s of %s (weights %s)",
-		numtext.Commas(p.Tokens), p.Sequences, numtext.Commas(p.Longest), reads, slices, gb(p.StateBytes), where, gb(p.DevicePeak),
-		gb(p.DeviceBudget), gb(p.WeightBytes))
+		numtext.Commas(p.Tokens), p.Sequences, numtext.Commas(p.Longest), reads, slices, numtext.Bytes(p.StateBytes), where, numtext.Bytes(p.DevicePeak),
+		numtext.Bytes(p.DeviceBudget), numtext.Bytes(p.WeightBytes))
 	if p.ExpertReadAhead > 0 {
-		s += fmt.Sprintf("; experts read ahead from disk (up to %s of host memory)", gb(p.ExpertReadAhead))
+		s += fmt.Sprintf("; experts read ahead from disk (up to %s of host memory)", numtext.Bytes(p.ExpertReadAhead))
 	} else if p.readAheadOff != "" {
 		s += "; " + p.readAheadOff
 	}
@@ -94,14 +91,6 @@ func (p WavePlan) String() string {
 		s += "; this backend does not slice layers"
 	}
 	return s
-}
-
-// gb writes a byte count in GB, or MB below a gigabyte.
-func gb(n int64) string {
-	if n < 1e9 {
-		return fmt.Sprintf("%.1f MB", float64(n)/1e6)
-	}
-	return fmt.Sprintf("%.1f GB", float64(n)/1e9)
 }
 
 // ErrBudget marks a request that the memory budgets cannot hold.
@@ -217,7 +206,7 @@ func (e *Engine) planWith(lens []int, mode layerMode, chunk int) (WavePlan, erro
 		}
 		if p.StashBytes > p.HostBudget {
 			return p, fmt.Errorf("%w: the expert inputs of %s tokens (%s) do not fit the host budget of %s (--host-memory)",
-				ErrBudget, numtext.Commas(wave), gb(p.StashBytes), gb(p.HostBudget))
+				ErrBudget, numtext.Commas(wave), numtext.Bytes(p.StashBytes), numtext.Bytes(p.HostBudget))
 		}
 		p.HostBudget -= p.StashBytes
 	}
@@ -230,7 +219,7 @@ func (e *Engine) planWith(lens []int, mode layerMode, chunk int) (WavePlan, erro
 	if avail < least*act {
 		return p, fmt.Errorf("%w: the device budget of %s leaves %s after %s of weights and %s of carries, "+
 			"less than a slice of %d tokens needs (%s); give more with --device-memory, or fewer experts at once with --expert-chunk",
-			ErrBudget, gb(p.DeviceBudget), gb(max(avail, 0)), gb(p.WeightBytes), gb(carry), least, gb(least*act))
+			ErrBudget, numtext.Bytes(p.DeviceBudget), numtext.Bytes(max(avail, 0)), numtext.Bytes(p.WeightBytes), numtext.Bytes(carry), least, numtext.Bytes(least*act))
 	}
 	wave := p.Tokens
 	if e.opts.MaxWaveTokens > 0 {
@@ -251,7 +240,7 @@ func (e *Engine) planWith(lens []int, mode layerMode, chunk int) (WavePlan, erro
 		if wave < p.Longest {
 			return p, fmt.Errorf("%w: a sequence of %s tokens needs %s of device memory with its layers unsliced "+
 				"(budget %s, %s after the weights; the %s backend slices layers only when a layer's routed experts fit the device at once)",
-				ErrBudget, numtext.Commas(p.Longest), gb(int64(p.Longest)*(act+state)), gb(p.DeviceBudget), gb(avail), e.Model.Ops.Name())
+				ErrBudget, numtext.Commas(p.Longest), numtext.Bytes(int64(p.Longest)*(act+state)), numtext.Bytes(p.DeviceBudget), numtext.Bytes(avail), e.Model.Ops.Name())
 		}
 		slice = wave
 	case slice > 0:
@@ -261,7 +250,7 @@ func (e *Engine) planWith(lens []int, mode layerMode, chunk int) (WavePlan, erro
 		}
 		if int64(slice)*act > avail {
 			return p, fmt.Errorf("%w: slices of %s tokens need %s of activations, more than the %s the device budget "+
-				"leaves after the weights (--slice-tokens, --device-memory)", ErrBudget, numtext.Commas(slice), gb(int64(slice)*act), gb(avail))
+				"leaves after the weights (--slice-tokens, --device-memory)", ErrBudget, numtext.Commas(slice), numtext.Bytes(int64(slice)*act), numtext.Bytes(avail))
 		}
 		p.HostState = int64(wave)*state+int64(slice)*act > avail
 	default:
@@ -296,7 +285,7 @@ func (e *Engine) planWith(lens []int, mode layerMode, chunk int) (WavePlan, erro
 		wave = devSlices(slice, avail, act, state)*slice + int(p.HostBudget/hostState)
 		if wave < p.Longest {
 			return p, fmt.Errorf("%w: the state of a sequence of %s tokens (%s) does not fit the host budget of %s (--host-memory) beside what the device holds",
-				ErrBudget, numtext.Commas(p.Longest), gb(int64(p.Longest)*hostState), gb(p.HostBudget))
+				ErrBudget, numtext.Commas(p.Longest), numtext.Bytes(int64(p.Longest)*hostState), numtext.Bytes(p.HostBudget))
 		}
 	}
 	p.WaveTokens, p.SliceTokens = wave, slice
@@ -480,24 +469,6 @@ func (e *Engine) hostBudget() int64 {
 	if e.opts.HostMemory > 0 {
 		return e.opts.HostMemory
 	}
-	return int64(float64(availableMemory()) * (1 - memoryMargin))
-}
-
-// availableMemory reads MemAvailable from /proc/meminfo (8 GiB where there is none).
-func availableMemory() int64 {
-	f, err := os.Open("/proc/meminfo")
-	if err != nil {
-		return 8 << 30
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if rest, ok := strings.CutPrefix(sc.Text(), "MemAvailable:"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
-			if err == nil {
-				return kb << 10
-			}
-		}
-	}
-	return 8 << 30
+	avail, _ := hostmem.Available() // hostmem.Assumed where the system does not say
+	return int64(float64(avail) * (1 - memoryMargin))
 }

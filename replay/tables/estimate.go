@@ -1,15 +1,12 @@
 package tables
 
 import (
-	"bufio"
 	"fmt"
 	"math/bits"
-	"os"
 	"slices"
-	"strconv"
-	"strings"
 	"unsafe"
 
+	"github.com/potato-k3/potato-k3/internal/hostmem"
 	"github.com/potato-k3/potato-k3/internal/numtext"
 	"github.com/potato-k3/potato-k3/replay"
 	"github.com/potato-k3/potato-k3/replay/model"
@@ -448,23 +445,14 @@ func allocBytes(n int64) int64 {
 }
 
 // DefaultResultLimit is the limit on an estimate when none is given (--max-result-bytes 0): half the
-// memory available when it is called (MemAvailable of /proc/meminfo), or 16 GB where that cannot be
-// read, and what it is, for messages. Results past it would push the process toward the kernel's
+// memory available when it is called (hostmem.Available; half of hostmem.Assumed where the system does not
+// say), and what it is, for messages. Results past it would push the process toward the kernel's
 // out-of-memory killer or Go's fatal out-of-memory error, neither of which says which flag to change;
 // the other half is the collector's room (see above).
 func DefaultResultLimit() (int64, string) {
-	f, err := os.Open("/proc/meminfo")
-	if err == nil {
-		defer f.Close()
-		sc := bufio.NewScanner(f)
-		for sc.Scan() {
-			if rest, ok := strings.CutPrefix(sc.Text(), "MemAvailable:"); ok {
-				kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
-				if err == nil && kb > 0 {
-					return kb * 1024 / 2, "half the memory available"
-				}
-			}
-		}
+	avail, ok := hostmem.Available()
+	if !ok {
+		return avail / 2, "half the memory assumed where the memory available is unknown"
 	}
-	return 16e9, "the default where the memory available is unknown"
+	return avail / 2, "half the memory available"
 }
