@@ -326,7 +326,7 @@ func groupPlanLine(plans []WavePlan, active []int, n int) string {
 			slice = fmt.Sprintf("%d slices of %s", p.Slices, numtext.Commas(p.SliceTokens))
 		}
 		parts = append(parts, fmt.Sprintf("device %d %s tokens (%d sequences, %s, peak %s of %s)",
-			d, numtext.Commas(p.Tokens), p.Sequences, slice, gb(p.DevicePeak), gb(p.DeviceBudget)))
+			d, numtext.Commas(p.Tokens), p.Sequences, slice, numtext.Bytes(p.DevicePeak), numtext.Bytes(p.DeviceBudget)))
 	}
 	return fmt.Sprintf("devices %d of %d: wave %s tokens (%d sequences, longest %s) in 1 read for all: %s",
 		len(active), n, numtext.Commas(tokens), seqs, numtext.Commas(longest), strings.Join(parts, "; "))

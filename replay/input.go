@@ -32,7 +32,7 @@ func FromText(tok *tokenizer.Tokenizer, text string) (Sequence, error) {
 }
 
 // ErrTooManyTokens is returned (wrapped, with the count reached) by FromTextLimit for a text past its limit.
-var ErrTooManyTokens = errors.New("too many tokens")
+var ErrTooManyTokens = errors.New("replay: too many tokens")
 
 // FromTextLimit is FromText for a text of at most limit tokens: past that it stops tokenizing and returns
 // an error wrapping ErrTooManyTokens, having held no more than limit ids.

@@ -8,6 +8,7 @@ package replay
 import (
 	"fmt"
 
+	"github.com/potato-k3/potato-k3/internal/numtext"
 	"github.com/potato-k3/potato-k3/replay/ops"
 )
 
@@ -40,7 +41,7 @@ func pickChunk(plans []WavePlan) WavePlan {
 // chunk experts on the device at once: layers unsliced if the wave fits so in one read (and no slice size
 // is given), else MoE layers expert-major, else unsliced in several reads.
 func (e *Engine) planChunked(lens []int, chunk int) (WavePlan, error) {
-	why := fmt.Sprintf("a layer's routed experts, %s, do not fit the device at once beside a slice", gb(e.weightPeak(true)-e.uploaded()))
+	why := fmt.Sprintf("a layer's routed experts, %s, do not fit the device at once beside a slice", numtext.Bytes(e.weightPeak(true)-e.uploaded()))
 	if e.opts.ExpertMajor {
 		why = "--expert-major"
 	}
@@ -57,7 +58,7 @@ func (e *Engine) planChunked(lens []int, chunk int) (WavePlan, error) {
 	// majorNote is an expert-major plan's note, where its expert inputs wait
 	majorNote := func(q WavePlan, where string) string {
 		return fmt.Sprintf("MoE layers expert-major, experts in chunks of %d, each serving every slice, slices pooled into expert calls of up to %s (%s; expert inputs %s)",
-			chunk, gb(q.ExpertPool), why, where)
+			chunk, numtext.Bytes(q.ExpertPool), why, where)
 	}
 	// expert-major with the expert inputs on the device where that still takes one read in slices of
 	// sliceFloor tokens (or the whole wave, or --slice-tokens): no trip through host memory (a device of
@@ -76,7 +77,7 @@ func (e *Engine) planChunked(lens []int, chunk int) (WavePlan, error) {
 		}
 		return q, err
 	}
-	q.Note = majorNote(q, gb(q.StashBytes)+" in host memory")
+	q.Note = majorNote(q, numtext.Bytes(q.StashBytes)+" in host memory")
 	return q, nil
 }
 

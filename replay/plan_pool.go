@@ -16,6 +16,7 @@ package replay
 import (
 	"fmt"
 
+	"github.com/potato-k3/potato-k3/internal/numtext"
 	"github.com/potato-k3/potato-k3/replay/ops"
 )
 
@@ -37,7 +38,7 @@ func (e *Engine) planPooled(lens []int, p WavePlan) (WavePlan, bool) {
 	}
 	q.Note = fmt.Sprintf("MoE layers pooled: chunks of %d experts, each call over every slice's rows (pools of up to %s), "+
 		"the layer's experts held and fetched ahead of its router, expert inputs kept on the device (--no-expert-pooling: a call a slice)",
-		chunk, gb(q.ExpertPool))
+		chunk, numtext.Bytes(q.ExpertPool))
 	return q, true
 }
 

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/potato-k3/potato-k3/internal/numtext"
 	"github.com/potato-k3/potato-k3/replay/checkpoint"
 	"github.com/potato-k3/potato-k3/replay/model"
 	"github.com/potato-k3/potato-k3/replay/ops"
@@ -83,13 +84,13 @@ func (e *Engine) readAheadBudget(p WavePlan) (int64, string) {
 		reserve += e.cache.budget - e.cache.bytes()
 	}
 	if want < slot {
-		return 0, fmt.Sprintf("experts not read ahead: %s (EngineOptions.ExpertReadAhead) is less than a batch of experts (%s)", gb(want), gb(slot))
+		return 0, fmt.Sprintf("experts not read ahead: %s (EngineOptions.ExpertReadAhead) is less than a batch of experts (%s)", numtext.Bytes(want), numtext.Bytes(slot))
 	}
 	reserve += p.StashBytes // expert-major: the slices' expert inputs and shared outputs
 	n := min(want, p.HostBudget-p.HostBytes-reserve)
 	if n < slot {
 		return 0, fmt.Sprintf("experts not read ahead: the host budget of %s leaves %s after %s of state and %s of other buffers, less than a batch of experts (%s)",
-			gb(p.HostBudget), gb(max(p.HostBudget-p.HostBytes-reserve, 0)), gb(p.HostBytes), gb(reserve), gb(slot))
+			numtext.Bytes(p.HostBudget), numtext.Bytes(max(p.HostBudget-p.HostBytes-reserve, 0)), numtext.Bytes(p.HostBytes), numtext.Bytes(reserve), numtext.Bytes(slot))
 	}
 	return n / slot * slot, ""
 }

@@ -1,6 +1,10 @@
 package replay
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/potato-k3/potato-k3/internal/numtext"
+)
 
 // The read-ahead's host buffers (readahead.go): equal slots kept by the engine across layers and waves.
 
@@ -62,7 +66,7 @@ func (e *Engine) PinHostBuffers(lens []int) (int64, error) {
 	for e.slab.n < slots {
 		a, err := e.pool.get(int(size))
 		if err != nil {
-			return n, fmt.Errorf("host buffers for the experts' read-ahead (%d of %d slots of %s): %w", e.slab.n, slots, gb(size), err)
+			return n, fmt.Errorf("host buffers for the experts' read-ahead (%d of %d slots of %s): %w", e.slab.n, slots, numtext.Bytes(size), err)
 		}
 		e.slab.idle = append(e.slab.idle, a[:size:size])
 		e.slab.n++

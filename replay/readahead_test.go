@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/potato-k3/potato-k3/internal/numtext"
 	"github.com/potato-k3/potato-k3/replay/checkpoint"
 	"github.com/potato-k3/potato-k3/replay/cpu"
 	"github.com/potato-k3/potato-k3/replay/model"
@@ -341,11 +342,11 @@ func TestExpertReadAheadBudgetAtK3Size(t *testing.T) {
 		got, why := e.readAheadBudget(p)
 		switch {
 		case tt.wantSlots >= 0 && got != tt.wantSlots*slot:
-			t.Errorf("host %s, %d tokens: %d bytes (%d batches), want %d batches", gb(tt.host), tt.tokens, got, got/slot, tt.wantSlots)
+			t.Errorf("host %s, %d tokens: %d bytes (%d batches), want %d batches", numtext.Bytes(tt.host), tt.tokens, got, got/slot, tt.wantSlots)
 		case tt.wantSlots < 0 && (got <= 0 || got >= 56*slot || got%slot != 0):
-			t.Errorf("host %s: %d bytes, want part of a layer, in whole batches", gb(tt.host), got)
+			t.Errorf("host %s: %d bytes, want part of a layer, in whole batches", numtext.Bytes(tt.host), got)
 		case (why != "") != tt.wantReason:
-			t.Errorf("host %s, %d tokens: reason %q", gb(tt.host), tt.tokens, why)
+			t.Errorf("host %s, %d tokens: reason %q", numtext.Bytes(tt.host), tt.tokens, why)
 		}
 	}
 }

@@ -9,9 +9,9 @@ import (
 // that an op refuses the same inputs with the same message on every backend. Backends wrap them.
 var (
 	// ErrShape marks tensors whose shapes an op cannot combine; the message names the op and the shapes.
-	ErrShape = errors.New("bad shape")
+	ErrShape = errors.New("ops: bad shape")
 	// ErrArgument marks another bad argument (a count, an id out of range).
-	ErrArgument = errors.New("bad argument")
+	ErrArgument = errors.New("ops: bad argument")
 )
 
 func shapeErr(op, format string, args ...any) error {

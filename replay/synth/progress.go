@@ -6,6 +6,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/potato-k3/potato-k3/internal/numtext"
 )
 
 // progress counts the data bytes written and, when given a writer, reports them every interval:
@@ -47,7 +49,7 @@ func (p *progress) report() {
 	done := p.done.Load()
 	el := time.Since(p.start).Seconds()
 	rate := float64(done) / max(el, 1e-9)
-	line := fmt.Sprintf("synth: %s of %s (%.1f%%), %s/s", gb(done), gb(p.total), 100*float64(done)/float64(max(p.total, 1)), gb(int64(rate)))
+	line := fmt.Sprintf("synth: %s of %s (%.1f%%), %s/s", numtext.Bytes(done), numtext.Bytes(p.total), 100*float64(done)/float64(max(p.total, 1)), numtext.Bytes(int64(rate)))
 	if rate > 0 && done < p.total {
 		line += fmt.Sprintf(", %s left", (time.Duration(float64(p.total-done)/rate) * time.Second).Round(time.Second))
 	}
@@ -62,17 +64,4 @@ func (p *progress) finish() {
 	close(p.stop)
 	p.wg.Wait()
 	p.report()
-}
-
-// gb renders a byte count with a decimal unit.
-func gb(n int64) string {
-	switch {
-	case n >= 1e9:
-		return fmt.Sprintf("%.2f GB", float64(n)/1e9)
-	case n >= 1e6:
-		return fmt.Sprintf("%.1f MB", float64(n)/1e6)
-	case n >= 1e3:
-		return fmt.Sprintf("%.1f kB", float64(n)/1e3)
-	}
-	return fmt.Sprintf("%d B", n)
 }

@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"time"
 
+	"github.com/potato-k3/potato-k3/internal/numtext"
 	"github.com/potato-k3/potato-k3/replay/tokenizer"
 )
 
@@ -125,7 +126,7 @@ func checkSpace(parent string, need int64, p Preset) error {
 		hint = "; --sparse writes the same layout with the data as holes"
 	}
 	return fmt.Errorf("%w: preset %s needs %s (%d bytes) and %s has %s free%s",
-		ErrSpace, p.Name, gb(need), need, parent, gb(free), hint)
+		ErrSpace, p.Name, numtext.Bytes(need), need, parent, numtext.Bytes(free), hint)
 }
 
 // writeAll writes every file of the directory into tmp.
