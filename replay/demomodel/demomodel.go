@@ -41,9 +41,12 @@ func Dir(ctx context.Context, warn io.Writer) (string, error) {
 	}
 	dir := filepath.Join(root, "demo-"+Digest[:16])
 	if _, err := os.Stat(filepath.Join(dir, "config.json")); err == nil {
-		got, err := synth.DirDigest(dir)
+		got, err := synth.DirDigest(ctx, dir)
 		if err == nil && got == Digest {
 			return dir, nil
+		}
+		if ctx.Err() != nil { // stopped, not damaged: keep it
+			return "", ctx.Err()
 		}
 		if err == nil {
 			err = fmt.Errorf("SHA-256 %s, want %s", got, Digest)
@@ -66,7 +69,7 @@ func Dir(ctx context.Context, warn io.Writer) (string, error) {
 	if err := Write(tmp); err != nil {
 		return "", err
 	}
-	if got, err := synth.DirDigest(tmp); err != nil || got != Digest {
+	if got, err := synth.DirDigest(ctx, tmp); err != nil || got != Digest {
 		return "", fmt.Errorf("%w: SHA-256 %s, want %s (%v)", ErrDamaged, got, Digest, err)
 	}
 	if err := os.Rename(tmp, dir); err != nil {

@@ -17,7 +17,7 @@ func TestDigest(t *testing.T) {
 	if err := Write(dir); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := synth.DirDigest(dir); err != nil || got != Digest {
+	if got, err := synth.DirDigest(context.Background(), dir); err != nil || got != Digest {
 		t.Errorf("DirDigest of the embedded files: -want %s +got %s (%v)", Digest, got, err)
 	}
 }
@@ -46,7 +46,7 @@ func TestDirRewritesDamage(t *testing.T) {
 	if again, err := Dir(ctx, &warn); err != nil || again != dir || !strings.Contains(warn.String(), "damaged") {
 		t.Fatalf("Dir after a flipped bit: %s %v, warned %q; want %s and a warning", again, err, warn.String(), dir)
 	}
-	if got, err := synth.DirDigest(dir); err != nil || got != Digest {
+	if got, err := synth.DirDigest(context.Background(), dir); err != nil || got != Digest {
 		t.Errorf("rewritten copy: DirDigest %s (%v), want %s", got, err, Digest)
 	}
 }

@@ -11,6 +11,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/potato-k3/potato-k3/internal/numtext"
 )
 
 // Version names the generator: bump it whenever the bytes a (preset, seed) produces change, so that cached
@@ -45,7 +47,8 @@ func CacheDir() (string, error) {
 // is checked, for the embedded synthetic default, against DefaultDigest, compiled in): a damaged
 // directory (a flipped bit, a truncated shard, a file removed or added) would otherwise change results
 // without a word. A damaged one is removed and written again, with a line to warn (nil: none) naming what
-// differed. Hashing the tiny default's 5 MB takes a few milliseconds.
+// differed. Hashing the tiny default's 5 MB takes a few milliseconds; a directory past verifyAnnounce
+// (k3-layer's 40 GB: half a minute or more) is announced on warn first, and ctx stops the hashing.
 func CachedVerified(ctx context.Context, preset string, seed uint64, warn io.Writer) (string, error) {
 	root, err := CacheDir()
 	if err != nil {
@@ -53,9 +56,15 @@ func CachedVerified(ctx context.Context, preset string, seed uint64, warn io.Wri
 	}
 	dir := filepath.Join(root, fmt.Sprintf("%s-seed%d-gen%d", preset, seed, Version))
 	if complete(dir) {
-		err := verify(dir, preset == DefaultPreset && seed == DefaultSeed)
+		if n := dirBytes(dir); n > verifyAnnounce && warn != nil {
+			fmt.Fprintf(warn, "potato: checking the cached model %s (%s) against its recorded SHA-256 before use\n", dir, numtext.Bytes(n))
+		}
+		err := verify(ctx, dir, preset == DefaultPreset && seed == DefaultSeed)
 		if err == nil {
 			return dir, nil
+		}
+		if ctx.Err() != nil {
+			return "", fmt.Errorf("synth: cache: checking %s: %w", dir, ctx.Err())
 		}
 		if err := RemoveDamaged(dir, err, warn); err != nil {
 			return "", fmt.Errorf("synth: cache: %w", err)
@@ -70,7 +79,7 @@ func CachedVerified(ctx context.Context, preset string, seed uint64, warn io.Wri
 		}
 		return "", err
 	}
-	digest, err := DirDigest(dir)
+	digest, err := DirDigest(ctx, dir)
 	if err == nil {
 		err = writeDigest(dir, digest)
 	}
@@ -104,9 +113,25 @@ const DefaultDigest = "ca61718a95b4f8860be57aef12597fcd35d5703131e16d9251ecd6c31
 // the directory is complete.
 const DigestFile = ".potato-sha256"
 
+// verifyAnnounce is the size of a cached directory past which CachedVerified says it is checking it.
+const verifyAnnounce = 1 << 30
+
+// dirBytes is the size of dir's regular files (0 where it cannot be read: verify then says why).
+func dirBytes(dir string) int64 {
+	entries, _ := os.ReadDir(dir)
+	var n int64
+	for _, e := range entries {
+		if info, err := e.Info(); err == nil && info.Mode().IsRegular() {
+			n += info.Size()
+		}
+	}
+	return n
+}
+
 // DirDigest is the hex SHA-256 over every regular file of dir but DigestFile, in sorted name order: each
 // file's name, size and bytes. Subdirectories are not expected in a model directory and are refused.
-func DirDigest(dir string) (string, error) {
+// ctx stops it between reads (a full-shape model is tens of GB).
+func DirDigest(ctx context.Context, dir string) (string, error) {
 	entries, err := os.ReadDir(dir) // sorted by name
 	if err != nil {
 		return "", err
@@ -126,7 +151,7 @@ func DirDigest(dir string) (string, error) {
 		info, err := f.Stat()
 		if err == nil {
 			fmt.Fprintf(h, "%s\x00%d\x00", e.Name(), info.Size())
-			_, err = io.Copy(h, f)
+			_, err = io.Copy(h, ctxReader{ctx, f})
 		}
 		f.Close()
 		if err != nil {
@@ -139,8 +164,8 @@ func DirDigest(dir string) (string, error) {
 // verify checks dir against its digest file. Without one (a cache written before digests were kept, or
 // by a process stopped in between) the default is checked against DefaultDigest and any other preset is
 // rewritten, since nothing says what its bytes should be.
-func verify(dir string, isDefault bool) error {
-	got, err := DirDigest(dir)
+func verify(ctx context.Context, dir string, isDefault bool) error {
+	got, err := DirDigest(ctx, dir)
 	if err != nil {
 		return err
 	}
@@ -161,6 +186,19 @@ func verify(dir string, isDefault bool) error {
 		return fmt.Errorf("SHA-256 %s, recorded %s", got, want)
 	}
 	return nil
+}
+
+// ctxReader is r that fails with ctx's error once ctx is done.
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (c ctxReader) Read(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.r.Read(p)
 }
 
 // writeDigest records digest in dir's DigestFile, atomically.

@@ -3,6 +3,7 @@ package synth
 import (
 	"bytes"
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -16,7 +17,7 @@ func TestDefaultDigest(t *testing.T) {
 	if _, err := Write(context.Background(), dir, Options{Preset: DefaultPreset, Seed: DefaultSeed}); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := DirDigest(dir); err != nil || got != DefaultDigest {
+	if got, err := DirDigest(context.Background(), dir); err != nil || got != DefaultDigest {
 		t.Errorf("DirDigest of a fresh default: -want %s +got %s (%v)", DefaultDigest, got, err)
 	}
 }
@@ -66,5 +67,29 @@ func TestCachedVerified(t *testing.T) {
 				t.Errorf("cache holds %d entries: a damaged copy was left", len(entries))
 			}
 		})
+	}
+}
+
+// A stopped check is neither a pass nor damage: the cached directory stays, and the error is the context's.
+func TestCachedVerifiedStopped(t *testing.T) {
+	t.Setenv("POTATO_CACHE", t.TempDir())
+	dir, err := CachedVerified(context.Background(), DefaultPreset, DefaultSeed, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	var warn strings.Builder
+	if _, err := CachedVerified(ctx, DefaultPreset, DefaultSeed, &warn); !errors.Is(err, context.Canceled) {
+		t.Errorf("stopped check: %v, want context.Canceled", err)
+	}
+	if warn.Len() != 0 {
+		t.Errorf("stopped check warned: %q", warn.String())
+	}
+	if !complete(dir) {
+		t.Errorf("stopped check removed %s", dir)
+	}
+	if _, err := DirDigest(ctx, dir); !errors.Is(err, context.Canceled) {
+		t.Errorf("DirDigest stopped: %v", err)
 	}
 }
