@@ -26,6 +26,9 @@
 // conversations that do not set their own) and Label. res.Tokens(), Lens(), Hidden(), Router() and
 // AttnRes() are arrow.RecordBatch values, one per table (nil when not asked for); their columns are
 // documented in package replay/tables. HTML is the pure rendering behind Display.
+// res.MessageLogprob(seq, m) scores one chat message: the sum, mean and count of the logprobs of its own
+// tokens (each read on the row before it, which predicts it; the chat markup left out, as in the mean
+// `potato replay` prints "over the tokens of the messages").
 //
 // # Results across cells
 //

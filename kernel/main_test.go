@@ -62,11 +62,14 @@ func testMain(m *testing.M) int {
 	return m.Run()
 }
 
-// startServer runs a server on the tiny model in this process, listening on addr ("127.0.0.1:0" or
-// "unix:/path"), and returns the address a client dials.
+// startServer runs a server on the tiny model (or cfg.ModelDir) in this process, listening on addr
+// ("127.0.0.1:0" or "unix:/path"), and returns the address a client dials.
 func startServer(t *testing.T, listen string, cfg server.Config) string {
 	t.Helper()
-	cfg.ModelDir, cfg.SpillDir = modelDir, t.TempDir()
+	if cfg.ModelDir == "" {
+		cfg.ModelDir = modelDir
+	}
+	cfg.SpillDir = t.TempDir()
 	if cfg.Gather == 0 {
 		cfg.Gather = -1 // start waves at once
 	}
