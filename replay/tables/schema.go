@@ -83,17 +83,31 @@ var (
 	posField   = arrow.Field{Name: "pos", Type: int32Type}          // 0-indexed token position in the sequence
 	layerField = arrow.Field{Name: "layer", Type: int32Type}        // 0-indexed decoder layer
 	topIDs     = arrow.Field{Name: "topk_ids", Type: idsType}       // the k most probable next ids, descending; ties to the lower id
-	topPieces  = arrow.Field{Name: "topk_tokens", Type: piecesType} // their text pieces (Options.Piece), same order
+	topPieces  = arrow.Field{Name: "topk_tokens", Type: piecesType} // their display pieces (Options.Piece), same order
 	topLogp    = arrow.Field{Name: "topk_logprobs", Type: logpType} // their log probabilities, same order
 )
 
 // tokensFields is the tokens table: one row per position of every sequence, the model's own next-token
 // statistics (the last layer's readout).
+//
+// Alignment: the row at pos p is the distribution after reading tokens 0..p, so its logprob, rank,
+// entropy and top-k are about the *next* token, p+1 (target_id), not about token_id; the lens table
+// follows the same rule. The hidden, router and attnres tables differ: their row at pos p describes the
+// input token at p itself (README, "Which token a number is about"). So the logprob of the token at p is
+// on the row at pos p-1, and the first token of a sequence has none.
+//
+// The token and topk_tokens columns are a display form, not the raw text: tokenizer.Tokenizer.Piece, which
+// writes a BPE token's bytes through tokenizer.DisplayBytes (a newline is the two characters \n, a tab
+// \t, a carriage return \r, other control characters \x01 or \u0085, a backslash \\, and each byte
+// that is not part of valid UTF-8, such as one third of a Han character, <0xC3>) and a special token as
+// its name (<|open|>). Concatenating pieces does not give the text back. The raw form is in token_id and
+// topk_ids: tokenizer.Load(modelDir) and then Decode(ids) (the bytes joined, special tokens by name) or
+// Token(id) (one token's bytes); `potato tokenize` prints ids and pieces.
 var tokensFields = []arrow.Field{
 	seqField,
 	posField,
 	{Name: "token_id", Type: int32Type},  // the input token at pos
-	{Name: "token", Type: stringType},    // its text piece ("" for a model without a tokenizer)
+	{Name: "token", Type: stringType},    // its display piece (see above; "" for a model without a tokenizer)
 	{Name: "message", Type: int32Type},   // index of the chat message the token belongs to; -1: none
 	{Name: "channel", Type: stringType},  // structure/system/user/think/response/tool... in a conversation; "text" for raw text; "" for ids
 	{Name: "target_id", Type: int32Type}, // token_id at pos+1, the id scored here; -1 at the last position
@@ -118,7 +132,8 @@ var tokensFields = []arrow.Field{
 
 // lensFields is the logit-lens table: one row per position of every sequence at every requested layer, the
 // readout (output AttnRes mix, model.norm, lm_head) of that layer's running state. At the last layer it
-// equals the tokens table bit for bit (DESIGN.md, Outputs).
+// equals the tokens table bit for bit (DESIGN.md, Outputs). As in the tokens table, the row at pos p
+// scores the next token, p+1 (the tokens table's target_id at p); topk_tokens is the same display form.
 var lensFields = []arrow.Field{
 	seqField,
 	posField,
@@ -132,7 +147,9 @@ var lensFields = []arrow.Field{
 }
 
 // hiddenFields is the hidden-state table: the running sum after a requested layer, one fixed-size vector
-// per position. elem is float32, or float16 when the caller trades precision for half the bytes.
+// per position. elem is float32, or float16 when the caller trades precision for half the bytes. The row
+// at pos p is the state of the input token at p (having attended to tokens 0..p), the one the tokens and
+// lens rows at p read out to predict token p+1.
 func hiddenFields(dim int32, elem arrow.DataType) []arrow.Field {
 	return []arrow.Field{
 		seqField,
@@ -142,8 +159,17 @@ func hiddenFields(dim int32, elem arrow.DataType) []arrow.Field {
 	}
 }
 
-// routerFields is the MoE routing table: per MoE layer and position, the chosen experts in selection order
-// and the weights applied to their outputs (same order, same length).
+// routerFields is the MoE routing table: per MoE layer and position, the experts chosen for the input
+// token at pos p (its own state at that layer, not the next token's) and the weights applied to their
+// outputs.
+//
+// expert_ids is in selection order: descending by the biased score s_i + e_score_correction_bias_i, ties
+// to the lower id (ops.Routing; K3_SPEC.md 5.5). The bias only selects, so expert_ids[0] need not have
+// the largest weight: sort by expert_weights for that. expert_weights (same order, same length) are
+// s_i / (sum of the chosen s_j + 1e-20) times the config's routed_scaling_factor, fp32, where s_i is the
+// router's sigmoid score without the bias. They include the factor, so a row sums to
+// routed_scaling_factor, up to rounding: 1.0 on K3 and on the demo model, so 1 there; a checkpoint whose
+// config says otherwise sums to its own factor.
 var routerFields = []arrow.Field{
 	seqField,
 	posField,
@@ -155,7 +181,8 @@ var routerFields = []arrow.Field{
 // attnresFields is the AttnRes table: per mixing site ("attn", "mlp" or "output") of a layer and position,
 // the softmax weights over the completed block vectors followed by the running sum (K3_SPEC.md). The
 // "output" site is the readout's mix: it has rows at the last layer and at each lens layer of the request
-// (a lens readout mixes there too), none elsewhere.
+// (a lens readout mixes there too), none elsewhere. The row at pos p mixes the input token at p's own
+// vectors; its "output" mix is the one the tokens or lens row at p reads out to predict token p+1.
 var attnresFields = []arrow.Field{
 	seqField,
 	posField,
