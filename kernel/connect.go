@@ -50,7 +50,8 @@ func WithoutStart() Option { return func(o *options) { o.noStart = true } }
 func WithStartTimeout(d time.Duration) Option { return func(o *options) { o.startTimeout = d } }
 
 // WithProgress writes a line per layer of every wave to w when not in a notebook (in a GoNB cell a
-// progress bar shows instead). By default nothing is written outside a notebook.
+// progress bar shows instead), and the line that says Connect compiles the engine with go run. By
+// default nothing is written outside a notebook but that line, to stderr.
 func WithProgress(w io.Writer) Option { return func(o *options) { o.progress = w } }
 
 // Connect reaches the resident engine: the one at WithAddr or $POTATO_ADDR (with WithToken or

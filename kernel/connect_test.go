@@ -111,6 +111,29 @@ func TestConnectStartFailure(t *testing.T) {
 	}
 }
 
+// Without a potato binary Connect says, before it waits, that it compiles the engine with go run; and when
+// go run fails (outside the module, as a built program run elsewhere is), the error says how to give it
+// a built potato.
+func TestConnectGoRunFailure(t *testing.T) {
+	t.Setenv(EnvCache, t.TempDir())
+	t.Setenv(EnvBin, "")
+	bin := t.TempDir() // PATH: a go that fails as go run does outside the module, and no potato
+	os.WriteFile(filepath.Join(bin, "go"), []byte("#!/bin/sh\necho \"no required module provides package $2: go.mod file not found in current directory or any parent directory; see 'go help modules'\" >&2\nexit 1\n"), 0o755)
+	t.Setenv("PATH", bin)
+	var progress strings.Builder
+	_, err := Connect(WithProgress(&progress))
+	if !strings.Contains(progress.String(), "compiling the engine with `go run github.com/potato-k3/potato-k3/cmd/potato`") ||
+		strings.Count(progress.String(), "\n") != 1 {
+		t.Errorf("the notice before go run: %q", progress.String())
+	}
+	for _, want := range []string{"exited (exit status 1) before it answered", "works only inside the potato-k3 module",
+		"set POTATO_BIN to a built potato (`go build -o potato ./cmd/potato`", "go.mod file not found"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("go run that fails: %v\nwant it to say %q", err, want)
+		}
+	}
+}
+
 // $POTATO_ADDR picks the engine, here on a unix socket; one that does not answer is an error.
 func TestConnectEnvAddr(t *testing.T) {
 	sock, err := os.MkdirTemp("", "k")

@@ -54,7 +54,9 @@
 //     the log's last lines. The potato command is $POTATO_BIN, else a potato next to the running
 //     executable, else potato on PATH, else `go run github.com/potato-k3/potato-k3/cmd/potato`, which
 //     needs go on PATH and the module in the cell's module or workspace (GoNB's --go_work) and compiles
-//     first.
+//     first: Connect says so in one line on stderr (or WithProgress's writer), since that takes a minute
+//     or two on a cold build cache. A program built from this module and run elsewhere has neither: set
+//     $POTATO_BIN to a built potato (go build -o potato ./cmd/potato), as the error then says.
 //
 // Cells that Connect at once take turns on a lock file, so they start one engine between them. Shutdown
 // stops the background engine; it is the only way this package stops one.

@@ -149,6 +149,18 @@ func start(dir string, o options) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
+	// `go run` compiles the engine before it can answer: silent, 10 s and more with a warm build cache,
+	// a minute or two with a cold one. Say so, or the cell looks hung.
+	goRun, hint := len(args) > 0, ""
+	if goRun {
+		w := o.progress
+		if w == nil {
+			w = os.Stderr // a GoNB cell shows its stderr
+		}
+		fmt.Fprintf(w, "kernel: no potato binary (%s, beside this program, or on PATH): compiling the engine with `go run %s` before it starts, a minute or two on a cold build cache (to skip this, %s)\n",
+			EnvBin, potatoPkg, binHint)
+		hint = "; it was run as `go run " + potatoPkg + "`, which works only inside the potato-k3 module or a go.work that uses it: " + binHint
+	}
 	statePath, logPath := filepath.Join(dir, stateName), filepath.Join(dir, logName)
 	listen := "unix:" + filepath.Join(dir, sockName)
 	if len(listen) > maxSocketPath {
@@ -192,10 +204,10 @@ func start(dir string, o options) (*Client, error) {
 	for {
 		select {
 		case err := <-exited:
-			return nil, fmt.Errorf("kernel: potato serve exited (%v) before it answered; %s", err, logTail(logPath))
+			return nil, fmt.Errorf("kernel: potato serve exited (%v) before it answered%s; %s", err, hint, logTail(logPath))
 		case <-deadline.C:
 			terminateGroup(cmd.Process.Pid)
-			return nil, fmt.Errorf("kernel: potato serve did not answer within %s; %s", o.startTimeout, logTail(logPath))
+			return nil, fmt.Errorf("kernel: potato serve did not answer within %s%s; %s", o.startTimeout, hint, logTail(logPath))
 		case <-tick.C:
 		}
 		if st, err := readState(dir); err == nil {
@@ -206,10 +218,16 @@ func start(dir string, o options) (*Client, error) {
 	}
 }
 
+// potatoPkg is the engine's command, which findPotato's last resort runs with `go run`.
+const potatoPkg = "github.com/potato-k3/potato-k3/cmd/potato"
+
+// binHint says how to give Connect a built engine instead of `go run`.
+const binHint = "set " + EnvBin + " to a built potato (`go build -o potato ./cmd/potato` in a checkout of potato-k3), or put one on PATH"
+
 // findPotato finds the potato command: $POTATO_BIN, a potato next to the running executable, potato on
 // PATH, or else `go run github.com/potato-k3/potato-k3/cmd/potato` (which needs go on PATH and the
 // module in the current module or workspace, as a GoNB cell with --go_work has it; it compiles first,
-// so the first start is slow).
+// so the first start is slow). Only the last returns arguments.
 func findPotato() (string, []string, error) {
 	if bin := os.Getenv(EnvBin); bin != "" {
 		return bin, nil, nil
@@ -224,9 +242,9 @@ func findPotato() (string, []string, error) {
 		return bin, nil, nil
 	}
 	if gobin, err := exec.LookPath("go"); err == nil {
-		return gobin, []string{"run", "github.com/potato-k3/potato-k3/cmd/potato"}, nil
+		return gobin, []string{"run", potatoPkg}, nil
 	}
-	return "", nil, fmt.Errorf("kernel: no potato command: set %s, put potato on PATH, or install go", EnvBin)
+	return "", nil, fmt.Errorf("kernel: no potato command: %s (or install go)", binHint)
 }
 
 // logTail is the last lines of the log at path, for an error message.
