@@ -33,7 +33,7 @@ func runMerge(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	// A fresh result-set id, as `potato replay --out` stamps its tables: tables.ReadSet then refuses the
 	// merged tables beside another run's.
-	sum, err := job.Merge(*out, fs.Args(), job.MergeOptions{Partial: *partial, ResultSet: tables.NewSetID()})
+	sum, err := job.Merge(ctx, *out, fs.Args(), job.MergeOptions{Partial: *partial, ResultSet: tables.NewSetID()})
 	if err != nil {
 		return err
 	}

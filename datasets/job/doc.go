@@ -8,7 +8,7 @@
 //
 //	items := ...                                  // the shard's conversations: ID, Seq (index in the dataset), tokens
 //	sum, err := job.Run(ctx, engine, job.Config{Dir: "results/", Settings: s, Shard: shard, ...}, items)
-//	_, err = job.Merge("all.parquet", []string{"results/shard-0-of-2", "results/shard-1-of-2"}, job.MergeOptions{})
+//	_, err = job.Merge(ctx, "all.parquet", []string{"results/shard-0-of-2", "results/shard-1-of-2"}, job.MergeOptions{})
 //
 // # The directory
 //

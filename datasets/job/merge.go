@@ -1,6 +1,7 @@
 package job
 
 import (
+	"context"
 	"fmt"
 	"strings"
 
@@ -44,8 +45,8 @@ type MergeSummary struct {
 // directory and hold the rows its manifest records; a fault is refused, naming the file, before anything
 // is written. The tables are written as one set (tables.WriteSetFrom): on any error nothing at out
 // changes, and on success out's tables of an earlier merge or run that this merge does not hold are
-// removed.
-func Merge(out string, dirs []string, opts MergeOptions) (MergeSummary, error) {
+// removed. ctx stops it between record batches, with the same guarantee: nothing at out changes.
+func Merge(ctx context.Context, out string, dirs []string, opts MergeOptions) (MergeSummary, error) {
 	sum := MergeSummary{Rows: map[string]int64{}}
 	if _, err := tables.FormatOf(out); err != nil {
 		return sum, err
@@ -65,7 +66,7 @@ func Merge(out string, dirs []string, opts MergeOptions) (MergeSummary, error) {
 		if !srcs.tables[name] {
 			continue
 		}
-		m := newMerger(name, srcs, opts.ResultSet)
+		m := newMerger(ctx, name, srcs, opts.ResultSet)
 		defer m.Release()
 		set = append(set, tables.TableSource{Name: name, Reader: m})
 		mergers = append(mergers, m)
@@ -103,6 +104,7 @@ type partTable struct {
 // seq_id, loads each part's table when its first conversation comes and drops it after its last, and cuts
 // batches of the size a single replay's table has.
 type merger struct {
+	ctx     context.Context // Merge's: a stopped merge ends its readers with ctx's error
 	name    string
 	src     *sources
 	stamp   string // MergeOptions.ResultSet
@@ -121,8 +123,8 @@ type merger struct {
 
 // newMerger returns the merger of table name over src; stamp, when set, is the merged table's
 // MetaResultSet.
-func newMerger(name string, src *sources, stamp string) *merger {
-	return &merger{name: name, src: src, stamp: stamp, open: map[string]*partTable{}, mem: memory.DefaultAllocator}
+func newMerger(ctx context.Context, name string, src *sources, stamp string) *merger {
+	return &merger{ctx: ctx, name: name, src: src, stamp: stamp, open: map[string]*partTable{}, mem: memory.DefaultAllocator}
 }
 
 // Retain does nothing: Merge owns its mergers and releases each once.
@@ -252,6 +254,10 @@ func (m *merger) Next() bool {
 		m.cur = nil
 	}
 	if m.err != nil || m.Schema() == nil {
+		return false
+	}
+	if err := m.ctx.Err(); err != nil {
+		m.err = fmt.Errorf("job: merge stopped: %w", err)
 		return false
 	}
 	for m.npend < m.maxRows && m.next < len(m.src.order) {

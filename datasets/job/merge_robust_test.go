@@ -3,6 +3,7 @@ package job_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -202,7 +203,7 @@ func TestMergeRefusesDamagedJob(t *testing.T) {
 			for name, data := range old {
 				os.WriteFile(tables.TablePath(out, name), []byte(data), 0o644)
 			}
-			_, err := job.Merge(out, []string{dir}, job.MergeOptions{Partial: tt.partial})
+			_, err := job.Merge(context.Background(), out, []string{dir}, job.MergeOptions{Partial: tt.partial})
 			if err == nil {
 				t.Fatalf("merge of a damaged job: no error, want one naming %q", want)
 			}
@@ -236,7 +237,7 @@ func TestMergeWritesOneSet(t *testing.T) {
 	root := t.TempDir()
 	out := filepath.Join(root, "out", "merged.parquet")
 	os.Mkdir(filepath.Dir(out), 0o755)
-	sum, err := job.Merge(out, []string{fixture}, job.MergeOptions{ResultSet: "aaaa"})
+	sum, err := job.Merge(context.Background(), out, []string{fixture}, job.MergeOptions{ResultSet: "aaaa"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -260,7 +261,7 @@ func TestMergeWritesOneSet(t *testing.T) {
 		f.Rows, f.SHA256 = m.Parts[0].Files[tables.LensTable].Rows, m.Parts[0].Files[tables.LensTable].SHA256
 		m.Parts[1].Files[tables.LensTable] = f
 	})
-	_, err = job.Merge(out, []string{broken}, job.MergeOptions{ResultSet: "bbbb"})
+	_, err = job.Merge(context.Background(), out, []string{broken}, job.MergeOptions{ResultSet: "bbbb"})
 	if err == nil || !strings.Contains(err.Error(), filepath.Join(broken, "part-00001.lens.parquet")) ||
 		!strings.Contains(err.Error(), "nothing was replaced") {
 		t.Errorf("merge failing on the lens table: -want an error naming part-00001.lens.parquet, nothing replaced +got %v", err)
@@ -278,7 +279,7 @@ func TestMergeWritesOneSet(t *testing.T) {
 			delete(p.Files, tables.LensTable)
 		}
 	})
-	if _, err := job.Merge(out, []string{tokensOnly}, job.MergeOptions{ResultSet: "cccc"}); err != nil {
+	if _, err := job.Merge(context.Background(), out, []string{tokensOnly}, job.MergeOptions{ResultSet: "cccc"}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(tables.TablePath(out, tables.LensTable)); err == nil {
@@ -355,4 +356,23 @@ func diffBytes(want, got map[string]string) string {
 		}
 	}
 	return strings.Join(d, " ")
+}
+
+// A stopped merge writes nothing: the earlier set at --out stays byte for byte, and the error is the
+// context's.
+func TestMergeStopped(t *testing.T) {
+	fixture := finishedJob(t)
+	out := filepath.Join(t.TempDir(), "merged.parquet")
+	if _, err := job.Merge(context.Background(), out, []string{fixture}, job.MergeOptions{ResultSet: "aaaa"}); err != nil {
+		t.Fatal(err)
+	}
+	before := folderBytes(t, filepath.Dir(out))
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := job.Merge(ctx, out, []string{fixture}, job.MergeOptions{ResultSet: "bbbb"}); !errors.Is(err, context.Canceled) {
+		t.Errorf("stopped merge: %v, want context.Canceled", err)
+	}
+	if d := diffBytes(before, folderBytes(t, filepath.Dir(out))); d != "" {
+		t.Errorf("a stopped merge changed the output folder: %s", d)
+	}
 }

@@ -153,7 +153,7 @@ func TestResumeAfterKill(t *testing.T) {
 		t.Errorf("the parts hold %d tokens rows, the dataset has %d tokens (a wave twice, or lost)", rows, tokens)
 	}
 	out := t.TempDir()
-	if _, err := job.Merge(filepath.Join(out, "merged.parquet"), []string{dir}, job.MergeOptions{}); err != nil {
+	if _, err := job.Merge(context.Background(), filepath.Join(out, "merged.parquet"), []string{dir}, job.MergeOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	singleRun(t, j, filepath.Join(out, "single.parquet"))
@@ -180,7 +180,7 @@ func TestResumeAfterKill(t *testing.T) {
 	if len(logs) == 0 || !strings.Contains(logs[0], damaged.Name+"'s files are missing or changed") {
 		t.Errorf("no warning about %s: %q", damaged.Name, logs)
 	}
-	if _, err := job.Merge(filepath.Join(out, "merged2.parquet"), []string{dir}, job.MergeOptions{}); err != nil {
+	if _, err := job.Merge(context.Background(), filepath.Join(out, "merged2.parquet"), []string{dir}, job.MergeOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	sameFiles(t, filepath.Join(out, "merged2.parquet"), filepath.Join(out, "single.parquet"))
@@ -223,7 +223,7 @@ func TestResumeAfterKill(t *testing.T) {
 	if _, err := os.Stat(staged); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("the staged folder %s is still there (%v)", staged, err)
 	}
-	if _, err := job.Merge(filepath.Join(out, "merged3.parquet"), []string{dir}, job.MergeOptions{}); err != nil {
+	if _, err := job.Merge(context.Background(), filepath.Join(out, "merged3.parquet"), []string{dir}, job.MergeOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	sameFiles(t, filepath.Join(out, "merged3.parquet"), filepath.Join(out, "single.parquet"))
@@ -300,7 +300,7 @@ func TestShardsMergeEqualsSingleRun(t *testing.T) {
 		t.Errorf("the shards hold %d conversations, the dataset %d", len(seen), len(all.items))
 	}
 	out := filepath.Join(root, "merged.parquet")
-	if _, err := job.Merge(out, dirs, job.MergeOptions{}); err != nil {
+	if _, err := job.Merge(context.Background(), out, dirs, job.MergeOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	singleRun(t, all, filepath.Join(root, "single.parquet"))
@@ -308,7 +308,7 @@ func TestShardsMergeEqualsSingleRun(t *testing.T) {
 	if _, err := os.Stat(tables.TablePath(out, tables.LensTable)); err != nil {
 		t.Error("no merged lens table")
 	}
-	if _, err := job.Merge(filepath.Join(root, "m2.parquet"), dirs[:2], job.MergeOptions{}); err == nil {
+	if _, err := job.Merge(context.Background(), filepath.Join(root, "m2.parquet"), dirs[:2], job.MergeOptions{}); err == nil {
 		t.Error("merge of two of three shards: no error")
 	}
 	// A resumed job with another setting is refused with the setting named.
