@@ -15,31 +15,47 @@ import (
 type TokenRow struct {
 	SeqID, Pos int32
 	TokenID    int32
-	Token      string // the text piece of TokenID
-	// Channel is the part of the conversation token TokenID belongs to (system, user, reasoning, response,
-	// tool_call, tool_result, structure for the chat markup; "" for raw text or a table without the
-	// column). Row p's prediction is about token p+1, whose channel is the next row's.
-	Channel      string
-	TargetID     int32   // the next token; -1 at the last position
-	Logprob      float64 // log-probability of TargetID; NaN at the last position
-	Rank         int32   // rank of TargetID among all tokens, 1 = top
-	Entropy      float64 // of the next-token distribution, nats; NaN when the table has no entropy column
-	TopKIDs      []int32 // the most likely next tokens, most likely first
-	TopKLogprobs []float64
-	TopKTokens   []string // the text pieces of TopKIDs (topk_tokens); empty when the engine had no tokenizer
+	// Token is the text piece of TokenID as the table holds it: the tokenizer's display form
+	// (replay/tokenizer DisplayBytes), where a newline is the two characters \n, a tab \t, a backslash \\
+	// and a byte that is not valid UTF-8 <0xE4>; a special token is its name. The strips draw what the
+	// escapes stand for.
+	Token string
+	// Message is the index among the conversation's messages of the message the token is part of, its
+	// chat markup included; -1 for a token of no message (the thinking-effort message, the generation
+	// prompt), raw text and token ids. Select one turn's tokens by SeqID (or Conversation) and Message.
+	Message int32
+	// Channel is the part of the conversation token TokenID belongs to, one of the tokenizer's Channel
+	// values: structure (the chat markup), system, user, think (the reasoning of a thinking reply),
+	// response, tool_call, tool (a tool's result), text for raw text; "" for token ids or a table without
+	// the column. Row p's prediction is about token p+1, whose channel is the next row's.
+	Channel string
+	// Conversation is the id of the conversation the sequence was rendered from (the input's id, else its
+	// place in the file: line:12, item:3) and Thinking its thinking mode, "on" or "off"; both "" for text
+	// and token ids, and for tables written before these columns (schema version 3).
+	Conversation, Thinking string
+	TargetID               int32   // the next token; -1 at the last position
+	Logprob                float64 // log-probability of TargetID; NaN at the last position
+	Rank                   int32   // rank of TargetID among all tokens, 1 = top; -1 at the last position
+	Entropy                float64 // of the next-token distribution, nats; NaN when the table has no entropy column
+	TopKIDs                []int32 // the most likely next tokens, most likely first
+	TopKLogprobs           []float64
+	TopKTokens             []string // the text pieces of TopKIDs (topk_tokens, display form as Token); empty when the engine had no tokenizer
 }
 
-// LensRow is one logit-lens readout: the entropy of the next-token distribution read from the output of
-// Layer at position Pos, from the lens table.
+// LensRow is one logit-lens readout: the next-token distribution read from the output of Layer at
+// position Pos, from the lens table. As in the tokens table, the target is the token at Pos+1.
 type LensRow struct {
 	SeqID, Pos, Layer int32
 	Entropy           float64 // nats
+	TargetLogprob     float64 // log-probability of the token at Pos+1 under this layer's readout; NaN at the last position
+	TargetRank        int32   // its rank among all tokens, 1 = top; -1 at the last position
 }
 
 // RouterRow is the experts one token was routed to in one MoE layer, from the router table.
 type RouterRow struct {
 	SeqID, Pos, Layer int32
-	ExpertIDs         []int32
+	ExpertIDs         []int32   // in selection order
+	ExpertWeights     []float64 // the weight applied to each chosen expert's output, same order and length
 }
 
 // AttnResRow is the AttnRes mixing weights of one sublayer input at one position, from the attnres table:
@@ -51,9 +67,11 @@ type AttnResRow struct {
 	Weights           []float64
 }
 
-// TokenRows reads the tokens table. Required columns: seq_id, pos, token_id, token, target_id, logprob,
-// rank. Optional: channel, entropy, topk_ids, topk_logprobs, topk_tokens (their fields stay "", NaN or empty when
-// absent; a topk_tokens list is either empty or as long as topk_ids).
+// TokenRows reads the tokens table. Required columns: seq_id, pos, token_id, token, message, target_id,
+// logprob, rank. Optional: channel, entropy, topk_ids, topk_logprobs, topk_tokens, conversation, thinking
+// (their fields stay "", NaN or empty when absent; a topk_tokens list is either empty or as long as
+// topk_ids). Every table the engine has written has message; conversation and thinking came with schema
+// version 3, so older tables lack them.
 func TokenRows(recs ...arrow.RecordBatch) ([]TokenRow, error) {
 	var rows []TokenRow
 	for _, rec := range recs {
@@ -65,14 +83,20 @@ func TokenRows(recs ...arrow.RecordBatch) ([]TokenRow, error) {
 		target, err5 := intColumn(rec, t, "target_id")
 		lp, err6 := floatColumn(rec, t, "logprob")
 		rank, err7 := intColumn(rec, t, "rank")
-		if err := firstError(err1, err2, err3, err4, err5, err6, err7); err != nil {
+		msg, err8 := intColumn(rec, t, "message")
+		if err := firstError(err1, err2, err3, err4, err5, err6, err7, err8); err != nil {
 			return nil, err
 		}
 		var entropy func(int) float64
-		var channel func(int) string
-		if hasColumn(rec, "channel") {
-			if channel, err1 = stringColumn(rec, t, "channel"); err1 != nil {
-				return nil, err1
+		var channel, conversation, thinking func(int) string
+		for _, c := range []struct {
+			name string
+			read *func(int) string
+		}{{"channel", &channel}, {"conversation", &conversation}, {"thinking", &thinking}} {
+			if hasColumn(rec, c.name) {
+				if *c.read, err1 = stringColumn(rec, t, c.name); err1 != nil {
+					return nil, err1
+				}
 			}
 		}
 		var topIDs func(int) []int32
@@ -96,13 +120,19 @@ func TokenRows(recs ...arrow.RecordBatch) ([]TokenRow, error) {
 			}
 		}
 		for i := 0; i < int(rec.NumRows()); i++ {
-			r := TokenRow{SeqID: seq(i), Pos: pos(i), TokenID: id(i), Token: tok(i), TargetID: target(i),
+			r := TokenRow{SeqID: seq(i), Pos: pos(i), TokenID: id(i), Token: tok(i), Message: msg(i), TargetID: target(i),
 				Logprob: lp(i), Rank: rank(i), Entropy: nan}
 			if entropy != nil {
 				r.Entropy = entropy(i)
 			}
 			if channel != nil {
 				r.Channel = channel(i)
+			}
+			if conversation != nil {
+				r.Conversation = conversation(i)
+			}
+			if thinking != nil {
+				r.Thinking = thinking(i)
 			}
 			if topIDs != nil {
 				r.TopKIDs, r.TopKLogprobs = topIDs(i), topLPs(i)
@@ -124,7 +154,8 @@ func TokenRows(recs ...arrow.RecordBatch) ([]TokenRow, error) {
 	return rows, nil
 }
 
-// LensRows reads the lens table: seq_id, pos, layer, entropy.
+// LensRows reads the lens table: seq_id, pos, layer, entropy, target_logprob, target_rank (every table
+// the engine has written has them all).
 func LensRows(recs ...arrow.RecordBatch) ([]LensRow, error) {
 	var rows []LensRow
 	for _, rec := range recs {
@@ -133,17 +164,22 @@ func LensRows(recs ...arrow.RecordBatch) ([]LensRow, error) {
 		pos, err2 := intColumn(rec, t, "pos")
 		layer, err3 := intColumn(rec, t, "layer")
 		ent, err4 := floatColumn(rec, t, "entropy")
-		if err := firstError(err1, err2, err3, err4); err != nil {
+		lp, err5 := floatColumn(rec, t, "target_logprob")
+		rank, err6 := intColumn(rec, t, "target_rank")
+		if err := firstError(err1, err2, err3, err4, err5, err6); err != nil {
 			return nil, err
 		}
 		for i := 0; i < int(rec.NumRows()); i++ {
-			rows = append(rows, LensRow{SeqID: seq(i), Pos: pos(i), Layer: layer(i), Entropy: ent(i)})
+			rows = append(rows, LensRow{SeqID: seq(i), Pos: pos(i), Layer: layer(i), Entropy: ent(i),
+				TargetLogprob: lp(i), TargetRank: rank(i)})
 		}
 	}
 	return rows, nil
 }
 
-// RouterRows reads the router table: seq_id, pos, layer, expert_ids.
+// RouterRows reads the router table: seq_id, pos, layer, expert_ids, expert_weights (every table the
+// engine has written has them all). A row's weights are as many as its experts; a null list reads as
+// empty.
 func RouterRows(recs ...arrow.RecordBatch) ([]RouterRow, error) {
 	var rows []RouterRow
 	for _, rec := range recs {
@@ -152,11 +188,17 @@ func RouterRows(recs ...arrow.RecordBatch) ([]RouterRow, error) {
 		pos, err2 := intColumn(rec, t, "pos")
 		layer, err3 := intColumn(rec, t, "layer")
 		ids, err4 := intListColumn(rec, t, "expert_ids")
-		if err := firstError(err1, err2, err3, err4); err != nil {
+		weights, err5 := floatListColumn(rec, t, "expert_weights")
+		if err := firstError(err1, err2, err3, err4, err5); err != nil {
 			return nil, err
 		}
 		for i := 0; i < int(rec.NumRows()); i++ {
-			rows = append(rows, RouterRow{SeqID: seq(i), Pos: pos(i), Layer: layer(i), ExpertIDs: ids(i)})
+			r := RouterRow{SeqID: seq(i), Pos: pos(i), Layer: layer(i), ExpertIDs: ids(i), ExpertWeights: weights(i)}
+			if len(r.ExpertWeights) != len(r.ExpertIDs) {
+				return nil, fmt.Errorf("plotting: router table: seq %d pos %d layer %d: %d expert_ids but %d expert_weights",
+					r.SeqID, r.Pos, r.Layer, len(r.ExpertIDs), len(r.ExpertWeights))
+			}
+			rows = append(rows, r)
 		}
 	}
 	return rows, nil
