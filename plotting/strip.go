@@ -32,8 +32,9 @@ const (
 
 // LogprobStrip renders a sequence as HTML text in which each token's background is shaded by its surprise,
 // -logprob in nats, the darker the more surprising (linearly up to MaxSurprise); hovering a token shows its logprob, probability, rank,
-// the entropy of the prediction and the top alternatives. Token text is HTML-escaped; a newline token
-// shows as ↵ and breaks the line.
+// the entropy of the prediction and the top alternatives. Token text is HTML-escaped and read in the
+// display form the tables hold it in (TokenRow.Token): a newline shows as a faint ↵ and breaks the line, a
+// tab as a faint →, \\ as one backslash, a stray byte as a faint <0xE4>, an empty token as a faint ∅.
 //
 // The surprise of token p is read from row p-1 (its target is token p), so the first token has none and
 // is drawn unshaded; a row whose target_id is not the next row's token_id is an error (rows from two
@@ -100,12 +101,8 @@ func stripSeq(what string, rows []TokenRow, opts StripOptions) ([]TokenRow, []*T
 
 // writeToken writes one token's span; prev is the row that predicted it, nil when there is none.
 func writeToken(b *strings.Builder, r TokenRow, prev *TokenRow, opts StripOptions) {
-	text := html.EscapeString(r.Token)
-	if text == "" {
-		text = `<span style="color:#aaa">∅</span>`
-	}
-	text = strings.ReplaceAll(text, "\n", "↵\n")
-	tip := fmt.Sprintf("pos %d · token %q (#%d)", r.Pos, r.Token, r.TokenID)
+	text := stripHTML(r.Token)
+	tip := fmt.Sprintf("pos %d · token %s (#%d)", r.Pos, quotePiece(r.Token), r.TokenID)
 	if prev == nil || math.IsNaN(prev.Logprob) {
 		fmt.Fprintf(b, `<span data-pos="%d" title="%s">%s</span>`, r.Pos, html.EscapeString(tip+"\nno prediction"), text)
 		return
@@ -122,6 +119,33 @@ func writeToken(b *strings.Builder, r TokenRow, prev *TokenRow, opts StripOption
 	fmt.Fprintf(b, `<span data-pos="%d" data-surprise="%.4f" title="%s" style="background:rgba(%s,%.3f);border-radius:2px">%s</span>`,
 		r.Pos, surprise, html.EscapeString(tip), shadeRGB, alpha, text)
 }
+
+// stripHTML is the HTML of a token's text in the strip. The piece is in the display form (piece.go): a
+// \n escape shows as a faint ↵ and breaks the line (the strip keeps white space, so a real newline
+// breaks it), a tab as a faint → and a real tab, other escapes faint as written, \\ as one backslash,
+// and an empty token as a faint ∅.
+func stripHTML(piece string) string {
+	if piece == "" {
+		return faintHTML("∅")
+	}
+	var b strings.Builder
+	for _, s := range pieceSegments(piece) {
+		switch s.kind {
+		case segNewline:
+			b.WriteString(faintHTML("↵") + "\n")
+		case segTab:
+			b.WriteString(faintHTML("→") + "\t")
+		case segMark:
+			b.WriteString(faintHTML(html.EscapeString(s.text)))
+		default:
+			b.WriteString(html.EscapeString(s.text))
+		}
+	}
+	return b.String()
+}
+
+// faintHTML wraps HTML in the grey of the marks that stand for invisible text.
+func faintHTML(s string) string { return `<span style="color:#aaa">` + s + `</span>` }
 
 // alternatives lists the first opts.TopK predictions of r as 'text' logprob, ...
 func alternatives(r TokenRow, opts StripOptions) string {
@@ -147,11 +171,4 @@ func topKLabel(r TokenRow, k int, decode func(int32) string) string {
 		return quotePiece(r.TopKTokens[k])
 	}
 	return tokenLabel(r.TopKIDs[k], decode)
-}
-
-// quotePiece quotes a token piece as the tables hold it (the tokenizer's Piece: control characters already
-// escaped Go-style, a backslash doubled, a stray byte as <0xE4>), escaping only the double quote: for the
-// text of most tokens this is strconv.Quote of the raw text, the label a decoder gives.
-func quotePiece(piece string) string {
-	return `"` + strings.ReplaceAll(piece, `"`, `\"`) + `"`
 }

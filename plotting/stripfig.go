@@ -5,7 +5,6 @@ import (
 	"image/color"
 	"math"
 	"strconv"
-	"strings"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/font"
@@ -26,24 +25,26 @@ const (
 
 var (
 	stripText  = color.Gray{0x11}
-	stripFaint = color.Gray{0x99} // the marks that stand for invisible text: ∅, ↵, ·
+	stripFaint = color.Gray{0x99} // the marks that stand for invisible text: "", \n, \t, <0xE4>, ·
 )
 
 // stripBox is one token placed in the strip.
 type stripBox struct {
 	x, line  int // x in font units of the line (a multiple of the advance), the line number from the top
 	text     string
-	faint    bool    // the text is a mark (\n for a newline, "" for an empty token), drawn grey
+	faint    bool    // the text is a mark (\n for a newline, \t, <0xE4>, "" for an empty token), drawn grey
 	surprise float64 // NaN when nothing predicted the token
 }
 
 // LogprobStripFigure draws the text of a sequence as an image, each token on a background shaded by its
 // surprise (-logprob in nats, read from the row before it; linearly up to opts.MaxSurprise), with the
-// colour scale below: the shading of LogprobStrip, as a PNG that every notebook viewer shows. Spaces
-// inside a token show as a faint ·, a newline as a faint \n before the line break, an empty token as a
-// faint "" (the bundled font has no ↵ or ∅). Text the
-// bundled font lacks (CJK, emoji) shows as boxes: the HTML LogprobStrip shows it, and gives the numbers
-// of each token on hover.
+// colour scale below: the shading of LogprobStrip, as a PNG that every notebook viewer shows. Token text is
+// read in the display form the tables hold it in (TokenRow.Token): a newline (the escape \n, or a real
+// one) shows as a faint \n before the line break, a tab as a faint \t, a \\ as one backslash, the
+// other escapes (\r, \x07, a stray byte's <0xE4>) faint as written; spaces inside a token show as a
+// faint ·, an empty token as a faint "" (the bundled font has no ↵ or ∅). Text the bundled font lacks
+// (CJK, emoji) shows as boxes: the HTML LogprobStrip shows it, and gives the numbers of each token on
+// hover.
 func LogprobStripFigure(rows []TokenRow, opts StripOptions) (*Figure, error) {
 	opts = opts.withDefaults()
 	seq, prevs, err := stripSeq("LogprobStripFigure", rows, opts)
@@ -55,33 +56,7 @@ func LogprobStripFigure(rows []TokenRow, opts StripOptions) (*Figure, error) {
 	advance := sty.Width("M")
 	width := DefaultWidth - 2*figureMargin
 	perLine := int(width / advance)
-	var boxes []stripBox
-	col, line := 0, 0
-	for i, r := range seq {
-		surprise := nan
-		if p := prevs[i]; p != nil && !math.IsNaN(p.Logprob) {
-			surprise = -p.Logprob
-		}
-		for k, part := range strings.Split(r.Token, "\n") {
-			if k > 0 { // a newline: its mark ends the line
-				boxes = append(boxes, stripBox{x: col, line: line, text: `\n`, faint: true, surprise: surprise})
-				col, line = 0, line+1
-			}
-			for rs := []rune(part); len(rs) > 0; {
-				if col > 0 && col+len(rs) > perLine {
-					col, line = 0, line+1
-				}
-				n := min(len(rs), perLine) // a token longer than a line is cut across lines
-				boxes = append(boxes, stripBox{x: col, line: line, text: string(rs[:n]), surprise: surprise})
-				col, rs = col+n, rs[n:]
-			}
-		}
-		if r.Token == "" {
-			boxes = append(boxes, stripBox{x: col, line: line, text: `""`, faint: true, surprise: surprise})
-			col += 2
-		}
-	}
-	lines := line + 1
+	boxes, lines := layoutStrip(seq, prevs, perLine)
 	lineH := sty.Height("M") + stripLineGap
 	title := fmt.Sprintf("Surprise per token, −log p (seq %d, %d tokens)", opts.Seq, len(seq))
 	p := plot.New() // holds the title only; the strip draws itself
@@ -123,6 +98,46 @@ func LogprobStripFigure(rows []TokenRow, opts StripOptions) (*Figure, error) {
 		drawStripScale(c, c.Min.Y, opts.MaxSurprise)
 	}
 	return f, nil
+}
+
+// layoutStrip places the tokens of seq (prevs[i] predicted seq[i], as stripSeq returns them) on lines of
+// perLine characters, and returns the boxes and the number of lines.
+func layoutStrip(seq []TokenRow, prevs []*TokenRow, perLine int) ([]stripBox, int) {
+	var boxes []stripBox
+	col, line := 0, 0
+	for i, r := range seq {
+		surprise := nan
+		if p := prevs[i]; p != nil && !math.IsNaN(p.Logprob) {
+			surprise = -p.Logprob
+		}
+		// place puts text at the cursor, on the next line when it does not fit, cut across lines when it is
+		// longer than one.
+		place := func(text string, faint bool) {
+			for rs := []rune(text); len(rs) > 0; {
+				if col > 0 && col+len(rs) > perLine {
+					col, line = 0, line+1
+				}
+				n := min(len(rs), perLine)
+				boxes = append(boxes, stripBox{x: col, line: line, text: string(rs[:n]), faint: faint, surprise: surprise})
+				col, rs = col+n, rs[n:]
+			}
+		}
+		if r.Token == "" {
+			place(`""`, true)
+		}
+		for _, s := range pieceSegments(r.Token) {
+			switch s.kind {
+			case segNewline: // its mark ends the line
+				place(`\n`, true)
+				col, line = 0, line+1
+			case segTab, segMark:
+				place(s.text, true)
+			default:
+				place(s.text, false)
+			}
+		}
+	}
+	return boxes, line + 1
 }
 
 // shade is the background of a token with this surprise: the HTML strip's rgba(230,50,50,alpha) on white.

@@ -138,7 +138,8 @@ func TopKAt(rows []TokenRow, seq, pos int32, decode func(int32) string) (*Figure
 			Logprob: row.Logprob, Target: true,
 		})
 	}
-	title := fmt.Sprintf("Next token after %q (seq %d, pos %d)", row.Token, seq, pos)
+	// quotePiece, not %q: the piece is already in the display form, whose \n %q would double to \\n
+	title := fmt.Sprintf("Next token after %s (seq %d, pos %d)", quotePiece(row.Token), seq, pos)
 	return TopK(alts, title)
 }
 

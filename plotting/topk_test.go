@@ -89,7 +89,8 @@ func TestPercent(t *testing.T) {
 func TestQuotePiece(t *testing.T) {
 	// A piece escapes as strconv.Quote does, but for the double quote: quotePiece adds that.
 	for piece, want := range map[string]string{" the": `" the"`, `\n`: `"\n"`, `say "hi"`: `"say \"hi\""`,
-		`<0xE4>`: `"<0xE4>"`, "": `""`} {
+		`<0xE4>`: `"<0xE4>"`, "": `""`, `a\\b`: `"a\\b"`,
+		"raw\n\ttext": `"raw\n\ttext"`} { // a hand-built row's raw newline stays on the label's one line
 		if got := quotePiece(piece); got != want {
 			t.Errorf("quotePiece(%q): -want %s +got %s", piece, want, got)
 		}
