@@ -5,9 +5,12 @@ import (
 	"github.com/janpfeifer/gonb/gonbui/protocol"
 )
 
-// The only file that talks to GoNB; outside a notebook these calls do nothing.
+// The only file that talks to GoNB. Outside a notebook (gonbui.IsNotebook false: a test, a program run
+// by hand) gonbui sends nothing, so these calls show nothing.
 
 // Display shows the figure in the current notebook cell as a PNG image (Bundle says why not SVG or HTML).
+// Outside a notebook it still renders the figure, so that a drawing error is returned wherever the call
+// runs, and sends nothing.
 func (f *Figure) Display() error {
 	data, meta, err := f.Bundle()
 	if err != nil {
@@ -20,7 +23,8 @@ func (f *Figure) Display() error {
 
 // DisplaySVG shows the figure as an SVG image (mime type image/svg+xml, not HTML): sharp at any zoom in
 // Jupyter, but nbconvert 6's HTML export strips inline SVG elements (lxml's clean_html), so a notebook
-// meant to be exported should use Display.
+// meant to be exported should use Display. Outside a notebook it renders the SVG (returning any drawing
+// error) and sends nothing, as Display does.
 func (f *Figure) DisplaySVG() error {
 	svg, err := f.SVG()
 	if err != nil {
@@ -35,7 +39,8 @@ func (f *Figure) DisplaySVG() error {
 
 // DisplayHTML shows HTML made by this package (LogprobStrip's interactive version) in the current cell.
 // Jupyter sanitises the HTML of a notebook it does not trust (a fresh clone) and drops its inline styles,
-// hence the shading: LogprobStripFigure is the image every viewer shows.
+// hence the shading: LogprobStripFigure is the image every viewer shows. Outside a notebook it does
+// nothing.
 func DisplayHTML(html string) {
 	gonbui.DisplayHTML(html)
 	gonbui.Sync()
