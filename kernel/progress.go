@@ -13,6 +13,10 @@ import (
 
 // view shows one job's progress: a bar that updates in place inside a GoNB cell (gonbui.IsNotebook,
 // which GoNB sets for the programs it runs), a line per layer on a writer elsewhere, or nothing.
+//
+// The lines on a writer: one while queued (and one each time the position changes), one as the wave
+// starts and after each layer but the last, and the final one. After the last layer only the readout is
+// left, and the final line, which comes with it, says "N of N layers done" and the total time.
 type view struct {
 	id    string
 	bar   *display.ProgressBar
@@ -29,7 +33,8 @@ func (c *Client) newView(id string) *view {
 	return v
 }
 
-// update shows p if it says something new.
+// update shows p if it says something new: a change of state, layer or queue position (the engine also
+// reports a new rate or plan, which a line per report would repeat).
 func (v *view) update(p api.Progress) {
 	if p.State == v.shown.State && p.Layer == v.shown.Layer && p.QueuePosition == v.shown.QueuePosition {
 		return
@@ -38,7 +43,12 @@ func (v *view) update(p api.Progress) {
 	switch {
 	case v.bar != nil:
 		v.bar.Update(displayProgress(p))
-	case v.w != nil && !p.State.Terminal():
+	case v.w == nil || p.State.Terminal():
+	case p.State == api.StateQueued:
+		// not "0 of N layers done", which the wave's first line says again
+		fmt.Fprintf(v.w, "%s\n", displayProgress(p).Title)
+	case p.Layers > 0 && p.Layer >= p.Layers: // the readout: the final line follows
+	default:
 		fmt.Fprintf(v.w, "job %s: %s\n", v.id, displayProgress(p).Summary())
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/potato-k3/potato-k3/kernel/api"
 )
@@ -19,6 +18,8 @@ func TestDisplayProgress(t *testing.T) {
 			"job j queued (position 2)", "0 of 93 layers done · next layer 0 · 40 tokens · ETA …"},
 		{api.Progress{ID: "j", State: api.StateRunning, Wave: 3, Layer: 31, Layers: 93, Tokens: 12345, BytesRead: 500e9, ElapsedSeconds: 10},
 			"job j in wave 3", "31 of 93 layers done · next layer 31 · 12,345 tokens · 50 GB/s · ETA 20s"},
+		{api.Progress{ID: "j", State: api.StateRunning, Wave: 3, Layer: 93, Layers: 93, Tokens: 7, ElapsedSeconds: 29},
+			"job j in wave 3", "93 of 93 layers done · 7 tokens · reading out"},
 		{api.Progress{ID: "j", State: api.StateDone, Wave: 3, Layer: 93, Layers: 93, ElapsedSeconds: 30},
 			"job j done", "93 of 93 layers done · done in 30s"},
 		{api.Progress{ID: "j", State: api.StateFailed, Layer: 4, Layers: 93, Error: "out of memory", ElapsedSeconds: 1},
@@ -29,14 +30,36 @@ func TestDisplayProgress(t *testing.T) {
 			t.Errorf("(-want +got):\n-%s | %s\n+%s | %s", tt.title, tt.line, d.Title, d.Summary())
 		}
 	}
+}
+
+// The lines on a writer: each says something new. Queued, then the wave's start, say "0 of N layers done"
+// once; the report after the last layer (the readout left) prints nothing, and the final line, with no
+// ETA, ends it.
+func TestProgressLines(t *testing.T) {
 	var buf bytes.Buffer
 	v := &view{id: "j", w: &buf}
-	for l := 0; l <= 2; l++ {
-		v.update(api.Progress{ID: "j", State: api.StateRunning, Layer: l, Layers: 2, ElapsedSeconds: 1})
-		v.update(api.Progress{ID: "j", State: api.StateRunning, Layer: l, Layers: 2, ElapsedSeconds: 1}) // no news
+	run := func(layer int, s float64) api.Progress {
+		return api.Progress{ID: "j", State: api.StateRunning, Wave: 7, Layer: layer, Layers: 2, Tokens: 7, BytesRead: int64(layer) * 1e6, ElapsedSeconds: s}
 	}
-	v.finish(api.Progress{ID: "j", State: api.StateDone, Layer: 2, Layers: 2, ElapsedSeconds: float64(time.Second) / 1e9})
-	if n := strings.Count(buf.String(), "\n"); n != 4 {
-		t.Errorf("%d lines, want one per layer and one at the end:\n%s", n, buf.String())
+	for _, p := range []api.Progress{
+		{ID: "j", State: api.StateQueued, QueuePosition: 2, Layers: 2, Tokens: 7},
+		{ID: "j", State: api.StateQueued, QueuePosition: 2, Layers: 2, Tokens: 7, ElapsedSeconds: 1}, // no news
+		{ID: "j", State: api.StateQueued, QueuePosition: 1, Layers: 2, Tokens: 7},
+		run(0, 0), run(0, 0.5), // the plan or the rate changed: no news
+		run(1, 1), run(2, 2),
+	} {
+		v.update(p)
+	}
+	done := run(2, 2.5)
+	done.State = api.StateDone
+	v.finish(done)
+	want := `job j queued (position 2)
+job j queued (position 1)
+job j: 0 of 2 layers done · next layer 0 · 7 tokens · ETA …
+job j: 1 of 2 layers done · next layer 1 · 7 tokens · 1 MB/s · ETA 2s
+job j: 2 of 2 layers done · 7 tokens · 800 kB/s · done in 3s
+`
+	if got := buf.String(); got != want {
+		t.Errorf("(-want +got):\n-%s\n+%s", strings.ReplaceAll(want, "\n", "\n-"), strings.ReplaceAll(got, "\n", "\n+"))
 	}
 }

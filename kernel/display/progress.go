@@ -76,7 +76,9 @@ func layersDone(done, layers int) string {
 
 // Summary is the one-line text of the report: "17 of 93 layers done · next layer 17 · 12,345 tokens ·
 // 41.2 GB/s · ETA 3m12s". It counts layers done, and names the next one by its index, from 0 as the
-// tables do (layers 0 to 92 on K3).
+// tables do (layers 0 to 92 on K3). Once every layer is done and the final readout (logits, ranks,
+// top-k) runs, it says "reading out" instead of an ETA: the time left is the readout's, which the layers'
+// pace does not predict; the Done report then gives the total time.
 func (p Progress) Summary() string {
 	parts := []string{layersDone(p.Layer, p.Layers)}
 	if p.Tokens > 0 {
@@ -90,6 +92,8 @@ func (p Progress) Summary() string {
 		parts = append(parts, "failed: "+p.Err)
 	case p.Done:
 		parts = append(parts, "done in "+formatDuration(p.Elapsed))
+	case p.Layers > 0 && p.Layer >= p.Layers:
+		parts = append(parts, "reading out")
 	case ok:
 		parts = append(parts, "ETA "+formatDuration(eta))
 	default:

@@ -23,7 +23,8 @@ func TestProgressSummary(t *testing.T) {
 		{"failed", Progress{Layer: 4, Layers: 93, Elapsed: time.Second, Err: "out of memory"},
 			"4 of 93 layers done · next layer 4 · failed: out of memory"},
 		{"long", Progress{Layer: 1, Layers: 93, Elapsed: time.Hour}, "1 of 93 layers done · next layer 1 · ETA 93h00m"},
-		{"readout left", Progress{Layer: 93, Layers: 93, Elapsed: 93 * time.Second}, "93 of 93 layers done · ETA 1s"},
+		// every layer done, the readout not: no ETA (the layers' pace says nothing of the readout's)
+		{"readout left", Progress{Layer: 93, Layers: 93, Bytes: 1.5e12, Elapsed: 30 * time.Second}, "93 of 93 layers done · 50 GB/s · reading out"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
