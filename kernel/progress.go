@@ -87,7 +87,9 @@ func displayProgress(p api.Progress) display.Progress {
 			d.Title += fmt.Sprintf(" (position %d)", p.QueuePosition)
 		}
 	case api.StateRunning:
-		d.Title = fmt.Sprintf("job %s in wave %d", p.ID, p.Wave)
+		// not the wave's number: the engine counts waves from its start, so a job alone in its first
+		// wave would read "wave 7" after six earlier cells
+		d.Title = fmt.Sprintf("job %s running", p.ID)
 	case api.StateCancelled:
 		d.Title = fmt.Sprintf("job %s cancelled", p.ID)
 	default:

@@ -56,15 +56,15 @@ func (r *Result) Release() {
 	}
 }
 
-// Summary is one line about the result: job, sequences, tokens, the wave it shared, precision.
+// Summary is one line about the result: job, sequences, tokens, precision, the other jobs that shared
+// its pass over the weights (if any), the tables. It gives no wave number: the engine numbers its waves
+// from its start, so that a job that ran alone would read "wave 7" after six earlier cells
+// (Status.Wave.ID has it, to match the engine's log).
 func (r *Result) Summary() string {
 	st := r.Status
 	s := fmt.Sprintf("job %s · %s · %s · %s", st.ID, numtext.Count(st.Sequences, "sequence"), numtext.Count(st.Tokens, "token"), st.Precision)
-	if w := st.Wave; w != nil {
-		s += fmt.Sprintf(" · wave %d", w.ID)
-		if len(w.Jobs) > 1 {
-			s += fmt.Sprintf(" (shared by %d jobs, %s)", len(w.Jobs), numtext.Count(w.Tokens, "token"))
-		}
+	if w := st.Wave; w != nil && len(w.Jobs) > 1 {
+		s += fmt.Sprintf(" · one pass over the weights with %s (%s in all)", numtext.Count(len(w.Jobs)-1, "other job"), numtext.Count(w.Tokens, "token"))
 	}
 	var names []string
 	for _, name := range api.Tables {
