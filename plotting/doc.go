@@ -42,6 +42,10 @@
 // them, and rows without pieces show ids. CountExperts takes the number of routed experts, which the
 // engine reports (kernel/api Info.Experts).
 //
+// For a plot of your own on a log axis (ranks, probabilities), set the axis's Tick.Marker to LogTicks
+// beside plot.LogScale: gonum's plot.LogTicks labels only powers of ten, and an axis over ranks 200 to
+// 840 would have no labels.
+//
 // Heatmaps share one viridis colour scale with a colour bar, and show cells without a value in grey.
 // Bad input (nothing selected, lengths that disagree, ids out of range) is an error matching ErrInput; a
 // missing or mistyped column matches ErrColumn. Nothing here panics: a panic inside gonum/plot while
