@@ -48,6 +48,37 @@ func findColumn(rec arrow.RecordBatch, table, name string) (arrow.Array, error) 
 	return rec.Column(idx[0]), nil
 }
 
+// Column returns the column called name of rec as the Arrow array type T, for a cell that reads a
+// table's columns itself:
+//
+//	pos, err1 := plotting.Column[*array.Int32](res.Hidden(), "pos")
+//	vec, err2 := plotting.Column[*array.FixedSizeList](res.Hidden(), "vector")
+//	check(errors.Join(err1, err2))
+//
+// A missing column, or one of another type, is an error matching ErrColumn that names the table and the
+// column and says which columns or which type there are, where a type assertion would panic; a nil rec
+// (a table the replay did not ask for) is an error matching ErrInput. The types are those of package
+// replay/tables' schemas. The array belongs to rec and is valid while rec is.
+func Column[T arrow.Array](rec arrow.RecordBatch, name string) (T, error) {
+	var zero T
+	if rec == nil {
+		return zero, fmt.Errorf("%w: column %q of no table (nil): the replay must ask for the table", ErrInput, name)
+	}
+	table := "unnamed"
+	if md := rec.Schema().Metadata(); md.FindKey("potato.table") >= 0 { // replay/tables' MetaTable, on every table the engine writes
+		table = md.Values()[md.FindKey("potato.table")]
+	}
+	col, err := findColumn(rec, table, name)
+	if err != nil {
+		return zero, err
+	}
+	a, ok := col.(T)
+	if !ok {
+		return zero, columnError(table, name, "is %s (%T), want %T", col.DataType(), col, zero)
+	}
+	return a, nil
+}
+
 // intColumn reads an int32 or int64 column; nulls read as -1 (the engine's "none" for ids and messages).
 func intColumn(rec arrow.RecordBatch, table, name string) (func(i int) int32, error) {
 	col, err := findColumn(rec, table, name)

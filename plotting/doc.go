@@ -13,6 +13,9 @@
 //	fig.Display()                                              // in a GoNB cell: a PNG image
 //	fig.WriteFile("entropy.png")                               // or .svg
 //
+// A cell that computes something of its own reads a column with Column, typed and by name, with an error
+// in place of a type assertion's panic: plotting.Column[*array.FixedSizeList](res.Hidden(), "vector").
+//
 // A Figure renders as SVG (Figure.SVG) or PNG (Figure.PNG), sized for an 800-pixel notebook column.
 // Figure.Plot is the gonum plot itself: change a title or an axis range before rendering.
 //

@@ -1,11 +1,13 @@
 package plotting
 
 import (
+	"errors"
 	"math"
 	"reflect"
 	"strings"
 	"testing"
 
+	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/potato-k3/potato-k3/replay"
 	"github.com/potato-k3/potato-k3/replay/ops"
 	"github.com/potato-k3/potato-k3/replay/tables"
@@ -176,4 +178,33 @@ func TestEngineStrip(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestColumn reads the engine's tokens table column by column, as a notebook cell does.
+func TestColumn(t *testing.T) {
+	set := engineSet(t)
+	defer set.Release()
+	rec := set.Tokens.Records[0]
+	pos, err := Column[*array.Int32](rec, "pos")
+	if err != nil || pos.Len() != len(engineText) || pos.Value(2) != 2 {
+		t.Fatalf("Column pos: %v, %v", pos, err)
+	}
+	if ch, err := Column[*array.String](rec, "channel"); err != nil || ch.Value(0) != "response" {
+		t.Errorf("Column channel: %v, %v", ch, err)
+	}
+	for _, tt := range []struct {
+		read func() error
+		is   error
+		want string
+	}{
+		{func() error { _, err := Column[*array.Float32](rec, "pos"); return err }, ErrColumn,
+			`tokens table: column "pos": is int32 (*array.Int32), want *array.Float32`},
+		{func() error { _, err := Column[*array.Int32](rec, "layer"); return err }, ErrColumn,
+			`tokens table: column "layer": missing (have seq_id, pos, token_id`},
+		{func() error { _, err := Column[*array.Int32](nil, "pos"); return err }, ErrInput, `column "pos" of no table (nil)`},
+	} {
+		if err := tt.read(); !errors.Is(err, tt.is) || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("got %v, want %v containing %q", err, tt.is, tt.want)
+		}
+	}
 }
