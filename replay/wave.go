@@ -215,30 +215,11 @@ func (s WaveStats) add(o WaveStats) WaveStats {
 func (e *Engine) runWave(ctx context.Context, reqs []Request, given *WavePlan) ([][]Result, WaveStats, error) {
 	start := time.Now()
 	layers := len(e.Plan.Layers)
-	var (
-		seqs             []Sequence
-		layout           = ops.Layout{Starts: []int{0}}
-		ids, targets     []int32
-		topK             int
-		hidden, lens     []int
-		wantRouter, wMix bool
-	)
-	for i := range reqs {
-		if err := reqs[i].Validate(e.Model.Dims.Vocab, layers, Limits{}); err != nil {
-			return nil, WaveStats{}, fmt.Errorf("request %d: %w", i, err)
-		}
-		o := reqs[i].Options
-		topK = max(topK, o.TopK)
-		hidden, lens = union(hidden, o.Hidden), union(lens, o.Lens)
-		wantRouter, wMix = wantRouter || o.Router, wMix || o.AttnRes
-		for _, s := range reqs[i].Sequences {
-			seqs = append(seqs, s)
-			ids = append(ids, s.Tokens...)
-			targets = append(targets, s.Tokens[1:]...)
-			targets = append(targets, -1)
-			layout.Starts = append(layout.Starts, len(ids))
-		}
+	in, err := e.waveInputs(reqs)
+	if err != nil {
+		return nil, WaveStats{}, err
 	}
+	seqs, layout, ids, targets := in.seqs, in.layout, in.ids, in.targets
 	var plan WavePlan
 	if given != nil {
 		plan = *given
@@ -247,7 +228,6 @@ func (e *Engine) runWave(ctx context.Context, reqs []Request, given *WavePlan) (
 		for i, s := range seqs {
 			seqLens[i] = len(s.Tokens)
 		}
-		var err error
 		if plan, err = e.planWave(seqLens); err != nil {
 			return nil, WaveStats{}, err
 		}
@@ -262,7 +242,7 @@ func (e *Engine) runWave(ctx context.Context, reqs []Request, given *WavePlan) (
 	e.log(plan.String())
 	stats := WaveStats{Sequences: len(seqs), Tokens: len(ids), LayerBytes: make([]int64, layers),
 		ExpertBytes: make([]int64, layers), ExpertsRead: make([]int, layers), CachedBytes: make([]int64, layers)}
-	obs := &capture{router: wantRouter, mixes: wMix}
+	obs := &capture{router: in.router, mixes: in.mixes}
 	experts := &expertReader{r: e.reader, m: e.Model, pool: e.pool, cache: e.cache, held: &e.held,
 		counts: make([]expertCounts, layers)}
 	defer experts.unusedAll()                               // the next layer's experts, fetched ahead, when a layer failed
@@ -339,7 +319,7 @@ func (e *Engine) runWave(ctx context.Context, reqs []Request, given *WavePlan) (
 		stats.ExpertsRead[i] = int(experts.counts[i].count.Load())
 		stats.CachedBytes[i] += experts.counts[i].cached.Load()
 		experts.ahead.chose(i, stats.ExpertsRead[i])
-		if err := e.captureLayer(pass, st, i, hidden, lens, targets, topK, w); err != nil {
+		if err := e.captureLayer(pass, st, i, in.hidden, in.lens, targets, in.topK, w); err != nil {
 			if i+1 < layers {
 				next.release(e.pool, &e.held, e.cache)
 			}
@@ -362,7 +342,7 @@ func (e *Engine) runWave(ctx context.Context, reqs []Request, given *WavePlan) (
 	if err := ctx.Err(); err != nil {
 		return nil, stats, err
 	}
-	final, err := e.readout(pass, st, targets, topK)
+	final, err := e.readout(pass, st, targets, in.topK)
 	if err == nil {
 		err = pass.Close() // the queued copies of host state, every one done (hostbufs.go)
 	}
@@ -371,6 +351,40 @@ func (e *Engine) runWave(ctx context.Context, reqs []Request, given *WavePlan) (
 	}
 	stats.Seconds = time.Since(start).Seconds()
 	return split(reqs, layout, seqs, targets, final, w, obs, e.Model.Dims.Hidden, layers-1), stats, nil
+}
+
+// waveInputs is a wave's requests laid end to end: the sequences in order, their layout in the wave's
+// rows, the token ids, each row's target (the next token, -1 at a sequence's end), and the union of what
+// the requests asked for.
+type waveInputs struct {
+	seqs          []Sequence
+	layout        ops.Layout
+	ids, targets  []int32
+	topK          int
+	hidden, lens  []int
+	router, mixes bool
+}
+
+// waveInputs validates each request against the model and lays the wave out.
+func (e *Engine) waveInputs(reqs []Request) (waveInputs, error) {
+	in := waveInputs{layout: ops.Layout{Starts: []int{0}}}
+	for i := range reqs {
+		if err := reqs[i].Validate(e.Model.Dims.Vocab, len(e.Plan.Layers), Limits{}); err != nil {
+			return in, fmt.Errorf("request %d: %w", i, err)
+		}
+		o := reqs[i].Options
+		in.topK = max(in.topK, o.TopK)
+		in.hidden, in.lens = union(in.hidden, o.Hidden), union(in.lens, o.Lens)
+		in.router, in.mixes = in.router || o.Router, in.mixes || o.AttnRes
+		for _, s := range reqs[i].Sequences {
+			in.seqs = append(in.seqs, s)
+			in.ids = append(in.ids, s.Tokens...)
+			in.targets = append(in.targets, s.Tokens[1:]...)
+			in.targets = append(in.targets, -1)
+			in.layout.Starts = append(in.layout.Starts, len(in.ids))
+		}
+	}
+	return in, nil
 }
 
 // waveOut holds the per-layer captures of the whole wave before they are split per sequence.
