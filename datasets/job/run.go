@@ -157,6 +157,14 @@ func openManifest(cfg Config, items []Item) (*Manifest, error) {
 	key := cfg.Settings.Key()
 	m, err := ReadManifest(cfg.Dir)
 	if errors.Is(err, fs.ErrNotExist) {
+		// Part files without a manifest are not this job's to resume or to tidy away (tidy deletes the
+		// part files a manifest does not name): another job's whose manifest went, or a user's.
+		if found, err := partFiles(cfg.Dir); err != nil {
+			return nil, err
+		} else if len(found) > 0 {
+			return nil, fmt.Errorf("job: %s holds part files (%s) but no %s: it is no job this can resume, and starting one here would delete them; give an empty or new --out directory",
+				cfg.Dir, strings.Join(found, ", "), ManifestName)
+		}
 		m = &Manifest{Format: Format, Key: key, Settings: cfg.Settings, Dataset: cfg.Dataset,
 			Conversations: cfg.DatasetSize, Shard: cfg.Shard.String(), Done: map[string]Done{}}
 		for _, it := range items {
@@ -224,7 +232,7 @@ func tidy(dir string, m *Manifest, log func(string)) error {
 	removed := 0
 	for _, e := range entries {
 		n := e.Name()
-		stray := strings.HasPrefix(n, "part-") && strings.HasSuffix(n, ".parquet") && !named[n]
+		stray := partFile(n) && !named[n] // only names Run writes: a user's part-0.parquet is not ours
 		temp := (strings.HasPrefix(n, ".part-") || strings.HasPrefix(n, "."+ManifestName+".")) && strings.HasSuffix(n, ".tmp")
 		if stray || temp { // a temporary may be a folder: tables.WriteSet stages a set in one
 			if err := os.RemoveAll(filepath.Join(dir, n)); err != nil {
@@ -237,6 +245,22 @@ func tidy(dir string, m *Manifest, log func(string)) error {
 		log(fmt.Sprintf("job: removed %d files of an interrupted wave from %s", removed, dir))
 	}
 	return nil
+}
+
+// partFile reports whether n is a name Run gives a part's table file: part-NNNNN.TABLE.parquet (five
+// digits or more, TABLE one of tables.TableNames). pyarrow's part-0.parquet and Spark's
+// part-00000-<uuid>.snappy.parquet, which a researcher's own folder may hold, are not.
+func partFile(n string) bool {
+	rest, ok := strings.CutPrefix(n, "part-")
+	if !ok {
+		return false
+	}
+	digits, rest, ok := strings.Cut(rest, ".")
+	if !ok || len(digits) < 5 || strings.Trim(digits, "0123456789") != "" {
+		return false
+	}
+	table, ok := strings.CutSuffix(rest, ".parquet")
+	return ok && slices.Contains(tables.TableNames, table)
 }
 
 // intact reports whether the file at path is the one f records: its size, and its SHA-256 where the
@@ -368,6 +392,21 @@ func runWave(ctx context.Context, eng Engine, cfg Config, m *Manifest, wave []It
 		return Part{}, err
 	}
 	return p, nil
+}
+
+// partFiles lists the part files (partFile) in dir, at most three of them, for a message.
+func partFiles(dir string) ([]string, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("job: %w", err)
+	}
+	var found []string
+	for _, e := range entries {
+		if partFile(e.Name()) && len(found) < 3 {
+			found = append(found, e.Name())
+		}
+	}
+	return found, nil
 }
 
 // nextPart names the part after the highest one in the manifest.
