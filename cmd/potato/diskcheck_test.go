@@ -1,0 +1,57 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/potato-k3/potato-k3/replay/tables"
+)
+
+// A file system without room for the tables is refused before the compute, from the estimate's least
+// file size; one that does not say how much room it has is not.
+func TestCheckDisk(t *testing.T) {
+	defer func(f func(string) (int64, bool)) { freeSpace = f }(freeSpace)
+	est := tables.Estimate{Results: 100e6}
+	for _, tt := range []struct {
+		name   string
+		free   int64
+		known  bool
+		format string
+		refuse bool
+	}{
+		{"full", 0, true, tables.FormatIPC, true},
+		{"under a megabyte, small tables", 512 << 10, true, tables.FormatParquet, true},
+		{"arrow: under half the results", 40e6, true, tables.FormatIPC, true},
+		{"arrow: room", 60e6, true, tables.FormatIPC, false},
+		{"parquet: under an eighth", 10e6, true, tables.FormatParquet, true},
+		{"parquet: room", 40e6, true, tables.FormatParquet, false},
+		{"unknown", 0, false, tables.FormatIPC, false},
+	} {
+		freeSpace = func(string) (int64, bool) { return tt.free, tt.known }
+		err := checkDisk("/some/dir/out.x", tt.format, est)
+		if (err != nil) != tt.refuse {
+			t.Errorf("%s: %v, want refused %v", tt.name, err, tt.refuse)
+		}
+		if err != nil && !strings.Contains(err.Error(), "/some/dir") {
+			t.Errorf("%s: the error does not name the directory: %v", tt.name, err)
+		}
+	}
+}
+
+// The whole command: a full disk under --out stops the replay before its engine runs, and writes nothing.
+func TestReplayRefusesFullDisk(t *testing.T) {
+	defer func(f func(string) (int64, bool)) { freeSpace = f }(freeSpace)
+	freeSpace = func(string) (int64, bool) { return 0, true }
+	dir := t.TempDir()
+	out := filepath.Join(dir, "r.parquet")
+	var stdout strings.Builder
+	err := runReplay(t.Context(), []string{"--text", "a short text", "--out", out, "--no-progress"}, &stdout)
+	if err == nil || !strings.Contains(err.Error(), "nothing was computed") {
+		t.Fatalf("-want a refusal before the compute +got %v", err)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+		t.Errorf("a refused replay left %d entries in %s", len(entries), dir)
+	}
+}
