@@ -37,10 +37,12 @@ type Options struct {
 	ProgressEvery time.Duration
 }
 
-// Write creates the model directory dir. It writes into a temporary sibling directory and renames it to
-// dir only when every file is complete and synced, so an interrupted or failed write never leaves a
-// directory at dir that looks complete (a crash may leave the hidden temporary directory behind; an error
-// return removes it). dir must not exist, or be empty.
+// Write creates the model directory dir. It writes into a temporary sibling directory (".NAME.synth-"
+// and digits, NAME dir's base name) and renames it to dir only when every file is complete and synced, so
+// an interrupted or failed write never leaves a directory at dir that looks complete. An error return
+// removes the temporary directory; one that a killed writer of the same dir left (kill -9, a crash) is
+// removed by the next Write of dir before it counts the free space (MkdirStaging, SweepStaging), and a
+// live writer's is never touched. dir must not exist, or be empty.
 func Write(ctx context.Context, dir string, o Options) (*Layout, error) {
 	p, err := LookupPreset(o.Preset)
 	if err != nil {
@@ -57,10 +59,14 @@ func Write(ctx context.Context, dir string, o Options) (*Layout, error) {
 	if err := os.MkdirAll(parent, 0o755); err != nil {
 		return nil, fmt.Errorf("synth: %w", err)
 	}
+	// What a writer of the same dir killed mid-write left (kill -9 skips the cleanup below) goes before
+	// the space is counted: otherwise it would be counted against this write, and every one after.
+	prefix := stagingPrefix(dir)
+	SweepStaging(parent, prefix)
 	// The space a dense write needs is known from the plan before the layout (every tensor listed, in
 	// memory) is built: the tensor data now, the headers with it after.
 	if !o.Sparse {
-		if err := checkSpace(parent, p.dataBytes(plan), p); err != nil {
+		if err := checkSpace(dir, p.dataBytes(plan), p); err != nil {
 			return nil, err
 		}
 	}
@@ -69,30 +75,36 @@ func Write(ctx context.Context, dir string, o Options) (*Layout, error) {
 		return nil, err
 	}
 	if !o.Sparse {
-		if err := checkSpace(parent, l.FileBytes(), p); err != nil {
+		if err := checkSpace(dir, l.FileBytes(), p); err != nil {
 			return nil, err
 		}
 	}
-	tmp, err := os.MkdirTemp(parent, "."+filepath.Base(dir)+".synth-*")
+	st, err := MkdirStaging(parent, prefix)
 	if err != nil {
 		return nil, fmt.Errorf("synth: %w", err)
 	}
+	defer st.Release() // removes it unless it was renamed into place, and drops the owner lock
+	tmp := st.Dir
 	if err := l.writeAll(ctx, tmp, o); err != nil {
-		os.RemoveAll(tmp)
 		return nil, err
 	}
+	// The owner file goes before the directory's entries are synced and it is published: the directory
+	// holds only the model's files (DirDigest hashes every one).
+	if err := st.Disown(); err != nil {
+		return nil, fmt.Errorf("synth: %w", err)
+	}
+	if err := syncPath(tmp); err != nil {
+		return nil, fmt.Errorf("synth: %w", err)
+	}
 	if err := os.Chmod(tmp, 0o755); err != nil { // MkdirTemp makes it private
-		os.RemoveAll(tmp)
 		return nil, fmt.Errorf("synth: %w", err)
 	}
 	// An empty target is replaced. If another writer publishes dir between these two steps (two processes
 	// filling one cache), the rename fails and the caller learns that dir now exists.
 	if err := os.Remove(dir); err != nil && !errors.Is(err, fs.ErrNotExist) && checkTarget(dir) == nil {
-		os.RemoveAll(tmp)
 		return nil, fmt.Errorf("synth: %w", err)
 	}
-	if err := os.Rename(tmp, dir); err != nil {
-		os.RemoveAll(tmp)
+	if err := st.Rename(dir); err != nil {
 		if terr := checkTarget(dir); errors.Is(terr, ErrExists) {
 			return nil, terr
 		}
@@ -115,8 +127,14 @@ func checkTarget(dir string) error {
 	return nil
 }
 
-// checkSpace refuses a dense write that cannot fit, saying how much it needs.
-func checkSpace(parent string, need int64, p Preset) error {
+// stagingPrefix is the name of Write's temporary directories for dir, before MkdirTemp's digits.
+func stagingPrefix(dir string) string { return "." + filepath.Base(dir) + ".synth-" }
+
+// checkSpace refuses a dense write of dir that cannot fit, saying how much it needs, and naming the
+// temporary directories of other writes of dir that hold some of the space: after the sweep those are a
+// live writer's, or a killed one's from before owner files, which only a person can tell apart.
+func checkSpace(dir string, need int64, p Preset) error {
+	parent := filepath.Dir(filepath.Clean(dir))
 	free, ok := freeBytes(parent)
 	if !ok || free >= need+need/100 { // 1% slack for the small files and the file system
 		return nil
@@ -125,11 +143,15 @@ func checkSpace(parent string, need int64, p Preset) error {
 	if p.NeedsSparse {
 		hint = "; --sparse writes the same layout with the data as holes"
 	}
+	for _, d := range LeftStaging(parent, stagingPrefix(dir)) {
+		hint += fmt.Sprintf("; %s (%s) is the temporary directory of another write of %s: remove it if none is running",
+			d, numtext.Bytes(dirBytes(d)), dir)
+	}
 	return fmt.Errorf("%w: preset %s needs %s (%d bytes) and %s has %s free%s",
 		ErrSpace, p.Name, numtext.Bytes(need), need, parent, numtext.Bytes(free), hint)
 }
 
-// writeAll writes every file of the directory into tmp.
+// writeAll writes every file of the directory into tmp, each synced; the caller syncs tmp itself.
 func (l *Layout) writeAll(ctx context.Context, tmp string, o Options) error {
 	cfg, err := l.configJSON()
 	if err != nil {
@@ -171,9 +193,9 @@ func (l *Layout) writeAll(ctx context.Context, tmp string, o Options) error {
 	if err := tokenizer.WriteModelFiles(tmp, l.Preset.numBPE); err != nil {
 		return fmt.Errorf("synth: %w", err)
 	}
-	// The shards synced themselves; the small files and the directory entries must be durable too
-	// before the rename publishes the directory.
-	for _, name := range []string{"config.json", tokenizer.ModelFile, tokenizer.ConfigFile, "."} {
+	// The shards synced themselves; the small files must be durable too before the rename publishes the
+	// directory (Write syncs the directory's entries once the owner file is gone).
+	for _, name := range []string{"config.json", tokenizer.ModelFile, tokenizer.ConfigFile} {
 		if err := syncPath(filepath.Join(tmp, name)); err != nil {
 			return fmt.Errorf("synth: %w", err)
 		}

@@ -169,11 +169,11 @@ func TestSpaceCheck(t *testing.T) {
 		t.Skip("free space unknown on this system")
 	}
 	p, _ := LookupPreset("k3-full")
-	err := checkSpace(t.TempDir(), free*2+1, p)
+	err := checkSpace(filepath.Join(t.TempDir(), "m"), free*2+1, p)
 	if !errors.Is(err, ErrSpace) || !strings.Contains(err.Error(), "--sparse") {
 		t.Fatalf("got %v, want ErrSpace with a --sparse hint", err)
 	}
-	if err := checkSpace(t.TempDir(), 1, p); err != nil {
+	if err := checkSpace(filepath.Join(t.TempDir(), "m"), 1, p); err != nil {
 		t.Fatalf("1 byte: %v", err)
 	}
 }

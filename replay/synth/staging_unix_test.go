@@ -1,0 +1,163 @@
+//go:build unix
+
+package synth
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// mkLeftover makes a directory in parent as a writer leaves it: a file of data, and the owner file
+// (unlocked: its writer is gone) when owner is set.
+func mkLeftover(t *testing.T, parent, name string, owner bool) string {
+	t.Helper()
+	p := filepath.Join(parent, name)
+	if err := os.Mkdir(p, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(p, "model-00001-of-000004.safetensors"), make([]byte, 1<<16), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if owner {
+		if err := os.WriteFile(filepath.Join(p, ownerFile), nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return p
+}
+
+// A Write removes the temporary directories that killed writers of the same directory left, before it
+// counts the space, and keeps a live writer's, one without an owner file, and those of other names; the
+// directory it publishes holds no owner file.
+func TestWriteSweepsAbandonedStaging(t *testing.T) {
+	parent := t.TempDir()
+	dir := filepath.Join(parent, "m")
+	killed := mkLeftover(t, parent, ".m.synth-111", true)
+	live, err := MkdirStaging(parent, ".m.synth-") // a writer still at work
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer live.Release()
+	ownerless := mkLeftover(t, parent, ".m.synth-333", false)
+	otherName := mkLeftover(t, parent, ".mm.synth-444", true)
+	notDigits := mkLeftover(t, parent, ".m.synth-x.synth-555", true) // a write of "m.synth-x", not of "m"
+
+	if _, err := Write(context.Background(), dir, Options{Preset: "tiny", Seed: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(killed); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the killed writer's temporary directory is still there (%v)", err)
+	}
+	for _, kept := range []string{live.Dir, ownerless, otherName, notDigits} {
+		if _, err := os.Stat(kept); err != nil {
+			t.Errorf("%s was removed: %v", filepath.Base(kept), err)
+		}
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), ownerFile) {
+			t.Errorf("the published directory holds %s", e.Name())
+		}
+	}
+	if got, err := DirDigest(context.Background(), dir); err != nil || got != DefaultDigest {
+		t.Errorf("DirDigest of the written default: -want %s +got %s (%v)", DefaultDigest, got, err)
+	}
+	left, want := LeftStaging(parent, ".m.synth-"), []string{ownerless, live.Dir}
+	slices.Sort(left)
+	slices.Sort(want)
+	if !slices.Equal(left, want) {
+		t.Errorf("left after the write: -want %v +got %v (the write's own directory is gone)", want, left)
+	}
+}
+
+// The refusal for want of space names the temporary directories of the same name that the sweep kept,
+// which hold some of the space.
+func TestSpaceCheckNamesLeftovers(t *testing.T) {
+	parent := t.TempDir()
+	free, ok := freeBytes(parent)
+	if !ok {
+		t.Skip("free space unknown on this system")
+	}
+	ownerless := mkLeftover(t, parent, ".m.synth-333", false)
+	p, _ := LookupPreset("small")
+	err := checkSpace(filepath.Join(parent, "m"), free*2+1, p)
+	if !errors.Is(err, ErrSpace) || !strings.Contains(err.Error(), ownerless) {
+		t.Fatalf("-want ErrSpace naming %s +got %v", ownerless, err)
+	}
+}
+
+// The lock is the kernel's: while the process holding a staging directory lives, a sweep keeps it; once
+// that process is killed with SIGKILL (no cleanup runs), the next sweep removes it.
+func TestSweepAfterKill(t *testing.T) {
+	parent := t.TempDir()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestStagingChild$")
+	cmd.Env = append(os.Environ(), "SYNTH_STAGING_CHILD="+parent)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	var held string
+	for sc := bufio.NewScanner(out); held == "" && sc.Scan(); { // past any line of the test framework's
+		if line := sc.Text(); strings.HasPrefix(line, "error ") {
+			t.Fatalf("the child: %s", line)
+		} else if p, ok := strings.CutPrefix(line, "held "); ok {
+			held = p
+		}
+	}
+	if filepath.Dir(held) != parent {
+		t.Fatalf("the child holds %q, want a directory in %s", held, parent)
+	}
+	SweepStaging(parent, ".m.synth-")
+	if _, err := os.Stat(held); err != nil {
+		t.Fatalf("a live writer's directory was swept: %v", err)
+	}
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	cmd.Wait()
+	if _, err := os.Stat(held); err != nil {
+		t.Fatalf("the killed writer's directory should still be there before the sweep: %v", err)
+	}
+	SweepStaging(parent, ".m.synth-")
+	if _, err := os.Stat(held); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the killed writer's directory survived the sweep (%v)", err)
+	}
+}
+
+// TestStagingChild is TestSweepAfterKill's writer, run in a process of its own: it holds a staging
+// directory, says where, and waits to be killed.
+func TestStagingChild(t *testing.T) {
+	parent := os.Getenv("SYNTH_STAGING_CHILD")
+	if parent == "" {
+		t.Skip("run by TestSweepAfterKill")
+	}
+	st, err := MkdirStaging(parent, ".m.synth-")
+	if err != nil {
+		fmt.Println("error", err)
+		os.Exit(1)
+	}
+	if err := os.WriteFile(filepath.Join(st.Dir, "model-00001-of-000004.safetensors"), make([]byte, 1<<16), 0o644); err != nil {
+		fmt.Println("error", err)
+		os.Exit(1)
+	}
+	fmt.Printf("held %s\n", st.Dir)
+	time.Sleep(time.Hour) // until SIGKILL
+}
