@@ -29,16 +29,24 @@ var ErrDamaged = errors.New("demomodel: the written model does not match its dig
 // Name says what the embedded default is, for the line a command prints when it uses it.
 const Name = "the demo model: a small K3 trained on real text (replay/demomodel)"
 
+// stagingPrefix names Dir's temporary directories in the cache root, before their random digits.
+const stagingPrefix = ".demo-tmp-"
+
 // Dir returns the directory of the demo model in the cache (synth.CacheDir), writing it there on first
 // use. A cached copy whose bytes differ from Digest (a flipped bit, a truncated shard, a file removed or
 // added) is removed and written again, with a line to warn (nil: none) naming what differed. Concurrent
-// callers are safe: the directory is written under a temporary name and renamed into place, and a loser of
-// that race finds the winner's.
+// callers are safe: the directory is written under a temporary name (".demo-tmp-" and digits, held by its
+// writer's lock: synth.MkdirStaging) and renamed into place, and a loser of that race finds the winner's.
+// Every call first removes the temporary directories that writers killed mid-write left in the cache root
+// (5 MB each, for good otherwise), never one a live writer holds.
 func Dir(ctx context.Context, warn io.Writer) (string, error) {
 	root, err := synth.CacheDir()
 	if err != nil {
 		return "", err
 	}
+	// Every call, not only a write: a writer killed while another process published the copy leaves its
+	// directory beside a cache that is never written again.
+	synth.SweepStaging(root, stagingPrefix)
 	dir := filepath.Join(root, "demo-"+Digest[:16])
 	if _, err := os.Stat(filepath.Join(dir, "config.json")); err == nil {
 		got, err := synth.DirDigest(ctx, dir)
@@ -61,18 +69,22 @@ func Dir(ctx context.Context, warn io.Writer) (string, error) {
 	if err := os.MkdirAll(root, 0o755); err != nil {
 		return "", fmt.Errorf("demomodel: cache: %w", err)
 	}
-	tmp, err := os.MkdirTemp(root, ".demo-tmp-")
+	st, err := synth.MkdirStaging(root, stagingPrefix)
 	if err != nil {
 		return "", fmt.Errorf("demomodel: cache: %w", err)
 	}
-	defer os.RemoveAll(tmp)
+	defer st.Release() // removes it unless it was renamed into place, and drops the owner lock
+	tmp := st.Dir
 	if err := Write(tmp); err != nil {
 		return "", err
+	}
+	if err := st.Disown(); err != nil { // the owner file is not the model's: out before the digest
+		return "", fmt.Errorf("demomodel: cache: %w", err)
 	}
 	if got, err := synth.DirDigest(ctx, tmp); err != nil || got != Digest {
 		return "", fmt.Errorf("%w: SHA-256 %s, want %s (%v)", ErrDamaged, got, Digest, err)
 	}
-	if err := os.Rename(tmp, dir); err != nil {
+	if err := st.Rename(dir); err != nil {
 		if _, serr := os.Stat(filepath.Join(dir, "config.json")); serr == nil {
 			return dir, nil // another process won the race
 		}
