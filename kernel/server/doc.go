@@ -65,6 +65,10 @@
 // Past --max-body-bytes, --max-tokens or --max-wave-tokens (one sequence), --max-request-tokens,
 // --max-sequences, --max-top-k or --max-result-bytes (the memory the results, their tables and the
 // Parquet writer would hold until written, tables.Shape.Estimate): 413, with "limit" naming the flag.
+// A job the server cannot record because the spill directory's disk is full or over quota: 507, and
+// nothing of it stays on disk. The server's own failures (a disk error, a table it cannot read back)
+// answer 500 with what failed and the system's reason but none of the server's paths; its log has the
+// full error.
 //
 // The tables name the top-k ids with the tokenizer's pieces (the topk_tokens column of the tokens and lens
 // tables; empty lists for a model without a tokenizer), and Info gives the model's shape, so that a

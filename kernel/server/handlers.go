@@ -132,7 +132,11 @@ func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request) {
 	est := s.estimate(rr, req.Options.Float16)
 	j.fixed = s.shape.InputBytes(rr) + est.Tables + est.Transient
 	if err := s.persist(j); err != nil { // the manifest first: a crash from now on is reported, not lost
-		writeError(w, err)
+		// persist logged the error. The job's directory may have been made before the write failed
+		// (a full disk takes the manifest, not the mkdir): without this each refused submission
+		// would leave an empty one until a restart.
+		s.remove(j)
+		writeError(w, internalError("the job was not queued: writing its manifest", err))
 		return
 	}
 	s.mu.Lock()

@@ -53,7 +53,7 @@ type testServer struct {
 }
 
 // startServer starts a server on the tiny model with cfg's non-zero fields (a fresh spill directory when
-// cfg has none) and hooks, and stops it at the end of the test.
+// cfg has none, a silent log when it has no Logger) and hooks, and stops it at the end of the test.
 func startServer(t *testing.T, cfg Config, hooks testHooks) *testServer {
 	t.Helper()
 	ts := startServerNoCleanup(t, cfg, hooks)
@@ -70,9 +70,11 @@ func startServerNoCleanup(t *testing.T, cfg Config, hooks testHooks) *testServer
 	if cfg.Gather == 0 {
 		cfg.Gather = -1
 	}
-	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	if testing.Verbose() {
-		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	if cfg.Logger == nil { // a test that reads the log gives its own
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+		if testing.Verbose() {
+			cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
+		}
 	}
 	s, err := New(context.Background(), cfg)
 	if err != nil {

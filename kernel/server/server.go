@@ -64,6 +64,9 @@ type testHooks struct {
 	beforeWave func(ids []string)      // on the scheduler goroutine, before the wave runs
 	afterLayer func(p replay.Progress) // on the scheduler goroutine, after each layer's report
 	spillBatch func(id, table string)  // on a job's spill goroutine, after each record batch of its tables
+	// manifestWrite runs before a manifest's temporary file (path) is written; an error it returns
+	// stands for the write's, as a full disk would return it.
+	manifestWrite func(path string) error
 }
 
 // New opens the default precision's engine on cfg.ModelDir, finds again the jobs spilled under

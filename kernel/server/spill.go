@@ -65,15 +65,16 @@ func (s *Server) persist(j *job) error {
 	}
 	m := s.manifestOf(j)
 	s.mu.Unlock()
-	if err := writeManifest(s.jobDir(j.id), m); err != nil {
+	if err := s.writeManifest(j.id, m); err != nil {
 		s.log.Error("writing a job manifest", "job", j.id, "err", err)
 		return err
 	}
 	return nil
 }
 
-// writeManifest writes dir/job.json atomically: a temporary file, synced, renamed over the old one.
-func writeManifest(dir string, m manifest) error {
+// writeManifest writes job id's job.json atomically: a temporary file, synced, renamed over the old one.
+func (s *Server) writeManifest(id string, m manifest) error {
+	dir := s.jobDir(id)
 	data, err := json.MarshalIndent(m, "", "  ")
 	if err != nil {
 		return fmt.Errorf("manifest: %w", err)
@@ -85,7 +86,12 @@ func writeManifest(dir string, m manifest) error {
 	if err != nil {
 		return fmt.Errorf("manifest: %w", err)
 	}
-	_, err = f.Write(append(data, '\n'))
+	if h := s.hooks.manifestWrite; h != nil {
+		err = h(f.Name())
+	}
+	if err == nil {
+		_, err = f.Write(append(data, '\n'))
+	}
 	if err == nil {
 		err = f.Sync()
 	}
@@ -136,7 +142,7 @@ func (s *Server) spill(j *job, results []replay.Result, share int64) {
 	}
 	if err == nil {
 		m.Status.State, m.Status.Tables, m.Status.Finished = api.StateDone, names, &now
-		err = writeManifest(s.jobDir(j.id), m)
+		err = s.writeManifest(j.id, m)
 	}
 	s.mu.Lock()
 	switch {
@@ -160,7 +166,7 @@ func (s *Server) spill(j *job, results []replay.Result, share int64) {
 		// The manifest still says running: without this a restarted server would report a crash. The
 		// disk that refused the tables may refuse the manifest too; then it does say running, and the
 		// log says why.
-		if err := writeManifest(s.jobDir(j.id), m); err != nil {
+		if err := s.writeManifest(j.id, m); err != nil {
 			s.log.Error("writing the failed job's manifest: after a restart it will read as stopped while running", "job", j.id, "err", err)
 		}
 	}

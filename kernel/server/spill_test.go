@@ -80,7 +80,7 @@ func TestRestartFindsSpilledResults(t *testing.T) {
 	// A job the dead server had running: its manifest says so, and no table was written.
 	crashed := manifest{Version: manifestVersion, PID: 4242, Status: api.JobStatus{ID: "00000000000000aa",
 		State: api.StateRunning, Created: time.Now(), Sequences: 1, Tokens: 3, Precision: "bf16"}}
-	if err := writeManifest(filepath.Join(spill, crashed.Status.ID), crashed); err != nil {
+	if err := ts.writeManifest(crashed.Status.ID, crashed); err != nil { // the stopped server, as the dead one would have
 		t.Fatal(err)
 	}
 	os.Mkdir(filepath.Join(spill, "00000000000000bb"), 0o700) // died before its first manifest

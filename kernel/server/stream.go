@@ -80,7 +80,8 @@ func (s *Server) handleTable(w http.ResponseWriter, r *http.Request, j *job) {
 		return
 	}
 	if err != nil {
-		writeError(w, err)
+		s.log.Error("reading a table", "job", j.id, "table", name, "err", err)
+		writeError(w, internalError("reading table "+name+" of job "+j.id, err))
 		return
 	}
 	defer t.Release()
