@@ -13,6 +13,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -63,6 +64,10 @@ func lines(n int) ([]line, error) {
 }
 
 func write(path string, n int) (err error) {
+	ext := strings.ToLower(filepath.Ext(path))
+	if ext != ".jsonl" && ext != ".parquet" {
+		return fmt.Errorf("%q: want FILE.jsonl or FILE.parquet (-out)", path)
+	}
 	ls, err := lines(n)
 	if err != nil {
 		return err
@@ -71,12 +76,17 @@ func write(path string, n int) (err error) {
 	if err != nil {
 		return err
 	}
-	defer func() { // a full disk can show first at Close: the file is not written unless it closed
+	// f is closed here and only here: a full disk can show first at Close, and the file is not written
+	// unless it closed. A file left half written would read as a shorter dataset, or not at all.
+	defer func() {
 		if cerr := f.Close(); err == nil && cerr != nil {
 			err = fmt.Errorf("%s: %w", path, cerr)
 		}
+		if err != nil {
+			os.Remove(path)
+		}
 	}()
-	switch strings.ToLower(filepath.Ext(path)) {
+	switch ext {
 	case ".jsonl":
 		w := bufio.NewWriter(f)
 		enc := json.NewEncoder(w)
@@ -108,18 +118,20 @@ func write(path string, n int) (err error) {
 		}
 		rec := b.NewRecordBatch()
 		defer rec.Release()
-		w, err := pqarrow.NewFileWriter(schema, f, nil, pqarrow.DefaultWriterProps())
+		// The Parquet writer's Close closes its sink when the sink is an io.Closer, and the deferred
+		// f.Close above then failed with "file already closed" after a good write. Hiding Close keeps
+		// f this function's to close (as datasets.writeParquet does).
+		w, err := pqarrow.NewFileWriter(schema, struct{ io.Writer }{f}, nil, pqarrow.DefaultWriterProps())
 		if err != nil {
 			return err
 		}
 		if err := w.Write(rec); err != nil {
+			w.Close()
 			return err
 		}
 		if err := w.Close(); err != nil {
 			return err
 		}
-	default:
-		return fmt.Errorf("%s: want .jsonl or .parquet", path)
 	}
 	return nil
 }
