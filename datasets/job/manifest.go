@@ -14,6 +14,9 @@ import (
 // ManifestName is the manifest's file name in a job directory.
 const ManifestName = "manifest.json"
 
+// LockName is the lock file in a job directory: one job at a time writes there (filelock).
+const LockName = ".lock"
+
 // Format is the manifest's "format" field; a reader refuses another one.
 const Format = "potato-k3 dataset job 1"
 

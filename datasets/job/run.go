@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/potato-k3/potato-k3/internal/filelock"
 	"github.com/potato-k3/potato-k3/internal/numtext"
 	"github.com/potato-k3/potato-k3/replay"
 	"github.com/potato-k3/potato-k3/replay/tables"
@@ -407,6 +408,20 @@ func partFiles(dir string) ([]string, error) {
 		}
 	}
 	return found, nil
+}
+
+// lockDir takes the lock on dir's lock file, failing at once when another job holds it. The lock goes with
+// the process, kill -9 included, so a crashed job never blocks a resume (off Unix nothing is held: run
+// one job a directory).
+func lockDir(dir string) (unlock func(), err error) {
+	l, err := filelock.Acquire(filepath.Join(dir, LockName), 0o644, false)
+	if errors.Is(err, filelock.ErrHeld) {
+		return nil, fmt.Errorf("job: %s is in use by another job: one job a directory; give each shard its own", dir)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("job: %w", err)
+	}
+	return l.Unlock, nil
 }
 
 // nextPart names the part after the highest one in the manifest.

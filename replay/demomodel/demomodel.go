@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/potato-k3/potato-k3/internal/staging"
 	"github.com/potato-k3/potato-k3/replay/synth"
 )
 
@@ -36,7 +37,7 @@ const stagingPrefix = ".demo-tmp-"
 // use. A cached copy whose bytes differ from Digest (a flipped bit, a truncated shard, a file removed or
 // added) is removed and written again, with a line to warn (nil: none) naming what differed. Concurrent
 // callers are safe: the directory is written under a temporary name (".demo-tmp-" and digits, held by its
-// writer's lock: synth.MkdirStaging) and renamed into place, and a loser of that race finds the winner's.
+// writer's lock: internal/staging) and renamed into place, and a loser of that race finds the winner's.
 // Every call first removes the temporary directories that writers killed mid-write left in the cache root
 // (5 MB each, for good otherwise), never one a live writer holds.
 func Dir(ctx context.Context, warn io.Writer) (string, error) {
@@ -46,7 +47,7 @@ func Dir(ctx context.Context, warn io.Writer) (string, error) {
 	}
 	// Every call, not only a write: a writer killed while another process published the copy leaves its
 	// directory beside a cache that is never written again.
-	synth.SweepStaging(root, stagingPrefix)
+	staging.Sweep(root, stagingPrefix, "")
 	dir := filepath.Join(root, "demo-"+Digest[:16])
 	if _, err := os.Stat(filepath.Join(dir, "config.json")); err == nil {
 		got, err := synth.DirDigest(ctx, dir)
@@ -69,12 +70,12 @@ func Dir(ctx context.Context, warn io.Writer) (string, error) {
 	if err := os.MkdirAll(root, 0o755); err != nil {
 		return "", fmt.Errorf("demomodel: cache: %w", err)
 	}
-	st, err := synth.MkdirStaging(root, stagingPrefix)
+	st, err := staging.Mkdir(root, stagingPrefix, "")
 	if err != nil {
 		return "", fmt.Errorf("demomodel: cache: %w", err)
 	}
 	defer st.Release() // removes it unless it was renamed into place, and drops the owner lock
-	tmp := st.Dir
+	tmp := st.Path
 	if err := Write(tmp); err != nil {
 		return "", err
 	}

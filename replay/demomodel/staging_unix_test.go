@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/potato-k3/potato-k3/replay/synth"
+	"github.com/potato-k3/potato-k3/internal/staging"
 )
 
 // abandonedStaging makes in root what a Dir killed mid-write leaves: a temporary directory with part of
@@ -37,7 +37,7 @@ func TestDirSweepsAbandonedStaging(t *testing.T) {
 	root := t.TempDir()
 	t.Setenv("POTATO_CACHE", root)
 	killed := abandonedStaging(t, root, stagingPrefix+"111")
-	live, err := synth.MkdirStaging(root, stagingPrefix) // a writer still at work
+	live, err := staging.Mkdir(root, stagingPrefix, "") // a writer still at work
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,7 +55,7 @@ func TestDirSweepsAbandonedStaging(t *testing.T) {
 	if _, err := os.Stat(killed); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("the killed writer's %s is still there (%v)", filepath.Base(killed), err)
 	}
-	for _, kept := range []string{live.Dir, ownerless} {
+	for _, kept := range []string{live.Path, ownerless} {
 		if _, err := os.Stat(kept); err != nil {
 			t.Errorf("%s was removed: %v", filepath.Base(kept), err)
 		}
@@ -78,7 +78,7 @@ func TestDirSweepsAbandonedStaging(t *testing.T) {
 	if _, err := os.Stat(killed); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("a cached call left the killed writer's %s (%v)", filepath.Base(killed), err)
 	}
-	if _, err := os.Stat(live.Dir); err != nil {
-		t.Errorf("a cached call removed the live writer's %s: %v", filepath.Base(live.Dir), err)
+	if _, err := os.Stat(live.Path); err != nil {
+		t.Errorf("a cached call removed the live writer's %s: %v", filepath.Base(live.Path), err)
 	}
 }

@@ -14,7 +14,7 @@
 // from its own random stream keyed by (seed, tensor name, row), so rows are generated on all cores in any
 // order and the output never depends on it. The files are written to a hidden temporary directory and
 // renamed into place only when complete and synced; one that a writer killed mid-write left behind is
-// removed by the next write of the same directory, and a live writer's never is (MkdirStaging).
+// removed by the next write of the same directory, and a live writer's never is (internal/staging).
 //
 // Presets (Presets lists them): tiny (8 layers, hidden 128, 16 experts with 4 active, 3,328-token
 // vocabulary, 4.7 MB, for tests and goldens), small (12 layers, hidden 512, 64 experts with 8 active,

@@ -3,19 +3,16 @@
 package synth
 
 import (
-	"bufio"
 	"context"
 	"errors"
-	"fmt"
 	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
-	"time"
+
+	"github.com/potato-k3/potato-k3/internal/staging"
 )
 
 // mkLeftover makes a directory in parent as a writer leaves it: a file of data, and the owner file
@@ -30,7 +27,7 @@ func mkLeftover(t *testing.T, parent, name string, owner bool) string {
 		t.Fatal(err)
 	}
 	if owner {
-		if err := os.WriteFile(filepath.Join(p, ownerFile), nil, 0o600); err != nil {
+		if err := os.WriteFile(filepath.Join(p, staging.OwnerFile), nil, 0o600); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -44,7 +41,7 @@ func TestWriteSweepsAbandonedStaging(t *testing.T) {
 	parent := t.TempDir()
 	dir := filepath.Join(parent, "m")
 	killed := mkLeftover(t, parent, ".m.synth-111", true)
-	live, err := MkdirStaging(parent, ".m.synth-") // a writer still at work
+	live, err := staging.Mkdir(parent, ".m.synth-", "") // a writer still at work
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +56,7 @@ func TestWriteSweepsAbandonedStaging(t *testing.T) {
 	if _, err := os.Stat(killed); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("the killed writer's temporary directory is still there (%v)", err)
 	}
-	for _, kept := range []string{live.Dir, ownerless, otherName, notDigits} {
+	for _, kept := range []string{live.Path, ownerless, otherName, notDigits} {
 		if _, err := os.Stat(kept); err != nil {
 			t.Errorf("%s was removed: %v", filepath.Base(kept), err)
 		}
@@ -69,14 +66,14 @@ func TestWriteSweepsAbandonedStaging(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, e := range entries {
-		if strings.HasPrefix(e.Name(), ownerFile) {
+		if strings.HasPrefix(e.Name(), staging.OwnerFile) {
 			t.Errorf("the published directory holds %s", e.Name())
 		}
 	}
 	if got, err := DirDigest(context.Background(), dir); err != nil || got != DefaultDigest {
 		t.Errorf("DirDigest of the written default: -want %s +got %s (%v)", DefaultDigest, got, err)
 	}
-	left, want := LeftStaging(parent, ".m.synth-"), []string{ownerless, live.Dir}
+	left, want := staging.Left(parent, ".m.synth-", ""), []string{ownerless, live.Path}
 	slices.Sort(left)
 	slices.Sort(want)
 	if !slices.Equal(left, want) {
@@ -98,66 +95,4 @@ func TestSpaceCheckNamesLeftovers(t *testing.T) {
 	if !errors.Is(err, ErrSpace) || !strings.Contains(err.Error(), ownerless) {
 		t.Fatalf("-want ErrSpace naming %s +got %v", ownerless, err)
 	}
-}
-
-// The lock is the kernel's: while the process holding a staging directory lives, a sweep keeps it; once
-// that process is killed with SIGKILL (no cleanup runs), the next sweep removes it.
-func TestSweepAfterKill(t *testing.T) {
-	parent := t.TempDir()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestStagingChild$")
-	cmd.Env = append(os.Environ(), "SYNTH_STAGING_CHILD="+parent)
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer cmd.Process.Kill()
-	var held string
-	for sc := bufio.NewScanner(out); held == "" && sc.Scan(); { // past any line of the test framework's
-		if line := sc.Text(); strings.HasPrefix(line, "error ") {
-			t.Fatalf("the child: %s", line)
-		} else if p, ok := strings.CutPrefix(line, "held "); ok {
-			held = p
-		}
-	}
-	if filepath.Dir(held) != parent {
-		t.Fatalf("the child holds %q, want a directory in %s", held, parent)
-	}
-	SweepStaging(parent, ".m.synth-")
-	if _, err := os.Stat(held); err != nil {
-		t.Fatalf("a live writer's directory was swept: %v", err)
-	}
-	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	cmd.Wait()
-	if _, err := os.Stat(held); err != nil {
-		t.Fatalf("the killed writer's directory should still be there before the sweep: %v", err)
-	}
-	SweepStaging(parent, ".m.synth-")
-	if _, err := os.Stat(held); !errors.Is(err, fs.ErrNotExist) {
-		t.Errorf("the killed writer's directory survived the sweep (%v)", err)
-	}
-}
-
-// TestStagingChild is TestSweepAfterKill's writer, run in a process of its own: it holds a staging
-// directory, says where, and waits to be killed.
-func TestStagingChild(t *testing.T) {
-	parent := os.Getenv("SYNTH_STAGING_CHILD")
-	if parent == "" {
-		t.Skip("run by TestSweepAfterKill")
-	}
-	st, err := MkdirStaging(parent, ".m.synth-")
-	if err != nil {
-		fmt.Println("error", err)
-		os.Exit(1)
-	}
-	if err := os.WriteFile(filepath.Join(st.Dir, "model-00001-of-000004.safetensors"), make([]byte, 1<<16), 0o644); err != nil {
-		fmt.Println("error", err)
-		os.Exit(1)
-	}
-	fmt.Printf("held %s\n", st.Dir)
-	time.Sleep(time.Hour) // until SIGKILL
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/potato-k3/potato-k3/internal/numtext"
+	"github.com/potato-k3/potato-k3/internal/staging"
 	"github.com/potato-k3/potato-k3/replay/tokenizer"
 )
 
@@ -41,7 +42,7 @@ type Options struct {
 // and digits, NAME dir's base name) and renames it to dir only when every file is complete and synced, so
 // an interrupted or failed write never leaves a directory at dir that looks complete. An error return
 // removes the temporary directory; one that a killed writer of the same dir left (kill -9, a crash) is
-// removed by the next Write of dir before it counts the free space (MkdirStaging, SweepStaging), and a
+// removed by the next Write of dir before it counts the free space (internal/staging), and a
 // live writer's is never touched. dir must not exist, or be empty.
 func Write(ctx context.Context, dir string, o Options) (*Layout, error) {
 	p, err := LookupPreset(o.Preset)
@@ -62,7 +63,7 @@ func Write(ctx context.Context, dir string, o Options) (*Layout, error) {
 	// What a writer of the same dir killed mid-write left (kill -9 skips the cleanup below) goes before
 	// the space is counted: otherwise it would be counted against this write, and every one after.
 	prefix := stagingPrefix(dir)
-	SweepStaging(parent, prefix)
+	staging.Sweep(parent, prefix, "")
 	// The space a dense write needs is known from the plan before the layout (every tensor listed, in
 	// memory) is built: the tensor data now, the headers with it after.
 	if !o.Sparse {
@@ -79,12 +80,12 @@ func Write(ctx context.Context, dir string, o Options) (*Layout, error) {
 			return nil, err
 		}
 	}
-	st, err := MkdirStaging(parent, prefix)
+	st, err := staging.Mkdir(parent, prefix, "")
 	if err != nil {
 		return nil, fmt.Errorf("synth: %w", err)
 	}
 	defer st.Release() // removes it unless it was renamed into place, and drops the owner lock
-	tmp := st.Dir
+	tmp := st.Path
 	if err := l.writeAll(ctx, tmp, o); err != nil {
 		return nil, err
 	}
@@ -143,7 +144,7 @@ func checkSpace(dir string, need int64, p Preset) error {
 	if p.NeedsSparse {
 		hint = "; --sparse writes the same layout with the data as holes"
 	}
-	for _, d := range LeftStaging(parent, stagingPrefix(dir)) {
+	for _, d := range staging.Left(parent, stagingPrefix(dir), "") {
 		hint += fmt.Sprintf("; %s (%s) is the temporary directory of another write of %s: remove it if none is running",
 			d, numtext.Bytes(dirBytes(d)), dir)
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/potato-k3/potato-k3/internal/staging"
 )
 
 // The file layout of a Set: one file per table, named by inserting the table name before the extension,
@@ -117,7 +118,7 @@ func ReadFile(path string, mem memory.Allocator) (*Table, error) {
 // files of tables this set does not hold (left by an earlier run under the same name) are removed, so
 // that the directory never holds a new table beside an old run's. On error before the renames (a full
 // disk, a table that does not write) nothing under path changes and the temporary directory is removed;
-// one that a killed writer of the same set left is removed by the next write (sweepStaging).
+// one that a killed writer of the same set left is removed by the next write (internal/staging).
 // A rename can fail only when the directory itself goes away or is made read-only in that instant; then
 // the error says so, and ReadSet refuses the mixed files by their MetaResultSet.
 func WriteSet(path string, s *Set) ([]string, error) {
@@ -173,17 +174,13 @@ func writeSet(path string, names []string, write func(i int, staged string) erro
 	if dir == "" {
 		dir = "."
 	}
-	sweepStaging(dir, base) // what a killed writer of this set left
-	tmp, err := os.MkdirTemp(dir, "."+base+".*.tmp")
+	staging.Sweep(dir, "."+base+".", ".tmp") // what a killed writer of this set left
+	st, err := staging.Mkdir(dir, "."+base+".", ".tmp")
 	if err != nil {
 		return nil, fmt.Errorf("tables: writing %s: %w", path, err)
 	}
-	defer os.RemoveAll(tmp) // empty after a good publish, but for its owner file
-	release, err := holdStaging(tmp)
-	if err != nil {
-		return nil, fmt.Errorf("tables: writing %s: %w", path, err)
-	}
-	defer release() // before the RemoveAll above (defers run last first)
+	defer st.Release() // empty after a good publish, but for its owner file: removed, and the lock dropped
+	tmp := st.Path
 	var staged, written []string
 	for i, name := range names {
 		p := TablePath(path, name)

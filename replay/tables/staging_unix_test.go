@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/potato-k3/potato-k3/internal/staging"
 )
 
 // A write of a set removes the staging directories that killed writers of the same set left, and keeps
@@ -24,19 +26,19 @@ func TestWriteSetSweepsAbandonedStaging(t *testing.T) {
 			t.Fatal(err)
 		}
 		if owner {
-			if err := os.WriteFile(filepath.Join(p, stagingOwner), nil, 0o600); err != nil {
+			if err := os.WriteFile(filepath.Join(p, staging.OwnerFile), nil, 0o600); err != nil {
 				t.Fatal(err)
 			}
 		}
 		return p
 	}
-	killed := mkStaging(".res.arrow.111.tmp", true) // its writer died: the owner file's flock is free
-	live := mkStaging(".res.arrow.222.tmp", true)
-	release, err := holdStaging(live) // a writer still at work
+	killed := mkStaging(".res.arrow.111.tmp", true)      // its writer died: the owner file's flock is free
+	st, err := staging.Mkdir(dir, ".res.arrow.", ".tmp") // a writer still at work
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer release()
+	defer st.Release()
+	live := st.Path
 	ownerless := mkStaging(".res.arrow.333.tmp", false)
 	other := mkStaging(".other.arrow.444.tmp", true)
 
