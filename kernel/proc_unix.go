@@ -3,9 +3,6 @@
 package kernel
 
 import (
-	"errors"
-	"fmt"
-	"os"
 	"syscall"
 )
 
@@ -21,31 +18,3 @@ func terminateGroup(pid int) { syscall.Kill(-pid, syscall.SIGTERM) }
 
 // alive reports whether process pid exists.
 func alive(pid int) bool { return syscall.Kill(pid, 0) == nil }
-
-// lockHeld reports whether some process holds an flock on path (false when there is no such file). It
-// takes the lock for a moment when it is free, so call it only where nothing may be starting to take it.
-func lockHeld(path string) bool {
-	f, err := os.Open(path)
-	if err != nil {
-		return false
-	}
-	defer f.Close()
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		return errors.Is(err, syscall.EWOULDBLOCK)
-	}
-	syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
-	return false
-}
-
-// lockFile takes an exclusive lock on path, waiting for it, and returns its release.
-func lockFile(path string) (func(), error) {
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
-	if err != nil {
-		return nil, err
-	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("locking %s: %w", path, err)
-	}
-	return func() { syscall.Flock(int(f.Fd()), syscall.LOCK_UN); f.Close() }, nil
-}

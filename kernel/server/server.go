@@ -8,10 +8,10 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"sync"
 	"time"
 
+	"github.com/potato-k3/potato-k3/internal/filelock"
 	"github.com/potato-k3/potato-k3/kernel/api"
 	"github.com/potato-k3/potato-k3/replay"
 	"github.com/potato-k3/potato-k3/replay/ops"
@@ -31,7 +31,7 @@ type Server struct {
 	piece func(id int32) string // names the top-k ids of the tables (topk_tokens); nil without a tokenizer
 	info  api.Info              // the static part of Info
 	shape tables.Shape          // what the estimate of a request's results needs of the model (--max-result-bytes)
-	lock  *os.File              // the spill directory's lock, held for the server's life
+	lock  *filelock.Lock        // the spill directory's lock, held for the server's life
 
 	engMu   sync.Mutex
 	engines map[ops.Precision]*Opened
