@@ -7,6 +7,8 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/potato-k3/potato-k3/internal/diskspace"
 )
 
 // A dense write too large for the disk is refused from the plan's arithmetic, before the layout (every
@@ -28,7 +30,7 @@ func TestWriteRefusesBeforeLayout(t *testing.T) {
 			dir := filepath.Join(t.TempDir(), "m")
 			if tc.space {
 				// 200 of K3's layers are about 3.4 TB
-				if free, ok := freeBytes(filepath.Dir(dir)); !ok || free > 3e12 {
+				if free, ok := diskspace.Free(filepath.Dir(dir)); !ok || free > 3e12 {
 					t.Skip("free space unknown, or enough for 200 of K3's layers")
 				}
 			}

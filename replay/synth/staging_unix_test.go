@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/potato-k3/potato-k3/internal/diskspace"
 	"github.com/potato-k3/potato-k3/internal/staging"
 )
 
@@ -85,7 +86,7 @@ func TestWriteSweepsAbandonedStaging(t *testing.T) {
 // which hold some of the space.
 func TestSpaceCheckNamesLeftovers(t *testing.T) {
 	parent := t.TempDir()
-	free, ok := freeBytes(parent)
+	free, ok := diskspace.Free(parent)
 	if !ok {
 		t.Skip("free space unknown on this system")
 	}

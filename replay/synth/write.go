@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"time"
 
+	"github.com/potato-k3/potato-k3/internal/diskspace"
 	"github.com/potato-k3/potato-k3/internal/numtext"
 	"github.com/potato-k3/potato-k3/internal/staging"
 	"github.com/potato-k3/potato-k3/replay/tokenizer"
@@ -136,7 +137,7 @@ func stagingPrefix(dir string) string { return "." + filepath.Base(dir) + ".synt
 // live writer's, or a killed one's from before owner files, which only a person can tell apart.
 func checkSpace(dir string, need int64, p Preset) error {
 	parent := filepath.Dir(filepath.Clean(dir))
-	free, ok := freeBytes(parent)
+	free, ok := diskspace.Free(parent)
 	if !ok || free >= need+need/100 { // 1% slack for the small files and the file system
 		return nil
 	}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/potato-k3/potato-k3/internal/diskspace"
 	"github.com/potato-k3/potato-k3/replay/checkpoint"
 	"github.com/potato-k3/potato-k3/replay/model"
 	"github.com/potato-k3/potato-k3/replay/tokenizer"
@@ -164,7 +165,7 @@ func TestFailureLeavesNothing(t *testing.T) {
 
 // TestSpaceCheck checks that a dense write larger than the free space is refused with the sizes named.
 func TestSpaceCheck(t *testing.T) {
-	free, ok := freeBytes(t.TempDir())
+	free, ok := diskspace.Free(t.TempDir())
 	if !ok {
 		t.Skip("free space unknown on this system")
 	}
