@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/potato-k3/potato-k3/datasets"
+	"github.com/potato-k3/potato-k3/internal/filelock"
 	"github.com/potato-k3/potato-k3/kernel/server"
 	"github.com/potato-k3/potato-k3/replay"
 	"github.com/potato-k3/potato-k3/replay/tables"
@@ -85,6 +86,13 @@ func runReplay(ctx context.Context, args []string, stdout io.Writer) error {
 			return err
 		}
 		return runDatasetJob(ctx, &f, opts, stdout)
+	}
+	if f.out != "" {
+		unlock, err := lockOut(f.out)
+		if err != nil {
+			return err
+		}
+		defer unlock()
 	}
 	l, err := openEngine(ctx, f.model, f.backend, f.precision, backendTuning{devices: f.mem.devices}, opts)
 	if err != nil {
@@ -216,6 +224,30 @@ func checkConversations(name string, convs []tokenizer.Conversation) error {
 		return fmt.Errorf("replay: %s: %w", name, err)
 	}
 	return nil
+}
+
+// lockOut holds --out for this replay from before its engine opens until its tables are written
+// (internal/filelock, on ".NAME.lock" beside it): a second replay of the same --out is refused at once,
+// where both used to run and one's tables silently replaced the other's. The lock file goes at the end;
+// a replay that opened it in that instant may still run beside a third, which this guard against a
+// mistake does not try to prevent.
+func lockOut(out string) (unlock func(), err error) {
+	dir, base := filepath.Split(out)
+	if dir == "" {
+		dir = "."
+	}
+	path := filepath.Join(dir, "."+base+".lock")
+	l, err := filelock.Acquire(path, 0o644, false)
+	if errors.Is(err, filelock.ErrHeld) {
+		return nil, fmt.Errorf("replay: --out %s is being written by another replay (it holds %s): wait for it to finish, or give another name", out, path)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("replay: --out %s: %w", out, err)
+	}
+	return func() {
+		os.Remove(path)
+		l.Unlock()
+	}, nil
 }
 
 // checkOut checks --out before any compute: a known extension, and a directory that exists and takes a

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/potato-k3/potato-k3/internal/filelock"
 	"github.com/potato-k3/potato-k3/replay/tables"
 )
 
@@ -53,5 +54,32 @@ func TestReplayRefusesFullDisk(t *testing.T) {
 	}
 	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
 		t.Errorf("a refused replay left %d entries in %s", len(entries), dir)
+	}
+}
+
+// A second replay of an --out that another replay holds is refused before its engine runs; a replay
+// leaves no lock file behind.
+func TestReplayRefusesBusyOut(t *testing.T) {
+	dir := t.TempDir()
+	out := filepath.Join(dir, "r.arrow")
+	held, err := filelock.Acquire(filepath.Join(dir, ".r.arrow.lock"), 0o644, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stdout strings.Builder
+	err = runReplay(t.Context(), []string{"--text", "a short text", "--out", out, "--no-progress"}, &stdout)
+	if filelock.Supported && (err == nil || !strings.Contains(err.Error(), "being written by another replay")) {
+		t.Fatalf("-want a refusal naming the other replay +got %v", err)
+	}
+	held.Unlock()
+	os.Remove(filepath.Join(dir, ".r.arrow.lock"))
+	if err := runReplay(t.Context(), []string{"--text", "a short text", "--out", out, "--no-progress"}, &stdout); err != nil {
+		t.Fatal(err)
+	}
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		if strings.HasSuffix(e.Name(), ".lock") {
+			t.Errorf("the replay left %s", e.Name())
+		}
 	}
 }
