@@ -27,5 +27,6 @@
 // NaN scales. The encoder in mxfp4_encode.go is for tests and for the synthetic writer.
 //
 // Files: header.go and index.go parse (on jsonscan.go, a strict JSON scanner), dir.go opens, check.go
-// and summary.go compare and describe, read.go and aligned.go read, decode.go and mxfp4*.go decode.
+// and summary.go compare and describe, read.go reads (direct_*.go: O_DIRECT where Linux has it), decode.go
+// and mxfp4*.go decode.
 package checkpoint
