@@ -222,6 +222,7 @@ var wants = map[string][]want{
 		{"tokens table", "text/html", []string{"rows ×", "seq_id", "token_id", "channel", "target_id", "logprob", "rank", "entropy", "topk_ids", "topk_tokens", "topk_logprobs", "␣"}, 1},
 		{"logprob strip", "text/plain", []string{"Surprise per token"}, 1},
 		{"means by channel", "stdout", []string{"mean -logprob", "response"}, 1},
+		{"message scores", "stdout", []string{"message 0  user", "message 1  assistant", "logprob sum", "nats a token"}, 1},
 	},
 	"entropy_per_layer.ipynb": {
 		{"lens table", "text/html", []string{"rows ×", "layer", "entropy", "target_rank", "topk_tokens"}, 1},
