@@ -325,11 +325,11 @@ func groupPlanLine(plans []WavePlan, active []int, n int) string {
 		if p.Slices > 1 {
 			slice = fmt.Sprintf("%d slices of %s", p.Slices, numtext.Commas(p.SliceTokens))
 		}
-		parts = append(parts, fmt.Sprintf("device %d %s tokens (%d sequences, %s, peak %s of %s)",
-			d, numtext.Commas(p.Tokens), p.Sequences, slice, numtext.Bytes(p.DevicePeak), numtext.Bytes(p.DeviceBudget)))
+		parts = append(parts, fmt.Sprintf("device %d %s (%s, %s, peak %s of %s)",
+			d, numtext.Count(p.Tokens, "token"), numtext.Count(p.Sequences, "sequence"), slice, numtext.Bytes(p.DevicePeak), numtext.Bytes(p.DeviceBudget)))
 	}
-	return fmt.Sprintf("devices %d of %d: wave %s tokens (%d sequences, longest %s) in 1 read for all: %s",
-		len(active), n, numtext.Commas(tokens), seqs, numtext.Commas(longest), strings.Join(parts, "; "))
+	return fmt.Sprintf("devices %d of %d: wave %s (%s, longest %s) in 1 read for all: %s",
+		len(active), n, numtext.Count(tokens, "token"), numtext.Count(seqs, "sequence"), numtext.Commas(longest), strings.Join(parts, "; "))
 }
 
 // freeGlobals frees global weights uploaded to m's backend.

@@ -77,8 +77,8 @@ func (p WavePlan) String() string {
 	if p.HostState {
 		where = fmt.Sprintf("in host memory (%s) and on the device (%d slices)", numtext.Bytes(p.HostBytes), p.DeviceSlices)
 	}
-	s := fmt.Sprintf("wave %s tokens (%d sequences, longest %s) in %s: %s; state %s %s; device peak %s of %s (weights %s)",
-		numtext.Commas(p.Tokens), p.Sequences, numtext.Commas(p.Longest), reads, slices, numtext.Bytes(p.StateBytes), where, numtext.Bytes(p.DevicePeak),
+	s := fmt.Sprintf("wave %s (%s, longest %s) in %s: %s; state %s %s; device peak %s of %s (weights %s)",
+		numtext.Count(p.Tokens, "token"), numtext.Count(p.Sequences, "sequence"), numtext.Commas(p.Longest), reads, slices, numtext.Bytes(p.StateBytes), where, numtext.Bytes(p.DevicePeak),
 		numtext.Bytes(p.DeviceBudget), numtext.Bytes(p.WeightBytes))
 	if p.ExpertReadAhead > 0 {
 		s += fmt.Sprintf("; experts read ahead from disk (up to %s of host memory)", numtext.Bytes(p.ExpertReadAhead))

@@ -195,7 +195,7 @@ func benchTo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 // planPrinter prints the engine's plan lines, one a wave: the warm-up and every timed run of a wave size
 // plan the same wave, and the same line three times over said nothing more (they differ at most in the
 // free memory the budget was read from). A plan is known by what comes before its first colon ("wave 48
-// tokens (1 sequences, longest 48) in 1 read"); lines that are not plans (warnings) always print.
+// tokens (1 sequence, longest 48) in 1 read"); lines that are not plans (warnings) always print.
 func planPrinter(w io.Writer) func(string) {
 	last := ""
 	return func(s string) {

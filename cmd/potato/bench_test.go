@@ -47,7 +47,7 @@ func TestBenchPlanOnly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"plan: wave 1,024 tokens (1 sequences, longest 1,024) in 1 read: 1 slice",
+	for _, want := range []string{"plan: wave 1,024 tokens (1 sequence, longest 1,024) in 1 read: 1 slice",
 		"plan: wave 1,048,576 tokens (256 sequences, longest 4,096) in 2 reads", "in host memory"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("bench --plan-only lacks %q:\n%s", want, out.String())
@@ -118,15 +118,15 @@ func TestPlanPrinter(t *testing.T) {
 	var out strings.Builder
 	p := planPrinter(&out)
 	for _, s := range []string{
-		"wave 48 tokens (1 sequences, longest 48) in 1 read: device peak 2.9 MB of 18.5 GB",
-		"wave 48 tokens (1 sequences, longest 48) in 1 read: device peak 2.9 MB of 18.6 GB",
+		"wave 48 tokens (1 sequence, longest 48) in 1 read: device peak 2.9 MB of 18.5 GB",
+		"wave 48 tokens (1 sequence, longest 48) in 1 read: device peak 2.9 MB of 18.6 GB",
 		"warning: something",
 		"warning: something",
 		"wave 96 tokens (2 sequences, longest 48) in 1 read: device peak 3.1 MB of 18.6 GB",
 	} {
 		p(s)
 	}
-	want := "plan: wave 48 tokens (1 sequences, longest 48) in 1 read: device peak 2.9 MB of 18.5 GB\n" +
+	want := "plan: wave 48 tokens (1 sequence, longest 48) in 1 read: device peak 2.9 MB of 18.5 GB\n" +
 		"plan: warning: something\nplan: warning: something\n" +
 		"plan: wave 96 tokens (2 sequences, longest 48) in 1 read: device peak 3.1 MB of 18.6 GB\n"
 	if out.String() != want {
