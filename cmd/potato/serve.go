@@ -29,11 +29,12 @@ type serveFlags struct {
 	limits                                                         api.Limits
 	keep, gather, shutdownTimeout, readTimeout                     time.Duration
 	expertChunk, prefetch                                          int
-	hostCache, resident, maxResult                                 byteSize
+	hostCache, resident, maxResult, maxBody                        byteSize
 }
 
-func runServe(ctx context.Context, args []string, stdout io.Writer) error {
-	var f serveFlags
+// parseServeFlags parses serve's arguments and checks them (check), before anything is opened.
+func parseServeFlags(args []string) (*serveFlags, error) {
+	f := &serveFlags{}
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(os.Stderr)
 	d := server.DefaultLimits
@@ -44,30 +45,81 @@ func runServe(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.StringVar(&f.tokenFile, "token-file", "", "file holding the bearer token every request must carry (at least 16 characters); - for stdin")
 	fs.StringVar(&f.spill, "spill", "", "directory for results and job manifests (default: spill/ under the cache directory)")
 	fs.StringVar(&f.stateFile, "state-file", "", "write the address and pid here once listening (for notebook clients); removed at exit")
-	fs.Int64Var(&f.limits.MaxBodyBytes, "max-body-bytes", d.MaxBodyBytes, "largest request body")
-	fs.IntVar(&f.limits.MaxSequenceTokens, "max-tokens", d.MaxSequenceTokens, "most tokens of one sequence")
-	fs.IntVar(&f.limits.MaxRequestTokens, "max-request-tokens", d.MaxRequestTokens, "most tokens of one request")
-	fs.IntVar(&f.limits.MaxSequences, "max-sequences", d.MaxSequences, "most sequences of one request")
-	fs.IntVar(&f.limits.MaxTopK, "max-top-k", d.MaxTopK, "largest top_k")
-	fs.IntVar(&f.limits.MaxWaveTokens, "max-wave-tokens", d.MaxWaveTokens, "a wave takes queued requests up to this many tokens (a larger request runs alone, in passes of at most this many; a longer sequence is refused)")
-	fs.Var(&f.maxResult, "max-result-bytes", "most host memory a request's results, and a wave's, may hold until written, e.g. 8GB (default: half the memory available at start, as potato replay)")
-	fs.DurationVar(&f.keep, "keep", 30*time.Minute, "how long results stay after they were fetched, and failed jobs' status")
-	fs.DurationVar(&f.gather, "gather", 50*time.Millisecond, "wait this long after a request reaches an idle engine, so that requests sent together share a wave")
-	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 10*time.Minute, "on SIGTERM, how long the wave in flight may take to finish before it is failed")
-	fs.DurationVar(&f.readTimeout, "read-timeout", time.Minute, "how long a client may take to send a job's body (headers: 10s; an idle kept-alive connection: 2m)")
+	fs.Var(&f.maxBody, "max-body-bytes", fmt.Sprintf("largest request body, e.g. 64MB or 1GiB (0 or unset: %d MiB)", d.MaxBodyBytes>>20))
+	fs.IntVar(&f.limits.MaxSequenceTokens, "max-tokens", d.MaxSequenceTokens, "most tokens of one sequence (positive)")
+	fs.IntVar(&f.limits.MaxRequestTokens, "max-request-tokens", d.MaxRequestTokens, "most tokens of one request (positive)")
+	fs.IntVar(&f.limits.MaxSequences, "max-sequences", d.MaxSequences, "most sequences of one request (positive)")
+	fs.IntVar(&f.limits.MaxTopK, "max-top-k", d.MaxTopK, "largest top_k (positive)")
+	fs.IntVar(&f.limits.MaxWaveTokens, "max-wave-tokens", d.MaxWaveTokens, "a wave takes queued requests up to this many tokens (positive; a larger request runs alone, in passes of at most this many; a longer sequence is refused)")
+	fs.Var(&f.maxResult, "max-result-bytes", "most host memory a request's results, and a wave's, may hold until written, e.g. 8GB (0 or unset: half the memory available at start, as potato replay)")
+	fs.DurationVar(&f.keep, "keep", 30*time.Minute, "how long results stay after they were fetched, and failed jobs' status (positive)")
+	fs.DurationVar(&f.gather, "gather", 50*time.Millisecond, "wait this long after a request reaches an idle engine, so that requests sent together share a wave (0: start at once)")
+	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 10*time.Minute, "on SIGTERM, how long the wave in flight may take to finish before it is failed (positive)")
+	fs.DurationVar(&f.readTimeout, "read-timeout", time.Minute, "how long a client may take to send a job's body (positive; headers: 10s; an idle kept-alive connection: 2m)")
 	fs.IntVar(&f.expertChunk, "expert-chunk", 0, "routed experts resident at once per MoE layer (0: all chosen, or on a device too small for them the largest chunk the plan fits); results do not depend on it")
 	fs.Var(&f.hostCache, "host-cache", "host memory that keeps weights between waves, e.g. 200GB (page-locked on cuda; 0: read every wave from the checkpoint); the default precision's engine only; results do not depend on it")
 	fs.Var(&f.resident, "resident", "checkpoint bytes of the layers' own weights (all but routed experts) kept on the backend between waves, e.g. 100GB (device memory on cuda; 0: upload every wave); the default precision's engine only; results do not depend on it")
 	f.mem.register(fs)
-	fs.IntVar(&f.prefetch, "prefetch-experts", -1, "routed experts of an MoE layer uploaded from the host cache before its router runs, in large waves (-1: all) (overlaps their copy with attention on cuda; needs --host-cache); results do not depend on it")
+	fs.IntVar(&f.prefetch, "prefetch-experts", -1, "routed experts of an MoE layer uploaded from the host cache before its router runs, in large waves (-1: all; 0: none) (overlaps their copy with attention on cuda; needs --host-cache); results do not depend on it")
 	if err := fs.Parse(args); err != nil {
-		return err
+		return nil, err
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("serve: unexpected argument %q", fs.Arg(0))
+		return nil, fmt.Errorf("serve: unexpected argument %q", fs.Arg(0))
+	}
+	if err := f.check(); err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+// check refuses, before the model is looked up, the engine opens or anything listens, every number no
+// server could run with, naming the flag and what it takes, as replay and bench do: a limit below 1 (a
+// limit of 0 is no default here: it would silently take DefaultLimits', and a negative one would refuse
+// every request with a message about a negative limit), a duration that is not positive (--gather
+// aside, where 0 starts at once), a negative --expert-chunk, a --prefetch-experts below -1, and the
+// memory budgets' flags (memoryFlags.check). Size flags (byteSize) cannot be negative, and 0 there is
+// each one's stated default.
+func (f *serveFlags) check() error {
+	for _, n := range []struct {
+		flag string
+		v    int
+	}{
+		{"--max-tokens", f.limits.MaxSequenceTokens}, {"--max-request-tokens", f.limits.MaxRequestTokens},
+		{"--max-sequences", f.limits.MaxSequences}, {"--max-top-k", f.limits.MaxTopK},
+		{"--max-wave-tokens", f.limits.MaxWaveTokens},
+	} {
+		if n.v < 1 {
+			return fmt.Errorf("serve: %s %d must be positive", n.flag, n.v)
+		}
+	}
+	for _, t := range []struct {
+		flag string
+		v    time.Duration
+	}{{"--keep", f.keep}, {"--shutdown-timeout", f.shutdownTimeout}, {"--read-timeout", f.readTimeout}} {
+		if t.v <= 0 {
+			return fmt.Errorf("serve: %s %v must be positive", t.flag, t.v)
+		}
+	}
+	if f.gather < 0 {
+		return fmt.Errorf("serve: --gather %v is negative (0: start at once)", f.gather)
+	}
+	if f.expertChunk < 0 {
+		return fmt.Errorf("serve: --expert-chunk %d is negative (0: all chosen)", f.expertChunk)
+	}
+	if f.prefetch < -1 {
+		return fmt.Errorf("serve: --prefetch-experts %d: want a count, or -1 for all", f.prefetch)
 	}
 	if err := f.mem.check(f.backend); err != nil {
 		return fmt.Errorf("serve: %w", err)
+	}
+	return nil
+}
+
+func runServe(ctx context.Context, args []string, stdout io.Writer) error {
+	f, err := parseServeFlags(args)
+	if err != nil {
+		return err
 	}
 	cfg, err := f.config(ctx)
 	if err != nil {
@@ -112,6 +164,7 @@ func runServe(ctx context.Context, args []string, stdout io.Writer) error {
 // config turns the flags into a server.Config, the model and spill directories defaulting to the cache.
 func (f *serveFlags) config(ctx context.Context) (server.Config, error) {
 	f.limits.MaxResultBytes = int64(f.maxResult) // 0: tables.DefaultResultLimit, in server.New
+	f.limits.MaxBodyBytes = int64(f.maxBody)     // 0: DefaultLimits.MaxBodyBytes, in server.New
 	cfg := server.Config{Backend: f.backend, Precision: f.precision, SpillDir: f.spill, Limits: f.limits,
 		Keep: f.keep, Gather: f.gather, ShutdownTimeout: f.shutdownTimeout, ReadTimeout: f.readTimeout, ExpertChunk: f.expertChunk, HostCacheBytes: int64(f.hostCache), ResidentBytes: int64(f.resident), PrefetchExperts: f.prefetch,
 		SliceTokens: f.mem.sliceTokens, ExpertMajor: f.mem.expertMajor, NoExpertPooling: f.mem.noPooling, DeviceMemory: int64(f.mem.device), HostMemory: int64(f.mem.host),

@@ -15,7 +15,8 @@ import (
 )
 
 // Config is everything a Server is told at start. Paths come only from here (the command's flags): no
-// request can name a file on the server.
+// request can name a file on the server. A number left zero takes its default; a negative one is refused
+// by New (and Validate), Gather aside, as is a PrefetchExperts below -1.
 type Config struct {
 	// ModelDir is the model directory (config.json, safetensors, and optionally the tokenizer).
 	ModelDir string
@@ -33,7 +34,8 @@ type Config struct {
 	// Token, when not empty, is required as "Authorization: Bearer TOKEN" on every request. Serve refuses
 	// a listener that is not loopback or a unix socket without one.
 	Token string
-	// Limits bound what one request may ask; zero fields take DefaultLimits' values.
+	// Limits bound what one request may ask; zero fields take DefaultLimits' values, and negative ones
+	// are refused.
 	Limits api.Limits
 	// Keep is how long results stay after they were fetched in full, and how long a failed or cancelled
 	// job's status stays (default 30 minutes). Results never fetched stay until fetched.
@@ -59,13 +61,16 @@ type Config struct {
 	// ResidentBytes is passed to the default precision's engine (replay.EngineOptions.ResidentBytes):
 	// layers' own weights kept on the backend between waves. The other precision's engine keeps none.
 	ResidentBytes int64
-	// PrefetchExperts is passed to the engines (replay.EngineOptions.PrefetchExperts).
+	// PrefetchExperts is passed to the engines (replay.EngineOptions.PrefetchExperts): 0 none, -1 all of
+	// a layer's experts.
 	PrefetchExperts int
 	// ReadHeaderTimeout bounds how long a client may take to send a request's headers (default 10 s);
 	// ReadTimeout how long it may take to send a job's body (default 1 minute: 64 MiB at about 1 MB/s),
 	// so that a body trickling in at a byte a second does not hold a connection and a goroutine forever;
 	// IdleTimeout how long a kept-alive connection may wait for its next request (default 2 minutes).
 	// Responses have no write timeout: progress streams and large tables take as long as they take.
+	// Keep, ShutdownTimeout and these three take their default at zero and are refused when negative;
+	// Gather alone means something when negative.
 	ReadHeaderTimeout, ReadTimeout, IdleTimeout time.Duration
 	// Logger receives one line per job and wave; nil means slog.Default().
 	Logger *slog.Logger
@@ -106,7 +111,55 @@ var DefaultLimits = api.Limits{
 	MaxWaveTokens:     1 << 20,
 }
 
-// withDefaults returns c with every unset field at its default, or an error for a field that has none.
+// Validate returns the error New would return for c before it opens anything: a missing model or spill
+// directory, an unknown precision, a backend without an Open function, or a number no default stands
+// for (a negative limit, duration, budget or count; see the fields). Zero fields are not errors: they
+// take their defaults.
+func (c Config) Validate() error {
+	_, err := c.withDefaults()
+	return err
+}
+
+// checkNumbers refuses the negative numbers of c (Gather aside: negative there means do not wait) and a
+// PrefetchExperts below -1. Left alone, a negative limit would refuse every request with a message
+// quoting it ("more than -5 tokens"), and a negative duration, budget or count means nothing documented.
+func (c Config) checkNumbers() error {
+	l := c.Limits
+	for _, n := range []struct {
+		field string
+		v     int64
+	}{
+		{"Limits.MaxBodyBytes", l.MaxBodyBytes}, {"Limits.MaxSequenceTokens", int64(l.MaxSequenceTokens)},
+		{"Limits.MaxRequestTokens", int64(l.MaxRequestTokens)}, {"Limits.MaxSequences", int64(l.MaxSequences)},
+		{"Limits.MaxTopK", int64(l.MaxTopK)}, {"Limits.MaxWaveTokens", int64(l.MaxWaveTokens)},
+		{"Limits.MaxResultBytes", l.MaxResultBytes},
+		{"ExpertChunk", int64(c.ExpertChunk)}, {"SliceTokens", int64(c.SliceTokens)},
+		{"DeviceMemory", c.DeviceMemory}, {"HostMemory", c.HostMemory},
+		{"HostCacheBytes", c.HostCacheBytes}, {"ResidentBytes", c.ResidentBytes},
+	} {
+		if n.v < 0 {
+			return fmt.Errorf("server: %s %d is negative (0: the default)", n.field, n.v)
+		}
+	}
+	for _, d := range []struct {
+		field string
+		v     time.Duration
+	}{
+		{"Keep", c.Keep}, {"ShutdownTimeout", c.ShutdownTimeout},
+		{"ReadHeaderTimeout", c.ReadHeaderTimeout}, {"ReadTimeout", c.ReadTimeout}, {"IdleTimeout", c.IdleTimeout},
+	} {
+		if d.v < 0 {
+			return fmt.Errorf("server: %s %v is negative (0: the default)", d.field, d.v)
+		}
+	}
+	if c.PrefetchExperts < -1 {
+		return fmt.Errorf("server: PrefetchExperts %d: want a count, or -1 for all", c.PrefetchExperts)
+	}
+	return nil
+}
+
+// withDefaults returns c with every unset field at its default, or an error for a field that has none or
+// a number that cannot mean anything (checkNumbers).
 func (c Config) withDefaults() (Config, error) {
 	if c.ModelDir == "" {
 		return c, errors.New("server: no model directory")
@@ -128,6 +181,9 @@ func (c Config) withDefaults() (Config, error) {
 			return c, fmt.Errorf("server: backend %q needs an Open function", c.Backend)
 		}
 		c.Open = OpenCPU
+	}
+	if err := c.checkNumbers(); err != nil {
+		return c, err
 	}
 	d := DefaultLimits
 	l := &c.Limits
