@@ -59,7 +59,7 @@ func runReplay(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.IntVar(&f.maxTokens, "max-tokens", d.MaxSequenceTokens, "most tokens of one sequence (as potato serve); a longer one is refused before any compute")
 	fs.IntVar(&f.maxWaveTokens, "max-wave-tokens", d.MaxWaveTokens, "most tokens of one wave (as potato serve): more sequences run as several waves, with the same results")
 	fs.IntVar(&f.maxRequest, "max-request-tokens", d.MaxRequestTokens, "most tokens of all sequences together (as potato serve): the results are held in memory until written")
-	fs.Var(&f.maxResult, "max-result-bytes", "most host memory the results may hold until written, e.g. 8GB (default: half the memory available)")
+	fs.Var(&f.maxResult, "max-result-bytes", "most host memory the results may hold until written, e.g. 8GB (0 or unset: half the memory available)")
 	fs.IntVar(&f.expertChunk, "expert-chunk", 0, "routed experts resident at once per MoE layer (0: all chosen, or on a device too small for them the largest chunk the plan fits); results do not depend on it")
 	f.mem.register(fs)
 	f.job.register(fs)

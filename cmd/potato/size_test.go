@@ -19,6 +19,19 @@ func TestByteSize(t *testing.T) {
 		{"-1GB", 0, true},
 		{"lots", 0, true},
 		{"9e30", 0, true},
+		{"1.1GB", 1.1e9, false},
+		{"1.5KB", 1500, false},
+		{"2.5e3", 2500, false},
+		{"nan", 0, true}, // ParseFloat reads NaN and Inf: they were taken as a size
+		{"NaN", 0, true},
+		{"inf", 0, true},
+		{"+Inf GB", 0, true},
+		{"0.5", 0, true}, // a fraction of a byte truncated to 0, the flag's default
+		{"1e-3", 0, true},
+		{"0.0001KB", 0, true},
+		{"1.0000001", 0, true},
+		{"0.1GB", 1e8, false},
+		{"1000000000000.5", 0, true},
 	} {
 		var s byteSize
 		err := s.Set(tc.in)
