@@ -10,7 +10,8 @@ import (
 
 // parseLayers reads a layer list flag: "all", or comma-separated 0-indexed layers and ranges ("0,3,8-11").
 // An empty string is no layers. A layer may be given once (replay.CheckLayers, the service's rule too):
-// "1,1" and "0-7,3" are refused, since a repeated layer would repeat its rows.
+// "1,1" and "0-7,3" are refused, since a repeated layer would repeat its rows. The order given is kept:
+// the results, and the tables' rows, list the layers as the flag did ("5,0" gives layer 5's first).
 func parseLayers(s string, layers int) ([]int, error) {
 	s = strings.TrimSpace(s)
 	if s == "" {
@@ -25,19 +26,23 @@ func parseLayers(s string, layers int) ([]int, error) {
 	}
 	var out []int
 	for _, part := range strings.Split(s, ",") {
-		lo, hi, isRange := strings.Cut(strings.TrimSpace(part), "-")
+		part = strings.TrimSpace(part)
+		lo, hi, isRange := strings.Cut(part, "-")
 		a, err := strconv.Atoi(lo)
-		if err != nil {
-			return nil, fmt.Errorf("layer list %q: %q is not a layer number", s, part)
+		if err != nil || a < 0 {
+			return nil, fmt.Errorf("layer list %q: %q is not a layer: want layer numbers from 0 and ranges lo-hi, comma-separated (0,3,5-7), or all (the model's layers are 0..%d)", s, part, layers-1)
 		}
 		b := a
 		if isRange {
-			if b, err = strconv.Atoi(hi); err != nil || b < a {
-				return nil, fmt.Errorf("layer list %q: %q is not a range lo-hi", s, part)
+			if b, err = strconv.Atoi(hi); err != nil || b < 0 {
+				return nil, fmt.Errorf("layer list %q: %q is not a range lo-hi: want two layer numbers from 0 (5-7)", s, part)
+			}
+			if b < a {
+				return nil, fmt.Errorf("layer list %q: range %q runs backwards: lo must not exceed hi (write %d-%d)", s, part, b, a)
 			}
 		}
 		for l := a; l <= b; l++ {
-			if l < 0 || l >= layers {
+			if l >= layers {
 				return nil, fmt.Errorf("layer list %q: layer %d outside 0..%d (layers are 0-indexed)", s, l, layers-1)
 			}
 			out = append(out, l)

@@ -6,30 +6,35 @@ import (
 	"testing"
 )
 
+// parseLayers keeps the order given, and a refusal says what a list may hold.
 func TestParseLayers(t *testing.T) {
 	tests := []struct {
-		in      string
-		want    []int
-		wantErr bool
+		in   string
+		want []int
+		err  string // in the error; "" when accepted
 	}{
-		{"", nil, false},
-		{"all", []int{0, 1, 2, 3}, false},
-		{"0,2", []int{0, 2}, false},
-		{"1-3", []int{1, 2, 3}, false},
-		{" 0 , 2-3", []int{0, 2, 3}, false},
-		{"4", nil, true},
-		{"-1", nil, true},
-		{"3-1", nil, true},
-		{"x", nil, true},
+		{"", nil, ""},
+		{"all", []int{0, 1, 2, 3}, ""},
+		{"0,2", []int{0, 2}, ""},
+		{"3,0", []int{3, 0}, ""},
+		{"1-3", []int{1, 2, 3}, ""},
+		{" 0 , 2-3", []int{0, 2, 3}, ""},
+		{"4", nil, "layer 4 outside 0..3"},
+		{"-1", nil, `"-1" is not a layer: want layer numbers from 0 and ranges lo-hi, comma-separated (0,3,5-7), or all`},
+		{"last", nil, `"last" is not a layer: want layer numbers from 0`},
+		{"ALL", nil, `"ALL" is not a layer: want layer numbers from 0`},
+		{"x", nil, "is not a layer"},
+		{"3-1", nil, `range "3-1" runs backwards: lo must not exceed hi (write 1-3)`},
+		{"1-x", nil, `"1-x" is not a range lo-hi`},
+		{"1,1", nil, "appears twice"},
 	}
 	for _, tc := range tests {
 		got, err := parseLayers(tc.in, 4)
-		if (err != nil) != tc.wantErr {
-			t.Errorf("parseLayers(%q): err = %v, want error %v", tc.in, err, tc.wantErr)
-			continue
-		}
-		if !slices.Equal(got, tc.want) {
-			t.Errorf("parseLayers(%q) = %v, want %v", tc.in, got, tc.want)
+		switch {
+		case tc.err == "" && (err != nil || !slices.Equal(got, tc.want)):
+			t.Errorf("parseLayers(%q): -want %v +got %v, %v", tc.in, tc.want, got, err)
+		case tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)):
+			t.Errorf("parseLayers(%q): -want an error …%s… +got %v, %v", tc.in, tc.err, got, err)
 		}
 	}
 }
