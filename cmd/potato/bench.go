@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"math"
@@ -46,6 +45,15 @@ type benchFlags struct {
 	maxWave                                                                       int
 }
 
+// benchUsage is the head of `potato help bench`.
+const benchUsage = `usage: potato bench [--preset NAME [--seed N] | --model DIR] [--backend cpu|cuda] [--tokens N,N...] [--seq-len N] [flags]
+
+Times waves of random token ids through a model (a synthetic preset, written to the cache on first use,
+or --model DIR) and reports each layer kind's time against the physical bound: the bytes of weights read
+at the measured (or given) bandwidth, and the FLOPs at the measured (or given) matmul rate. The plan
+line of each wave size goes to stdout; what runs before the tables (the bound, the warm-up) to stderr.
+`
+
 func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 	return benchTo(ctx, args, stdout, os.Stderr)
 }
@@ -54,8 +62,7 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 // written to stderr.
 func benchTo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var f benchFlags
-	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlags("bench", benchUsage)
 	fs.StringVar(&f.backend, "backend", "cpu", "backend: cpu or cuda")
 	fs.StringVar(&f.preset, "preset", "small", "synthetic preset to bench (written to the cache on first use), unless --model")
 	fs.Uint64Var(&f.seed, "seed", 1, "seed of the synthetic preset")
@@ -83,11 +90,11 @@ func benchTo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs.BoolVar(&f.directIO, "direct-io", false, "read the checkpoint with O_DIRECT, bypassing the page cache (from the disk itself)")
 	fs.BoolVar(&f.opProfile, "op-profile", false, "print, per layer kind, each op's calls and device time (MatMul by weight shape) against the layers' wall time, from the median run (cuda backend only; the ops are timed with CUDA events; without it the device timeline the cuda backend always prints times only the layers' ends)")
 	fs.IntVar(&f.maxWave, "max-wave-tokens", server.DefaultLimits.MaxWaveTokens, "largest wave size --tokens may give (as potato replay and serve); a larger one is refused before anything is built")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args, stdout); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("bench: unexpected argument %q", fs.Arg(0))
+		return usagef("bench", "bench: unexpected argument %q", fs.Arg(0))
 	}
 	sizes, err := f.check()
 	if err != nil {

@@ -2,10 +2,8 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
-	"os"
 
 	"github.com/potato-k3/potato-k3/datasets"
 	"github.com/potato-k3/potato-k3/replay"
@@ -20,11 +18,15 @@ func init() {
 // two layers, and prints what a researcher gets per token. The model is tiny, so its predictions are
 // text-like rather than good; the machinery is the real one.
 func runDemo(ctx context.Context, args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
-	fs.SetOutput(os.Stderr)
+	fs := newFlags("demo", "usage: potato demo [--out FILE.arrow|.arrows|.parquet]\n\n"+
+		"Replays two bundled conversations on the embedded default model (a small K3 trained on text) on the\n"+
+		"CPU backend, with the logit lens at two layers and the router's choices: no GPU, no downloads.\n")
 	out := fs.String("out", "", "also write the tables to FILE.arrow, FILE.arrows or FILE.parquet")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args, stdout); err != nil {
 		return err
+	}
+	if fs.NArg() > 0 {
+		return usagef("demo", "demo: unexpected argument %q (the demo always replays two bundled conversations on the embedded default model)", fs.Arg(0))
 	}
 	if *out != "" {
 		if err := checkOut(*out); err != nil {

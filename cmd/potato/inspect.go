@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -28,23 +27,21 @@ var errDamaged = errors.New("inspect: the directory does not match the spec")
 // tensor. The model is named as for every other command (--model DIR; without it the embedded default);
 // the directory as the one argument stays accepted.
 func runInspect(ctx context.Context, args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("inspect", flag.ContinueOnError)
-	fs.SetOutput(os.Stderr)
+	fs := newFlags("inspect", "usage: potato inspect [--layers=false] [--model DIR | DIR]\n\n"+
+		"Audits a model directory (the embedded default without one) against the K3 layer plan and tensor manifest:\n"+
+		"the layer map, tensor counts and bytes, dtypes, the tokenizer, and every violation of the spec.\n"+
+		"Flags may come before or after DIR.\n")
 	layers := fs.Bool("layers", true, "print one line per layer")
 	model := fs.String("model", "", "model directory (default: the embedded demo model, a small K3 trained on text)")
-	fs.Usage = func() {
-		fmt.Fprintln(os.Stderr, "usage: potato inspect [-layers=false] [--model DIR | DIR]")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
+	dirs, err := parseInterspersed(fs, args, stdout) // inspect DIR --layers=false read --layers=false as a second directory
+	if err != nil {
 		return err
 	}
 	switch {
-	case fs.NArg() > 1, fs.NArg() == 1 && *model != "":
-		fs.Usage()
-		return errors.New("inspect: want one model directory (--model DIR or DIR)")
-	case fs.NArg() == 1:
-		*model = fs.Arg(0)
+	case len(dirs) > 1, len(dirs) == 1 && *model != "":
+		return usagef("inspect", "inspect: want one model directory (--model DIR or DIR)")
+	case len(dirs) == 1:
+		*model = dirs[0]
 	}
 	if st, err := os.Stat(*model); err == nil && !st.IsDir() {
 		if _, ferr := tables.FormatOf(*model); ferr == nil { // a result table, not a model

@@ -12,7 +12,7 @@ import (
 )
 
 // -h is help asked for: exit status 0 (it was 1), for every command, version included, and `potato help
-// CMD` is `potato CMD -h`; any other error is 1.
+// CMD` is `potato CMD -h`; a failure is 1 (a usage error 2: TestHelpAndUsageErrors).
 func TestExitCode(t *testing.T) {
 	for _, args := range [][]string{{"replay", "-h"}, {"version", "-h"}, {"help", "merge"}, {"help", "tokenize"}} {
 		err := run(context.Background(), args, &bytes.Buffer{})
@@ -52,6 +52,13 @@ func TestModelFlagEverywhere(t *testing.T) {
 	}
 	if err := run(context.Background(), []string{"inspect", "--model", model, model}, &bytes.Buffer{}); err == nil {
 		t.Error("inspect with --model and an argument: accepted")
+	}
+	// a flag after the directory is a flag (it was read as a second directory)
+	var before, after bytes.Buffer
+	errB := run(context.Background(), []string{"inspect", "--layers=false", model}, &before)
+	errA := run(context.Background(), []string{"inspect", model, "--layers=false"}, &after)
+	if errB != nil || errA != nil || before.String() != after.String() {
+		t.Errorf("inspect --layers=false DIR: %v; inspect DIR --layers=false: %v; -want +got:\n%s\n%s", errB, errA, before.String(), after.String())
 	}
 }
 

@@ -2,10 +2,8 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
-	"os"
 
 	"github.com/potato-k3/potato-k3/datasets/job"
 	"github.com/potato-k3/potato-k3/replay/tables"
@@ -16,24 +14,21 @@ func init() {
 }
 
 func runMerge(ctx context.Context, args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("merge", flag.ContinueOnError)
-	fs.SetOutput(os.Stderr)
+	fs := newFlags("merge", "usage: potato merge --out FILE.parquet|FILE.arrow|FILE.arrows [--partial] DIR...\n\n"+
+		"Merges the dataset-job directories (the shards of one job) into one table set, as a single replay writes it.\n"+
+		"Flags may come before or after the directories.\n")
 	out := fs.String("out", "", "the table set to write: FILE.parquet, FILE.arrow or FILE.arrows (FILE.tokens.parquet, ...)")
 	partial := fs.Bool("partial", false, "merge incomplete jobs and shard sets with shards missing")
-	fs.Usage = func() {
-		fmt.Fprintln(os.Stderr, "usage: potato merge --out FILE.parquet|FILE.arrow|FILE.arrows DIR...")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
+	dirs, err := parseInterspersed(fs, args, stdout) // merge results/shard-* --out all.parquet
+	if err != nil {
 		return err
 	}
-	if *out == "" || fs.NArg() == 0 {
-		fs.Usage()
-		return fmt.Errorf("merge: give --out FILE.parquet and the job directories")
+	if *out == "" || len(dirs) == 0 {
+		return usagef("merge", "merge: give --out FILE.parquet and the job directories")
 	}
 	// A fresh result-set id, as `potato replay --out` stamps its tables: tables.ReadSet then refuses the
 	// merged tables beside another run's.
-	sum, err := job.Merge(ctx, *out, fs.Args(), job.MergeOptions{Partial: *partial, ResultSet: tables.NewSetID()})
+	sum, err := job.Merge(ctx, *out, dirs, job.MergeOptions{Partial: *partial, ResultSet: tables.NewSetID()})
 	if err != nil {
 		return err
 	}

@@ -52,23 +52,23 @@ func runNotebook(ctx context.Context, args []string, stdout io.Writer) error {
 		fmt.Fprint(stdout, notebookUsage)
 		fs := newNotebookFlags(&notebookInstall{})
 		fs.SetOutput(stdout)
-		fs.PrintDefaults()
+		printFlags(fs)
 		return nil
 	}
 	if args[0] != "install" {
-		return fmt.Errorf("notebook: unknown subcommand %q (want install)", args[0])
+		return usagef("notebook", "notebook: unknown subcommand %q (want install)", args[0])
 	}
 	in := &notebookInstall{out: stdout}
 	fs := newNotebookFlags(in)
 	fs.Usage = func() {
-		fmt.Fprint(os.Stderr, notebookUsage)
-		fs.PrintDefaults()
+		fmt.Fprint(fs.Output(), notebookUsage)
+		printFlags(fs)
 	}
-	if err := fs.Parse(args[1:]); err != nil {
+	if err := parseFlags(fs, args[1:], stdout); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("notebook install: unexpected argument %q", fs.Arg(0))
+		return usagef("notebook", "notebook install: unexpected argument %q", fs.Arg(0))
 	}
 	if err := in.run(ctx); err != nil {
 		return fmt.Errorf("notebook install: %w", err)
@@ -79,7 +79,6 @@ func runNotebook(ctx context.Context, args []string, stdout io.Writer) error {
 // newNotebookFlags returns the flag set of `potato notebook install`, bound to in.
 func newNotebookFlags(in *notebookInstall) *flag.FlagSet {
 	fs := flag.NewFlagSet("notebook install", flag.ContinueOnError)
-	fs.SetOutput(os.Stderr)
 	fs.StringVar(&in.jupyterDir, "jupyter-dir", "", "Jupyter data directory for the kernel spec (default: $JUPYTER_DATA_DIR, else the one jupyter --data-dir names)")
 	fs.StringVar(&in.binDir, "bin", "", "directory for the gonb and goimports binaries (default: $(go env GOBIN), else $(go env GOPATH)/bin)")
 	fs.StringVar(&in.project, "project", "", "the potato-k3 checkout notebooks use (default: the one holding the current directory)")

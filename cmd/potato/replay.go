@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -22,6 +21,19 @@ func init() {
 	commands["replay"] = command{"replay text, conversations or token ids teacher-forced; print and save per-token results", runReplay}
 }
 
+// replayUsage is the head of `potato help replay`.
+const replayUsage = `usage: potato replay [--model DIR] (--text STRING | --text-file FILE | --chat FILE [--thinking on|off] | --tokens IDS)
+                     [--top-k N] [--lens LAYERS] [--hidden LAYERS] [--router] [--attnres] [--out FILE.arrow|.arrows|.parquet] [flags]
+       potato replay [--model DIR] --chat FILE [--thinking on|off] --out DIR/ [--shard I/N] [flags]   (a dataset job)
+
+Replays the input teacher-forced and prints a per-token table: each position's next token, its logprob and
+rank, the entropy and with --top-k the alternatives. --out writes every table asked for; with --chat, an
+--out directory (DIR/, or one that exists) runs a resumable dataset job of Parquet parts.
+`
+
+// layerListUsage is how --lens and --hidden are written (parseLayers).
+const layerListUsage = "layer numbers from 0 and ranges lo-hi, comma-separated (0,3,5-7), or all; each layer once, kept in the order given"
+
 // replayFlags are the flags of `potato replay`.
 type replayFlags struct {
 	mem                                    memoryFlags // --slice-tokens, --device-memory, --host-memory
@@ -38,8 +50,7 @@ type replayFlags struct {
 
 func runReplay(ctx context.Context, args []string, stdout io.Writer) error {
 	f := replayFlags{stdin: os.Stdin}
-	fs := flag.NewFlagSet("replay", flag.ContinueOnError)
-	fs.SetOutput(os.Stderr)
+	fs := newFlags("replay", replayUsage)
 	d := server.DefaultLimits
 	fs.StringVar(&f.model, "model", "", "model directory (default: the embedded demo model, a small K3 trained on text)")
 	fs.StringVar(&f.backend, "backend", "cpu", "backend: cpu or cuda")
@@ -50,8 +61,8 @@ func runReplay(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.StringVar(&f.thinking, "thinking", "", "with --chat: on or off, for conversations that do not say; a conversation that says the other mode is refused")
 	fs.StringVar(&f.tokens, "tokens", "", "token ids to replay, comma-separated")
 	fs.IntVar(&f.topK, "top-k", 0, "alternatives kept per position (0, as the service and the engine: none)")
-	fs.StringVar(&f.hidden, "hidden", "", "layers whose hidden state (the running sum p) to return: 0,3,5-7 or all (each layer once)")
-	fs.StringVar(&f.lens, "lens", "", "layers to read out with the logit lens: 0,3,5-7 or all (each layer once)")
+	fs.StringVar(&f.hidden, "hidden", "", "layers whose hidden state (the running sum p) to return: "+layerListUsage)
+	fs.StringVar(&f.lens, "lens", "", "layers to read out with the logit lens: "+layerListUsage)
 	fs.BoolVar(&f.router, "router", false, "return every MoE layer's expert choices")
 	fs.BoolVar(&f.attnres, "attnres", false, "return every AttnRes mix's weights")
 	fs.BoolVar(&f.float16, "float16", false, "store hidden states as float16 instead of float32")
@@ -65,11 +76,11 @@ func runReplay(ctx context.Context, args []string, stdout io.Writer) error {
 	f.job.register(fs)
 	fs.IntVar(&f.show, "show", 40, "positions printed per sequence (0: none)")
 	fs.BoolVar(&f.noProgress, "no-progress", false, "do not print per-layer progress on stderr")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args, stdout); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("replay: unexpected argument %q", fs.Arg(0))
+		return usagef("replay", "replay: unexpected argument %q (every input is given by a flag: --text, --text-file, --chat or --tokens)", fs.Arg(0))
 	}
 	in, err := f.check()
 	if err != nil {
@@ -134,7 +145,7 @@ func (f *replayFlags) check() (input, error) {
 		}
 	}
 	if inputs != 1 {
-		return in, errors.New("replay: give exactly one of --text, --text-file, --chat, --tokens")
+		return in, usagef("replay", "replay: give exactly one of --text, --text-file, --chat, --tokens")
 	}
 	for _, n := range []struct {
 		flag string

@@ -2,11 +2,8 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"text/tabwriter"
 
@@ -24,26 +21,22 @@ func init() {
 // runShow parses `potato show [--rows N] FILE...`: for a researcher without pyarrow or a Go program at
 // hand, what a written table holds, read by the same code that reads it in Go (tables.ReadFile).
 func runShow(_ context.Context, args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("show", flag.ContinueOnError)
-	fs.SetOutput(os.Stderr)
+	fs := newFlags("show", "usage: potato show [--rows N] [--width N] FILE.tokens.arrow|.arrows|.parquet ...\n\n"+
+		"Prints each table's name, rows, columns and types, its potato.* provenance and its first rows.\n"+
+		"Flags may come before or after the files.\n")
 	rows := fs.Int("rows", 10, "rows printed from the top of each table (0: none)")
 	width := fs.Int("width", 60, "characters a cell is cut to")
-	fs.Usage = func() {
-		fmt.Fprintln(os.Stderr, "usage: potato show [--rows N] FILE.tokens.arrow|.arrows|.parquet ...\n\n"+
-			"Prints each table's name, rows, columns and types, its potato.* provenance and its first rows.\n\nflags:")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
+	files, err := parseInterspersed(fs, args, stdout) // show r.tokens.arrow --rows 1 read --rows as a file
+	if err != nil {
 		return err
 	}
-	if fs.NArg() == 0 {
-		fs.Usage()
-		return errors.New("show: give one or more table files")
+	if len(files) == 0 {
+		return usagef("show", "show: give one or more table files")
 	}
 	if *rows < 0 || *width < 4 {
 		return fmt.Errorf("show: --rows %d must be at least 0 and --width %d at least 4", *rows, *width)
 	}
-	for i, path := range fs.Args() {
+	for i, path := range files {
 		if i > 0 {
 			fmt.Fprintln(stdout)
 		}

@@ -24,6 +24,11 @@ func TestShow(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := stdout.String()
+	// flags after the files are flags (--rows was read as a file)
+	var after bytes.Buffer
+	if err := run(context.Background(), []string{"show", tokens, lens, "--rows", "2"}, &after); err != nil || after.String() != got {
+		t.Errorf("show FILES --rows 2: %v; -want +got:\n%s\n%s", err, got, after.String())
+	}
 	for _, want := range []string{tokens + ": table tokens, 4 rows", lens + ": table lens, 4 rows",
 		"potato.result_set = ", "potato.request_hash = ", "potato.precision = bf16", "columns: seq_id int32, pos int32, token_id int32",
 		"\n0       0    5         ", "... 2 more rows (--rows N)"} {

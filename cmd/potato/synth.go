@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -18,14 +16,17 @@ func init() {
 	commands["synth"] = command{"write a synthetic checkpoint in the official K3 format", runSynth}
 }
 
-// runSynth parses `potato synth --preset NAME --seed N --out DIR [--layers N] [--sparse]`.
+// runSynth parses `potato synth [--preset NAME] [--seed N] --out DIR [--layers N] [--sparse]`.
 func runSynth(ctx context.Context, args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("synth", flag.ContinueOnError)
-	fs.SetOutput(os.Stderr)
 	var names []string
+	var head strings.Builder
+	head.WriteString("usage: potato synth [--preset NAME] [--seed N] --out DIR [--layers N] [--sparse]\n\n" +
+		"Writes a synthetic checkpoint in the official K3 format (--preset tiny and --seed 1 unless given).\n\npresets:\n")
 	for _, p := range synth.Presets() {
 		names = append(names, p.Name)
+		fmt.Fprintf(&head, "  %-9s %s\n", p.Name, p.Summary)
 	}
+	fs := newFlags("synth", head.String())
 	preset := fs.String("preset", "tiny", "model shape: "+strings.Join(names, ", "))
 	seed := fs.Uint64("seed", 1, "seed: the same preset, layers and seed give the same bytes")
 	out := fs.String("out", "", "model directory to create (must not exist, or be empty)")
@@ -33,20 +34,14 @@ func runSynth(ctx context.Context, args []string, stdout io.Writer) error {
 	sparse := fs.Bool("sparse", false, "write headers only and leave tensor data as holes (no disk blocks)")
 	workers := fs.Int("workers", 0, "generator goroutines (0: one per CPU)")
 	quiet := fs.Bool("q", false, "no progress lines on stderr")
-	fs.Usage = func() {
-		fmt.Fprintln(os.Stderr, "usage: potato synth --preset NAME --seed N --out DIR [--layers N] [--sparse]\n\npresets:")
-		for _, p := range synth.Presets() {
-			fmt.Fprintf(os.Stderr, "  %-9s %s\n", p.Name, p.Summary)
-		}
-		fmt.Fprintln(os.Stderr, "\nflags:")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args, stdout); err != nil {
 		return err
 	}
-	if *out == "" || fs.NArg() > 0 {
-		fs.Usage()
-		return errors.New("synth: --out DIR is required and takes no positional arguments")
+	switch {
+	case fs.NArg() > 0:
+		return usagef("synth", "synth: unexpected argument %q (the directory is given by --out DIR)", fs.Arg(0))
+	case *out == "":
+		return usagef("synth", "synth: --out DIR is required")
 	}
 	// The sizes are checked before anything is built: the plan of a huge --layers would fill memory
 	// before the disk-space check could refuse it.

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -19,11 +18,17 @@ func init() {
 	commands["tokenize"] = command{"show the tokens of text or chat conversations: id, piece, message, channel", runTokenize}
 }
 
+// tokenizeUsage is the head of `potato help tokenize`.
+const tokenizeUsage = `usage: potato tokenize [--model DIR] (--text STRING [--special] | --text-file FILE | --chat FILE [--thinking on|off])
+
+Prints one row per token: position, id, piece, message and channel. A conversation line looks like
+{"messages": [{"role": "user", "content": "Hi"}], "thinking_effort": "high", "add_generation_prompt": true}.
+`
+
 // runTokenize parses `potato tokenize [--model DIR] (--text STRING [--special] | --text-file FILE | --chat
 // FILE [--thinking on|off])`; without --model, the embedded default, as for every other command.
 func runTokenize(ctx context.Context, args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("tokenize", flag.ContinueOnError)
-	fs.SetOutput(os.Stderr)
+	fs := newFlags("tokenize", tokenizeUsage)
 	model := fs.String("model", "", "model directory with tiktoken.model and tokenizer_config.json (default: the embedded demo model, a small K3 trained on text)")
 	text := fs.String("text", "", "raw text to tokenize (no BOS is added)")
 	textFile := fs.String("text-file", "", "file of raw text to tokenize, - for stdin")
@@ -31,13 +36,7 @@ func runTokenize(ctx context.Context, args []string, stdout io.Writer) error {
 	chat := fs.String("chat", "", "file of conversations: JSONL (one a line), a JSON array, or Parquet (- for JSONL on stdin)")
 	thinking := fs.String("thinking", "", "with --chat: on or off, for conversations that do not say (required then)")
 	maxTokens := fs.Int("max-tokens", server.DefaultLimits.MaxSequenceTokens, "most tokens of the text or of one conversation (as potato replay); a longer one is refused (text is tokenized only up to the limit)")
-	fs.Usage = func() {
-		fmt.Fprintln(os.Stderr, "usage: potato tokenize [--model DIR] (--text STRING [--special] | --text-file FILE | --chat FILE [--thinking on|off])\n\n"+
-			"A conversation line looks like {\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}],\n"+
-			"\"thinking_effort\": \"high\", \"add_generation_prompt\": true}.\n\nflags:")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args, stdout); err != nil {
 		return err
 	}
 	textSet := false
@@ -48,9 +47,11 @@ func runTokenize(ctx context.Context, args []string, stdout io.Writer) error {
 			given++
 		}
 	}
-	if given != 1 || fs.NArg() > 0 {
-		fs.Usage()
-		return errors.New("tokenize: exactly one of --text, --text-file or --chat is required")
+	switch {
+	case fs.NArg() > 0:
+		return usagef("tokenize", "tokenize: unexpected argument %q (the input is given by --text, --text-file or --chat)", fs.Arg(0))
+	case given != 1:
+		return usagef("tokenize", "tokenize: exactly one of --text, --text-file or --chat is required")
 	}
 	if *maxTokens <= 0 {
 		return fmt.Errorf("tokenize: --max-tokens %d must be positive", *maxTokens)

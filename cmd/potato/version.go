@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"runtime"
 	"runtime/debug"
 
@@ -23,11 +22,11 @@ func init() {
 // (Go version, and the commit when built from a checkout).
 func runVersion(_ context.Context, args []string, stdout io.Writer) error {
 	if len(args) == 1 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help") {
-		fmt.Fprintln(os.Stderr, "usage: potato version\n\nPrints the engine, table schema and generator versions and the build (Go, OS, commit).")
+		fmt.Fprintln(stdout, "usage: potato version\n\nPrints the engine, table schema and generator versions and the build (Go, OS, commit).")
 		return flag.ErrHelp
 	}
 	if len(args) > 0 {
-		return fmt.Errorf("version: unexpected argument %q", args[0])
+		return usagef("version", "version: unexpected argument %q", args[0])
 	}
 	fmt.Fprintf(stdout, "potato %s (tables schema %d, synth generator %d), %s %s/%s", replay.Version,
 		tables.SchemaVersion, synth.Version, runtime.Version(), runtime.GOOS, runtime.GOARCH)
