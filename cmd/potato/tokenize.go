@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -18,11 +19,13 @@ func init() {
 	commands["tokenize"] = command{"show the tokens of text or chat conversations: id, piece, message, channel", runTokenize}
 }
 
-// tokenizeUsage is the head of `potato help tokenize`.
+// tokenizeUsage is the head of `potato help tokenize`. Its conversation runs as written (TestTokenizeUsage):
+// it gives its thinking mode, which a thinking_effort needs on.
 const tokenizeUsage = `usage: potato tokenize [--model DIR] (--text STRING [--special] | --text-file FILE | --chat FILE [--thinking on|off])
 
 Prints one row per token: position, id, piece, message and channel. A conversation line looks like
-{"messages": [{"role": "user", "content": "Hi"}], "thinking_effort": "high", "add_generation_prompt": true}.
+{"messages": [{"role": "user", "content": "Hi"}], "thinking": true, "thinking_effort": "high", "add_generation_prompt": true}
+(a thinking_effort needs thinking on; a line without "thinking" takes --thinking's mode).
 `
 
 // runTokenize parses `potato tokenize [--model DIR] (--text STRING [--special] | --text-file FILE | --chat
@@ -34,7 +37,7 @@ func runTokenize(ctx context.Context, args []string, stdout io.Writer) error {
 	textFile := fs.String("text-file", "", "file of raw text to tokenize, - for stdin")
 	special := fs.Bool("special", false, "with --text: names of special tokens such as <|open|> become special ids")
 	chat := fs.String("chat", "", "file of conversations: JSONL (one a line), a JSON array, or Parquet (- for JSONL on stdin)")
-	thinking := fs.String("thinking", "", "with --chat: on or off, for conversations that do not say (required then)")
+	thinking := fs.String("thinking", "", "with --chat: on or off, the thinking mode of the conversations that do not give theirs (needed when one does not; a conversation that gives the other mode is refused)")
 	maxTokens := fs.Int("max-tokens", server.DefaultLimits.MaxSequenceTokens, "most tokens of the text or of one conversation (as potato replay); a longer one is refused (text is tokenized only up to the limit)")
 	if err := parseFlags(fs, args, stdout); err != nil {
 		return err
@@ -52,6 +55,8 @@ func runTokenize(ctx context.Context, args []string, stdout io.Writer) error {
 		return usagef("tokenize", "tokenize: unexpected argument %q (the input is given by --text, --text-file or --chat)", fs.Arg(0))
 	case given != 1:
 		return usagef("tokenize", "tokenize: exactly one of --text, --text-file or --chat is required")
+	case *thinking != "" && *chat == "": // as replay: text has no thinking mode, and the flag would be dropped
+		return errors.New("tokenize: --thinking is for --chat (text has no thinking mode)")
 	}
 	if *maxTokens <= 0 {
 		return fmt.Errorf("tokenize: --max-tokens %d must be positive", *maxTokens)

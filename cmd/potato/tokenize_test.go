@@ -37,6 +37,8 @@ func TestTokenizeRefusals(t *testing.T) {
 			`conversation 1 (id "greeting") has`},
 		{"no conversations", []string{"--chat", empty, "--thinking", "off"}, "empty.jsonl holds no conversations"},
 		{"zero limit", []string{"--text", "x", "--max-tokens", "0"}, "--max-tokens 0 must be positive"},
+		{"thinking without chat", []string{"--text", "x", "--thinking", "on"}, "--thinking is for --chat"},
+		{"argument", []string{"--text", "x", "extra"}, `unexpected argument "extra"`},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			var stdout bytes.Buffer
@@ -48,6 +50,32 @@ func TestTokenizeRefusals(t *testing.T) {
 				t.Errorf("printed before refusing:\n%.300s", stdout.String())
 			}
 		})
+	}
+}
+
+// The conversation line the help shows runs as written, with no --thinking: it gives its mode (it gave
+// a thinking_effort without one, which no --thinking could run: off refuses an effort, and the help did
+// not say on).
+func TestTokenizeUsage(t *testing.T) {
+	var line string
+	for _, l := range strings.Split(tokenizeUsage, "\n") {
+		if strings.HasPrefix(l, `{"messages"`) {
+			line = l
+		}
+	}
+	if line == "" {
+		t.Fatalf("no conversation line in the help:\n%s", tokenizeUsage)
+	}
+	chat := filepath.Join(t.TempDir(), "example.jsonl")
+	if err := os.WriteFile(chat, []byte(line+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var stdout bytes.Buffer
+	if err := run(context.Background(), []string{"tokenize", "--chat", chat}, &stdout); err != nil {
+		t.Fatalf("the help's conversation %s: %v", line, err)
+	}
+	if !strings.Contains(stdout.String(), "# conversation line:1: ") {
+		t.Errorf("tokenize of the help's conversation:\n%.400s", stdout.String())
 	}
 }
 
