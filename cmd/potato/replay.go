@@ -178,7 +178,7 @@ func (f *replayFlags) check() (input, error) {
 		}
 	}
 	if f.out != "" && (f.chat == "" || !isJobDir(f.out)) { // a dataset job's directory is the job's to check
-		if err := checkOut(f.out); err != nil {
+		if err := checkReplayOut(f.out, f.chat != ""); err != nil {
 			return in, err
 		}
 	}
@@ -259,6 +259,22 @@ func lockOut(out string) (unlock func(), err error) {
 		os.Remove(path)
 		l.Unlock()
 	}, nil
+}
+
+// checkReplayOut is checkOut for replay's --out, which also names a dataset job's directory: an --out
+// without an extension is most likely one, and the error says how a directory is given (DIR/, or one that
+// exists) and that it needs --chat.
+func checkReplayOut(out string, chat bool) error {
+	switch {
+	case isJobDir(out):
+		return fmt.Errorf("replay: --out %s names a directory: that is a dataset job, which replays --chat (a file of conversations); give --out FILE.arrow, .arrows or .parquet for --text, --text-file or --tokens", out)
+	case filepath.Ext(out) == "" && chat:
+		return fmt.Errorf("replay: --out %s has no extension: give FILE.arrow, .arrows or .parquet, or for a dataset job its directory as %s/ (a trailing slash) or an existing directory", out, out)
+	}
+	if err := checkOut(out); err != nil {
+		return fmt.Errorf("replay: %w", err)
+	}
+	return nil
 }
 
 // checkOut checks --out before any compute: a known extension, and a directory that exists and takes a

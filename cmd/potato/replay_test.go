@@ -61,6 +61,11 @@ func TestReplayChecksBeforeCompute(t *testing.T) {
 		{"no conversations", []string{"--chat", empty}, "empty.jsonl holds no conversations"},
 		{"lens without --out", []string{"--text", "x", "--lens", "1"}, "--lens asks for a table that only --out writes"},
 		{"router without --out", []string{"--text", "x", "--router"}, "--router asks for a table that only --out writes"},
+		// an --out without an extension is most likely a dataset job's directory: say how one is given
+		{"out directory without --chat", []string{"--text", "x", "--out", filepath.Join(dir, "job7") + "/"},
+			"job7/ names a directory: that is a dataset job, which replays --chat"},
+		{"out without extension with --chat", []string{"--chat", chats, "--out", filepath.Join(dir, "job9")},
+			"job9 has no extension: give FILE.arrow, .arrows or .parquet, or for a dataset job its directory as " + filepath.Join(dir, "job9") + "/ (a trailing slash) or an existing directory"},
 	}
 	if os.Getuid() != 0 { // root writes anywhere
 		ro := filepath.Join(dir, "ro")
