@@ -61,7 +61,7 @@ func newBackend(name string, prec ops.Precision, tune backendTuning) (ops.Backen
 		}
 		return b, func() { b.Close() }, nil
 	}
-	return nil, nil, fmt.Errorf("backend %q: want cpu or cuda", name)
+	return nil, nil, fmt.Errorf("--backend %q: want cpu or cuda", name)
 }
 
 // modelDir is the --model flag's value, or the embedded default model (written to the cache on first use).
@@ -76,8 +76,8 @@ func modelDir(ctx context.Context, dir string) (string, error) {
 // openEngine opens dir (or the default model) on the named backend; ckpt tunes the checkpoint reader.
 func openEngine(ctx context.Context, dir, backend, precision string, tune backendTuning, opts replay.EngineOptions, ckpt ...checkpoint.Option) (*loaded, error) {
 	prec, err := ops.ParsePrecision(precision)
-	if err != nil {
-		return nil, err
+	if err != nil { // the flag's name, where ParsePrecision's error said "ops: precision"
+		return nil, fmt.Errorf("--precision %q: want bf16 or fp32", precision)
 	}
 	if dir, err = modelDir(ctx, dir); err != nil {
 		return nil, err

@@ -13,6 +13,7 @@ import (
 	"github.com/potato-k3/potato-k3/internal/filelock"
 	"github.com/potato-k3/potato-k3/kernel/server"
 	"github.com/potato-k3/potato-k3/replay"
+	"github.com/potato-k3/potato-k3/replay/ops"
 	"github.com/potato-k3/potato-k3/replay/tables"
 	"github.com/potato-k3/potato-k3/replay/tokenizer"
 )
@@ -158,11 +159,19 @@ func (f *replayFlags) check() (input, error) {
 	if err := f.mem.check(f.backend); err != nil {
 		return in, fmt.Errorf("replay: %w", err)
 	}
-	if f.maxTokens <= 0 || f.maxWaveTokens <= 0 || f.maxRequest <= 0 {
-		return in, fmt.Errorf("replay: --max-tokens %d, --max-wave-tokens %d and --max-request-tokens %d must be positive", f.maxTokens, f.maxWaveTokens, f.maxRequest)
+	for _, n := range []struct {
+		flag string
+		v    int
+	}{{"--max-tokens", f.maxTokens}, {"--max-wave-tokens", f.maxWaveTokens}, {"--max-request-tokens", f.maxRequest}, {"--wave-tokens", f.job.waveTokens}} {
+		if n.v <= 0 {
+			return in, fmt.Errorf("replay: %s %d must be positive", n.flag, n.v)
+		}
 	}
-	if f.job.waveTokens <= 0 {
-		return in, fmt.Errorf("replay: --wave-tokens %d must be positive", f.job.waveTokens)
+	if _, err := ops.ParsePrecision(f.precision); err != nil {
+		return in, fmt.Errorf("replay: --precision %q: want bf16 or fp32", f.precision)
+	}
+	if f.backend != "cpu" && f.backend != "cuda" {
+		return in, fmt.Errorf("replay: --backend %q: want cpu or cuda", f.backend)
 	}
 	if f.thinking != "" && f.chat == "" {
 		return in, errors.New("replay: --thinking is for --chat (text and token ids have no thinking mode)")

@@ -66,6 +66,11 @@ func TestReplayChecksBeforeCompute(t *testing.T) {
 			"job7/ names a directory: that is a dataset job, which replays --chat"},
 		{"out without extension with --chat", []string{"--chat", chats, "--out", filepath.Join(dir, "job9")},
 			"job9 has no extension: give FILE.arrow, .arrows or .parquet, or for a dataset job its directory as " + filepath.Join(dir, "job9") + "/ (a trailing slash) or an existing directory"},
+		{"zero --max-tokens", []string{"--text", "x", "--max-tokens", "0"}, "replay: --max-tokens 0 must be positive"},
+		{"zero --max-request-tokens", []string{"--text", "x", "--max-request-tokens", "0"}, "replay: --max-request-tokens 0 must be positive"},
+		{"zero --wave-tokens", []string{"--text", "x", "--wave-tokens", "0"}, "replay: --wave-tokens 0 must be positive"},
+		{"precision", []string{"--text", "x", "--precision", "fp16"}, `replay: --precision "fp16": want bf16 or fp32`},
+		{"backend", []string{"--text", "x", "--backend", "tpu"}, `replay: --backend "tpu": want cpu or cuda`},
 	}
 	if os.Getuid() != 0 { // root writes anywhere
 		ro := filepath.Join(dir, "ro")
