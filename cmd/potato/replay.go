@@ -68,9 +68,9 @@ func runReplay(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.BoolVar(&f.attnres, "attnres", false, "return every AttnRes mix's weights")
 	fs.BoolVar(&f.float16, "float16", false, "store hidden states as float16 instead of float32")
 	fs.StringVar(&f.out, "out", "", "write the tables to FILE.arrow (Arrow IPC files), FILE.arrows (IPC streams) or FILE.parquet, one file per table; with --chat, DIR/ (a trailing slash) runs a resumable dataset job into DIR (Parquet parts and a manifest; potato merge joins them)")
-	fs.IntVar(&f.maxTokens, "max-tokens", d.MaxSequenceTokens, "most tokens of one sequence (as potato serve); a longer one is refused before any compute")
+	fs.IntVar(&f.maxTokens, "max-tokens", d.MaxSequenceTokens, "most tokens of one sequence (as potato serve); a longer one is refused before any compute (text is tokenized only up to it)")
 	fs.IntVar(&f.maxWaveTokens, "max-wave-tokens", d.MaxWaveTokens, "most tokens of one wave (as potato serve): more sequences run as several waves, with the same results")
-	fs.IntVar(&f.maxRequest, "max-request-tokens", d.MaxRequestTokens, "most tokens of all sequences together (as potato serve): the results are held in memory until written")
+	fs.IntVar(&f.maxRequest, "max-request-tokens", d.MaxRequestTokens, "most tokens of all sequences together (as potato serve; --text, --text-file and --tokens are one sequence): the results are held in memory until written (a dataset job holds one wave's at a time and is not bounded by it)")
 	fs.Var(&f.maxResult, "max-result-bytes", "most host memory the results may hold until written, e.g. 8GB (0 or unset: half the memory available)")
 	fs.IntVar(&f.expertChunk, "expert-chunk", 0, "routed experts resident at once per MoE layer (0: all chosen, or on a device too small for them the largest chunk the plan fits); results do not depend on it")
 	f.mem.register(fs)
@@ -361,9 +361,15 @@ func (f *replayFlags) request(l *loaded, in input) (replay.Request, error) {
 	if f.tokens == "" && l.tok == nil {
 		return req, fmt.Errorf("replay: %s has no tokenizer (%v): give --tokens", l.dir, l.tokMissing)
 	}
+	// One sequence is bounded by --max-tokens and by a wave (it cannot be split); --text, --text-file
+	// and --tokens are the request's one sequence, so --max-request-tokens bounds them too (conversations
+	// are counted together below).
 	limit, limitFlag := f.maxTokens, "--max-tokens"
 	if f.maxWaveTokens < limit {
 		limit, limitFlag = f.maxWaveTokens, "--max-wave-tokens"
+	}
+	if in.convs == nil && f.maxRequest < limit {
+		limit, limitFlag = f.maxRequest, "--max-request-tokens"
 	}
 	tooLong := func(what string, n int) error {
 		if n < 0 {

@@ -107,6 +107,11 @@ func TestReplayChecksBeforeCompute(t *testing.T) {
 		{"conversation past --max-wave-tokens", []string{"--chat", chats, "--max-wave-tokens", "20"},
 			`conversation 1 (id "greeting") has`},
 		{"tokens past --max-tokens", []string{"--tokens", "1,2,3", "--max-tokens", "2"}, "--tokens has 3 tokens: the limit is 2 (--max-tokens)"},
+		// --text and --tokens are the request's one sequence: --max-request-tokens bounds them too (it
+		// was enforced for --chat only)
+		{"tokens past --max-request-tokens", []string{"--tokens", "1,2,3", "--max-request-tokens", "2"}, "--tokens has 3 tokens: the limit is 2 (--max-request-tokens)"},
+		{"text past --max-request-tokens", []string{"--text", "one two three four five six", "--max-request-tokens", "3"},
+			"replay: the text has more than 3 tokens: the limit is 3 (--max-request-tokens)"},
 		{"results past --max-result-bytes", []string{"--text", "one two three", "--hidden", "all", "--max-result-bytes", "10kB", "--out", out},
 			"in memory (8 hidden and 0 lens layers, top-k 0, over every token): the limit is 10.0 kB (--max-result-bytes)"},
 		{"conversations past --max-request-tokens", []string{"--chat", chats, "--max-request-tokens", "300"},
