@@ -31,7 +31,7 @@ type jobFlags struct {
 // register adds --shard and --wave-tokens to fs.
 func (j *jobFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&j.shard, "shard", "", "with --chat and --out DIR/: replay only shard I/N of the conversations (by id), e.g. 0/4; N jobs cover the dataset exactly once")
-	fs.IntVar(&j.waveTokens, "wave-tokens", job.DefaultWaveTokens, "with --out DIR/: most tokens of one wave of a dataset job, each wave written as a part before the next begins; results do not depend on it")
+	fs.IntVar(&j.waveTokens, "wave-tokens", job.DefaultWaveTokens, "with --chat and --out DIR/: most tokens of one wave of a dataset job, each wave written as a part before the next begins; --max-wave-tokens caps it (the smaller of the two applies), and the plan may cut a wave smaller to run it in one read; results do not depend on it")
 }
 
 // wanted reports whether the replay flags ask for a dataset job (--chat with --out naming a directory),
@@ -44,6 +44,14 @@ func (j *jobFlags) wanted(f *replayFlags) (bool, error) {
 		return false, fmt.Errorf("replay: --shard needs a dataset job: --chat DATA --out DIR/")
 	}
 	return false, nil
+}
+
+// waveBudget is a dataset job's wave size: --wave-tokens, capped by --max-wave-tokens. The engine splits
+// a wave past --max-wave-tokens into several passes over the weights on its own, but the job cut its
+// waves (and named their size in its summary) by --wave-tokens alone: a part then took several reads,
+// where each part is meant to be one.
+func (f *replayFlags) waveBudget() int {
+	return min(f.job.waveTokens, f.maxWaveTokens)
 }
 
 // isJobDir reports whether --out names a directory: it ends in a slash or is an existing directory.
@@ -114,8 +122,14 @@ func runDatasetJob(ctx context.Context, f *replayFlags, opts replay.EngineOption
 		if err != nil {
 			return fmt.Errorf("%s: conversation %s: %w", f.chat, ids[i], err)
 		}
-		if n := len(s.Tokens); n > f.maxTokens { // as a single replay's --max-tokens
-			return fmt.Errorf("replay: %s: conversation %s has %d tokens: the limit is %d (--max-tokens)", f.chat, ids[i], n, f.maxTokens)
+		// As a single replay's limits: one conversation runs in one wave, so --max-wave-tokens bounds it
+		// too (the engine refused it only when its wave came, after the waves before it had run).
+		if n := len(s.Tokens); n > f.maxTokens || n > f.maxWaveTokens {
+			limit, flag := f.maxTokens, "--max-tokens"
+			if f.maxWaveTokens < limit {
+				limit, flag = f.maxWaveTokens, "--max-wave-tokens"
+			}
+			return fmt.Errorf("replay: %s: conversation %s has %s tokens: the limit is %s (%s)", f.chat, ids[i], numtext.Commas(n), numtext.Commas(limit), flag)
 		}
 		items = append(items, job.Item{ID: ids[i], Seq: i, Sequence: s})
 		req.Sequences = append(req.Sequences, s)
@@ -136,7 +150,7 @@ func runDatasetJob(ctx context.Context, f *replayFlags, opts replay.EngineOption
 		return err
 	}
 	cfg := job.Config{
-		Dir: f.out, Dataset: f.chat, DatasetSize: len(entries), Shard: shard, WaveTokens: f.job.waveTokens, Options: o,
+		Dir: f.out, Dataset: f.chat, DatasetSize: len(entries), Shard: shard, WaveTokens: f.waveBudget(), Options: o,
 		Settings: job.Settings{Dataset: dataHash, ConfigHash: l.engine.ConfigSHA256, Tokenizer: tokHash,
 			Engine: replay.Version, Precision: l.precision.String(), Backend: l.backend, Thinking: f.thinking,
 			TopK: o.TopK, Hidden: o.Hidden, Lens: o.Lens, Router: o.Router, AttnRes: o.AttnRes, Float16: f.float16},
@@ -166,12 +180,12 @@ func runDatasetJob(ctx context.Context, f *replayFlags, opts replay.EngineOption
 // checkWaveBytes refuses a job whose largest wave's results, held with their Parquet part while it is
 // built and written (a job holds one wave's at a time), would pass --max-result-bytes. The waves are
 // those job.Run cuts of the conversations f.out's manifest does not hold yet: in order, up to
-// --wave-tokens, a longer conversation alone (the engine's plan only cuts them smaller).
+// waveBudget, a longer conversation alone (the engine's plan only cuts them smaller).
 func checkWaveBytes(f *replayFlags, shape tables.Shape, o replay.Options, items []job.Item) error {
 	if m, err := job.ReadManifest(f.out); err == nil { // a resumed job: what is done does not run again
 		items = slices.DeleteFunc(slices.Clone(items), func(it job.Item) bool { _, done := m.Done[it.ID]; return done })
 	}
-	budget := f.job.waveTokens
+	budget := f.waveBudget()
 	if budget <= 0 {
 		budget = job.DefaultWaveTokens
 	}

@@ -137,6 +137,9 @@ func TestDatasetJobLimits(t *testing.T) {
 		want string
 	}{
 		{"--max-tokens", []string{"--max-tokens", "10"}, "conversation greeting has 130 tokens: the limit is 10 (--max-tokens)"},
+		// a conversation runs in one wave: refused before the first wave (it failed at its own wave,
+		// after the waves before it had run)
+		{"--max-wave-tokens", []string{"--max-wave-tokens", "100"}, "conversation greeting has 130 tokens: the limit is 100 (--max-wave-tokens)"},
 		{"--max-result-bytes", []string{"--max-result-bytes", "1B", "--wave-tokens", "300"},
 			"(0 hidden and 0 lens layers, top-k 3, over the largest wave, "},
 		{"--max-result-bytes names the limit", []string{"--max-result-bytes", "1B"},
@@ -154,6 +157,40 @@ func TestDatasetJobLimits(t *testing.T) {
 				t.Errorf("the refused job made its directory: %v", err)
 			}
 		})
+	}
+}
+
+// A dataset job's waves are the smaller of --wave-tokens and --max-wave-tokens: its summary line and its
+// --max-result-bytes check took --wave-tokens alone, so that under --wave-tokens 2000000 the check
+// counted every conversation as one wave (and could refuse a job whose waves fit) and the summary said
+// "waves of at most 2,000,000 tokens" of waves the engine held to --max-wave-tokens.
+func TestDatasetJobWaveBudget(t *testing.T) {
+	model := tinyModel(t)
+	data := smallDataset(t, 7) // 1,872 tokens; the longest conversation 456
+	dir := filepath.Join(t.TempDir(), "job") + "/"
+	args := []string{"replay", "--model", model, "--chat", data, "--thinking", "off", "--no-progress", "--out", dir,
+		"--wave-tokens", "2000000", "--max-wave-tokens", "500"}
+	err := run(context.Background(), append(args, "--max-result-bytes", "1B"), &bytes.Buffer{})
+	var tokens int
+	if err == nil {
+		t.Fatal("--max-result-bytes 1B: accepted")
+	}
+	if _, after, ok := strings.Cut(err.Error(), "over the largest wave, "); !ok {
+		t.Fatalf("the refusal names no wave: %v", err)
+	} else if _, err := fmt.Sscanf(strings.ReplaceAll(after, ",", ""), "%d tokens", &tokens); err != nil || tokens > 500 {
+		t.Errorf("the largest wave counted %d tokens (%v), want at most --max-wave-tokens 500: %s", tokens, err, after)
+	}
+	if err := run(context.Background(), args, &bytes.Buffer{}); err != nil {
+		t.Fatal(err)
+	}
+	m, err := job.ReadManifest(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range m.Parts {
+		if p.Tokens > 500 {
+			t.Errorf("part %s holds %d tokens: past --max-wave-tokens 500", p.Name, p.Tokens)
+		}
 	}
 }
 

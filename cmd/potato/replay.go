@@ -69,7 +69,7 @@ func runReplay(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.BoolVar(&f.float16, "float16", false, "store hidden states as float16 instead of float32")
 	fs.StringVar(&f.out, "out", "", "write the tables to FILE.arrow (Arrow IPC files), FILE.arrows (IPC streams) or FILE.parquet, one file per table; with --chat, DIR/ (a trailing slash) runs a resumable dataset job into DIR (Parquet parts and a manifest; potato merge joins them)")
 	fs.IntVar(&f.maxTokens, "max-tokens", d.MaxSequenceTokens, "most tokens of one sequence (as potato serve); a longer one is refused before any compute (text is tokenized only up to it)")
-	fs.IntVar(&f.maxWaveTokens, "max-wave-tokens", d.MaxWaveTokens, "most tokens of one wave (as potato serve): more sequences run as several waves, with the same results")
+	fs.IntVar(&f.maxWaveTokens, "max-wave-tokens", d.MaxWaveTokens, "most tokens of one wave (as potato serve): more sequences run as several waves, with the same results, and a longer sequence is refused; a dataset job's waves are the smaller of this and --wave-tokens")
 	fs.IntVar(&f.maxRequest, "max-request-tokens", d.MaxRequestTokens, "most tokens of all sequences together (as potato serve; --text, --text-file and --tokens are one sequence): the results are held in memory until written (a dataset job holds one wave's at a time and is not bounded by it)")
 	fs.Var(&f.maxResult, "max-result-bytes", "most host memory the results may hold until written, e.g. 8GB (0 or unset: half the memory available)")
 	fs.IntVar(&f.expertChunk, "expert-chunk", 0, "routed experts resident at once per MoE layer (0: all chosen, or on a device too small for them the largest chunk the plan fits); results do not depend on it")
