@@ -220,7 +220,8 @@ func planPrinter(w io.Writer) func(string) {
 // check refuses, before the model is opened or written, every flag that cannot be benched: wave sizes
 // that are not positive or past --max-wave-tokens (a request of that many tokens is built in memory),
 // a --seq-len below 1 (the request would never fill), bounds that are negative or not finite (0:
-// measure), a --repeat below 1, and negative counts. It returns the wave sizes of --tokens.
+// measure), a --repeat below 1, negative counts, an unknown precision or backend, and the cuda backend's
+// tuning flags on another backend. It returns the wave sizes of --tokens.
 func (f *benchFlags) check() ([]int, error) {
 	if f.maxWave < 1 {
 		return nil, fmt.Errorf("bench: --max-wave-tokens %d must be positive", f.maxWave)
@@ -263,6 +264,23 @@ func (f *benchFlags) check() ([]int, error) {
 	}
 	if err := f.mem.check(f.backend); err != nil {
 		return nil, fmt.Errorf("bench: %w", err)
+	}
+	if _, err := ops.ParsePrecision(f.precision); err != nil {
+		return nil, fmt.Errorf("bench: --precision %q: want bf16 or fp32", f.precision)
+	}
+	if f.backend != "cpu" && f.backend != "cuda" {
+		return nil, fmt.Errorf("bench: --backend %q: want cpu or cuda", f.backend)
+	}
+	if f.backend != "cuda" { // they are cuda.Options: another backend would bench without them, silently
+		for _, c := range []struct {
+			flag string
+			set  bool
+		}{{"--expert-streams", f.expertStreams != 0}, {"--eager-rounding", f.eagerRounding}, {"--eager-widening", f.eagerWidening},
+			{"--unfused-mix-norm", f.unfusedMixNorm}, {"--mla-mma-sync", f.mlaMmaSync}} {
+			if c.set {
+				return nil, fmt.Errorf("bench: %s tunes the cuda backend, and --backend is %s: give --backend cuda, or leave it out", c.flag, f.backend)
+			}
+		}
 	}
 	return sizes, nil
 }

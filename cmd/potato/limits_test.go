@@ -124,6 +124,11 @@ func TestBenchRefusesSizes(t *testing.T) {
 		{[]string{"--slice-tokens", "-1"}, "--slice-tokens -1 is negative"},
 		{[]string{"--devices", "5"}, "--devices 5: the cpu backend has device 0 alone"},
 		{[]string{"256"}, `bench: unexpected argument "256"`},
+		// the cuda backend's tuning flags on the cpu backend benched without them, silently
+		{[]string{"--eager-rounding"}, "--eager-rounding tunes the cuda backend, and --backend is cpu"},
+		{[]string{"--expert-streams", "2"}, "--expert-streams tunes the cuda backend, and --backend is cpu"},
+		{[]string{"--mla-mma-sync"}, "--mla-mma-sync tunes the cuda backend"},
+		{[]string{"--precision", "fp16"}, `bench: --precision "fp16": want bf16 or fp32`},
 	}
 	for _, tc := range tests {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
