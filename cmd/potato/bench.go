@@ -134,7 +134,7 @@ func benchTo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			_, lens := benchRequest(n, f.seqLen, l.engine.Model.Dims.Vocab)
 			p, err := l.engine.PlanWave(lens)
 			if err != nil {
-				fmt.Fprintf(stdout, "plan: %d tokens: %v\n", n, err)
+				fmt.Fprintf(stdout, "plan: %s: %v\n", numtext.Count(n, "token"), err)
 				continue
 			}
 			fmt.Fprintln(stdout, "plan: "+p.String())
@@ -170,12 +170,12 @@ func benchTo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	if cached || f.resident > 0 { // fill the host cache and the resident layers with an untimed wave of the largest size (it chooses the most experts)
 		start := time.Now()
-		fmt.Fprintf(stderr, "bench: warm-up wave of %d tokens (untimed)\n", slices.Max(sizes))
+		fmt.Fprintf(stderr, "bench: warm-up wave of %s (untimed)\n", numtext.Count(slices.Max(sizes), "token"))
 		if _, err := runBenchWave(ctx, l, slices.Max(sizes), f.seqLen); err != nil {
 			return err
 		}
-		fmt.Fprintf(stdout, "warm-up wave of %d tokens: %.2fs; host cache holds %.2f GB (budget %.2f GB), resident layers %.2f GB (budget %.2f GB)\n",
-			slices.Max(sizes), time.Since(start).Seconds(), float64(l.engine.HostCacheBytes())/1e9, float64(f.hostCache)/1e9,
+		fmt.Fprintf(stdout, "warm-up wave of %s: %.2fs; host cache holds %.2f GB (budget %.2f GB), resident layers %.2f GB (budget %.2f GB)\n",
+			numtext.Count(slices.Max(sizes), "token"), time.Since(start).Seconds(), float64(l.engine.HostCacheBytes())/1e9, float64(f.hostCache)/1e9,
 			float64(l.engine.ResidentBytes())/1e9, float64(f.resident)/1e9)
 	}
 	// A backend that times its ops (cuda) always gives the layers' device timeline; --op-profile adds
@@ -317,8 +317,8 @@ func pinReadAhead(stdout io.Writer, l *loaded, n, seqLen int) error {
 		return err
 	}
 	if got > 0 {
-		fmt.Fprintf(stdout, "host buffers (the experts' read-ahead, state kept in host memory): %s allocated in %.2fs before the timed waves of %d tokens (once an engine; a server's first large wave pays it)\n",
-			numtext.Bytes(got), time.Since(start).Seconds(), n)
+		fmt.Fprintf(stdout, "host buffers (the experts' read-ahead, state kept in host memory): %s allocated in %.2fs before the timed waves of %s (once an engine; a server's first large wave pays it)\n",
+			numtext.Bytes(got), time.Since(start).Seconds(), numtext.Count(n, "token"))
 	}
 	return nil
 }
@@ -385,8 +385,8 @@ func benchWave(ctx context.Context, w io.Writer, l *loaded, bd bound, n, seqLen,
 	for _, c := range st.CachedBytes {
 		cachedB += c
 	}
-	fmt.Fprintf(w, "\nwave of %d tokens (%d sequences of up to %d): %.3fs median of %d, %.0f tokens/s, %.1f MB of weights per pass (%.1f MB from the host cache), %.2f GFLOP; bound %.3fs: ratio %.2f\n",
-		n, len(lens), seqLen, st.Seconds, len(runs), float64(n)/st.Seconds, float64(st.BytesRead())/1e6, float64(cachedB)/1e6, flops/1e9, boundS, st.Seconds/boundS)
+	fmt.Fprintf(w, "\nwave of %s (%s of up to %s): %.3fs median of %d, %s tokens/s, %.1f MB of weights per pass (%.1f MB from the host cache), %.2f GFLOP; bound %.3fs: ratio %.2f\n",
+		numtext.Count(n, "token"), numtext.Count(len(lens), "sequence"), numtext.Commas(seqLen), st.Seconds, len(runs), numtext.Commas(int64(math.Round(float64(n)/st.Seconds))), float64(st.BytesRead())/1e6, float64(cachedB)/1e6, flops/1e9, boundS, st.Seconds/boundS)
 	if st.Seconds < boundS {
 		// A bound the wave beats is no bound: a rate given by hand, or a measured one that the layers'
 		// mix of shapes outruns (the measuring call once sat there: fillBF16 says why).

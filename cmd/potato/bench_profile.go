@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/potato-k3/potato-k3/internal/numtext"
 	"github.com/potato-k3/potato-k3/replay/model"
 	"github.com/potato-k3/potato-k3/replay/ops"
 )
@@ -214,12 +215,12 @@ func printProfileGroup(w io.Writer, g *profileGroup) error {
 		// the device timeline's span, not the host's wall time: a host that runs ahead of the device waits
 		// for it in some later layer, whose wall time then holds the wait (run 87)
 		m := float64(g.layers)
-		head = fmt.Sprintf("%s: %d layers, device %.4fs, ops %.4fs (a layer: device %.4fs, ops %.4fs); device - ops %.4fs (%.0f%% of the device's time: compute stream idle); host wall %.4fs",
-			g.name, g.layers, g.device, g.opSecs, g.device/m, g.opSecs/m, g.device-g.opSecs, percent(g.device-g.opSecs, g.device), g.wall)
+		head = fmt.Sprintf("%s: %s, device %.4fs, ops %.4fs (a layer: device %.4fs, ops %.4fs); device - ops %.4fs (%.0f%% of the device's time: compute stream idle); host wall %.4fs",
+			g.name, numtext.Count(g.layers, "layer"), g.device, g.opSecs, g.device/m, g.opSecs/m, g.device-g.opSecs, percent(g.device-g.opSecs, g.device), g.wall)
 	case g.layers > 0:
 		m := float64(g.layers)
-		head = fmt.Sprintf("%s: %d layers, wall %.4fs, ops %.4fs (a layer: wall %.4fs, ops %.4fs); wall - ops %.4fs (%.0f%% of wall: compute stream idle)",
-			g.name, g.layers, g.wall, g.opSecs, g.wall/m, g.opSecs/m, g.wall-g.opSecs, percent(g.wall-g.opSecs, g.wall))
+		head = fmt.Sprintf("%s: %s, wall %.4fs, ops %.4fs (a layer: wall %.4fs, ops %.4fs); wall - ops %.4fs (%.0f%% of wall: compute stream idle)",
+			g.name, numtext.Count(g.layers, "layer"), g.wall, g.opSecs, g.wall/m, g.opSecs/m, g.wall-g.opSecs, percent(g.wall-g.opSecs, g.wall))
 	case g.name == readoutLabel && g.device > 0:
 		head = fmt.Sprintf("%s (after the last layer): device %.4fs, ops %.4fs; device - ops %.4fs (%.0f%% of the device's time: compute stream idle); host wall %.4fs",
 			g.name, g.device, g.opSecs, g.device-g.opSecs, percent(g.device-g.opSecs, g.device), g.wall)

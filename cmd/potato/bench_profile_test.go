@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/potato-k3/potato-k3/internal/numtext"
 	"github.com/potato-k3/potato-k3/replay"
 	"github.com/potato-k3/potato-k3/replay/ops"
 )
@@ -53,7 +54,7 @@ func TestPrintOpProfile(t *testing.T) {
 			},
 			want: []string{
 				"op profile (the median run: run 2 of 3)",
-				"kda+dense: 1 layers, wall 0.1000s, ops 0.0800s (a layer: wall 0.1000s, ops 0.0800s); wall - ops 0.0200s (20% of wall: compute stream idle)",
+				"kda+dense: 1 layer, wall 0.1000s, ops 0.0800s (a layer: wall 0.1000s, ops 0.0800s); wall - ops 0.0200s (20% of wall: compute stream idle)",
 				"MatMul 64x32     3       60.000   75.0",
 				"KDA              1       20.000   25.0",
 				"kda+moe: 2 layers, wall 1.2000s, ops 0.9000s (a layer: wall 0.6000s, ops 0.4500s); wall - ops 0.3000s (25% of wall: compute stream idle)",
@@ -97,7 +98,7 @@ func TestPrintOpProfile(t *testing.T) {
 			},
 			rate: &expertRate{flopsPerLayer: 1.5e14, boundFlops: 1e15},
 			want: []string{
-				"kda+dense: 1 layers",
+				"kda+dense: 1 layer",
 				"kda+moe: 2 layers",
 				"ExpertsAccumulate cuBLASLt 4 600.000",
 				"routed experts (ExpertsAccumulate, 2 calls a layer): 300.000 ms a layer, 500.0 TFLOP/s, 2.00x their share of the bound (150.0 TFLOP a layer at 1000.0 TFLOP/s)",
@@ -109,7 +110,7 @@ func TestPrintOpProfile(t *testing.T) {
 			wall:  []float64{0.2},
 			spans: []ops.OpSpan{span("0", many...)},
 			want: []string{
-				"mla+moe: 1 layers, wall 0.2000s, ops 0.1710s",
+				"mla+moe: 1 layer, wall 0.2000s, ops 0.1710s",
 				"Op00                1       18.000   10.5",
 				"Op14                1        4.000    2.3",
 				"other (3 ops)       3        6.000    3.5        9.000", // 3 + 2 + 1 ms, idle 7 + 2
@@ -123,7 +124,7 @@ func TestPrintOpProfile(t *testing.T) {
 			wall:  []float64{0.3},
 			spans: []ops.OpSpan{span("", ops.OpTime{Op: "Free", Calls: 4, Seconds: 0.001})},
 			want: []string{
-				"kda+dense: 1 layers, wall 0.3000s, ops 0.0000s",
+				"kda+dense: 1 layer, wall 0.3000s, ops 0.0000s",
 				"no ops timed",
 				"(after the last mark): ops 0.0010s",
 				"Free       4        1.000  100.0",
@@ -238,7 +239,7 @@ func TestBenchOpProfile(t *testing.T) {
 			n++
 		}
 	}
-	first := fmt.Sprintf("%s: %d layers", kinds[0], n)
+	first := kinds[0] + ": " + numtext.Count(n, "layer")
 	for _, s := range []string{"op profile (the median run: run ", "KDA", "MatMul 8x8", "compute stream idle",
 		"readout (after the last layer)", first, "on the device timeline", "every op timed too", "readout              0.0040"} {
 		if !strings.Contains(out.String(), s) {

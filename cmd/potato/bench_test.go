@@ -53,7 +53,7 @@ func TestBenchPlanOnly(t *testing.T) {
 			t.Errorf("bench --plan-only lacks %q:\n%s", want, out.String())
 		}
 	}
-	if strings.Contains(out.String(), "wave of 1024 tokens") {
+	if strings.Contains(out.String(), "wave of 1,024 tokens") {
 		t.Errorf("bench --plan-only computed a wave:\n%s", out.String())
 	}
 	out.Reset()

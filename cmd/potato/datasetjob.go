@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -171,9 +172,9 @@ func runDatasetJob(ctx context.Context, f *replayFlags, opts replay.EngineOption
 	if sum.Seconds > 0 {
 		rate = float64(sum.TokensRun) / sum.Seconds
 	}
-	fmt.Fprintf(stdout, "job complete: %s (%s tokens) of shard %s in %s: %s; this run %s, %s skipped, %s tokens in %.1f s (%.0f tokens/s), %.1f MB of weights read\n",
-		numtext.Count(sum.Conversations, "conversation"), numtext.Commas(sum.Tokens), shard, f.out, numtext.Count(sum.Parts, "part"), numtext.Count(sum.Waves, "wave"),
-		numtext.Count(sum.Skipped, "conversation"), numtext.Commas(sum.TokensRun), sum.Seconds, rate, float64(sum.BytesRead)/1e6)
+	fmt.Fprintf(stdout, "job complete: %s (%s) of shard %s in %s: %s; this run %s, %s skipped, %s in %.1f s (%s tokens/s), %.1f MB of weights read\n",
+		numtext.Count(sum.Conversations, "conversation"), numtext.Count(sum.Tokens, "token"), shard, f.out, numtext.Count(sum.Parts, "part"), numtext.Count(sum.Waves, "wave"),
+		numtext.Count(sum.Skipped, "conversation"), numtext.Count(sum.TokensRun, "token"), sum.Seconds, numtext.Commas(int64(math.Round(rate))), float64(sum.BytesRead)/1e6)
 	return nil
 }
 
@@ -204,7 +205,7 @@ func checkWaveBytes(f *replayFlags, shape tables.Shape, o replay.Options, items 
 		est := shape.Estimate(tables.Output{Request: req, Format: tables.FormatParquet, Float16: f.float16})
 		if est.Total() > worst.Total() {
 			worst = est
-			worstWave = fmt.Sprintf("over the largest wave, %d tokens of conversations %s..%s", tokens, items[from].ID, items[to-1].ID)
+			worstWave = fmt.Sprintf("over the largest wave, %s of conversations %s..%s", numtext.Count(tokens, "token"), items[from].ID, items[to-1].ID)
 		}
 		from = to
 	}

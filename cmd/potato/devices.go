@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/potato-k3/potato-k3/internal/numtext"
 	"github.com/potato-k3/potato-k3/replay"
 	"github.com/potato-k3/potato-k3/replay/ops"
 )
@@ -121,7 +122,7 @@ func printDevices(w io.Writer, l *loaded) {
 	}
 	var parts []string
 	for d, st := range per {
-		parts = append(parts, fmt.Sprintf("device %d: %d sequences, %d tokens, %.1f MB uploaded", d, st.Sequences, st.Tokens, float64(st.BytesRead())/1e6))
+		parts = append(parts, fmt.Sprintf("device %d: %s, %s, %.1f MB uploaded", d, numtext.Count(st.Sequences, "sequence"), numtext.Count(st.Tokens, "token"), float64(st.BytesRead())/1e6))
 	}
 	fmt.Fprintf(w, "over %d devices, the weights read once: %s\n", len(per), strings.Join(parts, "; "))
 }

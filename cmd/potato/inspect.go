@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/potato-k3/potato-k3/internal/numtext"
 	"github.com/potato-k3/potato-k3/replay/checkpoint"
 	"github.com/potato-k3/potato-k3/replay/model"
 	"github.com/potato-k3/potato-k3/replay/tables"
@@ -67,12 +68,12 @@ func inspect(dir string, perLayer bool, w io.Writer) error {
 	d, err := checkpoint.Open(dir)
 	if err != nil {
 		n := printJoined(w, err)
-		return fmt.Errorf("%w: %s: %d problems reading the shards and index", errDamaged, dir, n)
+		return fmt.Errorf("%w: %s: %s reading the shards and index", errDamaged, dir, numtext.Count(n, "problem"))
 	}
 	defer d.Close()
 	c := plan.Config
-	fmt.Fprintf(w, "%s: kimi_k3, %d layers, hidden %d, vocabulary %d, %d experts (%d active, %d shared), AttnRes blocks of %d\n",
-		dir, c.NumHiddenLayers, c.HiddenSize, c.VocabSize, c.NumExperts, c.NumExpertsPerToken, c.NumSharedExperts, c.AttnResBlockSize)
+	fmt.Fprintf(w, "%s: kimi_k3, %s, hidden %d, vocabulary %d, %d experts (%d active, %d shared), AttnRes blocks of %d\n",
+		dir, numtext.Count(c.NumHiddenLayers, "layer"), c.HiddenSize, c.VocabSize, c.NumExperts, c.NumExpertsPerToken, c.NumSharedExperts, c.AttnResBlockSize)
 	printLayerMap(w, plan)
 	tally := tallyTensors(d.Tensors(), plan)
 	if perLayer {
@@ -95,7 +96,7 @@ func inspect(dir string, perLayer bool, w io.Writer) error {
 	}
 	problems += checkTokenizer(w, dir, plan.Config)
 	if problems > 0 {
-		return fmt.Errorf("%w: %s: %d problems", errDamaged, dir, problems)
+		return fmt.Errorf("%w: %s: %s", errDamaged, dir, numtext.Count(problems, "problem"))
 	}
 	fmt.Fprintln(w, "OK: every tensor the plan requires is present with its dtype and shape; nothing else but the image path")
 	return nil

@@ -6,6 +6,7 @@ import (
 	"io"
 
 	"github.com/potato-k3/potato-k3/datasets/job"
+	"github.com/potato-k3/potato-k3/internal/numtext"
 	"github.com/potato-k3/potato-k3/replay/tables"
 )
 
@@ -35,6 +36,10 @@ func runMerge(ctx context.Context, args []string, stdout io.Writer) error {
 	for _, p := range sum.Files {
 		fmt.Fprintln(stdout, "wrote", p)
 	}
-	fmt.Fprintf(stdout, "merged %d conversations from %d parts of %d directories\n", sum.Conversations, sum.Parts, sum.Dirs)
+	dirWord := "directories"
+	if sum.Dirs == 1 {
+		dirWord = "directory"
+	}
+	fmt.Fprintf(stdout, "merged %s from %s of %s %s\n", numtext.Count(sum.Conversations, "conversation"), numtext.Count(sum.Parts, "part"), numtext.Commas(sum.Dirs), dirWord)
 	return nil
 }

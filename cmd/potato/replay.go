@@ -11,6 +11,7 @@ import (
 
 	"github.com/potato-k3/potato-k3/datasets"
 	"github.com/potato-k3/potato-k3/internal/filelock"
+	"github.com/potato-k3/potato-k3/internal/numtext"
 	"github.com/potato-k3/potato-k3/kernel/server"
 	"github.com/potato-k3/potato-k3/replay"
 	"github.com/potato-k3/potato-k3/replay/ops"
@@ -453,8 +454,8 @@ func progressPrinter(w io.Writer) func(replay.Progress) {
 		if p.Seconds > 0 {
 			rate = float64(p.BytesRead) / p.Seconds / 1e6
 		}
-		fmt.Fprintf(w, "layer %d of %d, %d tokens, %.1f MB read (%.1f MB/s), %s elapsed, ETA %s\n",
-			p.Layer, p.Layers, p.Tokens, float64(p.BytesRead)/1e6, rate,
+		fmt.Fprintf(w, "layer %d of %d, %s, %.1f MB read (%.1f MB/s), %s elapsed, ETA %s\n",
+			p.Layer, p.Layers, numtext.Count(p.Tokens, "token"), float64(p.BytesRead)/1e6, rate,
 			(time.Duration(p.Seconds * float64(time.Second))).Round(time.Millisecond), eta(p))
 	}
 }

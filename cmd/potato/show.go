@@ -95,7 +95,11 @@ func showTable(w io.Writer, path string, rows, width int) error {
 		return err
 	}
 	if left := t.NumRows() - int64(shown); left > 0 {
-		fmt.Fprintf(w, "... %s more rows (--rows N)\n", numtext.Commas(left))
+		noun := "rows"
+		if left == 1 {
+			noun = "row"
+		}
+		fmt.Fprintf(w, "... %s more %s (--rows N)\n", numtext.Commas(left), noun)
 	}
 	return nil
 }

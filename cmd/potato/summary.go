@@ -17,8 +17,8 @@ import (
 // last position has no next token: its logprob and rank are blank, as they are null in the table. out is
 // the --out the tables go to ("" for none), for the line that says where the rows not shown are.
 func printSummary(w io.Writer, l *loaded, res []replay.Result, st replay.WaveStats, show int, out string) {
-	fmt.Fprintf(w, "%s: %s, %s tokens, %s on %s, %.1f MB of weights read in %.2fs\n",
-		l.dir, numtext.Count(st.Sequences, "sequence"), numtext.Commas(int64(st.Tokens)), l.precision, l.backend, float64(st.BytesRead())/1e6, st.Seconds)
+	fmt.Fprintf(w, "%s: %s, %s, %s on %s, %.1f MB of weights read in %.2fs\n",
+		l.dir, numtext.Count(st.Sequences, "sequence"), numtext.Count(st.Tokens, "token"), l.precision, l.backend, float64(st.BytesRead())/1e6, st.Seconds)
 	for _, r := range res {
 		// The mean over every scored token, and for a conversation over the tokens of its messages' text
 		// alone: the chat markup (channel structure) is all but certain and would pull the mean towards 0.
@@ -39,12 +39,12 @@ func printSummary(w io.Writer, l *loaded, res []replay.Result, st replay.WaveSta
 		if r.Conversation != "" {
 			fmt.Fprintf(w, " (conversation %s)", r.Conversation)
 		}
-		fmt.Fprintf(w, ": %s tokens", numtext.Commas(int64(len(r.Tokens))))
+		fmt.Fprintf(w, ": %s", numtext.Count(len(r.Tokens), "token"))
 		if n > 0 {
 			fmt.Fprintf(w, ", mean logprob %.3f nats", sum/float64(n))
 		}
 		if r.Conversation != "" && textN > 0 && textN < n {
-			fmt.Fprintf(w, " (%.3f over the %s tokens of the messages, the chat markup left out)", textSum/float64(textN), numtext.Commas(int64(textN)))
+			fmt.Fprintf(w, " (%.3f over the %s of the messages, the chat markup left out)", textSum/float64(textN), numtext.Count(textN, "token"))
 		}
 		fmt.Fprintln(w)
 		if show <= 0 {
@@ -87,11 +87,15 @@ func printSummary(w io.Writer, l *loaded, res []replay.Result, st replay.WaveSta
 		if !topk {
 			fmt.Fprintln(w, "(--top-k N adds the N most probable next tokens to each row)")
 		}
-		if len(r.Tokens) > show {
+		if left := len(r.Tokens) - show; left > 0 {
+			more := numtext.Commas(left) + " more positions"
+			if left == 1 {
+				more = "1 more position"
+			}
 			if out != "" {
-				fmt.Fprintf(w, "... %d more positions (all of them are in the tokens table of %s; --show N prints more)\n", len(r.Tokens)-show, out)
+				fmt.Fprintf(w, "... %s (all of them are in the tokens table of %s; --show N prints more)\n", more, out)
 			} else {
-				fmt.Fprintf(w, "... %d more positions (potato replay --show N, or --out FILE for all)\n", len(r.Tokens)-show)
+				fmt.Fprintf(w, "... %s (potato replay --show N, or --out FILE for all)\n", more)
 			}
 		}
 	}

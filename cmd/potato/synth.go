@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/potato-k3/potato-k3/internal/numtext"
 	"github.com/potato-k3/potato-k3/replay/model"
 	"github.com/potato-k3/potato-k3/replay/synth"
 )
@@ -65,7 +66,8 @@ func runSynth(ctx context.Context, args []string, stdout io.Writer) error {
 	if *sparse {
 		mode = "sparse"
 	}
-	fmt.Fprintf(stdout, "wrote %s: preset %s, seed %d, %d layers, %d shards, %d tensors, %d bytes of tensor data (%s) in %s\n",
-		*out, l.Preset.Name, *seed, len(l.Plan.Layers), len(l.Shards), n, bytes, mode, time.Since(start).Round(time.Millisecond))
+	fmt.Fprintf(stdout, "wrote %s: preset %s, seed %d, %s, %s, %s, %s of tensor data (%s) in %s\n",
+		*out, l.Preset.Name, *seed, numtext.Count(len(l.Plan.Layers), "layer"), numtext.Count(len(l.Shards), "shard"), numtext.Count(n, "tensor"),
+		numtext.Count(bytes, "byte"), mode, time.Since(start).Round(time.Millisecond))
 	return nil
 }

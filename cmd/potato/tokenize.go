@@ -11,6 +11,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/potato-k3/potato-k3/datasets"
+	"github.com/potato-k3/potato-k3/internal/numtext"
 	"github.com/potato-k3/potato-k3/kernel/server"
 	"github.com/potato-k3/potato-k3/replay/tokenizer"
 )
@@ -127,7 +128,7 @@ func tokenizeChats(ctx context.Context, w io.Writer, tok *tokenizer.Tokenizer, p
 		if len(tokens) > limit {
 			return fmt.Errorf("tokenize: %s: conversation %d (id %q) has %d tokens: the limit is %d (--max-tokens)", path, i+1, id, len(tokens), limit)
 		}
-		fmt.Fprintf(w, "# conversation %s: %d messages, %d tokens\n", id, len(c.Messages), len(tokens))
+		fmt.Fprintf(w, "# conversation %s: %s, %s\n", id, numtext.Count(len(c.Messages), "message"), numtext.Count(len(tokens), "token"))
 		if err := printTokens(w, tok, tokens); err != nil {
 			return err
 		}
