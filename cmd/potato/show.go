@@ -30,11 +30,13 @@ func runShow(_ context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if len(files) == 0 {
+	switch {
+	case len(files) == 0:
 		return usagef("show", "show: give one or more table files")
-	}
-	if *rows < 0 || *width < 4 {
-		return fmt.Errorf("show: --rows %d must be at least 0 and --width %d at least 4", *rows, *width)
+	case *rows < 0:
+		return fmt.Errorf("show: --rows %d is negative (0: no rows)", *rows)
+	case *width < 4:
+		return fmt.Errorf("show: --width %d: a cell needs at least 4 characters", *width)
 	}
 	for i, path := range files {
 		if i > 0 {

@@ -42,7 +42,9 @@ func TestShow(t *testing.T) {
 	}{
 		{nil, "give one or more table files"},
 		{[]string{filepath.Join(t.TempDir(), "none.tokens.arrow")}, "none.tokens.arrow"},
-		{[]string{"--rows", "-1", tokens}, "--rows -1"},
+		{[]string{"--rows", "-1", tokens}, "--rows -1 is negative"},
+		{[]string{"--width", "0", tokens}, "--width 0: a cell needs at least 4 characters"}, // it named --rows too
+		{[]string{tokens, "--rows", "-1"}, "--rows -1 is negative"},
 		{[]string{"r.csv"}, ".csv"},
 	} {
 		if err := run(context.Background(), append([]string{"show"}, tt.args...), &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), tt.want) {
