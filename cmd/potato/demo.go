@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
 
 	"github.com/potato-k3/potato-k3/datasets"
 	"github.com/potato-k3/potato-k3/replay"
+	"github.com/potato-k3/potato-k3/replay/demomodel"
 )
 
 func init() {
@@ -33,7 +35,13 @@ func runDemo(ctx context.Context, args []string, stdout io.Writer) error {
 			return err
 		}
 	}
-	l, err := openEngine(ctx, "", "cpu", "bf16", backendTuning{}, replay.EngineOptions{})
+	// The demo has no --model: modelDir's "no --model" line would suggest one.
+	fmt.Fprintln(os.Stderr, "demo: the embedded default model ("+demomodel.Name+")")
+	dir, err := demomodel.Dir(ctx, os.Stderr)
+	if err != nil {
+		return err
+	}
+	l, err := openEngine(ctx, dir, "cpu", "bf16", backendTuning{}, replay.EngineOptions{})
 	if err != nil {
 		return err
 	}
