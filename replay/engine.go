@@ -99,9 +99,10 @@ type EngineOptions struct {
 	// DeviceMemory is the device memory a wave may plan for (0: the backend's free memory less 10%; the
 	// host's for a backend without device memory), so that the engine behaves as on a smaller card.
 	DeviceMemory int64
-	// HostMemory is the host memory the per-token state may take when it lives off the device (0: the
-	// available memory less 10%). Only when it cannot hold a wave's state are the sequences split into
-	// waves, each reading the weights again.
+	// HostMemory is the host memory a wave may plan for (0: the available memory less 10%): the per-token
+	// state when it lives off the device, beside the reads' own buffers (two layers' weights, the experts
+	// read after a router, the host cache's room), and then the experts read ahead of their routers. Only
+	// when it cannot hold a wave's state are the sequences split into waves, each reading the weights again.
 	HostMemory int64
 	// Devices are the backends of further devices (one each, every one with its own context and OS thread
 	// on CUDA) that share the engine's weight stream: each wave's sequences are spread over the engine's

@@ -60,6 +60,7 @@ type WavePlan struct {
 	// choose nearly every expert, or the host budget too small).
 	ExpertReadAhead int64
 	readAheadOff    string // why a wave large enough for the read-ahead goes without it
+	wavesWhy        string // what cut the sequences into several waves, for the plan line
 	Note            string // why the plan is not the usual one, if it is not
 }
 
@@ -67,7 +68,11 @@ type WavePlan struct {
 func (p WavePlan) String() string {
 	reads := "1 read"
 	if p.Waves > 1 {
-		reads = fmt.Sprintf("%d reads (waves of at most %s tokens)", p.Waves, numtext.Commas(p.WaveTokens))
+		reads = fmt.Sprintf("%d reads (waves of at most %s tokens", p.Waves, numtext.Commas(p.WaveTokens))
+		if p.wavesWhy != "" {
+			reads += ": " + p.wavesWhy
+		}
+		reads += ")"
 	}
 	slices := "1 slice"
 	if p.Slices > 1 {
@@ -134,13 +139,23 @@ func (e *Engine) planSlicing(lens []int) (WavePlan, error) {
 			return q, nil
 		}
 	}
-	if err == nil || e.Plan.MoELayers() == 0 {
+	// Sliced, a layer's experts serve every slice, so all of them are on the device at once. On a card
+	// they nearly fill (K3's 22.8 GB of a layer's experts on 24 GB) that leaves slices of a few hundred
+	// tokens, each calling nearly every expert: the experts' weights read from device memory once a slice,
+	// some 14 TB a MoE layer at 262,144 tokens (the planning audit). Such a starved plan gives way to a
+	// chunked one of larger slices in as few reads, below.
+	starved := err == nil && e.Plan.MoELayers() > 0 && e.opts.SliceTokens == 0 &&
+		p.Slices > 1 && p.SliceTokens < min(starvedSlice, p.WaveTokens)
+	if (err == nil && !starved) || e.Plan.MoELayers() == 0 {
 		return p, err
 	}
-	// Sliced, a layer's experts serve every slice, so all of them are on the device at once. When they do
-	// not fit (a small card): layers unsliced with the experts in chunks if the wave fits so (no extra
-	// traffic), else MoE layers expert-major, each chunk serving every slice. With --expert-chunk 0 the
-	// plan takes the largest chunk, halving from half the experts, that fits.
+	starvedAt := 0
+	if starved {
+		starvedAt = p.SliceTokens
+	}
+	// When they do not fit (a small card): layers unsliced with the experts in chunks if the wave fits so
+	// (no extra traffic), else MoE layers expert-major, each chunk serving every slice. With --expert-chunk
+	// 0 the plan takes the largest chunk, halving from half the experts, that fits.
 	chunks, chosen := []int{e.opts.ExpertChunk}, false
 	if e.opts.ExpertChunk <= 0 {
 		chunks, chosen = autoChunks(e.Plan.Config.NumExperts), true
@@ -148,21 +163,29 @@ func (e *Engine) planSlicing(lens []int) (WavePlan, error) {
 	var qerr error
 	var ok []WavePlan // the chunks' plans, largest chunk first
 	for _, chunk := range chunks {
-		q, err := e.planChunked(lens, chunk)
+		q, err := e.planChunked(lens, chunk, starvedAt)
 		if err != nil {
 			qerr = err
 			continue
 		}
-		if !chosen {
-			return q, nil
+		if !chosen { // --expert-chunk given: its plan
+			ok = append(ok, q)
+			break
 		}
 		q.Note += fmt.Sprintf(" (the chunk of %d chosen by the plan: --expert-chunk 0)", chunk)
 		ok = append(ok, q)
 	}
 	if len(ok) == 0 {
+		if starved {
+			return p, nil
+		}
 		return p, fmt.Errorf("%w; nor with MoE layers expert-major: %v", err, qerr)
 	}
-	return pickChunk(ok), nil
+	q := pickChunk(ok)
+	if starved && (q.Waves > p.Waves || (q.Slices > 1 && q.SliceTokens < min(starvedSlice, q.WaveTokens))) {
+		return p, nil // the chunked plan starves too, or takes more reads: it costs more than it saves
+	}
+	return q, nil
 }
 
 // layerMode is how a plan runs the layers.
@@ -185,6 +208,11 @@ func (e *Engine) planWith(lens []int, mode layerMode, chunk int) (WavePlan, erro
 		p.Tokens += n
 		p.Longest = max(p.Longest, n)
 	}
+	// The state's share of the host budget: what the wave's reads hold besides it is not the state's
+	// (it used to be, so a plan could fill the budget with state and then hold gigabytes of read buffers
+	// beyond it).
+	reserve := min(e.hostReadBuffers(), p.HostBudget)
+	stateBudget := p.HostBudget - reserve
 	act, state, hostState := e.tokenBytes()
 	carry := e.carryBytes(p.Longest, p.Sliceable)
 	if _, perRow, ok := e.prefixBytes(p.Longest); ok && p.Sliceable {
@@ -204,11 +232,11 @@ func (e *Engine) planWith(lens []int, mode layerMode, chunk int) (WavePlan, erro
 		} else {
 			p.StashBytes = hostState / e.Plan.StateValuesPerToken() * int64(d.Latent+d.Hidden) * int64(wave)
 		}
-		if p.StashBytes > p.HostBudget {
-			return p, fmt.Errorf("%w: the expert inputs of %s tokens (%s) do not fit the host budget of %s (--host-memory)",
-				ErrBudget, numtext.Commas(wave), numtext.Bytes(p.StashBytes), numtext.Bytes(p.HostBudget))
+		if p.StashBytes > stateBudget {
+			return p, fmt.Errorf("%w: the expert inputs of %s tokens (%s) do not fit the host budget of %s (--host-memory) beside %s of read buffers",
+				ErrBudget, numtext.Commas(wave), numtext.Bytes(p.StashBytes), numtext.Bytes(p.HostBudget), numtext.Bytes(reserve))
 		}
-		p.HostBudget -= p.StashBytes
+		stateBudget -= p.StashBytes
 	}
 	p.WeightBytes = e.weightPeakChunk(mode == modeSliced || mode == modePooled, chunk)
 	avail := p.DeviceBudget - p.WeightBytes - carry
@@ -222,20 +250,25 @@ func (e *Engine) planWith(lens []int, mode layerMode, chunk int) (WavePlan, erro
 			ErrBudget, numtext.Bytes(p.DeviceBudget), numtext.Bytes(max(avail, 0)), numtext.Bytes(p.WeightBytes), numtext.Bytes(carry), least, numtext.Bytes(least*act))
 	}
 	wave := p.Tokens
-	if e.opts.MaxWaveTokens > 0 {
-		wave = min(wave, max(e.opts.MaxWaveTokens, p.Longest))
+	if e.opts.MaxWaveTokens > 0 && e.opts.MaxWaveTokens < wave {
+		wave = max(e.opts.MaxWaveTokens, p.Longest)
+		p.wavesWhy = "the most a wave takes (--max-wave-tokens)"
 	}
 	slice := e.opts.SliceTokens
 	switch {
 	case !p.Sliceable:
 		// one slice: a wave holds its state and activations on the device at once
-		wave = min(wave, int(avail/(act+state)))
+		if fit := int(avail / (act + state)); fit < wave {
+			wave = fit
+			p.wavesWhy = "what the device budget holds with layers unsliced"
+		}
 		if e.maxRows > 0 && e.maxRows < p.Longest {
 			return p, fmt.Errorf("%w: a sequence of %s tokens is more than the %s rows the %s backend can index at once "+
 				"(ops.ElementLimit), and its layers run unsliced", ErrBudget, numtext.Commas(p.Longest), numtext.Commas(e.maxRows), e.Model.Ops.Name())
 		}
 		if e.maxRows > 0 && wave > e.maxRows {
 			wave = e.maxRows // what the backend can index (ops.ElementLimit)
+			p.wavesWhy = "the most rows the backend indexes at once"
 		}
 		if wave < p.Longest {
 			return p, fmt.Errorf("%w: a sequence of %s tokens needs %s of device memory with its layers unsliced "+
@@ -244,15 +277,24 @@ func (e *Engine) planWith(lens []int, mode layerMode, chunk int) (WavePlan, erro
 		}
 		slice = wave
 	case slice > 0:
+		// the most tokens a slice takes: what the budget holds, when it holds less
 		slice = min(slice, wave)
 		if e.maxRows > 0 {
 			slice = min(slice, e.maxRows)
 		}
-		if int64(slice)*act > avail {
-			return p, fmt.Errorf("%w: slices of %s tokens need %s of activations, more than the %s the device budget "+
-				"leaves after the weights (--slice-tokens, --device-memory)", ErrBudget, numtext.Commas(slice), numtext.Bytes(int64(slice)*act), numtext.Bytes(avail))
-		}
 		p.HostState = int64(wave)*state+int64(slice)*act > avail
+		// With the state off the device the running slice still holds its own beside its activations
+		// (DevicePeak below): a slice that fits only by its activations overran the budget by its state.
+		if fit := int(avail / (act + state)); p.HostState && slice > fit {
+			if fit < int(least) {
+				return p, fmt.Errorf("%w: the device budget of %s leaves %s after %s of weights and %s of carries, "+
+					"less than a slice of %d tokens and its state need (%s); give more with --device-memory",
+					ErrBudget, numtext.Bytes(p.DeviceBudget), numtext.Bytes(avail), numtext.Bytes(p.WeightBytes), numtext.Bytes(carry), least, numtext.Bytes(least*(act+state)))
+			}
+			p.Note = fmt.Sprintf("--slice-tokens %s capped at %s: the device budget holds no larger slice beside its state",
+				numtext.Commas(e.opts.SliceTokens), numtext.Commas(fit))
+			slice = fit
+		}
 	default:
 		if int64(wave)*(act+state) <= avail {
 			slice = wave // everything fits at once
@@ -268,7 +310,7 @@ func (e *Engine) planWith(lens []int, mode layerMode, chunk int) (WavePlan, erro
 			// 364 calls and 3.5 s.
 			p.HostState = true
 			slice = roundSlice(int(avail / (act + state)))
-			for slice/2 >= min(sliceFloor, wave) && int64(hostTokens(wave, slice, avail, act, state))*hostState > p.HostBudget {
+			for slice/2 >= min(sliceFloor, wave) && int64(hostTokens(wave, slice, avail, act, state))*hostState > stateBudget {
 				slice = roundSlice(slice / 2)
 			}
 		}
@@ -280,12 +322,13 @@ func (e *Engine) planWith(lens []int, mode layerMode, chunk int) (WavePlan, erro
 			slice = evenSlices(wave, slice)
 		}
 	}
-	if p.HostState && int64(hostTokens(wave, slice, avail, act, state))*hostState > p.HostBudget {
+	if p.HostState && int64(hostTokens(wave, slice, avail, act, state))*hostState > stateBudget {
 		// the sequences go in several waves, each as large as the device and the host hold
-		wave = devSlices(slice, avail, act, state)*slice + int(p.HostBudget/hostState)
+		wave = devSlices(slice, avail, act, state)*slice + int(stateBudget/hostState)
+		p.wavesWhy = fmt.Sprintf("the state of no more fits the host budget of %s (--host-memory) beside %s of read buffers", numtext.Bytes(p.HostBudget), numtext.Bytes(reserve+p.StashBytes))
 		if wave < p.Longest {
-			return p, fmt.Errorf("%w: the state of a sequence of %s tokens (%s) does not fit the host budget of %s (--host-memory) beside what the device holds",
-				ErrBudget, numtext.Commas(p.Longest), numtext.Bytes(int64(p.Longest)*hostState), numtext.Bytes(p.HostBudget))
+			return p, fmt.Errorf("%w: the state of a sequence of %s tokens (%s) does not fit the host budget of %s (--host-memory) beside %s of read buffers and expert inputs and what the device holds",
+				ErrBudget, numtext.Commas(p.Longest), numtext.Bytes(int64(p.Longest)*hostState), numtext.Bytes(p.HostBudget), numtext.Bytes(reserve+p.StashBytes))
 		}
 	}
 	p.WaveTokens, p.SliceTokens = wave, slice
@@ -308,7 +351,6 @@ func (e *Engine) planWith(lens []int, mode layerMode, chunk int) (WavePlan, erro
 	} else {
 		p.DevicePeak += int64(wave) * state
 	}
-	p.HostBudget += p.StashBytes // the whole budget again, for the plan's readers
 	return p, nil
 }
 
@@ -369,6 +411,12 @@ func devSlices(n int, avail, act, state int64) int {
 func hostTokens(wave, n int, avail, act, state int64) int {
 	return max(0, wave-devSlices(n, avail, act, state)*n)
 }
+
+// starvedSlice is the slice below which a sliced plan, every routed expert of a layer on the device,
+// gives way to a chunked one of larger slices: an expert's weights are read from device memory once a
+// slice for the rows it serves there, about 16/896 of the slice's at K3's routing, so at a few hundred
+// tokens a slice the MoE layers are bound by those reads many times over.
+const starvedSlice = 1024
 
 // sliceFloor is the smallest slice the planner halves to for room on the device: below it a layer's
 // matmuls run on too few rows to keep the device busy, and more reads cost less than smaller slices.

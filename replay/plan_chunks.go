@@ -37,11 +37,16 @@ func pickChunk(plans []WavePlan) WavePlan {
 	return plans[0]
 }
 
-// planChunked plans lens for a device that cannot hold a layer's routed experts beside a slice, with
-// chunk experts on the device at once: layers unsliced if the wave fits so in one read (and no slice size
-// is given), else MoE layers expert-major, else unsliced in several reads.
-func (e *Engine) planChunked(lens []int, chunk int) (WavePlan, error) {
+// planChunked plans lens for a device that cannot hold a layer's routed experts beside a slice (or, when
+// starved, beside more than a starved slice of tokens), with chunk experts on the device at once: layers
+// unsliced if the wave fits so in one read (and no slice size is given), else MoE layers expert-major,
+// else unsliced in several reads.
+func (e *Engine) planChunked(lens []int, chunk, starved int) (WavePlan, error) {
 	why := fmt.Sprintf("a layer's routed experts, %s, do not fit the device at once beside a slice", numtext.Bytes(e.weightPeak(true)-e.uploaded()))
+	if starved > 0 {
+		why = fmt.Sprintf("a layer's routed experts, %s, leave the device room for slices of only %s tokens beside them",
+			numtext.Bytes(e.weightPeak(true)-e.uploaded()), numtext.Commas(starved))
+	}
 	if e.opts.ExpertMajor {
 		why = "--expert-major"
 	}

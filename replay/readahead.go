@@ -74,15 +74,7 @@ func (e *Engine) readAheadBudget(p WavePlan) (int64, string) {
 		batch := e.aheadBatchSize()
 		want = int64((e.Model.Dims.Experts+batch-1)/batch) * slot
 	}
-	var own int64
-	for i := range e.Plan.Layers {
-		o, _ := e.Plan.LayerBytes(i)
-		own = max(own, o)
-	}
-	reserve := 2*own + (readsAhead+2)*int64(expertBatch)*per
-	if e.cache != nil {
-		reserve += e.cache.budget - e.cache.bytes()
-	}
+	reserve := e.hostReadBuffers()
 	if want < slot {
 		return 0, fmt.Sprintf("experts not read ahead: %s (EngineOptions.ExpertReadAhead) is less than a batch of experts (%s)", numtext.Bytes(want), numtext.Bytes(slot))
 	}
@@ -93,6 +85,23 @@ func (e *Engine) readAheadBudget(p WavePlan) (int64, string) {
 			numtext.Bytes(p.HostBudget), numtext.Bytes(max(p.HostBudget-p.HostBytes-reserve, 0)), numtext.Bytes(p.HostBytes), numtext.Bytes(reserve), numtext.Bytes(slot))
 	}
 	return n / slot * slot, ""
+}
+
+// hostReadBuffers is the host memory a wave's reads hold besides its state and the read-ahead: two layers'
+// own weights (the one computing and the next, read during it), the batches of experts read after a
+// router, and what the host cache may still grow by. The planner sizes the state within the host budget
+// less this, and the read-ahead within what both leave.
+func (e *Engine) hostReadBuffers() int64 {
+	var own int64
+	for i := range e.Plan.Layers {
+		o, _ := e.Plan.LayerBytes(i)
+		own = max(own, o)
+	}
+	reserve := 2*own + (readsAhead+2)*int64(expertBatch)*aheadBytesPerExpert(e.Plan)
+	if e.cache != nil {
+		reserve += e.cache.budget - e.cache.bytes()
+	}
+	return reserve
 }
 
 // aheadSlotBytes is the size of one read-ahead slot: a batch of experts, whole pages.

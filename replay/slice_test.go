@@ -263,7 +263,6 @@ func TestPlanRefuses(t *testing.T) {
 	}{
 		{"device below the weights", EngineOptions{DeviceMemory: probe.weightPeak(true) / 2}, "--device-memory"},
 		{"host below one sequence's state", EngineOptions{DeviceMemory: w + 2<<20, HostMemory: 1 << 10}, "--host-memory"},
-		{"slice over the device", EngineOptions{DeviceMemory: w + 2<<20, SliceTokens: 1 << 20}, "--slice-tokens"},
 	}
 	seqs := randomSequences(2, 3328, 900)
 	for _, c := range cases {
@@ -274,6 +273,26 @@ func TestPlanRefuses(t *testing.T) {
 				t.Fatalf("err %v, want one naming %s", err, c.want)
 			}
 		})
+	}
+}
+
+// TestPlanCapsSliceTokens: --slice-tokens is the most tokens a slice takes: past what the device budget
+// holds beside the slice's state it is capped there, and the plan line says so (it used to be refused,
+// or, where the activations alone fitted, planned past the budget by the slice's state).
+func TestPlanCapsSliceTokens(t *testing.T) {
+	probe := openPreset(t, "tiny", 1, cpu.New(cpu.Options{}), EngineOptions{})
+	w := probe.weightPeak(true) + probe.carryBytes(900, true)
+	e := openTiny(t, ops.BF16, EngineOptions{DeviceMemory: w + 2<<20, SliceTokens: 1 << 20})
+	p, err := e.PlanWave([]int{900, 900})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.SliceTokens >= 1800 || p.DevicePeak > p.DeviceBudget || !strings.Contains(p.String(), "--slice-tokens 1,048,576 capped at") {
+		t.Errorf("plan %s: want slices capped below the wave, within the budget, and said", p)
+	}
+	seqs := randomSequences(2, 3328, 900)
+	if _, _, err := e.Run(context.Background(), []Request{{Sequences: seqs}}); err != nil {
+		t.Errorf("the capped plan's run: %v", err)
 	}
 }
 
@@ -428,7 +447,7 @@ func TestPlanChoosesExpertChunk(t *testing.T) {
 			if bigger <= p.ExpertChunk {
 				break
 			}
-			q, err := e.planChunked(lens, bigger)
+			q, err := e.planChunked(lens, bigger, 0)
 			if err == nil && q.Waves == 1 && (q.Slices == 1 || q.SliceTokens >= min(sliceFloor, q.WaveTokens)) {
 				t.Errorf("expert-major %v: chunk %d chosen, but %d plans in one read with slices as large (%s)", c.major, p.ExpertChunk, bigger, q)
 			}

@@ -1,0 +1,68 @@
+package replay
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/potato-k3/potato-k3/replay/ops"
+)
+
+// TestPlanWithinBudgets: every plan the planner accepts keeps to its budgets by its own figures, over a
+// grid of device and host budgets, --slice-tokens and wave shapes, with the state on the device, split,
+// and in several waves: the device peak within the device budget, the state kept in host memory with the
+// expert inputs and the reads' own buffers within the host budget, slices that cover the wave and a
+// given --slice-tokens never exceeded; a plan of several reads of the weights says why. A planned limit must never be found by running out of memory: a
+// --slice-tokens that fit the device by its activations alone once planned past the budget by its state
+// (the audit's 160.8 GB of 141 GB), and the state once filled a host budget its read buffers then overran.
+func TestPlanWithinBudgets(t *testing.T) {
+	e := openTiny(t, ops.BF16, EngineOptions{})
+	act, state, hostState := e.tokenBytes()
+	base := e.weightPeak(true) + e.carryBytes(4096, true)
+	reserve := e.hostReadBuffers()
+	shapes := []struct{ seqs, seqLen int }{{1, 100}, {16, 512}, {64, 1024}, {1, 20000}}
+	checked, refused := 0, 0
+	for _, sh := range shapes {
+		lens := make([]int, sh.seqs)
+		for i := range lens {
+			lens[i] = sh.seqLen
+		}
+		wave := sh.seqs * sh.seqLen
+		for _, dev := range []int64{base + 64*act, base + int64(wave)*act/8, base + int64(wave)*(act+state)/3, base + int64(wave)*(act+state)*2} {
+			for _, host := range []int64{1 << 20, reserve + int64(wave)*hostState/4, reserve + int64(wave)*hostState*2} {
+				for _, slice := range []int{0, 1, 7, 300, 4097, 100000} {
+					e.opts.DeviceMemory, e.opts.HostMemory, e.opts.SliceTokens = dev, host, slice
+					name := fmt.Sprintf("%dx%d device %d host %d slice %d", sh.seqs, sh.seqLen, dev, host, slice)
+					p, err := e.planWave(lens)
+					if err != nil {
+						if !errors.Is(err, ErrBudget) {
+							t.Errorf("%s: %v, not ErrBudget", name, err)
+						}
+						refused++
+						continue
+					}
+					checked++
+					if p.DevicePeak > p.DeviceBudget {
+						t.Errorf("%s: device peak %d over the budget %d: %s", name, p.DevicePeak, p.DeviceBudget, p)
+					}
+					if p.HostState && p.HostBytes+p.StashBytes+reserve > p.HostBudget {
+						t.Errorf("%s: host state %d, expert inputs %d and read buffers %d over the budget %d: %s",
+							name, p.HostBytes, p.StashBytes, reserve, p.HostBudget, p)
+					}
+					if p.SliceTokens <= 0 || p.Slices*p.SliceTokens < p.WaveTokens || p.WaveTokens <= 0 {
+						t.Errorf("%s: %d slices of %d do not cover a wave of %d: %s", name, p.Slices, p.SliceTokens, p.WaveTokens, p)
+					}
+					if p.Waves > 1 && p.wavesWhy == "" {
+						t.Errorf("%s: %d reads of the weights, and the plan does not say why: %s", name, p.Waves, p)
+					}
+					if slice > 0 && p.SliceTokens > slice {
+						t.Errorf("%s: slices of %d past --slice-tokens %d: %s", name, p.SliceTokens, slice, p)
+					}
+				}
+			}
+		}
+	}
+	if checked < 50 || refused == 0 {
+		t.Errorf("%d plans checked, %d refused: the grid misses the budgets' edges", checked, refused)
+	}
+}
