@@ -62,7 +62,7 @@ func Presets() []Preset {
 		},
 		{
 			Name:    "k3-layer",
-			Summary: "K3's real dimensions and vocabulary for --layers N layers (default 4: KDA+dense, KDA+MoE, MLA+MoE): GPU benchmarks",
+			Summary: "K3's real dimensions and vocabulary for --layers N layers (default 4: KDA+dense, KDA+MoE, MLA+MoE, MLA+MoE; three or more hold every kind): GPU benchmarks",
 			Layers:  4, text: k3Text, shards: byteShards, vision: smallVision, numBPE: 163584,
 		},
 		{
