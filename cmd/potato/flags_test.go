@@ -14,9 +14,6 @@ import (
 // command line is a usage error: exit status 2, printed once with a pointer to the help.
 func TestHelpAndUsageErrors(t *testing.T) {
 	for name := range commands {
-		if name == "serve" { // serve.go parses its flags itself (fs.Parse): its help still goes to stderr
-			continue
-		}
 		var out bytes.Buffer
 		err := run(context.Background(), []string{"help", name}, &out)
 		if (err != nil && !errors.Is(err, flag.ErrHelp)) || exitCode(err) != 0 || !strings.HasPrefix(out.String(), "usage: potato "+name) {

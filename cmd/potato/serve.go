@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -33,10 +32,11 @@ type serveFlags struct {
 }
 
 // parseServeFlags parses serve's arguments and checks them (check), before anything is opened.
-func parseServeFlags(args []string) (*serveFlags, error) {
+func parseServeFlags(args []string, stdout io.Writer) (*serveFlags, error) {
 	f := &serveFlags{}
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	fs.SetOutput(os.Stderr)
+	fs := newFlags("serve", "usage: potato serve [--model DIR] [--backend cpu|cuda] [--listen ADDR] [flags]\n\n"+
+		"Keeps the engine resident and serves replays over HTTP (README, \"The service over HTTP\"); notebooks\n"+
+		"reach it through package kernel.\n")
 	d := server.DefaultLimits
 	fs.StringVar(&f.model, "model", "", "model directory (default: the embedded demo model, a small K3 trained on text)")
 	fs.StringVar(&f.backend, "backend", "cpu", "backend: cpu or cuda")
@@ -61,11 +61,11 @@ func parseServeFlags(args []string) (*serveFlags, error) {
 	fs.Var(&f.resident, "resident", "checkpoint bytes of the layers' own weights (all but routed experts) kept on the backend between waves, e.g. 100GB (device memory on cuda; 0: upload every wave); the default precision's engine only; results do not depend on it")
 	f.mem.register(fs)
 	fs.IntVar(&f.prefetch, "prefetch-experts", -1, "routed experts of an MoE layer uploaded from the host cache before its router runs, in large waves (-1: all; 0: none) (overlaps their copy with attention on cuda; needs --host-cache); results do not depend on it")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args, stdout); err != nil {
 		return nil, err
 	}
 	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("serve: unexpected argument %q", fs.Arg(0))
+		return nil, usagef("serve", "serve: unexpected argument %q", fs.Arg(0))
 	}
 	if err := f.check(); err != nil {
 		return nil, err
@@ -117,7 +117,7 @@ func (f *serveFlags) check() error {
 }
 
 func runServe(ctx context.Context, args []string, stdout io.Writer) error {
-	f, err := parseServeFlags(args)
+	f, err := parseServeFlags(args, stdout)
 	if err != nil {
 		return err
 	}

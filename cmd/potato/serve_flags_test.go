@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
 	"strings"
 	"testing"
 	"time"
@@ -82,7 +83,7 @@ func TestServeFlagsValid(t *testing.T) {
 		}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			f, err := parseServeFlags(append([]string{"--model", t.TempDir(), "--spill", t.TempDir()}, tt.args...))
+			f, err := parseServeFlags(append([]string{"--model", t.TempDir(), "--spill", t.TempDir()}, tt.args...), io.Discard)
 			if err != nil {
 				t.Fatalf("parse %v: %v", tt.args, err)
 			}
