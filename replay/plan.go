@@ -2,6 +2,7 @@ package replay
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/potato-k3/potato-k3/internal/hostmem"
 	"github.com/potato-k3/potato-k3/internal/numtext"
@@ -179,7 +180,8 @@ func (e *Engine) planSlicing(lens []int) (WavePlan, error) {
 		if starved {
 			return p, nil
 		}
-		return p, fmt.Errorf("%w; nor with MoE layers expert-major: %v", err, qerr)
+		// qerr says "over the memory budget" too: once is enough
+		return p, fmt.Errorf("%w; nor with MoE layers expert-major: %s", err, strings.TrimPrefix(qerr.Error(), ErrBudget.Error()+": "))
 	}
 	q := pickChunk(ok)
 	if starved && (q.Waves > p.Waves || (q.Slices > 1 && q.SliceTokens < min(starvedSlice, q.WaveTokens))) {
@@ -245,9 +247,18 @@ func (e *Engine) planWith(lens []int, mode layerMode, chunk int) (WavePlan, erro
 		least = min(least, int64(e.opts.SliceTokens))
 	}
 	if avail < least*act {
+		// what would help: the budget that holds it, and only the levers that shrink what is too large
+		hint := fmt.Sprintf("it needs at least %s (--device-memory)", numtext.Bytes(p.DeviceBudget-avail+least*act))
+		if e.Plan.MoELayers() > 0 {
+			hint += ", or fewer experts at once (--expert-chunk)"
+		}
+		if carry > p.WeightBytes {
+			hint += fmt.Sprintf("; the carries are what a sequence of %s tokens holds across slices (its MLA's earlier keys and values): a shorter one holds less",
+				numtext.Commas(p.Longest))
+		}
 		return p, fmt.Errorf("%w: the device budget of %s leaves %s after %s of weights and %s of carries, "+
-			"less than a slice of %d tokens needs (%s); give more with --device-memory, or fewer experts at once with --expert-chunk",
-			ErrBudget, numtext.Bytes(p.DeviceBudget), numtext.Bytes(max(avail, 0)), numtext.Bytes(p.WeightBytes), numtext.Bytes(carry), least, numtext.Bytes(least*act))
+			"less than a slice of %d tokens needs (%s): %s",
+			ErrBudget, numtext.Bytes(p.DeviceBudget), numtext.Bytes(max(avail, 0)), numtext.Bytes(p.WeightBytes), numtext.Bytes(carry), least, numtext.Bytes(least*act), hint)
 	}
 	wave := p.Tokens
 	if e.opts.MaxWaveTokens > 0 && e.opts.MaxWaveTokens < wave {
