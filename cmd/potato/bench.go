@@ -265,11 +265,8 @@ func (f *benchFlags) check() ([]int, error) {
 	if err := f.mem.check(f.backend); err != nil {
 		return nil, fmt.Errorf("bench: %w", err)
 	}
-	if _, err := ops.ParsePrecision(f.precision); err != nil {
-		return nil, fmt.Errorf("bench: --precision %q: want bf16 or fp32", f.precision)
-	}
-	if f.backend != "cpu" && f.backend != "cuda" {
-		return nil, fmt.Errorf("bench: --backend %q: want cpu or cuda", f.backend)
+	if _, err := checkEngineFlags(f.backend, f.precision); err != nil {
+		return nil, fmt.Errorf("bench: %w", err)
 	}
 	if f.backend != "cuda" { // they are cuda.Options: another backend would bench without them, silently
 		for _, c := range []struct {

@@ -73,11 +73,25 @@ func modelDir(ctx context.Context, dir string) (string, error) {
 	return demomodel.Dir(ctx, os.Stderr)
 }
 
+// checkEngineFlags refuses a --backend or --precision that no engine opens, naming the flag (where
+// ParsePrecision's error says "ops: precision"): the commands check them before anything is read, and
+// openEngine with them.
+func checkEngineFlags(backend, precision string) (ops.Precision, error) {
+	prec, err := ops.ParsePrecision(precision)
+	if err != nil {
+		return prec, fmt.Errorf("--precision %q: want bf16 or fp32", precision)
+	}
+	if backend != "cpu" && backend != "cuda" {
+		return prec, fmt.Errorf("--backend %q: want cpu or cuda", backend)
+	}
+	return prec, nil
+}
+
 // openEngine opens dir (or the default model) on the named backend; ckpt tunes the checkpoint reader.
 func openEngine(ctx context.Context, dir, backend, precision string, tune backendTuning, opts replay.EngineOptions, ckpt ...checkpoint.Option) (*loaded, error) {
-	prec, err := ops.ParsePrecision(precision)
-	if err != nil { // the flag's name, where ParsePrecision's error said "ops: precision"
-		return nil, fmt.Errorf("--precision %q: want bf16 or fp32", precision)
+	prec, err := checkEngineFlags(backend, precision)
+	if err != nil {
+		return nil, err
 	}
 	if dir, err = modelDir(ctx, dir); err != nil {
 		return nil, err

@@ -14,7 +14,6 @@ import (
 	"github.com/potato-k3/potato-k3/internal/numtext"
 	"github.com/potato-k3/potato-k3/kernel/server"
 	"github.com/potato-k3/potato-k3/replay"
-	"github.com/potato-k3/potato-k3/replay/ops"
 	"github.com/potato-k3/potato-k3/replay/tables"
 	"github.com/potato-k3/potato-k3/replay/tokenizer"
 )
@@ -168,11 +167,8 @@ func (f *replayFlags) check() (input, error) {
 			return in, fmt.Errorf("replay: %s %d must be positive", n.flag, n.v)
 		}
 	}
-	if _, err := ops.ParsePrecision(f.precision); err != nil {
-		return in, fmt.Errorf("replay: --precision %q: want bf16 or fp32", f.precision)
-	}
-	if f.backend != "cpu" && f.backend != "cuda" {
-		return in, fmt.Errorf("replay: --backend %q: want cpu or cuda", f.backend)
+	if _, err := checkEngineFlags(f.backend, f.precision); err != nil {
+		return in, fmt.Errorf("replay: %w", err)
 	}
 	if f.thinking != "" && f.chat == "" {
 		return in, errors.New("replay: --thinking is for --chat (text and token ids have no thinking mode)")
