@@ -180,8 +180,8 @@ func runDatasetJob(ctx context.Context, f *replayFlags, opts replay.EngineOption
 
 // checkWaveBytes refuses a job whose largest wave's results, held with their Parquet part while it is
 // built and written (a job holds one wave's at a time), would pass --max-result-bytes. The waves are
-// those job.Run cuts of the conversations f.out's manifest does not hold yet: in order, up to
-// waveBudget, a longer conversation alone (the engine's plan only cuts them smaller).
+// job.Pack's first cut of the conversations f.out's manifest does not hold yet (the engine's plan, which
+// job.Run adds, only cuts them smaller).
 func checkWaveBytes(f *replayFlags, shape tables.Shape, o replay.Options, items []job.Item) error {
 	if m, err := job.ReadManifest(f.out); err == nil { // a resumed job: what is done does not run again
 		items = slices.DeleteFunc(slices.Clone(items), func(it job.Item) bool { _, done := m.Done[it.ID]; return done })
@@ -190,24 +190,24 @@ func checkWaveBytes(f *replayFlags, shape tables.Shape, o replay.Options, items 
 	if budget <= 0 {
 		budget = job.DefaultWaveTokens
 	}
+	waves, err := job.Pack(items, budget, nil)
+	if err != nil {
+		return err
+	}
 	var worst tables.Estimate
 	var worstWave string
-	for from := 0; from < len(items); {
-		to, tokens := from+1, len(items[from].Sequence.Tokens)
-		for to < len(items) && tokens+len(items[to].Sequence.Tokens) <= budget {
-			tokens += len(items[to].Sequence.Tokens)
-			to++
-		}
+	for _, w := range waves {
 		req := replay.Request{Options: o}
-		for _, it := range items[from:to] {
+		tokens := 0
+		for _, it := range w {
 			req.Sequences = append(req.Sequences, it.Sequence)
+			tokens += len(it.Sequence.Tokens)
 		}
 		est := shape.Estimate(tables.Output{Request: req, Format: tables.FormatParquet, Float16: f.float16})
 		if est.Total() > worst.Total() {
 			worst = est
-			worstWave = fmt.Sprintf("over the largest wave, %s of conversations %s..%s", numtext.Count(tokens, "token"), items[from].ID, items[to-1].ID)
+			worstWave = fmt.Sprintf("over the largest wave, %s of conversations %s..%s", numtext.Count(tokens, "token"), w[0].ID, w[len(w)-1].ID)
 		}
-		from = to
 	}
 	return checkEstimate(worst, o, int64(f.maxResult), worstWave, "lower --wave-tokens")
 }

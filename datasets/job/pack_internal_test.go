@@ -31,7 +31,7 @@ func waveLens(waves [][]Item) [][]int {
 // where the engine's plan would take more than one read.
 func TestPack(t *testing.T) {
 	onePass := func(lens []int) (replay.WavePlan, error) { return replay.WavePlan{Waves: 1}, nil }
-	got, err := pack(items(3, 4, 5, 20, 1, 1), 10, onePass)
+	got, err := Pack(items(3, 4, 5, 20, 1, 1), 10, onePass)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,7 +49,7 @@ func TestPack(t *testing.T) {
 		}
 		return replay.WavePlan{Waves: 1}, nil
 	}
-	got, err = pack(items(3, 3, 4, 2), 100, small)
+	got, err = Pack(items(3, 3, 4, 2), 100, small)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,7 +57,7 @@ func TestPack(t *testing.T) {
 		t.Errorf("pack under a 6-token plan: %v, want %v", g, want)
 	}
 	refuse := func([]int) (replay.WavePlan, error) { return replay.WavePlan{}, replay.ErrBudget }
-	if _, err := pack(items(3), 10, refuse); !errors.Is(err, replay.ErrBudget) {
+	if _, err := Pack(items(3), 10, refuse); !errors.Is(err, replay.ErrBudget) {
 		t.Errorf("pack with a refusing plan: %v", err)
 	}
 }

@@ -104,7 +104,7 @@ func Run(ctx context.Context, eng Engine, cfg Config, items []Item) (Summary, er
 		todo = append(todo, it)
 	}
 	sum.Done = sum.Skipped
-	waves, err := pack(todo, cfg.WaveTokens, eng.PlanWave)
+	waves, err := Pack(todo, cfg.WaveTokens, eng.PlanWave)
 	if err != nil {
 		return sum, err
 	}
@@ -293,11 +293,12 @@ func FileSHA256(path string) (string, error) {
 	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
-// pack cuts items, in order, into waves of at most budget tokens (a longer conversation alone), then
+// Pack cuts items, in order, into waves of at most budget tokens (a longer conversation alone), then
 // cuts again any wave the engine's plan would run in more than one read of the weights, so that every
 // wave of the job is one pass. It plans every wave before the first runs: a conversation the memory
-// budgets cannot hold is refused before any compute.
-func pack(items []Item, budget int, plan func([]int) (replay.WavePlan, error)) ([][]Item, error) {
+// budgets cannot hold is refused before any compute. With plan nil it makes the first cut alone, whose
+// waves Run's never exceed (the command line sizes a job's results by them before the engine plans).
+func Pack(items []Item, budget int, plan func([]int) (replay.WavePlan, error)) ([][]Item, error) {
 	var waves [][]Item
 	var cur []Item
 	tokens := 0
@@ -317,6 +318,9 @@ func pack(items []Item, budget int, plan func([]int) (replay.WavePlan, error)) (
 		}
 	}
 	cut(items, budget)
+	if plan == nil {
+		return waves, nil
+	}
 	var out [][]Item
 	for _, w := range waves {
 		lens := make([]int, len(w))
