@@ -125,11 +125,8 @@ func runDatasetJob(ctx context.Context, f *replayFlags, opts replay.EngineOption
 		}
 		// As a single replay's limits: one conversation runs in one wave, so --max-wave-tokens bounds it
 		// too (the engine refused it only when its wave came, after the waves before it had run).
-		if n := len(s.Tokens); n > f.maxTokens || n > f.maxWaveTokens {
-			limit, flag := f.maxTokens, "--max-tokens"
-			if f.maxWaveTokens < limit {
-				limit, flag = f.maxWaveTokens, "--max-wave-tokens"
-			}
+		if limit, flag := f.sequenceLimit(); len(s.Tokens) > limit {
+			n := len(s.Tokens)
 			return fmt.Errorf("replay: %s: conversation %s has %s tokens: the limit is %s (%s)", f.chat, ids[i], numtext.Commas(n), numtext.Commas(limit), flag)
 		}
 		items = append(items, job.Item{ID: ids[i], Seq: i, Sequence: s})

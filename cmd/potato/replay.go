@@ -361,10 +361,7 @@ func (f *replayFlags) request(l *loaded, in input) (replay.Request, error) {
 	// One sequence is bounded by --max-tokens and by a wave (it cannot be split); --text, --text-file
 	// and --tokens are the request's one sequence, so --max-request-tokens bounds them too (conversations
 	// are counted together below).
-	limit, limitFlag := f.maxTokens, "--max-tokens"
-	if f.maxWaveTokens < limit {
-		limit, limitFlag = f.maxWaveTokens, "--max-wave-tokens"
-	}
+	limit, limitFlag := f.sequenceLimit()
 	if in.convs == nil && f.maxRequest < limit {
 		limit, limitFlag = f.maxRequest, "--max-request-tokens"
 	}
@@ -410,6 +407,15 @@ func (f *replayFlags) request(l *loaded, in input) (replay.Request, error) {
 		return req, err
 	}
 	return req, f.checkResultBytes(l, req)
+}
+
+// sequenceLimit is the most tokens one sequence may have, and the flag that says so: --max-tokens, or
+// --max-wave-tokens where it is smaller (a sequence runs in one wave; it cannot be split).
+func (f *replayFlags) sequenceLimit() (int, string) {
+	if f.maxWaveTokens < f.maxTokens {
+		return f.maxWaveTokens, "--max-wave-tokens"
+	}
+	return f.maxTokens, "--max-tokens"
 }
 
 // applyThinking applies a --thinking mode (on, off or "") to conversations, by one rule shared with the
