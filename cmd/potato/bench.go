@@ -251,13 +251,9 @@ func (f *benchFlags) check() ([]int, error) {
 			return nil, fmt.Errorf("bench: %s %g: want a positive rate (0: measure it)", b.flag, b.v)
 		}
 	}
-	for _, n := range []struct {
-		flag string
-		v    int
-	}{{"--expert-chunk", f.expertChunk}, {"--expert-streams", f.expertStreams}, {"--read-workers", f.readWorkers}} {
-		if n.v < 0 {
-			return nil, fmt.Errorf("bench: %s %d is negative", n.flag, n.v)
-		}
+	if err := checkNotNegative("bench", intFlag{"--expert-chunk", f.expertChunk}, intFlag{"--expert-streams", f.expertStreams},
+		intFlag{"--read-workers", f.readWorkers}); err != nil {
+		return nil, err
 	}
 	if f.prefetch < -1 {
 		return nil, fmt.Errorf("bench: --prefetch-experts %d: want a count, or -1 for all", f.prefetch)

@@ -120,3 +120,29 @@ func twoDashes(msg string) string {
 	}
 	return msg
 }
+
+// intFlag is a numeric flag's name and value, for checkNotNegative and checkPositive.
+type intFlag struct {
+	name string
+	v    int
+}
+
+// checkNotNegative refuses the first of flags below 0: "cmd: --name -1 is negative".
+func checkNotNegative(cmd string, flags ...intFlag) error {
+	for _, f := range flags {
+		if f.v < 0 {
+			return fmt.Errorf("%s: %s %d is negative", cmd, f.name, f.v)
+		}
+	}
+	return nil
+}
+
+// checkPositive refuses the first of flags below 1: "cmd: --name 0 must be positive".
+func checkPositive(cmd string, flags ...intFlag) error {
+	for _, f := range flags {
+		if f.v < 1 {
+			return fmt.Errorf("%s: %s %d must be positive", cmd, f.name, f.v)
+		}
+	}
+	return nil
+}

@@ -148,24 +148,15 @@ func (f *replayFlags) check() (input, error) {
 	if inputs != 1 {
 		return in, usagef("replay", "replay: give exactly one of --text, --text-file, --chat, --tokens")
 	}
-	for _, n := range []struct {
-		flag string
-		v    int
-	}{{"--top-k", f.topK}, {"--expert-chunk", f.expertChunk}, {"--show", f.show}} {
-		if n.v < 0 {
-			return in, fmt.Errorf("replay: %s %d is negative", n.flag, n.v)
-		}
+	if err := checkNotNegative("replay", intFlag{"--top-k", f.topK}, intFlag{"--expert-chunk", f.expertChunk}, intFlag{"--show", f.show}); err != nil {
+		return in, err
 	}
 	if err := f.mem.check(f.backend); err != nil {
 		return in, fmt.Errorf("replay: %w", err)
 	}
-	for _, n := range []struct {
-		flag string
-		v    int
-	}{{"--max-tokens", f.maxTokens}, {"--max-wave-tokens", f.maxWaveTokens}, {"--max-request-tokens", f.maxRequest}, {"--wave-tokens", f.job.waveTokens}} {
-		if n.v <= 0 {
-			return in, fmt.Errorf("replay: %s %d must be positive", n.flag, n.v)
-		}
+	if err := checkPositive("replay", intFlag{"--max-tokens", f.maxTokens}, intFlag{"--max-wave-tokens", f.maxWaveTokens},
+		intFlag{"--max-request-tokens", f.maxRequest}, intFlag{"--wave-tokens", f.job.waveTokens}); err != nil {
+		return in, err
 	}
 	if _, err := checkEngineFlags(f.backend, f.precision); err != nil {
 		return in, fmt.Errorf("replay: %w", err)

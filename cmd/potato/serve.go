@@ -81,17 +81,10 @@ func parseServeFlags(args []string, stdout io.Writer) (*serveFlags, error) {
 // memory budgets' flags (memoryFlags.check). Size flags (byteSize) cannot be negative, and 0 there is
 // each one's stated default.
 func (f *serveFlags) check() error {
-	for _, n := range []struct {
-		flag string
-		v    int
-	}{
-		{"--max-tokens", f.limits.MaxSequenceTokens}, {"--max-request-tokens", f.limits.MaxRequestTokens},
-		{"--max-sequences", f.limits.MaxSequences}, {"--max-top-k", f.limits.MaxTopK},
-		{"--max-wave-tokens", f.limits.MaxWaveTokens},
-	} {
-		if n.v < 1 {
-			return fmt.Errorf("serve: %s %d must be positive", n.flag, n.v)
-		}
+	if err := checkPositive("serve", intFlag{"--max-tokens", f.limits.MaxSequenceTokens}, intFlag{"--max-request-tokens", f.limits.MaxRequestTokens},
+		intFlag{"--max-sequences", f.limits.MaxSequences}, intFlag{"--max-top-k", f.limits.MaxTopK},
+		intFlag{"--max-wave-tokens", f.limits.MaxWaveTokens}); err != nil {
+		return err
 	}
 	for _, t := range []struct {
 		flag string
