@@ -7,6 +7,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"regexp"
 	"runtime/pprof"
 	"slices"
 	"strconv"
@@ -199,15 +200,18 @@ func benchTo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	return nil
 }
 
-// planPrinter prints the engine's plan lines, one a wave: the warm-up and every timed run of a wave size
-// plan the same wave, and the same line three times over said nothing more (they differ at most in the
-// free memory the budget was read from). A plan is known by what comes before its first colon ("wave 48
-// tokens (1 sequence, longest 48) in 1 read"); lines that are not plans (warnings) always print.
+// planPrinter prints the engine's plan lines, one a plan: the warm-up and every timed run of a wave size
+// plan the same wave, and the same line three times over says nothing more, nor does a line that
+// differs only in the free memory its device budget was read from ("device peak 2.9 MB of 18.5 GB").
+// A line that differs in anything else prints again: the timed waves' plan can differ from the
+// warm-up's in substance (run 124: the host cache, filled by the warm-up, holds every routed expert, so
+// nothing is read ahead and more weights stay on the device). Lines that are not plans (warnings)
+// always print.
 func planPrinter(w io.Writer) func(string) {
 	last := ""
 	return func(s string) {
 		if strings.HasPrefix(s, "wave ") {
-			key, _, _ := strings.Cut(s, ":")
+			key := deviceBudget.ReplaceAllString(s, "$1")
 			if key == last {
 				return
 			}
@@ -216,6 +220,10 @@ func planPrinter(w io.Writer) func(string) {
 		fmt.Fprintln(w, "plan: "+s)
 	}
 }
+
+// deviceBudget matches a plan line's device peak and the budget after it, which planPrinter leaves out
+// when it compares two lines.
+var deviceBudget = regexp.MustCompile(`(device peak [0-9.,]+ [kMGT]?B) of [0-9.,]+ [kMGT]?B`)
 
 // check refuses, before the model is opened or written, every flag that cannot be benched: wave sizes
 // that are not positive or past --max-wave-tokens (a request of that many tokens is built in memory),
