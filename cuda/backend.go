@@ -178,7 +178,8 @@ type Backend struct {
 	// form for every vector count (mixNormForm).
 	normVer int
 	mixForm string
-	// gateLate makes the gated norm load its gate after the sums, as k_rmsnorm2 does (gatedKernel)
+	// gateLate makes the gated norm load its gate after the sums, as k_rmsnorm2 does (gatedKernel):
+	// TestGatedRMSNormGateEarly compares the two forms' bits
 	gateLate bool
 
 	hosts  hostAllocs // pinned buffers handed out by AllocHost

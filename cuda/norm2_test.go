@@ -151,11 +151,6 @@ func TestNormTiming(t *testing.T) {
 	}{
 		{"RMSNorm 65536 x 7168", 8 * rows * 7168, func() (ops.Tensor, error) { return b.RMSNorm(wide, w7, 1e-5) }},
 		{"GatedRMSNorm 65536 x 12288 (128)", 12 * rows * 12288, func() (ops.Tensor, error) { return b.GatedRMSNorm(heads, w128, gate, 1e-5) }},
-		{"GatedRMSNorm, gate late", 12 * rows * 12288, func() (ops.Tensor, error) {
-			b.gateLate = true
-			defer func() { b.gateLate = false }()
-			return b.GatedRMSNorm(heads, w128, gate, 1e-5)
-		}},
 		{"AttnResMix of 2, 65536 x 7168", 12 * rows * 7168, func() (ops.Tensor, error) { y, _, err := b.AttnResMix(vs[:2], w7); return y, err }},
 		{"AttnResMix of 9, 65536 x 7168", 40 * rows * 7168, func() (ops.Tensor, error) { y, _, err := b.AttnResMix(vs, w7); return y, err }},
 	} {

@@ -178,8 +178,9 @@ __device__ __forceinline__ void store_norm4(float* out, u16* nb, i64 base, int c
 // warps holds 8 / W groups. With PG (the gated form only) a thread loads its gate and weight chunks
 // beside its x chunks, before the sums, instead of after them: the same statements, with the gate's
 // loads in flight while the group's sum runs (K3's KDA output, groups of 128 over 12,288: one chunk of
-// each a thread). Run 124: 3.215 -> 3.092 ms at that shape; run 119 had found no gain for the gate alone
-// (3.301 -> 3.316), so TestNormTiming times both forms (Backend.gateLate) until the runs agree.
+// each a thread). Runs 124 and 126: 3.215 -> 3.092, 3.209 -> 3.109 and 3.259 -> 3.089 ms at that shape,
+// timed beside the gate-late form in one binary (run 119 had found no gain for the gate alone, without the
+// weight, in a separate build: 3.301 -> 3.316). Backend.gateLate keeps the late form for the bits test.
 // Launch: blockDim 256, gridDim ceil(groups * W / 8).
 template <int W, int CPT, bool PG = false>
 __device__ __forceinline__ void rmsnorm2(float* out, const float* x, const float* w, const float* gate, i64 groups, int g,
