@@ -63,6 +63,10 @@ func (e *Engine) openDevices(ctx context.Context, src model.Source) error {
 			d.maxRows = int(min(l.MaxElements()/int64(e.Plan.WidestActivation()), 1<<40))
 		}
 		var err error
+		if src == nil { // EngineOptions.PlanOnly
+			g.engines = append(g.engines, d)
+			continue
+		}
 		if d.globals, err = d.Model.LoadGlobals(ctx, src); err != nil {
 			g.closeOthers()
 			return fmt.Errorf("device %d: %w", k+1, err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -13,6 +14,9 @@ import (
 	"github.com/potato-k3/potato-k3/replay/model"
 	"github.com/potato-k3/potato-k3/replay/ops"
 )
+
+// ErrPlanOnly is Run's error on an engine opened with EngineOptions.PlanOnly, which holds no globals.
+var ErrPlanOnly = errors.New("replay: the engine was opened to plan waves only (EngineOptions.PlanOnly, --plan-only): it holds no embedding or lm_head to run them")
 
 // Engine replays token sequences through one model on one backend. Its methods are not safe for
 // concurrent use: the Queue serialises waves onto it.
@@ -93,6 +97,11 @@ type EngineOptions struct {
 	// off (experts are read only once chosen). The plan line says when it is on. Results do not depend
 	// on it.
 	ExpertReadAhead int64
+	// PlanOnly opens the engine for PlanWave alone: the globals (the embedding and lm_head, the largest
+	// tensors of the checkpoint) are neither read nor uploaded, so that planning a wave on a full-size
+	// model takes a moment and no memory. The budgets are the ones an engine with the globals uploaded
+	// would have (planGlobals). Run refuses with ErrPlanOnly.
+	PlanOnly bool
 	// SliceTokens is the most tokens a layer computes at once (0: planned from the device budget): a
 	// layer's weights are uploaded once per wave and serve every slice. Results do not depend on it.
 	SliceTokens int
@@ -125,6 +134,9 @@ func NewEngine(ctx context.Context, plan *model.Plan, r Reader, b ops.Backend, o
 		kept: newResidentLayers(opts.ResidentBytes), state: newStateBufs(b)}
 	if l, ok := b.(ops.ElementLimit); ok { // keep every activation within what the backend can index
 		e.maxRows = int(min(l.MaxElements()/int64(plan.WidestActivation()), 1<<40))
+	}
+	if opts.PlanOnly {
+		return e, e.openDevices(ctx, nil)
 	}
 	src := readAhead(ctx, r, plan.GlobalTensors(), e.pool, &e.held, nil, -1)
 	g, err := m.LoadGlobals(ctx, src)

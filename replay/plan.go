@@ -517,7 +517,7 @@ func (e *Engine) deviceBudget() int64 {
 	if d, ok := e.Model.Ops.(ops.DeviceMemory); ok {
 		if free, err := d.FreeDeviceMemory(); err == nil && free > 0 {
 			// the globals and resident layers are uploaded already: they count as the budget's
-			return int64(float64(free)*(1-memoryMargin)) + e.uploaded()
+			return int64(float64(free-e.planGlobals())*(1-memoryMargin)) + e.uploaded()
 		}
 	}
 	return e.hostBudget()
@@ -529,5 +529,22 @@ func (e *Engine) hostBudget() int64 {
 		return e.opts.HostMemory
 	}
 	avail, _ := hostmem.Available() // hostmem.Assumed where the system does not say
+	if _, dev := e.Model.Ops.(ops.DeviceMemory); !dev {
+		avail -= e.planGlobals() // a backend without device memory keeps the globals in host memory
+	}
 	return int64(float64(avail) * (1 - memoryMargin))
+}
+
+// planGlobals is the checkpoint bytes of the globals that an engine opened with EngineOptions.PlanOnly
+// did not load (0 for any other engine): the free memory its budgets are read from still holds their
+// room, which an engine that runs waves has spent on them.
+func (e *Engine) planGlobals() int64 {
+	if !e.opts.PlanOnly {
+		return 0
+	}
+	var n int64
+	for _, s := range e.Plan.GlobalTensors() {
+		n += s.Bytes()
+	}
+	return n
 }

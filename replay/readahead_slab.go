@@ -54,6 +54,9 @@ func (e *Engine) fitSlab(budget int64) int {
 // allocated now (0 when the buffers exist already, or when such a wave needs none). Not for use while a
 // wave runs.
 func (e *Engine) PinHostBuffers(lens []int) (int64, error) {
+	if e.opts.PlanOnly {
+		return 0, ErrPlanOnly
+	}
 	if e.group != nil { // several devices: the feed reads every expert once for all, no read-ahead
 		return 0, nil
 	}

@@ -52,6 +52,9 @@ func (s WaveStats) BytesRead() int64 {
 // budgets cannot hold at all, or a single sequence longer than MaxWaveTokens, is refused with the bound
 // named before any compute.
 func (e *Engine) Run(ctx context.Context, reqs []Request) ([][]Result, WaveStats, error) {
+	if e.opts.PlanOnly {
+		return nil, WaveStats{}, ErrPlanOnly
+	}
 	if e.group != nil { // several devices (EngineOptions.Devices): devices.go
 		return e.group.run(ctx, reqs)
 	}

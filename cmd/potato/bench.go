@@ -121,7 +121,7 @@ func benchTo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	opts := replay.EngineOptions{ExpertChunk: f.expertChunk,
 		HostCacheBytes: int64(f.hostCache), ResidentBytes: int64(f.resident), PrefetchExperts: f.prefetch,
-		ExpertReadAhead: readAheadOption(f.noReadAhead), Log: planPrinter(stdout)}
+		ExpertReadAhead: readAheadOption(f.noReadAhead), Log: planPrinter(stdout), PlanOnly: f.planOnly}
 	f.mem.apply(&opts)
 	l, err := openEngine(ctx, dir, f.backend, f.precision, backendTuning{expertStreams: f.expertStreams, eagerRounding: f.eagerRounding, eagerWidening: f.eagerWidening,
 		unfusedMixNorm: f.unfusedMixNorm, mlaMmaSync: f.mlaMmaSync, devices: f.mem.devices}, opts,

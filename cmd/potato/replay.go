@@ -46,6 +46,7 @@ type replayFlags struct {
 	maxResult                              byteSize
 	hidden, lens, out                      string
 	router, attnres, float16, noProgress   bool
+	planOnly                               bool
 	stdin                                  io.Reader // os.Stdin; a test's reader
 }
 
@@ -77,6 +78,7 @@ func runReplay(ctx context.Context, args []string, stdout io.Writer) error {
 	f.job.register(fs)
 	fs.IntVar(&f.show, "show", 40, "positions printed per sequence (0: none)")
 	fs.BoolVar(&f.noProgress, "no-progress", false, "do not print per-layer progress on stderr")
+	fs.BoolVar(&f.planOnly, "plan-only", false, "print the plan of the replay's waves (reads of the weights, slices, where the state lives, device peak) and stop, without computing: the model's embedding and lm_head are not even read")
 	if err := parseFlags(fs, args, stdout); err != nil {
 		return err
 	}
@@ -87,7 +89,7 @@ func runReplay(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	opts := replay.EngineOptions{ExpertChunk: f.expertChunk, MaxWaveTokens: f.maxWaveTokens,
+	opts := replay.EngineOptions{ExpertChunk: f.expertChunk, MaxWaveTokens: f.maxWaveTokens, PlanOnly: f.planOnly,
 		Log: func(s string) { fmt.Fprintln(os.Stderr, "replay: "+s) }}
 	f.mem.apply(&opts)
 	if !f.noProgress {
@@ -114,6 +116,9 @@ func runReplay(ctx context.Context, args []string, stdout io.Writer) error {
 	req, err := f.request(l, in)
 	if err != nil {
 		return err
+	}
+	if f.planOnly {
+		return printReplayPlan(stdout, l, req)
 	}
 	res, stats, err := l.engine.Run(ctx, []replay.Request{req})
 	if err != nil {
@@ -163,6 +168,16 @@ func (f *replayFlags) check() (input, error) {
 	}
 	if f.thinking != "" && f.chat == "" {
 		return in, errors.New("replay: --thinking is for --chat (text and token ids have no thinking mode)")
+	}
+	if f.planOnly {
+		for _, o := range []struct {
+			flag string
+			set  bool
+		}{{"--out", f.out != ""}, {"--lens", f.lens != ""}, {"--hidden", f.hidden != ""}, {"--router", f.router}, {"--attnres", f.attnres}} {
+			if o.set {
+				return in, usagef("replay", "replay: --plan-only computes and writes nothing, and %s does not change the plan: drop it", o.flag)
+			}
+		}
 	}
 	if f.out == "" { // the printed table is the tokens table's; the others would be computed and dropped
 		for _, o := range []struct {
@@ -465,4 +480,19 @@ func eta(p replay.Progress) string {
 	default:
 		return d.Round(time.Second).String()
 	}
+}
+
+// printReplayPlan prints the plan of req's waves (--plan-only): the line the engine logs before a
+// replay's first layer, from the same planner, with the sequences' token counts.
+func printReplayPlan(stdout io.Writer, l *loaded, req replay.Request) error {
+	lens := make([]int, len(req.Sequences))
+	for i, s := range req.Sequences {
+		lens[i] = len(s.Tokens)
+	}
+	p, err := l.engine.PlanWave(lens)
+	if err != nil {
+		return err // the planner's errors name the budget and say "replay:"
+	}
+	fmt.Fprintln(stdout, "plan: "+p.String())
+	return nil
 }

@@ -70,6 +70,8 @@ func TestReplayChecksBeforeCompute(t *testing.T) {
 		{"zero --max-request-tokens", []string{"--text", "x", "--max-request-tokens", "0"}, "replay: --max-request-tokens 0 must be positive"},
 		{"zero --wave-tokens", []string{"--text", "x", "--wave-tokens", "0"}, "replay: --wave-tokens 0 must be positive"},
 		{"precision", []string{"--text", "x", "--precision", "fp16"}, `replay: --precision "fp16": want bf16 or fp32`},
+		{"plan-only with --out", []string{"--text", "x", "--plan-only", "--out", out}, "replay: --plan-only computes and writes nothing, and --out does not change the plan: drop it"},
+		{"plan-only with --lens", []string{"--text", "x", "--plan-only", "--lens", "1"}, "--lens does not change the plan"},
 		{"backend", []string{"--text", "x", "--backend", "tpu"}, `replay: --backend "tpu": want cpu or cuda`},
 	}
 	if os.Getuid() != 0 { // root writes anywhere
@@ -271,5 +273,36 @@ func TestReplayResultSetProvenance(t *testing.T) {
 	}
 	if a[0][tables.MetaRequestHash] != b[0][tables.MetaRequestHash] {
 		t.Errorf("one request, two hashes: %s, %s", a[0][tables.MetaRequestHash], b[0][tables.MetaRequestHash])
+	}
+}
+
+// potato replay --plan-only prints the plan of the replay's waves, from the same planner as a replay's
+// own plan line, and replays nothing.
+func TestReplayPlanOnly(t *testing.T) {
+	model := tinyModel(t)
+	chats := filepath.Join(t.TempDir(), "chats.jsonl")
+	if err := os.WriteFile(chats, datasets.ExamplesJSONL(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"text", []string{"--tokens", "1,2,3,4,5,6,7"}, "plan: wave 7 tokens (1 sequence, longest 7) in 1 read"},
+		{"conversations", []string{"--chat", chats}, " sequences, longest "},
+		{"several reads", []string{"--chat", chats, "--device-memory", "4MB", "--host-memory", "5MB"}, " reads (waves of at most "},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var stdout bytes.Buffer
+			args := append([]string{"replay", "--model", model, "--no-progress", "--plan-only"}, c.args...)
+			if err := run(context.Background(), args, &stdout); err != nil {
+				t.Fatalf("%v\n%s", err, stdout.String())
+			}
+			out := stdout.String()
+			if !strings.HasPrefix(out, "plan: wave ") || !strings.Contains(out, c.want) || strings.Count(out, "\n") != 1 {
+				t.Errorf("want one plan line with %q, got:\n%s", c.want, out)
+			}
+		})
 	}
 }
