@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
 
 	"github.com/potato-k3/potato-k3/cuda/bind"
@@ -270,160 +269,22 @@ func (b *Backend) ExpertsAccumulate(acc, z ops.Tensor, rt ops.Routing, experts [
 }
 
 // expertsAccumulate is ExpertsAccumulate on the path mode picks (tests force one; expertsGrouped where
-// groupedOK refuses is an error).
+// groupedOK refuses is an error). It reads as the call's steps (experts_call.go): check the call and
+// assign each expert its rows, choose the path, then run it on the CUDA thread.
 func (b *Backend) expertsAccumulate(acc, z ops.Tensor, rt ops.Routing, experts []ops.Expert, beta, linBeta float32, mode expertsMode) error {
 	const op = "ExpertsAccumulate"
-	ts, err := b.tensors(op, []string{"acc", "z"}, acc, z)
+	x, err := b.newExpertsCall(op, acc, z, rt, experts, beta, linBeta, mode)
 	if err != nil {
 		return err
 	}
-	at, zt := ts[0], ts[1]
-	rows, latent := zt.rows, zt.cols
-	if err := ops.CheckExpertsAccumulate(acc, z, rt, beta, linBeta); err != nil {
-		return err
-	}
-	if at.dt != dtF32 {
-		return argErr(op, "acc %v is a weight, not an activation", at)
-	}
-	es := make([]*Expert, len(experts))
-	for i, x := range experts {
-		e, ok := x.(*Expert)
-		switch {
-		case !ok || e == nil:
-			return argErr(op, "experts[%d] is a %T, not a cuda expert", i, x)
-		case e.b != b:
-			return argErr(op, "experts[%d] (id %d) belongs to another cuda backend", i, e.id)
-		case e.freed:
-			return fmt.Errorf("%w: %s: expert %d", ErrFreed, op, e.id)
-		case e.latent != latent:
-			return shapeErr(op, "expert %d has latent width %d, z %v", e.id, e.latent, zt)
-		}
-		es[i] = e
-	}
-	slices.SortFunc(es, func(p, q *Expert) int { return p.id - q.id })
-	ids := make([]int, len(es))
-	for i, e := range es {
-		ids[i] = e.id
-	}
-	work, err := rt.AssignRows(ids, rows)
+	grouped, kernels, err := b.expertsPath(op, x.latent, x.es, mode)
 	if err != nil {
-		return argErr(op, "%v", err)
-	}
-	grouped := b.groupedOK(latent, es)
-	switch {
-	case mode == expertsPerExpert:
-		grouped = false
-	case mode >= expertsGrouped && !grouped:
-		return argErr(op, "the grouped path does not take precision %v, latent %d and these experts", b.prec, latent)
+		return err
 	}
 	if grouped {
-		kernels := ""
-		switch {
-		case mode == expertsGroupedF32:
-			kernels = "_f32"
-		case mode == expertsWG && !b.wgOK():
-			return argErr(op, "the wgmma kernels need sm_90a, the device is %s", b.info.Arch)
-		case mode == expertsWG, mode == expertsAuto && b.lt == nil && b.wgOK():
-			// without cuBLASLt, on Hopper the wgmma kernels (about twice the mma.sync kernels' rate)
-			kernels = "_wg"
-		}
-		ffn := es[0].ffn
-		tileRows := xTileRows
-		if wgKernels(kernels) {
-			tileRows = wTileRows
-		}
-		plan := planGroupedTiles(es, work, rows, tileRows) // here, not on the CUDA thread: earlier ops' closures need not wait
-		return b.run(op, func(c *opCtx) error {
-			c.detail = ops.UploadWait
-			if err := b.joinExperts(es); err != nil { // the experts' copies, when they were not waited for
-				return err
-			}
-			if err := b.dropNarrow(at); err != nil { // acc changes: a bfloat16 copy of it would be stale (narrow.go)
-				return err
-			}
-			if err := c.phase("grouped" + kernels); err != nil {
-				return err
-			}
-			if err := c.settle(at); err != nil { // acc is read as float32 sums
-				return err
-			}
-			// the cuBLASLt path's gather rounds z to bfloat16 as it loads it (deferred.go); the others
-			// settle it below
-			zp, err := c.raw(zt)
-			if err != nil {
-				return err
-			}
-			if kernels == "" && (mode == expertsAuto || mode == expertsLt) { // cuBLASLt where it pins both shapes: a choice by shape
-				gu, dn, why, err := c.ltExpertShapes(latent, ffn)
-				switch {
-				case err != nil:
-					return err
-				case why == "":
-					c.detail = "cuBLASLt" // the part after the wait for uploads is all this path's
-					// the gather reads z's bfloat16 copy, made by the first call and kept with z for the
-					// next (a pooled layer's seven calls share one z): 2 bytes a gathered value, not 4
-					var zb uint64
-					if zt.dt == dtF32 && latent%8 == 0 {
-						if zb, err = c.narrowOf(zt, latent); err != nil {
-							return err
-						}
-					}
-					return c.expertsLt(&plan, gu, dn, at.ptr, zp, zb, latent, ffn, beta, linBeta)
-				case mode == expertsLt:
-					return fmt.Errorf("%w: %s: the cuBLASLt path does not take these experts: %s", ErrArgument, op, why)
-				}
-			}
-			if err := c.settle(zt); err != nil {
-				return err
-			}
-			return c.expertsGrouped(&plan, at.ptr, zp, latent, ffn, beta, linBeta, kernels)
-		})
+		return b.runGroupedExperts(op, x, kernels)
 	}
-	// Every expert's rows and weights go to the device in one upload each (two copies a call instead of
-	// two per expert).
-	var rows32 []int32
-	var weights []float32
-	first := make([]int, len(es))
-	for i := range es {
-		first[i] = len(rows32)
-		rows32 = append(rows32, work[i].Rows...)
-		weights = append(weights, work[i].Weights...)
-	}
-	return b.run(op, func(c *opCtx) error {
-		c.detail = ops.UploadWait
-		if err := b.joinExperts(es); err != nil { // the experts' copies, when they were not waited for
-			return err
-		}
-		if err := b.dropNarrow(at); err != nil { // acc changes: a bfloat16 copy of it would be stale (narrow.go)
-			return err
-		}
-		if err := c.phase("per-expert"); err != nil {
-			return err
-		}
-		if err := c.settle(at); err != nil { // acc is read as float32 sums
-			return err
-		}
-		zp, err := c.f32(zt)
-		if err != nil {
-			return err
-		}
-		idx, err := uploadTemp(c, rows32)
-		if err != nil {
-			return err
-		}
-		wts, err := uploadTemp(c, weights)
-		if err != nil {
-			return err
-		}
-		for i, e := range es {
-			if n := len(work[i].Rows); n > 0 {
-				if err := c.expert(e, at.ptr, zp, latent, n, idx+uint64(4*first[i]), wts+uint64(4*first[i]), beta, linBeta); err != nil {
-					return fmt.Errorf("expert %d (%d rows): %w", e.id, n, err)
-				}
-			}
-		}
-		return nil
-	})
+	return b.runPerExpert(op, x)
 }
 
 // expert runs one expert over its n rows (device arrays idx: row ids, wts: routing weights) and adds the
