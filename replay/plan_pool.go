@@ -46,6 +46,10 @@ func (e *Engine) planPooled(lens []int, p WavePlan) (WavePlan, bool) {
 // host plans each call (its rows per expert, the combine's tables) while the device runs the call before:
 // before calls of about 600,000 pairs (262,144 tokens, chunks of 128 experts) the device idled about 11
 // ms each (run 53), before one call of 4.2 million pairs (every expert at once) about 600 ms (run 50).
+// With the host's planning since taken off the device's path (runs 52-54, the queued router), larger
+// calls are still slower (run 128, kda+moe layer at 262,144 tokens: 7 calls 1.166-1.172 s, 4 calls
+// 1.172, 2 calls 1.191, 1 call 1.218): fewer passes of the combine do not pay for a larger call's
+// gathered rows and temporaries.
 const pooledCallPairs = 1 << 19
 
 // pooledChunk is how many experts a pooled layer's call takes: EngineOptions.ExpertChunk when given, else
