@@ -75,7 +75,7 @@ func runDemo(ctx context.Context, args []string, stdout io.Writer) error {
 	fmt.Fprintln(stdout)
 	fmt.Fprintln(stdout, "\nnext: potato replay --text \"...\" [--lens all --router --out results.arrow]; potato help")
 	if *out != "" {
-		return writeTables(stdout, l, &req, res[0], *out, false)
+		return writeTables(ctx, stdout, l, &req, res[0], *out, false)
 	}
 	return nil
 }

@@ -129,7 +129,7 @@ func runReplay(ctx context.Context, args []string, stdout io.Writer) error {
 	if f.out == "" {
 		return nil
 	}
-	return writeTables(stdout, l, &req, res[0], f.out, f.float16)
+	return writeTables(ctx, stdout, l, &req, res[0], f.out, f.float16)
 }
 
 // input is what check read before the engine opened: the text of --text or --text-file, the
@@ -313,8 +313,9 @@ func checkOut(out string) error {
 }
 
 // writeTables writes results as one result set (tables.WriteSet: all tables or none), with provenance
-// metadata on every table and the top-k ids named by the tokenizer when the model has one.
-func writeTables(stdout io.Writer, l *loaded, req *replay.Request, res []replay.Result, out string, float16 bool) error {
+// metadata on every table and the top-k ids named by the tokenizer when the model has one. ctx (the
+// command's: Ctrl-C) stops the write between record batches, leaving --out as it was.
+func writeTables(ctx context.Context, stdout io.Writer, l *loaded, req *replay.Request, res []replay.Result, out string, float16 bool) error {
 	opts := tables.Options{HiddenFloat16: float16, Metadata: provenance(l, req)}
 	if l.tok != nil {
 		opts.Piece = l.tok.Piece
@@ -324,7 +325,7 @@ func writeTables(stdout io.Writer, l *loaded, req *replay.Request, res []replay.
 		return err
 	}
 	defer set.Release()
-	paths, err := tables.WriteSet(out, set)
+	paths, err := tables.WriteSet(ctx, out, set)
 	if err != nil {
 		return err
 	}

@@ -87,7 +87,7 @@ func singleRun(t *testing.T, j *tinyJob, out string) {
 		t.Fatal(err)
 	}
 	defer set.Release()
-	if _, err := tables.WriteSet(out, set); err != nil {
+	if _, err := tables.WriteSet(t.Context(), out, set); err != nil {
 		t.Fatal(err)
 	}
 }

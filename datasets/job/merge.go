@@ -71,7 +71,7 @@ func Merge(ctx context.Context, out string, dirs []string, opts MergeOptions) (M
 		set = append(set, tables.TableSource{Name: name, Reader: m})
 		mergers = append(mergers, m)
 	}
-	paths, err := tables.WriteSetFrom(out, set)
+	paths, err := tables.WriteSetFrom(ctx, out, set)
 	if err != nil {
 		return sum, fmt.Errorf("job: merge: %w", err)
 	}

@@ -363,7 +363,9 @@ func runWave(ctx context.Context, eng Engine, cfg Config, m *Manifest, wave []It
 	defer set.Release()
 	p := Part{Name: nextPart(m), Files: map[string]File{}, Conversations: len(wave), BytesRead: stats.BytesRead(),
 		Seconds: stats.Seconds}
-	paths, err := tables.WriteSet(filepath.Join(cfg.Dir, p.Name+".parquet"), set)
+	// A stop (ctx) while the part is written leaves no part and no manifest entry: the wave runs again
+	// when the job resumes, rather than the stop waiting for GBs of a part to be written.
+	paths, err := tables.WriteSet(ctx, filepath.Join(cfg.Dir, p.Name+".parquet"), set)
 	if err != nil {
 		return Part{}, err
 	}

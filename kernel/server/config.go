@@ -44,8 +44,9 @@ type Config struct {
 	// a wave, so that requests sent at nearly the same time share one pass over the weights (default
 	// 50ms, nothing next to a K3 wave; negative: do not wait).
 	Gather time.Duration
-	// ShutdownTimeout bounds how long Shutdown waits for the wave in flight before it fails it (default
-	// 10 minutes).
+	// ShutdownTimeout bounds how long Shutdown waits for the wave in flight before it fails it, and then
+	// for the results still being written before it stops them and fails their jobs (default 10 minutes,
+	// for both together).
 	ShutdownTimeout time.Duration
 	// ExpertChunk is passed to the engines (replay.EngineOptions.ExpertChunk).
 	ExpertChunk int

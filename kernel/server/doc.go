@@ -102,5 +102,6 @@
 // left queued or running as failed ("the server (pid N) stopped while this job was running; its
 // results were never written: submit it again"). One server at a time holds a spill directory (a lock
 // file). On SIGTERM the server stops accepting, fails the queued jobs, lets the wave in flight finish
-// (failing it after --shutdown-timeout), writes its results and exits.
+// (failing it after --shutdown-timeout), writes its results (stopping those still being written once
+// --shutdown-timeout is up, their jobs failed) and exits.
 package server

@@ -55,6 +55,10 @@ type Server struct {
 	janitorDone chan struct{}
 	spills      sync.WaitGroup
 	shutdown    sync.Once
+	// spillCtx is the context of every job's writing of its results; Shutdown cancels it (stopSpills,
+	// with errSpillShutdown) once its time is up, so that a spill of many GB stops within a batch.
+	spillCtx   context.Context
+	stopSpills context.CancelCauseFunc
 
 	hooks testHooks
 }
@@ -102,6 +106,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		unlockSpill(s.lock)
 		return nil, err
 	}
+	s.spillCtx, s.stopSpills = context.WithCancelCause(context.Background()) // Shutdown cancels it
 	go s.loop()
 	go s.janitor()
 	return s, nil
@@ -225,8 +230,9 @@ func (s *Server) Serve(l net.Listener) error {
 
 // Shutdown stops the server gracefully: it stops accepting connections and jobs, fails the queued jobs,
 // lets the wave in flight finish (or fails it once cfg.ShutdownTimeout or ctx runs out), waits for
-// results to be spilled, ends the progress streams and closes the engines. Spilled results stay for the
-// next server on the same spill directory.
+// results to be spilled (and, once that same time is up, stops those still being written within a record
+// batch, failing their jobs with nothing of their tables left), ends the progress streams and closes the
+// engines. Spilled results stay for the next server on the same spill directory.
 func (s *Server) Shutdown(ctx context.Context) error {
 	var err error
 	s.shutdown.Do(func() { err = s.doShutdown(ctx) })
@@ -256,15 +262,18 @@ func (s *Server) doShutdown(ctx context.Context) error {
 	close(s.stop)
 	timeout := time.NewTimer(s.cfg.ShutdownTimeout)
 	defer timeout.Stop()
+	late := false // the time is up: the wave was failed, and the spills are stopped too
 	select {
 	case <-s.loopDone:
 	case <-timeout.C:
+		late = true
 		s.cancelCurrent(errors.New("the server shut down before this job's wave finished; submit it again"))
 	case <-ctx.Done():
+		late = true
 		s.cancelCurrent(errors.New("the server shut down before this job's wave finished; submit it again"))
 	}
 	<-s.loopDone
-	s.spills.Wait()
+	s.waitSpills(ctx, timeout.C, late)
 	close(s.streamsDone)
 	<-s.janitorDone
 	var err error
@@ -277,6 +286,26 @@ func (s *Server) doShutdown(ctx context.Context) error {
 	unlockSpill(s.lock)
 	s.log.Info("stopped")
 	return err
+}
+
+// waitSpills waits for the results being written (and the manifests), for as long as the shutdown's
+// time (timeout, ctx) lasts; once it is up (late: already) it stops them, and waits for them to stop,
+// within a record batch each: tables.WriteSetFrom leaves nothing of a set it did not finish.
+func (s *Server) waitSpills(ctx context.Context, timeout <-chan time.Time, late bool) {
+	spilled := make(chan struct{})
+	go func() {
+		s.spills.Wait()
+		close(spilled)
+	}()
+	if !late {
+		select {
+		case <-spilled:
+		case <-timeout:
+		case <-ctx.Done():
+		}
+	}
+	s.stopSpills(errSpillShutdown) // nothing to stop when all were written; spillCtx is released either way
+	<-spilled
 }
 
 // cancelCurrent stops the wave in flight, failing its jobs with cause.

@@ -19,7 +19,7 @@ import (
 // The spill directory holds one directory per job, named by its id:
 //
 //	SPILL/0123456789abcdef/job.json               the manifest: the job's status, rewritten atomically
-//	SPILL/0123456789abcdef/result.tokens.parquet  one Parquet file per captured table (tables.WriteSet)
+//	SPILL/0123456789abcdef/result.tokens.parquet  one Parquet file per captured table (tables.WriteSetFrom)
 //
 // The manifest is written when the job is queued, when its wave starts, and again when it is done (after
 // its tables), fails, is cancelled or has been fetched in full; so after a crash a manifest that still says queued or
@@ -111,6 +111,18 @@ func (s *Server) writeManifest(id string, m manifest) error {
 // errDropped stops the writing of a job's results once it was cancelled or deleted.
 var errDropped = errors.New("the job was cancelled or deleted while its results were written")
 
+// errSpillShutdown is the cause with which Shutdown stops the results still being written once its time
+// is up (Server.stopSpills), and the error their jobs show.
+var errSpillShutdown = errors.New("the server shut down while this job's results were written; submit it again")
+
+// spillFailure is the error a job whose results could not be written shows.
+func spillFailure(err error) string {
+	if errors.Is(err, errSpillShutdown) {
+		return errSpillShutdown.Error()
+	}
+	return "writing the results: " + err.Error()
+}
+
 // spill writes a finished job's tables to Parquet, then its manifest, and only then says it is done.
 // share is its part of Server.held, given back at the end. A job cancelled or deleted meanwhile stops
 // at the next record batch: nothing more is built or written for it.
@@ -151,8 +163,12 @@ func (s *Server) spill(j *job, results []replay.Result, share int64) {
 		removeTables(s, j.id, names)
 	case err != nil:
 		removeTables(s, j.id, names)
-		j.terminal(api.StateFailed, "writing the results: "+err.Error(), now)
-		s.log.Error("spill failed", "job", j.id, "err", err)
+		j.terminal(api.StateFailed, spillFailure(err), now)
+		if errors.Is(err, errSpillShutdown) {
+			s.log.Warn("results not written: the server shut down", "job", j.id, "err", err)
+		} else {
+			s.log.Error("spill failed", "job", j.id, "err", err)
+		}
 		m = s.manifestOf(j)
 	default:
 		j.tables, j.fetched = names, map[string]bool{}
@@ -194,7 +210,8 @@ func (s *Server) dropped(j *job) bool {
 // writeResults writes every captured table of results as base.NAME.parquet, one set (all or none), and
 // returns the names. Each table is built batch by batch as it is written (tables.NewReader into
 // tables.WriteSetFrom, the batches Build would make), so that only the results and one batch are held,
-// and a job dropped meanwhile stops at the next batch (errDropped).
+// and a job dropped meanwhile stops at the next batch (errDropped), as does every job once Shutdown's
+// time is up (s.spillCtx, with errSpillShutdown as the cause).
 func (s *Server) writeResults(j *job, base string, results []replay.Result, opts tables.Options) ([]string, error) {
 	if s.dropped(j) {
 		return nil, errDropped
@@ -213,17 +230,20 @@ func (s *Server) writeResults(j *job, base string, results []replay.Result, opts
 		if err != nil {
 			return nil, err
 		}
-		srcs = append(srcs, tables.TableSource{Name: name, Reader: &stopReader{RecordReader: rr, stop: func() bool {
+		srcs = append(srcs, tables.TableSource{Name: name, Reader: &stopReader{RecordReader: rr, stop: func() error {
 			if h := s.hooks.spillBatch; h != nil {
 				h(j.id, name)
 			}
-			return s.dropped(j)
+			if s.dropped(j) {
+				return errDropped
+			}
+			return nil
 		}}})
 	}
 	if err := os.MkdirAll(filepath.Dir(base), 0o700); err != nil {
 		return nil, err
 	}
-	if _, err := tables.WriteSetFrom(base, srcs); err != nil {
+	if _, err := tables.WriteSetFrom(s.spillCtx, base, srcs); err != nil {
 		if s.dropped(j) {
 			return nil, errDropped
 		}
@@ -236,22 +256,23 @@ func (s *Server) writeResults(j *job, base string, results []replay.Result, opts
 	return names, nil
 }
 
-// stopReader is a RecordReader that ends with errDropped before its next batch once stop says so.
+// stopReader is a RecordReader that ends before its next batch with the error stop returns: errDropped
+// once the job was dropped.
 type stopReader struct {
 	array.RecordReader
-	stop func() bool
+	stop func() error
 	err  error
 }
 
 // Next builds the next batch unless stop says the job was dropped.
 func (r *stopReader) Next() bool {
-	if r.err == nil && r.stop() {
-		r.err = errDropped
+	if r.err == nil {
+		r.err = r.stop()
 	}
 	return r.err == nil && r.RecordReader.Next()
 }
 
-// Err is errDropped, or the reader's own error.
+// Err is stop's error, or the reader's own.
 func (r *stopReader) Err() error {
 	if r.err != nil {
 		return r.err

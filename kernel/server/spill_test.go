@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -195,5 +196,43 @@ func TestShutdownFinishesTheWave(t *testing.T) {
 	}
 	if st := ts2.status(t, queued); st.State != api.StateFailed || !strings.Contains(st.Error, "shut down before this job's wave started") {
 		t.Errorf("the job queued at shutdown: %s %q", st.State, st.Error)
+	}
+}
+
+// Shutdown's time bounds the writing of results too: once it is up (here ctx, done from the start), a
+// job whose tables are being written stops at the next record batch, fails with a message that says so,
+// and leaves no table and no staging folder; the next server on the spill directory reports it failed.
+func TestShutdownStopsSpill(t *testing.T) {
+	spill := t.TempDir()
+	inSpill, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	hooks := testHooks{spillBatch: func(string, string) { once.Do(func() { close(inSpill); <-release }) }}
+	ts := startServerNoCleanup(t, Config{SpillDir: spill}, hooks)
+	id := ts.submit(t, api.Request{Inputs: []api.Input{{Tokens: []int32{3, 1, 4, 1, 5}}}, Options: api.Options{TopK: 3, Lens: []int{0, 7}}}).ID
+	<-inSpill
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	done := make(chan error)
+	go func() { done <- ts.Shutdown(ctx) }()
+	<-ts.spillCtx.Done() // stopped while the first batch was being built
+	close(release)
+	<-done // ctx's error: the HTTP server's graceful shutdown was cut short too
+
+	m, err := readManifest(ts.jobDir(id))
+	if err != nil || m.Status.State != api.StateFailed || m.Status.Error != errSpillShutdown.Error() {
+		t.Errorf("manifest after the shutdown: %s %q (%v), -want failed %q", m.Status.State, m.Status.Error, err, errSpillShutdown)
+	}
+	entries, err := os.ReadDir(ts.jobDir(id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if e.Name() != manifestName {
+			t.Errorf("the stopped job left %s in its directory", e.Name())
+		}
+	}
+	ts2 := startServer(t, Config{SpillDir: spill}, testHooks{})
+	if st := ts2.status(t, id); st.State != api.StateFailed || st.Error != errSpillShutdown.Error() {
+		t.Errorf("the stopped job after a restart: %s %q", st.State, st.Error)
 	}
 }

@@ -42,7 +42,9 @@
 // A Set is one result set, published whole or not at all: its tables are written into a temporary
 // directory beside the target and renamed into place only when all are written, and an earlier run's
 // tables that this set does not hold are removed. WriteSetFrom publishes a set the same way from
-// readers, batch by batch, for tables too large to hold (a dataset job's merge). Every producer stamps
+// readers, batch by batch, for tables too large to hold (a dataset job's merge). Both take a context,
+// checked between record batches and tables: a cancelled write (Ctrl-C, a server's shutdown) returns an
+// error wrapping ctx.Err() and leaves nothing behind, as a failed one does. Every producer stamps
 // each table with ProvenanceKeys (MetaResultSet, one id a run; MetaRequestHash; MetaConfigHash;
 // MetaEngine; MetaPrecision; MetaBackend), and ReadSet refuses tables of two result sets. ReadFile, ReadIPC,
 // ReadIPCFile and ReadParquet read one table (ReadFile also reads a .arrow file that holds a stream, as

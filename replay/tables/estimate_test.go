@@ -109,7 +109,7 @@ func TestEstimateCoversMeasured(t *testing.T) {
 				defer rr.Release()
 				srcs = append(srcs, TableSource{Name: name, Reader: rr})
 			}
-			if _, err := WriteSetFrom(filepath.Join(out, "s"+ext), srcs); err != nil {
+			if _, err := WriteSetFrom(t.Context(), filepath.Join(out, "s"+ext), srcs); err != nil {
 				t.Fatal(err)
 			}
 			return
@@ -119,7 +119,7 @@ func TestEstimateCoversMeasured(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer set.Release()
-		if _, err := WriteSet(filepath.Join(out, "r"+ext), set); err != nil {
+		if _, err := WriteSet(t.Context(), filepath.Join(out, "r"+ext), set); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -2,6 +2,7 @@ package tables_test
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -94,7 +95,7 @@ func ExampleWriteSet() {
 	}
 	defer set.Release()
 
-	written, err := tables.WriteSet(filepath.Join(dir, "results.parquet"), set)
+	written, err := tables.WriteSet(context.Background(), filepath.Join(dir, "results.parquet"), set)
 	if err != nil {
 		fmt.Println(err)
 		return

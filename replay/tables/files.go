@@ -2,6 +2,7 @@ package tables
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -121,14 +122,29 @@ func ReadFile(path string, mem memory.Allocator) (*Table, error) {
 // one that a killed writer of the same set left is removed by the next write (internal/staging).
 // A rename can fail only when the directory itself goes away or is made read-only in that instant; then
 // the error says so, and ReadSet refuses the mixed files by their MetaResultSet.
-func WriteSet(path string, s *Set) ([]string, error) {
+//
+// ctx is checked before every record batch and every table, and once more before the first file of an
+// earlier run is removed: a set of many GB stops within one batch of a cancel (Ctrl-C, a server's
+// shutdown), with an error that wraps ctx.Err() (and context.Cause(ctx) where it differs), and nothing
+// under path changes. Once the renames begin the set is published to the end, whatever ctx says: a half
+// published set is the one outcome the staging directory exists to prevent.
+func WriteSet(ctx context.Context, path string, s *Set) ([]string, error) {
 	var names []string
 	for _, name := range TableNames {
 		if s.Table(name) != nil {
 			names = append(names, name)
 		}
 	}
-	return writeSet(path, names, func(i int, staged string) error { return WriteFile(staged, s.Table(names[i])) })
+	return writeSet(ctx, path, names, func(i int, staged string) error {
+		// A held table is written through a reader over its records, as WriteSetFrom writes one, so that
+		// ctx is checked between its batches too; the bytes are WriteFile's (TestWriteSetFrom).
+		rr, err := s.Table(names[i]).Reader()
+		if err != nil {
+			return err
+		}
+		defer rr.Release()
+		return writeFileFrom(ctx, staged, rr)
+	})
 }
 
 // TableSource is one table of a set that WriteSetFrom writes batch by batch.
@@ -144,7 +160,9 @@ type TableSource struct {
 // order given, and the set is then published exactly as WriteSet publishes one, removing the files of
 // the tables srcs do not name. Names must be distinct members of TableNames, since they choose which
 // earlier files are removed; a reader whose schema names another table ("potato.table") is refused.
-func WriteSetFrom(path string, srcs []TableSource) ([]string, error) {
+// ctx stops it as it stops WriteSet: before the next batch asked of a reader, with nothing under path
+// changed.
+func WriteSetFrom(ctx context.Context, path string, srcs []TableSource) ([]string, error) {
 	names := make([]string, len(srcs))
 	for i, src := range srcs {
 		if !slices.Contains(TableNames, src.Name) {
@@ -155,20 +173,24 @@ func WriteSetFrom(path string, srcs []TableSource) ([]string, error) {
 		}
 		names[i] = src.Name
 	}
-	return writeSet(path, names, func(i int, staged string) error {
+	return writeSet(ctx, path, names, func(i int, staged string) error {
 		if got := TableName(srcs[i].Reader.Schema()); got != "" && got != srcs[i].Name {
 			return fmt.Errorf("tables: the reader holds table %q", got)
 		}
-		return writeFileFrom(staged, srcs[i].Reader)
+		return writeFileFrom(ctx, staged, srcs[i].Reader)
 	})
 }
 
 // writeSet is WriteSet's and WriteSetFrom's publishing: write(i, staged) writes table names[i] to the
 // file staged inside the temporary directory; when every table is written, the files of the tables
-// names lacks are removed and the staged files renamed into place.
-func writeSet(path string, names []string, write func(i int, staged string) error) ([]string, error) {
+// names lacks are removed and the staged files renamed into place. ctx is checked before each table and
+// before the first removal (write checks it between batches); after that the set is published whole.
+func writeSet(ctx context.Context, path string, names []string, write func(i int, staged string) error) ([]string, error) {
 	if _, err := FormatOf(path); err != nil {
 		return nil, err
+	}
+	if err := stopped(ctx); err != nil { // not even a staging directory for a write already cancelled
+		return nil, fmt.Errorf("tables: writing the result set %s: %w (nothing was replaced)", path, err)
 	}
 	dir, base := filepath.Split(path)
 	if dir == "" {
@@ -179,15 +201,21 @@ func writeSet(path string, names []string, write func(i int, staged string) erro
 	if err != nil {
 		return nil, fmt.Errorf("tables: writing %s: %w", path, err)
 	}
-	defer st.Release() // empty after a good publish, but for its owner file: removed, and the lock dropped
+	defer st.Release() // removes the staged files after an error; after a good publish, only its owner file
 	tmp := st.Path
 	var staged, written []string
 	for i, name := range names {
+		if err := stopped(ctx); err != nil {
+			return nil, fmt.Errorf("tables: writing the result set %s: before table %s: %w (nothing was replaced)", path, name, err)
+		}
 		p := TablePath(path, name)
 		if err := write(i, filepath.Join(tmp, filepath.Base(p))); err != nil {
 			return nil, fmt.Errorf("tables: writing the result set %s: table %s: %w (nothing was replaced)", path, name, err)
 		}
 		staged, written = append(staged, filepath.Join(tmp, filepath.Base(p))), append(written, p)
+	}
+	if err := stopped(ctx); err != nil { // the last chance to stop with nothing under path changed
+		return nil, fmt.Errorf("tables: writing the result set %s: %w (nothing was replaced)", path, err)
 	}
 	for _, name := range TableNames {
 		if slices.Contains(names, name) {
@@ -207,12 +235,13 @@ func writeSet(path string, names []string, write func(i int, staged string) erro
 }
 
 // writeFileFrom writes rr's batches to path, atomically, in the format its extension names (WriteFile
-// for a reader).
-func writeFileFrom(path string, rr array.RecordReader) error {
+// for a reader), and stops before the next batch once ctx is done (ctxReader).
+func writeFileFrom(ctx context.Context, path string, rr array.RecordReader) error {
 	format, err := FormatOf(path)
 	if err != nil {
 		return err
 	}
+	rr = &ctxReader{RecordReader: rr, ctx: ctx}
 	return writeAtomic(path, func(w io.Writer) error {
 		switch format {
 		case FormatParquet:

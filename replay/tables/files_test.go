@@ -77,7 +77,7 @@ func TestReadSetErrors(t *testing.T) {
 	if _, err := ReadSet(filepath.Join(dir, "none.arrow"), mem); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("no files: -want ErrNotExist +got %v", err)
 	}
-	if _, err := WriteSet(filepath.Join(dir, "r.csv"), set); err == nil {
+	if _, err := WriteSet(t.Context(), filepath.Join(dir, "r.csv"), set); err == nil {
 		t.Error("WriteSet accepted a .csv path")
 	}
 	// The lens table written where the tokens table belongs.
@@ -116,7 +116,7 @@ func TestWriteSetAtomic(t *testing.T) {
 			dir := t.TempDir()
 			path := filepath.Join(dir, "res"+ext)
 			first := build("aaaa", all)
-			if _, err := WriteSet(path, first); err != nil {
+			if _, err := WriteSet(t.Context(), path, first); err != nil {
 				t.Fatal(err)
 			}
 			before := dirContents(t, dir)
@@ -125,7 +125,7 @@ func TestWriteSetAtomic(t *testing.T) {
 			broken := build("bbbb", all)
 			lens := broken.Lens
 			broken.Lens = &Table{Name: LensTable, Schema: lens.Schema, Records: broken.Tokens.Records}
-			_, err := WriteSet(path, broken)
+			_, err := WriteSet(t.Context(), path, broken)
 			broken.Lens = lens
 			if err == nil || !strings.Contains(err.Error(), "table lens") || !strings.Contains(err.Error(), "nothing was replaced") {
 				t.Errorf("error: -want naming table lens and nothing replaced +got %v", err)
@@ -147,7 +147,7 @@ func TestWriteSetAtomic(t *testing.T) {
 				(*p).Release()
 				*p = nil
 			}
-			written, err := WriteSet(path, only)
+			written, err := WriteSet(t.Context(), path, only)
 			if err != nil || len(written) != 1 {
 				t.Fatalf("WriteSet of tokens only: %v, %v", written, err)
 			}
@@ -155,7 +155,7 @@ func TestWriteSetAtomic(t *testing.T) {
 				t.Errorf("after a tokens-only run the directory holds %v, want the tokens table alone", names)
 			}
 			// Tables of two runs side by side (copied by hand) are refused.
-			if _, err := WriteSet(filepath.Join(dir, "other"+ext), first); err != nil {
+			if _, err := WriteSet(t.Context(), filepath.Join(dir, "other"+ext), first); err != nil {
 				t.Fatal(err)
 			}
 			if err := os.Rename(TablePath(filepath.Join(dir, "other"+ext), LensTable), TablePath(path, LensTable)); err != nil {

@@ -59,15 +59,16 @@ func WriteIPCFileFrom(w io.Writer, rr array.RecordReader) (err error) {
 	if err != nil {
 		return fmt.Errorf("tables: writing an Arrow IPC file: %w", err)
 	}
-	for b := 0; rr.Next(); b++ {
+	b := 0
+	for ; rr.Next(); b++ {
 		if err := fw.Write(rr.RecordBatch()); err != nil {
 			fw.Close()
 			return fmt.Errorf("tables: writing an Arrow IPC file: batch %d: %w", b, err)
 		}
 	}
-	if err := rr.Err(); err != nil {
+	if err := rr.Err(); err != nil { // the batch the reader failed (or was stopped) at, as the other writers say
 		fw.Close()
-		return fmt.Errorf("tables: writing an Arrow IPC file: %w", err)
+		return fmt.Errorf("tables: writing an Arrow IPC file: batch %d: %w", b, err)
 	}
 	if err := fw.Close(); err != nil {
 		return fmt.Errorf("tables: writing an Arrow IPC file: footer: %w", err)

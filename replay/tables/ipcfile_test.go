@@ -23,10 +23,10 @@ func TestIPCFileOnDisk(t *testing.T) {
 	}
 	defer set.Release()
 	dir := t.TempDir()
-	if _, err := WriteSet(filepath.Join(dir, "r.arrow"), set); err != nil {
+	if _, err := WriteSet(t.Context(), filepath.Join(dir, "r.arrow"), set); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := WriteSet(filepath.Join(dir, "r.arrows"), set); err != nil {
+	if _, err := WriteSet(t.Context(), filepath.Join(dir, "r.arrows"), set); err != nil {
 		t.Fatal(err)
 	}
 	for _, tab := range set.Tables() {

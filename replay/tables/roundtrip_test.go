@@ -55,7 +55,7 @@ func viaFiles(name string) func(t *testing.T, s *Set, mem memory.Allocator) *Set
 	return func(t *testing.T, s *Set, mem memory.Allocator) *Set {
 		dir := t.TempDir()
 		path := filepath.Join(dir, name)
-		written, err := WriteSet(path, s)
+		written, err := WriteSet(t.Context(), path, s)
 		if err != nil {
 			t.Fatalf("WriteSet: %v", err)
 		}

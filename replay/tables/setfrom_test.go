@@ -59,8 +59,8 @@ func TestWritersNilSchema(t *testing.T) {
 	}
 }
 
-// TestWriteSetFrom checks the streaming set writer against WriteSet: the same bytes from readers as
-// from tables; a reader that fails on the second table leaves the earlier set as it was and no temporary
+// TestWriteSetFrom checks the set writers against WriteFile: the same bytes from readers (WriteSetFrom)
+// and from held tables (WriteSet, which writes them through readers too) as WriteFile's of each table; a reader that fails on the second table leaves the earlier set as it was and no temporary
 // entry; fewer tables remove the earlier set's others; names outside TableNames, given twice, or not the
 // reader's own table are refused.
 func TestWriteSetFrom(t *testing.T) {
@@ -86,11 +86,16 @@ func TestWriteSetFrom(t *testing.T) {
 	for _, ext := range []string{".arrow", ".arrows", ".parquet"} {
 		t.Run(ext, func(t *testing.T) {
 			dir := t.TempDir()
-			want, path := filepath.Join(dir, "want"+ext), filepath.Join(dir, "got"+ext)
-			if _, err := WriteSet(want, set); err != nil {
+			want, held, path := filepath.Join(dir, "want"+ext), filepath.Join(dir, "held"+ext), filepath.Join(dir, "got"+ext)
+			for _, tb := range set.Tables() {
+				if err := WriteFile(TablePath(want, tb.Name), tb); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if _, err := WriteSet(t.Context(), held, set); err != nil {
 				t.Fatal(err)
 			}
-			written, err := WriteSetFrom(path, sources(t, set.Tables()...))
+			written, err := WriteSetFrom(t.Context(), path, sources(t, set.Tables()...))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -99,14 +104,16 @@ func TestWriteSetFrom(t *testing.T) {
 			}
 			for _, tb := range set.Tables() {
 				a, _ := os.ReadFile(TablePath(want, tb.Name))
-				b, err := os.ReadFile(TablePath(path, tb.Name))
-				if err != nil || !bytes.Equal(a, b) {
-					t.Errorf("%s: WriteSetFrom's file differs from WriteSet's (%v)", tb.Name, err)
+				for _, got := range []struct{ writer, path string }{{"WriteSet", held}, {"WriteSetFrom", path}} {
+					b, err := os.ReadFile(TablePath(got.path, tb.Name))
+					if err != nil || !bytes.Equal(a, b) {
+						t.Errorf("%s: %s's file differs from WriteFile's (%v)", tb.Name, got.writer, err)
+					}
 				}
 			}
 			os.RemoveAll(dir)
 			os.Mkdir(dir, 0o755)
-			if _, err := WriteSet(path, set); err != nil {
+			if _, err := WriteSet(t.Context(), path, set); err != nil {
 				t.Fatal(err)
 			}
 			before := dirContents(t, dir)
@@ -114,7 +121,7 @@ func TestWriteSetFrom(t *testing.T) {
 			boom := errors.New("boom")
 			srcs := sources(t, set.Tokens)
 			srcs = append(srcs, TableSource{Name: LensTable, Reader: &failing{schema: set.Lens.Schema, err: boom}})
-			_, err = WriteSetFrom(path, srcs)
+			_, err = WriteSetFrom(t.Context(), path, srcs)
 			if !errors.Is(err, boom) || !strings.Contains(err.Error(), "table lens") || !strings.Contains(err.Error(), "nothing was replaced") {
 				t.Errorf("error: -want boom, table lens, nothing replaced +got %v", err)
 			}
@@ -130,7 +137,7 @@ func TestWriteSetFrom(t *testing.T) {
 				{append(sources(t, set.Tokens), sources(t, set.Tokens)...), "given twice"},
 				{[]TableSource{{Name: LensTable, Reader: sources(t, set.Tokens)[0].Reader}}, `holds table "tokens"`},
 			} {
-				if _, err := WriteSetFrom(path, bad.srcs); err == nil || !strings.Contains(err.Error(), bad.want) {
+				if _, err := WriteSetFrom(t.Context(), path, bad.srcs); err == nil || !strings.Contains(err.Error(), bad.want) {
 					t.Errorf("-want an error saying %q +got %v", bad.want, err)
 				}
 				if d := cmpContents(before, dirContents(t, dir)); d != "" {
@@ -138,7 +145,7 @@ func TestWriteSetFrom(t *testing.T) {
 				}
 			}
 
-			if _, err := WriteSetFrom(path, sources(t, set.Tokens)); err != nil {
+			if _, err := WriteSetFrom(t.Context(), path, sources(t, set.Tokens)); err != nil {
 				t.Fatal(err)
 			}
 			if names := dirContents(t, dir); len(names) != 1 {

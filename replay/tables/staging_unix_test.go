@@ -47,7 +47,7 @@ func TestWriteSetSweepsAbandonedStaging(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer set.Release()
-	if _, err := WriteSet(path, set); err != nil {
+	if _, err := WriteSet(t.Context(), path, set); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(killed); !errors.Is(err, fs.ErrNotExist) {
