@@ -96,7 +96,8 @@
 // the cancel endpoint (or DELETE) cancels; a cancelled job in a shared wave drops out and the wave goes
 // on for the others, and a wave whose jobs are all cancelled stops; a job cancelled while its tables
 // are written stops at the next record batch. A job whose tables cannot be written fails, and its
-// manifest says so. Results stay until every table has
+// manifest says so; its error names what failed and the system's reason (on a full disk, what to do)
+// but none of the server's paths, which the log has. Results stay until every table has
 // been fetched once, then for --keep; failed and cancelled jobs' status stays for --keep. A server
 // started on the same spill directory serves the done jobs again and reports the jobs its predecessor
 // left queued or running as failed ("the server (pid N) stopped while this job was running; its

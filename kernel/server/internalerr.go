@@ -15,12 +15,29 @@ import (
 // quota is 507 Insufficient Storage rather than 500: the client can act on it (delete finished jobs,
 // or wait for the operator) where a 500 only says that something broke.
 func internalError(what string, err error) *httpError {
+	status := http.StatusInternalServerError
 	if diskFull(err) {
-		return &httpError{status: http.StatusInsufficientStorage, msg: what +
-			": the server's result disk is full: delete finished jobs you no longer need (DELETE " +
-			api.PathJobs + "/ID), or ask the server's operator to free space"}
+		status = http.StatusInsufficientStorage
 	}
-	return &httpError{status: http.StatusInternalServerError, msg: what + ": " + pathFree(err) + " (the server's log has the full error)"}
+	return &httpError{status: status, msg: internalMessage(what, err)}
+}
+
+// internalMessage is internalError's text: on a full disk what the client can do about it, otherwise
+// the operation and the system's error (pathFree) and where the rest is.
+func internalMessage(what string, err error) string {
+	if diskFull(err) {
+		return what + ": the server's result disk is full: delete finished jobs you no longer need (DELETE " +
+			api.PathJobs + "/ID), or ask the server's operator to free space"
+	}
+	return what + ": " + pathFree(err) + " (the server's log has the full error)"
+}
+
+// jobError is the error a job shows (GET /jobs/ID, and its manifest) when it fails for the server's own
+// reason after its wave: internalMessage's text, never the paths that the error of the tables package
+// or of os names (the job's spill directory and its staging folders), and that the job must be submitted
+// again, since its results are gone. The caller logs the full error.
+func jobError(what string, err error) string {
+	return internalMessage(what, err) + "; its results are lost: submit it again"
 }
 
 // diskFull reports whether err is the file system's refusal for lack of space or quota

@@ -82,7 +82,10 @@ func TestMaxResultBytesWaitsForSpills(t *testing.T) {
 	small, _, limit := resultLimits(t)
 	inSpill, release := make(chan struct{}), make(chan struct{})
 	var once sync.Once
-	hooks := testHooks{spillBatch: func(string, string) { once.Do(func() { close(inSpill); <-release }) }}
+	hooks := testHooks{spillBatch: func(string, string) error {
+		once.Do(func() { close(inSpill); <-release })
+		return nil
+	}}
 	ts := startServer(t, Config{Limits: api.Limits{MaxResultBytes: limit}}, hooks)
 	a := ts.submit(t, small).ID
 	<-inSpill
@@ -104,7 +107,7 @@ func TestCancelWhileSpilling(t *testing.T) {
 	inSpill, release := make(chan struct{}), make(chan struct{})
 	var mu sync.Mutex
 	var batches []string
-	hooks := testHooks{spillBatch: func(_, table string) {
+	hooks := testHooks{spillBatch: func(_, table string) error {
 		mu.Lock()
 		batches = append(batches, table)
 		first := len(batches) == 1
@@ -113,6 +116,7 @@ func TestCancelWhileSpilling(t *testing.T) {
 			close(inSpill)
 			<-release
 		}
+		return nil
 	}}
 	ts := startServer(t, Config{}, hooks)
 	id := ts.submit(t, api.Request{Inputs: []api.Input{{Tokens: []int32{3, 1, 4, 1, 5}}}, Options: api.Options{TopK: 3, Lens: []int{0, 7}}}).ID

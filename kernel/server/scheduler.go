@@ -193,7 +193,11 @@ func (s *Server) finish(w *wave, results [][]replay.Result, stats replay.WaveSta
 	}
 }
 
-// waveError is the text a failed job shows: the engine's error and where the wave was.
+// waveError is the text a failed job shows: the engine's error and where the wave was. It is kept whole,
+// unlike the errors of writing the results (spillFailure): an engine's error names the checkpoint's
+// shard file and tensor, which the researcher needs to know what is damaged, and no path of the spill
+// directory; a failed read names the model directory too, which is no secret (api.Info.ModelDir). The
+// request's own limits (a sequence past the plan's memory) read as the engine says them.
 func waveError(err error, p replay.Progress) string {
 	if errors.Is(err, context.Canceled) {
 		err = errors.New("the wave was cancelled")

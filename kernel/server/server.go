@@ -67,7 +67,9 @@ type Server struct {
 type testHooks struct {
 	beforeWave func(ids []string)      // on the scheduler goroutine, before the wave runs
 	afterLayer func(p replay.Progress) // on the scheduler goroutine, after each layer's report
-	spillBatch func(id, table string)  // on a job's spill goroutine, after each record batch of its tables
+	// spillBatch runs on a job's spill goroutine before each record batch of its tables is built; an
+	// error it returns stands for the write's, as a full disk would return it.
+	spillBatch func(id, table string) error
 	// manifestWrite runs before a manifest's temporary file (path) is written; an error it returns
 	// stands for the write's, as a full disk would return it.
 	manifestWrite func(path string) error

@@ -115,12 +115,15 @@ var errDropped = errors.New("the job was cancelled or deleted while its results 
 // is up (Server.stopSpills), and the error their jobs show.
 var errSpillShutdown = errors.New("the server shut down while this job's results were written; submit it again")
 
-// spillFailure is the error a job whose results could not be written shows.
+// spillFailure is the error a job whose results could not be written shows. The error of the writing
+// names the spill directory's files (the tables package's and os's errors carry their paths), so the
+// client gets spillFailure's text (jobError: the reason without paths, and on a full disk what to do)
+// and the log the full error.
 func spillFailure(err error) string {
 	if errors.Is(err, errSpillShutdown) {
 		return errSpillShutdown.Error()
 	}
-	return "writing the results: " + err.Error()
+	return jobError("writing the results", err)
 }
 
 // spill writes a finished job's tables to Parquet, then its manifest, and only then says it is done.
@@ -164,6 +167,7 @@ func (s *Server) spill(j *job, results []replay.Result, share int64) {
 	case err != nil:
 		removeTables(s, j.id, names)
 		j.terminal(api.StateFailed, spillFailure(err), now)
+		// The full error, paths included, is for the operator; the job's error has none of them.
 		if errors.Is(err, errSpillShutdown) {
 			s.log.Warn("results not written: the server shut down", "job", j.id, "err", err)
 		} else {
@@ -232,7 +236,9 @@ func (s *Server) writeResults(j *job, base string, results []replay.Result, opts
 		}
 		srcs = append(srcs, tables.TableSource{Name: name, Reader: &stopReader{RecordReader: rr, stop: func() error {
 			if h := s.hooks.spillBatch; h != nil {
-				h(j.id, name)
+				if err := h(j.id, name); err != nil {
+					return err
+				}
 			}
 			if s.dropped(j) {
 				return errDropped
@@ -257,7 +263,7 @@ func (s *Server) writeResults(j *job, base string, results []replay.Result, opts
 }
 
 // stopReader is a RecordReader that ends before its next batch with the error stop returns: errDropped
-// once the job was dropped.
+// once the job was dropped (or a test's injected write error).
 type stopReader struct {
 	array.RecordReader
 	stop func() error

@@ -206,7 +206,10 @@ func TestShutdownStopsSpill(t *testing.T) {
 	spill := t.TempDir()
 	inSpill, release := make(chan struct{}), make(chan struct{})
 	var once sync.Once
-	hooks := testHooks{spillBatch: func(string, string) { once.Do(func() { close(inSpill); <-release }) }}
+	hooks := testHooks{spillBatch: func(string, string) error {
+		once.Do(func() { close(inSpill); <-release })
+		return nil
+	}}
 	ts := startServerNoCleanup(t, Config{SpillDir: spill}, hooks)
 	id := ts.submit(t, api.Request{Inputs: []api.Input{{Tokens: []int32{3, 1, 4, 1, 5}}}, Options: api.Options{TopK: 3, Lens: []int{0, 7}}}).ID
 	<-inSpill
