@@ -54,7 +54,7 @@ func parseServeFlags(args []string, stdout io.Writer) (*serveFlags, error) {
 	fs.Var(&f.maxResult, "max-result-bytes", "most host memory a request's results, and a wave's, may hold until written, e.g. 8GB (0 or unset: half the memory available at start, as potato replay)")
 	fs.DurationVar(&f.keep, "keep", 30*time.Minute, "how long results stay after they were fetched, and failed jobs' status (positive)")
 	fs.DurationVar(&f.gather, "gather", 50*time.Millisecond, "wait this long after a request reaches an idle engine, so that requests sent together share a wave (0: start at once)")
-	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 10*time.Minute, "on SIGTERM, how long the wave in flight may take to finish before it is failed (positive)")
+	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 10*time.Minute, "on SIGTERM, how long the wave in flight and the results being written may take to finish before they are failed (positive)")
 	fs.DurationVar(&f.readTimeout, "read-timeout", time.Minute, "how long a client may take to send a job's body (positive; headers: 10s; an idle kept-alive connection: 2m)")
 	fs.IntVar(&f.expertChunk, "expert-chunk", 0, "routed experts resident at once per MoE layer (0: all chosen, or on a device too small for them the largest chunk the plan fits); results do not depend on it")
 	fs.Var(&f.hostCache, "host-cache", "host memory that keeps weights between waves, e.g. 200GB (page-locked on cuda; 0: read every wave from the checkpoint); the default precision's engine only; results do not depend on it")
@@ -150,7 +150,7 @@ func runServe(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	case <-ctx.Done(): // SIGTERM or SIGINT
 	}
-	fmt.Fprintf(os.Stderr, "potato serve: stopping: the wave in flight may finish (up to --shutdown-timeout %v); interrupt again to quit at once\n", f.shutdownTimeout)
+	fmt.Fprintf(os.Stderr, "potato serve: stopping: the wave in flight and the results being written may finish (up to --shutdown-timeout %v); interrupt again to quit at once\n", f.shutdownTimeout)
 	return srv.Shutdown(context.Background()) // bounded by --shutdown-timeout
 }
 
