@@ -158,6 +158,9 @@ func runDatasetJob(ctx context.Context, f *replayFlags, opts replay.EngineOption
 		}},
 		Log: func(s string) { fmt.Fprintln(os.Stderr, s) },
 	}
+	if f.planOnly {
+		return printJobPlan(stdout, cfg, l.engine, items)
+	}
 	sum, err := job.Run(ctx, l.engine, cfg, items)
 	if err != nil {
 		if ctx.Err() != nil { // interrupted: the finished parts are kept, and the same command resumes
@@ -175,14 +178,66 @@ func runDatasetJob(ctx context.Context, f *replayFlags, opts replay.EngineOption
 	return nil
 }
 
+// printJobPlan is a dataset job's --plan-only: the waves job.Run would cut the conversations the job's
+// directory does not hold yet into (job.Pack with the engine's plan, each wave one read of the weights),
+// and the plan line of the largest, without running or writing anything.
+func printJobPlan(stdout io.Writer, cfg job.Config, eng *replay.Engine, items []job.Item) error {
+	todo, err := job.Pending(cfg, items)
+	if err != nil {
+		return err
+	}
+	done := len(items) - len(todo)
+	head := fmt.Sprintf("plan: dataset job of %s, shard %s", numtext.Count(len(items), "conversation"), cfg.Shard)
+	if done > 0 {
+		head += fmt.Sprintf(" (%s done in %s)", numtext.Count(done, "conversation"), cfg.Dir)
+	}
+	if len(todo) == 0 {
+		fmt.Fprintln(stdout, head+": nothing left to run")
+		return nil
+	}
+	waves, err := job.Pack(todo, cfg.WaveTokens, eng.PlanWave)
+	if err != nil {
+		return err
+	}
+	tokens, reads := 0, 0
+	var largest replay.WavePlan
+	for _, w := range waves {
+		lens := make([]int, len(w))
+		for k, it := range w {
+			lens[k] = len(it.Sequence.Tokens)
+		}
+		p, err := eng.PlanWave(lens)
+		if err != nil {
+			return err
+		}
+		tokens += p.Tokens
+		reads += p.Waves
+		if p.Tokens > largest.Tokens {
+			largest = p
+		}
+	}
+	fmt.Fprintf(stdout, "%s: %s to run in %s (--wave-tokens %s), %s of the weights\n", head, numtext.Count(tokens, "token"),
+		numtext.Count(len(waves), "wave"), numtext.Commas(cfg.WaveTokens), numtext.Count(reads, "read"))
+	fmt.Fprintln(stdout, "plan: the largest wave: "+largest.String())
+	return nil
+}
+
+// pending is items less the conversations the manifest of the job in dir records as done (all of them
+// when dir holds no job yet).
+func pending(dir string, items []job.Item) []job.Item {
+	m, err := job.ReadManifest(dir)
+	if err != nil {
+		return items
+	}
+	return slices.DeleteFunc(slices.Clone(items), func(it job.Item) bool { _, done := m.Done[it.ID]; return done })
+}
+
 // checkWaveBytes refuses a job whose largest wave's results, held with their Parquet part while it is
 // built and written (a job holds one wave's at a time), would pass --max-result-bytes. The waves are
 // job.Pack's first cut of the conversations f.out's manifest does not hold yet (the engine's plan, which
 // job.Run adds, only cuts them smaller).
 func checkWaveBytes(f *replayFlags, shape tables.Shape, o replay.Options, items []job.Item) error {
-	if m, err := job.ReadManifest(f.out); err == nil { // a resumed job: what is done does not run again
-		items = slices.DeleteFunc(slices.Clone(items), func(it job.Item) bool { _, done := m.Done[it.ID]; return done })
-	}
+	items = pending(f.out, items) // a resumed job: what is done does not run again
 	budget := f.waveBudget()
 	if budget <= 0 {
 		budget = job.DefaultWaveTokens

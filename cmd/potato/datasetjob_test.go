@@ -295,3 +295,65 @@ func TestDatasetJobEmptyShards(t *testing.T) {
 		t.Error("merging empty jobs changed the earlier tables")
 	}
 }
+
+// potato replay --chat DATA --out DIR/ --plan-only plans what the job would run and writes nothing: every
+// conversation in a new directory, what its manifest does not hold in one begun, nothing in one done; a
+// directory of another job is refused as the job itself refuses it.
+func TestDatasetJobPlanOnly(t *testing.T) {
+	model := tinyModel(t)
+	data := smallDataset(t, 6)
+	dir := filepath.Join(t.TempDir(), "job") + "/"
+	common := []string{"replay", "--model", model, "--chat", data, "--thinking", "off", "--top-k", "3", "--no-progress", "--wave-tokens", "400", "--out", dir}
+	plan := func(extra ...string) (string, error) {
+		var out bytes.Buffer
+		err := run(context.Background(), append(append(append([]string{}, common...), "--plan-only"), extra...), &out)
+		return out.String(), err
+	}
+	got, err := plan()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(got, "plan: dataset job of 6 conversations, shard 0/1: ") || !strings.Contains(got, "(--wave-tokens 400)") ||
+		!strings.Contains(got, "\nplan: the largest wave: wave ") {
+		t.Errorf("plan of a new job:\n%s", got)
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Errorf("--plan-only made the job's directory: %v", err)
+	}
+	var out bytes.Buffer
+	if err := run(context.Background(), common, &out); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := plan(); err != nil || !strings.Contains(got, "(6 conversations done in "+dir+"): nothing left to run") {
+		t.Errorf("plan of a finished job: %v\n%s", err, got)
+	}
+	// a job begun: one conversation taken out of the manifest runs again
+	m, err := job.ReadManifest(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(filepath.Join(dir, job.ManifestName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &doc); err != nil {
+		t.Fatal(err)
+	}
+	delete(m.Done, "greeting")
+	if doc["conversations"], err = json.Marshal(m.Done); err != nil {
+		t.Fatal(err)
+	}
+	if raw, err = json.Marshal(doc); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, job.ManifestName), raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := plan(); err != nil || !strings.Contains(got, "(5 conversations done in "+dir+"): ") || !strings.Contains(got, " in 1 wave ") {
+		t.Errorf("plan of a job begun: %v\n%s", err, got)
+	}
+	if _, err := plan("--top-k", "4"); err == nil || !strings.Contains(err.Error(), "holds a job with other settings") {
+		t.Errorf("plan over another job's directory: %v", err)
+	}
+}

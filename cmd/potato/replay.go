@@ -169,13 +169,13 @@ func (f *replayFlags) check() (input, error) {
 	if f.thinking != "" && f.chat == "" {
 		return in, errors.New("replay: --thinking is for --chat (text and token ids have no thinking mode)")
 	}
-	if f.planOnly {
+	if f.planOnly && !(f.chat != "" && f.out != "" && isJobDir(f.out)) { // a dataset job's plan: its options size its parts
 		for _, o := range []struct {
 			flag string
 			set  bool
 		}{{"--out", f.out != ""}, {"--lens", f.lens != ""}, {"--hidden", f.hidden != ""}, {"--router", f.router}, {"--attnres", f.attnres}} {
 			if o.set {
-				return in, usagef("replay", "replay: --plan-only computes and writes nothing, and %s does not change the plan: drop it", o.flag)
+				return in, usagef("replay", "replay: --plan-only computes and writes nothing, and %s does not change the plan: drop it (a dataset job's plan, --chat with --out DIR/, takes its flags)", o.flag)
 			}
 		}
 	}

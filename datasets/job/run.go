@@ -177,15 +177,46 @@ func openManifest(cfg Config, items []Item) (*Manifest, error) {
 	if err != nil {
 		return nil, err
 	}
-	if m.Key != key {
-		return nil, fmt.Errorf("job: %s holds a job with other settings (key %.12s, this one %.12s): %s; "+
+	return m, m.resumes(cfg)
+}
+
+// resumes refuses a manifest that is not cfg's job: another key (settings) or another shard.
+func (m *Manifest) resumes(cfg Config) error {
+	if key := cfg.Settings.Key(); m.Key != key {
+		return fmt.Errorf("job: %s holds a job with other settings (key %.12s, this one %.12s): %s; "+
 			"give another --out directory, or the same settings to resume", cfg.Dir, m.Key, key,
 			strings.Join(m.Settings.Diff(cfg.Settings), "; "))
 	}
 	if m.Shard != cfg.Shard.String() {
-		return nil, fmt.Errorf("job: %s holds shard %s, this job is shard %s: give each shard its own directory", cfg.Dir, m.Shard, cfg.Shard)
+		return fmt.Errorf("job: %s holds shard %s, this job is shard %s: give each shard its own directory", cfg.Dir, m.Shard, cfg.Shard)
 	}
-	return m, nil
+	return nil
+}
+
+// Pending is what Run would replay of items in cfg.Dir, read without writing or locking anything: the
+// items the directory's manifest does not record as done (all of them where it holds no job), refused as
+// Run refuses a directory of another job or of part files without a manifest. For a plan before a job.
+func Pending(cfg Config, items []Item) ([]Item, error) {
+	if cfg.Shard.Count == 0 {
+		cfg.Shard = Shard{0, 1}
+	}
+	m, err := ReadManifest(cfg.Dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		if found, err := partFiles(cfg.Dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return nil, err
+		} else if len(found) > 0 {
+			return nil, fmt.Errorf("job: %s holds part files (%s) but no %s: it is no job this can resume, and starting one here would delete them; give an empty or new --out directory",
+				cfg.Dir, strings.Join(found, ", "), ManifestName)
+		}
+		return items, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := m.resumes(cfg); err != nil {
+		return nil, err
+	}
+	return slices.DeleteFunc(slices.Clone(items), func(it Item) bool { _, done := m.Done[it.ID]; return done }), nil
 }
 
 // tidy makes the directory hold exactly what the manifest names: parts whose files are missing, of
