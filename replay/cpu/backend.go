@@ -80,23 +80,29 @@ func (b *Backend) roundAll(xs []float32) {
 // order from a shared counter. Callers make each task write its own outputs, computed in an order that
 // does not depend on which goroutine runs it, so the result is the same for any thread count.
 func (b *Backend) parallel(n int, fn func(i int)) {
+	b.parallelWorkers(n, func(_, i int) { fn(i) })
+}
+
+// parallelWorkers is parallel with the index of the goroutine running each task (below min(b.threads,
+// n)), for tasks that reuse one scratch buffer per goroutine.
+func (b *Backend) parallelWorkers(n int, fn func(worker, i int)) {
 	workers := min(b.threads, n)
 	if workers <= 1 {
 		for i := range n {
-			fn(i)
+			fn(0, i)
 		}
 		return
 	}
 	var next atomic.Int64
 	var wg sync.WaitGroup
-	for range workers {
+	for w := range workers {
 		wg.Go(func() {
 			for {
 				i := int(next.Add(1)) - 1
 				if i >= n {
 					return
 				}
-				fn(i)
+				fn(w, i)
 			}
 		})
 	}

@@ -35,56 +35,72 @@ func (b *Backend) MLA(q, kv, ks ops.Tensor, heads, nope, shared, vdim int, l ops
 	return b.mla(qt, kvt, kst, heads, nope, shared, vdim, l, 0), nil
 }
 
-// mla computes MLA as documented above for the query rows qOff.. of a layout over the key rows: q row i is
-// the query of key row qOff + i (the rows before qOff are an earlier slice's keys of sequence 0, whose
-// queries were answered then). The output has q's rows.
-func (b *Backend) mla(qt, kvt, kst *Tensor, heads, nope, shared, vdim int, l ops.Layout, qOff int) *Tensor {
-	qk, kvw := nope+shared, nope+vdim
-	div := float32(math.Sqrt(float64(qk)))
+// mla computes MLA as documented above over every sequence of l from sequence first on (the rows of
+// earlier ones are left zero: MLASlice answers a continued sequence 0 itself, mla_prefix.go).
+func (b *Backend) mla(qt, kvt, kst *Tensor, heads, nope, shared, vdim int, l ops.Layout, first int) *Tensor {
+	kvw := nope + vdim
 	out := newTensor(qt.rows, heads*vdim)
 	type task struct{ s, h, t0, t1 int }
 	var tasks []task
-	for s := range l.Sequences() {
+	for s := first; s < l.Sequences(); s++ {
 		for h := range heads {
-			for t := max(l.Starts[s], qOff); t < l.Starts[s+1]; t += mlaQueryBlock {
+			for t := l.Starts[s]; t < l.Starts[s+1]; t += mlaQueryBlock {
 				tasks = append(tasks, task{s, h, t, min(t+mlaQueryBlock, l.Starts[s+1])})
 			}
 		}
 	}
 	b.parallel(len(tasks), func(i int) {
 		tk := tasks[i]
-		start := l.Starts[tk.s]
-		score := make([]float32, tk.t1-start)
-		acc := make([]float32, vdim)
-		for t := tk.t0; t < tk.t1; t++ {
-			qrow := qt.data[(t-qOff)*qt.cols+tk.h*qk:]
-			qn, qs := qrow[:nope], qrow[nope:qk]
-			p := score[:t-start+1]
-			clear(p)
-			s := start
-			for ; s+4 <= t+1; s += 4 { // four keys at a time: four independent accumulators, same order each
-				tile14(p[s-start:], qn, kvt.data[s*kvt.cols+tk.h*kvw:], kvt.cols)
-				tile14(p[s-start:], qs, kst.data[s*shared:], shared)
-			}
-			for ; s <= t; s++ {
-				p[s-start] = dotAcc(dotAcc(0, qn, kvt.data[s*kvt.cols+tk.h*kvw:]), qs, kst.data[s*shared:])
-			}
-			for i := range p {
-				p[i] /= div
-			}
-			softmaxInPlace(p)
-			clear(acc)
-			for s := start; s <= t; s++ {
-				val, ps := kvt.data[s*kvt.cols+tk.h*kvw+nope:][:vdim], p[s-start]
-				for j, x := range val {
-					acc[j] += float32(ps * x)
-				}
-			}
-			o := out.data[(t-qOff)*out.cols+tk.h*vdim:][:vdim]
-			for j, x := range acc {
-				o[j] = b.r(x)
-			}
-		}
+		keys := mlaKeys{kv: kvt.data, stride: kvt.cols, off: tk.h * kvw, ks: kst.data, start: l.Starts[tk.s]}
+		b.attend(out, qt, keys, tk.h, nope, shared, vdim, tk.t0, tk.t1, 0, make([]float32, tk.t1-keys.start), make([]float32, vdim))
 	})
 	return out
+}
+
+// mlaKeys are the keys and values of one sequence for one head: key row s is
+// [kv[s*stride+off : +nope] ; ks[s*shared : +shared]] and its value kv[s*stride+off+nope : +vdim], for
+// s from start on.
+type mlaKeys struct {
+	kv          []float32
+	stride, off int
+	ks          []float32
+	start       int
+}
+
+// attend answers the queries of head h at key rows t0..t1-1 as MLA documents, each attending to the
+// keys start..t: the query of key row t is row t-qOff of qt and its output row t-qOff of out. score holds
+// at least t1-start values and acc vdim; both are scratch.
+func (b *Backend) attend(out, qt *Tensor, keys mlaKeys, h, nope, shared, vdim, t0, t1, qOff int, score, acc []float32) {
+	qk := nope + shared
+	div := float32(math.Sqrt(float64(qk)))
+	start := keys.start
+	for t := t0; t < t1; t++ {
+		qrow := qt.data[(t-qOff)*qt.cols+h*qk:]
+		qn, qs := qrow[:nope], qrow[nope:qk]
+		p := score[:t-start+1]
+		clear(p)
+		s := start
+		for ; s+4 <= t+1; s += 4 { // four keys at a time: four independent accumulators, same order each
+			tile14(p[s-start:], qn, keys.kv[s*keys.stride+keys.off:], keys.stride)
+			tile14(p[s-start:], qs, keys.ks[s*shared:], shared)
+		}
+		for ; s <= t; s++ {
+			p[s-start] = dotAcc(dotAcc(0, qn, keys.kv[s*keys.stride+keys.off:]), qs, keys.ks[s*shared:])
+		}
+		for i := range p {
+			p[i] /= div
+		}
+		softmaxInPlace(p)
+		clear(acc)
+		for s := start; s <= t; s++ {
+			val, ps := keys.kv[s*keys.stride+keys.off+nope:][:vdim], p[s-start]
+			for j, x := range val {
+				acc[j] += float32(ps * x)
+			}
+		}
+		o := out.data[(t-qOff)*out.cols+h*vdim:][:vdim]
+		for j, x := range acc {
+			o[j] = b.r(x)
+		}
+	}
 }

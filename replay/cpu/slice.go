@@ -138,7 +138,8 @@ func (b *Backend) KDASlice(q, k, v, graw, braw ops.Tensor, aLog, dtBias ops.Tens
 // MLASlice is MLA over one slice of a wave (ops.Slicer). The first sequence's earlier rows come from the
 // carry as latents, expanded by the same MatMul that made their kv rows in their own slice (rows are
 // independent), and put before the slice's keys; the queries of the slice then attend exactly as in the
-// whole wave. The whole prefix is expanded at once: the CPU backend is the reference, not the fast path.
+// whole wave. The prefix is expanded one head at a time (mlaPrefix), so a long sequence does not hold
+// every head's keys of all its rows.
 func (b *Backend) MLASlice(q, kv, ks, latent, kvb ops.Tensor, heads, nope, shared, vdim int, l ops.SliceLayout, in ops.Carry) (ops.Tensor, ops.Carry, error) {
 	const op = "MLA"
 	c, err := takeCarry(op, in)
@@ -159,18 +160,17 @@ func (b *Backend) MLASlice(q, kv, ks, latent, kvb ops.Tensor, heads, nope, share
 	if lt.rows != qt.rows || wt.cols != lt.cols || wt.rows != kvt.cols {
 		return nil, nil, shapeErr(op, "latent %v with kv_b %v: want %d rows and kv_b %d x latent", lt, wt, qt.rows, kvt.cols)
 	}
-	keys, kss, el, off := kvt, kst, l.Layout, 0
+	first := 0
 	if c != nil {
 		if c.rows != l.Offset || len(c.latent) != c.rows*lt.cols || len(c.ks) != c.rows*shared {
 			return nil, nil, shapeErr(op, "carry of %d rows for a slice at offset %d", c.rows, l.Offset)
 		}
-		pre := newTensor(c.rows, wt.rows)
-		b.gemm(pre.data, c.latent, c.rows, wt.data, wt.rows, wt.cols, b.bf) // as MatMul(latent, kvb)
-		keys, el = withPrefix(kvt, pre.data, l.Layout)
-		kss, _ = withPrefix(kst, c.ks, l.Layout)
-		off = c.rows
+		first = 1 // answered by mlaPrefix below
 	}
-	out := b.mla(qt, keys, kss, heads, nope, shared, vdim, el, off)
+	out := b.mla(qt, kvt, kst, heads, nope, shared, vdim, l.Layout, first)
+	if c != nil {
+		b.mlaPrefix(out, qt, kvt, kst, wt, c, heads, nope, shared, vdim, l.Starts[1])
+	}
 	if !l.Open {
 		return out, nil, nil
 	}

@@ -52,8 +52,8 @@ type Slicer interface {
 // PrefixSizer is an optional interface of a Slicer: what MLASlice holds beyond its inputs and output for
 // a slice that continues a sequence begun prefix rows before, as bytes fixed for the call (the earlier
 // keys expanded again, whole or a part at a time) and bytes per row of the slice (the slice's keys joined
-// after them, and state kept between parts). The engine plans a backend without it as holding the whole
-// prefix expanded (model.Plan.PrefixValues), as the CPU backend does.
+// after them, and state kept between parts). The engine plans a backend without it as holding every
+// head's keys and values of the whole prefix at once (model.Plan.PrefixValues).
 type PrefixSizer interface {
 	MLAPrefixBytes(prefix, heads, nope, shared, vdim, kvLora int) (fixed, perRow int64)
 }
