@@ -105,8 +105,9 @@ type EngineOptions struct {
 	// SliceTokens is the most tokens a layer computes at once (0: planned from the device budget): a
 	// layer's weights are uploaded once per wave and serve every slice. Results do not depend on it.
 	SliceTokens int
-	// DeviceMemory is the device memory a wave may plan for (0: the backend's free memory less 10%; the
-	// host's for a backend without device memory), so that the engine behaves as on a smaller card.
+	// DeviceMemory is the device memory a wave may plan for (0: the backend's free memory less 10%; for a
+	// backend without device memory, which computes in host memory, HostMemory's budget less the reads'
+	// buffers, and no state kept apart in host memory), so that the engine behaves as on a smaller card.
 	DeviceMemory int64
 	// HostMemory is the host memory a wave may plan for (0: the available memory less 10%): the per-token
 	// state when it lives off the device, beside the reads' own buffers (two layers' weights, the experts

@@ -242,6 +242,16 @@ func (e *Engine) planWith(lens []int, mode layerMode, chunk int) (WavePlan, erro
 	}
 	p.WeightBytes = e.weightPeakChunk(mode == modeSliced || mode == modePooled, chunk)
 	avail := p.DeviceBudget - p.WeightBytes - carry
+	stash := "" // what else the device budget holds, for messages
+	if e.sharedMemory() {
+		// the device budget is the rest of the host's (deviceBudget): the expert inputs kept in host memory
+		// come out of it, and no state goes there
+		avail -= p.StashBytes
+		stateBudget = 0
+		if p.StashBytes > 0 {
+			stash = fmt.Sprintf(" and %s of expert inputs", numtext.Bytes(p.StashBytes))
+		}
+	}
 	least := int64(min(minSlice, max(p.Tokens, 1))) // a wave smaller than a slice needs only its own
 	if e.opts.SliceTokens > 0 {
 		least = min(least, int64(e.opts.SliceTokens))
@@ -256,9 +266,9 @@ func (e *Engine) planWith(lens []int, mode layerMode, chunk int) (WavePlan, erro
 			hint += fmt.Sprintf("; the carries are what a sequence of %s tokens holds across slices (its MLA's earlier keys and values): a shorter one holds less",
 				numtext.Commas(p.Longest))
 		}
-		return p, fmt.Errorf("%w: the device budget of %s leaves %s after %s of weights and %s of carries, "+
+		return p, fmt.Errorf("%w: the device budget of %s leaves %s after %s of weights and %s of carries%s, "+
 			"less than a slice of %d tokens needs (%s): %s",
-			ErrBudget, numtext.Bytes(p.DeviceBudget), numtext.Bytes(max(avail, 0)), numtext.Bytes(p.WeightBytes), numtext.Bytes(carry), least, numtext.Bytes(least*act), hint)
+			ErrBudget, numtext.Bytes(p.DeviceBudget), numtext.Bytes(max(avail, 0)), numtext.Bytes(p.WeightBytes), numtext.Bytes(carry), stash, least, numtext.Bytes(least*act), hint)
 	}
 	wave := p.Tokens
 	if e.opts.MaxWaveTokens > 0 && e.opts.MaxWaveTokens < wave {
@@ -337,6 +347,14 @@ func (e *Engine) planWith(lens []int, mode layerMode, chunk int) (WavePlan, erro
 		// the sequences go in several waves, each as large as the device and the host hold
 		wave = devSlices(slice, avail, act, state)*slice + int(stateBudget/hostState)
 		p.wavesWhy = fmt.Sprintf("the state of no more fits the host budget of %s (--host-memory) beside %s of read buffers", numtext.Bytes(p.HostBudget), numtext.Bytes(reserve+p.StashBytes))
+		if e.sharedMemory() {
+			p.wavesWhy = fmt.Sprintf("the state of no more fits the %s backend's memory budget of %s beside %s of read buffers (it computes in host memory: --host-memory)",
+				e.Model.Ops.Name(), numtext.Bytes(p.HostBudget), numtext.Bytes(reserve))
+		}
+		if wave < p.Longest && e.sharedMemory() {
+			return p, fmt.Errorf("%w: the state of a sequence of %s tokens (%s) does not fit the %s backend's memory budget of %s beside %s of read buffers, %s of weights and carries and a slice's activations (it computes in host memory: --host-memory)",
+				ErrBudget, numtext.Commas(p.Longest), numtext.Bytes(int64(p.Longest)*state), e.Model.Ops.Name(), numtext.Bytes(p.HostBudget), numtext.Bytes(reserve), numtext.Bytes(p.WeightBytes+carry))
+		}
 		if wave < p.Longest {
 			return p, fmt.Errorf("%w: the state of a sequence of %s tokens (%s) does not fit the host budget of %s (--host-memory) beside %s of read buffers and expert inputs and what the device holds",
 				ErrBudget, numtext.Commas(p.Longest), numtext.Bytes(int64(p.Longest)*hostState), numtext.Bytes(p.HostBudget), numtext.Bytes(reserve+p.StashBytes))
@@ -509,7 +527,7 @@ func (e *Engine) weightPeakChunk(sliced bool, chunk int) int64 {
 const memoryMargin = 0.1
 
 // deviceBudget is EngineOptions.DeviceMemory, else the backend's free device memory less a margin, else
-// (a backend with no device: the CPU's) the host's.
+// (a backend with no device: the CPU's) the host budget less what the reads hold in it (sharedMemory).
 func (e *Engine) deviceBudget() int64 {
 	if e.opts.DeviceMemory > 0 {
 		return e.opts.DeviceMemory
@@ -520,7 +538,16 @@ func (e *Engine) deviceBudget() int64 {
 			return int64(float64(free-e.planGlobals())*(1-memoryMargin)) + e.uploaded()
 		}
 	}
-	return e.hostBudget()
+	return max(0, e.hostBudget()-e.hostReadBuffers())
+}
+
+// sharedMemory says that the device is the host's memory: a backend without ops.DeviceMemory (the CPU's)
+// and no EngineOptions.DeviceMemory to act as a device of that size. Its activations and state then share
+// the host budget with the reads, so no state goes "off the device" into host memory, which would count
+// the same memory twice; a wave whose state the budget cannot hold beside a slice splits into waves.
+func (e *Engine) sharedMemory() bool {
+	_, dev := e.Model.Ops.(ops.DeviceMemory)
+	return !dev && e.opts.DeviceMemory <= 0
 }
 
 // hostBudget is EngineOptions.HostMemory, else the host's available memory less a margin.

@@ -3,6 +3,7 @@ package replay
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/potato-k3/potato-k3/replay/ops"
@@ -64,5 +65,63 @@ func TestPlanWithinBudgets(t *testing.T) {
 	}
 	if checked < 50 || refused == 0 {
 		t.Errorf("%d plans checked, %d refused: the grid misses the budgets' edges", checked, refused)
+	}
+}
+
+// TestPlanSharedMemory: on a backend that computes in host memory (the CPU's) with no --device-memory,
+// the device budget is the host's less the reads' buffers, and every plan keeps all it holds (weights,
+// carries, slices, state, expert inputs, experts read ahead) within the host budget once: no state goes
+// "off the device" into the same memory, and a wave whose state does not fit splits into waves and says
+// why. Given a device budget, the same wave keeps part of its state in host memory as on a device.
+func TestPlanSharedMemory(t *testing.T) {
+	e := openTiny(t, ops.BF16, EngineOptions{})
+	act, state, _ := e.tokenBytes()
+	reserve := e.hostReadBuffers()
+	base := e.weightPeak(true) + e.carryBytes(4096, true) + reserve
+	split := 0
+	for _, sh := range []struct{ seqs, seqLen int }{{1, 100}, {16, 512}, {64, 1024}, {1, 20000}} {
+		lens := make([]int, sh.seqs)
+		for i := range lens {
+			lens[i] = sh.seqLen
+		}
+		wave := int64(sh.seqs * sh.seqLen)
+		for _, host := range []int64{base + 64*(act+state), base + wave*(act+state)/3, base + wave*(act+state)*2} {
+			e.opts.DeviceMemory, e.opts.HostMemory, e.opts.SliceTokens = 0, host, 0
+			name := fmt.Sprintf("%dx%d host %d", sh.seqs, sh.seqLen, host)
+			p, err := e.planWave(lens)
+			if err != nil {
+				if !errors.Is(err, ErrBudget) {
+					t.Errorf("%s: %v, not ErrBudget", name, err)
+				}
+				continue
+			}
+			if want := host - reserve; p.DeviceBudget != want {
+				t.Errorf("%s: device budget %d, want the host budget less the read buffers, %d", name, p.DeviceBudget, want)
+			}
+			if p.HostBytes != 0 {
+				t.Errorf("%s: %d bytes of state in host memory beside the device's: %s", name, p.HostBytes, p)
+			}
+			if all := p.DevicePeak + p.StashBytes + reserve + p.ExpertReadAhead; all > host {
+				t.Errorf("%s: %d bytes held in all, over the host budget %d: %s", name, all, host, p)
+			}
+			if p.Waves > 1 {
+				split++
+				if !strings.Contains(p.wavesWhy, "memory budget") {
+					t.Errorf("%s: %d waves, and the plan says %q", name, p.Waves, p.wavesWhy)
+				}
+			}
+		}
+	}
+	if split == 0 {
+		t.Error("no plan split a wave: the grid misses budgets too small for a wave's state")
+	}
+	// the same kind of wave with a device budget of its own: the state goes off the device
+	lens := make([]int, 64)
+	for i := range lens {
+		lens[i] = 1024
+	}
+	e.opts.DeviceMemory, e.opts.HostMemory = base+4096*act+65536*state/2, 1<<40
+	if p, err := e.planWave(lens); err != nil || p.HostBytes == 0 {
+		t.Errorf("with --device-memory: %v, want state in host memory: %s", err, p)
 	}
 }

@@ -53,8 +53,9 @@ func aheadBytesPerExpert(p *model.Plan) int64 {
 // (0: no read-ahead): none when EngineOptions.ExpertReadAhead is negative, when the model has no MoE
 // layer, or when the wave is too small to choose nearly every expert; else EngineOptions.ExpertReadAhead
 // (by default one MoE layer's experts), within what the host budget leaves after the state kept in host
-// memory, the host cache's budget and the engine's other read buffers (two layers' own weights and the
-// batches read after the router).
+// memory (on a backend that computes in host memory, all the wave holds: sharedMemory), the host cache's
+// budget and the engine's other read buffers (two layers' own weights and the batches read after the
+// router).
 //
 // When the wave is large enough but the budget leaves no room, why is the second result, for the plan line.
 func (e *Engine) readAheadBudget(p WavePlan) (int64, string) {
@@ -79,10 +80,14 @@ func (e *Engine) readAheadBudget(p WavePlan) (int64, string) {
 		return 0, fmt.Sprintf("experts not read ahead: %s (EngineOptions.ExpertReadAhead) is less than a batch of experts (%s)", numtext.Bytes(want), numtext.Bytes(slot))
 	}
 	reserve += p.StashBytes // expert-major: the slices' expert inputs and shared outputs
-	n := min(want, p.HostBudget-p.HostBytes-reserve)
+	held, what := p.HostBytes, "state"
+	if e.sharedMemory() { // the backend computes in host memory: all it holds is the host's
+		held, what = p.DevicePeak, fmt.Sprintf("the %s backend's weights, state and activations", e.Model.Ops.Name())
+	}
+	n := min(want, p.HostBudget-held-reserve)
 	if n < slot {
-		return 0, fmt.Sprintf("experts not read ahead: the host budget of %s leaves %s after %s of state and %s of other buffers, less than a batch of experts (%s)",
-			numtext.Bytes(p.HostBudget), numtext.Bytes(max(p.HostBudget-p.HostBytes-reserve, 0)), numtext.Bytes(p.HostBytes), numtext.Bytes(reserve), numtext.Bytes(slot))
+		return 0, fmt.Sprintf("experts not read ahead: the host budget of %s leaves %s after %s of %s and %s of other buffers, less than a batch of experts (%s)",
+			numtext.Bytes(p.HostBudget), numtext.Bytes(max(p.HostBudget-held-reserve, 0)), numtext.Bytes(held), what, numtext.Bytes(reserve), numtext.Bytes(slot))
 	}
 	return n / slot * slot, ""
 }
