@@ -81,7 +81,10 @@ func (p WavePlan) String() string {
 	}
 	where := "on the device"
 	if p.HostState {
-		where = fmt.Sprintf("in host memory (%s) and on the device (%d slices)", numtext.Bytes(p.HostBytes), p.DeviceSlices)
+		where = fmt.Sprintf("in host memory (%s)", numtext.Bytes(p.HostBytes))
+		if p.DeviceSlices > 0 {
+			where += fmt.Sprintf(" and on the device (%s)", numtext.Count(p.DeviceSlices, "slice"))
+		}
 	}
 	s := fmt.Sprintf("wave %s (%s, longest %s) in %s: %s; state %s %s; device peak %s of %s (weights %s)",
 		numtext.Count(p.Tokens, "token"), numtext.Count(p.Sequences, "sequence"), numtext.Commas(p.Longest), reads, slices, numtext.Bytes(p.StateBytes), where, numtext.Bytes(p.DevicePeak),
@@ -338,14 +341,25 @@ func (e *Engine) planWith(lens []int, mode layerMode, chunk int) (WavePlan, erro
 		if e.maxRows > 0 && slice > e.maxRows { // what the backend can index (ops.ElementLimit)
 			slice = e.maxRows
 		}
-		slice = min(roundSlice(slice), wave)
+		if slice < wave { // a wave that fits whole stays one slice, however many tokens it has
+			slice = roundSlice(slice)
+		}
+		slice = min(slice, wave)
 		if !p.HostState {
 			slice = evenSlices(wave, slice)
 		}
 	}
 	if p.HostState && int64(hostTokens(wave, slice, avail, act, state))*hostState > stateBudget {
 		// the sequences go in several waves, each as large as the device and the host hold
-		wave = devSlices(slice, avail, act, state)*slice + int(stateBudget/hostState)
+		waveOf := func(slice int) int { return devSlices(slice, avail, act, state)*slice + int(stateBudget/hostState) }
+		wave = waveOf(slice)
+		// Smaller slices leave the device room for more slices' state: below the floor the slicing above
+		// keeps to rather than refuse a sequence (a larger device budget once refused what a smaller one
+		// planned, its larger slices leaving no room for a second slice's state)
+		for wave < p.Longest && slice/2 >= int(least) {
+			slice = roundSlice(slice / 2)
+			wave = waveOf(slice)
+		}
 		p.wavesWhy = fmt.Sprintf("the state of no more fits the host budget of %s (--host-memory) beside %s of read buffers", numtext.Bytes(p.HostBudget), numtext.Bytes(reserve+p.StashBytes))
 		if e.sharedMemory() {
 			p.wavesWhy = fmt.Sprintf("the state of no more fits the %s backend's memory budget of %s beside %s of read buffers (it computes in host memory: --host-memory)",
@@ -538,7 +552,11 @@ func (e *Engine) deviceBudget() int64 {
 			return int64(float64(free-e.planGlobals())*(1-memoryMargin)) + e.uploaded()
 		}
 	}
-	return max(0, e.hostBudget()-e.hostReadBuffers())
+	shared := e.hostBudget() - e.hostReadBuffers()
+	if e.opts.HostMemory <= 0 {
+		shared += e.uploaded() // as above: the globals and resident layers already left the memory available
+	}
+	return max(0, shared)
 }
 
 // sharedMemory says that the device is the host's memory: a backend without ops.DeviceMemory (the CPU's)

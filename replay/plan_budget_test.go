@@ -125,3 +125,28 @@ func TestPlanSharedMemory(t *testing.T) {
 		t.Errorf("with --device-memory: %v, want state in host memory: %s", err, p)
 	}
 }
+
+// TestPlanLargerDevicePlans: a device budget larger than one that planned a wave plans it too. With the
+// state partly in host memory, a larger budget once gave larger slices that left no room for a second
+// slice's state on the device, and a sequence that a smaller budget had planned was refused.
+func TestPlanLargerDevicePlans(t *testing.T) {
+	e := openTiny(t, ops.BF16, EngineOptions{})
+	lens := []int{4096, 4096, 4096, 4096}
+	host := e.hostReadBuffers() + 4<<20 // room for the state of a few thousand tokens
+	planned := int64(0)
+	for dev := int64(30 << 20); dev <= 80<<20; dev += 1 << 20 {
+		e.opts.DeviceMemory, e.opts.HostMemory = dev, host
+		p, err := e.planWave(lens)
+		switch {
+		case err == nil && planned == 0:
+			planned = dev
+		case err != nil && planned > 0:
+			t.Errorf("device budget %d refused after %d planned: %v", dev, planned, err)
+		case err == nil && p.Longest > p.WaveTokens:
+			t.Errorf("device budget %d: a wave of %d tokens for sequences of %d: %s", dev, p.WaveTokens, p.Longest, p)
+		}
+	}
+	if planned == 0 {
+		t.Fatal("no device budget planned the wave: the grid misses it")
+	}
+}

@@ -60,3 +60,20 @@ func TestPlanEvenSlices(t *testing.T) {
 		t.Errorf("plan %s: slices of %d with a last one of %d", p, p.SliceTokens, last)
 	}
 }
+
+// TestPlanWholeWaveOneSlice: a wave whose activations and state fit the device at once runs as one slice
+// whatever its size; rounding the slice down to a multiple of 1,024 once cut a wave of 3,102 tokens into
+// two slices of 2,048 (and, spread over two devices, shares of about 1,550 into starved slices of 776 that
+// sent the plan to unsliced layers with experts in chunks).
+func TestPlanWholeWaveOneSlice(t *testing.T) {
+	e := openTiny(t, ops.BF16, EngineOptions{DeviceMemory: 1 << 34})
+	for _, lens := range [][]int{{3102}, {1552}, {1025}, {456, 300, 217, 129, 500, 400, 600, 500}} {
+		p, err := e.planWave(lens)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.Slices != 1 || p.SliceTokens != p.WaveTokens || p.Note != "" {
+			t.Errorf("sequences %v: plan %s, want the wave as one slice", lens, p)
+		}
+	}
+}
