@@ -45,9 +45,11 @@
 // them, and rows without pieces show ids. CountExperts takes the number of routed experts, which the
 // engine reports (kernel/api Info.Experts).
 //
-// For a plot of your own on a log axis (ranks, probabilities), set the axis's Tick.Marker to LogTicks
-// beside plot.LogScale: gonum's plot.LogTicks labels only powers of ten, and an axis over ranks 200 to
-// 840 would have no labels.
+// For a plot of your own, three tick markers label what gonum's defaults leave bare: LayerTicks every
+// layer of an axis of layers (the default labels 0, 3 and 6 of eight), LinearTicks four to ten values
+// of a linear axis (the default labels 0 and 25 of 0 to 27), and LogTicks a log axis (ranks,
+// probabilities) beside plot.LogScale (gonum's plot.LogTicks labels only powers of ten, and an axis over
+// ranks 200 to 840 would have no labels).
 //
 // Heatmaps share one viridis colour scale with a colour bar, and show cells without a value in grey.
 // Bad input (nothing selected, lengths that disagree, ids out of range) is an error matching ErrInput; a

@@ -152,7 +152,8 @@ func EntropyByLayer(rows []LensRow, opts EntropyOptions) (*Figure, error) {
 		legend.Add(fmt.Sprintf("ln V = %.2f: uniform over the %s-token vocabulary, the largest entropy", lnV, thousands(opts.Vocab)), ref)
 		p.Y.Max = math.Max(p.Y.Max, lnV*1.04)
 	}
-	p.X.Tick.Marker = layerTicks{}
+	p.X.Tick.Marker = LayerTicks{}
+	p.Y.Tick.Marker = LinearTicks{}
 	p.X.Min, p.X.Max = minLayer-0.3, maxLayer+0.3
 	rowH := tickSize*1.2 + legend.Padding
 	entries := len(curves)
@@ -168,46 +169,6 @@ func EntropyByLayer(rows []LensRow, opts EntropyOptions) (*Figure, error) {
 	}
 	return f, nil
 }
-
-// layerTicks labels every layer while at most 24 fit, else every 2nd, 5th, 10th ... layer, with unlabelled
-// ticks at the others: the default ticker labelled only layers 0, 3 and 6 of eight.
-type layerTicks struct{}
-
-// Ticks implements plot.Ticker.
-//
-// Past maxLayerTicks layers (no model has that many; a table of bad layer numbers might) only the
-// labelled ticks are drawn, at a step that keeps them near 24, so the ticks never outnumber the page.
-func (layerTicks) Ticks(min, max float64) []plot.Tick {
-	if math.IsNaN(min) || math.IsNaN(max) || max < min || max-min > 1<<40 { // (infinite spans too)
-		return nil
-	}
-	lo, hi := int64(math.Ceil(min)), int64(math.Floor(max))
-	step := int64(1)
-	for _, nice := range []int64{1, 2, 5, 10, 20, 50, 100} {
-		step = nice
-		if (hi-lo)/nice < 24 {
-			break
-		}
-	}
-	every := int64(1) // draw every layer's tick, labelled or not
-	if hi-lo > maxLayerTicks {
-		for step = 100; (hi-lo)/step >= 24; step *= 10 {
-		}
-		every = step
-	}
-	var ticks []plot.Tick
-	for l := lo + (every-lo%every)%every; l <= hi; l += every {
-		t := plot.Tick{Value: float64(l)}
-		if l%step == 0 {
-			t.Label = strconv.FormatInt(l, 10)
-		}
-		ticks = append(ticks, t)
-	}
-	return ticks
-}
-
-// maxLayerTicks is the most layers layerTicks draws a tick for each of.
-const maxLayerTicks = 1024
 
 // thousands writes 3328 as 3,328.
 func thousands(n int) string {

@@ -63,7 +63,7 @@ func TestEntropyByLayerCurvesAndVocab(t *testing.T) {
 	if _, err := EntropyByLayer(rows, EntropyOptions{Curves: []Curve{{Seq: 5, Pos: 0}}}); !errors.Is(err, ErrInput) {
 		t.Errorf("a sequence with no rows: %v", err)
 	}
-	ticks := layerTicks{}.Ticks(-0.3, 92.3)
+	ticks := LayerTicks{}.Ticks(-0.3, 92.3)
 	labelled := 0
 	for _, tk := range ticks {
 		if tk.Label != "" {

@@ -90,6 +90,7 @@ func newHeatmap(s heatmapSpec) (*Figure, error) {
 	scale.Add(&plotter.ColorBar{ColorMap: cmap, Vertical: true})
 	scale.HideX()
 	scale.Y.Padding = 0
+	scale.Y.Tick.Marker = LinearTicks{}
 
 	height := DefaultHeight
 	if rows > 20 { // give long row lists room for their labels

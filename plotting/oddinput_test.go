@@ -27,12 +27,12 @@ func TestOddInputs(t *testing.T) {
 		}
 	})
 	t.Run("layers two billion apart", func(t *testing.T) {
-		ticks := layerTicks{}.Ticks(0, 2e9)
+		ticks := LayerTicks{}.Ticks(0, 2e9)
 		if len(ticks) == 0 || len(ticks) > 30 {
 			t.Errorf("%d ticks for a span of 2e9 layers, want a few dozen at most", len(ticks))
 		}
 		for _, span := range [][2]float64{{0, math.Inf(1)}, {math.NaN(), 3}, {5, 1}, {-1e300, 1e300}} {
-			if n := len(layerTicks{}.Ticks(span[0], span[1])); n != 0 {
+			if n := len(LayerTicks{}.Ticks(span[0], span[1])); n != 0 {
 				t.Errorf("ticks over %v: %d, want none", span, n)
 			}
 		}
