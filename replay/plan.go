@@ -4,9 +4,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/potato-k3/potato-k3/internal/hostmem"
 	"github.com/potato-k3/potato-k3/internal/numtext"
-	"github.com/potato-k3/potato-k3/replay/model"
 	"github.com/potato-k3/potato-k3/replay/ops"
 )
 
@@ -397,53 +395,6 @@ func (e *Engine) planWith(lens []int, mode layerMode, chunk int) (WavePlan, erro
 	return p, nil
 }
 
-// tokenBytes are the bytes a token of a wave takes: on the device in a slice's activations (act), in
-// the per-token state on the device (float32 tensors on every backend) and in host memory (bfloat16
-// values, float32 in FP32 precision).
-func (e *Engine) tokenBytes() (act, state, hostState int64) {
-	eb := e.Model.ActivationBytes()
-	hostEB := int64(2)
-	if e.Model.Ops.Precision() == ops.FP32 {
-		hostEB = 4
-	}
-	v := e.Plan.StateValuesPerToken()
-	return e.Plan.SliceValuesPerToken()*eb + e.expertScratch(), 4 * v, hostEB * v
-}
-
-// carryBytes is what the token-mixing ops carry for the longest sequence, and, sliced, the transient
-// expansion of its earlier keys in a slice's MLA.
-func (e *Engine) carryBytes(longest int, sliced bool) int64 {
-	n := e.Plan.CarryValues(longest) * 4
-	if sliced {
-		if fixed, _, ok := e.prefixBytes(longest); ok {
-			return n + fixed
-		}
-		n += e.Plan.PrefixValues(longest) * 4
-	}
-	return n
-}
-
-// prefixBytes is what a backend that says so (ops.PrefixSizer) holds in a slice's MLA for a sequence of
-// longest rows begun in earlier slices: bytes fixed for the call and bytes per row of the slice (ok false
-// without MLA layers or without the interface).
-func (e *Engine) prefixBytes(longest int) (fixed, perRow int64, ok bool) {
-	ps, isPS := e.Model.Ops.(ops.PrefixSizer)
-	if !isPS || len(e.Plan.LayerIndices(model.MLA)) == 0 {
-		return 0, 0, false
-	}
-	d := e.Model.Dims
-	fixed, perRow = ps.MLAPrefixBytes(longest, d.MLAHeads, d.QKNope, d.QKShared, d.VHead, d.KVLora)
-	return fixed, perRow, true
-}
-
-// expertScratch is the routed experts' scratch a token takes in ExpertsAccumulate (0 without MoE layers).
-func (e *Engine) expertScratch() int64 {
-	if e.Plan.MoELayers() == 0 {
-		return 0
-	}
-	return e.Model.ExpertScratchBytes(1, e.Model.Dims.TopK) // a token's row and its top-k pairs
-}
-
 // devSlices is how many slices of n tokens keep their state on the device beside the running slice's
 // activations and state, of avail bytes.
 func devSlices(n int, avail, act, state int64) int {
@@ -502,94 +453,4 @@ func waveCount(lens []int, limit int) int {
 		waves++
 	}
 	return max(waves, 1)
-}
-
-// uploaded is what stays uploaded between waves: the globals and the resident layers.
-func (e *Engine) uploaded() int64 {
-	var n int64
-	for _, s := range e.Plan.GlobalTensors() {
-		n += s.Bytes()
-	}
-	return n + e.kept.bytes()
-}
-
-// weightPeak is the device memory the weights take at the peak of a wave, in checkpoint bytes: the
-// globals, the resident layers, the largest layer's own tensors, and its routed experts held at once (all
-// of them when sliced, since a layer's experts serve every slice; else a chunk).
-func (e *Engine) weightPeak(sliced bool) int64 { return e.weightPeakChunk(sliced, e.opts.ExpertChunk) }
-
-// weightPeakChunk is weightPeak with chunk experts held at once when not sliced (0: all).
-func (e *Engine) weightPeakChunk(sliced bool, chunk int) int64 {
-	m := e.Plan
-	var own, experts int64
-	for i, l := range m.Layers {
-		o, x := m.LayerBytes(i)
-		own = max(own, o)
-		if l.FFN == model.MoE {
-			per := x / int64(m.Config.NumExperts)
-			held := int64(m.Config.NumExperts)
-			if !sliced && chunk > 0 {
-				held = int64(min(chunk, m.Config.NumExperts))
-			}
-			experts = max(experts, per*held)
-		}
-	}
-	return e.uploaded() + own + experts
-}
-
-// memoryMargin is the share of free memory the default budgets leave alone.
-const memoryMargin = 0.1
-
-// deviceBudget is EngineOptions.DeviceMemory, else the backend's free device memory less a margin, else
-// (a backend with no device: the CPU's) the host budget less what the reads hold in it (sharedMemory).
-func (e *Engine) deviceBudget() int64 {
-	if e.opts.DeviceMemory > 0 {
-		return e.opts.DeviceMemory
-	}
-	if d, ok := e.Model.Ops.(ops.DeviceMemory); ok {
-		if free, err := d.FreeDeviceMemory(); err == nil && free > 0 {
-			// the globals and resident layers are uploaded already: they count as the budget's
-			return int64(float64(free-e.planGlobals())*(1-memoryMargin)) + e.uploaded()
-		}
-	}
-	shared := e.hostBudget() - e.hostReadBuffers()
-	if e.opts.HostMemory <= 0 {
-		shared += e.uploaded() // as above: the globals and resident layers already left the memory available
-	}
-	return max(0, shared)
-}
-
-// sharedMemory says that the device is the host's memory: a backend without ops.DeviceMemory (the CPU's)
-// and no EngineOptions.DeviceMemory to act as a device of that size. Its activations and state then share
-// the host budget with the reads, so no state goes "off the device" into host memory, which would count
-// the same memory twice; a wave whose state the budget cannot hold beside a slice splits into waves.
-func (e *Engine) sharedMemory() bool {
-	_, dev := e.Model.Ops.(ops.DeviceMemory)
-	return !dev && e.opts.DeviceMemory <= 0
-}
-
-// hostBudget is EngineOptions.HostMemory, else the host's available memory less a margin.
-func (e *Engine) hostBudget() int64 {
-	if e.opts.HostMemory > 0 {
-		return e.opts.HostMemory
-	}
-	avail, _ := hostmem.Available() // hostmem.Assumed where the system does not say
-	if _, dev := e.Model.Ops.(ops.DeviceMemory); !dev {
-		avail -= e.planGlobals() // a backend without device memory keeps the globals in host memory
-	}
-	return int64(float64(avail) * (1 - memoryMargin))
-}
-
-// planGlobals is the checkpoint bytes of the globals that an engine opened with EngineOptions.PlanOnly
-// did not load (0 for any other engine): the free memory its budgets are read from still holds their
-// room, which an engine that runs waves has spent on them.
-func (e *Engine) planGlobals() int64 {
-	if !e.opts.PlanOnly {
-		return 0
-	}
-	var n int64
-	for _, s := range e.Plan.GlobalTensors() {
-		n += s.Bytes()
-	}
-	return n
 }

@@ -1,0 +1,66 @@
+package replay
+
+// The memory budgets a wave is planned against: EngineOptions.DeviceMemory and HostMemory, else what the
+// device and the host have free, less a margin.
+
+import (
+	"github.com/potato-k3/potato-k3/internal/hostmem"
+	"github.com/potato-k3/potato-k3/replay/ops"
+)
+
+// memoryMargin is the share of free memory the default budgets leave alone.
+const memoryMargin = 0.1
+
+// deviceBudget is EngineOptions.DeviceMemory, else the backend's free device memory less a margin, else
+// (a backend with no device: the CPU's) the host budget less what the reads hold in it (sharedMemory).
+func (e *Engine) deviceBudget() int64 {
+	if e.opts.DeviceMemory > 0 {
+		return e.opts.DeviceMemory
+	}
+	if d, ok := e.Model.Ops.(ops.DeviceMemory); ok {
+		if free, err := d.FreeDeviceMemory(); err == nil && free > 0 {
+			// the globals and resident layers are uploaded already: they count as the budget's
+			return int64(float64(free-e.planGlobals())*(1-memoryMargin)) + e.uploaded()
+		}
+	}
+	shared := e.hostBudget() - e.hostReadBuffers()
+	if e.opts.HostMemory <= 0 {
+		shared += e.uploaded() // as above: the globals and resident layers already left the memory available
+	}
+	return max(0, shared)
+}
+
+// sharedMemory says that the device is the host's memory: a backend without ops.DeviceMemory (the CPU's)
+// and no EngineOptions.DeviceMemory to act as a device of that size. Its activations and state then share
+// the host budget with the reads, so no state goes "off the device" into host memory, which would count
+// the same memory twice; a wave whose state the budget cannot hold beside a slice splits into waves.
+func (e *Engine) sharedMemory() bool {
+	_, dev := e.Model.Ops.(ops.DeviceMemory)
+	return !dev && e.opts.DeviceMemory <= 0
+}
+
+// hostBudget is EngineOptions.HostMemory, else the host's available memory less a margin.
+func (e *Engine) hostBudget() int64 {
+	if e.opts.HostMemory > 0 {
+		return e.opts.HostMemory
+	}
+	avail, _ := hostmem.Available() // hostmem.Assumed where the system does not say
+	if _, dev := e.Model.Ops.(ops.DeviceMemory); !dev {
+		avail -= e.planGlobals() // a backend without device memory keeps the globals in host memory
+	}
+	return int64(float64(avail) * (1 - memoryMargin))
+}
+
+// planGlobals is the checkpoint bytes of the globals that an engine opened with EngineOptions.PlanOnly
+// did not load (0 for any other engine): the free memory its budgets are read from still holds their
+// room, which an engine that runs waves has spent on them.
+func (e *Engine) planGlobals() int64 {
+	if !e.opts.PlanOnly {
+		return 0
+	}
+	var n int64
+	for _, s := range e.Plan.GlobalTensors() {
+		n += s.Bytes()
+	}
+	return n
+}

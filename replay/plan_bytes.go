@@ -1,0 +1,90 @@
+package replay
+
+// What a wave's plan counts, in bytes: a token's activations and state, the carries of the longest
+// sequence across slices, and the weights at a wave's peak. plan.go sizes slices and waves from them
+// against the budgets of plan_budget.go.
+
+import (
+	"github.com/potato-k3/potato-k3/replay/model"
+	"github.com/potato-k3/potato-k3/replay/ops"
+)
+
+// tokenBytes are the bytes a token of a wave takes: on the device in a slice's activations (act), in
+// the per-token state on the device (float32 tensors on every backend) and in host memory (bfloat16
+// values, float32 in FP32 precision).
+func (e *Engine) tokenBytes() (act, state, hostState int64) {
+	eb := e.Model.ActivationBytes()
+	hostEB := int64(2)
+	if e.Model.Ops.Precision() == ops.FP32 {
+		hostEB = 4
+	}
+	v := e.Plan.StateValuesPerToken()
+	return e.Plan.SliceValuesPerToken()*eb + e.expertScratch(), 4 * v, hostEB * v
+}
+
+// carryBytes is what the token-mixing ops carry for the longest sequence, and, sliced, the transient
+// expansion of its earlier keys in a slice's MLA.
+func (e *Engine) carryBytes(longest int, sliced bool) int64 {
+	n := e.Plan.CarryValues(longest) * 4
+	if sliced {
+		if fixed, _, ok := e.prefixBytes(longest); ok {
+			return n + fixed
+		}
+		n += e.Plan.PrefixValues(longest) * 4
+	}
+	return n
+}
+
+// prefixBytes is what a backend that says so (ops.PrefixSizer) holds in a slice's MLA for a sequence of
+// longest rows begun in earlier slices: bytes fixed for the call and bytes per row of the slice (ok false
+// without MLA layers or without the interface).
+func (e *Engine) prefixBytes(longest int) (fixed, perRow int64, ok bool) {
+	ps, isPS := e.Model.Ops.(ops.PrefixSizer)
+	if !isPS || len(e.Plan.LayerIndices(model.MLA)) == 0 {
+		return 0, 0, false
+	}
+	d := e.Model.Dims
+	fixed, perRow = ps.MLAPrefixBytes(longest, d.MLAHeads, d.QKNope, d.QKShared, d.VHead, d.KVLora)
+	return fixed, perRow, true
+}
+
+// expertScratch is the routed experts' scratch a token takes in ExpertsAccumulate (0 without MoE layers).
+func (e *Engine) expertScratch() int64 {
+	if e.Plan.MoELayers() == 0 {
+		return 0
+	}
+	return e.Model.ExpertScratchBytes(1, e.Model.Dims.TopK) // a token's row and its top-k pairs
+}
+
+// uploaded is what stays uploaded between waves: the globals and the resident layers.
+func (e *Engine) uploaded() int64 {
+	var n int64
+	for _, s := range e.Plan.GlobalTensors() {
+		n += s.Bytes()
+	}
+	return n + e.kept.bytes()
+}
+
+// weightPeak is the device memory the weights take at the peak of a wave, in checkpoint bytes: the
+// globals, the resident layers, the largest layer's own tensors, and its routed experts held at once (all
+// of them when sliced, since a layer's experts serve every slice; else a chunk).
+func (e *Engine) weightPeak(sliced bool) int64 { return e.weightPeakChunk(sliced, e.opts.ExpertChunk) }
+
+// weightPeakChunk is weightPeak with chunk experts held at once when not sliced (0: all).
+func (e *Engine) weightPeakChunk(sliced bool, chunk int) int64 {
+	m := e.Plan
+	var own, experts int64
+	for i, l := range m.Layers {
+		o, x := m.LayerBytes(i)
+		own = max(own, o)
+		if l.FFN == model.MoE {
+			per := x / int64(m.Config.NumExperts)
+			held := int64(m.Config.NumExperts)
+			if !sliced && chunk > 0 {
+				held = int64(min(chunk, m.Config.NumExperts))
+			}
+			experts = max(experts, per*held)
+		}
+	}
+	return e.uploaded() + own + experts
+}
