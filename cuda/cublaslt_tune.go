@@ -82,7 +82,7 @@ func (h *ltHandle) candidates(s *ltShape, m, k int) ([]ltShape, error) {
 // ltTune pins, for s (a planned shape, m x k weights), the fastest candidate over the row counts ns
 // whose bits equal s's own, and records the trial in s.config.Tuned. Once per shape; runs on the CUDA
 // thread, on the compute stream, with temporaries of the op (a weight and the largest n's operands:
-// about 140 MB at K3's expert shapes, within the default budget's margin, replay/plan.go memoryMargin),
+// about 140 MB at K3's expert shapes, within the default budget's margin, replay/plan_budget.go memoryMargin),
 // so the first expert call of a backend takes a few tens of milliseconds more.
 func (c *opCtx) ltTune(s *ltShape, m, k int, ns []int) error {
 	if s.tuned || !s.ok {
