@@ -56,6 +56,7 @@ func LoadEntries(path string) ([]Entry, error) {
 		if err != nil {
 			return nil, fmt.Errorf("datasets: %w", err)
 		}
+		data = bytes.TrimPrefix(data, utf8BOM)
 		if !isArrayOfConversations(data) {
 			return readJSONLEntries(bytes.NewReader(data), path)
 		}
@@ -93,7 +94,11 @@ func readJSONLEntries(r io.Reader, name string) ([]Entry, error) {
 	line := 0
 	for sc.Scan() {
 		line++
-		data := bytes.TrimSpace(sc.Bytes())
+		data := sc.Bytes()
+		if line == 1 { // a byte-order mark (Notepad's UTF-8) marks the file's encoding; it is not text of the line
+			data = bytes.TrimPrefix(data, utf8BOM)
+		}
+		data = bytes.TrimSpace(data)
 		if len(data) == 0 {
 			continue
 		}

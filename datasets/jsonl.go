@@ -1,6 +1,7 @@
 package datasets
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"fmt"
@@ -18,7 +19,8 @@ import (
 const MaxLineBytes = 64 << 20
 
 // ReadJSONL reads one conversation per line from r. name is the file name used in errors. Blank lines are
-// skipped. A conversation without an "id" gets its line number (1-based) as its ID, so that results can
+// skipped, and so is a UTF-8 byte-order mark at the start of r (as editors on Windows save UTF-8); one at
+// the start of a later line is an error. A conversation without an "id" gets its line number (1-based) as its ID, so that results can
 // name it; ReadJSON gives the item number, ReadParquet the row number. Each line is an object {"messages": [...], "id", "thinking", "thinking_effort",
 // "add_generation_prompt"} or a bare array of messages; see the package documentation for the message
 // shape. The first invalid line stops the read with an *Error naming name, the line and the field.
@@ -49,10 +51,14 @@ func LoadJSONL(path string) ([]tokenizer.Conversation, error) {
 
 // ReadJSON reads a JSON array whose items are conversations in any shape a JSONL line may have (an
 // object with "messages", or an array of messages), as a pretty-printed .json dataset holds them. Errors
-// count items from 1 ("item 3").
+// count items from 1 ("item 3"). A UTF-8 byte-order mark at the start of r is skipped.
 func ReadJSON(r io.Reader, name string) ([]tokenizer.Conversation, error) {
+	br := bufio.NewReader(r)
+	if head, _ := br.Peek(len(utf8BOM)); bytes.Equal(head, utf8BOM) { // the file's byte-order mark
+		br.Discard(len(utf8BOM))
+	}
 	var items []json.RawMessage
-	if err := json.NewDecoder(r).Decode(&items); err != nil {
+	if err := json.NewDecoder(br).Decode(&items); err != nil {
 		return nil, &Error{File: name, Err: fmt.Errorf("want a JSON array of conversations: %w", err)}
 	}
 	convs := make([]tokenizer.Conversation, len(items))
@@ -79,6 +85,7 @@ func Load(path string) ([]tokenizer.Conversation, error) {
 		if err != nil {
 			return nil, fmt.Errorf("datasets: %w", err)
 		}
+		data = bytes.TrimPrefix(data, utf8BOM)
 		if isArrayOfConversations(data) {
 			return ReadJSON(bytes.NewReader(data), path)
 		}
@@ -86,7 +93,7 @@ func Load(path string) ([]tokenizer.Conversation, error) {
 	case ".parquet", ".pq":
 		return LoadParquet(path)
 	default:
-		return nil, fmt.Errorf("datasets: %s: unknown extension %q (want .jsonl or .parquet)", path, ext)
+		return nil, fmt.Errorf("datasets: %s: unknown extension %q (want .jsonl, .ndjson, .json or .parquet)", path, ext)
 	}
 }
 

@@ -60,6 +60,9 @@ func TestReadJSONLShapes(t *testing.T) {
 		{"tool call string args verbatim", `[{"role":"assistant","tool_calls":[{"function":{"name":"f","arguments":"{\"a\": 1}"}}]}]`,
 			tokenizer.Conversation{Messages: []tokenizer.Message{
 				{Role: "assistant", ToolCalls: []tokenizer.ToolCall{{Name: "f", Arguments: `{"a": 1}`}}}}}},
+		// Notepad saves UTF-8 with a byte-order mark: it marks the file's encoding and is not JSON.
+		{"byte-order mark", "\xef\xbb\xbf" + `{"messages":[{"role":"user","content":"x"}]}`,
+			tokenizer.Conversation{Messages: []tokenizer.Message{user("x")}}},
 		{"tool call flat, no args", `[{"role":"assistant","tool_calls":[{"id":"c","name":"f"}]}]`,
 			tokenizer.Conversation{Messages: []tokenizer.Message{
 				{Role: "assistant", ToolCalls: []tokenizer.ToolCall{{ID: "c", Name: "f", Arguments: "{}"}}}}}},
@@ -96,7 +99,13 @@ func TestReadJSONLErrors(t *testing.T) {
 		{"not json", ok + "\n\n" + `{"messages": [`, 3, "", "want a JSON object"},
 		{"no messages key", `{"id":"x"}`, 1, "messages", "missing"},
 		{"empty messages", `{"messages":[]}`, 1, "messages", "no messages"},
-		{"messages not array", `{"messages":"hi"}`, 1, "messages", "want an array"},
+		// A value of the wrong JSON type is named in JSON's terms, not encoding/json's Go types
+		// ("cannot unmarshal string into Go value of type []json.RawMessage").
+		{"messages not array", `{"messages":"hi"}`, 1, "messages", "want an array of messages, got a string"},
+		{"line a number", ok + "\n5", 2, "", `want a JSON object with "messages" or an array of messages, got a number`},
+		{"line a string", `"hi"`, 1, "", `want a JSON object with "messages" or an array of messages, got a string`},
+		{"line null", `null`, 1, "", `want a JSON object with "messages" or an array of messages, got null`},
+		{"byte-order mark inside", ok + "\n\xef\xbb\xbf" + ok, 2, "", "starts with a UTF-8 byte-order mark (U+FEFF)"},
 		{"message not object", `[1]`, 1, "messages[0]", "want a message object"},
 		{"image part", `[{"role":"user","content":[{"type":"image_url","image_url":{}}]}]`,
 			1, "messages[0].content[0].type", `"image_url" is not supported`},
@@ -185,6 +194,8 @@ func TestLoadJSON(t *testing.T) {
 		{"array of objects", "[\n  {\"messages\": [{\"role\": \"user\", \"content\": \"a\"}]},\n  {\"messages\": [{\"role\": \"user\", \"content\": \"b\"}]}\n]", 2, ""},
 		{"array of message arrays", `[[{"role":"user","content":"a"}], [{"role":"user","content":"b"}], [{"role":"user","content":"c"}]]`, 3, ""},
 		{"one JSONL line of messages", `[{"role":"user","content":"a"},{"role":"assistant","content":"b"}]`, 1, ""},
+		{"byte-order mark", "\xef\xbb\xbf" + `[{"messages":[{"role":"user","content":"a"}]}]`, 1, ""},
+		{"byte-order mark, one JSONL line", "\xef\xbb\xbf" + `{"messages":[{"role":"user","content":"a"}]}`, 1, ""},
 		{"bad item", `[{"messages":[{"role":"user"}]}, {"messages":[{"role":"robot"}]}]`, 0,
 			`x.json item 2: messages[0].role: unknown role "robot"`},
 	}
@@ -203,6 +214,9 @@ func TestLoadJSON(t *testing.T) {
 			}
 			if err != nil || len(got) != tt.want {
 				t.Errorf("want %d conversations, got %d (%v)", tt.want, len(got), err)
+			}
+			if entries, err := LoadEntries(path); err != nil || len(entries) != tt.want { // a dataset job's reader
+				t.Errorf("LoadEntries: want %d conversations, got %d (%v)", tt.want, len(entries), err)
 			}
 		})
 	}

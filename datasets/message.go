@@ -3,6 +3,7 @@ package datasets
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -32,14 +33,17 @@ func parseConversation(data []byte) (tokenizer.Conversation, error) {
 	if !utf8.Valid(data) {
 		return c, fmt.Errorf("not valid UTF-8 (byte %d of the conversation's JSON text): JSON must be UTF-8; fix the encoding", firstInvalid(data)+1)
 	}
+	if bytes.HasPrefix(data, utf8BOM) {
+		return c, errors.New("starts with a UTF-8 byte-order mark (U+FEFF), which is not JSON: a mark is skipped only at the start of a file (were two files joined?)")
+	}
 	if len(data) > 0 && data[0] == '[' {
 		msgs, err := parseMessages(data, "messages")
 		c.Messages = msgs
 		return c, err
 	}
 	var o obj
-	if err := json.Unmarshal(data, &o); err != nil {
-		return c, fmt.Errorf("want a JSON object with \"messages\" or an array of messages: %w", err)
+	if err := json.Unmarshal(data, &o); err != nil || o == nil { // null decodes to a nil map
+		return c, fmt.Errorf("want a JSON object with \"messages\" or an array of messages%s", jsonProblem(err, data))
 	}
 	if err := knownKeys(o, "", conversationKeys); err != nil {
 		return c, err
@@ -85,7 +89,7 @@ func parseConversation(data []byte) (tokenizer.Conversation, error) {
 func parseMessages(data []byte, path string) ([]tokenizer.Message, error) {
 	var raws []json.RawMessage
 	if err := json.Unmarshal(data, &raws); err != nil {
-		return nil, errorf(path, "want an array of messages: %v", err)
+		return nil, errorf(path, "want an array of messages%s", jsonProblem(err, data))
 	}
 	if len(raws) == 0 {
 		return nil, errorf(path, "no messages")
@@ -339,6 +343,20 @@ func boolField(o obj, key string) (v, set bool, err error) {
 		return false, false, errorf(key, "want true or false, got %s", kind(raw))
 	}
 	return v, true, nil
+}
+
+// utf8BOM is the UTF-8 byte-order mark, which editors on Windows put at the start of a text file.
+var utf8BOM = []byte("\xef\xbb\xbf")
+
+// jsonProblem ends a "want ..." message with what data holds instead: ", got a number" where
+// encoding/json's error would name a Go type ("cannot unmarshal number into Go value of type
+// datasets.obj") or err is nil (null), else ": " and the syntax error.
+func jsonProblem(err error, data []byte) string {
+	var te *json.UnmarshalTypeError
+	if err == nil || errors.As(err, &te) {
+		return ", got " + kind(data)
+	}
+	return ": " + err.Error()
 }
 
 // isNull reports whether raw is absent or the JSON null.
