@@ -10,9 +10,12 @@ import (
 	"github.com/potato-k3/potato-k3/replay/tokenizer"
 )
 
-// Arg is an input or an option of Replay and Submit: Text, Chat, Example, Conversations and Tokens add
-// sequences, in order (the order is their seq_id in the results); TopK, Hidden, Lens, LensAll, Router,
-// AttnRes, Precision, Float16, Thinking and Label set options.
+// Arg is an input or an option of Replay and Submit: Text, Texts, Chat, Example, Conversations and Tokens
+// add sequences, in order (the order is their seq_id in the results); TopK, Hidden, Lens, LensAll,
+// Router, AttnRes, Precision, Float16, Thinking and Label set options. An Arg that cannot apply (an
+// unknown example, a thinking mode that is neither on nor off, no token ids) makes Replay and Submit
+// fail before anything is sent; options the engine refuses (a layer outside the model, a top-k past its
+// limit) come back as a *ServerError naming the option.
 type Arg interface {
 	apply(*api.Request) error
 }
@@ -40,9 +43,13 @@ func Texts(ss ...string) Arg {
 	})
 }
 
-// Tokens replays token ids as they are.
+// Tokens replays token ids as they are, one sequence. No ids at all is an error of Replay and Submit,
+// before anything is sent (an id outside the vocabulary is the engine's, naming it).
 func Tokens(ids ...int32) Arg {
 	return argFunc(func(r *api.Request) error {
+		if len(ids) == 0 {
+			return fmt.Errorf("kernel: Tokens: no token ids: a sequence needs at least one")
+		}
 		r.Inputs = append(r.Inputs, api.Input{Tokens: slices.Clone(ids)})
 		return nil
 	})

@@ -146,32 +146,54 @@ func (c *Client) Info(ctx context.Context) (api.Info, error) {
 	return info, err
 }
 
-// Status is a job's status.
+// Status is a job's status. It is an error when id is empty, and a *ServerError of status 404 when the
+// engine does not know the job (never submitted, forgotten, or past its keep period).
 func (c *Client) Status(ctx context.Context, id string) (api.JobStatus, error) {
 	var st api.JobStatus
+	if err := checkID(id); err != nil {
+		return st, err
+	}
 	err := c.getJSON(ctx, http.MethodGet, api.JobPath(id), nil, &st)
 	return st, err
 }
 
-// Jobs lists every job the engine knows, oldest first.
+// Jobs lists every job the engine knows, oldest first. It fails only when the engine does not answer.
 func (c *Client) Jobs(ctx context.Context) ([]api.JobStatus, error) {
 	var list []api.JobStatus
 	err := c.getJSON(ctx, http.MethodGet, api.PathJobs, nil, &list)
 	return list, err
 }
 
-// Cancel cancels a queued or running job. It is the only way to cancel one: a cell that is interrupted,
-// or a client that drops, leaves its job running and its results kept.
+// Cancel cancels a queued or running job and returns its status. It is the only way to cancel one: a
+// cell that is interrupted, or a client that drops, leaves its job running and its results kept. It is
+// an error when id is empty, a *ServerError of status 404 when the engine does not know the job, and
+// one of status 409 when the job is already done, failed or cancelled.
 func (c *Client) Cancel(ctx context.Context, id string) (api.JobStatus, error) {
 	var st api.JobStatus
+	if err := checkID(id); err != nil {
+		return st, err
+	}
 	err := c.getJSON(ctx, http.MethodPost, api.CancelPath(id), nil, &st)
 	return st, err
 }
 
 // Forget cancels a job if it is unfinished and deletes it and its results on the engine now, rather
-// than when its keep period ends.
+// than when its keep period ends. It is an error when id is empty, and a *ServerError of status 404
+// when the engine does not know the job (a second Forget of one job is that error).
 func (c *Client) Forget(ctx context.Context, id string) error {
+	if err := checkID(id); err != nil {
+		return err
+	}
 	return c.getJSON(ctx, http.MethodDelete, api.JobPath(id), nil, nil)
+}
+
+// checkID refuses an empty job id, which would otherwise reach the engine as the path /v1/jobs/ and come
+// back as "no endpoint", naming no job.
+func checkID(id string) error {
+	if id == "" {
+		return fmt.Errorf("kernel: no job id given (Submit returns it as JobStatus.ID; Jobs lists the engine's)")
+	}
+	return nil
 }
 
 // healthTimeout bounds one health check: a live engine answers it at once, even mid-wave. It is a

@@ -47,6 +47,9 @@ func (c *Client) Submit(ctx context.Context, args ...Arg) (api.JobStatus, error)
 // Connect option WithProgress's writer elsewhere). A failed or cancelled job is an error with the
 // engine's message. When the progress stream breaks, Wait follows the job's status instead.
 func (c *Client) Wait(ctx context.Context, id string) (api.JobStatus, error) {
+	if err := checkID(id); err != nil {
+		return api.JobStatus{}, err
+	}
 	view := c.newView(id)
 	last, err := c.follow(ctx, id, view.update)
 	if err != nil {

@@ -21,45 +21,55 @@ import (
 
 // Result holds the tables of one finished job as Arrow records, one record per table (the batches the
 // engine sent, concatenated). Columns are documented in package replay/tables; the schema metadata
-// says which model, engine version, precision and backend computed them. Release it when done.
+// says which model, engine version, precision and backend computed them. Release it when done: after
+// Release every table accessor returns nil, Summary says the result was released, and MessageLogprob is
+// an error that says so.
 type Result struct {
 	Status api.JobStatus // the job as it finished: id, wave, options, config hash
 	// FromCache is set when ReplayCached read the result from the results cache instead of replaying.
 	FromCache bool
 	tables    map[string]arrow.RecordBatch
+	released  bool // Release was called: the tables are gone
 }
 
 // Tokens is the per-token table: seq_id, pos, token_id, token, message, channel, target_id, logprob,
-// rank, entropy, topk_ids, topk_tokens (the text of each top-k id), topk_logprobs. It is never nil.
+// rank, entropy, topk_ids, topk_tokens (the text of each top-k id), topk_logprobs, conversation and
+// thinking. A result from Replay, ReplayCached or Fetch always has it: it is nil only after Release.
 func (r *Result) Tokens() arrow.RecordBatch { return r.tables["tokens"] }
 
-// Lens is the logit-lens table (nil unless Lens or LensAll was asked).
+// Lens is the logit-lens table (nil unless Lens or LensAll was asked, and after Release).
 func (r *Result) Lens() arrow.RecordBatch { return r.tables["lens"] }
 
-// Hidden is the hidden-state table (nil unless Hidden was asked).
+// Hidden is the hidden-state table (nil unless Hidden was asked, and after Release).
 func (r *Result) Hidden() arrow.RecordBatch { return r.tables["hidden"] }
 
-// Router is the expert-choice table (nil unless Router was asked).
+// Router is the expert-choice table (nil unless Router was asked, and after Release).
 func (r *Result) Router() arrow.RecordBatch { return r.tables["router"] }
 
-// AttnRes is the AttnRes mixing-weight table (nil unless AttnRes was asked).
+// AttnRes is the AttnRes mixing-weight table (nil unless AttnRes was asked, and after Release).
 func (r *Result) AttnRes() arrow.RecordBatch { return r.tables["attnres"] }
 
-// Table is the table called name (one of api.Tables), nil when the job did not capture it.
+// Table is the table called name (one of api.Tables), nil when the job did not capture it, when name is
+// not a table's, and after Release.
 func (r *Result) Table(name string) arrow.RecordBatch { return r.tables[name] }
 
-// Release releases every table. It is safe to call more than once.
+// Release releases every table. It is safe to call more than once, and on a nil *Result (so that a
+// `defer res.Release()` written before the error check does not panic when Replay failed).
 func (r *Result) Release() {
+	if r == nil {
+		return
+	}
 	for name, rec := range r.tables {
 		rec.Release()
 		delete(r.tables, name)
 	}
+	r.released = true
 }
 
 // Summary is one line about the result: job, sequences, tokens, precision, the other jobs that shared
-// its pass over the weights (if any), the tables. It gives no wave number: the engine numbers its waves
-// from its start, so that a job that ran alone would read "wave 7" after six earlier cells
-// (Status.Wave.ID has it, to match the engine's log).
+// its pass over the weights (if any), the tables (or, after Release, that it was released). It gives no
+// wave number: the engine numbers its waves from its start, so that a job that ran alone would read
+// "wave 7" after six earlier cells (Status.Wave.ID has it, to match the engine's log).
 func (r *Result) Summary() string {
 	st := r.Status
 	s := fmt.Sprintf("job %s · %s · %s · %s", st.ID, numtext.Count(st.Sequences, "sequence"), numtext.Count(st.Tokens, "token"), st.Precision)
@@ -72,7 +82,11 @@ func (r *Result) Summary() string {
 			names = append(names, name)
 		}
 	}
-	s += " · tables: " + strings.Join(names, ", ")
+	if r.released {
+		s += " · released (its tables are freed: Fetch or replay again)"
+	} else {
+		s += " · tables: " + strings.Join(names, ", ")
+	}
 	if r.FromCache {
 		s += " · from the results cache"
 	}
@@ -93,13 +107,24 @@ func (r *Result) Display() {
 }
 
 // Fetch reads every table of a done job (it may have finished long ago, or before a restart of the
-// engine: results wait on the engine's disk until fetched).
+// engine: results wait on the engine's disk until fetched). It may be called again: the engine keeps a
+// job's results for its --keep period after they were first fetched in full.
+//
+// It is an error, with nothing returned, when id is empty; when the engine does not know the job (a
+// *ServerError of status 404: never submitted, forgotten, or past its keep period); when the job is
+// queued or running (Wait for it first), or failed or cancelled (the error has the engine's reason); and
+// when a table does not arrive whole. If ctx ends first, the error says so and that the results are
+// still on the engine.
 func (c *Client) Fetch(ctx context.Context, id string) (*Result, error) {
 	st, err := c.Status(ctx, id)
 	if err != nil {
 		return nil, err
 	}
-	if st.State != api.StateDone {
+	switch st.State {
+	case api.StateDone:
+	case api.StateQueued, api.StateRunning:
+		return nil, fmt.Errorf("kernel: job %s is %s, not done yet: Wait(ctx, %q) for it, then Fetch", id, st.State, id)
+	default:
 		return nil, fmt.Errorf("kernel: job %s is %s, not done: %s", id, st.State, st.Error)
 	}
 	r := &Result{Status: st, tables: map[string]arrow.RecordBatch{}}
@@ -107,6 +132,9 @@ func (c *Client) Fetch(ctx context.Context, id string) (*Result, error) {
 		rec, err := c.fetchTable(ctx, id, name)
 		if err != nil {
 			r.Release()
+			if ctx.Err() != nil {
+				return nil, fmt.Errorf("kernel: job %s is done and its results stay on the engine (fetch them later with Fetch(ctx, %q)): table %s: %w", id, id, name, err)
+			}
 			return nil, err
 		}
 		r.tables[name] = rec

@@ -37,10 +37,14 @@ type MessageScore struct {
 // just before it, which is a structure row of the same message. The first token of a sequence is never
 // scored (in a conversation it is markup).
 //
-// It is an error when the result has no sequence seqID, or that sequence no message of that index.
+// It is an error when message is negative, when the result has no sequence seqID, or that sequence no
+// message of that index, and after Release.
 func (r *Result) MessageLogprob(seqID, message int) (MessageScore, error) {
 	if message < 0 {
 		return MessageScore{}, fmt.Errorf("kernel: message %d: messages are numbered from 0 (-1 in the table is markup outside every message, and raw text)", message)
+	}
+	if r.released {
+		return MessageScore{}, fmt.Errorf("kernel: the result of job %s was released: its tables are gone (Fetch or replay again)", r.Status.ID)
 	}
 	c, err := tokenColumns(r.Tokens())
 	if err != nil {

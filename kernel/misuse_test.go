@@ -1,0 +1,131 @@
+package kernel
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+
+	"github.com/potato-k3/potato-k3/kernel/api"
+)
+
+// A result used after Release, or released twice, or a nil one released (a `defer res.Release()` before
+// the error check of a failed Replay), says what happened instead of panicking or reading as empty.
+func TestResultAfterRelease(t *testing.T) {
+	b := array.NewRecordBuilder(memory.DefaultAllocator, arrow.NewSchema([]arrow.Field{{Name: "seq_id", Type: arrow.PrimitiveTypes.Int32}}, nil))
+	b.Field(0).(*array.Int32Builder).Append(0)
+	rec := b.NewRecordBatch()
+	b.Release()
+	r := &Result{Status: api.JobStatus{ID: "0123456789abcdef", Sequences: 1, Tokens: 1, Precision: "bf16"},
+		tables: map[string]arrow.RecordBatch{"tokens": rec}}
+	r.Release()
+	r.Release()
+	var none *Result
+	none.Release()
+	for _, tt := range []struct {
+		name string
+		got  func() string
+		want string
+	}{
+		{"Summary", r.Summary, "job 0123456789abcdef · 1 sequence · 1 token · bf16 · released (its tables are freed: Fetch or replay again)"},
+		{"HTML says released", func() string { return boolText(strings.Contains(r.HTML(), "released (its tables are freed")) }, "true"},
+		{"Tokens", func() string { return boolText(r.Tokens() == nil && r.Table("tokens") == nil) }, "true"},
+		{"MessageLogprob", func() string {
+			_, err := r.MessageLogprob(0, 0)
+			return errText(err)
+		}, "kernel: the result of job 0123456789abcdef was released: its tables are gone (Fetch or replay again)"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := tt.got(); got != tt.want {
+				t.Errorf("(-want +got):\n-%s\n+%s", tt.want, got)
+			}
+		})
+	}
+}
+
+// Mistakes a cell can make with the client are refused with a message that names them, before anything
+// is sent where the client can tell: an empty job id (else the engine's "no endpoint GET /v1/jobs/"),
+// Tokens with no ids (else "inputs[0]: give exactly one of text, conversation, tokens (got 0)"), a
+// Fetch of a job that is not done yet (else "is queued, not done: " and nothing after it), a Fetch whose
+// context ends mid-table (else only the URL named the job).
+func TestClientMisuse(t *testing.T) {
+	var state atomic.Value // the job's state as the stand-in engine reports it
+	state.Store(api.StateQueued)
+	engine := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case strings.HasSuffix(r.URL.Path, "/tables/tokens"):
+			<-r.Context().Done() // a table that does not arrive before the cell's deadline
+		case r.URL.Path == api.JobPath("0123456789abcdef"):
+			json.NewEncoder(w).Encode(api.JobStatus{ID: "0123456789abcdef", State: state.Load().(api.JobState), Tables: []string{"tokens"}})
+		default:
+			w.WriteHeader(http.StatusTeapot) // the client must not have sent this
+			t.Errorf("unexpected request %s %s", r.Method, r.URL.Path)
+		}
+	}))
+	defer engine.Close()
+	c, err := newClient(engine.URL, "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+	noID := "kernel: no job id given (Submit returns it as JobStatus.ID; Jobs lists the engine's)"
+	for _, tt := range []struct {
+		name  string
+		state api.JobState
+		call  func(ctx context.Context) error
+		want  string
+	}{
+		{"Status without id", "", func(ctx context.Context) error { _, err := c.Status(ctx, ""); return err }, noID},
+		{"Wait without id", "", func(ctx context.Context) error { _, err := c.Wait(ctx, ""); return err }, noID},
+		{"Fetch without id", "", func(ctx context.Context) error { _, err := c.Fetch(ctx, ""); return err }, noID},
+		{"Cancel without id", "", func(ctx context.Context) error { _, err := c.Cancel(ctx, ""); return err }, noID},
+		{"Forget without id", "", func(ctx context.Context) error { return c.Forget(ctx, "") }, noID},
+		{"Tokens without ids", "", func(ctx context.Context) error { _, err := c.Submit(ctx, Tokens()); return err },
+			"kernel: Tokens: no token ids: a sequence needs at least one"},
+		{"Fetch of a queued job", api.StateQueued, func(ctx context.Context) error { _, err := c.Fetch(ctx, "0123456789abcdef"); return err },
+			`kernel: job 0123456789abcdef is queued, not done yet: Wait(ctx, "0123456789abcdef") for it, then Fetch`},
+		{"Fetch of a running job", api.StateRunning, func(ctx context.Context) error { _, err := c.Fetch(ctx, "0123456789abcdef"); return err },
+			`kernel: job 0123456789abcdef is running, not done yet: Wait(ctx, "0123456789abcdef") for it, then Fetch`},
+		{"Fetch cut by its context", api.StateDone, func(ctx context.Context) error {
+			ctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+			defer cancel()
+			_, err := c.Fetch(ctx, "0123456789abcdef")
+			if !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("error %v does not wrap the context's", err)
+			}
+			return err
+		}, `kernel: job 0123456789abcdef is done and its results stay on the engine (fetch them later with Fetch(ctx, "0123456789abcdef")): table tokens: `},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			state.Store(tt.state)
+			got := errText(tt.call(ctx))
+			if !strings.HasPrefix(got, tt.want) {
+				t.Errorf("(-want +got):\n-%s\n+%s", tt.want, got)
+			}
+		})
+	}
+}
+
+func boolText(b bool) string {
+	if b {
+		return "true"
+	}
+	return "false"
+}
+
+func errText(err error) string {
+	if err == nil {
+		return "<nil>"
+	}
+	return err.Error()
+}
