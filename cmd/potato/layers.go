@@ -69,6 +69,9 @@ func parseIDs(s string) ([]int32, error) {
 			if err != nil {
 				return nil, fmt.Errorf("token list: %q is not a token id", f)
 			}
+			if v < 0 {
+				return nil, fmt.Errorf("token list: %d is negative: token ids count from 0", v)
+			}
 			out = append(out, int32(v))
 		}
 	}

@@ -57,6 +57,7 @@ func TestParseIDs(t *testing.T) {
 		{"1, ,2", nil, "entry 2 is empty"},
 		{" ", nil, "entry 1 is empty"},
 		{"99999999999", nil, "is not a token id"},
+		{"1,-2,3", nil, "-2 is negative: token ids count from 0"}, // before, refused only by the engine, naming "sequence 0"
 	}
 	for _, tc := range tests {
 		got, err := parseIDs(tc.in)

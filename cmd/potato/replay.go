@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -47,7 +48,8 @@ type replayFlags struct {
 	hidden, lens, out                      string
 	router, attnres, float16, noProgress   bool
 	planOnly                               bool
-	stdin                                  io.Reader // os.Stdin; a test's reader
+	stdin                                  io.Reader       // os.Stdin; a test's reader
+	set                                    map[string]bool // the flags given, even as "" (fs.Visit)
 }
 
 func runReplay(ctx context.Context, args []string, stdout io.Writer) error {
@@ -85,6 +87,8 @@ func runReplay(ctx context.Context, args []string, stdout io.Writer) error {
 	if fs.NArg() > 0 {
 		return usagef("replay", "replay: unexpected argument %q (every input is given by a flag: --text, --text-file, --chat or --tokens)", fs.Arg(0))
 	}
+	f.set = map[string]bool{}
+	fs.Visit(func(fl *flag.Flag) { f.set[fl.Name] = true })
 	in, err := f.check()
 	if err != nil {
 		return err
@@ -132,8 +136,9 @@ func runReplay(ctx context.Context, args []string, stdout io.Writer) error {
 	return writeTables(ctx, stdout, l, &req, res[0], f.out, f.float16)
 }
 
-// input is what check read before the engine opened: the text of --text or --text-file, the
-// conversations of --chat (with --thinking applied), or the ids of --tokens.
+// input is what check read before the engine opened: the text of --text, the conversations of --chat
+// (with --thinking applied), or the ids of --tokens. --text-file is read by request, up to what
+// --max-tokens can take in the model's tokenizer (textfile.go).
 type input struct {
 	text  string
 	convs []tokenizer.Conversation
@@ -141,17 +146,23 @@ type input struct {
 }
 
 // check runs every check that needs no model, before the engine opens: one input, the numbers, the output
-// path, and the input files read and parsed, so that no mistake surfaces after the replay.
+// path, and the input files read and parsed (a --text-file opened, read in request), so that no mistake
+// surfaces after the replay.
 func (f *replayFlags) check() (input, error) {
 	var in input
 	inputs := 0
-	for _, s := range []string{f.text, f.textFile, f.chat, f.tokens} {
-		if s != "" {
+	for _, s := range []struct{ name, v string }{{"text", f.text}, {"text-file", f.textFile}, {"chat", f.chat}, {"tokens", f.tokens}} {
+		if s.v != "" || f.set[s.name] {
 			inputs++
 		}
 	}
 	if inputs != 1 {
 		return in, usagef("replay", "replay: give exactly one of --text, --text-file, --chat, --tokens")
+	}
+	for _, s := range []struct{ name, v string }{{"text", f.text}, {"text-file", f.textFile}, {"chat", f.chat}, {"tokens", f.tokens}} {
+		if f.set[s.name] && s.v == "" { // given as "": before, "give exactly one of" as though it were not given
+			return in, fmt.Errorf("replay: --%s is empty: nothing to replay", s.name)
+		}
 	}
 	if err := checkNotNegative("replay", intFlag{"--top-k", f.topK}, intFlag{"--expert-chunk", f.expertChunk}, intFlag{"--show", f.show}); err != nil {
 		return in, err
@@ -201,18 +212,11 @@ func (f *replayFlags) check() (input, error) {
 		if in.ids, err = parseIDs(f.tokens); err != nil {
 			return in, fmt.Errorf("replay: --tokens: %w", err)
 		}
-	case f.textFile == "-":
-		b, err := io.ReadAll(f.stdin)
-		if err != nil {
-			return in, fmt.Errorf("replay: --text-file -: %w", err)
+	case f.textFile != "": // read once the tokenizer says how much of it --max-tokens can take (request)
+		var size int64
+		if size, err = checkTextFile("replay", f.textFile); err == nil && size == 0 {
+			err = fmt.Errorf("replay: --text-file %s is empty: nothing to replay", f.textFile)
 		}
-		in.text = string(b)
-	case f.textFile != "":
-		b, err := os.ReadFile(f.textFile)
-		if err != nil {
-			return in, fmt.Errorf("replay: --text-file: %w", err)
-		}
-		in.text = string(b)
 	case f.chat == "-":
 		in.convs, err = datasets.ReadJSONL(f.stdin, "stdin")
 	case f.chat != "":
@@ -226,7 +230,7 @@ func (f *replayFlags) check() (input, error) {
 			return in, err
 		}
 		if err := applyThinking(in.convs, f.thinking); err != nil {
-			return in, err
+			return in, fmt.Errorf("replay: %s: %w", f.chat, err)
 		}
 	}
 	return in, nil
@@ -383,10 +387,27 @@ func (f *replayFlags) request(l *loaded, in input) (replay.Request, error) {
 		if len(in.ids) > limit {
 			return req, tooLong("--tokens", len(in.ids))
 		}
+		for pos, id := range in.ids { // as the engine would refuse them, but naming the flag
+			if int(id) >= vocab {
+				return req, fmt.Errorf("replay: --tokens: position %d: token id %d outside the vocabulary 0..%d", pos, id, vocab-1)
+			}
+		}
 		req.Sequences = []replay.Sequence{replay.FromIDs(l.tok, in.ids)}
 	case in.convs == nil:
-		s, err := replay.FromTextLimit(l.tok, in.text, limit)
+		text := in.text
+		if f.textFile != "" {
+			if text, err = readTextFile("replay", f.textFile, f.stdin, l.tok, limit, limitFlag); err != nil {
+				return req, err
+			}
+			if text == "" { // stdin; an empty file is refused before the engine opens (check)
+				return req, fmt.Errorf("replay: --text-file %s is empty: nothing to replay", f.textFile)
+			}
+		}
+		s, err := replay.FromTextLimit(l.tok, text, limit)
 		if errors.Is(err, replay.ErrTooManyTokens) {
+			if f.textFile != "" {
+				return req, tooLong("--text-file "+f.textFile, -1)
+			}
 			return req, tooLong("the text", -1)
 		}
 		if err != nil {

@@ -39,6 +39,10 @@ func TestReplayChecksBeforeCompute(t *testing.T) {
 	os.WriteFile(empty, []byte("\n"), 0o644)
 	big := filepath.Join(dir, "big.txt") // 3 MB of "word ": past --max-tokens (1,048,576) in the tiny vocabulary
 	os.WriteFile(big, bytes.Repeat([]byte("word "), 3<<20/5), 0o644)
+	emptyText := filepath.Join(dir, "empty.txt")
+	os.WriteFile(emptyText, nil, 0o644)
+	wide := filepath.Join(dir, "wide.txt") // 64 KiB: more bytes than 3 tokens of the tiny tokenizer can cover
+	os.WriteFile(wide, bytes.Repeat([]byte("a"), 64<<10), 0o644)
 	out := filepath.Join(dir, "r.arrow")
 	before := []struct {
 		name string
@@ -54,9 +58,16 @@ func TestReplayChecksBeforeCompute(t *testing.T) {
 		{"negative top-k", []string{"--text", "x", "--top-k", "-1"}, "--top-k -1 is negative"},
 		{"thinking without chat", []string{"--text", "x", "--thinking", "on"}, "--thinking is for --chat"},
 		{"thinking conflicting with the lines", []string{"--chat", chats, "--thinking", "on"},
-			`conversation 1 (id "greeting") says "thinking": false but --thinking is on: remove one of them`},
+			chats + `: conversation 1 (id "greeting") says "thinking": false but --thinking is on: remove one of them`},
 		{"misspelled key", []string{"--chat", typo}, `typo.jsonl line 2: messages[0]: unknown key "contnet"`},
 		{"missing text file", []string{"--text-file", filepath.Join(dir, "none.txt")}, "--text-file: open"},
+		// An input given as "" read as no input at all ("give exactly one of"); an empty file failed after
+		// the engine opened, without its name ("text: it encodes to no tokens").
+		{"empty --text", []string{"--text", ""}, "replay: --text is empty: nothing to replay"},
+		{"empty --tokens", []string{"--tokens", ""}, "replay: --tokens is empty: nothing to replay"},
+		{"empty text file", []string{"--text-file", emptyText}, "replay: --text-file " + emptyText + " is empty: nothing to replay"},
+		{"text file a directory", []string{"--text-file", dir}, "replay: --text-file " + dir + " is a directory: give a file of text"},
+		{"negative token id", []string{"--tokens", "5,-2"}, "replay: --tokens: token list: -2 is negative: token ids count from 0"},
 		{"two conversations of one id", []string{"--chat", dup}, `dup.jsonl: conversations 1 and 3 (counted from 1) share the id "a"`},
 		{"no conversations", []string{"--chat", empty}, "empty.jsonl holds no conversations"},
 		{"lens without --out", []string{"--text", "x", "--lens", "1"}, "--lens asks for a table that only --out writes"},
@@ -105,7 +116,13 @@ func TestReplayChecksBeforeCompute(t *testing.T) {
 		{"top-k past the vocabulary", []string{"--text", "x", "--top-k", "4000"}, "--top-k 4000 is past the vocabulary (3328 ids)"},
 		{"text past --max-tokens", []string{"--text", "one two three four five six", "--max-tokens", "3"},
 			"replay: the text has more than 3 tokens: the limit is 3 (--max-tokens)"},
-		{"3 MB text", []string{"--text-file", big}, "the text has more than 1048576 tokens: the limit is 1048576 (--max-tokens)"},
+		{"3 MB text", []string{"--text-file", big}, "--text-file " + big + " has more than 1048576 tokens: the limit is 1048576 (--max-tokens)"},
+		// refused by its size, unread: a file of many GB was read whole before being refused, or ended the
+		// process out of memory
+		{"text file past what --max-tokens can cover", []string{"--text-file", wide, "--max-tokens", "3"},
+			"--text-file " + wide + " has more than 3 tokens: the limit is 3 (--max-tokens): its 65536 bytes are more than 3 tokens of at most"},
+		{"token id past the vocabulary", []string{"--tokens", "5,3328"},
+			"replay: --tokens: position 1: token id 3328 outside the vocabulary 0..3327"},
 		{"conversation past --max-wave-tokens", []string{"--chat", chats, "--max-wave-tokens", "20"},
 			`conversation 1 (id "greeting") has`},
 		{"tokens past --max-tokens", []string{"--tokens", "1,2,3", "--max-tokens", "2"}, "--tokens has 3 tokens: the limit is 2 (--max-tokens)"},
@@ -180,6 +197,31 @@ func TestReplayTextFileAndStdin(t *testing.T) {
 	os.WriteFile(chat, []byte(lines), 0o644)
 	if a, b := replayOut("", "--chat", chat), replayOut(lines, "--chat", "-"); a != b || !strings.Contains(a, "sequence 0") {
 		t.Errorf("--chat -:\n-want %s\n+got  %s", a, b)
+	}
+	// stdin is read only up to what --max-tokens can cover, and an empty one is refused
+	for _, tt := range []struct {
+		name, stdin string
+		args        []string
+		want        string
+	}{
+		{"past the limit", strings.Repeat("a", 64<<10), []string{"--max-tokens", "3"},
+			"replay: --text-file - (stdin) has more than 3 tokens: the limit is 3 (--max-tokens): it holds more than"},
+		{"empty", "", nil, "replay: --text-file - is empty: nothing to replay"},
+	} {
+		r, w, err := os.Pipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		go func() { w.WriteString(tt.stdin); w.Close() }()
+		old := os.Stdin
+		os.Stdin = r
+		var stdout bytes.Buffer
+		err = run(context.Background(), append([]string{"replay", "--model", model, "--no-progress", "--text-file", "-"}, tt.args...), &stdout)
+		os.Stdin = old
+		r.Close()
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%s: -want …%s… +got %v", tt.name, tt.want, err)
+		}
 	}
 }
 

@@ -62,18 +62,10 @@ func runTokenize(ctx context.Context, args []string, stdout io.Writer) error {
 	if *maxTokens <= 0 {
 		return fmt.Errorf("tokenize: --max-tokens %d must be positive", *maxTokens)
 	}
-	if *textFile != "" {
-		var b []byte
-		var err error
-		if *textFile == "-" {
-			b, err = io.ReadAll(os.Stdin)
-		} else {
-			b, err = os.ReadFile(*textFile)
+	if *textFile != "" { // read once the tokenizer says how much of it --max-tokens can take (textfile.go)
+		if _, err := checkTextFile("tokenize", *textFile); err != nil {
+			return err
 		}
-		if err != nil {
-			return fmt.Errorf("tokenize: --text-file: %w", err)
-		}
-		*text, textSet = string(b), true
 	}
 	dir, err := modelDir(ctx, *model)
 	if err != nil {
@@ -82,6 +74,12 @@ func runTokenize(ctx context.Context, args []string, stdout io.Writer) error {
 	tok, err := tokenizer.Load(dir)
 	if err != nil {
 		return err
+	}
+	if *textFile != "" {
+		if *text, err = readTextFile("tokenize", *textFile, os.Stdin, tok, *maxTokens, "--max-tokens"); err != nil {
+			return err
+		}
+		textSet = true
 	}
 	if textSet {
 		tokens, ok := tok.EncodeTextLimit(*text, *special, *maxTokens)

@@ -23,6 +23,8 @@ func TestTokenizeRefusals(t *testing.T) {
 	os.WriteFile(empty, []byte("\n\n"), 0o644)
 	big := filepath.Join(dir, "big.txt") // 3 MB of "word ": past the default --max-tokens (1,048,576)
 	os.WriteFile(big, bytes.Repeat([]byte("word "), 3<<20/5), 0o644)
+	wide := filepath.Join(dir, "wide.txt") // 64 KiB: more bytes than 3 tokens of the tokenizer can cover
+	os.WriteFile(wide, bytes.Repeat([]byte("a"), 64<<10), 0o644)
 	for _, tt := range []struct {
 		name string
 		args []string
@@ -33,6 +35,10 @@ func TestTokenizeRefusals(t *testing.T) {
 		{"special text past --max-tokens", []string{"--text", "<|im_user|>one two three four", "--special", "--max-tokens", "3"},
 			"the text has more than 3 tokens: the limit is 3 (--max-tokens)"},
 		{"3 MB file", []string{"--text-file", big}, "the text has more than 1048576 tokens: the limit is 1048576 (--max-tokens)"},
+		// refused by its size, unread (a file of many GB was read whole first, or ran out of memory)
+		{"file past what --max-tokens can cover", []string{"--text-file", wide, "--max-tokens", "3"},
+			"tokenize: --text-file " + wide + " has more than 3 tokens: the limit is 3 (--max-tokens): its 65536 bytes are more than"},
+		{"file a directory", []string{"--text-file", dir}, "tokenize: --text-file " + dir + " is a directory"},
 		{"conversation past --max-tokens", []string{"--chat", chats, "--max-tokens", "10"},
 			`conversation 1 (id "greeting") has`},
 		{"no conversations", []string{"--chat", empty, "--thinking", "off"}, "empty.jsonl holds no conversations"},
