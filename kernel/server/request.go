@@ -69,6 +69,9 @@ func decodeRequest(w http.ResponseWriter, r *http.Request, limit int64, timeout 
 	if err != nil {
 		return req, badRequest("reading the request: %v", err)
 	}
+	if len(bytes.TrimSpace(body)) == 0 { // else encoding/json's bare "EOF"
+		return req, badRequest(`malformed request JSON: the body is empty: send a job request, such as {"inputs": [{"text": "..."}], "options": {"top_k": 5}}`)
+	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	err = dec.Decode(&req)
@@ -88,6 +91,9 @@ func decodeRequest(w http.ResponseWriter, r *http.Request, limit int64, timeout 
 	}
 	if err == nil {
 		err = checkKeys(body, reflect.TypeFor[api.Request]())
+	}
+	if errors.Is(err, io.ErrUnexpectedEOF) { // else a bare "unexpected EOF"
+		err = fmt.Errorf("the body ends inside the JSON, after %d bytes (cut short, or a bracket or quote not closed)", len(body))
 	}
 	if err != nil {
 		return req, badRequest("malformed request JSON: %v%s", err, requestHint(err))

@@ -19,6 +19,10 @@ func TestBadRequests(t *testing.T) {
 		name, body, want string
 	}{
 		{"not JSON", `{"inputs": [`, "malformed request JSON"},
+		{"empty body", ``, `malformed request JSON: the body is empty: send a job request, such as {"inputs": [{"text": "..."}]`},
+		{"white space only", " \n\t", "malformed request JSON: the body is empty"},
+		{"cut short", `{"inputs": [{"text": "x"}`, "malformed request JSON: the body ends inside the JSON, after 25 bytes (cut short, or a bracket or quote not closed)"},
+		{"quote not closed", `{"inputs": [{"text": "x}]}`, "malformed request JSON: the body ends inside the JSON, after 26 bytes"},
 		{"trailing data", `{"inputs": [{"tokens": [1]}]} {}`, "data after the request object"},
 		{"unknown field", `{"inputs": [{"tokens": [1]}], "temperature": 0.7}`, `unknown field "temperature"`},
 		{"unknown option", `{"inputs": [{"tokens": [1]}], "options": {"steer": 1}}`, `unknown field "steer"`},
@@ -110,6 +114,8 @@ func TestNotFound(t *testing.T) {
 		{"GET", api.JobPath("../../etc"), "no job ../../etc"},
 		{"GET", api.TablePath(id, "weights"), "no table weights"},
 		{"GET", api.TablePath(id, "lens"), "did not capture table lens (it has tokens)"},
+		{"POST", api.ReceivedPath(id, "lens"), "did not capture table lens (it has tokens)"},
+		{"POST", api.ReceivedPath(id, "weights"), "no table weights"},
 		{"GET", "/v1/steer", "no endpoint GET /v1/steer"},
 	} {
 		code, body := ts.do(t, tt.method, tt.path, "")

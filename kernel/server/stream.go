@@ -106,11 +106,15 @@ func (s *Server) handleTable(w http.ResponseWriter, r *http.Request, j *job) {
 func (s *Server) handleReceived(w http.ResponseWriter, r *http.Request, j *job) {
 	name := r.PathValue("table")
 	s.mu.Lock()
-	sent, st := j.sent[name], j.state
+	sent, st, captured := j.sent[name], j.state, slices.Clone(j.tables)
 	s.mu.Unlock()
 	switch {
 	case !slices.Contains(tables.TableNames, name):
 		writeError(w, &httpError{status: http.StatusNotFound, msg: "no table " + name + ": the tables are " + strings.Join(tables.TableNames, ", ")})
+		return
+	case st == api.StateDone && !slices.Contains(captured, name): // else "fetch it", which answers 404
+		writeError(w, &httpError{status: http.StatusNotFound, msg: "job " + j.id + " did not capture table " + name +
+			" (it has " + strings.Join(captured, ", ") + ")"})
 		return
 	case st != api.StateDone || !sent:
 		writeError(w, &httpError{status: http.StatusConflict, msg: "table " + name + " of job " + j.id +
