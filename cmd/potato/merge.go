@@ -27,6 +27,11 @@ func runMerge(ctx context.Context, args []string, stdout io.Writer) error {
 	if *out == "" || len(dirs) == 0 {
 		return usagef("merge", "merge: give --out FILE.parquet and the job directories")
 	}
+	// --out is checked before any part is read, as replay's is: a missing or unwritable directory failed
+	// only at the write, after every part of every shard was read and checked.
+	if err := checkOut(*out); err != nil {
+		return fmt.Errorf("merge: %w", err)
+	}
 	// A fresh result-set id, as `potato replay --out` stamps its tables: tables.ReadSet then refuses the
 	// merged tables beside another run's.
 	sum, err := job.Merge(ctx, *out, dirs, job.MergeOptions{Partial: *partial, ResultSet: tables.NewSetID()})

@@ -68,6 +68,19 @@ func TestMergeCLI(t *testing.T) {
 		before[name] = b
 	}
 
+	// --out is refused before any job directory is read (here they do not exist): before, a missing
+	// directory failed at the write, after every part was read
+	for _, tt := range []struct{ out, want string }{
+		{filepath.Join(root, "none", "m.parquet"), "merge: --out " + filepath.Join(root, "none", "m.parquet") + ": directory " + filepath.Join(root, "none") + " does not exist"},
+		{filepath.Join(root, "m.csv"), `merge: --out ` + filepath.Join(root, "m.csv") + `: unknown extension ".csv"`},
+		{filepath.Join(root, ".parquet"), "no file name before the extension"},
+	} {
+		err := run(context.Background(), []string{"merge", "--out", tt.out, filepath.Join(root, "no-job")}, &stdout)
+		if err == nil || exitCode(err) != 1 || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("merge --out %s: -want …%s…, exit 1 +got %v", tt.out, tt.want, err)
+		}
+	}
+
 	for _, tt := range []struct {
 		name   string
 		damage func(dir string) string // returns the file the error must name

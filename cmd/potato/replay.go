@@ -299,6 +299,9 @@ func checkOut(out string) error {
 	if _, err := tables.FormatOf(out); err != nil {
 		return fmt.Errorf("--out %s: unknown extension %q (want .arrow, .arrows or .parquet)", out, filepath.Ext(out))
 	}
+	if base := filepath.Base(out); base == filepath.Ext(base) { // --out .arrow wrote the hidden file .tokens.arrow
+		return fmt.Errorf("--out %s: no file name before the extension (the tables would be hidden files such as .tokens%s): give NAME%s", out, base, base)
+	}
 	dir := filepath.Dir(out)
 	info, err := os.Stat(dir)
 	if err != nil {

@@ -54,6 +54,9 @@ func TestReplayChecksBeforeCompute(t *testing.T) {
 		{"out extension", []string{"--text", "x", "--out", filepath.Join(dir, "r.csv")},
 			`unknown extension ".csv" (want .arrow, .arrows or .parquet)`},
 		{"out parent is a file", []string{"--text", "x", "--out", filepath.Join(notDir, "r.arrow")}, "is not a directory"},
+		// wrote the hidden file .tokens.arrow
+		{"out with no name", []string{"--text", "x", "--out", filepath.Join(dir, ".arrow")},
+			"--out " + filepath.Join(dir, ".arrow") + ": no file name before the extension (the tables would be hidden files such as .tokens.arrow): give NAME.arrow"},
 		{"two inputs", []string{"--text", "x", "--tokens", "1"}, "give exactly one of --text, --text-file, --chat, --tokens"},
 		{"negative top-k", []string{"--text", "x", "--top-k", "-1"}, "--top-k -1 is negative"},
 		{"thinking without chat", []string{"--text", "x", "--thinking", "on"}, "--thinking is for --chat"},
