@@ -75,7 +75,8 @@ func Example(ids ...string) Arg {
 }
 
 // Chat replays one conversation rendered with the K3 chat format. Its thinking mode must be set, on the
-// conversation or for the whole request with Thinking: the model's output depends on it.
+// conversation or for the whole request with Thinking: the model's output depends on it, and the engine
+// refuses a conversation without one (a value that is no thinking mode fails before sending).
 func Chat(conv tokenizer.Conversation) Arg { return Conversations(conv) }
 
 // Conversations replays several conversations, one sequence each (see Chat).
@@ -113,7 +114,9 @@ func conversationJSON(c tokenizer.Conversation) (json.RawMessage, error) {
 	return json.Marshal(w)
 }
 
-// Thinking sets the thinking mode of every conversation of the request that does not set its own.
+// Thinking sets the thinking mode of every conversation of the request that does not set its own. A mode
+// other than tokenizer.ThinkingOn or ThinkingOff makes Replay and Submit fail before sending; with no
+// conversation among the inputs, or one that sets the other mode, the engine refuses the request.
 func Thinking(t tokenizer.Thinking) Arg {
 	return argFunc(func(r *api.Request) error {
 		if t != tokenizer.ThinkingOn && t != tokenizer.ThinkingOff {
@@ -125,13 +128,15 @@ func Thinking(t tokenizer.Thinking) Arg {
 	})
 }
 
-// TopK keeps the k most probable next tokens at every position (in the tokens and lens tables).
+// TopK keeps the k most probable next tokens at every position (in the tokens and lens tables). The
+// engine refuses a negative k, and one past the vocabulary or its --max-top-k (Info's Limits.MaxTopK).
 func TopK(k int) Arg {
 	return argFunc(func(r *api.Request) error { r.Options.TopK = k; return nil })
 }
 
 // Hidden returns the hidden state (the running sum) after each of the given layers (0-indexed), one
-// vector per token, in the hidden table.
+// vector per token, in the hidden table. The engine refuses a layer outside the model (0..Info's
+// Layers-1) or given twice, naming it; its rows come in layer order, whatever the order given.
 func Hidden(layers ...int) Arg {
 	return argFunc(func(r *api.Request) error {
 		r.Options.Hidden = append(r.Options.Hidden, layers...)
@@ -140,7 +145,8 @@ func Hidden(layers ...int) Arg {
 }
 
 // Lens reads the given layers (0-indexed) out through the model's output path (the logit lens), in the
-// lens table.
+// lens table. The engine refuses a layer outside the model or given twice, naming it; its rows come in
+// layer order, whatever the order given.
 func Lens(layers ...int) Arg {
 	return argFunc(func(r *api.Request) error {
 		r.Options.Lens = append(r.Options.Lens, layers...)
@@ -163,7 +169,8 @@ func AttnRes() Arg {
 	return argFunc(func(r *api.Request) error { r.Options.AttnRes = true; return nil })
 }
 
-// Precision picks "bf16" (rounds where the reference model rounds; the default) or "fp32" (audits).
+// Precision picks "bf16" (rounds where the reference model rounds; the default) or "fp32" (audits);
+// the engine refuses any other name.
 func Precision(p string) Arg {
 	return argFunc(func(r *api.Request) error { r.Options.Precision = p; return nil })
 }

@@ -31,7 +31,9 @@ const resultsDir = "results"
 // ReplayCached is Replay, except that a request equal to one made before, to an engine on the same model
 // (config hash, engine version, backend, default precision and model directory, from Info), returns the
 // result stored then, read from disk, with FromCache set: no second replay. Anything else replays and
-// stores the result. A damaged entry is replayed again and overwritten.
+// stores the result. A damaged entry is replayed again and overwritten. It fails as Replay does, and
+// when Info fails or the cache directory cannot be made; a result that cannot be stored is still
+// returned, with one warning a client on stderr.
 func (c *Client) ReplayCached(ctx context.Context, args ...Arg) (*Result, error) {
 	req, err := buildRequest(args)
 	if err != nil {

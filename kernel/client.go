@@ -29,13 +29,17 @@ type Client struct {
 }
 
 // ServerError is an error answer of the engine: its HTTP status and the server's own message, which
-// names the input, option or limit at fault.
+// names the input, option or limit at fault. StatusCode is 400 for a malformed or invalid request, 404
+// for an unknown job or table, 409 for a job in the wrong state (a cancel of a finished job), 413 for a
+// request past a limit (Limit names its flag), 401 for a missing or wrong token, 5xx for the engine's
+// own failures. Callers test for it with errors.As.
 type ServerError struct {
 	StatusCode int
 	Message    string
 	Limit      string // the server flag of the limit a refused request passed, if that is why
 }
 
+// Error is "kernel: engine answered STATUS: MESSAGE".
 func (e *ServerError) Error() string {
 	return fmt.Sprintf("kernel: engine answered %d %s: %s", e.StatusCode, http.StatusText(e.StatusCode), e.Message)
 }
@@ -72,7 +76,8 @@ func newClient(addr, token string, progress io.Writer) (*Client, error) {
 // Addr is the engine's address as the client dials it.
 func (c *Client) Addr() string { return c.addr }
 
-// Close frees the client's idle connections. The engine keeps running (see Shutdown).
+// Close frees the client's idle connections. The engine keeps running (see Shutdown). It always returns
+// nil; the client still works after it, opening new connections.
 func (c *Client) Close() error {
 	c.hc.CloseIdleConnections()
 	return nil
@@ -132,14 +137,17 @@ func (c *Client) getJSON(ctx context.Context, method, path string, body, out any
 	return nil
 }
 
-// Health asks the engine whether it is up; it answers at once or fails.
+// Health asks the engine whether it is up; it answers at once or fails: an error when the engine does
+// not answer before ctx ends, a *ServerError when something answers with an error status (a wrong
+// token: 401).
 func (c *Client) Health(ctx context.Context) (api.Health, error) {
 	var h api.Health
 	err := c.getJSON(ctx, http.MethodGet, api.PathHealth, nil, &h)
 	return h, err
 }
 
-// Info describes the engine's model (layers, vocabulary, layer kinds, config hash) and its limits.
+// Info describes the engine's model (layers, vocabulary, layer kinds, config hash) and its limits. It
+// fails only when the engine does not answer (or refuses the token: a *ServerError of status 401).
 func (c *Client) Info(ctx context.Context) (api.Info, error) {
 	var info api.Info
 	err := c.getJSON(ctx, http.MethodGet, api.PathInfo, nil, &info)

@@ -58,6 +58,12 @@ func WithProgress(w io.Writer) Option { return func(o *options) { o.progress = w
 // $POTATO_TOKEN) if given; else the background engine an earlier cell started, found through its state
 // file in the cache directory; else it starts one (see the package documentation) and waits until it
 // answers. Later cells reuse it. Close the client when done; the engine stays up for the next cell.
+//
+// It returns no client and an error that says what to do when the address does not parse, when the
+// engine there does not answer, refuses the token (check $POTATO_TOKEN) or is not a potato engine; when
+// the background engine is busy past its health check, stopping, or runs another model than WithModel
+// names (Shutdown it first); when WithoutStart forbids a start; and when a started engine exits or does
+// not answer within WithStartTimeout (the error holds the last lines of its log).
 func Connect(opts ...Option) (*Client, error) {
 	o := options{startTimeout: 3 * time.Minute}
 	for _, opt := range opts {
@@ -105,7 +111,8 @@ func clip(s string, n int) string {
 
 // CacheDir is the cache directory: $POTATO_CACHE, else potato-k3 under the user's cache directory. It is
 // where the embedded default model is written (replay/synth.CacheDir, the same rule) and where the
-// background engine keeps its state file, log, socket and results (under kernel/).
+// background engine keeps its state file, log, socket and results (under kernel/). It is an error only
+// when $POTATO_CACHE is unset and the system names no user cache directory (no $HOME, say).
 func CacheDir() (string, error) {
 	if d := os.Getenv(EnvCache); d != "" {
 		return d, nil

@@ -17,8 +17,11 @@ import (
 //
 //	res, err := c.Replay(ctx, kernel.Text("The quick brown fox"), kernel.TopK(5), kernel.Lens(3))
 //
-// It is Submit, Wait and Fetch in one. If ctx ends first, the job goes on in the engine and the error
-// says its id, for Fetch from a later cell.
+// It is Submit, Wait and Fetch in one, and fails as they do, with no result: an argument that cannot
+// apply or nothing to replay (before anything is sent), a refused request (a *ServerError naming the
+// input, option or limit: a layer outside the model, a top-k past the limit), a job that failed or was
+// cancelled (the engine's message), an engine that stops answering. If ctx ends first, the job goes on
+// in the engine and the error says its id, for Fetch from a later cell.
 func (c *Client) Replay(ctx context.Context, args ...Arg) (*Result, error) {
 	st, err := c.Submit(ctx, args...)
 	if err != nil {
@@ -30,7 +33,10 @@ func (c *Client) Replay(ctx context.Context, args ...Arg) (*Result, error) {
 	return c.Fetch(ctx, st.ID)
 }
 
-// Submit queues a job and returns its status at once; its id is what Wait, Fetch and Cancel take.
+// Submit queues a job and returns its status at once; its id is what Wait, Fetch and Cancel take. It is
+// an error, with nothing queued, when an argument cannot apply or no argument adds an input, and a
+// *ServerError when the engine refuses the request (400 naming the input or option at fault, 413 naming
+// the limit's flag).
 func (c *Client) Submit(ctx context.Context, args ...Arg) (api.JobStatus, error) {
 	req, err := buildRequest(args)
 	if err != nil {
@@ -45,7 +51,9 @@ func (c *Client) Submit(ctx context.Context, args ...Arg) (api.JobStatus, error)
 
 // Wait follows job id's progress until it is done and shows it (a bar in a notebook, lines on the
 // Connect option WithProgress's writer elsewhere). A failed or cancelled job is an error with the
-// engine's message. When the progress stream breaks, Wait follows the job's status instead.
+// engine's message, returned with the job's status; an empty id is an error, and an unknown one a
+// *ServerError of status 404. When the progress stream breaks, Wait follows the job's status instead;
+// when ctx ends first, the error says that the job goes on in the engine, and its id.
 func (c *Client) Wait(ctx context.Context, id string) (api.JobStatus, error) {
 	if err := checkID(id); err != nil {
 		return api.JobStatus{}, err

@@ -264,6 +264,8 @@ func logTail(path string) string {
 // wave in flight; its finished results stay on disk for the next one. It does nothing when none runs,
 // and never signals a process that is not that engine: one that answers with the state's pid, or, when
 // it does not answer in time (busy, or paused), whose pid is alive and holds the engine's spill directory.
+// It is an error when the cache directory or its state file cannot be read, when the engine cannot be
+// signalled, and when it has not exited two minutes after the signal (the error says how to stop it).
 func Shutdown() error {
 	dir, err := stateDir()
 	if err != nil {

@@ -87,7 +87,8 @@ type Opened struct {
 	Close   func() // frees the engine and its checkpoint; may be nil
 }
 
-// OpenCPU opens dir on the pure-Go CPU backend.
+// OpenCPU opens dir on the pure-Go CPU backend. Its error is replay.Open's: a model directory that is
+// missing, damaged or not a K3 checkpoint, named with the file and tensor at fault.
 func OpenCPU(ctx context.Context, dir string, prec ops.Precision, opts replay.EngineOptions) (*Opened, error) {
 	b := cpu.New(cpu.Options{Precision: prec})
 	e, d, err := replay.Open(ctx, dir, b, opts)

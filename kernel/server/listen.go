@@ -18,7 +18,8 @@ const DefaultListen = "127.0.0.1:7878"
 
 // Listen opens addr: "unix:/path" for a unix socket (an old socket file left by a dead server is
 // replaced; the socket is made private to its owner), else host:port for TCP ("127.0.0.1:0" picks a
-// free port).
+// free port). It is an error when the socket path is empty, when a live server already answers on it,
+// and when the system refuses the address (in use, not local, not permitted).
 func Listen(addr string) (net.Listener, error) {
 	if path, ok := strings.CutPrefix(addr, "unix:"); ok {
 		if path == "" {
@@ -48,7 +49,8 @@ func Listen(addr string) (net.Listener, error) {
 	return l, nil
 }
 
-// CheckExposure refuses an address reachable from other machines without a bearer token.
+// CheckExposure refuses an address reachable from other machines without a bearer token: an error that
+// names the address and says to give --token-file or listen on loopback or a unix socket; nil otherwise.
 func CheckExposure(a net.Addr, token string) error {
 	if !LocalAddr(a) && token == "" {
 		return fmt.Errorf("server: %s is reachable from other machines: give a bearer token (--token-file) or listen on loopback or a unix socket", a)

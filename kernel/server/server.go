@@ -77,7 +77,10 @@ type testHooks struct {
 
 // New opens the default precision's engine on cfg.ModelDir, finds again the jobs spilled under
 // cfg.SpillDir by an earlier server (unfinished ones are marked failed), and starts the scheduler. Call
-// Serve to answer requests and Shutdown to stop.
+// Serve to answer requests and Shutdown to stop. It returns no server, and holds nothing, when cfg is
+// invalid (Validate's error), when another server holds the spill directory (naming its pid), when the
+// tokenizer or the engine cannot be opened on cfg.ModelDir (naming the directory and the file at fault),
+// and when the spilled jobs cannot be read.
 func New(ctx context.Context, cfg Config) (*Server, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
@@ -205,8 +208,10 @@ func (s *Server) broadcast() {
 	s.changed = make(chan struct{})
 }
 
-// Serve answers the API on l until Shutdown. It refuses a listener that is neither loopback nor a unix
-// socket when the server has no token: anyone who reaches the port could otherwise use the engine.
+// Serve answers the API on l until Shutdown, and then returns nil. It refuses a listener that is neither
+// loopback nor a unix socket when the server has no token: anyone who reaches the port could otherwise
+// use the engine. Called after Shutdown began it returns http.ErrServerClosed at once; a listener that
+// fails (Accept's error) ends it with that error.
 func (s *Server) Serve(l net.Listener) error {
 	if err := CheckExposure(l.Addr(), s.cfg.Token); err != nil {
 		return err
@@ -234,7 +239,9 @@ func (s *Server) Serve(l net.Listener) error {
 // lets the wave in flight finish (or fails it once cfg.ShutdownTimeout or ctx runs out), waits for
 // results to be spilled (and, once that same time is up, stops those still being written within a record
 // batch, failing their jobs with nothing of their tables left), ends the progress streams and closes the
-// engines. Spilled results stay for the next server on the same spill directory.
+// engines. Spilled results stay for the next server on the same spill directory. Its error is only that
+// of closing the HTTP servers (ctx ended while requests such as progress streams were still open); the
+// jobs it fails say why in their status. A second call does nothing and returns nil.
 func (s *Server) Shutdown(ctx context.Context) error {
 	var err error
 	s.shutdown.Do(func() { err = s.doShutdown(ctx) })
