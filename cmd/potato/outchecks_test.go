@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -80,6 +82,34 @@ func TestReplayRefusesBusyOut(t *testing.T) {
 	for _, e := range entries {
 		if strings.HasSuffix(e.Name(), ".lock") {
 			t.Errorf("the replay left %s", e.Name())
+		}
+	}
+}
+
+// A replay stopped by Ctrl-C or SIGTERM says so and that --out is as it was, exits 1, and leaves nothing
+// in --out's directory (no table, no lock file): before, its whole message was
+// "potato: layer 0: lens: context canceled".
+func TestReplayInterrupted(t *testing.T) {
+	model := tinyModel(t)
+	for _, out := range []string{"", "r.arrow"} {
+		dir := t.TempDir()
+		args := []string{"--model", model, "--text", "a short text", "--no-progress"}
+		if out != "" {
+			args = append(args, "--lens", "0", "--out", filepath.Join(dir, out))
+		}
+		ctx, cancel := context.WithCancelCause(t.Context())
+		cancel(errors.New("interrupt signal received")) // what signal.NotifyContext's cause says
+		var stdout strings.Builder
+		err := runReplay(ctx, args, &stdout)
+		want := "replay: stopped by interrupt signal received ("
+		if out != "" {
+			want = ": nothing of this run was written, and --out " + filepath.Join(dir, out) + " is as it was"
+		}
+		if err == nil || exitCode(err) != 1 || !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), want) {
+			t.Errorf("--out %q: -want …%s…, exit 1, context.Canceled +got %v", out, want, err)
+		}
+		if entries, _ := os.ReadDir(dir); len(entries) > 0 {
+			t.Errorf("--out %q: the stopped replay left %s", out, entries[0].Name())
 		}
 	}
 }

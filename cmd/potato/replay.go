@@ -105,6 +105,12 @@ func runReplay(ctx context.Context, args []string, stdout io.Writer) error {
 		}
 		return runDatasetJob(ctx, &f, opts, stdout)
 	}
+	return stopped(ctx, f.replay(ctx, stdout, in, opts), f.out)
+}
+
+// replay runs a checked replay (not a dataset job): the engine opened, the request built and refused
+// where the model says so, the wave run, the table printed and --out written.
+func (f *replayFlags) replay(ctx context.Context, stdout io.Writer, in input, opts replay.EngineOptions) error {
 	if f.out != "" {
 		unlock, err := lockOut(f.out)
 		if err != nil {
@@ -134,6 +140,19 @@ func runReplay(ctx context.Context, args []string, stdout io.Writer) error {
 		return nil
 	}
 	return writeTables(ctx, stdout, l, &req, res[0], f.out, f.float16)
+}
+
+// stopped says of an error that ctx's end caused (Ctrl-C, SIGTERM) what stopped the replay, and that
+// --out is as it was (tables.WriteSet writes a set whole or not at all), where the error alone read
+// "potato: layer 0: lens: context canceled". Other errors are returned as they are.
+func stopped(ctx context.Context, err error, out string) error {
+	if err == nil || ctx.Err() == nil || !errors.Is(err, ctx.Err()) {
+		return err
+	}
+	if out == "" {
+		return fmt.Errorf("replay: stopped by %v (%w)", context.Cause(ctx), err)
+	}
+	return fmt.Errorf("replay: stopped by %v (%w): nothing of this run was written, and --out %s is as it was", context.Cause(ctx), err, out)
 }
 
 // input is what check read before the engine opened: the text of --text, the conversations of --chat
