@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
+	"strings"
 )
 
 // ErrConfig marks every error about a model's config.json.
@@ -91,10 +93,46 @@ func ReadFile(dir string) (*Plan, error) {
 	return p, nil
 }
 
+// jsonWant names the JSON a field of Go type t takes, for a config.json value of the wrong type: encoding/json
+// says "cannot unmarshal string into Go struct field TextConfig.text_config.num_hidden_layers of type int".
+func jsonWant(t reflect.Type) string {
+	switch t.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "an integer"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.String:
+		return "a string"
+	case reflect.Slice, reflect.Array:
+		return "an array"
+	}
+	return "an object"
+}
+
+// jsonGot names what encoding/json found ("string", "number 7.5", "bool", "array", "object").
+func jsonGot(v string) string {
+	switch {
+	case v == "array" || v == "object":
+		return "an " + v
+	case v == "bool":
+		return "true or false"
+	case strings.HasPrefix(v, "number "):
+		return "the number " + strings.TrimPrefix(v, "number ")
+	}
+	return "a " + v
+}
+
 // Parse decodes config.json bytes, dispatches on the top-level model type and returns the layer plan.
 func Parse(data []byte) (*Plan, error) {
 	var f File
 	if err := json.Unmarshal(data, &f); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) && te.Field != "" { // valid JSON, a value of the wrong type
+			return nil, fmt.Errorf("%w: %s: want %s, got %s", ErrConfig, te.Field, jsonWant(te.Type), jsonGot(te.Value))
+		}
 		return nil, fmt.Errorf("%w: malformed JSON: %v", ErrConfig, err)
 	}
 	switch f.ModelType {

@@ -145,6 +145,39 @@ func TestParseMalformed(t *testing.T) {
 	}
 }
 
+// A value of the wrong JSON type names its field in config.json's terms, not encoding/json's Go ones
+// ("cannot unmarshal string into Go struct field TextConfig.text_config.num_hidden_layers of type int").
+func TestParseWrongType(t *testing.T) {
+	for _, tt := range []struct {
+		field string // a key of text_config, or of linear_attn_config after "linear_attn_config."
+		value any
+		want  string
+	}{
+		{"num_hidden_layers", "8", "model: config: text_config.num_hidden_layers: want an integer, got a string"},
+		{"hidden_size", 7168.5, "model: config: text_config.hidden_size: want an integer, got the number 7168.5"},
+		{"rms_norm_eps", "1e-5", "text_config.rms_norm_eps: want a number, got a string"},
+		{"mla_use_nope", 1, "text_config.mla_use_nope: want true or false, got a number"},
+		{"hidden_act", []int{1}, "text_config.hidden_act: want a string, got an array"},
+		{"linear_attn_config.kda_layers", "1,2", "text_config.linear_attn_config.kda_layers: want an array, got a string"},
+		{"linear_attn_config", true, "text_config.linear_attn_config: want an object, got true or false"},
+	} {
+		var f map[string]any
+		raw, _ := json.Marshal(k3File())
+		json.Unmarshal(raw, &f)
+		tc := f["text_config"].(map[string]any)
+		if parent, key, ok := strings.Cut(tt.field, "."); ok {
+			tc[parent].(map[string]any)[key] = tt.value
+		} else {
+			tc[tt.field] = tt.value
+		}
+		raw, _ = json.Marshal(f)
+		_, err := Parse(raw)
+		if err == nil || !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), tt.want) || strings.Contains(err.Error(), "Go ") {
+			t.Errorf("%s = %v: -want …%s… +got %v", tt.field, tt.value, tt.want, err)
+		}
+	}
+}
+
 // FuzzParse: no input makes the config parser panic, and anything it accepts has a consistent plan.
 func FuzzParse(f *testing.F) {
 	raw, _ := json.Marshal(k3File())
