@@ -378,6 +378,54 @@ func TestWaitEngineStops(t *testing.T) {
 	}
 }
 
+// An engine that stops just after the progress stream said the job ended (a server shut down once its
+// wave was over): Wait says how the job ended, not only that the engine is gone: a failed job with the
+// engine's reason, a done one that its results stay for Fetch after a new Connect.
+func TestWaitEngineStopsAfterTheEnd(t *testing.T) {
+	const id = "j1"
+	for _, tt := range []struct {
+		state api.JobState
+		msg   string
+		want  []string
+	}{
+		{api.StateFailed, "the server shut down before this job's wave started; submit it again", []string{
+			"kernel: job j1 failed: the server shut down before this job's wave started; submit it again; the engine has stopped answering since (",
+			"connection refused", ") (its log: /cache/kernel/serve.log)"}},
+		{api.StateCancelled, "cancelled by a client", []string{
+			"kernel: job j1 was cancelled: cancelled by a client; the engine has stopped answering since ("}},
+		{api.StateDone, "", []string{
+			"kernel: job j1 is done, but the engine stopped answering before its results were fetched (",
+			`): they stay in its spill directory: Connect again, then Fetch(ctx, "j1") (its log: /cache/kernel/serve.log)`}},
+	} {
+		t.Run(string(tt.state), func(t *testing.T) {
+			var srv *httptest.Server
+			srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.URL.Path != api.ProgressPath(id) {
+					http.NotFound(w, r)
+					return
+				}
+				w.Header().Set("Connection", "close") // nor may the status reuse this connection
+				json.NewEncoder(w).Encode(api.Progress{ID: id, State: api.StateRunning, Wave: 1, Layer: 3, Layers: 8})
+				json.NewEncoder(w).Encode(api.Progress{ID: id, State: tt.state, Wave: 1, Layer: 8, Layers: 8, Error: tt.msg})
+				w.(http.Flusher).Flush()
+				srv.Listener.Close() // the engine is gone once the stream ends: Wait's status is refused
+			}))
+			defer srv.Close()
+			c, err := newClient(srv.URL, "", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.logPath = "/cache/kernel/serve.log"
+			_, err = c.Wait(context.Background(), id)
+			for _, want := range tt.want {
+				if err == nil || !strings.Contains(err.Error(), want) {
+					t.Errorf("error: %v\nwant …%s…", err, want)
+				}
+			}
+		})
+	}
+}
+
 // Connect blames the token only when the answer says so; a web server is named as no engine with a
 // short part of its page; an address of another scheme is refused by name.
 func TestConnectNotAnEngine(t *testing.T) {

@@ -71,8 +71,12 @@ func (c *Client) Wait(ctx context.Context, id string) (api.JobStatus, error) {
 	}
 	st, err := c.Status(ctx, id)
 	if err != nil {
-		err = c.lost(id, err)
-		view.fail(last, err)
+		err = c.lostAfter(id, last, err)
+		if last.State == api.StateDone {
+			view.finish(last)
+		} else {
+			view.fail(last, err)
+		}
 		return st, err
 	}
 	view.finish(last)
@@ -99,6 +103,30 @@ func (c *Client) lost(id string, err error) error {
 		where = ", and see its log at " + c.logPath
 	}
 	return fmt.Errorf("kernel: job %s: the engine stopped answering (%w): Connect again%s", id, err, where)
+}
+
+// lostAfter is lost for an engine that stopped answering just after its progress stream's last report,
+// last, said the job ended (a server shut down once its wave was over, or killed then): the status that
+// Wait asks for next would only say that the engine is gone, so the report says how the job ended: a
+// failed or cancelled job with the engine's reason, a done one with where its results are (spilled:
+// the next engine on the same spill directory serves them).
+func (c *Client) lostAfter(id string, last api.Progress, err error) error {
+	var se *ServerError
+	if !last.State.Terminal() || errors.As(err, &se) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return c.lost(id, err)
+	}
+	where := ""
+	if c.logPath != "" {
+		where = " (its log: " + c.logPath + ")"
+	}
+	switch last.State {
+	case api.StateDone:
+		return fmt.Errorf("kernel: job %s is done, but the engine stopped answering before its results were fetched (%w): they stay in its spill directory: Connect again, then Fetch(ctx, %q)%s", id, err, id, where)
+	case api.StateCancelled:
+		return fmt.Errorf("kernel: job %s was cancelled: %s; the engine has stopped answering since (%w)%s", id, last.Error, err, where)
+	default:
+		return fmt.Errorf("kernel: job %s %s: %s; the engine has stopped answering since (%w)%s", id, last.State, last.Error, err, where)
+	}
 }
 
 // follow calls update with each progress report of job id until one is terminal, which it returns. It
