@@ -2,7 +2,9 @@ package tables
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -74,43 +76,116 @@ func WriteFile(path string, t *Table) error {
 }
 
 // ReadFile reads the table at path in the format its extension names (see FormatOf). A .arrow file that
-// holds an Arrow IPC stream (as this package wrote before schema version 3) is read as a stream. mem
-// allocates the records; nil means memory.DefaultAllocator. The caller releases the table.
+// holds an Arrow IPC stream (as this package wrote before schema version 3) is read as a stream, and a
+// .arrows file that holds an Arrow IPC file as a file. mem allocates the records; nil means
+// memory.DefaultAllocator. The caller releases the table.
+//
+// A file that is not of its format, or is cut short, is refused saying so, by its first and last bytes
+// (checkParquet, sniffIPC), before the reader's own message ("arrow/ipc: not an Arrow file" for a .arrow
+// file cut short, "parquet: file is smaller than indicated metadata size" for a file that is not Parquet).
 func ReadFile(path string, mem memory.Allocator) (*Table, error) {
 	format, err := FormatOf(path)
 	if err != nil {
 		return nil, err
-	}
-	if format == FormatParquet {
-		return ReadParquet(path, mem)
 	}
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("tables: %w", err)
 	}
 	defer f.Close()
-	if format == FormatIPC {
-		file, err := isIPCFile(f)
+	info, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("tables: %w", err)
+	}
+	switch {
+	case info.IsDir():
+		return nil, fmt.Errorf("tables: %s is a directory, not a table file", path)
+	case info.Size() == 0:
+		return nil, fmt.Errorf("tables: %s is empty (0 bytes), not a table file", path)
+	}
+	if format == FormatParquet {
+		if err := checkParquet(f, info.Size(), path); err != nil {
+			return nil, err
+		}
+		return ReadParquet(path, mem)
+	}
+	file, err := sniffIPC(f, info.Size(), path)
+	if err != nil {
+		return nil, err
+	}
+	if file {
+		t, err := ReadIPCFile(f, info.Size(), mem)
 		if err != nil {
-			return nil, fmt.Errorf("tables: %w", err)
+			return nil, fmt.Errorf("%w (file %s)", err, path)
 		}
-		if file {
-			info, err := f.Stat()
-			if err != nil {
-				return nil, fmt.Errorf("tables: %w", err)
-			}
-			t, err := ReadIPCFile(f, info.Size(), mem)
-			if err != nil {
-				return nil, fmt.Errorf("%w (file %s)", err, path)
-			}
-			return t, nil
-		}
+		return t, nil
 	}
 	t, err := ReadIPC(bufio.NewReaderSize(f, 1<<20), mem)
 	if err != nil {
+		if errors.Is(err, io.ErrUnexpectedEOF) {
+			return nil, fmt.Errorf("tables: %s: an Arrow IPC stream cut short (%d bytes): %w", path, info.Size(), err)
+		}
 		return nil, fmt.Errorf("%w (file %s)", err, path)
 	}
 	return t, nil
+}
+
+// parquetMagic opens and closes every Parquet file.
+var parquetMagic = []byte("PAR1")
+
+// ipcContinuation opens every message of an Arrow IPC stream (since Arrow 0.15; the stream this package
+// and pyarrow write start with one).
+var ipcContinuation = []byte{0xff, 0xff, 0xff, 0xff}
+
+// checkParquet refuses a file that does not open with PAR1 (not Parquet) or does not close with it (cut
+// short: the footer, which says where everything is, is written last).
+func checkParquet(r io.ReaderAt, size int64, path string) error {
+	head, tail := edges(r, size, len(parquetMagic))
+	switch {
+	case !bytes.Equal(head, parquetMagic):
+		return fmt.Errorf("tables: %s is not a Parquet file: it does not start with PAR1 (it starts with %q)", path, lead(r, size))
+	case size < 2*int64(len(parquetMagic)) || !bytes.Equal(tail, parquetMagic):
+		return fmt.Errorf("tables: %s: a Parquet file cut short (%d bytes): it does not end with PAR1, as a file written to its end does", path, size)
+	}
+	return nil
+}
+
+// sniffIPC reports whether r holds an Arrow IPC file (it opens with ARROW1) rather than a stream, and
+// refuses a file cut short (an IPC file closes with ARROW1 after its footer) and one that is neither
+// (a stream opens with the continuation marker 0xFFFFFFFF, or before Arrow 0.15 with the length of its
+// first message, which fits in the file).
+func sniffIPC(r io.ReaderAt, size int64, path string) (file bool, err error) {
+	head, tail := edges(r, size, len(ipcFileMagic))
+	legacy := false
+	if len(head) >= 4 {
+		n := int64(binary.LittleEndian.Uint32(head))
+		legacy = n > 0 && n+4 <= size
+	}
+	switch {
+	case bytes.Equal(head, ipcFileMagic) && (size < 2*int64(len(ipcFileMagic)) || !bytes.Equal(tail, ipcFileMagic)):
+		return false, fmt.Errorf("tables: %s: an Arrow IPC file cut short (%d bytes): it does not end with ARROW1, as a file written to its end does", path, size)
+	case bytes.Equal(head, ipcFileMagic):
+		return true, nil
+	case !bytes.HasPrefix(head, ipcContinuation) && !legacy:
+		return false, fmt.Errorf("tables: %s is not an Arrow IPC file or stream: it starts with %q, not ARROW1 or the stream's 0xFFFFFFFF", path, lead(r, size))
+	}
+	return false, nil
+}
+
+// edges returns the first and the last n bytes of r (fewer where it is shorter).
+func edges(r io.ReaderAt, size int64, n int) (head, tail []byte) {
+	head = make([]byte, min(int64(n), size))
+	r.ReadAt(head, 0)
+	tail = make([]byte, min(int64(n), size))
+	r.ReadAt(tail, size-int64(len(tail)))
+	return head, tail
+}
+
+// lead is the first few bytes of r, for saying what a file that is not of its format holds.
+func lead(r io.ReaderAt, size int64) []byte {
+	b := make([]byte, min(16, size))
+	r.ReadAt(b, 0)
+	return b
 }
 
 // WriteSet writes every table of s to TablePath(path, name) as one result set, and returns the paths it

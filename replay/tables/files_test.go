@@ -201,3 +201,71 @@ func cmpContents(want, got map[string]string) string {
 	}
 	return strings.Join(d, " ")
 }
+
+// A table file that is not of its format, or was cut short, is refused naming the file and saying which
+// (by its first and last bytes), where the readers said "arrow/ipc: not an Arrow file" of a .arrow file
+// cut short, "reading Arrow IPC stream: … unexpected EOF" of a JSONL file named .arrow and "file is
+// smaller than indicated metadata size" of a file that is not Parquet. A .arrows file that holds an IPC
+// file is read as one.
+func TestReadFileNotOfItsFormat(t *testing.T) {
+	mem := checkedAlloc(t)
+	dir := t.TempDir()
+	set, err := Build(handResults(), Options{Allocator: mem})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer set.Release()
+	good := map[string][]byte{}
+	for _, ext := range []string{".arrow", ".arrows", ".parquet"} {
+		if _, err := WriteSet(t.Context(), filepath.Join(dir, "r"+ext), set); err != nil {
+			t.Fatal(err)
+		}
+		good[ext], _ = os.ReadFile(filepath.Join(dir, "r.tokens"+ext))
+	}
+	jsonl := []byte(`{"messages":[{"role":"user","content":"hi"}]}` + "\n")
+	for _, tt := range []struct {
+		name, ext string
+		data      []byte
+		want      string // after the path
+	}{
+		{"JSONL named .arrow", ".arrow", jsonl, ` is not an Arrow IPC file or stream: it starts with "{\"messages\":[{\"r"`},
+		{"JSONL named .arrows", ".arrows", jsonl, " is not an Arrow IPC file or stream"},
+		{"IPC file cut in half", ".arrow", good[".arrow"][:len(good[".arrow"])/2], ": an Arrow IPC file cut short ("},
+		{"IPC file less its last byte", ".arrow", good[".arrow"][:len(good[".arrow"])-1], ": an Arrow IPC file cut short ("},
+		{"IPC stream cut in a batch", ".arrows", good[".arrows"][:len(good[".arrows"])*3/4], ": an Arrow IPC stream cut short ("},
+		{"Arrow file named .parquet", ".parquet", good[".arrow"], ` is not a Parquet file: it does not start with PAR1 (it starts with "ARROW1`},
+		{"Parquet cut in half", ".parquet", good[".parquet"][:len(good[".parquet"])/2], ": a Parquet file cut short ("},
+		{"Parquet named .arrow", ".arrow", good[".parquet"], ` is not an Arrow IPC file or stream: it starts with "PAR1`},
+		{"empty", ".arrow", nil, " is empty (0 bytes), not a table file"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "x"+tt.ext)
+			os.WriteFile(path, tt.data, 0o644)
+			tb, err := ReadFile(path, mem)
+			if err == nil {
+				tb.Release()
+			}
+			if want := path + tt.want; err == nil || !strings.Contains(err.Error(), want) {
+				t.Errorf("-want …%s… +got %v", want, err)
+			}
+		})
+	}
+	if _, err := ReadFile(t.TempDir()+"/d.arrow", mem); err == nil {
+		t.Errorf("a missing file was read")
+	}
+	sub := filepath.Join(dir, "d.arrow")
+	os.Mkdir(sub, 0o755)
+	if _, err := ReadFile(sub, mem); err == nil || !strings.Contains(err.Error(), sub+" is a directory, not a table file") {
+		t.Errorf("a directory: -want …is a directory… +got %v", err)
+	}
+	misnamed := filepath.Join(dir, "file.arrows") // an IPC file named as a stream: read, not refused
+	os.WriteFile(misnamed, good[".arrow"], 0o644)
+	tb, err := ReadFile(misnamed, mem)
+	if err != nil {
+		t.Fatalf("an IPC file named .arrows: %v", err)
+	}
+	if tb.NumRows() != set.Tokens.NumRows() {
+		t.Errorf("an IPC file named .arrows: -want %d rows +got %d", set.Tokens.NumRows(), tb.NumRows())
+	}
+	tb.Release()
+}

@@ -1,8 +1,6 @@
 package tables
 
 import (
-	"bytes"
-	"errors"
 	"fmt"
 	"io"
 
@@ -104,14 +102,4 @@ func ReadIPCFile(r io.ReaderAt, size int64, mem memory.Allocator) (t *Table, err
 		t.Records = append(t.Records, rec)
 	}
 	return t, nil
-}
-
-// isIPCFile reports whether the first bytes of r are the Arrow IPC file magic.
-func isIPCFile(r io.ReaderAt) (bool, error) {
-	head := make([]byte, len(ipcFileMagic))
-	n, err := r.ReadAt(head, 0)
-	if err != nil && !errors.Is(err, io.EOF) {
-		return false, err
-	}
-	return bytes.Equal(head[:n], ipcFileMagic), nil
 }
