@@ -78,9 +78,14 @@ func layersDone(done, layers int) string {
 // 41.2 GB/s · ETA 3m12s". It counts layers done, and names the next one by its index, from 0 as the
 // tables do (layers 0 to 92 on K3). Once every layer is done and the final readout (logits, ranks,
 // top-k) runs, it says "reading out" instead of an ETA: the time left is the readout's, which the layers'
-// pace does not predict; the Done report then gives the total time.
+// pace does not predict; the Done report then gives the total time. A report that knows no layer count
+// (Layers 0: the job failed before the engine sent any report, such as an unknown job id) has no layers
+// part, where it would read "0 of 0 layers done".
 func (p Progress) Summary() string {
-	parts := []string{layersDone(p.Layer, p.Layers)}
+	var parts []string
+	if p.Layers > 0 {
+		parts = append(parts, layersDone(p.Layer, p.Layers))
+	}
 	if p.Tokens > 0 {
 		parts = append(parts, numtext.Count(p.Tokens, "token"))
 	}

@@ -25,6 +25,9 @@ func TestProgressSummary(t *testing.T) {
 		{"long", Progress{Layer: 1, Layers: 93, Elapsed: time.Hour}, "1 of 93 layers done · next layer 1 · ETA 93h00m"},
 		// every layer done, the readout not: no ETA (the layers' pace says nothing of the readout's)
 		{"readout left", Progress{Layer: 93, Layers: 93, Bytes: 1.5e12, Elapsed: 30 * time.Second}, "93 of 93 layers done · 50 GB/s · reading out"},
+		// no report came (an unknown job): no "0 of 0 layers done"
+		{"failed before any report", Progress{Err: "no job 0123456789abcdef"}, "failed: no job 0123456789abcdef"},
+		{"nothing known", Progress{}, "ETA …"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
