@@ -229,4 +229,21 @@ func TestReadParquetErrors(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "junk.parquet") {
 		t.Errorf("junk: want an error naming the file, got %v", err)
 	}
+	// A file that is not Parquet, or was cut short, says so (before: "parquet: file is smaller than
+	// indicated metadata size" for both).
+	good := messagesFile(t, [][]msg{{{role: "user", content: "a"}}})
+	for _, tt := range []struct {
+		name string
+		data []byte
+		want string
+	}{
+		{"JSONL named .parquet", []byte(`{"messages":[{"role":"user","content":"a"}]}` + "\n"),
+			`datasets: reading x.parquet: not a Parquet file: it does not start with PAR1 (it starts with "{\"messages\":[{\"r")`},
+		{"cut in half", good[:len(good)/2], "datasets: reading x.parquet: a Parquet file cut short ("},
+		{"empty", nil, `datasets: reading x.parquet: not a Parquet file: it does not start with PAR1 (it starts with "")`},
+	} {
+		if _, err := ReadParquet(bytes.NewReader(tt.data), "x.parquet"); err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%s: -want …%s… +got %v", tt.name, tt.want, err)
+		}
+	}
 }

@@ -1,6 +1,7 @@
 package datasets
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -24,6 +25,30 @@ const readBatchSize = 64 << 10
 // storedSchemaKey is the file metadata key under which Arrow writers store the Arrow schema.
 const storedSchemaKey = "ARROW:schema"
 
+// parquetMagic opens and closes every Parquet file.
+var parquetMagic = []byte("PAR1")
+
+// checkParquetEdges refuses data that does not open with PAR1 (not Parquet: a JSONL file named .parquet
+// read as "parquet: file is smaller than indicated metadata size") or does not close with it (cut short:
+// the footer is written last).
+func checkParquetEdges(r parquet.ReaderAtSeeker) error {
+	size, err := r.Seek(0, io.SeekEnd)
+	if err != nil {
+		return err
+	}
+	head := make([]byte, min(16, size))
+	r.ReadAt(head, 0)
+	tail := make([]byte, min(int64(len(parquetMagic)), size))
+	r.ReadAt(tail, size-int64(len(tail)))
+	switch {
+	case !bytes.HasPrefix(head, parquetMagic):
+		return fmt.Errorf("not a Parquet file: it does not start with PAR1 (it starts with %q)", head)
+	case size < 2*int64(len(parquetMagic)) || !bytes.Equal(tail, parquetMagic):
+		return fmt.Errorf("a Parquet file cut short (%d bytes): it does not end with PAR1, as a file written to its end does", size)
+	}
+	return nil
+}
+
 // eachParquetBatch calls fn with every record batch of the Parquet data in r, in order, and returns the
 // file's Arrow schema. fn must Retain a batch it keeps. A panic inside the Arrow reader (possible on
 // malformed files) comes back as an error: no panic leaves this package.
@@ -43,6 +68,9 @@ func eachParquetBatch(r parquet.ReaderAtSeeker, mem memory.Allocator, trusted bo
 			err = fmt.Errorf("parquet reader failed: %v", p)
 		}
 	}()
+	if err := checkParquetEdges(r); err != nil {
+		return nil, err
+	}
 	pf, err := file.NewParquetReader(r)
 	if err != nil {
 		return nil, err
