@@ -89,8 +89,12 @@ func (s *Server) withJob(h func(http.ResponseWriter, *http.Request, *job)) http.
 			j = s.jobs[id]
 		}
 		s.mu.Unlock()
-		if j == nil {
-			writeError(w, &httpError{status: http.StatusNotFound, msg: "no job " + id + " (finished jobs are removed once fetched and kept for --keep)"})
+		switch {
+		case j == nil && !idPattern.MatchString(id): // a typo or a truncated id, not an expired job
+			writeError(w, &httpError{status: http.StatusNotFound, msg: "no job " + id + ": a job id is 16 lower-case hex digits, as POST " + api.PathJobs + " answers it"})
+			return
+		case j == nil:
+			writeError(w, &httpError{status: http.StatusNotFound, msg: fmt.Sprintf("no job %s: never submitted here, forgotten, or expired (a job is removed --keep %v after its tables were all fetched, or after it failed or was cancelled)", id, s.cfg.Keep)})
 			return
 		}
 		h(w, r, j)

@@ -110,8 +110,10 @@ func TestNotFound(t *testing.T) {
 	ts := startServer(t, Config{}, testHooks{})
 	id := ts.waitState(t, ts.submit(t, api.Request{Inputs: []api.Input{{Tokens: []int32{1, 2}}}}).ID, api.StateDone).ID
 	for _, tt := range []struct{ method, path, want string }{
-		{"GET", api.JobPath("0123456789abcdef"), "no job 0123456789abcdef"},
-		{"GET", api.JobPath("../../etc"), "no job ../../etc"},
+		{"GET", api.JobPath("0123456789abcdef"), "no job 0123456789abcdef: never submitted here, forgotten, or expired (a job is removed --keep 30m0s after its tables were all fetched, or after it failed or was cancelled)"},
+		{"GET", api.JobPath("../../etc"), "no job ../../etc: a job id is 16 lower-case hex digits, as POST /v1/jobs answers it"},
+		{"GET", api.ProgressPath("0123456789ABCDEF"), "no job 0123456789ABCDEF: a job id is 16 lower-case hex digits"},
+		{"POST", api.ReceivedPath("0123456789abcde", "tokens"), "no job 0123456789abcde: a job id is 16 lower-case hex digits"},
 		{"GET", api.TablePath(id, "weights"), "no table weights"},
 		{"GET", api.TablePath(id, "lens"), "did not capture table lens (it has tokens)"},
 		{"POST", api.ReceivedPath(id, "lens"), "did not capture table lens (it has tokens)"},
