@@ -335,7 +335,20 @@ func checkOut(out string) error {
 	}
 	probe.Close()
 	os.Remove(probe.Name())
+	// Every table file of the set is replaced, or removed when this run does not capture its table: one
+	// that is a directory failed the write after the whole replay ("rename ...: file exists").
+	for _, name := range tables.TableNames {
+		if p := tables.TablePath(out, name); isDir(p) {
+			return fmt.Errorf("--out %s: %s is a directory, where the %s table would be written: move it, or give another name", out, p, name)
+		}
+	}
 	return nil
+}
+
+// isDir reports whether path names a directory (following links).
+func isDir(path string) bool {
+	info, err := os.Stat(path)
+	return err == nil && info.IsDir()
 }
 
 // writeTables writes results as one result set (tables.WriteSet: all tables or none), with provenance

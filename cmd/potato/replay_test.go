@@ -44,6 +44,7 @@ func TestReplayChecksBeforeCompute(t *testing.T) {
 	wide := filepath.Join(dir, "wide.txt") // 64 KiB: more bytes than 3 tokens of the tiny tokenizer can cover
 	os.WriteFile(wide, bytes.Repeat([]byte("a"), 64<<10), 0o644)
 	out := filepath.Join(dir, "r.arrow")
+	os.Mkdir(filepath.Join(dir, "d.lens.arrow"), 0o755)
 	before := []struct {
 		name string
 		args []string
@@ -54,6 +55,9 @@ func TestReplayChecksBeforeCompute(t *testing.T) {
 		{"out extension", []string{"--text", "x", "--out", filepath.Join(dir, "r.csv")},
 			`unknown extension ".csv" (want .arrow, .arrows or .parquet)`},
 		{"out parent is a file", []string{"--text", "x", "--out", filepath.Join(notDir, "r.arrow")}, "is not a directory"},
+		// failed after the replay, at the write: "rename …: file exists"
+		{"a table's file is a directory", []string{"--text", "x", "--out", filepath.Join(dir, "d.arrow")},
+			"--out " + filepath.Join(dir, "d.arrow") + ": " + filepath.Join(dir, "d.lens.arrow") + " is a directory, where the lens table would be written"},
 		// wrote the hidden file .tokens.arrow
 		{"out with no name", []string{"--text", "x", "--out", filepath.Join(dir, ".arrow")},
 			"--out " + filepath.Join(dir, ".arrow") + ": no file name before the extension (the tables would be hidden files such as .tokens.arrow): give NAME.arrow"},
