@@ -92,6 +92,9 @@ func (r *Result) MessageLogprob(seqID, message int) (MessageScore, error) {
 		s.Sum += float64(c.logprob.Value(prev))
 		s.Count++
 	}
+	if !inMessage && last < 0 {
+		return MessageScore{}, fmt.Errorf("kernel: sequence %d has no messages: it is raw text or token ids (message -1 on every row), not a conversation", seqID)
+	}
 	if !inMessage {
 		return MessageScore{}, fmt.Errorf("kernel: sequence %d has no message %d (its messages: 0..%d; -1 means none: raw text or token ids)", seqID, message, last)
 	}

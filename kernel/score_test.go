@@ -141,8 +141,16 @@ func TestMessageLogprobDemo(t *testing.T) {
 	if s, err := other.MessageLogprob(0, 1); err != nil || s.Count != 0 || s.Sum != 0 || !math.IsNaN(s.Mean) {
 		t.Errorf("empty reply: %+v, %v; want 0 tokens, mean NaN", s, err)
 	}
-	if _, err := other.MessageLogprob(1, 0); err == nil || !strings.Contains(err.Error(), "-1 means none") {
-		t.Errorf("MessageLogprob of raw text: %v", err)
+	for _, tt := range []struct {
+		seq, msg int
+		want     string
+	}{
+		{1, 0, "kernel: sequence 1 has no messages: it is raw text or token ids (message -1 on every row), not a conversation"},
+		{0, 2, "kernel: sequence 0 has no message 2 (its messages: 0..1; -1 means none: raw text or token ids)"},
+	} {
+		if _, err := other.MessageLogprob(tt.seq, tt.msg); err == nil || err.Error() != tt.want {
+			t.Errorf("MessageLogprob(%d, %d): (-want +got)\n-%s\n+%v", tt.seq, tt.msg, tt.want, err)
+		}
 	}
 }
 
