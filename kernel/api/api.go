@@ -72,7 +72,9 @@ type Input struct {
 // TextInput is an Input of raw text.
 func TextInput(s string) Input { return Input{Text: &s} }
 
-// Options choose what a job captures beyond the per-token statistics; none of them changes a result.
+// Options choose what a job captures beyond the per-token statistics. Precision alone changes the
+// computation, and so every number; the others change only what is captured and how it is stored
+// (Float16 rounds the hidden vectors), never the values of another table or of another job in the wave.
 type Options struct {
 	TopK    int   `json:"top_k,omitempty"`    // alternatives kept per position
 	Hidden  []int `json:"hidden,omitempty"`   // layers (0-indexed) whose hidden state is returned
