@@ -72,9 +72,9 @@ var cacheWarnings io.Writer = os.Stderr
 // cacheKey is the hex SHA-256 of the request and what identifies the model the engine runs.
 func cacheKey(req api.Request, info api.Info) string {
 	data, _ := json.Marshal(struct {
-		Request                                                    api.Request
-		Config, Engine, Backend, Precision, Model, CacheFormatName string
-	}{req, info.ConfigSHA256, info.EngineVersion, info.Backend, info.Precision, info.ModelDir, "potato-kernel-results-1"})
+		Request                                                             api.Request
+		Config, Weights, Engine, Backend, Precision, Model, CacheFormatName string
+	}{req, info.ConfigSHA256, info.WeightsSHA256, info.EngineVersion, info.Backend, info.Precision, info.ModelDir, "potato-kernel-results-1"})
 	sum := sha256.Sum256(data)
 	return hex.EncodeToString(sum[:16])
 }

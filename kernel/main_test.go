@@ -100,7 +100,7 @@ func solo(t *testing.T, opts replay.Options, float16 bool, seqs ...replay.Sequen
 		t.Fatal(err)
 	}
 	set, err := tables.Build(res[0], tables.Options{HiddenFloat16: float16, Metadata: map[string]string{
-		tables.MetaConfigHash: o.Engine.ConfigSHA256, tables.MetaEngine: replay.Version,
+		tables.MetaConfigHash: o.Engine.ConfigSHA256, tables.MetaWeightsHash: o.Engine.WeightsSHA256, tables.MetaEngine: replay.Version,
 		tables.MetaPrecision: "bf16", tables.MetaBackend: o.Backend,
 	}, Piece: tok(t).Piece})
 	if err != nil {

@@ -49,6 +49,10 @@ type Engine struct {
 	// ConfigSHA256 is the hex SHA-256 of the model directory's config.json (empty for engines made with
 	// NewEngine): results carry it so that a cache or a reader can tell models apart.
 	ConfigSHA256 string
+	// WeightsSHA256 is the checkpoint's fingerprint (checkpoint.Dir.Fingerprint: its tensor tables and a
+	// sample of its data; empty for engines made with NewEngine): results carry it beside ConfigSHA256,
+	// which two checkpoints of one architecture share.
+	WeightsSHA256 string
 }
 
 // Version is the engine's version, recorded with every result.
@@ -183,12 +187,17 @@ func Open(ctx context.Context, dir string, b ops.Backend, opts EngineOptions, ck
 		d.Close()
 		return nil, nil, err
 	}
+	weights, err := d.Fingerprint(ctx)
+	if err != nil {
+		d.Close()
+		return nil, nil, err
+	}
 	e, err := NewEngine(ctx, plan, d, b, opts)
 	if err != nil {
 		d.Close()
 		return nil, nil, err
 	}
-	e.ConfigSHA256 = hex.EncodeToString(sum[:])
+	e.ConfigSHA256, e.WeightsSHA256 = hex.EncodeToString(sum[:]), weights
 	return e, d, nil
 }
 

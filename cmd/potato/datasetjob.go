@@ -149,11 +149,11 @@ func runDatasetJob(ctx context.Context, f *replayFlags, opts replay.EngineOption
 	}
 	cfg := job.Config{
 		Dir: f.out, Dataset: f.chat, DatasetSize: len(entries), Shard: shard, WaveTokens: f.waveBudget(), Options: o,
-		Settings: job.Settings{Dataset: dataHash, ConfigHash: l.engine.ConfigSHA256, Tokenizer: tokHash,
+		Settings: job.Settings{Dataset: dataHash, ConfigHash: l.engine.ConfigSHA256, Weights: l.engine.WeightsSHA256, Tokenizer: tokHash,
 			Engine: replay.Version, Precision: l.precision.String(), Backend: l.backend, Thinking: f.thinking,
 			TopK: o.TopK, Hidden: o.Hidden, Lens: o.Lens, Router: o.Router, AttnRes: o.AttnRes, Float16: f.float16},
 		Tables: tables.Options{HiddenFloat16: f.float16, Piece: l.tok.Piece, Metadata: map[string]string{
-			tables.MetaConfigHash: l.engine.ConfigSHA256, tables.MetaEngine: replay.Version,
+			tables.MetaConfigHash: l.engine.ConfigSHA256, tables.MetaWeightsHash: l.engine.WeightsSHA256, tables.MetaEngine: replay.Version,
 			tables.MetaPrecision: l.precision.String(), tables.MetaBackend: l.backend,
 		}},
 		Log: func(s string) { fmt.Fprintln(os.Stderr, s) },

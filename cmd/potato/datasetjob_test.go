@@ -357,3 +357,45 @@ func TestDatasetJobPlanOnly(t *testing.T) {
 		t.Errorf("plan over another job's directory: %v", err)
 	}
 }
+
+// TestDatasetJobOtherWeights: two checkpoints under one config.json (the tiny preset's weights of seeds 1
+// and 2)
+// are one job's settings no longer: a shard directory refuses to resume with the other's weights, and
+// merge refuses shards of both, naming the weights. Before, only config.json's hash was in the job's key,
+// and such shards merged silently.
+func TestDatasetJobOtherWeights(t *testing.T) {
+	root := t.TempDir()
+	models := []string{filepath.Join(root, "seed1"), filepath.Join(root, "seed2")}
+	for i, dir := range models {
+		if err := run(context.Background(), []string{"synth", "-q", "--preset", "tiny", "--seed", fmt.Sprint(i + 1), "--out", dir}, &bytes.Buffer{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// synth records its seed in config.json: give the second checkpoint the first's
+	cfg, err := os.ReadFile(filepath.Join(models[0], "config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(models[1], "config.json"), cfg, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	data := smallDataset(t, 4)
+	dirs := []string{filepath.Join(root, "s0") + "/", filepath.Join(root, "s1") + "/"}
+	job := func(model string, shard int) error {
+		return run(context.Background(), []string{"replay", "--model", model, "--chat", data, "--thinking", "off",
+			"--no-progress", "--shard", fmt.Sprintf("%d/2", shard), "--out", dirs[shard]}, &bytes.Buffer{})
+	}
+	if err := job(models[0], 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := job(models[1], 1); err != nil {
+		t.Fatal(err)
+	}
+	err = run(context.Background(), append([]string{"merge", "--out", filepath.Join(root, "m.parquet")}, dirs...), &bytes.Buffer{})
+	if err == nil || !strings.Contains(err.Error(), "weights_hash") || !strings.Contains(err.Error(), "other weights") {
+		t.Errorf("merge of shards of two checkpoints: %v", err)
+	}
+	if err := job(models[1], 0); err == nil || !strings.Contains(err.Error(), "other weights") {
+		t.Errorf("shard 0 resumed with the other checkpoint: %v", err)
+	}
+}

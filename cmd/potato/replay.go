@@ -378,7 +378,7 @@ func writeTables(ctx context.Context, stdout io.Writer, l *loaded, req *replay.R
 func provenance(l *loaded, req *replay.Request) map[string]string {
 	return map[string]string{
 		tables.MetaResultSet: tables.NewSetID(), tables.MetaRequestHash: req.Hash(),
-		tables.MetaConfigHash: l.engine.ConfigSHA256, tables.MetaEngine: replay.Version,
+		tables.MetaConfigHash: l.engine.ConfigSHA256, tables.MetaWeightsHash: l.engine.WeightsSHA256, tables.MetaEngine: replay.Version,
 		tables.MetaPrecision: l.precision.String(), tables.MetaBackend: l.backend,
 	}
 }

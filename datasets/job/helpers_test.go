@@ -65,7 +65,7 @@ func openTinyJob(model, dir string, shard job.Shard, waveTokens int) (*tinyJob, 
 		Options: opts,
 		Settings: job.Settings{Dataset: "examples", ConfigHash: eng.ConfigSHA256, Engine: replay.Version, Precision: "bf16",
 			Backend: "cpu", Thinking: "off", TopK: opts.TopK, Lens: opts.Lens},
-		Tables: tables.Options{Piece: tok.Piece, Metadata: map[string]string{tables.MetaConfigHash: eng.ConfigSHA256}},
+		Tables: tables.Options{Piece: tok.Piece, Metadata: map[string]string{tables.MetaConfigHash: eng.ConfigSHA256, tables.MetaWeightsHash: eng.WeightsSHA256}},
 	}
 	return j, nil
 }

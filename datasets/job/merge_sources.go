@@ -46,7 +46,7 @@ func mergeSources(dirs []string, partial bool) (*sources, error) {
 		}
 		if first == nil {
 			first, s.key = m, m.Key
-		} else if m.Key != first.Key {
+		} else if m.Key != first.Key && !first.Settings.SameJob(m.Settings) {
 			return nil, fmt.Errorf("job: merge: %s and %s hold jobs of different settings: %s", dirs[0], dir,
 				strings.Join(first.Settings.Diff(m.Settings), "; "))
 		}

@@ -182,7 +182,7 @@ func openManifest(cfg Config, items []Item) (*Manifest, error) {
 
 // resumes refuses a manifest that is not cfg's job: another key (settings) or another shard.
 func (m *Manifest) resumes(cfg Config) error {
-	if key := cfg.Settings.Key(); m.Key != key {
+	if key := cfg.Settings.Key(); m.Key != key && !m.Settings.SameJob(cfg.Settings) {
 		return fmt.Errorf("job: %s holds a job with other settings (key %.12s, this one %.12s): %s; "+
 			"give another --out directory, or the same settings to resume", cfg.Dir, m.Key, key,
 			strings.Join(m.Settings.Diff(cfg.Settings), "; "))

@@ -16,19 +16,23 @@ import (
 // resumed job never mixes two settings, and merge refuses directories of different keys. What does not
 // change a row (budgets, slices, expert chunks, wave sizes, the shard) is not in them.
 type Settings struct {
-	Dataset    string `json:"dataset_sha256"`   // SHA-256 of the dataset file
-	ConfigHash string `json:"config_hash"`      // SHA-256 of the model's config.json
-	Tokenizer  string `json:"tokenizer_sha256"` // SHA-256 of tiktoken.model and tokenizer_config.json ("" without)
-	Engine     string `json:"engine_version"`
-	Precision  string `json:"precision"`
-	Backend    string `json:"backend"`
-	Thinking   string `json:"thinking,omitempty"` // --thinking, for conversations that do not say
-	TopK       int    `json:"top_k"`
-	Hidden     []int  `json:"hidden,omitempty"`
-	Lens       []int  `json:"lens,omitempty"`
-	Router     bool   `json:"router,omitempty"`
-	AttnRes    bool   `json:"attnres,omitempty"`
-	Float16    bool   `json:"hidden_float16,omitempty"`
+	Dataset    string `json:"dataset_sha256"` // SHA-256 of the dataset file
+	ConfigHash string `json:"config_hash"`    // SHA-256 of the model's config.json
+	// Weights is the checkpoint's fingerprint (replay.Engine.WeightsSHA256), which tells apart two
+	// checkpoints of one config.json (a base and an instruct model). Manifests written before it was a
+	// setting have none; SameJob then leaves it out of the comparison.
+	Weights   string `json:"weights_hash,omitempty"`
+	Tokenizer string `json:"tokenizer_sha256"` // SHA-256 of tiktoken.model and tokenizer_config.json ("" without)
+	Engine    string `json:"engine_version"`
+	Precision string `json:"precision"`
+	Backend   string `json:"backend"`
+	Thinking  string `json:"thinking,omitempty"` // --thinking, for conversations that do not say
+	TopK      int    `json:"top_k"`
+	Hidden    []int  `json:"hidden,omitempty"`
+	Lens      []int  `json:"lens,omitempty"`
+	Router    bool   `json:"router,omitempty"`
+	AttnRes   bool   `json:"attnres,omitempty"`
+	Float16   bool   `json:"hidden_float16,omitempty"`
 }
 
 // keyDomain versions the key scheme and keeps it apart from any other SHA-256 of the same text.
@@ -42,6 +46,20 @@ func (s Settings) Key() string {
 	}
 	sum := sha256.Sum256(append([]byte(keyDomain), canon...))
 	return hex.EncodeToString(sum[:])
+}
+
+// SameJob says that settings s and o name one job: the same Key, or, where one of them predates the
+// checkpoint's fingerprint (Weights empty), the same Key with the other's Weights left out too, so that a
+// job begun by an earlier version resumes and merges as before.
+func (s Settings) SameJob(o Settings) bool {
+	if s.Key() == o.Key() {
+		return true
+	}
+	if s.Weights == "" || o.Weights == "" {
+		s.Weights, o.Weights = "", ""
+		return s.Key() == o.Key()
+	}
+	return false
 }
 
 // Diff lists the settings that differ between s and o as "name: a -> b", in name order.
@@ -62,8 +80,11 @@ func (s Settings) Diff(o Settings) []string {
 	for _, k := range names {
 		if string(a[k]) != string(b[k]) {
 			d := fmt.Sprintf("%s: %s -> %s", k, show(a[k]), show(b[k]))
-			if k == "dataset_sha256" { // two hashes alone do not say what happened
+			switch k { // two hashes alone do not say what happened
+			case "dataset_sha256":
 				d += " (the dataset file's contents changed)"
+			case "weights_hash":
+				d += " (other weights: another checkpoint, or this one changed)"
 			}
 			out = append(out, d)
 		}

@@ -68,6 +68,7 @@ func TestKeyCoversSettings(t *testing.T) {
 	for name, change := range map[string]func(*job.Settings){
 		"dataset_sha256":   func(s *job.Settings) { s.Dataset = "e" },
 		"config_hash":      func(s *job.Settings) { s.ConfigHash = "x" },
+		"weights_hash":     func(s *job.Settings) { s.Weights = "x" },
 		"tokenizer_sha256": func(s *job.Settings) { s.Tokenizer = "x" },
 		"engine_version":   func(s *job.Settings) { s.Engine = "0.2.0" },
 		"precision":        func(s *job.Settings) { s.Precision = "fp32" },

@@ -15,8 +15,11 @@ type Info struct {
 	// ModelDir is the model directory on the engine's machine, which a notebook talking to an engine
 	// elsewhere ($POTATO_ADDR) cannot read: what a notebook needs of the model comes from the engine
 	// (Info's shape fields, the topk_tokens column that names the top-k ids).
-	ModelDir      string `json:"model_dir"`
-	ConfigSHA256  string `json:"config_sha256"`
+	ModelDir     string `json:"model_dir"`
+	ConfigSHA256 string `json:"config_sha256"`
+	// WeightsSHA256 is the checkpoint's fingerprint (a hash of its tensor tables and a sample of its data,
+	// replay.Engine.WeightsSHA256): it tells apart two checkpoints that share a config.json.
+	WeightsSHA256 string `json:"weights_sha256,omitempty"`
 	EngineVersion string `json:"engine_version"`
 	Backend       string `json:"backend"`
 	// Precision is the default for requests that do not say; Precisions are all that are accepted, and

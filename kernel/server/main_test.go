@@ -199,7 +199,7 @@ func solo(t *testing.T, r replay.Request, prec ops.Precision, float16 bool) *tab
 		t.Fatal(err)
 	}
 	set, err := tables.Build(res[0], tables.Options{HiddenFloat16: float16, Metadata: map[string]string{
-		tables.MetaConfigHash: o.Engine.ConfigSHA256, tables.MetaEngine: replay.Version,
+		tables.MetaConfigHash: o.Engine.ConfigSHA256, tables.MetaWeightsHash: o.Engine.WeightsSHA256, tables.MetaEngine: replay.Version,
 		tables.MetaPrecision: prec.String(), tables.MetaBackend: o.Backend,
 	}, Piece: tok.Piece})
 	if err != nil {

@@ -159,7 +159,7 @@ func (s *Server) closeEngines() {
 // modelInfo is the static part of Info, read from the default engine.
 func modelInfo(cfg Config, o *Opened, tok bool) api.Info {
 	e := o.Engine
-	info := api.Info{ModelDir: cfg.ModelDir, ConfigSHA256: e.ConfigSHA256, EngineVersion: replay.Version,
+	info := api.Info{ModelDir: cfg.ModelDir, ConfigSHA256: e.ConfigSHA256, WeightsSHA256: e.WeightsSHA256, EngineVersion: replay.Version,
 		Backend: o.Backend, Precision: cfg.Precision, Precisions: []string{"bf16", "fp32"},
 		Layers: len(e.Plan.Layers), Vocab: e.Model.Dims.Vocab, Hidden: e.Model.Dims.Hidden,
 		Experts: e.Model.Dims.Experts, ExpertsPerToken: e.Model.Dims.TopK, Tokenizer: tok, Limits: cfg.Limits}

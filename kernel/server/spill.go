@@ -135,7 +135,7 @@ func (s *Server) spill(j *job, results []replay.Result, share int64) {
 	s.mu.Lock()
 	opts := tables.Options{HiddenFloat16: j.opts.Float16, Metadata: map[string]string{
 		tables.MetaResultSet: j.id, tables.MetaRequestHash: j.reqHash, // tables.ProvenanceKeys, as the CLI's
-		tables.MetaConfigHash: j.config, tables.MetaEngine: replay.Version,
+		tables.MetaConfigHash: j.config, tables.MetaWeightsHash: s.info.WeightsSHA256, tables.MetaEngine: replay.Version,
 		tables.MetaPrecision: j.prec.String(), tables.MetaBackend: s.info.Backend,
 	}, Piece: s.piece}
 	s.mu.Unlock()

@@ -30,6 +30,7 @@ const (
 	MetaTable         = "potato.table"          // one of TableNames
 	MetaSchemaVersion = "potato.schema_version" // SchemaVersion, as a decimal string
 	MetaConfigHash    = "potato.config_hash"    // hash of the model's config.json
+	MetaWeightsHash   = "potato.weights_hash"   // the checkpoint's fingerprint (a hash of its tensor tables and a sample of its data)
 	MetaEngine        = "potato.engine_version" // version of the engine that computed the results
 	MetaPrecision     = "potato.precision"      // "bf16" or "fp32" (DESIGN.md, Numerics)
 	MetaBackend       = "potato.backend"        // "cpu", "cuda", ...
@@ -39,7 +40,7 @@ const (
 
 // ProvenanceKeys are the metadata keys every producer of results (the CLI, the service) puts on every
 // table, so that tables of different runs can never be taken for one set.
-var ProvenanceKeys = []string{MetaResultSet, MetaRequestHash, MetaConfigHash, MetaEngine, MetaPrecision, MetaBackend}
+var ProvenanceKeys = []string{MetaResultSet, MetaRequestHash, MetaConfigHash, MetaWeightsHash, MetaEngine, MetaPrecision, MetaBackend}
 
 // NewSetID returns a fresh result-set id: 16 random hexadecimal digits.
 func NewSetID() string {
