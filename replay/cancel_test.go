@@ -3,6 +3,7 @@ package replay
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 
 	"github.com/potato-k3/potato-k3/replay/cpu"
@@ -50,5 +51,77 @@ func TestCancelStopsWithinALayer(t *testing.T) {
 		if _, _, err := e.Run(context.Background(), []Request{req}); err != nil {
 			t.Errorf("after a cancel: %v", err)
 		}
+	}
+}
+
+// cancelAtAttention is the CPU backend cancelling a context as its first token-mixing op returns, and
+// counting the FFN sublayer's ops that run after that.
+type cancelAtAttention struct {
+	*cpu.Backend
+	cancel    context.CancelFunc
+	cancelled atomic.Bool
+	ffnAfter  atomic.Int64
+}
+
+func (b *cancelAtAttention) mixed() { b.cancel(); b.cancelled.Store(true) }
+
+func (b *cancelAtAttention) ffn() {
+	if b.cancelled.Load() {
+		b.ffnAfter.Add(1)
+	}
+}
+
+func (b *cancelAtAttention) KDA(q, k, v, graw, braw, aLog, dtBias ops.Tensor, heads int, lower float32, l ops.Layout) (ops.Tensor, error) {
+	defer b.mixed()
+	return b.Backend.KDA(q, k, v, graw, braw, aLog, dtBias, heads, lower, l)
+}
+
+func (b *cancelAtAttention) KDASlice(q, k, v, graw, braw, aLog, dtBias ops.Tensor, heads int, lower float32, l ops.SliceLayout, in ops.Carry) (ops.Tensor, ops.Carry, error) {
+	defer b.mixed()
+	return b.Backend.KDASlice(q, k, v, graw, braw, aLog, dtBias, heads, lower, l, in)
+}
+
+func (b *cancelAtAttention) MLA(q, kv, ks ops.Tensor, heads, nope, shared, vdim int, l ops.Layout) (ops.Tensor, error) {
+	defer b.mixed()
+	return b.Backend.MLA(q, kv, ks, heads, nope, shared, vdim, l)
+}
+
+func (b *cancelAtAttention) MLASlice(q, kv, ks, lat, kvb ops.Tensor, heads, nope, shared, vdim int, l ops.SliceLayout, in ops.Carry) (ops.Tensor, ops.Carry, error) {
+	defer b.mixed()
+	return b.Backend.MLASlice(q, kv, ks, lat, kvb, heads, nope, shared, vdim, l, in)
+}
+
+func (b *cancelAtAttention) SiTUGLU(gate, up ops.Tensor, beta, linBeta float32) (ops.Tensor, error) {
+	b.ffn()
+	return b.Backend.SiTUGLU(gate, up, beta, linBeta)
+}
+
+func (b *cancelAtAttention) Route(x, w, bias ops.Tensor, k int, scale float32) (ops.Routing, error) {
+	b.ffn()
+	return b.Backend.Route(x, w, bias, k, scale)
+}
+
+func (b *cancelAtAttention) ExpertsAccumulate(acc, z ops.Tensor, r ops.Routing, experts []ops.Expert, beta, linBeta float32) error {
+	b.ffn()
+	return b.Backend.ExpertsAccumulate(acc, z, r, experts, beta, linBeta)
+}
+
+// TestCancelStopsBetweenSublayers: a cancel during a layer's attention stops the wave before its FFN
+// sublayer: on the CPU each half of a layer over a large wave takes many seconds (33 s a layer for
+// 74,000 tokens of the small preset), and Ctrl-C waited for the whole layer.
+func TestCancelStopsBetweenSublayers(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	b := &cancelAtAttention{Backend: cpu.New(cpu.Options{Precision: ops.BF16}), cancel: cancel}
+	e := openPreset(t, "tiny", 1, b, EngineOptions{})
+	_, _, err := e.Run(ctx, []Request{{Sequences: randomSequences(3, 3328, 40, 17)}})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("Run with a cancel in the first attention: %v, want context.Canceled", err)
+	}
+	if !b.cancelled.Load() {
+		t.Fatal("no token-mixing op ran: the test cancels nothing")
+	}
+	if n := b.ffnAfter.Load(); n != 0 {
+		t.Errorf("%d FFN ops ran after the cancel, want none", n)
 	}
 }

@@ -269,6 +269,10 @@ func (f *Pass) layerSteps(st *State, w *LayerWeights) error {
 	if err != nil {
 		return err
 	}
+	if err := f.Ctx.Err(); err != nil { // each half of a layer can take many seconds on the CPU
+		f.Model.Ops.Free(x)
+		return err
+	}
 	a, b, err := w.FFN.Outputs(f, x)
 	f.Model.Ops.Free(x)
 	if err != nil {
