@@ -180,9 +180,17 @@ func Float16() Arg {
 	return argFunc(func(r *api.Request) error { r.Options.Float16 = true; return nil })
 }
 
-// Label names the job in its status and progress bar; it changes nothing else.
+// Label names the job in its status and progress bar; it changes nothing else. A label longer than
+// api.MaxLabelBytes (256 bytes) makes Replay and Submit fail before anything is sent, as the engine
+// would refuse it.
 func Label(s string) Arg {
-	return argFunc(func(r *api.Request) error { r.Label = s; return nil })
+	return argFunc(func(r *api.Request) error {
+		if len(s) > api.MaxLabelBytes {
+			return fmt.Errorf("kernel: Label: %d bytes: the engine's limit is %d bytes (api.MaxLabelBytes); a label is a short name for the job", len(s), api.MaxLabelBytes)
+		}
+		r.Label = s
+		return nil
+	})
 }
 
 // buildRequest applies args to a fresh request.

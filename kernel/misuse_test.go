@@ -92,6 +92,10 @@ func TestClientMisuse(t *testing.T) {
 		{"Forget without id", "", func(ctx context.Context) error { return c.Forget(ctx, "") }, noID},
 		{"Tokens without ids", "", func(ctx context.Context) error { _, err := c.Submit(ctx, Tokens()); return err },
 			"kernel: Tokens: no token ids: a sequence needs at least one"},
+		{"Label past the limit", "", func(ctx context.Context) error {
+			_, err := c.Submit(ctx, Text("x"), Label(strings.Repeat("x", api.MaxLabelBytes+1)))
+			return err
+		}, "kernel: Label: 257 bytes: the engine's limit is 256 bytes (api.MaxLabelBytes); a label is a short name for the job"},
 		{"Fetch of a queued job", api.StateQueued, func(ctx context.Context) error { _, err := c.Fetch(ctx, "0123456789abcdef"); return err },
 			`kernel: job 0123456789abcdef is queued, not done yet: Wait(ctx, "0123456789abcdef") for it, then Fetch`},
 		{"Fetch of a running job", api.StateRunning, func(ctx context.Context) error { _, err := c.Fetch(ctx, "0123456789abcdef"); return err },
@@ -111,6 +115,30 @@ func TestClientMisuse(t *testing.T) {
 			got := errText(tt.call(ctx))
 			if !strings.HasPrefix(got, tt.want) {
 				t.Errorf("(-want +got):\n-%s\n+%s", tt.want, got)
+			}
+		})
+	}
+}
+
+// Label refuses, before sending, what the engine would refuse: more than api.MaxLabelBytes bytes.
+func TestLabelArg(t *testing.T) {
+	for _, tt := range []struct {
+		name, label, want string // want: the error, "<nil>" when the label is sent as given
+	}{
+		{"empty", "", "<nil>"},
+		{"at the limit", strings.Repeat("x", api.MaxLabelBytes), "<nil>"},
+		{"at the limit in two-byte runes", strings.Repeat("é", api.MaxLabelBytes/2), "<nil>"},
+		{"one byte over", strings.Repeat("x", api.MaxLabelBytes+1),
+			"kernel: Label: 257 bytes: the engine's limit is 256 bytes (api.MaxLabelBytes); a label is a short name for the job"},
+		{"100 kB", strings.Repeat("x", 100_000), "kernel: Label: 100000 bytes: the engine's limit is 256 bytes"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			req, err := buildRequest([]Arg{Text("x"), Label(tt.label)})
+			if got := errText(err); !strings.HasPrefix(got, tt.want) {
+				t.Fatalf("(-want +got):\n-%s\n+%s", tt.want, got)
+			}
+			if err == nil && req.Label != tt.label {
+				t.Errorf("label sent as %q, want %q", req.Label, tt.label)
 			}
 		})
 	}

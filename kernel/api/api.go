@@ -52,9 +52,16 @@ type Request struct {
 	// conversation may not give it (text and token ids have no thinking mode).
 	Thinking *bool   `json:"thinking,omitempty"`
 	Options  Options `json:"options"`
-	// Label is free text shown with the job (a notebook's name for it); it changes nothing.
+	// Label is free text shown with the job (a notebook's name for it); it changes nothing. One longer
+	// than MaxLabelBytes is refused (400, naming the field and the limit).
 	Label string `json:"label,omitempty"`
 }
+
+// MaxLabelBytes bounds Request.Label. A label is echoed in the job's status, in every job list and in
+// its manifest on the server's disk, so without a bound one request could make every later GET /v1/jobs
+// carry megabytes; 256 bytes holds any name a person gives a job. It is part of the wire format, not a
+// server flag: every server refuses the same labels, and a client checks before sending.
+const MaxLabelBytes = 256
 
 // Input is one sequence to replay: exactly one of its fields is set.
 type Input struct {

@@ -45,7 +45,7 @@
 //	  "thinking": false,                                 // for conversations that do not say; optional
 //	  "options": {"top_k": 5, "hidden": [0, 46], "lens": [10, 92], "lens_all": false, "router": false,
 //	              "attnres": false, "precision": "bf16", "float16": false},
-//	  "label": "pilot run"                               // optional, shown with the job
+//	  "label": "pilot run"                               // optional, shown with the job; at most 256 bytes
 //	}
 //
 // A conversation is in the common chat shape package datasets reads from files (an unknown key is
@@ -60,7 +60,8 @@
 // Refusals: malformed JSON, unknown fields, a key given twice or in another case than its field's, no
 // inputs, an input with not exactly one of text, conversation, tokens, an empty sequence, a token id
 // outside the vocabulary, a layer outside the model, a top_k past the vocabulary, an unknown precision,
-// a conversation without thinking mode, a request-level "thinking" without a conversation: 400, the
+// a conversation without thinking mode, a request-level "thinking" without a conversation, a label
+// longer than api.MaxLabelBytes (256 bytes; it is echoed in every status and job list): 400, the
 // message naming the field ("inputs[2].tokens[7]: token id 170000 outside the vocabulary 0..163839").
 // Past --max-body-bytes, --max-tokens or --max-wave-tokens (one sequence), --max-request-tokens,
 // --max-sequences, --max-top-k or --max-result-bytes (the memory the results, their tables and the

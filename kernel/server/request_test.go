@@ -144,3 +144,53 @@ func TestMethodNotAllowed(t *testing.T) {
 		}
 	}
 }
+
+// A label is echoed in every status and job list, so one past api.MaxLabelBytes is refused with a 400
+// naming the field and the limit (before, only --max-body-bytes bounded it: a 100 kB label came back in
+// every GET /v1/jobs); one at the limit, counted in bytes, is accepted and listed as given.
+func TestLabelLimit(t *testing.T) {
+	ts := startServer(t, Config{}, testHooks{})
+	for _, tt := range []struct {
+		name, label string
+		code        int
+		want        string // in the error; "" when accepted
+	}{
+		{"none", "", http.StatusAccepted, ""},
+		{"at the limit", strings.Repeat("x", api.MaxLabelBytes), http.StatusAccepted, ""},
+		{"at the limit in two-byte runes", strings.Repeat("é", api.MaxLabelBytes/2), http.StatusAccepted, ""},
+		{"one byte over", strings.Repeat("x", api.MaxLabelBytes+1), http.StatusBadRequest,
+			"label is 257 bytes: the limit is 256 bytes (a label is a short name shown with the job)"},
+		{"one rune over", strings.Repeat("é", api.MaxLabelBytes/2+1), http.StatusBadRequest, "label is 258 bytes: the limit is 256 bytes"},
+		{"100 kB", strings.Repeat("x", 100_000), http.StatusBadRequest, "label is 100000 bytes: the limit is 256 bytes"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			body, _ := json.Marshal(api.Request{Inputs: []api.Input{api.TextInput("x")}, Label: tt.label})
+			code, data := ts.do(t, "POST", api.PathJobs, string(body))
+			var e api.Error
+			json.Unmarshal(data, &e)
+			if code != tt.code || !strings.Contains(e.Error, tt.want) || e.Limit != "" {
+				t.Fatalf("(-want +got):\n-%d …%s…\n+%d %s (limit %q)", tt.code, tt.want, code, e.Error, e.Limit)
+			}
+			if tt.code != http.StatusAccepted {
+				return
+			}
+			var st api.JobStatus
+			if err := json.Unmarshal(data, &st); err != nil || st.Label != tt.label {
+				t.Fatalf("status label %q (%v), want %q", st.Label, err, tt.label)
+			}
+		})
+	}
+	_, data := ts.do(t, "GET", api.PathJobs, "")
+	var list []api.JobStatus
+	if err := json.Unmarshal(data, &list); err != nil {
+		t.Fatal(err)
+	}
+	for _, st := range list {
+		if len(st.Label) > api.MaxLabelBytes {
+			t.Errorf("job %s listed with a %d-byte label", st.ID, len(st.Label))
+		}
+	}
+	if len(list) != 3 {
+		t.Errorf("%d jobs listed, want the 3 accepted", len(list))
+	}
+}
