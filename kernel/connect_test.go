@@ -111,6 +111,38 @@ func TestConnectStartFailure(t *testing.T) {
 	}
 }
 
+// A $POTATO_BIN that cannot start, or that exits before it answers, is named as $POTATO_BIN in the error,
+// so that a stale setting is found (it read "starting /nonexistent/potato: fork/exec ...", not saying
+// where the path came from).
+func TestConnectBadPotatoBin(t *testing.T) {
+	dir := t.TempDir()
+	plain := filepath.Join(dir, "plain") // not executable
+	os.WriteFile(plain, []byte("#!/bin/sh\nexit 0\n"), 0o644)
+	exits := filepath.Join(dir, "exits")
+	os.WriteFile(exits, []byte("#!/bin/sh\necho \"not the engine\" >&2\nexit 2\n"), 0o755)
+	for _, tt := range []struct {
+		name, bin string
+		want      []string
+	}{
+		{"no such file", "/nonexistent/potato", []string{
+			"kernel: starting /nonexistent/potato (named by $POTATO_BIN): fork/exec /nonexistent/potato: no such file or directory: set POTATO_BIN to a built potato (`go build -o potato ./cmd/potato` in a checkout of potato-k3), or unset it to use one beside this program or on PATH"}},
+		{"a directory", dir, []string{"kernel: starting " + dir + " (named by $POTATO_BIN): fork/exec " + dir + ": permission denied: set POTATO_BIN"}},
+		{"not executable", plain, []string{"kernel: starting " + plain + " (named by $POTATO_BIN): fork/exec " + plain + ": permission denied"}},
+		{"exits at once", exits, []string{"kernel: potato serve exited (exit status 2) before it answered (it is $POTATO_BIN, " + exits + "); last lines of ", "not the engine"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Setenv(EnvCache, t.TempDir())
+			t.Setenv(EnvBin, tt.bin)
+			_, err := Connect()
+			for _, want := range tt.want {
+				if got := errText(err); !strings.Contains(got, want) {
+					t.Errorf("(-want +got):\n-…%s…\n+%s", want, got)
+				}
+			}
+		})
+	}
+}
+
 // Without a potato binary Connect says, before it waits, that it compiles the engine with go run; and when
 // go run fails (outside the module, as a built program run elsewhere is), the error says how to give it
 // a built potato.

@@ -145,7 +145,7 @@ func sameDir(a, b string) bool {
 // start runs `potato serve` detached in its own session (it outlives the cell), its output to the log
 // file, and waits until it answers.
 func start(dir string, o options) (*Client, error) {
-	bin, args, err := findPotato()
+	bin, args, from, err := findPotato()
 	if err != nil {
 		return nil, err
 	}
@@ -160,6 +160,9 @@ func start(dir string, o options) (*Client, error) {
 		fmt.Fprintf(w, "kernel: no potato binary (%s, beside this program, or on PATH): compiling the engine with `go run %s` before it starts, a minute or two on a cold build cache (to skip this, %s)\n",
 			EnvBin, potatoPkg, binHint)
 		hint = "; it was run as `go run " + potatoPkg + "`, which works only inside the potato-k3 module or a go.work that uses it: " + binHint
+	}
+	if from == EnvBin {
+		hint = " (it is $" + EnvBin + ", " + bin + ")"
 	}
 	statePath, logPath := filepath.Join(dir, stateName), filepath.Join(dir, logName)
 	listen := "unix:" + filepath.Join(dir, sockName)
@@ -193,7 +196,11 @@ func start(dir string, o options) (*Client, error) {
 	err = cmd.Start()
 	logf.Close() // the child has its own descriptor
 	if err != nil {
-		return nil, fmt.Errorf("kernel: starting %s: %w", bin, err)
+		if from == EnvBin { // the path is the user's setting, not ours: say where it came from
+			return nil, fmt.Errorf("kernel: starting %s (named by $%s): %w: set %s to a built potato (`go build -o potato ./cmd/potato` in a checkout of potato-k3), or unset it to use one beside this program or on PATH",
+				bin, EnvBin, err, EnvBin)
+		}
+		return nil, fmt.Errorf("kernel: starting %s (%s): %w", bin, from, err)
 	}
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }() // reaps it if it dies while this process lives
@@ -227,24 +234,26 @@ const binHint = "set " + EnvBin + " to a built potato (`go build -o potato ./cmd
 // findPotato finds the potato command: $POTATO_BIN, a potato next to the running executable, potato on
 // PATH, or else `go run github.com/potato-k3/potato-k3/cmd/potato` (which needs go on PATH and the
 // module in the current module or workspace, as a GoNB cell with --go_work has it; it compiles first,
-// so the first start is slow). Only the last returns arguments.
-func findPotato() (string, []string, error) {
+// so the first start is slow). Only the last returns arguments. from says where the command was found,
+// for an error when it does not start: EnvBin when $POTATO_BIN named it, else a few words. It is an
+// error only when none is found and go is not on PATH either.
+func findPotato() (bin string, args []string, from string, err error) {
 	if bin := os.Getenv(EnvBin); bin != "" {
-		return bin, nil, nil
+		return bin, nil, EnvBin, nil
 	}
 	if exe, err := os.Executable(); err == nil {
 		next := filepath.Join(filepath.Dir(exe), "potato")
 		if fi, err := os.Stat(next); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 && next != exe {
-			return next, nil, nil
+			return next, nil, "found beside this program", nil
 		}
 	}
 	if bin, err := exec.LookPath("potato"); err == nil {
-		return bin, nil, nil
+		return bin, nil, "found on PATH", nil
 	}
 	if gobin, err := exec.LookPath("go"); err == nil {
-		return gobin, []string{"run", potatoPkg}, nil
+		return gobin, []string{"run", potatoPkg}, "go on PATH, to run " + potatoPkg, nil
 	}
-	return "", nil, fmt.Errorf("kernel: no potato command: %s (or install go)", binHint)
+	return "", nil, "", fmt.Errorf("kernel: no potato command: %s (or install go)", binHint)
 }
 
 // logTail is the last lines of the log at path, for an error message.
