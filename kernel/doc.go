@@ -25,7 +25,9 @@
 // Options are TopK, Hidden, Lens, LensAll, Router, AttnRes, Precision("fp32"), Float16, Thinking (for
 // conversations that do not set their own) and Label. res.Tokens(), Lens(), Hidden(), Router() and
 // AttnRes() are arrow.RecordBatch values, one per table (nil when not asked for); their columns are
-// documented in package replay/tables. HTML is the pure rendering behind Display.
+// documented in package replay/tables. res.LookupTable(name) is the table by name with the reason when
+// there is none: a name that is no table's ("lense") or a table the job did not capture. HTML is the
+// pure rendering behind Display.
 // res.MessageLogprob(seq, m) scores one chat message: the sum, mean and count of the logprobs of its own
 // tokens (each read on the row before it, which predicts it; the chat markup left out, as in the mean
 // `potato replay` prints "over the tokens of the messages").

@@ -2,10 +2,12 @@ package kernel
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"html"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -50,8 +52,43 @@ func (r *Result) Router() arrow.RecordBatch { return r.tables["router"] }
 func (r *Result) AttnRes() arrow.RecordBatch { return r.tables["attnres"] }
 
 // Table is the table called name (one of api.Tables), nil when the job did not capture it, when name is
-// not a table's, and after Release.
+// not a table's (a typo such as "lense" is nil too), and after Release. LookupTable tells these apart.
 func (r *Result) Table(name string) arrow.RecordBatch { return r.tables[name] }
+
+// Errors of LookupTable, for errors.Is.
+var (
+	// ErrNoTable: the name is none of api.Tables (a typo); the error lists the names.
+	ErrNoTable = errors.New("kernel: no table")
+	// ErrNotCaptured: the table exists, but the job did not ask for it; the error names the Arg that does.
+	ErrNotCaptured = errors.New("not captured")
+)
+
+// tableArgs names the Arg that captures each table but tokens, which every job has.
+var tableArgs = map[string]string{"lens": "Lens or LensAll", "hidden": "Hidden", "router": "Router", "attnres": "AttnRes"}
+
+// LookupTable is Table with the reason when there is no record: an error wrapping ErrNoTable when name
+// is not a table's (`kernel: no table "lense": the tables are tokens, lens, hidden, router, attnres`),
+// one wrapping ErrNotCaptured when the job did not capture it (naming the tables it has and the Arg that
+// asks for it), and one that says so after Release.
+func (r *Result) LookupTable(name string) (arrow.RecordBatch, error) {
+	if !slices.Contains(api.Tables, name) {
+		return nil, fmt.Errorf("%w %q: the tables are %s", ErrNoTable, name, strings.Join(api.Tables, ", "))
+	}
+	if r.released {
+		return nil, fmt.Errorf("kernel: the result of job %s was released: its tables are gone (Fetch or replay again)", r.Status.ID)
+	}
+	if rec := r.tables[name]; rec != nil {
+		return rec, nil
+	}
+	var has []string
+	for _, n := range api.Tables {
+		if r.tables[n] != nil {
+			has = append(has, n)
+		}
+	}
+	return nil, fmt.Errorf("kernel: table %s %w by job %s (it has %s): ask for it with %s",
+		name, ErrNotCaptured, r.Status.ID, strings.Join(has, ", "), tableArgs[name])
+}
 
 // Release releases every table. It is safe to call more than once, and on a nil *Result (so that a
 // `defer res.Release()` written before the error check does not panic when Replay failed).
