@@ -68,7 +68,8 @@
 // Replay is Submit, Wait and Fetch. An interrupted cell or a broken connection does not cancel the job:
 // the engine finishes it and keeps the results (spilled to Parquet) until they are fetched, so a later
 // cell calls Fetch(ctx, id) with the id the error named. Only Cancel cancels. Jobs lists what the engine
-// holds.
+// holds. The engine picks the id, so a cell interrupted while it submits has none: its error says the job
+// may be queued all the same, and how to find it in Jobs (its time, sequences and Label).
 //
 // # Progress
 //

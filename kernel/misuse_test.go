@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -156,4 +157,94 @@ func errText(err error) string {
 		return "<nil>"
 	}
 	return err.Error()
+}
+
+// A submission whose answer is lost after it may have reached the engine says that the job may be
+// queued and how to find it among Jobs (the engine picks the id, so there is none to give); one the
+// engine refused, or that never left, says nothing of the kind.
+func TestSubmitAnswerLost(t *testing.T) {
+	engine := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body) // the request arrived whole: the engine would queue it now
+		switch r.Header.Get("X-Test") {
+		case "withheld":
+			<-r.Context().Done() // the answer comes after the cell's deadline
+		case "broken":
+			conn, _, _ := w.(http.Hijacker).Hijack()
+			conn.Close()
+		case "garbled":
+			w.WriteHeader(http.StatusAccepted)
+			w.Write([]byte("{\"id\": "))
+		case "refused":
+			w.WriteHeader(http.StatusBadRequest)
+			json.NewEncoder(w).Encode(api.Error{Error: "options.top_k -1 is negative"})
+		}
+	}))
+	defer engine.Close()
+	gone := httptest.NewServer(http.NotFoundHandler())
+	gone.Close() // nothing listens at its address
+	const lost = "the engine may have queued the job all the same; Jobs(ctx) lists its jobs, oldest first: look for one created at "
+	for _, tt := range []struct {
+		name, mode, addr string
+		ctx              func() (context.Context, context.CancelFunc)
+		args             []Arg
+		want             []string // in the error
+		notWant          string
+	}{
+		{"answer withheld past the deadline", "withheld", engine.URL,
+			func() (context.Context, context.CancelFunc) { return context.WithTimeout(context.Background(), 200*time.Millisecond) },
+			[]Arg{Text("x"), Label("pilot")},
+			[]string{"kernel: no answer to the submission (", "context deadline exceeded", lost,
+				` or a little later, with 1 sequence and the label "pilot", then Wait for it or Cancel it rather than submit it twice`}, ""},
+		{"connection broken", "broken", engine.URL, nil, []Arg{Texts("x", "y")},
+			[]string{"kernel: no answer to the submission (", lost, " or a little later, with 2 sequences (a Label would name it), then Wait"}, ""},
+		{"answer garbled", "garbled", engine.URL, nil, []Arg{Text("x")},
+			[]string{"reading the answer", lost}, ""},
+		{"refused by the engine", "refused", engine.URL, nil, []Arg{Text("x")},
+			[]string{"kernel: engine answered 400 Bad Request: options.top_k -1 is negative"}, "may have queued"},
+		{"nothing listens", "", gone.URL, nil, []Arg{Text("x")},
+			[]string{"connection refused"}, "may have queued"},
+		{"context ended before sending", "", engine.URL,
+			func() (context.Context, context.CancelFunc) {
+				ctx, cancel := context.WithCancel(context.Background())
+				cancel()
+				return ctx, cancel
+			}, []Arg{Text("x")},
+			[]string{"kernel: not submitted: context canceled"}, "may have queued"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := newClient(tt.addr, "", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			c.hc.Transport = headerTransport{c.hc.Transport, tt.mode}
+			ctx, cancel := context.WithCancel(context.Background())
+			if tt.ctx != nil {
+				ctx, cancel = tt.ctx()
+			}
+			defer cancel()
+			_, err = c.Submit(ctx, tt.args...)
+			got := errText(err)
+			for _, want := range tt.want {
+				if !strings.Contains(got, want) {
+					t.Errorf("(-want +got):\n-…%s…\n+%s", want, got)
+				}
+			}
+			if tt.notWant != "" && strings.Contains(got, tt.notWant) {
+				t.Errorf("error %q says %q", got, tt.notWant)
+			}
+		})
+	}
+}
+
+// headerTransport tells the stand-in engine how to answer.
+type headerTransport struct {
+	http.RoundTripper
+	mode string
+}
+
+func (h headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("X-Test", h.mode)
+	return h.RoundTripper.RoundTrip(r)
 }

@@ -6,9 +6,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"time"
 
+	"github.com/potato-k3/potato-k3/internal/numtext"
 	"github.com/potato-k3/potato-k3/kernel/api"
 )
 
@@ -21,7 +23,8 @@ import (
 // apply or nothing to replay (before anything is sent), a refused request (a *ServerError naming the
 // input, option or limit: a layer outside the model, a top-k past the limit), a job that failed or was
 // cancelled (the engine's message), an engine that stops answering. If ctx ends first, the job goes on
-// in the engine and the error says its id, for Fetch from a later cell.
+// in the engine and the error says its id, for Fetch from a later cell (or, when ctx ends before the
+// engine answered the submission, that the job may be queued and how to find it among Jobs).
 func (c *Client) Replay(ctx context.Context, args ...Arg) (*Result, error) {
 	st, err := c.Submit(ctx, args...)
 	if err != nil {
@@ -36,17 +39,48 @@ func (c *Client) Replay(ctx context.Context, args ...Arg) (*Result, error) {
 // Submit queues a job and returns its status at once; its id is what Wait, Fetch and Cancel take. It is
 // an error, with nothing queued, when an argument cannot apply or no argument adds an input, and a
 // *ServerError when the engine refuses the request (400 naming the input or option at fault, 413 naming
-// the limit's flag).
+// the limit's flag). When the answer is lost after the request may have reached the engine (ctx ends
+// first, the connection breaks, the answer does not parse), the job may be queued all the same, with no
+// id to show for it: the error says so, and how to find it among Jobs (its time, sequences and label).
 func (c *Client) Submit(ctx context.Context, args ...Arg) (api.JobStatus, error) {
 	req, err := buildRequest(args)
 	if err != nil {
 		return api.JobStatus{}, err
 	}
+	return c.submit(ctx, req)
+}
+
+// submit posts req; see Submit.
+func (c *Client) submit(ctx context.Context, req api.Request) (api.JobStatus, error) {
 	var st api.JobStatus
+	if err := ctx.Err(); err != nil { // not sent at all: say so, rather than that it may have been queued
+		return st, fmt.Errorf("kernel: not submitted: %w", err)
+	}
+	sent := time.Now()
 	if err := c.getJSON(ctx, http.MethodPost, api.PathJobs, req, &st); err != nil {
-		return st, err
+		return api.JobStatus{}, unanswered(req, sent, err)
 	}
 	return st, nil
+}
+
+// unanswered is err, a failed submission of req sent at sent, with a warning when the engine may have
+// queued the job although no answer came back: the engine picks the id, so the client cannot name the
+// job, only say how to find it. The engine's own refusals (a *ServerError) and a connection that was
+// never made (a refused dial) queued nothing and pass through.
+func unanswered(req api.Request, sent time.Time, err error) error {
+	var se *ServerError
+	var op *net.OpError
+	if errors.As(err, &se) || (errors.As(err, &op) && op.Op == "dial") {
+		return err
+	}
+	which := fmt.Sprintf("created at %s or a little later, with %s", sent.Format("15:04:05"), numtext.Count(len(req.Inputs), "sequence"))
+	if req.Label != "" {
+		which += fmt.Sprintf(" and the label %q", req.Label)
+	} else {
+		which += " (a Label would name it)"
+	}
+	return fmt.Errorf("kernel: no answer to the submission (%w): the engine may have queued the job all the same; Jobs(ctx) lists its jobs, oldest first: look for one %s, then Wait for it or Cancel it rather than submit it twice",
+		err, which)
 }
 
 // Wait follows job id's progress until it is done and shows it (a bar in a notebook, lines on the
