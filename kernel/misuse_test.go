@@ -191,7 +191,9 @@ func TestSubmitAnswerLost(t *testing.T) {
 		notWant          string
 	}{
 		{"answer withheld past the deadline", "withheld", engine.URL,
-			func() (context.Context, context.CancelFunc) { return context.WithTimeout(context.Background(), 200*time.Millisecond) },
+			func() (context.Context, context.CancelFunc) {
+				return context.WithTimeout(context.Background(), 200*time.Millisecond)
+			},
 			[]Arg{Text("x"), Label("pilot")},
 			[]string{"kernel: no answer to the submission (", "context deadline exceeded", lost,
 				` or a little later, with 1 sequence and the label "pilot", then Wait for it or Cancel it rather than submit it twice`}, ""},
