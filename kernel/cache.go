@@ -23,15 +23,35 @@ import (
 // next; ReplayCached keeps each result on disk under a key of the request and the engine's model, so
 // the cells of a notebook that ask the same question replay it once. It lives in
 // CacheDir()/kernel/results, one directory per key holding status.json and one Arrow IPC stream per table
-// (readable by pyarrow.ipc.open_stream). Nothing expires it; delete the directory to start over.
+// (readable by pyarrow.ipc.open_stream), or, while its job runs, pending.json alone. Nothing expires it;
+// delete the directory to start over.
 
 // resultsDir is the results cache's directory.
 const resultsDir = "results"
 
+// pendingName is the file in an entry's directory that names the job submitted for it, written before
+// ReplayCached waits, so that a call whose context ends mid-job leaves the job findable and the next call
+// waits for it instead of replaying it twice. A stored entry replaces the whole directory, and with it
+// this file. The format stays "potato-kernel-results-1": an entry with status.json reads as before, and a
+// client that does not know pending.json takes a directory without status.json for a miss, as it did.
+const pendingName = "pending.json"
+
+// pending is the content of pendingName.
+type pending struct {
+	Job string `json:"job"` // the job's id on the engine it was submitted to
+}
+
 // ReplayCached is Replay, except that a request equal to one made before, to an engine on the same model
 // (config hash, engine version, backend, default precision and model directory, from Info), returns the
 // result stored then, read from disk, with FromCache set: no second replay. Anything else replays and
-// stores the result. A damaged entry is replayed again and overwritten. It fails as Replay does, and
+// stores the result. A damaged entry is replayed again and overwritten.
+//
+// If ctx ends while the job runs, the job goes on in the engine, and the next ReplayCached of the same
+// request waits for that job and fetches it rather than submitting it again (its id is kept in the
+// entry's directory), as long as the engine still has it queued, running or done; one it no longer knows
+// (another engine, forgotten, expired), or that failed or was cancelled, is submitted anew.
+//
+// It fails as Replay does (the error for an ended ctx says that a repeated call waits for the job), and
 // when Info fails or the cache directory cannot be made; a result that cannot be stored is still
 // returned, with one warning a client on stderr.
 func (c *Client) ReplayCached(ctx context.Context, args ...Arg) (*Result, error) {
@@ -51,18 +71,96 @@ func (c *Client) ReplayCached(ctx context.Context, args ...Arg) (*Result, error)
 	if r, err := readCached(entry); err == nil {
 		return r, nil
 	}
-	r, err := c.Replay(ctx, args...)
+	id, err := c.resumable(ctx, entry, req, info)
 	if err != nil {
 		return nil, err
 	}
+	if id == "" {
+		st, err := c.submit(ctx, req)
+		if err != nil {
+			return nil, err
+		}
+		id = st.ID
+		if err := writePending(entry, id); err != nil {
+			c.warnCache(err) // the job runs all the same; only a repeated call after a timeout submits again
+		}
+	}
+	if _, err := c.Wait(ctx, id); err != nil {
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("%w; ReplayCached with the same request waits for this job rather than submit it again", err)
+		}
+		return nil, err
+	}
+	r, err := c.Fetch(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	// Stored, the entry replaces its directory and the pending file with it; not stored, the pending
+	// file stays, and the next call fetches the done job again (while the engine keeps it) instead of
+	// replaying.
 	if err := writeCached(entry, r); err != nil {
-		// The result is good; only the cache failed, and the next call replays again: say so once, on
-		// stderr (a notebook cell shows it), rather than let every call replay without a word.
-		c.cacheWarned.Do(func() {
-			fmt.Fprintf(cacheWarnings, "kernel: ReplayCached could not store a result (%v); results are not cached and each call replays\n", err)
-		})
+		c.warnCache(err)
 	}
 	return r, nil
+}
+
+// warnCache says once a client, on stderr (a notebook cell shows it), that the results cache could not
+// be written: the result is good, only the cache failed, and the next call replays again; better said
+// once than every call replaying without a word.
+func (c *Client) warnCache(err error) {
+	c.cacheWarned.Do(func() {
+		fmt.Fprintf(cacheWarnings, "kernel: ReplayCached could not store a result (%v); results are not cached and each call replays\n", err)
+	})
+}
+
+// resumable is the job that entry's pending file names, when the engine has it queued, running or done
+// and it is req's (the same options, label, number of sequences and config hash): the job an earlier
+// ReplayCached submitted and stopped waiting for. It is "" when there is no such job; an error only when
+// ctx ends while it asks the engine.
+func (c *Client) resumable(ctx context.Context, entry string, req api.Request, info api.Info) (string, error) {
+	data, err := os.ReadFile(filepath.Join(entry, pendingName))
+	if err != nil {
+		return "", nil
+	}
+	var p pending
+	if json.Unmarshal(data, &p) != nil || p.Job == "" {
+		return "", nil // a damaged pending file: submit anew, and overwrite it
+	}
+	st, err := c.Status(ctx, p.Job)
+	if ctx.Err() != nil {
+		return "", fmt.Errorf("kernel: ReplayCached: asking for job %s, submitted earlier for this request: %w", p.Job, err)
+	}
+	if err != nil || !sameRequest(st, req, info) {
+		return "", nil // unknown to this engine (404), or not this request's: submit anew
+	}
+	switch st.State {
+	case api.StateQueued, api.StateRunning, api.StateDone:
+		return p.Job, nil
+	}
+	return "", nil // failed or cancelled: asking again means trying again
+}
+
+// sameRequest reports whether job st, as the engine describes it, is one of req on info's model. The
+// engine's status has no hash of the inputs; the options, label, count of inputs and config hash guard
+// against a pending file that names a job of another request (an id reused across engines is as
+// unlikely as two random 64-bit ids agreeing).
+func sameRequest(st api.JobStatus, req api.Request, info api.Info) bool {
+	a, errA := json.Marshal(st.Options)
+	b, errB := json.Marshal(req.Options)
+	return errA == nil && errB == nil && string(a) == string(b) && st.Label == req.Label &&
+		st.Sequences == len(req.Inputs) && (st.ConfigSHA256 == "" || st.ConfigSHA256 == info.ConfigSHA256)
+}
+
+// writePending records in entry's directory that job id was submitted for it.
+func writePending(entry, id string) error {
+	if err := os.MkdirAll(entry, 0o700); err != nil {
+		return err
+	}
+	data, err := json.Marshal(pending{Job: id})
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(entry, pendingName), data, 0o600)
 }
 
 // cacheWarnings receives ReplayCached's one warning a client when a result could not be stored (a test

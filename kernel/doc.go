@@ -38,7 +38,8 @@
 // results cache on disk (CacheDir()/kernel/results, one Arrow IPC stream per table): a request equal to
 // an earlier one, to an engine on the same model, reads the stored tables back (Result.FromCache)
 // instead of replaying, so the cells of a notebook that look at one replay from different sides replay
-// it once.
+// it once. A cell interrupted while its job runs leaves the job's id in the cache, and running the cell
+// again waits for that job rather than submitting a second.
 //
 // # Which engine
 //
