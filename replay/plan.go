@@ -347,9 +347,27 @@ func (e *Engine) planWith(lens []int, mode layerMode, chunk int) (WavePlan, erro
 			slice = evenSlices(wave, slice)
 		}
 	}
+	// One pool (sharedMemory): where the state kept apart is smaller (bfloat16 against the device's
+	// float32), the running slice keeps its activations and state as a device would and every other
+	// token's state waits as bfloat16 in what the slice leaves of the pool, no slice's state held twice
+	// (none on the "device" beside the running one's): about twice the tokens a read of float32 state.
+	pool := int64(-1)
+	if e.sharedMemory() && p.HostState && hostState < state {
+		pool = avail
+	}
+	shareOut := func(slice int) { // the slice's share of the pool, and the state's
+		if pool >= 0 {
+			avail = int64(slice) * (act + state)
+			stateBudget = pool - avail
+		}
+	}
+	shareOut(slice)
 	if p.HostState && int64(hostTokens(wave, slice, avail, act, state))*hostState > stateBudget {
 		// the sequences go in several waves, each as large as the device and the host hold
-		waveOf := func(slice int) int { return devSlices(slice, avail, act, state)*slice + int(stateBudget/hostState) }
+		waveOf := func(slice int) int {
+			shareOut(slice)
+			return devSlices(slice, avail, act, state)*slice + int(max(stateBudget, 0)/hostState)
+		}
 		wave = waveOf(slice)
 		// Smaller slices leave the device room for more slices' state: below the floor the slicing above
 		// keeps to rather than refuse a sequence (a larger device budget once refused what a smaller one
@@ -364,8 +382,12 @@ func (e *Engine) planWith(lens []int, mode layerMode, chunk int) (WavePlan, erro
 				e.Model.Ops.Name(), numtext.Bytes(p.HostBudget), numtext.Bytes(reserve))
 		}
 		if wave < p.Longest && e.sharedMemory() {
+			size := int64(p.Longest) * state
+			if pool >= 0 {
+				size = int64(p.Longest) * hostState
+			}
 			return p, fmt.Errorf("%w: the state of a sequence of %s tokens (%s) does not fit the %s backend's memory budget of %s beside %s of read buffers, %s of weights and carries and a slice's activations (it computes in host memory: --host-memory)",
-				ErrBudget, numtext.Commas(p.Longest), numtext.Bytes(int64(p.Longest)*state), e.Model.Ops.Name(), numtext.Bytes(p.HostBudget), numtext.Bytes(reserve), numtext.Bytes(p.WeightBytes+carry))
+				ErrBudget, numtext.Commas(p.Longest), numtext.Bytes(size), e.Model.Ops.Name(), numtext.Bytes(p.HostBudget), numtext.Bytes(reserve), numtext.Bytes(p.WeightBytes+carry))
 		}
 		if wave < p.Longest {
 			return p, fmt.Errorf("%w: the state of a sequence of %s tokens (%s) does not fit the host budget of %s (--host-memory) beside %s of read buffers and expert inputs and what the device holds",

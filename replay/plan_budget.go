@@ -32,8 +32,9 @@ func (e *Engine) deviceBudget() int64 {
 
 // sharedMemory says that the device is the host's memory: a backend without ops.DeviceMemory (the CPU's)
 // and no EngineOptions.DeviceMemory to act as a device of that size. Its activations and state then share
-// the host budget with the reads, so no state goes "off the device" into host memory, which would count
-// the same memory twice; a wave whose state the budget cannot hold beside a slice splits into waves.
+// the host budget with the reads: the plan counts the state kept apart (as bfloat16, in BF16 precision)
+// and the running slice in one pool, never the same memory twice, and a wave whose state the pool cannot
+// hold beside a slice splits into waves.
 func (e *Engine) sharedMemory() bool {
 	_, dev := e.Model.Ops.(ops.DeviceMemory)
 	return !dev && e.opts.DeviceMemory <= 0

@@ -3,9 +3,11 @@ package replay
 import (
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 
+	"github.com/potato-k3/potato-k3/replay/cpu"
 	"github.com/potato-k3/potato-k3/replay/ops"
 )
 
@@ -70,15 +72,16 @@ func TestPlanWithinBudgets(t *testing.T) {
 
 // TestPlanSharedMemory: on a backend that computes in host memory (the CPU's) with no --device-memory,
 // the device budget is the host's less the reads' buffers, and every plan keeps all it holds (weights,
-// carries, slices, state, expert inputs, experts read ahead) within the host budget once: no state goes
-// "off the device" into the same memory, and a wave whose state does not fit splits into waves and says
-// why. Given a device budget, the same wave keeps part of its state in host memory as on a device.
+// carries, slices, state on the device and as bfloat16 apart, expert inputs, experts read ahead) within
+// the host budget once: no slice's state is held twice, and a wave whose state does not fit splits into
+// waves and says why. Given a device budget, the same wave keeps part of its state in host memory as on a
+// device.
 func TestPlanSharedMemory(t *testing.T) {
 	e := openTiny(t, ops.BF16, EngineOptions{})
 	act, state, _ := e.tokenBytes()
 	reserve := e.hostReadBuffers()
 	base := e.weightPeak(true) + e.carryBytes(4096, true) + reserve
-	split := 0
+	split, hostTier := 0, 0
 	for _, sh := range []struct{ seqs, seqLen int }{{1, 100}, {16, 512}, {64, 1024}, {1, 20000}} {
 		lens := make([]int, sh.seqs)
 		for i := range lens {
@@ -98,10 +101,13 @@ func TestPlanSharedMemory(t *testing.T) {
 			if want := host - reserve; p.DeviceBudget != want {
 				t.Errorf("%s: device budget %d, want the host budget less the read buffers, %d", name, p.DeviceBudget, want)
 			}
-			if p.HostBytes != 0 {
-				t.Errorf("%s: %d bytes of state in host memory beside the device's: %s", name, p.HostBytes, p)
+			if p.HostBytes > 0 {
+				hostTier++
+				if p.DeviceSlices != 0 {
+					t.Errorf("%s: %d slices' state on the device beside the state in host memory: %s", name, p.DeviceSlices, p)
+				}
 			}
-			if all := p.DevicePeak + p.StashBytes + reserve + p.ExpertReadAhead; all > host {
+			if all := p.DevicePeak + p.HostBytes + p.StashBytes + reserve + p.ExpertReadAhead; all > host {
 				t.Errorf("%s: %d bytes held in all, over the host budget %d: %s", name, all, host, p)
 			}
 			if p.Waves > 1 {
@@ -112,8 +118,8 @@ func TestPlanSharedMemory(t *testing.T) {
 			}
 		}
 	}
-	if split == 0 {
-		t.Error("no plan split a wave: the grid misses budgets too small for a wave's state")
+	if split == 0 || hostTier == 0 {
+		t.Errorf("%d plans split a wave, %d kept state as bfloat16: the grid misses budgets too small for a wave's state", split, hostTier)
 	}
 	// the same kind of wave with a device budget of its own: the state goes off the device
 	lens := make([]int, 64)
@@ -148,5 +154,40 @@ func TestPlanLargerDevicePlans(t *testing.T) {
 	}
 	if planned == 0 {
 		t.Fatal("no device budget planned the wave: the grid misses it")
+	}
+}
+
+// TestSharedMemoryRun: a wave whose float32 state the CPU's one budget cannot hold beside a slice, but
+// whose state as bfloat16 it can, runs in one read with that state kept apart (no slice's state on the
+// "device" beside the running one's), and gives the bits of the wave run without a budget.
+func TestSharedMemoryRun(t *testing.T) {
+	seqs := randomSequences(9, 3328, 900, 700, 1200, 1000)
+	lens := make([]int, len(seqs))
+	for i, s := range seqs {
+		lens[i] = len(s.Tokens)
+	}
+	o := Options{TopK: 5, Lens: []int{1}, Hidden: []int{0, 2}}
+	want := runOne(t, openPreset(t, "tiny", 1, cpu.New(cpu.Options{Precision: ops.BF16}), EngineOptions{}), Request{Sequences: seqs, Options: o})
+	e := openPreset(t, "tiny", 1, cpu.New(cpu.Options{Precision: ops.BF16}), EngineOptions{})
+	act, state, _ := e.tokenBytes()
+	base := e.hostReadBuffers() + e.weightPeak(true) + e.carryBytes(1200, true)
+	var found WavePlan
+	for host := base; host < base+3800*(act+state); host += 16 << 10 {
+		e.opts.HostMemory = host
+		if p, err := e.planWave(lens); err == nil && p.Waves == 1 && p.HostBytes > 0 {
+			found = p
+			break
+		}
+	}
+	if found.HostBytes == 0 {
+		t.Fatal("no host budget planned the wave in one read with its state kept apart")
+	}
+	t.Logf("plan %s", found)
+	if found.DeviceSlices != 0 || found.Slices < 2 {
+		t.Fatalf("plan %s: want slices, and no slice's state on the device beside the running one's", found)
+	}
+	got := runOne(t, e, Request{Sequences: seqs, Options: o})
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("plan %s: results differ from the wave run without a budget", found)
 	}
 }

@@ -82,7 +82,7 @@ func (e *Engine) readAheadBudget(p WavePlan) (int64, string) {
 	reserve += p.StashBytes // expert-major: the slices' expert inputs and shared outputs
 	held, what := p.HostBytes, "state"
 	if e.sharedMemory() { // the backend computes in host memory: all it holds is the host's
-		held, what = p.DevicePeak, fmt.Sprintf("the %s backend's weights, state and activations", e.Model.Ops.Name())
+		held, what = p.DevicePeak+p.HostBytes, fmt.Sprintf("the %s backend's weights, state and activations", e.Model.Ops.Name())
 	}
 	n := min(want, p.HostBudget-held-reserve)
 	if n < slot {
