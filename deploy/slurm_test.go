@@ -45,8 +45,8 @@ func runCmd(t *testing.T, ctx context.Context, dir string, env []string, name st
 
 // TestSlurmArray starts a single-node Slurm cluster from Debian's packages (munged, slurmctld, slurmd:
 // slurm/testcluster.sh), submits slurm/potato-array.sbatch as a 3-task array on the tiny model on the
-// CPU, waits for it, merges the three shard directories and compares the merged Parquet files with one
-// local `potato replay` of the same conversations, byte for byte. It needs root and the packages
+// CPU, waits for it, merges the three shard directories and compares the merged tokens table with one
+// local `potato replay` of the same conversations, row for row (each run stamps its own result-set id). It needs root and the packages
 // slurmctld slurmd slurm-client munge, and runs only with POTATO_SLURM_TEST=1 (.ci/run sets it after
 // installing them).
 func TestSlurmArray(t *testing.T) {
@@ -102,6 +102,10 @@ func TestSlurmArray(t *testing.T) {
 		data, _ := os.ReadFile(l)
 		if !bytes.Contains(data, []byte("job complete:")) {
 			t.Errorf("%s:\n%s", l, data)
+		}
+		// --mem=1000 reaches the script as SLURM_MEM_PER_NODE, and potato gets it less 10%.
+		if !bytes.Contains(data, []byte("(--host-memory 900MiB of the job's 1000MiB)")) {
+			t.Errorf("%s does not say the task's host memory:\n%s", l, data)
 		}
 	}
 	if staged, _ := filepath.Glob(filepath.Join(root, "nvme", "potato-model-*", ".potato-staged")); len(staged) != 1 {
