@@ -23,7 +23,7 @@ func (m *memoryFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&m.expertMajor, "expert-major", false, "run MoE layers expert-major whenever layers run in slices: each chunk of routed experts serves every slice, the slices' expert inputs wait in host memory and pool into expert calls of many slices' rows (the plan does this on its own on a device too small for a layer's experts beside a slice); results do not depend on it")
 	fs.BoolVar(&m.noPooling, "no-expert-pooling", false, "keep MoE layers slice by slice, one routed-expert call a slice, where the plan would pool every slice's rows into each chunk's call (a device that holds a layer's experts beside a slice and the wave's state); results do not depend on it")
 	fs.Var(&m.device, "device-memory", "device memory a wave may plan for, e.g. 24GB (0 or unset: the device's free memory less 10%; on cpu, which computes in host memory, the host budget less the reads' buffers)")
-	fs.Var(&m.host, "host-memory", "host memory a wave may plan for, e.g. 100GB (0 or unset: the available memory less 10%): the reads' own buffers, the per-token state kept off the device, then experts read ahead; only when the state does not fit are sequences split into waves that each read the weights again")
+	fs.Var(&m.host, "host-memory", "host memory a wave may plan for, e.g. 100GB (0 or unset: the available memory less 10%, within a container's or Slurm task's memory cgroup limit): the reads' own buffers, the per-token state kept off the device, then experts read ahead; only when the state does not fit are sequences split into waves that each read the weights again")
 }
 
 // apply sets the budgets in o.

@@ -7,6 +7,7 @@ import (
 	"bufio"
 	"io"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 )
@@ -15,18 +16,27 @@ import (
 // containers): 8 GiB, a laptop's worth, so that budgets made from it stay modest.
 const Assumed = 8 << 30
 
-// Available is MemAvailable of /proc/meminfo in bytes (the kernel's estimate of what can be allocated
-// without swapping), and whether it was read; Assumed where it could not be.
+// Available is what the system can still give this process, in bytes, and whether it was read: the
+// least of MemAvailable of /proc/meminfo (the kernel's estimate of what can be allocated without
+// swapping) and what the process's memory cgroups still allow (cgroupRoom: a container's or a Slurm
+// task's limit, which kills at it whatever the node has free); Assumed where neither could be read.
 func Available() (int64, bool) {
-	f, err := os.Open("/proc/meminfo")
-	if err != nil {
-		return Assumed, false
+	return available("/")
+}
+
+// available is Available with the file system rooted at root (tests).
+func available(root string) (int64, bool) {
+	n, ok := int64(Assumed), false
+	if f, err := os.Open(filepath.Join(root, "proc/meminfo")); err == nil {
+		if m, read := parse(f); read {
+			n, ok = m, true
+		}
+		f.Close()
 	}
-	defer f.Close()
-	if n, ok := parse(f); ok {
-		return n, true
+	if room, limited := cgroupRoom(root); limited && (!ok || room < n) {
+		n, ok = room, true
 	}
-	return Assumed, false
+	return n, ok
 }
 
 // parse finds the MemAvailable line ("MemAvailable:   123456 kB") of a meminfo text.
