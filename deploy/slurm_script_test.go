@@ -34,7 +34,7 @@ func TestSlurmScriptShards(t *testing.T) {
 			"task 4 is past SHARDS=4", true},
 		{"thinking given", []string{"THINKING=off", "SLURM_ARRAY_TASK_ID=0", "SLURM_ARRAY_TASK_MIN=0", "SLURM_ARRAY_TASK_MAX=0"},
 			"--chat " + dir + "/data.jsonl --thinking off --shard 0/1", false},
-		// potato plans from the node's available memory: the task tells it the job's share, less 10%.
+		// The task tells potato the job's share, less 10%, whatever potato finds free on the node.
 		{"--mem", []string{"SLURM_MEM_PER_NODE=1000", "SLURM_ARRAY_TASK_ID=0", "SLURM_ARRAY_TASK_MIN=0", "SLURM_ARRAY_TASK_MAX=0"},
 			"--show 0 --host-memory 900MiB", false},
 		{"--mem-per-cpu", []string{"SLURM_MEM_PER_CPU=300", "SLURM_CPUS_ON_NODE=2", "SLURM_ARRAY_TASK_ID=0", "SLURM_ARRAY_TASK_MIN=0", "SLURM_ARRAY_TASK_MAX=0"},
