@@ -69,11 +69,7 @@ func TestWriteAtomic(t *testing.T) {
 func TestReadSetErrors(t *testing.T) {
 	mem := checkedAlloc(t)
 	dir := t.TempDir()
-	set, err := Build(handResults(), Options{Allocator: mem})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer set.Release()
+	set := handSet(t, mem)
 	if _, err := ReadSet(filepath.Join(dir, "none.arrow"), mem); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("no files: -want ErrNotExist +got %v", err)
 	}
@@ -84,7 +80,7 @@ func TestReadSetErrors(t *testing.T) {
 	if err := WriteFile(filepath.Join(dir, "mixed.tokens.parquet"), set.Lens); err != nil {
 		t.Fatal(err)
 	}
-	_, err = ReadSet(filepath.Join(dir, "mixed.parquet"), mem)
+	_, err := ReadSet(filepath.Join(dir, "mixed.parquet"), mem)
 	if err == nil || !strings.Contains(err.Error(), `holds table "lens", want "tokens"`) {
 		t.Errorf("mislabeled file: -want an error naming both tables +got %v", err)
 	}
@@ -210,11 +206,7 @@ func cmpContents(want, got map[string]string) string {
 func TestReadFileNotOfItsFormat(t *testing.T) {
 	mem := checkedAlloc(t)
 	dir := t.TempDir()
-	set, err := Build(handResults(), Options{Allocator: mem})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer set.Release()
+	set := handSet(t, mem)
 	good := map[string][]byte{}
 	for _, ext := range []string{".arrow", ".arrows", ".parquet"} {
 		if _, err := WriteSet(t.Context(), filepath.Join(dir, "r"+ext), set); err != nil {

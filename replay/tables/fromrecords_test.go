@@ -53,11 +53,7 @@ func TestFromRecordsShuffled(t *testing.T) {
 // the table and column.
 func TestFromRecordsErrors(t *testing.T) {
 	mem := checkedAlloc(t)
-	set, err := Build(handResults(), Options{Allocator: mem})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer set.Release()
+	set := handSet(t, mem)
 	rec := set.Tokens.Records[0]
 	int64s := func() arrow.Array {
 		b := array.NewInt64Builder(mem)

@@ -21,6 +21,18 @@ func checkedAlloc(t *testing.T) memory.Allocator {
 	return mem
 }
 
+// handSet builds the tables of handResults on mem, released when the test ends (before checkedAlloc's
+// check, which was registered first).
+func handSet(t *testing.T, mem memory.Allocator) *Set {
+	t.Helper()
+	set, err := Build(handResults(), Options{Allocator: mem})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(set.Release)
+	return set
+}
+
 // spec describes one synthetic sequence for makeResults.
 type spec struct {
 	seq    int32

@@ -75,11 +75,7 @@ func TestIPCEmptyTable(t *testing.T) {
 // TestIPCErrors checks the refusals of WriteIPC and ReadIPC.
 func TestIPCErrors(t *testing.T) {
 	mem := checkedAlloc(t)
-	set, err := Build(handResults(), Options{Allocator: mem})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer set.Release()
+	set := handSet(t, mem)
 	var good bytes.Buffer
 	if err := WriteIPC(&good, set.Tokens.Records...); err != nil {
 		t.Fatal(err)
