@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 )
 
 // Samples of a shard's tensor data that Fingerprint reads: fingerprintSamples ranges of
@@ -33,13 +34,21 @@ func (d *Dir) Fingerprint(ctx context.Context) (string, error) {
 	h := sha256.New()
 	io.WriteString(h, fingerprintDomain)
 	buf := make([]byte, fingerprintBytes)
+	var line []byte // a tensor's entry, built with appends: fmt took 0.4 s over K3's 497,000 tensors
 	for _, s := range d.shards {
 		if err := ctx.Err(); err != nil {
 			return "", fmt.Errorf("checkpoint: fingerprint: %w", err)
 		}
 		fmt.Fprintf(h, "shard %q %d %d\n", s.hdr.File, s.hdr.Size, len(s.hdr.Tensors))
 		for _, t := range s.hdr.Tensors {
-			fmt.Fprintf(h, "%q %s %v %d %d\n", t.Name, t.DType, t.Shape, t.Offset, t.Size)
+			line = strconv.AppendQuote(line[:0], t.Name)
+			line = append(append(line, ' '), t.DType...)
+			for _, n := range t.Shape {
+				line = strconv.AppendInt(append(line, ' '), n, 10)
+			}
+			line = strconv.AppendInt(append(line, " @ "...), t.Offset, 10)
+			line = strconv.AppendInt(append(line, ' '), t.Size, 10)
+			h.Write(append(line, '\n'))
 		}
 		if err := sampleShard(h, s, buf); err != nil {
 			return "", err
