@@ -246,7 +246,8 @@ func (e *Engine) planWith(lens []int, mode layerMode, chunk int) (WavePlan, erro
 	stash := "" // what else the device budget holds, for messages
 	if e.sharedMemory() {
 		// the device budget is the rest of the host's (deviceBudget): the expert inputs kept in host memory
-		// come out of it, and no state goes there
+		// come out of it, and the state kept apart has no budget of its own (the pool below shares the
+		// device budget with it in BF16 precision)
 		avail -= p.StashBytes
 		stateBudget = 0
 		if p.StashBytes > 0 {
