@@ -3,6 +3,7 @@ package replay
 import (
 	"context"
 	"errors"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -123,5 +124,67 @@ func TestCancelStopsBetweenSublayers(t *testing.T) {
 	}
 	if n := b.ffnAfter.Load(); n != 0 {
 		t.Errorf("%d FFN ops ran after the cancel, want none", n)
+	}
+}
+
+// cancelInKDA is the CPU backend cancelling a context as its first KDA starts, and keeping what that KDA
+// returned.
+type cancelInKDA struct {
+	*cpu.Backend
+	ctx    context.Context
+	cancel context.CancelFunc
+	once   sync.Once
+	opErr  error
+}
+
+func (b *cancelInKDA) kda(run func() error) error {
+	first := false
+	b.once.Do(func() {
+		first = true
+		b.cancel()
+		<-b.ctx.Done()
+	})
+	err := run()
+	if first {
+		b.opErr = err
+	}
+	return err
+}
+
+func (b *cancelInKDA) KDA(q, k, v, graw, braw, aLog, dtBias ops.Tensor, heads int, lower float32, l ops.Layout) (out ops.Tensor, err error) {
+	err = b.kda(func() error {
+		out, err = b.Backend.KDA(q, k, v, graw, braw, aLog, dtBias, heads, lower, l)
+		return err
+	})
+	return out, err
+}
+
+func (b *cancelInKDA) KDASlice(q, k, v, graw, braw, aLog, dtBias ops.Tensor, heads int, lower float32, l ops.SliceLayout, in ops.Carry) (out ops.Tensor, c ops.Carry, err error) {
+	err = b.kda(func() error {
+		out, c, err = b.Backend.KDASlice(q, k, v, graw, braw, aLog, dtBias, heads, lower, l, in)
+		return err
+	})
+	return out, c, err
+}
+
+// TestCancelStopsWithinAnOp: the engine hands its context to a backend that computes in the process
+// (ops.Interrupter), so a cancel stops the op in flight rather than waiting for it: one CPU op of a long
+// sequence takes minutes (a single KDA or MLA of 1,048,576 tokens, hours). The op that was running when
+// the cancel came returns the cancel, and so does Run; the engine is whole afterwards.
+func TestCancelStopsWithinAnOp(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	b := &cancelInKDA{Backend: cpu.New(cpu.Options{Precision: ops.BF16}), ctx: ctx, cancel: cancel}
+	e := openPreset(t, "tiny", 1, b, EngineOptions{})
+	req := Request{Sequences: randomSequences(3, 3328, 40, 17)}
+	_, _, err := e.Run(ctx, []Request{req})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("Run with a cancel in the first KDA: %v, want context.Canceled", err)
+	}
+	if !errors.Is(b.opErr, context.Canceled) {
+		t.Fatalf("the KDA in flight at the cancel returned %v, want context.Canceled: the backend was not told", b.opErr)
+	}
+	if _, _, err := e.Run(context.Background(), []Request{req}); err != nil {
+		t.Errorf("after a cancel: %v", err)
 	}
 }

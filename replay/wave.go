@@ -217,6 +217,9 @@ func (s WaveStats) add(o WaveStats) WaveStats {
 // requests; else runWave makes it.
 func (e *Engine) runWave(ctx context.Context, reqs []Request, given *WavePlan) ([][]Result, WaveStats, error) {
 	start := time.Now()
+	// A backend that computes in this process (the CPU's) stops its op in flight when ctx ends: one op of
+	// a long sequence can take minutes, and the checks below come between layers and sublayers.
+	defer ops.Interrupt(e.Model.Ops, ctx)()
 	layers := len(e.Plan.Layers)
 	in, err := e.waveInputs(reqs)
 	if err != nil {

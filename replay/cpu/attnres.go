@@ -52,6 +52,9 @@ func (b *Backend) AttnResMix(vs []ops.Tensor, wg ops.Tensor) (ops.Tensor, []floa
 			b.roundAll(o)
 		}
 	})
+	if err := b.interrupted("AttnResMix"); err != nil {
+		return nil, nil, err
+	}
 	return out, weights, nil
 }
 

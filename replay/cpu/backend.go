@@ -38,9 +38,13 @@ type Backend struct {
 	prec    ops.Precision
 	bf      bool // prec == ops.BF16: round at the contract's "rounded" points
 	threads int
+	stop    interrupts // the contexts of Interrupt (interrupt.go)
 }
 
-var _ ops.Backend = (*Backend)(nil)
+var (
+	_ ops.Backend     = (*Backend)(nil)
+	_ ops.Interrupter = (*Backend)(nil)
+)
 
 // New returns a CPU backend.
 func New(o Options) *Backend {
@@ -78,7 +82,9 @@ func (b *Backend) roundAll(xs []float32) {
 
 // parallel runs fn(i) for every task i in [0, n) on up to b.threads goroutines, handing out tasks in
 // order from a shared counter. Callers make each task write its own outputs, computed in an order that
-// does not depend on which goroutine runs it, so the result is the same for any thread count.
+// does not depend on which goroutine runs it, so the result is the same for any thread count. Once a
+// context registered with Interrupt has ended, the tasks not yet started are skipped: the op's caller
+// returns interrupted's error instead of the incomplete output.
 func (b *Backend) parallel(n int, fn func(i int)) {
 	b.parallelWorkers(n, func(_, i int) { fn(i) })
 }
@@ -89,6 +95,9 @@ func (b *Backend) parallelWorkers(n int, fn func(worker, i int)) {
 	workers := min(b.threads, n)
 	if workers <= 1 {
 		for i := range n {
+			if b.stopping() {
+				return
+			}
 			fn(0, i)
 		}
 		return
@@ -99,7 +108,7 @@ func (b *Backend) parallelWorkers(n int, fn func(worker, i int)) {
 		wg.Go(func() {
 			for {
 				i := int(next.Add(1)) - 1
-				if i >= n {
+				if i >= n || b.stopping() {
 					return
 				}
 				fn(w, i)

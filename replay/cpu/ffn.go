@@ -25,6 +25,9 @@ func (b *Backend) SiTUGLU(gate, up ops.Tensor, beta, linBeta float32) (ops.Tenso
 	b.parallelRange(len(out.data), 1<<12, func(lo, hi int) {
 		b.situRange(out.data[lo:hi], gt.data[lo:hi], ut.data[lo:hi], beta, linBeta)
 	})
+	if err := b.interrupted("SiTUGLU"); err != nil {
+		return nil, err
+	}
 	return out, nil
 }
 

@@ -48,6 +48,9 @@ func (b *Backend) ShortConvSiLU(x, w ops.Tensor, l ops.Layout) (ops.Tensor, erro
 			}
 		}
 	})
+	if err := b.interrupted("ShortConvSiLU"); err != nil {
+		return nil, err
+	}
 	return out, nil
 }
 
@@ -76,6 +79,9 @@ func (b *Backend) KDA(q, k, v, graw, braw ops.Tensor, aLog, dtBias ops.Tensor, h
 		return nil, err
 	}
 	out, _ := b.kda(qt, kt, vt, gt, bt, at, dt, heads, lower, l, nil, false)
+	if err := b.interrupted(op); err != nil {
+		return nil, err
+	}
 	return out, nil
 }
 
@@ -100,6 +106,9 @@ func (b *Backend) kda(qt, kt, vt, gt, bt, at, dt *Tensor, heads int, lower float
 		}
 		a := exp32(at.data[h])
 		for t := l.Starts[s]; t < l.Starts[s+1]; t++ {
+			if t%1024 == 0 && b.stopping() { // one task runs a whole sequence's recurrence for its head
+				return
+			}
 			c0 := t*ch + h*d
 			st.step(b, qt.data[c0:c0+d], kt.data[c0:c0+d], vt.data[c0:c0+d], gt.data[c0:c0+d],
 				dt.data[h*d:(h+1)*d], a, lower, scale, bt.data[t*heads+h], out.data[c0:c0+d])

@@ -43,6 +43,9 @@ func (b *Backend) TokenStats(h, w ops.Tensor, targets []int32, k int) ([]ops.Tok
 			stats[r0+i] = rowStats(logits[i*vocab:(i+1)*vocab], targets[r0+i], k)
 		})
 	}
+	if err := b.interrupted("TokenStats"); err != nil {
+		return nil, err
+	}
 	return stats, nil
 }
 

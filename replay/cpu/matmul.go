@@ -35,6 +35,9 @@ func (b *Backend) MatMul(x, w ops.Tensor) (ops.Tensor, error) {
 	}
 	out := newTensor(xt.rows, wt.rows)
 	b.gemm(out.data, xt.data, xt.rows, wt.data, wt.rows, xt.cols, b.bf)
+	if err := b.interrupted(op); err != nil {
+		return nil, err
+	}
 	return out, nil
 }
 

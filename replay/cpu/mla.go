@@ -32,7 +32,11 @@ func (b *Backend) MLA(q, kv, ks ops.Tensor, heads, nope, shared, vdim int, l ops
 	if err := ops.CheckMLA(q, kv, ks, heads, nope, shared, vdim, l); err != nil {
 		return nil, err
 	}
-	return b.mla(qt, kvt, kst, heads, nope, shared, vdim, l, 0), nil
+	out := b.mla(qt, kvt, kst, heads, nope, shared, vdim, l, 0)
+	if err := b.interrupted(op); err != nil {
+		return nil, err
+	}
+	return out, nil
 }
 
 // mla computes MLA as documented above over every sequence of l from sequence first on (the rows of
@@ -75,6 +79,9 @@ func (b *Backend) attend(out, qt *Tensor, keys mlaKeys, h, nope, shared, vdim, t
 	div := float32(math.Sqrt(float64(qk)))
 	start := keys.start
 	for t := t0; t < t1; t++ {
+		if b.stopping() { // a query of a long sequence reads every key before it: stop between queries
+			return
+		}
 		qrow := qt.data[(t-qOff)*qt.cols+h*qk:]
 		qn, qs := qrow[:nope], qrow[nope:qk]
 		p := score[:t-start+1]

@@ -24,6 +24,9 @@ func (b *Backend) mlaPrefix(out, qt, kvt, kst, kvb *Tensor, c *carry, heads, nop
 	workers := min(b.threads, blocks)
 	scores, accs := make([]float32, workers*rows), make([]float32, workers*vdim)
 	for h := range heads {
+		if b.stopping() {
+			return
+		}
 		b.gemm(kh[:pre*kvw], c.latent, pre, kvb.data[h*kvw*lat:(h+1)*kvw*lat], kvw, lat, b.bf)
 		for i := range n0 {
 			copy(kh[(pre+i)*kvw:(pre+i+1)*kvw], kvt.data[i*kvt.cols+h*kvw:])

@@ -76,6 +76,9 @@ func (b *Backend) Route(x, w, bias ops.Tensor, k int, scale float32) (ops.Routin
 		b.gemm(logits, xt.data[r0*xt.cols:], n, wt.data, experts, xt.cols, false)
 		b.routeRows(rt, logits, bt.data, r0, n, scale)
 	}
+	if err := b.interrupted(op); err != nil {
+		return ops.Routing{}, err
+	}
 	return rt, nil
 }
 
@@ -171,5 +174,8 @@ func (b *Backend) ExpertsAccumulate(acc, z ops.Tensor, rt ops.Routing, experts [
 		return argErr(op, "%v", err)
 	}
 	b.runExperts(at.data, zt.data, latent, es, work, beta, linBeta)
+	if err := b.interrupted(op); err != nil {
+		return err
+	}
 	return nil
 }

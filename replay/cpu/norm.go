@@ -64,6 +64,9 @@ func (b *Backend) norm(op string, x, w, gate ops.Tensor, eps float32) (ops.Tenso
 			}
 		}
 	})
+	if err := b.interrupted(op); err != nil {
+		return nil, err
+	}
 	return out, nil
 }
 
@@ -84,5 +87,8 @@ func (b *Backend) MulSigmoid(x, gate ops.Tensor) (ops.Tensor, error) {
 			out.data[i] = b.r(xt.data[i] * sigmoid(gt.data[i]))
 		}
 	})
+	if err := b.interrupted(op); err != nil {
+		return nil, err
+	}
 	return out, nil
 }

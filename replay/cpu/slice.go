@@ -129,6 +129,9 @@ func (b *Backend) KDASlice(q, k, v, graw, braw ops.Tensor, aLog, dtBias ops.Tens
 		init = c.state
 	}
 	out, last := b.kda(ts[0], ts[1], ts[2], ts[3], ts[4], ts[5], ts[6], heads, lower, l.Layout, init, l.Open)
+	if err := b.interrupted(op); err != nil {
+		return nil, nil, err
+	}
 	if !l.Open {
 		return out, nil, nil
 	}
@@ -170,6 +173,9 @@ func (b *Backend) MLASlice(q, kv, ks, latent, kvb ops.Tensor, heads, nope, share
 	out := b.mla(qt, kvt, kst, heads, nope, shared, vdim, l.Layout, first)
 	if c != nil {
 		b.mlaPrefix(out, qt, kvt, kst, wt, c, heads, nope, shared, vdim, l.Starts[1])
+	}
+	if err := b.interrupted(op); err != nil {
+		return nil, nil, err
 	}
 	if !l.Open {
 		return out, nil, nil

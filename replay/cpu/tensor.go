@@ -232,5 +232,8 @@ func (b *Backend) Add(x, y ops.Tensor) (ops.Tensor, error) {
 			out.data[i] = b.r(p.data[i] + q.data[i])
 		}
 	})
+	if err := b.interrupted(op); err != nil {
+		return nil, err
+	}
 	return out, nil
 }

@@ -30,6 +30,9 @@ func (b *Backend) ToHostBF16(x ops.Tensor, dst []uint16) error {
 			bad.Store(true)
 		}
 	})
+	if err := b.interrupted(op); err != nil {
+		return err
+	}
 	if bad.Load() {
 		return argErr(op, "a value of the %dx%d tensor is not a bfloat16 value", t.rows, t.cols)
 	}
@@ -55,5 +58,8 @@ func (b *Backend) FromHostBF16(rows, cols int, src []uint16) (ops.Tensor, error)
 		lo, hi := i*chunk, min(len(src), (i+1)*chunk)
 		bf16.Widen(t.data[lo:hi], src[lo:hi])
 	})
+	if err := b.interrupted(op); err != nil {
+		return nil, err
+	}
 	return t, nil
 }
