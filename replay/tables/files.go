@@ -83,6 +83,9 @@ func WriteFile(path string, t *Table) error {
 // A file that is not of its format, or is cut short, is refused saying so, by its first and last bytes
 // (checkParquet, sniffIPC), before the reader's own message ("arrow/ipc: not an Arrow file" for a .arrow
 // file cut short, "parquet: file is smaller than indicated metadata size" for a file that is not Parquet).
+// A stream has no closing bytes of its own but the end-of-stream marker: one cut inside a message is
+// refused as cut short, and one cut between two messages, which arrow-go reads as a whole stream, by the
+// marker it lacks (ReadIPC; the error wraps ErrNoEndMarker and names the file).
 func ReadFile(path string, mem memory.Allocator) (*Table, error) {
 	format, err := FormatOf(path)
 	if err != nil {
@@ -120,9 +123,12 @@ func ReadFile(path string, mem memory.Allocator) (*Table, error) {
 		}
 		return t, nil
 	}
-	t, err := ReadIPC(bufio.NewReaderSize(f, 1<<20), mem)
+	t, err := readIPC(bufio.NewReaderSize(f, 1<<20), mem, path)
 	if err != nil {
-		if errors.Is(err, io.ErrUnexpectedEOF) {
+		switch {
+		case errors.Is(err, ErrNoEndMarker): // cut at a message boundary: the error names path
+			return nil, err
+		case errors.Is(err, io.ErrUnexpectedEOF):
 			return nil, fmt.Errorf("tables: %s: an Arrow IPC stream cut short (%d bytes): %w", path, info.Size(), err)
 		}
 		return nil, fmt.Errorf("%w (file %s)", err, path)
