@@ -41,10 +41,11 @@ type manifest struct {
 // jobDir is where job id's files live; id has been checked against idPattern.
 func (s *Server) jobDir(id string) string { return filepath.Join(s.cfg.SpillDir, id) }
 
+// resultSet is the path of job id's result set (tables.WriteSetFrom's): one Parquet file a table beside it.
+func (s *Server) resultSet(id string) string { return filepath.Join(s.jobDir(id), "result.parquet") }
+
 // tablePath is the Parquet file of one table of job id.
-func (s *Server) tablePath(id, name string) string {
-	return tables.TablePath(filepath.Join(s.jobDir(id), "result.parquet"), name)
-}
+func (s *Server) tablePath(id, name string) string { return tables.TablePath(s.resultSet(id), name) }
 
 // manifestOf snapshots j. The caller holds s.mu.
 func (s *Server) manifestOf(j *job) manifest {
@@ -139,7 +140,7 @@ func (s *Server) spill(j *job, results []replay.Result, share int64) {
 		tables.MetaPrecision: j.prec.String(), tables.MetaBackend: s.info.Backend,
 	}, Piece: s.piece}
 	s.mu.Unlock()
-	names, err := s.writeResults(j, filepath.Join(s.jobDir(j.id), "result.parquet"), results, opts)
+	names, err := s.writeResults(j, s.resultSet(j.id), results, opts)
 	j.persist.Lock()
 	defer j.persist.Unlock()
 	now := time.Now()
@@ -318,6 +319,9 @@ func (s *Server) recover() error {
 		j := jobOf(m)
 		switch {
 		case j.state == api.StateQueued || j.state == api.StateRunning:
+			// killed while it wrote its tables, the server left them in a staging directory; nothing
+			// writes this job's set again, so nothing else would clear it before the job expires
+			tables.SweepSet(s.resultSet(j.id))
 			j.terminal(api.StateFailed, fmt.Sprintf("the server (pid %d) stopped while this job was %s; "+
 				"its results were never written: submit it again", m.PID, j.state), now)
 		case j.state == api.StateDone:

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/potato-k3/potato-k3/internal/staging"
 	"github.com/potato-k3/potato-k3/kernel/api"
 	"github.com/potato-k3/potato-k3/replay"
 )
@@ -85,6 +86,17 @@ func TestRestartFindsSpilledResults(t *testing.T) {
 		t.Fatal(err)
 	}
 	os.Mkdir(filepath.Join(spill, "00000000000000bb"), 0o700) // died before its first manifest
+	// killed while it wrote its tables: a staging directory with a table and the owner file, its lock gone
+	// with the process (a staging directory of a live writer would hold it)
+	staged := filepath.Join(ts.jobDir(crashed.Status.ID), ".result.parquet.123456.tmp")
+	for _, name := range []string{staging.OwnerFile, "tokens.parquet"} {
+		if err := os.MkdirAll(staged, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(staged, name), []byte("written so far"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
 
 	ts2 := startServer(t, Config{SpillDir: spill}, testHooks{})
 	st := ts2.status(t, id)
@@ -107,6 +119,9 @@ func TestRestartFindsSpilledResults(t *testing.T) {
 	m, err := readManifest(filepath.Join(spill, crashed.Status.ID))
 	if err != nil || m.Status.State != api.StateFailed {
 		t.Errorf("the crashed job's manifest was not rewritten: %v %v", m.Status.State, err)
+	}
+	if _, err := os.Stat(staged); !os.IsNotExist(err) {
+		t.Errorf("the tables a killed server was writing were left until the job expires: %v", err)
 	}
 }
 

@@ -273,11 +273,11 @@ func writeSet(ctx context.Context, path string, names []string, write func(i int
 	if err := stopped(ctx); err != nil { // not even a staging directory for a write already cancelled
 		return nil, fmt.Errorf("tables: writing the result set %s: %w (nothing was replaced)", path, err)
 	}
+	SweepSet(path) // what a killed writer of this set left
 	dir, base := filepath.Split(path)
 	if dir == "" {
 		dir = "."
 	}
-	staging.Sweep(dir, "."+base+".", ".tmp") // what a killed writer of this set left
 	st, err := staging.Mkdir(dir, "."+base+".", ".tmp")
 	if err != nil {
 		return nil, fmt.Errorf("tables: writing %s: %w", path, err)
