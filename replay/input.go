@@ -3,6 +3,7 @@ package replay
 import (
 	"errors"
 	"fmt"
+	"math"
 
 	"github.com/potato-k3/potato-k3/replay/tokenizer"
 )
@@ -31,7 +32,8 @@ func FromText(tok *tokenizer.Tokenizer, text string) (Sequence, error) {
 	return FromTokens(tok, toks), nil
 }
 
-// ErrTooManyTokens is returned (wrapped, with the count reached) by FromTextLimit for a text past its limit.
+// ErrTooManyTokens is returned (wrapped, naming the limit) by FromTextLimit and FromConversationLimit
+// for an input past its limit.
 var ErrTooManyTokens = errors.New("replay: too many tokens")
 
 // FromTextLimit is FromText for a text of at most limit tokens: past that it stops tokenizing and returns
@@ -50,14 +52,45 @@ func FromTextLimit(tok *tokenizer.Tokenizer, text string, limit int) (Sequence, 
 // FromConversation renders a conversation with the K3 chat format into a sequence. The conversation's
 // thinking mode must be set. The sequence's Conversation is c.ID and its Thinking the mode ("on", "off").
 func FromConversation(tok *tokenizer.Tokenizer, c tokenizer.Conversation) (Sequence, error) {
-	toks, err := tok.EncodeConversation(c)
+	return FromConversationLimit(tok, c, math.MaxInt)
+}
+
+// FromConversationLimit is FromConversation for a conversation of at most limit tokens: past that it
+// stops rendering (tokenizer.EncodeConversationLimit) and returns a *TooManyTokensError, which wraps
+// ErrTooManyTokens, naming the limit and the message where rendering stopped.
+func FromConversationLimit(tok *tokenizer.Tokenizer, c tokenizer.Conversation, limit int) (Sequence, error) {
+	toks, ok, err := tok.EncodeConversationLimit(c, limit)
 	if err != nil {
 		return Sequence{}, err
+	}
+	if !ok {
+		e := &TooManyTokensError{Limit: limit, Message: -1}
+		if len(toks) > 0 {
+			e.Message = toks[len(toks)-1].Message
+		}
+		return Sequence{}, e
 	}
 	s := FromTokens(tok, toks)
 	s.Conversation, s.Thinking = c.ID, ThinkingName(c.Thinking)
 	return s, nil
 }
+
+// TooManyTokensError is FromConversationLimit's error for a conversation past its limit: the limit and
+// the index of the message in which rendering stopped, or -1 for markup outside the messages (the
+// thinking-effort message, the generation prompt). It wraps ErrTooManyTokens.
+type TooManyTokensError struct {
+	Limit, Message int
+}
+
+func (e *TooManyTokensError) Error() string {
+	where := "outside the messages"
+	if e.Message >= 0 {
+		where = fmt.Sprintf("in message %d", e.Message)
+	}
+	return fmt.Sprintf("conversation: more than %d tokens (rendering stopped %s): %v", e.Limit, where, ErrTooManyTokens)
+}
+
+func (e *TooManyTokensError) Unwrap() error { return ErrTooManyTokens }
 
 // ThinkingName is the spelling of a thinking mode in results and messages: "on", "off", or "" unset.
 func ThinkingName(t tokenizer.Thinking) string {

@@ -3,6 +3,7 @@ package tokenizer
 import (
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 )
@@ -70,18 +71,10 @@ func (t *Tokenizer) EncodeText(text string, allowSpecial bool) []Token {
 	return textTokens(ids)
 }
 
-// EncodeTextLimit is EncodeText refused past limit tokens: false when text has more. Without special
-// tokens the encoder stops at the limit (EncodeLimit: a huge text is not tokenized whole); with them the
-// whole text is encoded first, since the special names split it before the encoder sees it.
+// EncodeTextLimit is EncodeText refused past limit tokens: false when text has more. The encoder stops
+// at the limit, special tokens or not (as EncodeLimit: a huge text is not tokenized whole).
 func (t *Tokenizer) EncodeTextLimit(text string, allowSpecial bool, limit int) ([]Token, bool) {
-	if allowSpecial {
-		ids := t.EncodeSpecial(text)
-		if len(ids) > limit {
-			return nil, false
-		}
-		return textTokens(ids), true
-	}
-	ids, ok := t.EncodeLimit(text, limit)
+	ids, ok := t.appendLimit(nil, text, allowSpecial, limit)
 	if !ok {
 		return nil, false
 	}
@@ -98,19 +91,30 @@ func textTokens(ids []int32) []Token {
 }
 
 // EncodeConversation renders c in the K3 chat format and encodes it, recording for every token its
-// message and channel. c.Thinking must be set.
+// message and channel. c.Thinking must be set. It is EncodeConversationLimit with no limit.
 func (t *Tokenizer) EncodeConversation(c Conversation) ([]Token, error) {
+	tokens, _, err := t.EncodeConversationLimit(c, math.MaxInt)
+	return tokens, err
+}
+
+// EncodeConversationLimit is EncodeConversation refused past limit tokens. Within the limit it returns
+// EncodeConversation's tokens and true. Past it, it returns false and the tokens rendered so far: the
+// renderer stops as soon as it holds more than limit tokens (at most one piece's ids, or one special
+// token, past the limit), so that a conversation of a million messages, or one huge message, is neither
+// rendered nor tokenized whole to be refused. The last token says in which message it stopped. c is
+// validated whole first: an invalid conversation is an error whatever its length.
+func (t *Tokenizer) EncodeConversationLimit(c Conversation, limit int) ([]Token, bool, error) {
 	if err := validate(c); err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	r := renderer{t: t}
+	r := renderer{t: t, limit: limit}
 	for _, s := range []struct {
 		name string
 		dst  *int32
 	}{{"<|open|>", &r.open}, {"<|close|>", &r.close}, {"<|sep|>", &r.sep}, {"<|end_of_msg|>", &r.eom}} {
 		id, ok := t.SpecialID(s.name)
 		if !ok {
-			return nil, fmt.Errorf("tokenizer: conversation: the vocabulary has no %s token", s.name)
+			return nil, false, fmt.Errorf("tokenizer: conversation: the vocabulary has no %s token", s.name)
 		}
 		*s.dst = id
 	}
@@ -122,7 +126,9 @@ func (t *Tokenizer) EncodeConversation(c Conversation) ([]Token, error) {
 		if i == effortAt && c.Effort != "" {
 			r.effort(c.Effort)
 		}
-		r.message(i, m, c.Thinking)
+		if r.message(i, m, c.Thinking); r.over {
+			return r.out, false, nil
+		}
 	}
 	if effortAt == len(c.Messages) && c.Effort != "" {
 		r.effort(c.Effort)
@@ -135,7 +141,7 @@ func (t *Tokenizer) EncodeConversation(c Conversation) ([]Token, error) {
 			r.openTag("response", -1)
 		}
 	}
-	return r.out, nil
+	return r.out, !r.over, nil
 }
 
 // validate checks c before rendering, naming the message at fault.
@@ -182,33 +188,44 @@ func validate(c Conversation) error {
 	return nil
 }
 
-// renderer appends the tokens of the markup and the text segments.
+// renderer appends the tokens of the markup and the text segments, up to limit tokens: once it holds
+// more it is over, and appends nothing further.
 type renderer struct {
 	t                     *Tokenizer
 	out                   []Token
 	ids                   []int32 // scratch
 	open, close, sep, eom int32
+	limit                 int
+	over                  bool // len(out) > limit
 }
 
 type attr struct{ key, value string }
 
 func (r *renderer) special(id int32, msg int) {
+	if r.over {
+		return
+	}
 	r.out = append(r.out, Token{id, msg, ChannelStructure})
+	r.over = len(r.out) > r.limit
 }
 
-// text encodes one segment on its own.
+// text encodes one segment on its own, stopping within it once the limit is passed.
 func (r *renderer) text(s string, msg int, ch Channel, allowSpecial bool) {
-	if allowSpecial {
-		r.ids = r.t.AppendEncodeSpecial(r.ids[:0], s)
-	} else {
-		r.ids = r.t.AppendEncode(r.ids[:0], s)
+	if r.over {
+		return
 	}
+	var ok bool
+	r.ids, ok = r.t.appendLimit(r.ids[:0], s, allowSpecial, r.limit-len(r.out))
 	for _, id := range r.ids {
 		r.out = append(r.out, Token{id, msg, ch})
 	}
+	r.over = !ok
 }
 
 func (r *renderer) openTag(name string, msg int, attrs ...attr) {
+	if r.over { // nor escape the values
+		return
+	}
 	r.special(r.open, msg)
 	r.text(name, msg, ChannelStructure, false)
 	for _, a := range attrs {
@@ -255,6 +272,9 @@ func (r *renderer) message(i int, m Message, thinking Thinking) {
 		}
 		r.block("response", i, m.Content, ChannelResponse, true)
 		for _, call := range m.ToolCalls {
+			if r.over {
+				break
+			}
 			callAttrs := []attr{{"name", call.Name}}
 			if call.ID != "" {
 				callAttrs = append(callAttrs, attr{"id", call.ID})

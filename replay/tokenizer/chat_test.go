@@ -35,82 +35,85 @@ func runs(t *testing.T, tok *Tokenizer, tokens []Token) []run {
 
 const S = ChannelStructure
 
+// chatCases are conversations with their rendering as runs, under builtinForTest(t, 4096); the bounded
+// renderer's tests (chatlimit_test.go) run over them too.
+var chatCases = []struct {
+	name string
+	c    Conversation
+	want []run
+}{
+	{
+		name: "user and assistant, thinking on, generation prompt",
+		c: Conversation{Thinking: ThinkingOn, GenerationPrompt: true, Messages: []Message{
+			{Role: RoleSystem, Content: "Be brief."},
+			{Role: RoleUser, Content: "Hi <|open|>"},
+			{Role: RoleAssistant, Reasoning: "Greet.", Content: "Hello!"},
+			{Role: RoleUser, Content: "Again"},
+		}},
+		want: []run{
+			{0, S, `<|open|>message role="system"<|sep|>`}, {0, ChannelSystem, "Be brief."},
+			{0, S, "<|close|>message<|sep|><|end_of_msg|>"},
+			{1, S, `<|open|>message role="user"<|sep|>`}, {1, ChannelUser, "Hi <|open|>"},
+			{1, S, "<|close|>message<|sep|><|end_of_msg|>"},
+			{2, S, `<|open|>message role="assistant"<|sep|><|open|>think<|sep|>`}, {2, ChannelThink, "Greet."},
+			{2, S, "<|close|>think<|sep|><|open|>response<|sep|>"}, {2, ChannelResponse, "Hello!"},
+			{2, S, "<|close|>response<|sep|><|close|>message<|sep|><|end_of_msg|>"},
+			{3, S, `<|open|>message role="user"<|sep|>`}, {3, ChannelUser, "Again"},
+			{3, S, "<|close|>message<|sep|><|end_of_msg|>"},
+			{-1, S, `<|open|>message role="assistant"<|sep|><|open|>think<|sep|>`},
+		},
+	},
+	{
+		name: "thinking off, empty reasoning and content",
+		c: Conversation{Thinking: ThinkingOff, GenerationPrompt: true, Messages: []Message{
+			{Role: RoleUser, Content: "x"},
+			{Role: RoleAssistant},
+		}},
+		want: []run{
+			{0, S, `<|open|>message role="user"<|sep|>`}, {0, ChannelUser, "x"},
+			{0, S, "<|close|>message<|sep|><|end_of_msg|>"},
+			{1, S, `<|open|>message role="assistant"<|sep|><|open|>response<|sep|><|close|>response<|sep|><|close|>message<|sep|><|end_of_msg|>`},
+			{-1, S, `<|open|>message role="assistant"<|sep|><|open|>response<|sep|>`},
+		},
+	},
+	{
+		name: "effort after the leading system message, tools, escaping",
+		c: Conversation{Thinking: ThinkingOn, Effort: "high", Messages: []Message{
+			{Role: RoleSystem, Content: "sys"},
+			{Role: RoleUser, Name: `a"b&c`, Content: "q"},
+			{Role: RoleAssistant, Content: "ok", ToolCalls: []ToolCall{{ID: "c1", Name: "get", Arguments: `{"k":1}`}}},
+			{Role: RoleTool, ToolCallID: "c1", Content: "<|sep|>42"},
+		}},
+		want: []run{
+			{0, S, `<|open|>message role="system"<|sep|>`}, {0, ChannelSystem, "sys"},
+			{0, S, "<|close|>message<|sep|><|end_of_msg|>"},
+			{-1, S, `<|open|>message role="system" type="thinking-effort"<|sep|>`}, {-1, ChannelSystem, "high"},
+			{-1, S, "<|close|>message<|sep|><|end_of_msg|>"},
+			{1, S, `<|open|>message role="user" name="a&quot;b&amp;c"<|sep|>`}, {1, ChannelUser, "q"},
+			{1, S, "<|close|>message<|sep|><|end_of_msg|>"},
+			{2, S, `<|open|>message role="assistant"<|sep|><|open|>think<|sep|><|close|>think<|sep|><|open|>response<|sep|>`},
+			{2, ChannelResponse, "ok"},
+			{2, S, `<|close|>response<|sep|><|open|>tool_call name="get" id="c1"<|sep|>`}, {2, ChannelToolCall, `{"k":1}`},
+			{2, S, "<|close|>tool_call<|sep|><|close|>message<|sep|><|end_of_msg|>"},
+			{3, S, `<|open|>message role="tool" tool_call_id="c1"<|sep|>`}, {3, ChannelTool, "<|sep|>42"},
+			{3, S, "<|close|>message<|sep|><|end_of_msg|>"},
+		},
+	},
+	{
+		name: "effort first without system messages",
+		c:    Conversation{Thinking: ThinkingOn, Effort: "low", Messages: []Message{{Role: RoleUser, Content: "q"}}},
+		want: []run{
+			{-1, S, `<|open|>message role="system" type="thinking-effort"<|sep|>`}, {-1, ChannelSystem, "low"},
+			{-1, S, "<|close|>message<|sep|><|end_of_msg|>"},
+			{0, S, `<|open|>message role="user"<|sep|>`}, {0, ChannelUser, "q"},
+			{0, S, "<|close|>message<|sep|><|end_of_msg|>"},
+		},
+	},
+}
+
 func TestEncodeConversation(t *testing.T) {
 	tok := builtinForTest(t, 4096)
-	tests := []struct {
-		name string
-		c    Conversation
-		want []run
-	}{
-		{
-			name: "user and assistant, thinking on, generation prompt",
-			c: Conversation{Thinking: ThinkingOn, GenerationPrompt: true, Messages: []Message{
-				{Role: RoleSystem, Content: "Be brief."},
-				{Role: RoleUser, Content: "Hi <|open|>"},
-				{Role: RoleAssistant, Reasoning: "Greet.", Content: "Hello!"},
-				{Role: RoleUser, Content: "Again"},
-			}},
-			want: []run{
-				{0, S, `<|open|>message role="system"<|sep|>`}, {0, ChannelSystem, "Be brief."},
-				{0, S, "<|close|>message<|sep|><|end_of_msg|>"},
-				{1, S, `<|open|>message role="user"<|sep|>`}, {1, ChannelUser, "Hi <|open|>"},
-				{1, S, "<|close|>message<|sep|><|end_of_msg|>"},
-				{2, S, `<|open|>message role="assistant"<|sep|><|open|>think<|sep|>`}, {2, ChannelThink, "Greet."},
-				{2, S, "<|close|>think<|sep|><|open|>response<|sep|>"}, {2, ChannelResponse, "Hello!"},
-				{2, S, "<|close|>response<|sep|><|close|>message<|sep|><|end_of_msg|>"},
-				{3, S, `<|open|>message role="user"<|sep|>`}, {3, ChannelUser, "Again"},
-				{3, S, "<|close|>message<|sep|><|end_of_msg|>"},
-				{-1, S, `<|open|>message role="assistant"<|sep|><|open|>think<|sep|>`},
-			},
-		},
-		{
-			name: "thinking off, empty reasoning and content",
-			c: Conversation{Thinking: ThinkingOff, GenerationPrompt: true, Messages: []Message{
-				{Role: RoleUser, Content: "x"},
-				{Role: RoleAssistant},
-			}},
-			want: []run{
-				{0, S, `<|open|>message role="user"<|sep|>`}, {0, ChannelUser, "x"},
-				{0, S, "<|close|>message<|sep|><|end_of_msg|>"},
-				{1, S, `<|open|>message role="assistant"<|sep|><|open|>response<|sep|><|close|>response<|sep|><|close|>message<|sep|><|end_of_msg|>`},
-				{-1, S, `<|open|>message role="assistant"<|sep|><|open|>response<|sep|>`},
-			},
-		},
-		{
-			name: "effort after the leading system message, tools, escaping",
-			c: Conversation{Thinking: ThinkingOn, Effort: "high", Messages: []Message{
-				{Role: RoleSystem, Content: "sys"},
-				{Role: RoleUser, Name: `a"b&c`, Content: "q"},
-				{Role: RoleAssistant, Content: "ok", ToolCalls: []ToolCall{{ID: "c1", Name: "get", Arguments: `{"k":1}`}}},
-				{Role: RoleTool, ToolCallID: "c1", Content: "<|sep|>42"},
-			}},
-			want: []run{
-				{0, S, `<|open|>message role="system"<|sep|>`}, {0, ChannelSystem, "sys"},
-				{0, S, "<|close|>message<|sep|><|end_of_msg|>"},
-				{-1, S, `<|open|>message role="system" type="thinking-effort"<|sep|>`}, {-1, ChannelSystem, "high"},
-				{-1, S, "<|close|>message<|sep|><|end_of_msg|>"},
-				{1, S, `<|open|>message role="user" name="a&quot;b&amp;c"<|sep|>`}, {1, ChannelUser, "q"},
-				{1, S, "<|close|>message<|sep|><|end_of_msg|>"},
-				{2, S, `<|open|>message role="assistant"<|sep|><|open|>think<|sep|><|close|>think<|sep|><|open|>response<|sep|>`},
-				{2, ChannelResponse, "ok"},
-				{2, S, `<|close|>response<|sep|><|open|>tool_call name="get" id="c1"<|sep|>`}, {2, ChannelToolCall, `{"k":1}`},
-				{2, S, "<|close|>tool_call<|sep|><|close|>message<|sep|><|end_of_msg|>"},
-				{3, S, `<|open|>message role="tool" tool_call_id="c1"<|sep|>`}, {3, ChannelTool, "<|sep|>42"},
-				{3, S, "<|close|>message<|sep|><|end_of_msg|>"},
-			},
-		},
-		{
-			name: "effort first without system messages",
-			c:    Conversation{Thinking: ThinkingOn, Effort: "low", Messages: []Message{{Role: RoleUser, Content: "q"}}},
-			want: []run{
-				{-1, S, `<|open|>message role="system" type="thinking-effort"<|sep|>`}, {-1, ChannelSystem, "low"},
-				{-1, S, "<|close|>message<|sep|><|end_of_msg|>"},
-				{0, S, `<|open|>message role="user"<|sep|>`}, {0, ChannelUser, "q"},
-				{0, S, "<|close|>message<|sep|><|end_of_msg|>"},
-			},
-		},
-	}
-	for _, tt := range tests {
+	for _, tt := range chatCases {
 		t.Run(tt.name, func(t *testing.T) {
 			tokens, err := tok.EncodeConversation(tt.c)
 			if err != nil {

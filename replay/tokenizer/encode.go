@@ -26,15 +26,45 @@ func (t *Tokenizer) AppendEncode(dst []int32, text string) []int32 {
 // ids, else false and at most limit ids plus one piece's, having encoded only that much of text, so that
 // a service can refuse a text by its token count without tokenizing all of it (or holding its ids).
 func (t *Tokenizer) EncodeLimit(text string, limit int) ([]int32, bool) {
-	var dst []int32
-	ok := forEachChunk(text, func(chunk string) bool {
-		for i := 0; i < len(chunk); {
-			j := pieceEnd(chunk, i)
-			dst = t.appendPiece(dst, chunk[i:j])
+	return t.appendLimit(nil, text, false, limit)
+}
+
+// appendLimit appends the ids of text to dst (EncodeSpecial's with allowSpecial, else Encode's) and
+// returns true when dst then holds at most limit ids; else it stops as soon as dst holds more (at most
+// one piece's ids, or one special id, past the limit) and returns false, having encoded no further. It
+// is AppendEncode or AppendEncodeSpecial with a count after each piece: within the limit their ids.
+func (t *Tokenizer) appendLimit(dst []int32, text string, allowSpecial bool, limit int) ([]int32, bool) {
+	if len(dst) > limit {
+		return dst, false
+	}
+	// pieces encodes s, a stretch with no special names, piece by piece.
+	pieces := func(s string) bool {
+		for i := 0; i < len(s); {
+			j := pieceEnd(s, i)
+			dst = t.appendPiece(dst, s[i:j])
 			if len(dst) > limit {
 				return false
 			}
 			i = j
+		}
+		return true
+	}
+	ok := forEachChunk(text, func(chunk string) bool {
+		if !allowSpecial {
+			return pieces(chunk)
+		}
+		for len(chunk) > 0 { // as AppendEncodeSpecial
+			at, n, id := t.nextSpecial(chunk)
+			if !pieces(chunk[:at]) {
+				return false
+			}
+			if n == 0 {
+				break
+			}
+			if dst = append(dst, id); len(dst) > limit {
+				return false
+			}
+			chunk = chunk[at+n:]
 		}
 		return true
 	})
