@@ -385,7 +385,7 @@ func provenance(l *loaded, req *replay.Request) map[string]string {
 
 // request turns the checked input into one replay request, refusing what the model cannot take before
 // any compute: layers outside it or given twice, a top-k past the vocabulary, a sequence longer than
-// --max-tokens or a wave (text is tokenized only up to the limit).
+// --max-tokens or a wave (text and conversations are tokenized only up to the limit).
 func (f *replayFlags) request(l *loaded, in input) (replay.Request, error) {
 	layers := len(l.engine.Plan.Layers)
 	vocab := l.engine.Model.Dims.Vocab
@@ -450,19 +450,22 @@ func (f *replayFlags) request(l *loaded, in input) (replay.Request, error) {
 		}
 		req.Sequences = []replay.Sequence{s}
 	default:
+		// Each conversation is rendered only up to the first limit it would pass, its own or what is left
+		// of the request's: one of a million messages is refused after limit+1 tokens, not rendered whole.
 		total := 0
 		for i, c := range in.convs {
-			s, err := replay.FromConversation(l.tok, c)
-			if err != nil {
+			left := f.maxRequest - total // >= 0: total has not passed it
+			s, err := replay.FromConversationLimit(l.tok, c, min(limit, left))
+			switch {
+			case errors.Is(err, replay.ErrTooManyTokens) && limit <= left:
+				return req, tooLong(fmt.Sprintf("%s: conversation %d (id %q)", f.chat, i+1, c.ID), -1)
+			case errors.Is(err, replay.ErrTooManyTokens):
+				return req, fmt.Errorf("replay: %s: conversations 1..%d have more than %d tokens: the limit is %d (--max-request-tokens)",
+					f.chat, i+1, f.maxRequest, f.maxRequest)
+			case err != nil:
 				return req, fmt.Errorf("%s: conversation %d (id %q): %w", f.chat, i+1, c.ID, err)
 			}
-			if len(s.Tokens) > limit {
-				return req, tooLong(fmt.Sprintf("%s: conversation %d (id %q)", f.chat, i+1, c.ID), len(s.Tokens))
-			}
-			if total += len(s.Tokens); total > f.maxRequest {
-				return req, fmt.Errorf("replay: %s: conversations 1..%d have %d tokens: the limit is %d (--max-request-tokens)",
-					f.chat, i+1, total, f.maxRequest)
-			}
+			total += len(s.Tokens)
 			req.Sequences = append(req.Sequences, s)
 		}
 	}

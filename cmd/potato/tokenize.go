@@ -115,7 +115,8 @@ func tokenizeChats(ctx context.Context, w io.Writer, tok *tokenizer.Tokenizer, p
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		tokens, err := tok.EncodeConversation(c)
+		// Rendered only up to the limit: a conversation far past it is refused after limit+1 tokens.
+		tokens, ok, err := tok.EncodeConversationLimit(c, limit)
 		if err != nil {
 			return fmt.Errorf("tokenize: %s: conversation %d: %w", path, i+1, err)
 		}
@@ -123,8 +124,8 @@ func tokenizeChats(ctx context.Context, w io.Writer, tok *tokenizer.Tokenizer, p
 		if id == "" {
 			id = strconv.Itoa(i + 1)
 		}
-		if len(tokens) > limit {
-			return fmt.Errorf("tokenize: %s: conversation %d (id %q) has %d tokens: the limit is %d (--max-tokens)", path, i+1, id, len(tokens), limit)
+		if !ok {
+			return fmt.Errorf("tokenize: %s: conversation %d (id %q) has more than %d tokens: the limit is %d (--max-tokens)", path, i+1, id, limit, limit)
 		}
 		fmt.Fprintf(w, "# conversation %s: %s, %s\n", id, numtext.Count(len(c.Messages), "message"), numtext.Count(len(tokens), "token"))
 		if err := printTokens(w, tok, tokens); err != nil {

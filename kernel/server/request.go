@@ -222,7 +222,7 @@ func (l textLimit) refuse(i int, where string) error {
 	return tooLarge(l.flag, int64(l.n), "inputs[%d] has more than %d tokens (%s)", i, l.n, where)
 }
 
-// sequence tokenizes input i, a text only up to limit tokens.
+// sequence tokenizes input i, a text or conversation only up to limit tokens.
 func (s *Server) sequence(i int, in api.Input, thinking *bool, limit textLimit) (replay.Sequence, error) {
 	given := 0
 	for _, set := range []bool{in.Text != nil, in.Conversation != nil, in.Tokens != nil} {
@@ -283,19 +283,17 @@ func (s *Server) sequence(i int, in api.Input, thinking *bool, limit textLimit) 
 	if c.ID == "" {
 		c.ID = strconv.Itoa(i) // the input's index, as seq_id counts inputs
 	}
-	// The chat format encodes every content and reasoning text on its own, so their tokens are a lower
-	// bound of the rendering's: count them against the limit first, stopping there, before rendering.
-	left := limit.n
-	for m, msg := range c.Messages {
-		for _, text := range []string{msg.Content, msg.Reasoning} {
-			ids, ok := s.tok.EncodeLimit(text, left)
-			if !ok {
-				return replay.Sequence{}, limit.refuse(i, fmt.Sprintf("counting stopped in messages[%d]", m))
-			}
-			left -= len(ids)
+	// Rendered only up to the limit, as text: a conversation of a million messages, or of one huge tool
+	// output, is refused after limit+1 tokens, not rendered whole (content and reasoning alone were
+	// counted first, which left the markup, names and tool calls of any number of messages unbounded).
+	seq, err := replay.FromConversationLimit(s.tok, c, limit.n)
+	var over *replay.TooManyTokensError
+	if errors.As(err, &over) {
+		if over.Message < 0 {
+			return seq, limit.refuse(i, "counting stopped outside the messages")
 		}
+		return seq, limit.refuse(i, fmt.Sprintf("counting stopped in messages[%d]", over.Message))
 	}
-	seq, err := replay.FromConversation(s.tok, c)
 	if err != nil {
 		return seq, badRequest("inputs[%d].conversation: %v", i, err)
 	}
