@@ -16,6 +16,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/janpfeifer/gonb/gonbui"
 
+	"github.com/potato-k3/potato-k3/internal/arrowend"
 	"github.com/potato-k3/potato-k3/internal/numtext"
 	"github.com/potato-k3/potato-k3/kernel/api"
 	"github.com/potato-k3/potato-k3/kernel/display"
@@ -211,7 +212,7 @@ func (c *Client) fetchTable(ctx context.Context, id, name string) (arrow.RecordB
 // of the stream, so a file cut short (or a connection closed early, but cleanly) would otherwise read as
 // a whole table with fewer rows, or none.
 func readStream(r io.Reader) (arrow.RecordBatch, error) {
-	er := &eosReader{r: r}
+	er := arrowend.NewReader(r)
 	rd, err := ipc.NewReader(er)
 	if err != nil {
 		return nil, err
@@ -231,43 +232,10 @@ func readStream(r io.Reader) (arrow.RecordBatch, error) {
 	if err := rd.Err(); err != nil {
 		return nil, err
 	}
-	if !er.ended() {
+	if !er.Ended() {
 		return nil, fmt.Errorf("the Arrow stream ends without its end-of-stream marker, after %d batches: it was cut short", len(recs))
 	}
 	return concat(rd.Schema(), recs)
-}
-
-// eosMarker is the Arrow IPC end-of-stream marker: the continuation token and a zero length.
-var eosMarker = [8]byte{0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0}
-
-// eosReader remembers the last 8 bytes read through it, and whether its source ran out. The IPC reader
-// reads no further than the marker, so a whole stream ends with the marker without reaching the end of
-// its source; one cut short between messages reaches the end instead.
-type eosReader struct {
-	r    io.Reader
-	tail [8]byte
-	n    int64 // bytes read
-	eof  bool  // a read found the source at its end
-}
-
-func (e *eosReader) Read(p []byte) (int, error) {
-	n, err := e.r.Read(p)
-	if n >= len(e.tail) {
-		copy(e.tail[:], p[n-len(e.tail):n])
-	} else if n > 0 {
-		copy(e.tail[:], e.tail[n:])
-		copy(e.tail[len(e.tail)-n:], p[:n])
-	}
-	e.n += int64(n)
-	if n == 0 && err == io.EOF { // a source may return its last bytes with io.EOF: those still count
-		e.eof = true
-	}
-	return n, err
-}
-
-// ended reports whether the stream read so far ended with its end-of-stream marker.
-func (e *eosReader) ended() bool {
-	return !e.eof && e.n >= int64(len(eosMarker)) && e.tail == eosMarker
 }
 
 // checkRows checks that the tokens table holds a row per token of the job, as the engine builds it.

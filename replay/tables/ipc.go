@@ -9,6 +9,8 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/ipc"
 	"github.com/apache/arrow-go/v18/arrow/memory"
+
+	"github.com/potato-k3/potato-k3/internal/arrowend"
 )
 
 // ContentType is the media type of the Arrow IPC stream format, for HTTP responses carrying WriteIPC's
@@ -110,7 +112,7 @@ func readIPC(r io.Reader, mem memory.Allocator, what string) (t *Table, err erro
 			t, err = nil, fmt.Errorf("tables: reading Arrow IPC stream: %v", p)
 		}
 	}()
-	er := &eosReader{r: r}
+	er := arrowend.NewReader(r)
 	ir, err := ipc.NewReader(er, ipc.WithAllocator(mem))
 	if err != nil {
 		return nil, fmt.Errorf("tables: reading Arrow IPC stream: %w", err)
@@ -122,60 +124,20 @@ func readIPC(r io.Reader, mem memory.Allocator, what string) (t *Table, err erro
 		rec.Retain() // the reader releases its batch on the next call
 		t.Records = append(t.Records, rec)
 	}
-	// A clean end of the input reads as io.EOF (or none), as the marker does; eosReader tells them apart.
+	// A clean end of the input reads as io.EOF (or none), as the marker does; arrowend tells them apart.
 	if err := ir.Err(); err != nil && !errors.Is(err, io.EOF) {
 		t.Release()
 		return nil, fmt.Errorf("tables: reading Arrow IPC stream %s: batch %d: %w", t.Name, len(t.Records), err)
 	}
-	if !er.ended() {
+	if !er.Ended() {
 		schema := "its schema"
 		if t.Name != "" {
 			schema += " (table " + t.Name + ")"
 		}
 		err := fmt.Errorf("%w: %s ends without Arrow's end-of-stream marker, after %s and %d batches (%d bytes)",
-			ErrNoEndMarker, what, schema, len(t.Records), er.n)
+			ErrNoEndMarker, what, schema, len(t.Records), er.Bytes())
 		t.Release()
 		return nil, err
 	}
 	return t, nil
-}
-
-// eosReader passes reads through and keeps the last 8 bytes read and whether the source reported its
-// end. arrow-go's message reader reads each message with io.ReadFull, exactly its length, and stops on
-// the marker without reading past it (ipc/message.go, messageReader.Message: 4 bytes, then 4 more after
-// the continuation token; a zero in either place is the end). So a whole stream leaves the source short
-// of its end with the marker as the last bytes read, while one cut between messages makes the reader ask
-// for the next message's first 4 bytes and find the end of the source instead. The bytes alone would
-// not do: a batch's body most often ends in zero padding, and can end in the marker's very bytes (an
-// int64 column whose last value is 2^32-1).
-type eosReader struct {
-	r    io.Reader
-	tail [8]byte
-	n    int64 // bytes read
-	eof  bool  // a read found the source at its end
-}
-
-func (e *eosReader) Read(p []byte) (int, error) {
-	n, err := e.r.Read(p)
-	if n >= len(e.tail) {
-		copy(e.tail[:], p[n-len(e.tail):n])
-	} else if n > 0 {
-		copy(e.tail[:], e.tail[n:])
-		copy(e.tail[len(e.tail)-n:], p[:n])
-	}
-	e.n += int64(n)
-	// A source may return its last bytes with io.EOF (io.ReadFull then succeeds): the end counts only
-	// when a read finds nothing more, as it does when the reader asks past a stream's last message.
-	if n == 0 && errors.Is(err, io.EOF) {
-		e.eof = true
-	}
-	return n, err
-}
-
-// ended reports whether the reader stopped on the end-of-stream marker: the source was not found at its
-// end, and the last bytes read are the marker's, 0xFFFFFFFF then a zero int32 or (before Arrow 0.15,
-// when messages had no continuation token) a bare zero int32; both end in four zero bytes. The first
-// test decides (see eosReader); the second only confirms it.
-func (e *eosReader) ended() bool {
-	return !e.eof && e.n >= 4 && [4]byte(e.tail[4:]) == [4]byte{}
 }
