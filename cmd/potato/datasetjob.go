@@ -119,15 +119,16 @@ func runDatasetJob(ctx context.Context, f *replayFlags, opts replay.EngineOption
 		if !shard.Has(ids[i]) {
 			continue
 		}
-		s, err := replay.FromConversation(l.tok, convs[i])
+		// As a single replay's limits: one conversation runs in one wave, so --max-wave-tokens bounds it
+		// too (the engine refused it only when its wave came, after the waves before it had run). It is
+		// rendered only until it passes the limit.
+		limit, flag := f.sequenceLimit()
+		s, err := replay.FromConversationLimit(l.tok, convs[i], limit)
+		if errors.Is(err, replay.ErrTooManyTokens) {
+			return fmt.Errorf("replay: %s: conversation %s has more than %s tokens: the limit is %s (%s)", f.chat, ids[i], numtext.Commas(limit), numtext.Commas(limit), flag)
+		}
 		if err != nil {
 			return fmt.Errorf("%s: conversation %s: %w", f.chat, ids[i], err)
-		}
-		// As a single replay's limits: one conversation runs in one wave, so --max-wave-tokens bounds it
-		// too (the engine refused it only when its wave came, after the waves before it had run).
-		if limit, flag := f.sequenceLimit(); len(s.Tokens) > limit {
-			n := len(s.Tokens)
-			return fmt.Errorf("replay: %s: conversation %s has %s tokens: the limit is %s (%s)", f.chat, ids[i], numtext.Commas(n), numtext.Commas(limit), flag)
 		}
 		items = append(items, job.Item{ID: ids[i], Seq: i, Sequence: s})
 		req.Sequences = append(req.Sequences, s)

@@ -136,10 +136,10 @@ func TestDatasetJobLimits(t *testing.T) {
 		args []string
 		want string
 	}{
-		{"--max-tokens", []string{"--max-tokens", "10"}, "conversation greeting has 130 tokens: the limit is 10 (--max-tokens)"},
+		{"--max-tokens", []string{"--max-tokens", "10"}, "conversation greeting has more than 10 tokens: the limit is 10 (--max-tokens)"},
 		// a conversation runs in one wave: refused before the first wave (it failed at its own wave,
 		// after the waves before it had run)
-		{"--max-wave-tokens", []string{"--max-wave-tokens", "100"}, "conversation greeting has 130 tokens: the limit is 100 (--max-wave-tokens)"},
+		{"--max-wave-tokens", []string{"--max-wave-tokens", "100"}, "conversation greeting has more than 100 tokens: the limit is 100 (--max-wave-tokens)"},
 		{"--max-result-bytes", []string{"--max-result-bytes", "1B", "--wave-tokens", "300"},
 			"(0 hidden and 0 lens layers, top-k 3, over the largest wave, "},
 		{"--max-result-bytes names the limit", []string{"--max-result-bytes", "1B"},
