@@ -23,17 +23,19 @@ import (
 // next; ReplayCached keeps each result on disk under a key of the request and the engine's model, so
 // the cells of a notebook that ask the same question replay it once. It lives in
 // CacheDir()/kernel/results, one directory per key holding status.json and one Arrow IPC stream per table
-// (readable by pyarrow.ipc.open_stream), or, while its job runs, pending.json alone. Nothing expires it;
-// delete the directory to start over.
+// (readable by pyarrow.ipc.open_stream), or, while its job runs, pending.json (and, for the moment of a
+// submission, claim.json: claim.go). Nothing expires it; delete the directory to start over.
 
 // resultsDir is the results cache's directory.
 const resultsDir = "results"
 
 // pendingName is the file in an entry's directory that names the job submitted for it, written before
 // ReplayCached waits, so that a call whose context ends mid-job leaves the job findable and the next call
-// waits for it instead of replaying it twice. A stored entry replaces the whole directory, and with it
-// this file. The format stays "potato-kernel-results-1": an entry with status.json reads as before, and a
-// client that does not know pending.json takes a directory without status.json for a miss, as it did.
+// waits for it instead of replaying it twice; a call that lost the claim to submit (claim.go) waits for
+// the job it names too. Storing the entry removes it, after status.json is in place, so that the entry
+// always shows one or the other. The format stays "potato-kernel-results-1": an entry with status.json
+// reads as before, and a client that knows neither pending.json nor claim.json takes a directory without
+// status.json for a miss, as it did (it submits, and its store replaces the directory, both files with it).
 const pendingName = "pending.json"
 
 // pending is the content of pendingName.
@@ -50,6 +52,13 @@ type pending struct {
 // request waits for that job and fetches it rather than submitting it again (its id is kept in the
 // entry's directory), as long as the engine still has it queued, running or done; one it no longer knows
 // (another engine, forgotten, expired), or that failed or was cancelled, is submitted anew.
+//
+// Calls of the same request at the same time submit it once. Those of one client (goroutines) wait for
+// the first and return what it returns: the stored entry (FromCache), or its result when that could
+// not be stored, or its error, unless that was the end of its own context, when they carry on with its
+// job. Other clients and processes sharing the cache directory (two cells, two GoNB kernels) wait for
+// the one that claimed the entry to name its job, then wait for that job and fetch it. A waiter whose
+// ctx ends returns ctx's error, and the call it waited for carries on.
 //
 // It fails as Replay does (the error for an ended ctx says that a repeated call waits for the job), and
 // when Info fails or the cache directory cannot be made; a result that cannot be stored is still
@@ -68,22 +77,34 @@ func (c *Client) ReplayCached(ctx context.Context, args ...Arg) (*Result, error)
 		return nil, err
 	}
 	entry := filepath.Join(dir, resultsDir, cacheKey(req, info))
-	if r, err := readCached(entry); err == nil {
-		return r, nil
-	}
-	id, err := c.resumable(ctx, entry, req, info)
-	if err != nil {
-		return nil, err
-	}
-	if id == "" {
-		st, err := c.submit(ctx, req)
-		if err != nil {
+	for {
+		if r, err := readCached(entry); err == nil {
+			return r, nil
+		}
+		f, leader := c.flights.join(entry)
+		if leader {
+			return c.lead(ctx, f, entry, req, info)
+		}
+		shared, carryOn, err := c.flights.wait(ctx, f)
+		switch {
+		case shared != nil:
+			if r, err := readCached(entry); err == nil {
+				shared.Release()
+				return r, nil
+			}
+			return shared, nil // it could not be stored: the first call's tables
+		case !carryOn:
 			return nil, err
 		}
-		id = st.ID
-		if err := writePending(entry, id); err != nil {
-			c.warnCache(err) // the job runs all the same; only a repeated call after a timeout submits again
-		}
+	}
+}
+
+// lead is ReplayCached's call for entry while it leads flight f, which it lands however it returns.
+func (c *Client) lead(ctx context.Context, f *flight, entry string, req api.Request, info api.Info) (r *Result, err error) {
+	defer func() { c.flights.land(entry, f, r, err, err != nil && ctx.Err() != nil) }()
+	id, r, err := c.jobFor(ctx, entry, req, info)
+	if r != nil || err != nil {
+		return r, err
 	}
 	if _, err := c.Wait(ctx, id); err != nil {
 		if ctx.Err() != nil {
@@ -91,17 +112,74 @@ func (c *Client) ReplayCached(ctx context.Context, args ...Arg) (*Result, error)
 		}
 		return nil, err
 	}
-	r, err := c.Fetch(ctx, id)
+	r, err = c.Fetch(ctx, id)
 	if err != nil {
 		return nil, err
 	}
-	// Stored, the entry replaces its directory and the pending file with it; not stored, the pending
-	// file stays, and the next call fetches the done job again (while the engine keeps it) instead of
-	// replaying.
+	// Stored, the entry's pending file goes; not stored, it stays, and the next call fetches the done
+	// job again (while the engine keeps it) instead of replaying.
 	if err := writeCached(entry, r); err != nil {
 		c.warnCache(err)
 	}
 	return r, nil
+}
+
+// jobFor is the job whose result entry is to hold: one submitted earlier and still on the engine
+// (resumable), else one that another call, holding the entry's claim, submits meanwhile, else one this
+// call claims the entry for and submits. It returns the stored entry instead when another call stored it
+// meanwhile.
+func (c *Client) jobFor(ctx context.Context, entry string, req api.Request, info api.Info) (string, *Result, error) {
+	for {
+		id, err := c.resumable(ctx, entry, req, info)
+		if err != nil || id != "" {
+			return id, nil, err
+		}
+		cl, err := claimEntry(entry)
+		switch {
+		case err == nil:
+			id, r, err := c.submitClaimed(ctx, entry, req, info)
+			cl.release()
+			return id, r, err
+		case errors.Is(err, errClaimed):
+			if err := awaitClaim(ctx, entry, cacheWarnings); err != nil {
+				return "", nil, err
+			}
+			if r, err := readCached(entry); err == nil {
+				return "", r, nil
+			}
+		default:
+			// No claim can be made, and likely no entry stored: submit unguarded, as before claims.
+			c.warnCache(err)
+			id, err := c.submitPending(ctx, entry, req)
+			return id, nil, err
+		}
+	}
+}
+
+// submitClaimed submits req for entry, whose claim the caller holds, unless the entry was stored or a
+// job named for it between the caller's first look and its claim.
+func (c *Client) submitClaimed(ctx context.Context, entry string, req api.Request, info api.Info) (string, *Result, error) {
+	if r, err := readCached(entry); err == nil {
+		return "", r, nil
+	}
+	id, err := c.resumable(ctx, entry, req, info)
+	if err != nil || id != "" {
+		return id, nil, err
+	}
+	id, err = c.submitPending(ctx, entry, req)
+	return id, nil, err
+}
+
+// submitPending submits req and names its job in entry's pending file.
+func (c *Client) submitPending(ctx context.Context, entry string, req api.Request) (string, error) {
+	st, err := c.submit(ctx, req)
+	if err != nil {
+		return "", err
+	}
+	if err := writePending(entry, st.ID); err != nil {
+		c.warnCache(err) // the job runs all the same; only a repeated call after a timeout submits again
+	}
+	return st.ID, nil
 }
 
 // warnCache says once a client, on stderr (a notebook cell shows it), that the results cache could not
@@ -151,7 +229,8 @@ func sameRequest(st api.JobStatus, req api.Request, info api.Info) bool {
 		st.Sequences == len(req.Inputs) && (st.ConfigSHA256 == "" || st.ConfigSHA256 == info.ConfigSHA256)
 }
 
-// writePending records in entry's directory that job id was submitted for it.
+// writePending records in entry's directory that job id was submitted for it: a temporary file renamed
+// into place, so that a reader never takes a half-written record for a damaged one.
 func writePending(entry, id string) error {
 	if err := os.MkdirAll(entry, 0o700); err != nil {
 		return err
@@ -160,11 +239,19 @@ func writePending(entry, id string) error {
 	if err != nil {
 		return err
 	}
-	return os.WriteFile(filepath.Join(entry, pendingName), data, 0o600)
+	tmp, err := writeTemp(entry, ".tmp-", data)
+	if err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, filepath.Join(entry, pendingName)); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	return nil
 }
 
-// cacheWarnings receives ReplayCached's one warning a client when a result could not be stored (a test
-// reads it).
+// cacheWarnings receives ReplayCached's one warning a client when a result could not be stored, and the
+// line that says a stale claim was taken over (tests read it).
 var cacheWarnings io.Writer = os.Stderr
 
 // cacheKey is the hex SHA-256 of the request and what identifies the model the engine runs.
@@ -224,17 +311,25 @@ func readTableFile(path string) (arrow.RecordBatch, error) {
 	return rec, nil
 }
 
-// writeCached stores r at dir: written into a temporary directory beside it, then renamed into place,
-// so that a reader never sees half an entry.
+// writeCached stores r at dir. Each file is written under a temporary name and renamed into place,
+// status.json last, so that a reader never sees half an entry; the directory is kept, not replaced, so
+// that its pending.json names the job until status.json is there and a call that looks in between
+// waits for that job rather than submitting it again. A status.json of another job (a damaged entry
+// replayed) goes first; one of this job (a second call that waited for the same job) stays, since the
+// files that replace its own are the same.
 func writeCached(dir string, r *Result) error {
-	if err := os.MkdirAll(filepath.Dir(dir), 0o700); err != nil {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
-	tmp, err := os.MkdirTemp(filepath.Dir(dir), ".tmp-")
-	if err != nil {
-		return err
+	statusPath := filepath.Join(dir, "status.json")
+	if data, err := os.ReadFile(statusPath); err == nil {
+		var old api.JobStatus
+		if json.Unmarshal(data, &old) != nil || old.ID != r.Status.ID {
+			if err := os.Remove(statusPath); err != nil {
+				return err
+			}
+		}
 	}
-	defer os.RemoveAll(tmp)
 	st := r.Status
 	st.Tables = nil
 	for _, name := range api.Tables {
@@ -243,7 +338,7 @@ func writeCached(dir string, r *Result) error {
 			continue
 		}
 		st.Tables = append(st.Tables, name)
-		if err := writeTableFile(filepath.Join(tmp, name+".arrows"), rec); err != nil {
+		if err := writeTableFile(dir, name+".arrows", rec); err != nil {
 			return err
 		}
 	}
@@ -251,30 +346,40 @@ func writeCached(dir string, r *Result) error {
 	if err != nil {
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(tmp, "status.json"), data, 0o600); err != nil {
+	tmp, err := writeTemp(dir, ".tmp-", data)
+	if err != nil {
 		return err
 	}
-	if err := os.RemoveAll(dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	if err := os.Rename(tmp, statusPath); err != nil {
+		os.Remove(tmp)
 		return err
 	}
-	return os.Rename(tmp, dir)
+	if err := os.Remove(filepath.Join(dir, pendingName)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return nil
 }
 
-// writeTableFile writes rec to path as an Arrow IPC stream.
-func writeTableFile(path string, rec arrow.RecordBatch) error {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+// writeTableFile writes rec into dir as an Arrow IPC stream called name, through a temporary file
+// renamed into place.
+func writeTableFile(dir, name string, rec arrow.RecordBatch) error {
+	f, err := os.CreateTemp(dir, ".tmp-*")
 	if err != nil {
 		return err
 	}
 	w := ipc.NewWriter(f, ipc.WithSchema(rec.Schema()))
-	if err := w.Write(rec); err != nil {
-		w.Close()
-		f.Close()
-		return err
+	err = w.Write(rec)
+	if cerr := w.Close(); err == nil {
+		err = cerr
 	}
-	if err := w.Close(); err != nil {
-		f.Close()
-		return err
+	if cerr := f.Close(); err == nil {
+		err = cerr
 	}
-	return f.Close()
+	if err == nil {
+		err = os.Rename(f.Name(), filepath.Join(dir, name))
+	}
+	if err != nil {
+		os.Remove(f.Name())
+	}
+	return err
 }

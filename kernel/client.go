@@ -26,6 +26,8 @@ type Client struct {
 	logPath  string    // the engine's log, when this package started it (for error messages); else ""
 	// cacheWarned: ReplayCached has said once that it could not store a result (cache.go)
 	cacheWarned sync.Once
+	// flights: the ReplayCached calls under way, by results entry, so that one submits (flight.go)
+	flights flights
 }
 
 // ServerError is an error answer of the engine: its HTTP status and the server's own message, which

@@ -39,7 +39,9 @@
 // an earlier one, to an engine on the same model, reads the stored tables back (Result.FromCache)
 // instead of replaying, so the cells of a notebook that look at one replay from different sides replay
 // it once. A cell interrupted while its job runs leaves the job's id in the cache, and running the cell
-// again waits for that job rather than submitting a second.
+// again waits for that job rather than submitting a second. Calls of one request at the same time
+// (goroutines, or cells of two kernels sharing the cache directory) submit it once too: the others wait
+// for that job.
 //
 // # Which engine
 //
