@@ -2,6 +2,7 @@ package tokenizer
 
 import (
 	"hash/maphash"
+	"math"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -15,10 +16,7 @@ func (t *Tokenizer) Encode(text string) []int32 { return t.AppendEncode(nil, tex
 
 // AppendEncode appends the ids of Encode(text) to dst and returns the extended slice.
 func (t *Tokenizer) AppendEncode(dst []int32, text string) []int32 {
-	forEachChunk(text, func(chunk string) bool {
-		dst = t.appendChunk(dst, chunk)
-		return true
-	})
+	dst, _ = t.appendLimit(dst, text, false, math.MaxInt)
 	return dst
 }
 
@@ -32,7 +30,7 @@ func (t *Tokenizer) EncodeLimit(text string, limit int) ([]int32, bool) {
 // appendLimit appends the ids of text to dst (EncodeSpecial's with allowSpecial, else Encode's) and
 // returns true when dst then holds at most limit ids; else it stops as soon as dst holds more (at most
 // one piece's ids, or one special id, past the limit) and returns false, having encoded no further. It
-// is AppendEncode or AppendEncodeSpecial with a count after each piece: within the limit their ids.
+// is AppendEncode or AppendEncodeSpecial (which are it with no limit) with a count after each piece.
 func (t *Tokenizer) appendLimit(dst []int32, text string, allowSpecial bool, limit int) ([]int32, bool) {
 	if len(dst) > limit {
 		return dst, false
@@ -53,7 +51,7 @@ func (t *Tokenizer) appendLimit(dst []int32, text string, allowSpecial bool, lim
 		if !allowSpecial {
 			return pieces(chunk)
 		}
-		for len(chunk) > 0 { // as AppendEncodeSpecial
+		for len(chunk) > 0 { // specials recognised inside one cut only (EncodeSpecial)
 			at, n, id := t.nextSpecial(chunk)
 			if !pieces(chunk[:at]) {
 				return false
@@ -80,18 +78,7 @@ func (t *Tokenizer) EncodeSpecial(text string) []int32 { return t.AppendEncodeSp
 
 // AppendEncodeSpecial appends the ids of EncodeSpecial(text) to dst and returns the extended slice.
 func (t *Tokenizer) AppendEncodeSpecial(dst []int32, text string) []int32 {
-	forEachChunk(text, func(chunk string) bool {
-		for len(chunk) > 0 {
-			at, n, id := t.nextSpecial(chunk)
-			dst = t.appendChunk(dst, chunk[:at])
-			if n == 0 {
-				break
-			}
-			dst = append(dst, id)
-			chunk = chunk[at+n:]
-		}
-		return true
-	})
+	dst, _ = t.appendLimit(dst, text, true, math.MaxInt)
 	return dst
 }
 
@@ -114,16 +101,6 @@ func (t *Tokenizer) nextSpecial(s string) (at, n int, id int32) {
 		}
 	}
 	return len(s), 0, 0
-}
-
-// appendChunk encodes one cut of the long-input rule: split with the pattern, BPE each piece.
-func (t *Tokenizer) appendChunk(dst []int32, s string) []int32 {
-	for i := 0; i < len(s); {
-		j := pieceEnd(s, i)
-		dst = t.appendPiece(dst, s[i:j])
-		i = j
-	}
-	return dst
 }
 
 // appendPiece appends the ids of one pre-tokenized piece: the token itself if the piece is one (the
