@@ -233,7 +233,7 @@ func readStream(r io.Reader) (arrow.RecordBatch, error) {
 		return nil, err
 	}
 	if !er.Ended() {
-		return nil, fmt.Errorf("the Arrow stream ends without its end-of-stream marker, after %d batches: it was cut short", len(recs))
+		return nil, fmt.Errorf("the Arrow stream ends without its end-of-stream marker, after %s: it was cut short", arrowend.Batches(len(recs)))
 	}
 	return concat(rd.Schema(), recs)
 }

@@ -9,6 +9,7 @@ package arrowend
 
 import (
 	"errors"
+	"fmt"
 	"io"
 )
 
@@ -54,6 +55,14 @@ func (e *Reader) Read(p []byte) (int, error) {
 // int32; both end in four zero bytes. The first test decides (see Reader); the second only confirms it.
 func (e *Reader) Ended() bool {
 	return !e.eof && e.n >= 4 && [4]byte(e.tail[4:]) == [4]byte{}
+}
+
+// Batches says n batches in words, for the messages about a stream cut short: "1 batch", "2 batches".
+func Batches(n int) string {
+	if n == 1 {
+		return "1 batch"
+	}
+	return fmt.Sprintf("%d batches", n)
 }
 
 // Bytes is how many bytes were read from the source.

@@ -134,8 +134,8 @@ func readIPC(r io.Reader, mem memory.Allocator, what string) (t *Table, err erro
 		if t.Name != "" {
 			schema += " (table " + t.Name + ")"
 		}
-		err := fmt.Errorf("%w: %s ends without Arrow's end-of-stream marker, after %s and %d batches (%d bytes)",
-			ErrNoEndMarker, what, schema, len(t.Records), er.Bytes())
+		err := fmt.Errorf("%w: %s ends without Arrow's end-of-stream marker, after %s and %s (%d bytes)",
+			ErrNoEndMarker, what, schema, arrowend.Batches(len(t.Records)), er.Bytes())
 		t.Release()
 		return nil, err
 	}

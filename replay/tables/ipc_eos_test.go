@@ -14,6 +14,8 @@ import (
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/ipc"
+
+	"github.com/potato-k3/potato-k3/internal/arrowend"
 )
 
 // countingReader counts the bytes read through it.
@@ -123,7 +125,7 @@ func TestReadFileTruncatedStream(t *testing.T) {
 		var cuts []cut
 		for i, end := range ends[:len(ends)-1] { // every boundary before the marker's end
 			cuts = append(cuts, cut{fmt.Sprintf("after the schema and %d batches", i), end,
-				fmt.Sprintf(" ends without Arrow's end-of-stream marker, after its schema (table %s) and %d batches (%d bytes)", tab.Name, i, end)})
+				fmt.Sprintf(" ends without Arrow's end-of-stream marker, after its schema (table %s) and %s (%d bytes)", tab.Name, arrowend.Batches(i), end)})
 		}
 		cuts = append(cuts,
 			cut{"half the marker", len(whole) - 4, ": an Arrow IPC stream cut short ("},
