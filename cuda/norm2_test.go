@@ -9,6 +9,9 @@ import (
 	"github.com/potato-k3/potato-k3/replay/ops"
 )
 
+// negZero is -0 as a float32 (the literal -0.0 is +0 in Go).
+var negZero = float32(math.Copysign(0, -1))
+
 // TestNorm2Kernels: the choice of norm.cu's version 2 instance by width (no GPU needed): one warp a
 // group up to 1,024 values, a block beyond, chunks a thread the smallest power of two that covers the
 // width, version 1 for widths that are not a multiple of 4, wider than 8,192 or misaligned.
@@ -68,7 +71,7 @@ func TestGatedRMSNormGateEarly(t *testing.T) {
 			xv := fastFill(rng, c.rows*c.cols, 3)
 			gv := fastFill(rng, c.rows*c.cols, 8)
 			for i := 0; i < len(gv); i += 97 {
-				gv[i] = []float32{0, -0.0, 90, -90, 1e-30}[i%5]
+				gv[i] = []float32{0, negZero, 90, -90, 1e-30}[i%5]
 				xv[i] = []float32{0, 1e-20, -3e4, 7, 1}[i%5]
 			}
 			x, err := b.FromHost(c.rows, c.cols, xv)

@@ -34,7 +34,6 @@ import (
 type standIn struct {
 	pid    int
 	reaped chan struct{} // closed once the process has exited
-	addr   string
 }
 
 // silentListener accepts connections on a unix socket and never answers, like an engine that is

@@ -65,7 +65,7 @@ type fillPool struct {
 	workers  int
 	build    *builder
 	progress *progress
-	bufs     sync.Pool
+	bufs     sync.Pool // of *[]byte
 }
 
 type fillJob struct {
@@ -107,7 +107,8 @@ func (p *fillPool) stream(ctx context.Context, tensors []Placed, w io.Writer) er
 			}
 			p.progress.add(int64(len(j.buf)))
 		}
-		p.bufs.Put(j.buf[:0])
+		b := j.buf[:0]
+		p.bufs.Put(&b) // a pointer: a slice put as is would be copied to the heap each time
 	}
 	wg.Wait()
 	if err := <-prodErr; err != nil && werr == nil {
@@ -149,8 +150,8 @@ func (p *fillPool) produce(ctx context.Context, tensors []Placed, work, order ch
 }
 
 func (p *fillPool) buffer(n int64) []byte {
-	if b, ok := p.bufs.Get().([]byte); ok && int64(cap(b)) >= n {
-		return b[:n]
+	if b, ok := p.bufs.Get().(*[]byte); ok && int64(cap(*b)) >= n {
+		return (*b)[:n]
 	}
 	return make([]byte, n, max(n, jobBytes))
 }
