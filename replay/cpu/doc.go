@@ -1,7 +1,8 @@
 // Package cpu is the pure-Go implementation of ops.Backend: the reference every other backend is checked
 // against, and the embedded default that runs the small demo model (replay/demomodel) on any laptop.
 //
-// A Backend holds no state of its own; tensors are float32 slices. Weights are decoded exactly (BF16 and
+// A Backend holds no model state of its own (only the contexts Interrupt registers); tensors are float32
+// slices. Weights are decoded exactly (BF16 and
 // F32 as stored, MXFP4 experts at upload); in ops.BF16 precision every value an op writes at a "rounded"
 // point of the ops contract is rounded to bfloat16 (round to nearest even, bf16.Round), and in ops.FP32
 // nothing is.
@@ -15,6 +16,11 @@
 // or GOARCH fuses them differently. Transcendentals (exp, tanh, sigmoid, log) come from package math in
 // float64 and are rounded to float32 once; math may differ in the last float64 bit between architectures,
 // which moves a float32 result only in rare near-ties.
+//
+// Cancellation. An op runs in the calling goroutine's time, minutes for one op of a long sequence, so the
+// backend implements ops.Interrupter: once a context the engine registered for its wave ends, every op
+// skips its remaining tasks (KDA and MLA also stop within a task) and returns an error wrapping the
+// context's, never its partial output.
 //
 // Quick start:
 //
