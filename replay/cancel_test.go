@@ -167,11 +167,12 @@ func (b *cancelInKDA) KDASlice(q, k, v, graw, braw, aLog, dtBias ops.Tensor, hea
 	return out, c, err
 }
 
-// TestCancelStopsWithinAnOp: the engine hands its context to a backend that computes in the process
-// (ops.Interrupter), so a cancel stops the op in flight rather than waiting for it: one CPU op of a long
-// sequence takes minutes (a single KDA or MLA of 1,048,576 tokens, hours). The op that was running when
-// the cancel came returns the cancel, and so does Run; the engine is whole afterwards.
-func TestCancelStopsWithinAnOp(t *testing.T) {
+// TestCancelReachesTheBackend: the engine hands its context to a backend that computes in the process
+// (ops.Interrupter), so a cancel can stop the op in flight rather than wait for it: one CPU op of a long
+// sequence takes minutes (a single KDA or MLA of 1,048,576 tokens, hours). A cancel as a KDA starts makes
+// that KDA return the cancel (the backend was told; replay/cpu's TestInterruptWithinATask stops an op
+// midway), and so does Run; the engine is whole afterwards.
+func TestCancelReachesTheBackend(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	b := &cancelInKDA{Backend: cpu.New(cpu.Options{Precision: ops.BF16}), ctx: ctx, cancel: cancel}

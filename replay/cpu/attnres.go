@@ -16,6 +16,7 @@ import (
 //
 // The returned weights are p, rows x n row-major (p of row r and vector i at r*n+i).
 func (b *Backend) AttnResMix(vs []ops.Tensor, wg ops.Tensor) (ops.Tensor, []float32, error) {
+	began := b.opStart()
 	const op = "AttnResMix"
 	wt, err := tensor(op, "wg", wg)
 	if err != nil {
@@ -52,7 +53,7 @@ func (b *Backend) AttnResMix(vs []ops.Tensor, wg ops.Tensor) (ops.Tensor, []floa
 			b.roundAll(o)
 		}
 	})
-	if err := b.interrupted("AttnResMix"); err != nil {
+	if err := b.interrupted("AttnResMix", began); err != nil {
 		return nil, nil, err
 	}
 	return out, weights, nil

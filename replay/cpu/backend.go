@@ -95,7 +95,7 @@ func (b *Backend) parallelWorkers(n int, fn func(worker, i int)) {
 	workers := min(b.threads, n)
 	if workers <= 1 {
 		for i := range n {
-			if b.stopping() {
+			if b.halt() {
 				return
 			}
 			fn(0, i)
@@ -108,7 +108,7 @@ func (b *Backend) parallelWorkers(n int, fn func(worker, i int)) {
 		wg.Go(func() {
 			for {
 				i := int(next.Add(1)) - 1
-				if i >= n || b.stopping() {
+				if i >= n || b.halt() {
 					return
 				}
 				fn(w, i)

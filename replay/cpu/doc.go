@@ -19,8 +19,9 @@
 //
 // Cancellation. An op runs in the calling goroutine's time, minutes for one op of a long sequence, so the
 // backend implements ops.Interrupter: once a context the engine registered for its wave ends, every op
-// skips its remaining tasks (KDA and MLA also stop within a task) and returns an error wrapping the
-// context's, never its partial output.
+// that runs tasks (all but Gather, JoinRows, Slice, Round, Zeros, FromHost, ToHost and the uploads:
+// copies, quick at any size) skips its remaining ones (KDA and MLA also stop within a task) and returns an
+// error wrapping the context's, never its partial output.
 //
 // Quick start:
 //

@@ -9,6 +9,7 @@ import "github.com/potato-k3/potato-k3/replay/ops"
 // tanh and sigmoid are evaluated in float64 and rounded to float32. ExpertsAccumulate uses the same
 // function, so an expert equals MatMul, MatMul, SiTUGLU, MatMul bit for bit.
 func (b *Backend) SiTUGLU(gate, up ops.Tensor, beta, linBeta float32) (ops.Tensor, error) {
+	began := b.opStart()
 	const op = "SiTUGLU"
 	ts, err := tensors(op, []string{"gate", "up"}, gate, up)
 	if err != nil {
@@ -25,7 +26,7 @@ func (b *Backend) SiTUGLU(gate, up ops.Tensor, beta, linBeta float32) (ops.Tenso
 	b.parallelRange(len(out.data), 1<<12, func(lo, hi int) {
 		b.situRange(out.data[lo:hi], gt.data[lo:hi], ut.data[lo:hi], beta, linBeta)
 	})
-	if err := b.interrupted("SiTUGLU"); err != nil {
+	if err := b.interrupted("SiTUGLU", began); err != nil {
 		return nil, err
 	}
 	return out, nil

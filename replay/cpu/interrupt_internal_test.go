@@ -49,12 +49,13 @@ func TestInterruptWithinATask(t *testing.T) {
 	} {
 		t.Run(tt.op, func(t *testing.T) {
 			run := tt.prepare()
+			start := b.opStart()
 			ctx, cancel := context.WithCancel(context.Background())
 			release := b.Interrupt(ctx)
 			defer release()
 			time.AfterFunc(20*time.Millisecond, cancel)
 			out := run()
-			if err := b.interrupted(tt.op); !errors.Is(err, context.Canceled) {
+			if err := b.interrupted(tt.op, start); !errors.Is(err, context.Canceled) {
 				t.Fatalf("err = %v, want a cancel", err)
 			}
 			written := 0
@@ -70,5 +71,43 @@ func TestInterruptWithinATask(t *testing.T) {
 				t.Errorf("%d of %d rows written after a cancel 20 ms in: the op ran on", written, out.rows)
 			}
 		})
+	}
+}
+
+// TestInterruptReleasedMidOp: an op whose tasks a context made skip fails even when that context is
+// released before the op returns (another registration's op on a shared backend: the skip and the
+// release race), and an op that starts after the release runs whole.
+func TestInterruptReleasedMidOp(t *testing.T) {
+	b := New(Options{Precision: ops.BF16, Threads: 2})
+	live, stop := context.WithCancel(context.Background())
+	defer stop()
+	releaseLive := b.Interrupt(live) // the other engine's wave, still running
+	defer releaseLive()
+	ended, cancel := context.WithCancel(context.Background())
+	release := b.Interrupt(ended)
+	cancel()
+	for b.stop.ended.Load() == 0 { // its AfterFunc runs on a goroutine of its own
+		time.Sleep(time.Millisecond)
+	}
+	const n, k = 64, 64
+	x, out := make([]float32, n*k), make([]float32, n*n)
+	for i := range x {
+		x[i] = 1
+	}
+	began := b.opStart()
+	b.gemm(out, x, n, x, n, k, false)
+	release()
+	if err := b.interrupted("MatMul", began); !errors.Is(err, context.Canceled) {
+		t.Fatalf("an op whose tasks were skipped, its context released since: err = %v", err)
+	}
+	began = b.opStart()
+	b.gemm(out, x, n, x, n, k, false)
+	if err := b.interrupted("MatMul", began); err != nil {
+		t.Fatalf("an op after the release: %v", err)
+	}
+	for i, v := range out {
+		if v != k {
+			t.Fatalf("out[%d] = %g after a whole op, want %d", i, v, k)
+		}
 	}
 }

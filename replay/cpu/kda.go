@@ -13,6 +13,7 @@ import (
 // with x before the sequence start taken as 0 (those terms are skipped, which gives the same bits: the
 // float32 sum starts at +0 and adding ±0 to +0 leaves +0). w is channels x K.
 func (b *Backend) ShortConvSiLU(x, w ops.Tensor, l ops.Layout) (ops.Tensor, error) {
+	began := b.opStart()
 	const op = "ShortConvSiLU"
 	ts, err := tensors(op, []string{"x", "w"}, x, w)
 	if err != nil {
@@ -48,7 +49,7 @@ func (b *Backend) ShortConvSiLU(x, w ops.Tensor, l ops.Layout) (ops.Tensor, erro
 			}
 		}
 	})
-	if err := b.interrupted("ShortConvSiLU"); err != nil {
+	if err := b.interrupted("ShortConvSiLU", began); err != nil {
 		return nil, err
 	}
 	return out, nil
@@ -69,6 +70,7 @@ func (b *Backend) ShortConvSiLU(x, w ops.Tensor, l ops.Layout) (ops.Tensor, erro
 // Sums of squares run in ascending i. S starts at zero for each sequence. aLog may have any shape with at
 // least heads elements (K3 stores 128, padded); dtBias is 1 x channels; braw is rows x heads.
 func (b *Backend) KDA(q, k, v, graw, braw ops.Tensor, aLog, dtBias ops.Tensor, heads int, lower float32, l ops.Layout) (ops.Tensor, error) {
+	began := b.opStart()
 	const op = "KDA"
 	ts, err := tensors(op, []string{"q", "k", "v", "graw", "braw", "aLog", "dtBias"}, q, k, v, graw, braw, aLog, dtBias)
 	if err != nil {
@@ -79,7 +81,7 @@ func (b *Backend) KDA(q, k, v, graw, braw ops.Tensor, aLog, dtBias ops.Tensor, h
 		return nil, err
 	}
 	out, _ := b.kda(qt, kt, vt, gt, bt, at, dt, heads, lower, l, nil, false)
-	if err := b.interrupted(op); err != nil {
+	if err := b.interrupted(op, began); err != nil {
 		return nil, err
 	}
 	return out, nil
@@ -106,7 +108,7 @@ func (b *Backend) kda(qt, kt, vt, gt, bt, at, dt *Tensor, heads int, lower float
 		}
 		a := exp32(at.data[h])
 		for t := l.Starts[s]; t < l.Starts[s+1]; t++ {
-			if t%1024 == 0 && b.stopping() { // one task runs a whole sequence's recurrence for its head
+			if t%1024 == 0 && b.halt() { // one task runs a whole sequence's recurrence for its head
 				return
 			}
 			c0 := t*ch + h*d

@@ -24,6 +24,7 @@ const tokenChunk = 32
 // The sums run in float64, wider than the contract's float32, because a float32 sum of 163,840 terms
 // loses about 1e-5 nats; the max shift and the order keep the result independent of the wave.
 func (b *Backend) TokenStats(h, w ops.Tensor, targets []int32, k int) ([]ops.TokenStats, error) {
+	began := b.opStart()
 	const op = "TokenStats"
 	ts, err := tensors(op, []string{"h", "w"}, h, w)
 	if err != nil {
@@ -43,7 +44,7 @@ func (b *Backend) TokenStats(h, w ops.Tensor, targets []int32, k int) ([]ops.Tok
 			stats[r0+i] = rowStats(logits[i*vocab:(i+1)*vocab], targets[r0+i], k)
 		})
 	}
-	if err := b.interrupted("TokenStats"); err != nil {
+	if err := b.interrupted("TokenStats", began); err != nil {
 		return nil, err
 	}
 	return stats, nil

@@ -24,6 +24,7 @@ const (
 // The speed comes from register tiles of 4 rows x 2 columns (8 independent accumulators) and cache blocks,
 // which reorder only which elements are computed when, never the order within an element.
 func (b *Backend) MatMul(x, w ops.Tensor) (ops.Tensor, error) {
+	began := b.opStart()
 	const op = "MatMul"
 	ts, err := tensors(op, []string{"x", "w"}, x, w)
 	if err != nil {
@@ -35,7 +36,7 @@ func (b *Backend) MatMul(x, w ops.Tensor) (ops.Tensor, error) {
 	}
 	out := newTensor(xt.rows, wt.rows)
 	b.gemm(out.data, xt.data, xt.rows, wt.data, wt.rows, xt.cols, b.bf)
-	if err := b.interrupted(op); err != nil {
+	if err := b.interrupted(op, began); err != nil {
 		return nil, err
 	}
 	return out, nil

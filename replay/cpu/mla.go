@@ -23,6 +23,7 @@ const mlaQueryBlock = 16
 // Scores are computed four keys at a time (four independent accumulators, as MatMul's row tail), which
 // changes nothing in the order of any one score.
 func (b *Backend) MLA(q, kv, ks ops.Tensor, heads, nope, shared, vdim int, l ops.Layout) (ops.Tensor, error) {
+	began := b.opStart()
 	const op = "MLA"
 	ts, err := tensors(op, []string{"q", "kv", "ks"}, q, kv, ks)
 	if err != nil {
@@ -33,7 +34,7 @@ func (b *Backend) MLA(q, kv, ks ops.Tensor, heads, nope, shared, vdim int, l ops
 		return nil, err
 	}
 	out := b.mla(qt, kvt, kst, heads, nope, shared, vdim, l, 0)
-	if err := b.interrupted(op); err != nil {
+	if err := b.interrupted(op, began); err != nil {
 		return nil, err
 	}
 	return out, nil
@@ -79,7 +80,7 @@ func (b *Backend) attend(out, qt *Tensor, keys mlaKeys, h, nope, shared, vdim, t
 	div := float32(math.Sqrt(float64(qk)))
 	start := keys.start
 	for t := t0; t < t1; t++ {
-		if b.stopping() { // a query of a long sequence reads every key before it: stop between queries
+		if b.halt() { // a query of a long sequence reads every key before it: stop between queries
 			return
 		}
 		qrow := qt.data[(t-qOff)*qt.cols+h*qk:]

@@ -24,7 +24,7 @@ func (b *Backend) mlaPrefix(out, qt, kvt, kst, kvb *Tensor, c *carry, heads, nop
 	workers := min(b.threads, blocks)
 	scores, accs := make([]float32, workers*rows), make([]float32, workers*vdim)
 	for h := range heads {
-		if b.stopping() {
+		if b.halt() {
 			return
 		}
 		b.gemm(kh[:pre*kvw], c.latent, pre, kvb.data[h*kvw*lat:(h+1)*kvw*lat], kvw, lat, b.bf)

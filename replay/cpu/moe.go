@@ -58,6 +58,7 @@ func (b *Backend) UploadExpert(id, latent, ffn int, w1Packed, w1Scale, w3Packed,
 //
 // w is experts x cols and bias 1 x experts; 1 <= k <= experts.
 func (b *Backend) Route(x, w, bias ops.Tensor, k int, scale float32) (ops.Routing, error) {
+	began := b.opStart()
 	const op = "Route"
 	ts, err := tensors(op, []string{"x", "w", "bias"}, x, w, bias)
 	if err != nil {
@@ -76,7 +77,7 @@ func (b *Backend) Route(x, w, bias ops.Tensor, k int, scale float32) (ops.Routin
 		b.gemm(logits, xt.data[r0*xt.cols:], n, wt.data, experts, xt.cols, false)
 		b.routeRows(rt, logits, bt.data, r0, n, scale)
 	}
-	if err := b.interrupted(op); err != nil {
+	if err := b.interrupted(op, began); err != nil {
 		return ops.Routing{}, err
 	}
 	return rt, nil
@@ -141,6 +142,7 @@ func topK(vals []float32, ids []int32) {
 // so it equals MatMul, MatMul, SiTUGLU, MatMul and an Add in float32, bit for bit, and calls on disjoint
 // expert subsets in ascending id order equal one call. Rows that chose an expert not in experts skip it.
 func (b *Backend) ExpertsAccumulate(acc, z ops.Tensor, rt ops.Routing, experts []ops.Expert, beta, linBeta float32) error {
+	began := b.opStart()
 	const op = "ExpertsAccumulate"
 	ts, err := tensors(op, []string{"acc", "z"}, acc, z)
 	if err != nil {
@@ -174,7 +176,7 @@ func (b *Backend) ExpertsAccumulate(acc, z ops.Tensor, rt ops.Routing, experts [
 		return argErr(op, "%v", err)
 	}
 	b.runExperts(at.data, zt.data, latent, es, work, beta, linBeta)
-	if err := b.interrupted(op); err != nil {
+	if err := b.interrupted(op, began); err != nil {
 		return err
 	}
 	return nil

@@ -27,6 +27,7 @@ func (b *Backend) GatedRMSNorm(x, w, gate ops.Tensor, eps float32) (ops.Tensor, 
 
 // norm is RMSNorm, followed by the sigmoid gate when gate is not nil.
 func (b *Backend) norm(op string, x, w, gate ops.Tensor, eps float32) (ops.Tensor, error) {
+	began := b.opStart()
 	names, args := []string{"x", "w"}, []ops.Tensor{x, w}
 	if gate != nil {
 		names, args = append(names, "gate"), append(args, gate)
@@ -64,7 +65,7 @@ func (b *Backend) norm(op string, x, w, gate ops.Tensor, eps float32) (ops.Tenso
 			}
 		}
 	})
-	if err := b.interrupted(op); err != nil {
+	if err := b.interrupted(op, began); err != nil {
 		return nil, err
 	}
 	return out, nil
@@ -72,6 +73,7 @@ func (b *Backend) norm(op string, x, w, gate ops.Tensor, eps float32) (ops.Tenso
 
 // MulSigmoid returns out[i] = rounded(x[i] * sigmoid(gate[i])), in float32.
 func (b *Backend) MulSigmoid(x, gate ops.Tensor) (ops.Tensor, error) {
+	began := b.opStart()
 	const op = "MulSigmoid"
 	ts, err := tensors(op, []string{"x", "gate"}, x, gate)
 	if err != nil {
@@ -87,7 +89,7 @@ func (b *Backend) MulSigmoid(x, gate ops.Tensor) (ops.Tensor, error) {
 			out.data[i] = b.r(xt.data[i] * sigmoid(gt.data[i]))
 		}
 	})
-	if err := b.interrupted(op); err != nil {
+	if err := b.interrupted(op, began); err != nil {
 		return nil, err
 	}
 	return out, nil

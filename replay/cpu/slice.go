@@ -105,6 +105,7 @@ func (b *Backend) ShortConvSiLUSlice(x, w ops.Tensor, l ops.SliceLayout, in ops.
 // KDASlice is KDA over one slice of a wave (ops.Slicer): the first sequence starts from the carried state
 // and the last one's final state is carried on. The recurrence is the same step loop, so the bits are.
 func (b *Backend) KDASlice(q, k, v, graw, braw ops.Tensor, aLog, dtBias ops.Tensor, heads int, lower float32, l ops.SliceLayout, in ops.Carry) (ops.Tensor, ops.Carry, error) {
+	began := b.opStart()
 	const op = "KDA"
 	c, err := takeCarry(op, in)
 	if err != nil {
@@ -129,7 +130,7 @@ func (b *Backend) KDASlice(q, k, v, graw, braw ops.Tensor, aLog, dtBias ops.Tens
 		init = c.state
 	}
 	out, last := b.kda(ts[0], ts[1], ts[2], ts[3], ts[4], ts[5], ts[6], heads, lower, l.Layout, init, l.Open)
-	if err := b.interrupted(op); err != nil {
+	if err := b.interrupted(op, began); err != nil {
 		return nil, nil, err
 	}
 	if !l.Open {
@@ -144,6 +145,7 @@ func (b *Backend) KDASlice(q, k, v, graw, braw ops.Tensor, aLog, dtBias ops.Tens
 // whole wave. The prefix is expanded one head at a time (mlaPrefix), so a long sequence does not hold
 // every head's keys of all its rows.
 func (b *Backend) MLASlice(q, kv, ks, latent, kvb ops.Tensor, heads, nope, shared, vdim int, l ops.SliceLayout, in ops.Carry) (ops.Tensor, ops.Carry, error) {
+	began := b.opStart()
 	const op = "MLA"
 	c, err := takeCarry(op, in)
 	if err != nil {
@@ -174,7 +176,7 @@ func (b *Backend) MLASlice(q, kv, ks, latent, kvb ops.Tensor, heads, nope, share
 	if c != nil {
 		b.mlaPrefix(out, qt, kvt, kst, wt, c, heads, nope, shared, vdim, l.Starts[1])
 	}
-	if err := b.interrupted(op); err != nil {
+	if err := b.interrupted(op, began); err != nil {
 		return nil, nil, err
 	}
 	if !l.Open {

@@ -217,6 +217,7 @@ func (b *Backend) Slice(x ops.Tensor, from, to int) (ops.Tensor, error) {
 
 // Add returns out[i] = rounded(a[i] + b[i]).
 func (b *Backend) Add(x, y ops.Tensor) (ops.Tensor, error) {
+	began := b.opStart()
 	const op = "Add"
 	ts, err := tensors(op, []string{"a", "b"}, x, y)
 	if err != nil {
@@ -232,7 +233,7 @@ func (b *Backend) Add(x, y ops.Tensor) (ops.Tensor, error) {
 			out.data[i] = b.r(p.data[i] + q.data[i])
 		}
 	})
-	if err := b.interrupted(op); err != nil {
+	if err := b.interrupted(op, began); err != nil {
 		return nil, err
 	}
 	return out, nil

@@ -11,6 +11,7 @@ import (
 // refusing a value that is not a bfloat16 value (its lower half nonzero: a float32 that was never
 // rounded), which no activation of BF16 precision is.
 func (b *Backend) ToHostBF16(x ops.Tensor, dst []uint16) error {
+	began := b.opStart()
 	const op = "ToHostBF16"
 	if !b.bf {
 		return argErr(op, "needs BF16 precision (this backend is FP32)")
@@ -30,7 +31,7 @@ func (b *Backend) ToHostBF16(x ops.Tensor, dst []uint16) error {
 			bad.Store(true)
 		}
 	})
-	if err := b.interrupted(op); err != nil {
+	if err := b.interrupted(op, began); err != nil {
 		return err
 	}
 	if bad.Load() {
@@ -42,6 +43,7 @@ func (b *Backend) ToHostBF16(x ops.Tensor, dst []uint16) error {
 // FromHostBF16 implements ops.BF16Transfer: an activation of the bfloat16 values src holds (exact, so
 // FromHost's rounding changes none).
 func (b *Backend) FromHostBF16(rows, cols int, src []uint16) (ops.Tensor, error) {
+	began := b.opStart()
 	const op = "FromHostBF16"
 	if !b.bf {
 		return nil, argErr(op, "needs BF16 precision (this backend is FP32)")
@@ -58,7 +60,7 @@ func (b *Backend) FromHostBF16(rows, cols int, src []uint16) (ops.Tensor, error)
 		lo, hi := i*chunk, min(len(src), (i+1)*chunk)
 		bf16.Widen(t.data[lo:hi], src[lo:hi])
 	})
-	if err := b.interrupted(op); err != nil {
+	if err := b.interrupted(op, began); err != nil {
 		return nil, err
 	}
 	return t, nil
