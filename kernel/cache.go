@@ -239,15 +239,7 @@ func writePending(entry, id string) error {
 	if err != nil {
 		return err
 	}
-	tmp, err := writeTemp(entry, ".tmp-", data)
-	if err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, filepath.Join(entry, pendingName)); err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	return nil
+	return replaceFile(entry, pendingName, data)
 }
 
 // cacheWarnings receives ReplayCached's one warning a client when a result could not be stored, and the
@@ -346,12 +338,7 @@ func writeCached(dir string, r *Result) error {
 	if err != nil {
 		return err
 	}
-	tmp, err := writeTemp(dir, ".tmp-", data)
-	if err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, statusPath); err != nil {
-		os.Remove(tmp)
+	if err := replaceFile(dir, filepath.Base(statusPath), data); err != nil {
 		return err
 	}
 	if err := os.Remove(filepath.Join(dir, pendingName)); err != nil && !errors.Is(err, fs.ErrNotExist) {

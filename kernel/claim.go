@@ -163,8 +163,11 @@ func staleClaim(path string, info fs.FileInfo) (why string, data []byte) {
 // whether it did. Two calls may judge one claim stale at once: each moves the name aside (one of them
 // gets the stale file) and checks that the file it moved is the one it judged, by its identity, time and
 // content (a new file may reuse a removed one's inode, but not its random token); the other has moved
-// the winner's fresh claim, and puts it back. (Should a third call claim the name in that instant, the fresh claim stays aside and its
-// holder and the third call both submit: the one race left, and it needs a dead process to begin.)
+// the winner's fresh claim, and puts it back. Two races are left, both needing a dead process to begin
+// and a second call's take-over in the same instant: should a third call claim the name while the fresh
+// claim is aside, it stays aside and its holder and the third call both submit; should its holder
+// release it while it is aside, release finds nothing to remove and the claim comes back after the
+// release, to hold the entry until it is claimStale old (the holder's process is alive).
 func takeOver(path string, seen fs.FileInfo, data []byte) bool {
 	aside := path + ".stale-" + rand.Text()
 	if os.Rename(path, aside) != nil {
@@ -184,6 +187,20 @@ func takeOver(path string, seen fs.FileInfo, data []byte) bool {
 	}
 	os.Remove(aside)
 	return false
+}
+
+// replaceFile writes data to dir/name through a temporary file renamed over it, so that a reader finds
+// the old content or the new, never part of it.
+func replaceFile(dir, name string, data []byte) error {
+	tmp, err := writeTemp(dir, ".tmp-", data)
+	if err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, name)); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	return nil
 }
 
 // writeTemp writes data to a new file in dir whose name begins with prefix, and returns its path.

@@ -238,7 +238,13 @@ func TestReplayCachedWaiterContext(t *testing.T) {
 			}
 			second <- r
 		}()
-		time.Sleep(100 * time.Millisecond) // the second call joins the first's flight
+		entry := entryOf(t, c, concurrentArgs...)
+		waitFor(t, func() bool { // the second call has joined the first's flight
+			c.flights.mu.Lock()
+			defer c.flights.mu.Unlock()
+			f := c.flights.m[entry]
+			return f != nil && f.waiters == 1
+		})
 		cancel()
 		if err := <-first; !errors.Is(err, context.Canceled) {
 			t.Errorf("first call: %v, want its context's end", err)

@@ -3,6 +3,7 @@
 package kernel
 
 import (
+	"errors"
 	"syscall"
 )
 
@@ -16,5 +17,9 @@ func terminate(pid int) error { return syscall.Kill(pid, syscall.SIGTERM) }
 // terminateGroup stops the session that start created (go run and the server it runs).
 func terminateGroup(pid int) { syscall.Kill(-pid, syscall.SIGTERM) }
 
-// alive reports whether process pid exists.
-func alive(pid int) bool { return syscall.Kill(pid, 0) == nil }
+// alive reports whether process pid exists: a process of another user answers the probe with EPERM, and
+// is alive all the same (a claim of the results cache held by it is not stale).
+func alive(pid int) bool {
+	err := syscall.Kill(pid, 0)
+	return err == nil || errors.Is(err, syscall.EPERM)
+}

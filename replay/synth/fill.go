@@ -71,7 +71,7 @@ type fillPool struct {
 type fillJob struct {
 	f      filler
 	r0, r1 int
-	buf    []byte
+	buf    *[]byte // from the pool (buffer), back to it once written
 	done   chan struct{}
 }
 
@@ -86,7 +86,7 @@ func (p *fillPool) stream(ctx context.Context, tensors []Placed, w io.Writer) er
 	for range p.workers {
 		wg.Go(func() {
 			for j := range work {
-				j.f.fill(j.buf, j.r0, j.r1)
+				j.f.fill(*j.buf, j.r0, j.r1)
 				close(j.done)
 			}
 		})
@@ -101,14 +101,13 @@ func (p *fillPool) stream(ctx context.Context, tensors []Placed, w io.Writer) er
 	for j := range order {
 		<-j.done
 		if werr == nil && ctx.Err() == nil {
-			if _, err := w.Write(j.buf); err != nil {
+			if _, err := w.Write(*j.buf); err != nil {
 				werr = err
 				cancel()
 			}
-			p.progress.add(int64(len(j.buf)))
+			p.progress.add(int64(len(*j.buf)))
 		}
-		b := j.buf[:0]
-		p.bufs.Put(&b) // a pointer: a slice put as is would be copied to the heap each time
+		p.bufs.Put(j.buf)
 	}
 	wg.Wait()
 	if err := <-prodErr; err != nil && werr == nil {
@@ -149,9 +148,13 @@ func (p *fillPool) produce(ctx context.Context, tensors []Placed, work, order ch
 	return nil
 }
 
-func (p *fillPool) buffer(n int64) []byte {
+// buffer is a buffer of n bytes from the pool, or a new one. It goes back as the pointer it came as: a
+// slice put in a sync.Pool by value would be copied to the heap each time.
+func (p *fillPool) buffer(n int64) *[]byte {
 	if b, ok := p.bufs.Get().(*[]byte); ok && int64(cap(*b)) >= n {
-		return (*b)[:n]
+		*b = (*b)[:n]
+		return b
 	}
-	return make([]byte, n, max(n, jobBytes))
+	b := make([]byte, n, max(n, jobBytes))
+	return &b
 }
