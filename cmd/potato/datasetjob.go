@@ -115,14 +115,14 @@ func runDatasetJob(ctx context.Context, f *replayFlags, opts replay.EngineOption
 	}
 	var items []job.Item
 	req := replay.Request{Options: o}
+	// As a single replay's limits: one conversation runs in one wave, so --max-wave-tokens bounds it too
+	// (the engine refused it only when its wave came, after the waves before it had run). It is rendered
+	// only until it passes the limit.
+	limit, flag := f.sequenceLimit()
 	for i := range convs {
 		if !shard.Has(ids[i]) {
 			continue
 		}
-		// As a single replay's limits: one conversation runs in one wave, so --max-wave-tokens bounds it
-		// too (the engine refused it only when its wave came, after the waves before it had run). It is
-		// rendered only until it passes the limit.
-		limit, flag := f.sequenceLimit()
 		s, err := replay.FromConversationLimit(l.tok, convs[i], limit)
 		if errors.Is(err, replay.ErrTooManyTokens) {
 			return fmt.Errorf("replay: %s: conversation %s has more than %s tokens: the limit is %s (%s)", f.chat, ids[i], numtext.Commas(limit), numtext.Commas(limit), flag)
