@@ -12,7 +12,6 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
-	"github.com/apache/arrow-go/v18/arrow/ipc"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/janpfeifer/gonb/gonbui"
 
@@ -212,30 +211,16 @@ func (c *Client) fetchTable(ctx context.Context, id, name string) (arrow.RecordB
 // of the stream, so a file cut short (or a connection closed early, but cleanly) would otherwise read as
 // a whole table with fewer rows, or none.
 func readStream(r io.Reader) (arrow.RecordBatch, error) {
-	er := arrowend.NewReader(r)
-	rd, err := ipc.NewReader(er)
+	schema, recs, err := arrowend.ReadAll(r)
 	if err != nil {
 		return nil, err
 	}
-	defer rd.Release()
-	var recs []arrow.RecordBatch
 	defer func() {
 		for _, r := range recs {
 			r.Release()
 		}
 	}()
-	for rd.Next() {
-		rec := rd.RecordBatch()
-		rec.Retain() // the reader releases its batch on the next call
-		recs = append(recs, rec)
-	}
-	if err := rd.Err(); err != nil {
-		return nil, err
-	}
-	if !er.Ended() {
-		return nil, fmt.Errorf("the Arrow stream ends without its end-of-stream marker, after %s: it was cut short", arrowend.Batches(len(recs)))
-	}
-	return concat(rd.Schema(), recs)
+	return concat(schema, recs)
 }
 
 // checkRows checks that the tokens table holds a row per token of the job, as the engine builds it.

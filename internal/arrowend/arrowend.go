@@ -1,5 +1,5 @@
-// Package arrowend tells an Arrow IPC stream that ended on its end-of-stream marker from one cut short
-// between two messages. The format calls the marker optional, and arrow-go's stream reader takes a clean
+// Package arrowend reads an Arrow IPC stream to its end-of-stream marker (ReadAll), telling a stream that
+// ended on the marker from one cut short between two messages (Reader). The format calls the marker optional, and arrow-go's stream reader takes a clean
 // end of its input between messages as the end of the stream, so a stream cut there (a writer killed
 // mid-table, a full disk, a copy or a connection cut short) would read as a whole table of fewer batches,
 // or of none. Every stream writer this project accepts writes the marker when it closes a stream (arrow-go's
@@ -11,6 +11,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/ipc"
 )
 
 // Reader passes reads through to the stream's source and keeps the last 8 bytes read and whether the
@@ -55,6 +58,62 @@ func (e *Reader) Read(p []byte) (int, error) {
 // int32; both end in four zero bytes. The first test decides (see Reader); the second only confirms it.
 func (e *Reader) Ended() bool {
 	return !e.eof && e.n >= 4 && [4]byte(e.tail[4:]) == [4]byte{}
+}
+
+// CutError is ReadAll's error for a stream that ends without its end-of-stream marker.
+type CutError struct {
+	Schema  *arrow.Schema // the stream's schema, as read
+	Batches int           // the batches read before the end of the source
+	Bytes   int64         // the bytes read
+}
+
+func (e *CutError) Error() string {
+	return fmt.Sprintf("the Arrow IPC stream ends without its end-of-stream marker, after its schema and %s (%d bytes): it was cut short",
+		Batches(e.Batches), e.Bytes)
+}
+
+// ReadAll reads an Arrow IPC stream from r to its end-of-stream marker and returns its schema and
+// batches, each retained: the caller releases them. A stream that ends without the marker is a
+// *CutError; an error of the IPC reader (a damaged message, a stream cut inside one) comes wrapped with
+// the number of the batch it stopped at, and a panic of the reader on damaged bytes as an error. On an
+// error the batches read are released, and the schema is returned where it was read.
+func ReadAll(r io.Reader, opts ...ipc.Option) (schema *arrow.Schema, batches []arrow.RecordBatch, err error) {
+	release := func() {
+		for _, b := range batches {
+			b.Release()
+		}
+		batches = nil
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			release()
+			err = fmt.Errorf("batch %d: the Arrow IPC reader failed on the stream's bytes: %v", len(batches), p)
+		}
+	}()
+	er := NewReader(r)
+	ir, err := ipc.NewReader(er, opts...)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer ir.Release()
+	schema = ir.Schema()
+	for ir.Next() {
+		rec := ir.RecordBatch()
+		rec.Retain() // the reader releases its batch on the next call
+		batches = append(batches, rec)
+	}
+	// A clean end of the input reads as io.EOF (or none), as the marker does; Ended tells them apart.
+	if err := ir.Err(); err != nil && !errors.Is(err, io.EOF) {
+		n := len(batches)
+		release()
+		return schema, nil, fmt.Errorf("batch %d: %w", n, err)
+	}
+	if !er.Ended() {
+		n := len(batches)
+		release()
+		return schema, nil, &CutError{Schema: schema, Batches: n, Bytes: er.Bytes()}
+	}
+	return schema, batches, nil
 }
 
 // Batches says n batches in words, for the messages about a stream cut short: "1 batch", "2 batches".

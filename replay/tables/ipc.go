@@ -102,42 +102,24 @@ func ReadIPC(r io.Reader, mem memory.Allocator) (*Table, error) {
 
 // readIPC is ReadIPC; what names the stream in the error for a missing end-of-stream marker (ReadFile
 // gives the path).
-func readIPC(r io.Reader, mem memory.Allocator, what string) (t *Table, err error) {
+func readIPC(r io.Reader, mem memory.Allocator, what string) (*Table, error) {
 	if mem == nil {
 		mem = memory.DefaultAllocator
 	}
-	defer func() {
-		if p := recover(); p != nil {
-			t.Release()
-			t, err = nil, fmt.Errorf("tables: reading Arrow IPC stream: %v", p)
+	schema, batches, err := arrowend.ReadAll(r, ipc.WithAllocator(mem))
+	var cut *arrowend.CutError
+	switch {
+	case errors.As(err, &cut):
+		named := "its schema"
+		if name := TableName(schema); name != "" {
+			named += " (table " + name + ")"
 		}
-	}()
-	er := arrowend.NewReader(r)
-	ir, err := ipc.NewReader(er, ipc.WithAllocator(mem))
-	if err != nil {
+		return nil, fmt.Errorf("%w: %s ends without Arrow's end-of-stream marker, after %s and %s (%d bytes)",
+			ErrNoEndMarker, what, named, arrowend.Batches(cut.Batches), cut.Bytes)
+	case err != nil && schema != nil:
+		return nil, fmt.Errorf("tables: reading Arrow IPC stream %s: %w", TableName(schema), err)
+	case err != nil:
 		return nil, fmt.Errorf("tables: reading Arrow IPC stream: %w", err)
 	}
-	defer ir.Release()
-	t = &Table{Name: TableName(ir.Schema()), Schema: ir.Schema()}
-	for ir.Next() {
-		rec := ir.RecordBatch()
-		rec.Retain() // the reader releases its batch on the next call
-		t.Records = append(t.Records, rec)
-	}
-	// A clean end of the input reads as io.EOF (or none), as the marker does; arrowend tells them apart.
-	if err := ir.Err(); err != nil && !errors.Is(err, io.EOF) {
-		t.Release()
-		return nil, fmt.Errorf("tables: reading Arrow IPC stream %s: batch %d: %w", t.Name, len(t.Records), err)
-	}
-	if !er.Ended() {
-		schema := "its schema"
-		if t.Name != "" {
-			schema += " (table " + t.Name + ")"
-		}
-		err := fmt.Errorf("%w: %s ends without Arrow's end-of-stream marker, after %s and %s (%d bytes)",
-			ErrNoEndMarker, what, schema, arrowend.Batches(len(t.Records)), er.Bytes())
-		t.Release()
-		return nil, err
-	}
-	return t, nil
+	return &Table{Name: TableName(schema), Schema: schema, Records: batches}, nil
 }
