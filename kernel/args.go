@@ -114,13 +114,20 @@ func conversationJSON(c tokenizer.Conversation) (json.RawMessage, error) {
 	return json.Marshal(w)
 }
 
+// The thinking modes Thinking takes (tokenizer.ThinkingOn and ThinkingOff, here so that a cell needs no
+// second import): kernel.Thinking(kernel.ThinkingOn).
+const (
+	ThinkingOn  = tokenizer.ThinkingOn
+	ThinkingOff = tokenizer.ThinkingOff
+)
+
 // Thinking sets the thinking mode of every conversation of the request that does not set its own. A mode
-// other than tokenizer.ThinkingOn or ThinkingOff makes Replay and Submit fail before sending; with no
-// conversation among the inputs, or one that sets the other mode, the engine refuses the request.
+// other than ThinkingOn or ThinkingOff makes Replay and Submit fail before sending; with no conversation
+// among the inputs, or one that sets the other mode, the engine refuses the request.
 func Thinking(t tokenizer.Thinking) Arg {
 	return argFunc(func(r *api.Request) error {
 		if t != tokenizer.ThinkingOn && t != tokenizer.ThinkingOff {
-			return fmt.Errorf("kernel: Thinking: want tokenizer.ThinkingOn or ThinkingOff")
+			return fmt.Errorf("kernel: Thinking: want kernel.ThinkingOn or kernel.ThinkingOff")
 		}
 		on := t == tokenizer.ThinkingOn
 		r.Thinking = &on
@@ -205,7 +212,7 @@ func buildRequest(args []Arg) (api.Request, error) {
 		}
 	}
 	if len(r.Inputs) == 0 {
-		return r, fmt.Errorf("kernel: nothing to replay: give Text, Chat, Conversations or Tokens")
+		return r, fmt.Errorf("kernel: nothing to replay: give Text, Texts, Chat, Conversations, Example or Tokens")
 	}
 	return r, nil
 }

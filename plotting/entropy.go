@@ -25,9 +25,13 @@ type EntropyOptions struct {
 	// EntropyHeatmap shows every position of the sequence when Positions is nil.
 	Positions []int32
 	// Labels name the positions (same order as Positions), for example with their token text; the
-	// default is "pos N". Labels without Positions label positions 0, 1, 2 ...
+	// default is "pos N". Labels without Positions label positions 0, 1, 2 ... The readout at position p
+	// is the distribution of the token at p+1, read after the token at p: a label such as
+	// `" b" → "an"` (the token read, then the one it predicts) says which.
 	Labels []string
-	Title  string // default "Logit-lens entropy by layer (seq N)"
+	// Title defaults to "Logit-lens entropy by layer (seq N)" for EntropyByLayer and "Logit-lens entropy,
+	// layer by position (seq N)" for EntropyHeatmap.
+	Title string
 	// Curves, for EntropyByLayer, are the (sequence, position) pairs drawn, in place of Seq and Positions:
 	// positions of several sequences in one figure. A Curve without a Label is called "seq S pos P".
 	Curves []Curve
@@ -50,11 +54,16 @@ func (o EntropyOptions) label(i int, pos int32) string {
 	return fmt.Sprintf("pos %d", pos)
 }
 
-func (o EntropyOptions) title() string {
+// title is o.Title, else the default of what: "by layer" (EntropyByLayer) or "layer by position"
+// (EntropyHeatmap).
+func (o EntropyOptions) title(what string) string {
 	if o.Title != "" {
 		return o.Title
 	}
-	return fmt.Sprintf("Logit-lens entropy by layer (seq %d)", o.Seq)
+	if what == "by layer" {
+		return fmt.Sprintf("Logit-lens entropy by layer (seq %d)", o.Seq)
+	}
+	return fmt.Sprintf("Logit-lens entropy, %s (seq %d)", what, o.Seq)
 }
 
 // lensBySeq returns the lens rows of seq indexed by position then layer.
@@ -107,7 +116,7 @@ func EntropyByLayer(rows []LensRow, opts EntropyOptions) (*Figure, error) {
 		}
 		bySeq[cv.Seq] = byPos
 	}
-	p := newPlot(opts.title(), "layer", "entropy (nats)")
+	p := newPlot(opts.title("by layer"), "layer", "entropy (nats)")
 	p.Y.Min = 0
 	legend := plot.NewLegend()
 	legend.TextStyle.Font.Size = tickSize
@@ -219,7 +228,7 @@ func EntropyHeatmap(rows []LensRow, opts EntropyOptions) (*Figure, error) {
 		}
 	}
 	spec := heatmapSpec{
-		title: opts.title(), xLabel: "position", yLabel: "layer", scaleLabel: "entropy (nats)", z: z,
+		title: opts.title("layer by position"), xLabel: "position", yLabel: "layer", scaleLabel: "entropy (nats)", z: z,
 		rowValues: int32sToFloats(layers), colValues: int32sToFloats(positions),
 	}
 	if len(opts.Labels) > 0 {

@@ -118,7 +118,7 @@ func TestEntropyHeatmap(t *testing.T) {
 	rows := lensGrid(0, npos, nlayers)
 	rows = rows[1:] // pos 0 layer 0 has no readout: a grey cell
 	d := svgOf(t)(EntropyHeatmap(rows, EntropyOptions{}))
-	checkTexts(t, d, "Logit-lens entropy by layer (seq 0)", "position", "layer", "entropy (nats)", "6")
+	checkTexts(t, d, "Logit-lens entropy, layer by position (seq 0)", "position", "layer", "entropy (nats)", "6")
 	img := heatmapImage(t, d, nlayers, npos)
 	if got := cellColor(img, nlayers, npos, 0, 0); got != missingColor {
 		t.Errorf("missing cell: want grey %v, got %v", missingColor, got)

@@ -110,14 +110,21 @@ func percent(p float64) string {
 // table has none.
 func TopKAt(rows []TokenRow, seq, pos int32, decode func(int32) string) (*Figure, error) {
 	var row *TokenRow
+	last := int32(-1) // the sequence's last position, for the message
 	for i := range rows {
-		if rows[i].SeqID == seq && rows[i].Pos == pos {
-			row = &rows[i]
-			break
+		if rows[i].SeqID == seq {
+			last = max(last, rows[i].Pos)
+			if rows[i].Pos == pos {
+				row = &rows[i]
+				break
+			}
 		}
 	}
+	if row == nil && last < 0 {
+		return nil, inputError("TopKAt: the tokens rows hold no seq %d", seq)
+	}
 	if row == nil {
-		return nil, inputError("TopKAt: no tokens row for seq %d pos %d", seq, pos)
+		return nil, inputError("TopKAt: no tokens row for seq %d pos %d: its positions are 0..%d", seq, pos, last)
 	}
 	if len(row.TopKIDs) == 0 {
 		return nil, inputError("TopKAt: seq %d pos %d has no top-k (was the tokens table read without topk_ids?)", seq, pos)

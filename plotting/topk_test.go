@@ -111,7 +111,8 @@ func TestTopKErrors(t *testing.T) {
 		{"empty", func() (*Figure, error) { return TopK(nil, "") }, "no alternatives"},
 		{"positive", func() (*Figure, error) { return TopK([]Alternative{{Label: "x", Logprob: 0.3}}, "") }, "logprob 0.3, want <= 0"},
 		{"NaN", func() (*Figure, error) { return TopK([]Alternative{{Label: "x", Logprob: math.NaN()}}, "") }, "logprob NaN"},
-		{"missing row", func() (*Figure, error) { return TopKAt(rows, 0, 5, nil) }, "no tokens row for seq 0 pos 5"},
+		{"missing row", func() (*Figure, error) { return TopKAt(rows, 0, 5, nil) }, "no tokens row for seq 0 pos 5: its positions are 0..1"},
+		{"missing seq", func() (*Figure, error) { return TopKAt(rows, 3, 0, nil) }, "the tokens rows hold no seq 3"},
 		{"no top-k", func() (*Figure, error) { return TopKAt(noTop, 0, 0, nil) }, "has no top-k"},
 		{"lengths", func() (*Figure, error) { return TopKAt(bad, 0, 0, nil) }, "2 topk_ids but 1 topk_logprobs"},
 	}
