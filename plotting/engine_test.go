@@ -76,7 +76,7 @@ func TestEngineRows(t *testing.T) {
 		t.Fatalf("%d token rows, want %d", len(toks), len(engineText))
 	}
 	want := TokenRow{SeqID: 3, Pos: 2, TokenID: 102, Token: ` a\\b`, Message: 0, Channel: "response",
-		Conversation: "greeting", Thinking: "off", TargetID: 103, Logprob: -3, Rank: 3, Entropy: 1.5,
+		Conversation: "greeting", Thinking: "off", TargetID: 103, TargetToken: `\tx`, Logprob: -3, Rank: 3, Entropy: 1.5,
 		TopKIDs: []int32{103, 7}, TopKLogprobs: []float64{-3, -4}, TopKTokens: []string{`\tx`, " seven"}}
 	if !reflect.DeepEqual(toks[2], want) {
 		t.Errorf("tokens row 2 (-want +got):\n-%+v\n+%+v", want, toks[2])

@@ -33,13 +33,16 @@ type TokenRow struct {
 	// place in the file: line:12, item:3) and Thinking its thinking mode, "on" or "off"; both "" for text
 	// and token ids, and for tables written before these columns (schema version 3).
 	Conversation, Thinking string
-	TargetID               int32   // the next token; -1 at the last position
-	Logprob                float64 // log-probability of TargetID; NaN at the last position
-	Rank                   int32   // rank of TargetID among all tokens, 1 = top; -1 at the last position
-	Entropy                float64 // of the next-token distribution, nats; NaN when the table has no entropy column
-	TopKIDs                []int32 // the most likely next tokens, most likely first
-	TopKLogprobs           []float64
-	TopKTokens             []string // the text pieces of TopKIDs (topk_tokens, display form as Token); empty when the engine had no tokenizer
+	TargetID               int32 // the next token; -1 at the last position
+	// TargetToken is the text piece of TargetID (display form as Token), from the next row of the
+	// sequence; "" at the last position, or where the rows were read without that next row.
+	TargetToken  string
+	Logprob      float64 // log-probability of TargetID; NaN at the last position
+	Rank         int32   // rank of TargetID among all tokens, 1 = top; -1 at the last position
+	Entropy      float64 // of the next-token distribution, nats; NaN when the table has no entropy column
+	TopKIDs      []int32 // the most likely next tokens, most likely first
+	TopKLogprobs []float64
+	TopKTokens   []string // the text pieces of TopKIDs (topk_tokens, display form as Token); empty when the engine had no tokenizer
 }
 
 // LensRow is one logit-lens readout: the next-token distribution read from the output of Layer at
@@ -149,6 +152,11 @@ func TokenRows(recs ...arrow.RecordBatch) ([]TokenRow, error) {
 				}
 			}
 			rows = append(rows, r)
+		}
+	}
+	for i := range len(rows) - 1 { // the next row of the same sequence holds the target's piece
+		if n := rows[i+1]; n.SeqID == rows[i].SeqID && n.Pos == rows[i].Pos+1 && n.TokenID == rows[i].TargetID {
+			rows[i].TargetToken = n.Token
 		}
 	}
 	return rows, nil

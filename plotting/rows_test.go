@@ -77,7 +77,7 @@ func TestTokenRows(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := TokenRow{SeqID: 0, Pos: 0, TokenID: 10, Token: "Hi", Message: 1, Channel: "user", Conversation: "greeting",
-		Thinking: "off", TargetID: 11, Logprob: -0.5, Rank: 2, Entropy: 1.25,
+		Thinking: "off", TargetID: 11, TargetToken: "!", Logprob: -0.5, Rank: 2, Entropy: 1.25,
 		TopKIDs: []int32{11, 12}, TopKLogprobs: []float64{-0.5, -1}, TopKTokens: []string{"!", `\n`}}
 	if len(rows) != 4 || !reflect.DeepEqual(rows[0], want) {
 		t.Errorf("(-want +got):\n-%+v\n+%+v", want, rows)
@@ -85,7 +85,7 @@ func TestTokenRows(t *testing.T) {
 	if len(rows[1].TopKTokens) != 0 || len(rows[1].TopKIDs) != 2 {
 		t.Errorf("row without pieces: want 2 ids and no pieces, got %+v", rows[1])
 	}
-	if !math.IsNaN(rows[1].Logprob) || rows[1].TargetID != -1 || rows[1].Rank != -1 {
+	if !math.IsNaN(rows[1].Logprob) || rows[1].TargetID != -1 || rows[1].Rank != -1 || rows[1].TargetToken != "" {
 		t.Errorf("last position: want NaN logprob, target -1 and rank -1, got %+v", rows[1])
 	}
 
