@@ -44,6 +44,10 @@ func TestResultAfterRelease(t *testing.T) {
 			_, err := r.MessageLogprob(0, 0)
 			return errText(err)
 		}, "kernel: the result of job 0123456789abcdef was released: its tables are gone (Fetch or replay again)"},
+		{"SpanLogprob", func() string {
+			_, err := r.SpanLogprob(0, 1, 2)
+			return errText(err)
+		}, "kernel: the result of job 0123456789abcdef was released: its tables are gone (Fetch or replay again)"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			if got := tt.got(); got != tt.want {

@@ -10,7 +10,8 @@ import (
 	"github.com/potato-k3/potato-k3/replay/tokenizer"
 )
 
-// MessageScore is how probable the model found one chat message's own tokens, teacher-forced.
+// MessageScore is how probable the model found a run of tokens, teacher-forced: one chat message's own
+// (MessageLogprob), or a span of positions (SpanLogprob).
 type MessageScore struct {
 	// Sum is the sum of the tokens' logprobs in nats (float32 in the table, added in float64 in position
 	// order, as `potato replay` adds them for its summary line).
@@ -46,36 +47,13 @@ func (r *Result) MessageLogprob(seqID, message int) (MessageScore, error) {
 	if r.released {
 		return MessageScore{}, fmt.Errorf("kernel: the result of job %s was released: its tables are gone (Fetch or replay again)", r.Status.ID)
 	}
-	c, err := tokenColumns(r.Tokens())
+	c, rows, err := r.sequenceRows(seqID)
 	if err != nil {
 		return MessageScore{}, err
-	}
-	// The rows of the sequence, by position (the engine writes them in order; this does not rely on it).
-	var rows []int
-	found := false
-	for i := 0; i < c.seq.Len(); i++ {
-		if int(c.seq.Value(i)) != seqID {
-			continue
-		}
-		p := int(c.pos.Value(i))
-		if p < 0 || p > c.seq.Len() {
-			return MessageScore{}, fmt.Errorf("kernel: tokens table row %d: position %d out of range", i, p)
-		}
-		for len(rows) <= p {
-			rows = append(rows, -1)
-		}
-		rows[p] = i
-		found = true
-	}
-	if !found {
-		return MessageScore{}, fmt.Errorf("kernel: no sequence %d in the result (%d sequences, seq_id 0..%d)", seqID, r.Status.Sequences, r.Status.Sequences-1)
 	}
 	var s MessageScore
 	last, inMessage := -1, false
 	for p, i := range rows {
-		if i < 0 {
-			return MessageScore{}, fmt.Errorf("kernel: sequence %d: the tokens table has no row for position %d", seqID, p)
-		}
 		m := int(c.msg.Value(i))
 		last = max(last, m)
 		if m != message {
@@ -85,12 +63,9 @@ func (r *Result) MessageLogprob(seqID, message int) (MessageScore, error) {
 		if c.channel.Value(i) == string(tokenizer.ChannelStructure) || p == 0 {
 			continue
 		}
-		prev := rows[p-1] // the row that predicts the token at p
-		if c.target.Value(prev) != c.token.Value(i) || c.logprob.IsNull(prev) {
-			return MessageScore{}, fmt.Errorf("kernel: sequence %d: row of position %d does not score the token at %d", seqID, p-1, p)
+		if err := s.add(c, rows, seqID, p); err != nil {
+			return MessageScore{}, err
 		}
-		s.Sum += float64(c.logprob.Value(prev))
-		s.Count++
 	}
 	if !inMessage && last < 0 {
 		return MessageScore{}, fmt.Errorf("kernel: sequence %d has no messages: it is raw text or token ids (message -1 on every row), not a conversation", seqID)
@@ -98,11 +73,90 @@ func (r *Result) MessageLogprob(seqID, message int) (MessageScore, error) {
 	if !inMessage {
 		return MessageScore{}, fmt.Errorf("kernel: sequence %d has no message %d (its messages: 0..%d; -1 means none: raw text or token ids)", seqID, message, last)
 	}
+	s.mean()
+	return s, nil
+}
+
+// SpanLogprob scores the tokens at positions from..to-1 of sequence seqID (a word of raw text, a phrase,
+// a message's tail): the sum, mean and count of their logprobs, each on the row that predicts it (the
+// row before it, as MessageLogprob). A word is often several tokens (" banana" is four in the demo
+// model's vocabulary): find its positions in the tokens rows (plotting.TokenRows: Pos and Token), and
+// score them together here. Position 0 is never scored, so from is at least 1; to is at most the
+// sequence's length. It is an error outside those bounds, for a sequence the result does not have, and
+// after Release.
+func (r *Result) SpanLogprob(seqID, from, to int) (MessageScore, error) {
+	if r.released {
+		return MessageScore{}, fmt.Errorf("kernel: the result of job %s was released: its tables are gone (Fetch or replay again)", r.Status.ID)
+	}
+	c, rows, err := r.sequenceRows(seqID)
+	if err != nil {
+		return MessageScore{}, err
+	}
+	if from < 1 || to > len(rows) || from >= to {
+		return MessageScore{}, fmt.Errorf("kernel: SpanLogprob(%d, %d, %d): want 1 <= from < to <= %d, the positions of sequence %d's tokens after its first (position 0 is never scored)",
+			seqID, from, to, len(rows), seqID)
+	}
+	var s MessageScore
+	for p := from; p < to; p++ {
+		if err := s.add(c, rows, seqID, p); err != nil {
+			return MessageScore{}, err
+		}
+	}
+	s.mean()
+	return s, nil
+}
+
+// add adds the logprob of the token at position p, from the row before it.
+func (s *MessageScore) add(c tokenCols, rows []int, seqID, p int) error {
+	prev := rows[p-1] // the row that predicts the token at p
+	if c.target.Value(prev) != c.token.Value(rows[p]) || c.logprob.IsNull(prev) {
+		return fmt.Errorf("kernel: sequence %d: row of position %d does not score the token at %d", seqID, p-1, p)
+	}
+	s.Sum += float64(c.logprob.Value(prev))
+	s.Count++
+	return nil
+}
+
+// mean sets Mean from Sum and Count.
+func (s *MessageScore) mean() {
 	s.Mean = math.NaN()
 	if s.Count > 0 {
 		s.Mean = s.Sum / float64(s.Count)
 	}
-	return s, nil
+}
+
+// sequenceRows finds the tokens table's columns and the rows of sequence seqID by position (the engine
+// writes them in order; this does not rely on it). Every position of the sequence must have its row.
+func (r *Result) sequenceRows(seqID int) (tokenCols, []int, error) {
+	c, err := tokenColumns(r.Tokens())
+	if err != nil {
+		return c, nil, err
+	}
+	var rows []int
+	found := false
+	for i := 0; i < c.seq.Len(); i++ {
+		if int(c.seq.Value(i)) != seqID {
+			continue
+		}
+		p := int(c.pos.Value(i))
+		if p < 0 || p > c.seq.Len() {
+			return c, nil, fmt.Errorf("kernel: tokens table row %d: position %d out of range", i, p)
+		}
+		for len(rows) <= p {
+			rows = append(rows, -1)
+		}
+		rows[p] = i
+		found = true
+	}
+	if !found {
+		return c, nil, fmt.Errorf("kernel: no sequence %d in the result (%d sequences, seq_id 0..%d)", seqID, r.Status.Sequences, r.Status.Sequences-1)
+	}
+	for p, i := range rows {
+		if i < 0 {
+			return c, nil, fmt.Errorf("kernel: sequence %d: the tokens table has no row for position %d", seqID, p)
+		}
+	}
+	return c, rows, nil
 }
 
 // tokenCols are the tokens table's columns that MessageLogprob reads.

@@ -131,6 +131,35 @@ func TestMessageLogprobDemo(t *testing.T) {
 			t.Errorf("MessageLogprob(%d, %d): %v, want %q", tt.seq, tt.msg, err, tt.want)
 		}
 	}
+	// SpanLogprob: positions from..to-1 of a sequence, each on the row before it, markup included.
+	n0 := 0 // sequence 0's length
+	for i := 0; i < int(tok.NumRows()); i++ {
+		if seq.Value(i) == 0 {
+			n0++
+		}
+	}
+	for _, span := range [][2]int{{1, n0}, {3, 7}, {n0 - 1, n0}} {
+		var want MessageScore
+		for p := span[0]; p < span[1]; p++ { // sequence 0's rows come first, in position order
+			want.Sum += float64(lp.Value(p - 1))
+			want.Count++
+		}
+		want.Mean = want.Sum / float64(want.Count)
+		if got, err := res.SpanLogprob(0, span[0], span[1]); err != nil || got != want {
+			t.Errorf("SpanLogprob(0, %d, %d): %+v, %v; want %+v", span[0], span[1], got, err, want)
+		}
+	}
+	for _, tt := range []struct {
+		seq, from, to int
+		want          string
+	}{
+		{0, 0, 3, "want 1 <= from < to <= "}, {0, 2, n0 + 1, "want 1 <= from < to <= "}, {0, 4, 4, "want 1 <= from"},
+		{9, 1, 2, "no sequence 9"},
+	} {
+		if _, err := res.SpanLogprob(tt.seq, tt.from, tt.to); err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("SpanLogprob(%d, %d, %d): %v, want %q", tt.seq, tt.from, tt.to, err, tt.want)
+		}
+	}
 	// A message with no text of its own scores 0 tokens, mean NaN; raw text has no messages at all.
 	other, err := c.Replay(ctx, Chat(tokenizer.Conversation{Thinking: tokenizer.ThinkingOff, Messages: []tokenizer.Message{
 		{Role: tokenizer.RoleUser, Content: "Say nothing."}, {Role: tokenizer.RoleAssistant}}}), Text("no messages here"))
