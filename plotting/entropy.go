@@ -27,7 +27,8 @@ type EntropyOptions struct {
 	// Labels name the positions (same order as Positions), for example with their token text; the
 	// default is "pos N". Labels without Positions label positions 0, 1, 2 ... The readout at position p
 	// is the distribution of the token at p+1, read after the token at p: a label such as
-	// `" b" → "an"` (the token read, then the one it predicts) says which.
+	// `" b" → "an"` (the token read, then the one it predicts) says which. EntropyHeatmap turns its labels
+	// up, one a column up to 44 columns, with spaces at either end drawn as "·".
 	Labels []string
 	// Title defaults to "Logit-lens entropy by layer (seq N)" for EntropyByLayer and "Logit-lens entropy,
 	// layer by position (seq N)" for EntropyHeatmap.
@@ -232,6 +233,7 @@ func EntropyHeatmap(rows []LensRow, opts EntropyOptions) (*Figure, error) {
 		rowValues: int32sToFloats(layers), colValues: int32sToFloats(positions),
 	}
 	if len(opts.Labels) > 0 {
+		spec.textCols = true
 		spec.colNames = make([]string, len(positions))
 		for i, pos := range positions {
 			spec.colNames[i] = opts.label(i, pos)

@@ -3,10 +3,12 @@ package plotting
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"image/png"
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -192,3 +194,23 @@ func TestFigureDrawPanics(t *testing.T) {
 type panicTicker struct{}
 
 func (panicTicker) Ticks(min, max float64) []plot.Tick { panic("bad ticks") }
+
+// TestEntropyHeatmapTextLabels: token pieces as labels are turned up, one a column up to maxTurnedTicks,
+// with the spaces at their ends drawn as "·" (a piece's leading space would not show).
+func TestEntropyHeatmapTextLabels(t *testing.T) {
+	const npos = maxTurnedTicks
+	rows := lensGrid(0, npos, 3)
+	labels := make([]string, npos)
+	for i := range labels {
+		labels[i] = fmt.Sprintf(" w%02d", i)
+	}
+	labels[1], labels[2] = "tail ", "  "
+	d := svgOf(t)(EntropyHeatmap(rows, EntropyOptions{Labels: labels}))
+	checkTexts(t, d, "·w00", "tail·", "··", "·w43")
+	for i := 3; i < npos; i++ {
+		checkTexts(t, d, fmt.Sprintf("·w%02d", i))
+	}
+	if got := visibleEnds([]string{"a b", " x ", ""}); !slices.Equal(got, []string{"a b", "·x·", ""}) {
+		t.Errorf("visibleEnds: %q", got)
+	}
+}

@@ -6,11 +6,13 @@ import (
 	"image/draw"
 	"math"
 	"strconv"
+	"strings"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/palette"
 	"gonum.org/v1/plot/palette/moreland"
 	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/text"
 	"gonum.org/v1/plot/vg"
 )
 
@@ -36,6 +38,7 @@ type heatmapSpec struct {
 	title, xLabel, yLabel, scaleLabel string
 	z                                 [][]float64 // z[row][col]; NaN is a missing cell
 	rowNames, colNames                []string    // tick labels; nil for plain numbers
+	textCols                          bool        // colNames are text of the user's (token pieces): turned up, one a column
 	rowValues, colValues              []float64   // numeric tick values when names are nil; nil for 0..n-1
 	// fromZero starts the colour scale at 0 rather than at the smallest value: for counts, where a scale
 	// starting near the minimum makes a layer's least used expert look unused.
@@ -84,6 +87,15 @@ func newHeatmap(s heatmapSpec) (*Figure, error) {
 	p.X.Min, p.X.Max = -0.5, float64(cols)-0.5
 	p.Y.Min, p.Y.Max = -0.5, float64(rows)-0.5
 	p.X.Tick.Marker = indexTicks{names: s.colNames, values: s.colValues, max: 24}
+	if s.textCols && s.colNames != nil {
+		// Text (token pieces, as EntropyHeatmap's Labels give them) upright overlaps past a couple of
+		// dozen columns: turned up, a label is one line high, and every column up to maxTurnedTicks keeps
+		// its own. Spaces at either end are drawn as "·", as a piece's leading space would not show.
+		p.X.Tick.Label.Rotation = math.Pi / 2
+		p.X.Tick.Label.XAlign = text.XRight
+		p.X.Tick.Label.YAlign = text.YCenter
+		p.X.Tick.Marker = indexTicks{names: visibleEnds(s.colNames), values: s.colValues, max: maxTurnedTicks}
+	}
 	p.Y.Tick.Marker = indexTicks{names: s.rowNames, values: s.rowValues, max: 30}
 
 	scale := newPlot("", "", s.scaleLabel)
@@ -119,6 +131,26 @@ func cellImage(z [][]float64, cmap palette.ColorMap) *image.RGBA {
 		}
 	}
 	return img
+}
+
+// maxTurnedTicks is the most turned-up labels a heatmap's x axis shows: a line of the tick font (10 pt)
+// each, in the plot area of a figure DefaultWidth wide beside its colour scale.
+const maxTurnedTicks = 44
+
+// visibleEnds returns names with the spaces at either end of each drawn as "·".
+func visibleEnds(names []string) []string {
+	out := make([]string, len(names))
+	for i, s := range names {
+		core := strings.Trim(s, " ")
+		if core == "" {
+			out[i] = strings.Repeat("·", len(s))
+			continue
+		}
+		lead := len(s) - len(strings.TrimLeft(s, " "))
+		trail := len(s) - len(strings.TrimRight(s, " "))
+		out[i] = strings.Repeat("·", lead) + core + strings.Repeat("·", trail)
+	}
+	return out
 }
 
 // indexTicks labels cells 0..n-1 of an axis with names or values, thinned to at most max labels.
