@@ -61,6 +61,9 @@ func startServe(t *testing.T, spill, listen string) *serveProc {
 			t.Fatalf("potato serve did not start in 60 s:\n%s", p.log)
 		}
 	}
+	if st.Source != api.SourceRoot() { // the potato TestMain built, from this checkout
+		t.Errorf("the state file names the checkout %q, want %q", st.Source, api.SourceRoot())
+	}
 	if path, ok := strings.CutPrefix(st.Addr, "unix:"); ok {
 		p.base = "http://potato"
 		p.hc = &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {

@@ -132,6 +132,16 @@ func reuse(dir string, o options) (*Client, error) {
 		c.Close()
 		return nil, fmt.Errorf("kernel: the background engine (pid %d) runs %s, not %s: call kernel.Shutdown() first", st.PID, st.Model, o.model)
 	}
+	if mine := api.SourceRoot(); st.Source != "" && mine != "" && !sameDir(st.Source, mine) {
+		// Not an error: the engine answers as it should, only from another checkout's code (an older
+		// one, or one with edits), which a cell cannot see in its results.
+		w := o.progress
+		if w == nil {
+			w = os.Stderr // a GoNB cell shows its stderr
+		}
+		fmt.Fprintf(w, "kernel: the background engine (pid %d) was built from the checkout at %s, this program from %s: "+
+			"its results are that checkout's code. kernel.Shutdown(), then connect again, starts this one's.\n", st.PID, st.Source, mine)
+	}
 	return c, nil
 }
 

@@ -136,7 +136,8 @@ func runServe(ctx context.Context, args []string, stdout io.Writer) error {
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(l) }()
 	if f.stateFile != "" {
-		st := api.State{Addr: server.AddrString(l.Addr()), PID: os.Getpid(), Started: time.Now(), Model: cfg.ModelDir}
+		st := api.State{Addr: server.AddrString(l.Addr()), PID: os.Getpid(), Started: time.Now(), Model: cfg.ModelDir,
+			Source: api.SourceRoot()}
 		if err := writeState(f.stateFile, st); err != nil {
 			srv.Shutdown(context.Background())
 			return err

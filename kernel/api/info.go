@@ -76,4 +76,7 @@ type State struct {
 	PID     int       `json:"pid"`
 	Started time.Time `json:"started"`
 	Model   string    `json:"model"`
+	// Source is the checkout the engine was compiled from (SourceRoot); "" for a build without file
+	// paths, and in state files of engines before it.
+	Source string `json:"source,omitempty"`
 }
