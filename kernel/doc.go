@@ -52,6 +52,8 @@
 //  2. The background engine an earlier cell started: CacheDir()/kernel/serve.json holds its address and
 //     pid, and it must answer its health check with that pid. One whose pid is alive and holds its spill
 //     directory but does not answer in time (busy, or paused) is an error, never replaced by a second.
+//     One built from another checkout of potato-k3 than this program (serve.json names its source) is
+//     used, with a line on stderr saying so: Shutdown, then Connect, starts this checkout's.
 //  3. A new background engine: `potato serve` on the embedded default model (or WithModel), on a unix
 //     socket in CacheDir()/kernel (a loopback port when that path is too long), in a session of its own
 //     so that it outlives the cell, its output in CacheDir()/kernel/serve.log. Connect waits until it
