@@ -87,21 +87,28 @@ func TestExample(t *testing.T) {
 	}
 }
 
-// A cache that cannot be written leaves ReplayCached's results intact and says so once a client, not on
-// every call.
-func TestReplayCachedUnwritable(t *testing.T) {
+// unwritableCache points the cache at a new directory where no results entry can be made, whoever runs
+// the test (the results folder is a file), and returns what ReplayCached warns until the test ends.
+func unwritableCache(t *testing.T) *strings.Builder {
+	t.Helper()
 	root := t.TempDir()
 	t.Setenv(EnvCache, root)
-	// The results folder is a file, so no entry can be made under it, whoever runs the test.
 	if err := os.MkdirAll(filepath.Join(root, "kernel"), 0o700); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(filepath.Join(root, "kernel", resultsDir), nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	var warned strings.Builder
-	cacheWarnings = &warned
-	defer func() { cacheWarnings = os.Stderr }()
+	warned := &strings.Builder{}
+	cacheWarnings = warned
+	t.Cleanup(func() { cacheWarnings = os.Stderr })
+	return warned
+}
+
+// A cache that cannot be written leaves ReplayCached's results intact and says so once a client, not on
+// every call.
+func TestReplayCachedUnwritable(t *testing.T) {
+	warned := unwritableCache(t)
 	c, err := Connect(WithAddr(startServer(t, "127.0.0.1:0", server.Config{})))
 	if err != nil {
 		t.Fatal(err)

@@ -157,17 +157,7 @@ func TestReplayCachedConcurrent(t *testing.T) {
 // Goroutines of one client share the first call's result when the cache cannot store it (before, each
 // replayed), with the one warning.
 func TestReplayCachedConcurrentUnwritable(t *testing.T) {
-	root := t.TempDir()
-	t.Setenv(EnvCache, root)
-	if err := os.MkdirAll(filepath.Join(root, "kernel"), 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(root, "kernel", resultsDir), nil, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	var warned strings.Builder
-	cacheWarnings = &warned
-	defer func() { cacheWarnings = os.Stderr }()
+	warned := unwritableCache(t)
 	c := connectSlow(t, time.Second, 1)[0]
 	rs, errs := replayAll([]*Client{c, c, c})
 	for i, r := range rs {

@@ -169,8 +169,9 @@ type input struct {
 // surfaces after the replay.
 func (f *replayFlags) check() (input, error) {
 	var in input
+	given := []struct{ name, v string }{{"text", f.text}, {"text-file", f.textFile}, {"chat", f.chat}, {"tokens", f.tokens}}
 	inputs := 0
-	for _, s := range []struct{ name, v string }{{"text", f.text}, {"text-file", f.textFile}, {"chat", f.chat}, {"tokens", f.tokens}} {
+	for _, s := range given {
 		if s.v != "" || f.set[s.name] {
 			inputs++
 		}
@@ -178,7 +179,7 @@ func (f *replayFlags) check() (input, error) {
 	if inputs != 1 {
 		return in, usagef("replay", "replay: give exactly one of --text, --text-file, --chat, --tokens")
 	}
-	for _, s := range []struct{ name, v string }{{"text", f.text}, {"text-file", f.textFile}, {"chat", f.chat}, {"tokens", f.tokens}} {
+	for _, s := range given {
 		if f.set[s.name] && s.v == "" { // given as "": before, "give exactly one of" as though it were not given
 			return in, fmt.Errorf("replay: --%s is empty: nothing to replay", s.name)
 		}
