@@ -25,13 +25,17 @@ import (
 // engine sent, concatenated). Columns are documented in package replay/tables; the schema metadata
 // says which model, engine version, precision and backend computed them. Release it when done: after
 // Release every table accessor returns nil, Summary says the result was released, and MessageLogprob is
-// an error that says so.
+// an error that says so. A result of the package-level ReplayCached or Replay also holds the client they
+// opened, which Release closes.
 type Result struct {
 	Status api.JobStatus // the job as it finished: id, wave, options, config hash
 	// FromCache is set when ReplayCached read the result from the results cache instead of replaying.
 	FromCache bool
 	tables    map[string]arrow.RecordBatch
 	released  bool // Release was called: the tables are gone
+	// owned is closed by Release, once: the client that the package-level ReplayCached or Replay opened
+	// for this result (cell.go); nil for a result of a method, whose caller closes its own client.
+	owned io.Closer
 }
 
 // Tokens is the per-token table: seq_id, pos, token_id, token, message, channel, target_id, logprob,
@@ -90,7 +94,8 @@ func (r *Result) LookupTable(name string) (arrow.RecordBatch, error) {
 		name, ErrNotCaptured, r.Status.ID, strings.Join(has, ", "), tableArgs[name])
 }
 
-// Release releases every table. It is safe to call more than once, and on a nil *Result (so that a
+// Release releases every table and, for a result of the package-level ReplayCached or Replay, closes
+// the client they opened. It is safe to call more than once, and on a nil *Result (so that a
 // `defer res.Release()` written before the error check does not panic when Replay failed).
 func (r *Result) Release() {
 	if r == nil {
@@ -101,6 +106,10 @@ func (r *Result) Release() {
 		delete(r.tables, name)
 	}
 	r.released = true
+	if r.owned != nil {
+		r.owned.Close() // a Client's Close always returns nil
+		r.owned = nil
+	}
 }
 
 // Summary is one line about the result: job, sequences, tokens, precision, the other jobs that shared
