@@ -20,6 +20,13 @@
 //	defer res.Release()
 //	res.Display() // a summary line and the first rows of the tokens table
 //
+// A cell that connects only to replay one request says it in one call: ReplayCached (or Replay) connects
+// as Connect() does, and the result's Release also closes that client:
+//
+//	res, err := kernel.ReplayCached(ctx, kernel.Example("greeting"), kernel.TopK(5))
+//	if err != nil { ... }
+//	defer res.Release()
+//
 // Inputs are Text, Texts, Chat, Example (a bundled conversation by id: kernel.Example("greeting")),
 // Conversations and Tokens; their order is the seq_id of the results.
 // Options are TopK, Hidden, Lens, LensAll, Router, AttnRes, Precision("fp32"), Float16, Thinking (for
