@@ -296,6 +296,46 @@ func TestPlanCapsSliceTokens(t *testing.T) {
 	}
 }
 
+// TestPlanCappedSliceRounded: a capped --slice-tokens is rounded down to a multiple of 1,024 as planned
+// slices are, so that device budgets a few kB apart (the free memory a wave finds after the last one)
+// plan the same slices: the state buffers in host memory are pinned per size (statebufs.go), and run
+// 131 pinned a wave's 7.5 GB of state again for slices of 52,108 tokens after 52,093.
+func TestPlanCappedSliceRounded(t *testing.T) {
+	probe := openPreset(t, "tiny", 1, cpu.New(cpu.Options{}), EngineOptions{})
+	w := probe.weightPeak(true) + probe.carryBytes(900, true)
+	lens := make([]int, 40)
+	for i := range lens {
+		lens[i] = 900
+	}
+	plan := func(extra int64) WavePlan {
+		t.Helper()
+		e := openTiny(t, ops.BF16, EngineOptions{DeviceMemory: w + extra, SliceTokens: 1 << 20})
+		p, err := e.PlanWave(lens)
+		if err != nil {
+			t.Fatalf("device budget of %d bytes past the weights: %v", extra, err)
+		}
+		return p
+	}
+	var extra int64
+	var p WavePlan
+	for extra = 2 << 20; ; extra *= 2 {
+		if extra > 1<<32 {
+			t.Fatal("no device budget capped the slices at more than 1,024 tokens")
+		}
+		if p = plan(extra); p.SliceTokens > 1024 && strings.Contains(p.String(), "capped at") {
+			break
+		}
+	}
+	if p.SliceTokens%1024 != 0 || p.DevicePeak > p.DeviceBudget {
+		t.Errorf("plan %s: want slices of a multiple of 1,024 tokens within the budget", p)
+	}
+	for _, more := range []int64{4 << 10, 8 << 10, 12 << 10} {
+		if q := plan(extra + more); q.SliceTokens != p.SliceTokens {
+			t.Errorf("a device budget %d bytes larger planned slices of %d tokens, not %d", more, q.SliceTokens, p.SliceTokens)
+		}
+	}
+}
+
 // TestPlanUnslicedWhenExpertsDoNotFit: sliced, every routed expert of a layer stays on the device for its
 // slices; on a device too small for that but large enough for chunks of experts, the plan runs layers
 // unsliced and says why, and the results are the unsliced ones.
