@@ -21,7 +21,9 @@ func (b *Backend) FreeDeviceMemory() (int64, error) {
 
 // ActivationElementBytes is the device memory one activation value takes on average at a sublayer's peak
 // (ops.ActivationSizer): 4 for its float32 value, and 1 for the bfloat16 copies that norms and the first
-// cuBLASLt matmul reading an input keep (narrow.go): only matmul inputs have one, about half the values.
+// cuBLASLt matmul reading an input keep (narrow.go): only matmul inputs and the short convolutions'
+// outputs (KDA's q, k and v, read by the chunked kernel from their copies) have one, at most about half
+// the values (46% at KDA's peak in K3: the normed input and q, k, v of 95,456 values a token).
 func (b *Backend) ActivationElementBytes() int { return 5 }
 
 // ExpertScratchBytes is what ExpertsAccumulate takes beyond acc and z (ops.ExpertScratch) for a call over
