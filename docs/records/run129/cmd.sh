@@ -1,0 +1,1 @@
+DEADLINE=530 PLAN=docs/records/next/plan.txt bash scripts/gpu_variants.sh; mkdir -p .dev && cp /tmp/variants/bundle/n/potato .dev/potato && timeout 45 bash scripts/gpu_serve_check.sh > $OUT/serve_check.txt 2>&1   # carry .dev/bundle.tar.xz: scripts/gpu_bundle.sh h=main n=exp/kda-narrow (h 5207750, n c47daaf)
