@@ -331,7 +331,7 @@ func (b *Backend) start(images map[string][]byte, lt *bind.CuBLASLt) error {
 		return err
 	}
 	// Kernels with more than 48 KiB of dynamic shared memory must opt in.
-	large := []string{"k_kda_exact", "k_mla", "k_kda_chunk_r128", "k_kda_chunk_r64"}
+	large := []string{"k_kda_exact", "k_mla", "k_kda_chunk_r128", "k_kda_chunk_r64", "k_kda_chunk_r128n", "k_kda_chunk_r64n"}
 	if devKernels {
 		large = append(large, "k_kda_chunk_prof_r128")
 	}

@@ -51,6 +51,12 @@ func (b *Backend) ShortConvSiLU(x, w ops.Tensor, l ops.Layout) (ops.Tensor, erro
 		if err != nil {
 			return err
 		}
+		if b.convNarrow() && shortConv4Fits(out.ptr, xp, wp, xt.cols, wt.cols) {
+			return c.keepNarrowOutput(out, func(op, nb uint64) error {
+				return c.launch("k_shortconv4n", shortConv4Grid(xt.rows, xt.cols), d1(ewThreads), 0,
+					op, xp, wp, sp, int64(xt.rows), int32(xt.cols), b.bf, nb)
+			})
+		}
 		return c.shortConv(out.ptr, xp, wp, sp, xt.rows, xt.cols, wt.cols, b.bf)
 	})
 	if err != nil {
@@ -69,8 +75,22 @@ func (c *opCtx) shortConv(out, x, w, start uint64, rows, ch, taps int, bf int32)
 	if !shortConv4Fits(out, x, w, ch, taps) {
 		return c.launch1D("k_shortconv", rows*ch, out, x, w, start, int64(rows), int32(ch), int32(taps), bf)
 	}
-	return c.launch("k_shortconv4", d2((rows+shortConvRows-1)/shortConvRows, (ch/4+ewThreads-1)/ewThreads), d1(ewThreads), 0,
-		out, x, w, start, int64(rows), int32(ch), bf)
+	return c.launch("k_shortconv4", shortConv4Grid(rows, ch), d1(ewThreads), 0, out, x, w, start, int64(rows), int32(ch), bf)
+}
+
+// shortConv4Grid is k_shortconv4's grid over rows x ch inputs: a block of ewThreads channel quads for
+// shortConvRows rows.
+func shortConv4Grid(rows, ch int) dim3 {
+	return d2((rows+shortConvRows-1)/shortConvRows, (ch/4+ewThreads-1)/ewThreads)
+}
+
+// convNarrow reports whether ShortConvSiLU writes its output narrow-only (cuda/narrow.go: the bfloat16
+// copy alone): in BF16 precision where the chunked KDA kernel, its only reader in K3's layers, can run
+// (tensor cores in use), since that kernel reads q, k and v from the copies (half the bytes of the
+// float32 values, and the convolution writes half as many). Any other reader widens the copy first, so
+// where the step kernels run instead the values are the same, one widening pass later.
+func (b *Backend) convNarrow() bool {
+	return b.bf == 1 && !b.opts.NoTensorCores && b.info.Major >= 8
 }
 
 // shortConv4Fits reports whether k_shortconv4 takes the shape: 4 taps, channels a multiple of 4 (at most
@@ -118,6 +138,17 @@ func shortConv4Fits(out, x, w uint64, ch, taps int) bool {
 func (b *Backend) KDA(q, k, v, graw, braw ops.Tensor, aLog, dtBias ops.Tensor, heads int, lower float32, l ops.Layout) (ops.Tensor, error) {
 	out, _, err := b.kda(q, k, v, graw, braw, aLog, dtBias, heads, lower, l, nil, nil, false)
 	return out, err
+}
+
+// narrowInput reports whether every one of ts is a narrow-only activation whose bfloat16 copy has rows of
+// exactly its columns (narrow.go), the layout the chunked kernel's narrow form reads.
+func narrowInput(ts ...*Tensor) bool {
+	for _, t := range ts {
+		if !t.narrowOnly || t.narrowLd != t.cols || t.dt != dtF32 {
+			return false
+		}
+	}
+	return true
 }
 
 // kdaChunkRows is the chunk of kda_chunk.cu (KC): a slice boundary inside a chunk hands on the rows since
@@ -205,10 +236,23 @@ func (b *Backend) kda(q, k, v, graw, braw ops.Tensor, aLog, dtBias ops.Tensor, h
 			}
 		}
 	}
+	// the chunked kernel's narrow form reads q, k and v (and their carried rows) from their bfloat16
+	// copies where every one of them is narrow-only (ShortConvSiLU's outputs, convNarrow; the carried rows
+	// copied from them, catRows), the same values in half the bytes; else each is widened (f32)
+	narrow := chunk != "" && narrowInput(ts[:3]...)
+	for _, p := range pre[:min(3, len(pre))] {
+		narrow = narrow && (p.rows == 0 || narrowInput(p))
+	}
+	if narrow {
+		chunk += "n"
+	}
 	var out, last *Tensor
 	// the chunked kernel rounds graw and braw as it reads them (deferred.go); the other paths, and q, k
 	// and v everywhere, read rounded values
 	input := func(c *opCtx, i int, t *Tensor) (uint64, error) {
+		if narrow && i < 3 {
+			return t.narrow, nil
+		}
 		if chunk != "" && (i == 3 || i == 4) {
 			return c.raw(t)
 		}

@@ -56,7 +56,8 @@ func TestKDAChunkSmem(t *testing.T) {
 // TestKDAChunkSlices: the chunked kernel over slices of every size from 1 to 17 and a few past 2 chunks
 // (every residue of its 16-row chunks, boundaries inside and at chunk starts, a carry of pre rows that
 // itself holds pre rows) gives the unsliced output bit for bit, at width 128 and 64, 2 heads; and the
-// unsliced output is within KDA's BF16 tolerance of the CPU backend.
+// unsliced output is within KDA's BF16 tolerance of the CPU backend. The kernel's narrow form, q, k and v
+// read from bfloat16 copies, gives the same bits, whole and sliced.
 func TestKDAChunkSlices(t *testing.T) {
 	b := testBackend(t, Options{Precision: ops.BF16})
 	l := ops.Layout{Starts: []int{0, 1, 16, 32, 49, 89, 189}} // sequences of 1, 15, 16, 17, 40, 100
@@ -78,9 +79,36 @@ func TestKDAChunkSlices(t *testing.T) {
 			sizes = append(sizes, n)
 		}
 		for _, n := range sizes {
-			got := kdaSliced(t, b, in, heads, l, n)
+			got := kdaSliced(t, b, in, heads, l, n, false)
 			if i := firstDiff(got, whole); i >= 0 {
 				t.Errorf("d%d, slices of %d: row %d col %d differs from the unsliced output (%g, want %g)", d, n, i/ch, i%ch, got[i], whole[i])
+			}
+		}
+		// the narrow form, q, k and v read from narrow-only tensors' bfloat16 copies (ShortConvSiLU's
+		// outputs in BF16 precision): the float32 form's bits, unsliced and sliced (the carried rows of q,
+		// k and v stay narrow-only: catRows copies the bfloat16 rows), reading the copies in place (its
+		// inputs still narrow-only after it, where the float32 form would have widened them)
+		x := in.dev
+		for i := range 3 {
+			x[i] = narrowOnlyCopy(t, b, in.dev[i])
+		}
+		got, err := kdaOn(b, x, heads, l)
+		for i := range 3 {
+			if !x[i].(*Tensor).narrowOnly {
+				t.Errorf("d%d: KDA widened its narrow-only input %d: the narrow kernel did not run", d, i)
+			}
+			b.Free(x[i])
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i := firstDiff(got, whole); i >= 0 {
+			t.Errorf("d%d unsliced: row %d col %d: narrow inputs give %g, float32 inputs %g", d, i/ch, i%ch, got[i], whole[i])
+		}
+		for n := 1; n <= 17; n++ {
+			got := kdaSliced(t, b, in, heads, l, n, true)
+			if i := firstDiff(got, whole); i >= 0 {
+				t.Errorf("d%d, narrow inputs in slices of %d: row %d col %d differs from the unsliced output (%g, want %g)", d, n, i/ch, i%ch, got[i], whole[i])
 			}
 		}
 		in.free(b)
@@ -88,8 +116,9 @@ func TestKDAChunkSlices(t *testing.T) {
 }
 
 // kdaSliced runs KDA over l in slices of n rows (ops.CutSlices), each slice's carry handed to the next,
-// and returns the outputs of every slice in order.
-func kdaSliced(t *testing.T, b *Backend, in *kdaInputs, heads int, l ops.Layout, n int) []float32 {
+// and returns the outputs of every slice in order. With narrow, each slice's q, k and v are narrow-only
+// (narrowOnlyCopy, as ShortConvSiLU writes them), and so must be the carried rows of them.
+func kdaSliced(t *testing.T, b *Backend, in *kdaInputs, heads int, l ops.Layout, n int, narrow bool) []float32 {
 	t.Helper()
 	slices := ops.CutSlices(l, n)
 	bounds := ops.SliceBounds(slices)
@@ -97,7 +126,28 @@ func kdaSliced(t *testing.T, b *Backend, in *kdaInputs, heads int, l ops.Layout,
 	var got []float32
 	for j, sl := range slices {
 		x := in.rowsOf(t, b, bounds[j], bounds[j+1])
+		if narrow {
+			for i := range 3 {
+				y := narrowOnlyCopy(t, b, x[i])
+				b.Free(x[i])
+				x[i] = y
+			}
+		}
 		y, next, err := b.KDASlice(x[0], x[1], x[2], x[3], x[4], x[5], x[6], heads, -5, sl, carry)
+		if narrow && err == nil {
+			for i := range 3 {
+				if !x[i].(*Tensor).narrowOnly {
+					t.Errorf("slices of %d: slice %d: KDA widened its narrow-only input %d: the narrow kernel did not run", n, j, i)
+				}
+			}
+			if c, ok := next.(*sliceCarry); ok && len(c.t) == 6 {
+				for i := 1; i <= 3; i++ {
+					if !c.t[i].narrowOnly {
+						t.Errorf("slices of %d: slice %d: carried rows of input %d are not narrow-only", n, j, i-1)
+					}
+				}
+			}
+		}
 		for i := range 5 {
 			b.Free(x[i])
 		}
@@ -119,4 +169,31 @@ func kdaSliced(t *testing.T, b *Backend, in *kdaInputs, heads int, l ops.Layout,
 		b.Free(carry)
 	}
 	return got
+}
+
+// sliceCarry is the backend's carry type, under a name kdaSliced's variable does not shadow.
+type sliceCarry = carry
+
+// narrowOnlyCopy returns a narrow-only tensor of x's values (narrow.go: the bfloat16 copy alone), as
+// ShortConvSiLU writes its outputs in BF16 precision where the chunked KDA kernel runs.
+func narrowOnlyCopy(t *testing.T, b *Backend, x ops.Tensor) *Tensor {
+	t.Helper()
+	xt := x.(*Tensor)
+	var out *Tensor
+	err := b.run("narrowOnlyCopy", func(c *opCtx) error {
+		xp, err := c.f32(xt)
+		if err != nil {
+			return err
+		}
+		if out, err = c.out(xt.rows, xt.cols); err != nil {
+			return err
+		}
+		err = c.keepNarrow(out, xt.cols, func(nb uint64) error { return c.toBF16(nb, xp, xt.rows, xt.cols, xt.cols) })
+		out.narrowOnly = err == nil
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }

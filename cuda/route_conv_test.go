@@ -196,15 +196,36 @@ func checkRouteSame(t *testing.T, what string, gotIDs []int32, gotW []float32, w
 
 // shortConvKernel launches k_shortconv, the kernel of any shape (general), or what ShortConvSiLU launches
 // for the shape (c.shortConv: k_shortconv4 where it fits).
-func shortConvKernel(c *opCtx, general bool, out, x, w, start uint64, rows, ch, taps int, bf int32) error {
-	if general {
+func shortConvKernel(c *opCtx, form convForm, out, x, w, start uint64, rows, ch, taps int, bf int32) error {
+	switch form {
+	case convGeneral:
 		return c.launch1D("k_shortconv", rows*ch, out, x, w, start, int64(rows), int32(ch), int32(taps), bf)
+	case convNarrowOnly: // the bfloat16 copy alone, widened into out
+		nb, err := c.temp(2 * rows * ch)
+		if err != nil {
+			return err
+		}
+		if err := c.launch("k_shortconv4n", shortConv4Grid(rows, ch), d1(ewThreads), 0,
+			uint64(0), x, w, start, int64(rows), int32(ch), bf, nb); err != nil {
+			return err
+		}
+		return c.launch1D("k_widen_bf16", rows*ch, out, nb, int64(rows*ch))
 	}
 	return c.shortConv(out, x, w, start, rows, ch, taps, bf)
 }
 
+// convForm is a short convolution kernel's form in the tests: k_shortconv, the launcher's choice
+// (k_shortconv4 where it fits), or k_shortconv4n's bfloat16 copy alone.
+type convForm int
+
+const (
+	convGeneral convForm = iota
+	convLauncher
+	convNarrowOnly
+)
+
 // shortConvOnDevice runs shortConvKernel and returns the output.
-func shortConvOnDevice(b *Backend, general bool, x, w []float32, start []int32, rows, ch, taps int, bf int32) ([]float32, error) {
+func shortConvOnDevice(b *Backend, form convForm, x, w []float32, start []int32, rows, ch, taps int, bf int32) ([]float32, error) {
 	out := make([]float32, rows*ch)
 	err := b.run("shortconv test", func(c *opCtx) error {
 		xp, err := uploadTemp(c, x)
@@ -223,7 +244,7 @@ func shortConvOnDevice(b *Backend, general bool, x, w []float32, start []int32, 
 		if err != nil {
 			return err
 		}
-		if err := shortConvKernel(c, general, op, xp, wp, sp, rows, ch, taps, bf); err != nil {
+		if err := shortConvKernel(c, form, op, xp, wp, sp, rows, ch, taps, bf); err != nil {
 			return err
 		}
 		return download(b, out, op)
@@ -285,15 +306,23 @@ func TestShortConvBits(t *testing.T) {
 		start := rowStarts(c.lens)
 		for _, bf := range []int32{0, 1} {
 			name := fmt.Sprintf("%d rows x %d channels, %d taps, %d sequences, bf %d", rows, c.ch, c.taps, len(c.lens), bf)
-			want, err := shortConvOnDevice(b, true, x, w, start, rows, c.ch, c.taps, bf)
+			want, err := shortConvOnDevice(b, convGeneral, x, w, start, rows, c.ch, c.taps, bf)
 			if err != nil {
 				t.Fatalf("%s: k_shortconv: %v", name, err)
 			}
-			got, err := shortConvOnDevice(b, false, x, w, start, rows, c.ch, c.taps, bf)
+			got, err := shortConvOnDevice(b, convLauncher, x, w, start, rows, c.ch, c.taps, bf)
 			if err != nil {
 				t.Fatalf("%s: ShortConvSiLU's kernel: %v", name, err)
 			}
 			sameBitsQuiet(t, name, got, want, c.ch)
+			if bf == 0 || c.taps != 4 || c.ch%4 != 0 {
+				continue // k_shortconv4n: BF16 precision, k_shortconv4's shapes
+			}
+			got, err = shortConvOnDevice(b, convNarrowOnly, x, w, start, rows, c.ch, c.taps, bf)
+			if err != nil {
+				t.Fatalf("%s: k_shortconv4n: %v", name, err)
+			}
+			sameBitsQuiet(t, name+", the bfloat16 copy of k_shortconv4n", got, want, c.ch)
 		}
 	}
 }
@@ -347,6 +376,97 @@ func TestRouteChunks(t *testing.T) {
 				if whole.IDs[g] != part.IDs[p] || math.Float32bits(whole.Weights[g]) != math.Float32bits(part.Weights[p]) {
 					t.Fatalf("%v: row %d choice %d: whole (%d, %g), the part of rows %d.. alone (%d, %g)",
 						prec, g/k, g%k, whole.IDs[g], whole.Weights[g], r0, part.IDs[p], part.Weights[p])
+				}
+			}
+		}
+	}
+}
+
+// TestShortConvNarrowOnly: in BF16 precision with the tensor cores, ShortConvSiLU's output is narrow-only
+// (convNarrow: the bfloat16 copy the chunked KDA kernel reads), whole and in slices, where the first rows
+// of a continued sequence are written again into the copy (copyRows); its values are those of
+// Options.EagerWidening, which writes the float32 values too, in both forms.
+func TestShortConvNarrowOnly(t *testing.T) {
+	narrowB := testBackend(t, Options{Precision: ops.BF16})
+	if !narrowB.convNarrow() {
+		t.Skip("no narrow-only convolution outputs on this device")
+	}
+	eager := testBackend(t, Options{Precision: ops.BF16, EagerWidening: true})
+	const ch, taps = 48, 4
+	l := ops.Layout{Starts: []int{0, 5, 40, 41, 90}}
+	rng := rand.New(rand.NewPCG(8, 9))
+	xv, wv := make([]float32, l.Tokens()*ch), make([]float32, ch*taps)
+	for i := range xv {
+		xv[i] = float32(rng.NormFloat64())
+	}
+	for i := range wv {
+		wv[i] = float32(0.5 * rng.NormFloat64())
+	}
+	run := func(b *Backend, slice int) ([]float32, []bool) {
+		x, err := b.FromHost(l.Tokens(), ch, xv)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer b.Free(x)
+		w, err := b.FromHost(ch, taps, wv)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer b.Free(w)
+		if slice == 0 {
+			y, err := b.ShortConvSiLU(x, w, l)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer b.Free(y)
+			only := y.(*Tensor).narrowOnly
+			h, err := b.ToHost(y)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return h, []bool{only}
+		}
+		var out []float32
+		var only []bool
+		var c ops.Carry
+		slices := ops.CutSlices(l, slice)
+		bounds := ops.SliceBounds(slices)
+		for j, sl := range slices {
+			xs, err := b.FromHost(bounds[j+1]-bounds[j], ch, xv[bounds[j]*ch:bounds[j+1]*ch])
+			if err != nil {
+				t.Fatal(err)
+			}
+			y, next, err := b.ShortConvSiLUSlice(xs, w, sl, c)
+			b.Free(xs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c != nil {
+				b.Free(c)
+			}
+			c = next
+			only = append(only, y.(*Tensor).narrowOnly)
+			h, err := b.ToHost(y)
+			b.Free(y)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, h...)
+		}
+		if c != nil {
+			b.Free(c)
+		}
+		return out, only
+	}
+	want, _ := run(eager, 0)
+	for _, slice := range []int{0, 1, 2, 3, 7, 30} {
+		for _, b := range []*Backend{narrowB, eager} {
+			got, only := run(b, slice)
+			name := fmt.Sprintf("slices of %d, eager widening %v", slice, b == eager)
+			sameBitsQuiet(t, name, got, want, ch)
+			for j, o := range only {
+				if o != (b == narrowB) {
+					t.Errorf("%s: output %d narrow-only %v", name, j, o)
 				}
 			}
 		}

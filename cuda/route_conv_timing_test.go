@@ -146,18 +146,30 @@ func TestShortConvTiming(t *testing.T) {
 			return err
 		}
 		xp, wp := x.(*Tensor).ptr, w.(*Tensor).ptr
-		run := func(general bool, out uint64) func() error {
-			return func() error { return shortConvKernel(c, general, out, xp, wp, sp, rows, ch, taps, 1) }
+		run := func(form convForm, out uint64) func() error {
+			return func() error { return shortConvKernel(c, form, out, xp, wp, sp, rows, ch, taps, 1) }
 		}
-		ms, err := eventTime(c, 5, run(true, o1))
+		ms, err := eventTime(c, 5, run(convGeneral, o1))
 		if err != nil {
 			return err
 		}
 		t.Logf("TIMING shortconv %-18s %d x %d, 4 taps: %8.3f ms %7.1f GB/s", "k_shortconv", rows, ch, ms, bytes/ms/1e6)
-		if ms, err = eventTime(c, 5, run(false, o2)); err != nil {
+		if ms, err = eventTime(c, 5, run(convLauncher, o2)); err != nil {
 			return err
 		}
 		t.Logf("TIMING shortconv %-18s %d x %d, 4 taps: %8.3f ms %7.1f GB/s", "k_shortconv4", rows, ch, ms, bytes/ms/1e6)
+		// ShortConvSiLU's form in BF16 precision: the bfloat16 copy alone
+		o3, err := c.temp(2 * rows * ch)
+		if err != nil {
+			return err
+		}
+		if ms, err = eventTime(c, 5, func() error {
+			return c.launch("k_shortconv4n", shortConv4Grid(rows, ch), d1(ewThreads), 0,
+				uint64(0), xp, wp, sp, int64(rows), int32(ch), int32(1), o3)
+		}); err != nil {
+			return err
+		}
+		t.Logf("TIMING shortconv %-18s %d x %d, 4 taps: %8.3f ms %7.1f GB/s (bfloat16 out)", "k_shortconv4n", rows, ch, ms, 1.5*rows*ch*4/ms/1e6)
 		for i, p := range []uint64{o1, o2} {
 			outs[i] = make([]float32, rows*ch)
 			if err := download(b, outs[i], p); err != nil {

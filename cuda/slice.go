@@ -33,11 +33,15 @@ type carry struct {
 	freed bool
 }
 
-// CarryBytes is the device memory the carry holds.
+// CarryBytes is the device memory the carry holds: float32 values, and the bfloat16 copies of the
+// narrow-only rows KDA's chunked kernel carries (narrow.go).
 func (c *carry) CarryBytes() int64 {
 	var n int64
 	for _, t := range c.t {
 		n += 4 * int64(t.n())
+		if t.narrow != 0 {
+			n += 2 * int64(t.narrowLd) * int64(t.rows)
+		}
 	}
 	return n
 }
@@ -71,14 +75,18 @@ type rowRange struct {
 }
 
 // catRows returns a new float32 tensor of the given row ranges one after the other (cols columns each),
-// by device-to-device copies on the stream.
+// by device-to-device copies on the stream. Where every part is narrow-only (narrow.go: ShortConvSiLU's
+// outputs, the chunked KDA kernel's carried rows), so is the result, copied from the bfloat16 copies: half
+// the bytes, and no part widened (a whole slice's worth of values) for a few rows.
 func (b *Backend) catRows(op string, cols int, parts ...rowRange) (*Tensor, error) {
 	rows := 0
+	narrow := true
 	for _, p := range parts {
 		if p.t.cols != cols || p.t.dt != dtF32 || p.lo < 0 || p.hi > p.t.rows || p.lo > p.hi {
 			return nil, shapeErr(op, "rows %d..%d of %v into %d columns", p.lo, p.hi, p.t, cols)
 		}
 		rows += p.hi - p.lo
+		narrow = narrow && p.t.narrowOnly && p.t.narrowLd == cols
 	}
 	var out *Tensor
 	err := b.run(op, func(c *opCtx) error {
@@ -86,20 +94,34 @@ func (b *Backend) catRows(op string, cols int, parts ...rowRange) (*Tensor, erro
 		if out, err = c.out(rows, cols); err != nil || out.n() == 0 {
 			return err
 		}
-		d, at := b.drv, out.ptr
+		if narrow {
+			err := c.keepNarrow(out, cols, func(nb uint64) error {
+				at := nb
+				for _, p := range parts {
+					n := uint64(2 * (p.hi - p.lo) * cols)
+					if err := c.copyDtoD(at, p.t.narrow+uint64(2*p.lo*cols), n); err != nil {
+						return err
+					}
+					at += n
+				}
+				return nil
+			})
+			out.narrowOnly = err == nil
+			return err
+		}
+		at := out.ptr
 		for _, p := range parts {
 			out.unrounded = out.unrounded || p.t.unrounded // a copy keeps a deferred rounding (deferred.go)
-			n := uintptr(4 * (p.hi - p.lo) * cols)
+			n := uint64(4 * (p.hi - p.lo) * cols)
 			if n > 0 {
 				if err := c.widen(p.t); err != nil { // a narrow-only tensor's values (narrow.go)
 					return err
 				}
-				src := p.t.ptr + uint64(4*p.lo*cols)
-				if err := d.Check("cuMemcpyDtoDAsync", bind.Call(d.CuMemcpyDtoDAsync, uintptr(at), uintptr(src), n, c.stream())); err != nil {
+				if err := c.copyDtoD(at, p.t.ptr+uint64(4*p.lo*cols), n); err != nil {
 					return err
 				}
 			}
-			at += uint64(n)
+			at += n
 		}
 		return nil
 	})
@@ -107,6 +129,15 @@ func (b *Backend) catRows(op string, cols int, parts ...rowRange) (*Tensor, erro
 		return nil, err
 	}
 	return out, nil
+}
+
+// copyDtoD copies n bytes from src to dst on the op's stream (none for n = 0).
+func (c *opCtx) copyDtoD(dst, src, n uint64) error {
+	if n == 0 {
+		return nil
+	}
+	d := c.b.drv
+	return d.Check("cuMemcpyDtoDAsync", bind.Call(d.CuMemcpyDtoDAsync, uintptr(dst), uintptr(src), uintptr(n), c.stream()))
 }
 
 // JoinRows implements ops.RowJoiner: the parts' rows one after the other, by device-to-device copies on
@@ -131,27 +162,34 @@ func (b *Backend) JoinRows(parts []ops.Tensor) (ops.Tensor, error) {
 	return out, nil
 }
 
-// copyRows copies rows of src over rows from dstRow on of dst (same columns), on the stream. dst has no
-// bfloat16 copy (narrow.go) to go stale: its one caller writes into ShortConvSiLU's new output.
+// copyRows copies rows of src over rows from dstRow on of dst (same columns), on the stream: its one
+// caller writes into ShortConvSiLU's new output. A narrow-only dst (narrow.go) takes a narrow-only src's
+// bfloat16 rows into its copy; otherwise dst must have no bfloat16 copy to go stale (a narrow-only dst
+// is widened and its copy dropped first).
 func (b *Backend) copyRows(op string, dst *Tensor, dstRow int, src rowRange) error {
 	n := src.hi - src.lo
 	if n == 0 {
 		return nil
 	}
-	if dst.narrow != 0 {
-		return fmt.Errorf("%w: %s: rows copied into %v would leave its bfloat16 copy stale", ErrInternal, op, dst)
-	}
 	if src.t.cols != dst.cols || dstRow+n > dst.rows {
 		return shapeErr(op, "rows %d..%d of %v over row %d of %v", src.lo, src.hi, src.t, dstRow, dst)
 	}
 	return b.run(op, func(c *opCtx) error {
-		d := b.drv
+		cols := dst.cols
+		if dst.narrowOnly && dst.narrowLd == cols && src.t.narrowOnly && src.t.narrowLd == cols {
+			return c.copyDtoD(dst.narrow+uint64(2*dstRow*cols), src.t.narrow+uint64(2*src.lo*cols), uint64(2*n*cols))
+		}
+		if err := c.widen(dst); err != nil {
+			return err
+		}
+		if err := b.dropNarrow(dst); err != nil {
+			return err
+		}
 		if err := c.widen(src.t); err != nil { // a narrow-only tensor's values (narrow.go)
 			return err
 		}
 		dst.unrounded = dst.unrounded || src.t.unrounded // a copy keeps a deferred rounding (deferred.go)
-		return d.Check("cuMemcpyDtoDAsync", bind.Call(d.CuMemcpyDtoDAsync, uintptr(dst.ptr+uint64(4*dstRow*dst.cols)),
-			uintptr(src.t.ptr+uint64(4*src.lo*src.t.cols)), uintptr(4*n*dst.cols), c.stream()))
+		return c.copyDtoD(dst.ptr+uint64(4*dstRow*cols), src.t.ptr+uint64(4*src.lo*cols), uint64(4*n*cols))
 	})
 }
 

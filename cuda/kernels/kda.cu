@@ -78,7 +78,7 @@ extern "C" __global__ void k_shortconv(float* out, const float* x, const float* 
 template <int R>
 __device__ __forceinline__ void shortconv4(float* __restrict__ out, const float* __restrict__ x,
                                            const float* __restrict__ w, const int* __restrict__ rowStart, i64 rows,
-                                           int ch, int bf) {
+                                           int ch, int bf, uint2* __restrict__ nb) {
     const int c = 4 * (blockIdx.y * blockDim.x + threadIdx.x);
     if (c >= ch) return;
     const i64 t0 = (i64)blockIdx.x * R;
@@ -112,13 +112,25 @@ __device__ __forceinline__ void shortconv4(float* __restrict__ out, const float*
             }
         }
         const float4 sv = make_float4(s[0], s[1], s[2], s[3]);
-        *(float4*)(out + t * ch + c) = mul_sigmoid_bf4(sv, sv, bf);
+        const float4 y = mul_sigmoid_bf4(sv, sv, bf);
+        if (out != nullptr) *(float4*)(out + t * ch + c) = y;
+        if (nb != nullptr) // bfloat16 values in BF16 precision: their top halves are exact
+            nb[(t * ch + c) / 4] = make_uint2((__float_as_uint(y.x) >> 16) | (__float_as_uint(y.y) & 0xffff0000u),
+                                              (__float_as_uint(y.z) >> 16) | (__float_as_uint(y.w) & 0xffff0000u));
     }
 }
 
 extern "C" __global__ void k_shortconv4(float* out, const float* x, const float* w, const int* rowStart, i64 rows,
                                           int ch, int bf) {
-    shortconv4<SC_ROWS>(out, x, w, rowStart, rows, ch, bf);
+    shortconv4<SC_ROWS>(out, x, w, rowStart, rows, ch, bf, nullptr);
+}
+
+// k_shortconv4n: k_shortconv4 that also writes the outputs' bfloat16 bits to nb (BF16 precision only), the
+// copy the chunked KDA kernel reads its q, k and v from (cuda/kda.go, narrow inputs); a null out writes the
+// copy alone (cuda/narrow.go, narrow-only outputs).
+extern "C" __global__ void k_shortconv4n(float* out, const float* x, const float* w, const int* rowStart, i64 rows,
+                                           int ch, int bf, uint2* nb) {
+    shortconv4<SC_ROWS>(out, x, w, rowStart, rows, ch, bf, nb);
 }
 
 // k_kda_exact (any head width; the CPU backend's statements): the delta rule for sequence s = blockIdx.x (rows starts[s] .. starts[s+1]-1) and head

@@ -172,7 +172,7 @@ __device__ __forceinline__ void mma_split(float* d, const frag<4, SPLIT>& a, con
 
 // cp16 copies 16 bytes from global src to shared dst asynchronously (cp.async, L2 only), or writes 16 zero
 // bytes when !ok (src is then not read).
-__device__ __forceinline__ void cp16(float* dst, const float* src, bool ok) {
+__device__ __forceinline__ void cp16(void* dst, const void* src, bool ok) {
     const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(ok ? 16 : 0));
 }
@@ -182,7 +182,41 @@ __device__ __forceinline__ void cp4(float* dst, const float* src, bool ok) {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(d), "l"(src), "r"(ok ? 4 : 0));
 }
 __device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;"); }
+// in_val widens element i of a staged q, k or v row: float32 values as they are, or bfloat16 bits (the
+// narrow inputs: ShortConvSiLU's bfloat16 copies, cuda/narrow.go) exactly.
+__device__ __forceinline__ float in_val(const float* p, int i) { return p[i]; }
+__device__ __forceinline__ float in_val(const u16* p, int i) { return bf16_to_f32(p[i]); }
 __device__ __forceinline__ void cp_wait_all() { asm volatile("cp.async.wait_group 0;" ::: "memory"); }
+
+// stage_rows copies rows c0 .. c0+KC-1 of one input of a block's head (D values of type T at hoff in rows
+// of ch; rows before first from old, the carried rows, whose first is row vs; zeros past end) into dst,
+// KC rows of D values, with cp.async: 16-byte pieces, D * sizeof(T) / 16 a row, thread tid taking pieces
+// tid, tid + NT, ... Where every row lies inside the sequence, a piece's address is a 32-bit offset from
+// the chunk's first row (t ch < 2^31: cuda/kda.go's kdaChunkKernel takes no wider rows), without the
+// general loop's 64-bit arithmetic a piece.
+template <int D, int NT, typename T>
+__device__ __forceinline__ void stage_rows(T* dst, const T* __restrict__ cur, const T* __restrict__ old, i64 c0, i64 first,
+                                           i64 end, i64 vs, i64 ch, i64 hoff, int tid) {
+    constexpr int per = D * (int)sizeof(T) / 16, vals = 16 / (int)sizeof(T);
+    static_assert(KC * per % NT == 0, "whole pieces a thread");
+    if (c0 >= first && c0 + KC <= end) {
+        const T* base = cur + c0 * ch + hoff;
+#pragma unroll
+        for (int i = 0; i < KC * per / NT; i++) {
+            const int p = tid + NT * i, t = p / per, j = p % per;
+            cp16(dst + t * D + vals * j, base + (t * (int)ch + vals * j), true);
+        }
+        return;
+    }
+#pragma unroll
+    for (int i = 0; i < KC * per / NT; i++) {
+        const int p = tid + NT * i, t = p / per, j = p % per;
+        const i64 r = c0 + t;
+        const bool ok = r < end;
+        const T* src = r < first ? old + (r - vs) * ch + hoff : cur + r * ch + hoff;
+        cp16(dst + t * D + vals * j, ok ? src + vals * j : cur, ok);
+    }
+}
 
 // kda_chunk_smem is the dynamic shared memory of kda_chunk<D>, in floats (each array a multiple of 4 floats,
 // so that every one starts 16-byte aligned). The low parts of the B operands of the first two products
@@ -216,14 +250,14 @@ static_assert(4 * (4 * kda_chunk_smem(64) + 1024) <= 228 * 1024, "four blocks of
 // sequence 0 continues: its chunk grid starts npre rows before row 0. fin receives the last sequence's
 // state at its last chunk start (the rows after it are the next carry's pre rows).
 // Launch: blockDim 2D, gridDim (sequences, heads), kda_chunk_smem(D) * 4 bytes of dynamic shared memory.
-template <int D, int SPLIT, bool PROF = false>
-__device__ __forceinline__ void kda_chunk(float* __restrict__ out, const float* __restrict__ q, const float* __restrict__ k,
-                                          const float* __restrict__ v, const float* __restrict__ graw,
+template <int D, int SPLIT, typename TI = float, bool PROF = false>
+__device__ __forceinline__ void kda_chunk(float* __restrict__ out, const TI* __restrict__ q, const TI* __restrict__ k,
+                                          const TI* __restrict__ v, const float* __restrict__ graw,
                                           const float* __restrict__ braw, const float* __restrict__ aLog,
                                           const float* __restrict__ dtBias, const int* __restrict__ starts, int heads,
                                           float lower, float scale, int bf, const float* __restrict__ init,
-                                          float* __restrict__ fin, const float* __restrict__ pq,
-                                          const float* __restrict__ pk, const float* __restrict__ pv,
+                                          float* __restrict__ fin, const TI* __restrict__ pq,
+                                          const TI* __restrict__ pk, const TI* __restrict__ pv,
                                           const float* __restrict__ pg, const float* __restrict__ pb, int npre,
                                           long long* prof = nullptr) {
     constexpr int NW = D / 16, NT = 32 * NW, LDW = kda_chunk_ldw(D), LDK = kda_chunk_ldk(D);
@@ -258,33 +292,17 @@ __device__ __forceinline__ void kda_chunk(float* __restrict__ out, const float* 
     if (tid < D) sDtb[tid] = dtBias[hoff + tid];  // read after the first chunk's barrier
 
     // stage(c0, part) copies rows c0 .. c0+KC-1 of the sequence (pre rows before first, zeros past end)
-    // into shared memory with cp.async: part 0 q, k (sRq, sRk), graw (sG), braw (sRb); part 1 v (sV)
+    // into shared memory with cp.async: part 0 q, k (sRq, sRk, as TI), graw (sG), braw (sRb); part 1 v (sV)
+    TI* const sRqI = (TI*)sRq;
+    TI* const sRkI = (TI*)sRk;
+    TI* const sVI = (TI*)sV;
     auto stage = [&](i64 c0, int part) {
-        constexpr int per = D / 4;  // 16-byte pieces a row
-        const int arrays = part == 0 ? 3 : 1;
-        static_assert(KC * per == 2 * NT, "two pieces of each array a thread");
-        if (c0 >= first && c0 + KC <= end) {  // every row inside the sequence: piece i of this thread is
-            // array i / 2, row (tid / per + 8 i) % KC, its address a 32-bit offset from the chunk's first row
-            // (t ch < 2^31: cuda/kda.go's kdaChunkKernel takes no wider rows); the same copies as the loop
-            // below, without its 64-bit arithmetic a piece
-            const i64 at = c0 * ch + hoff;
-#pragma unroll
-            for (int i = 0; i < 6; i++) {
-                if (i >= 2 * arrays) break;
-                const int a = part == 1 ? 3 : i / 2, t = (tid / per + 8 * i) % KC, j = tid % per;
-                const float* base = a == 3 ? v : a == 0 ? q : a == 1 ? k : graw;
-                float* dst = (a == 3 ? sV : a == 0 ? sRq : a == 1 ? sRk : sG) + t * D + 4 * j;
-                cp16(dst, base + at + (t * (int)ch + 4 * j), true);
-            }
-        } else
-        for (int p = tid; p < arrays * KC * per; p += NT) {
-            const int a = p / (KC * per), t = p / per % KC, j = p % per;
-            const i64 r = c0 + t;
-            const bool ok = r < end, old = r < first;
-            const i64 row = old ? r - vs : r;
-            const float* base = part == 1 ? (old ? pv : v) : a == 0 ? (old ? pq : q) : a == 1 ? (old ? pk : k) : (old ? pg : graw);
-            float* dst = (part == 1 ? sV : a == 0 ? sRq : a == 1 ? sRk : sG) + t * D + 4 * j;
-            cp16(dst, ok ? base + row * ch + hoff + 4 * j : q, ok);
+        if (part == 0) {
+            stage_rows<D, NT>(sRqI, q, pq, c0, first, end, vs, ch, hoff, tid);
+            stage_rows<D, NT>(sRkI, k, pk, c0, first, end, vs, ch, hoff, tid);
+            stage_rows<D, NT>(sG, graw, pg, c0, first, end, vs, ch, hoff, tid);
+        } else {
+            stage_rows<D, NT>(sVI, v, pv, c0, first, end, vs, ch, hoff, tid);
         }
         if (part == 0 && tid < KC) {
             const i64 r = c0 + tid;
@@ -330,8 +348,8 @@ __device__ __forceinline__ void kda_chunk(float* __restrict__ out, const float* 
 #pragma unroll
             for (int i = 0; i < CL; i++) {
                 const int c = lane + 32 * i;
-                qv[i] = sRq[t * D + c];
-                kv[i] = sRk[t * D + c];
+                qv[i] = in_val(sRqI, t * D + c);
+                kv[i] = in_val(sRkI, t * D + c);
                 sq = __fadd_rn(sq, __fmul_rn(qv[i], qv[i]));
                 sk = __fadd_rn(sk, __fmul_rn(kv[i], kv[i]));
             }
@@ -497,7 +515,7 @@ __device__ __forceinline__ void kda_chunk(float* __restrict__ out, const float* 
             const int c = isk ? tid : tid - D;
             float x[KC];
 #pragma unroll
-            for (int r = 0; r < KC; r++) x[r] = isk ? sKt[r * LDW + c] : sV[r * D + c];
+            for (int r = 0; r < KC; r++) x[r] = isk ? sKt[r * LDW + c] : in_val(sVI, r * D + c);
 #pragma unroll
             for (int m = 0; m < KC / 4; m++) {
                 float w[4];
@@ -610,17 +628,21 @@ __device__ __forceinline__ void kda_chunk(float* __restrict__ out, const float* 
 
 // KDA_CHUNK(name, D, SPLIT, blocks) defines the extern "C" kernel name that runs kda_chunk<D, SPLIT> with 2D
 // threads a block and __launch_bounds__ for blocks blocks an SM.
-#define KDA_CHUNK(name, D, SPLIT, blocks)                                                                          \
+#define KDA_CHUNK(name, D, SPLIT, blocks, TI)                                                                      \
     extern "C" __global__ void __launch_bounds__(2 * D, blocks)                                                    \
-        name(float* out, const float* q, const float* k, const float* v, const float* graw, const float* braw,     \
+        name(float* out, const TI* q, const TI* k, const TI* v, const float* graw, const float* braw,              \
              const float* aLog, const float* dtBias, const int* starts, int heads, float lower, float scale, int bf, \
-             const float* init, float* fin, const float* pq, const float* pk, const float* pv, const float* pg,   \
+             const float* init, float* fin, const TI* pq, const TI* pk, const TI* pv, const float* pg,            \
              const float* pb, int npre) {                                                                          \
-        kda_chunk<D, SPLIT>(out, q, k, v, graw, braw, aLog, dtBias, starts, heads, lower, scale, bf, init, fin, pq, \
-                            pk, pv, pg, pb, npre);                                                                 \
+        kda_chunk<D, SPLIT, TI>(out, q, k, v, graw, braw, aLog, dtBias, starts, heads, lower, scale, bf, init, fin, \
+                                pq, pk, pv, pg, pb, npre);                                                         \
     }
-KDA_CHUNK(k_kda_chunk_r128, 128, 3, 2)
-KDA_CHUNK(k_kda_chunk_r64, 64, 3, 4)
+KDA_CHUNK(k_kda_chunk_r128, 128, 3, 2, float)
+KDA_CHUNK(k_kda_chunk_r64, 64, 3, 4, float)
+// The narrow forms: q, k and v (and their carried rows) as bfloat16 bits, ShortConvSiLU's narrow-only
+// outputs (cuda/kda.go); the same values widened as staged, so the same bits as the float32 forms.
+KDA_CHUNK(k_kda_chunk_r128n, 128, 3, 2, u16)
+KDA_CHUNK(k_kda_chunk_r64n, 64, 3, 4, u16)
 #ifdef POTATO_DEV_KERNELS
 // k_kda_chunk_prof_r128 is k_kda_chunk_r128 with thread 0 of each block adding its clock cycles per phase
 // to prof[0..7] (rows, columns, A and P, M, W, products, chunk start barrier, before the loop): timing only,
@@ -630,7 +652,7 @@ extern "C" __global__ void __launch_bounds__(256, 2)
                           const float* aLog, const float* dtBias, const int* starts, int heads, float lower, float scale,
                           int bf, const float* init, float* fin, const float* pq, const float* pk, const float* pv,
                           const float* pg, const float* pb, int npre, long long* prof) {
-    kda_chunk<128, 3, true>(out, q, k, v, graw, braw, aLog, dtBias, starts, heads, lower, scale, bf, init, fin, pq, pk, pv,
+    kda_chunk<128, 3, float, true>(out, q, k, v, graw, braw, aLog, dtBias, starts, heads, lower, scale, bf, init, fin, pq, pk, pv,
                             pg, pb, npre, prof);
 }
 #endif
