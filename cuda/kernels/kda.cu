@@ -16,6 +16,10 @@
 //                    Version 3 (run 110): the four channels' sigmoids by mul_sigmoid_bf4 at once, their
 //                    reciprocals by frcp_fast, one fallback branch for the four: 2.99 -> 2.48 ms at the
 //                    shape above; the bench's ShortConvSiLU 43.5 -> 35.1 ms a kda layer (run 112).
+//     k_shortconv4n  k_shortconv4 writing the outputs' bfloat16 bits (alone, or beside the float32 values):
+//                    ShortConvSiLU's output in BF16 precision with the tensor cores, narrow-only, read by
+//                    the chunked KDA kernel's narrow form (cuda/kda.go convNarrow). H100, 65,536 x 12,288:
+//                    2.532 ms against k_shortconv4's 2.900 (run 130).
 //     k_shortconv    any other shape: one thread an element, grid-stride (6.51 ms at the shape above); the
 //                    double-precision statement, TestShortConvBits' oracle for k_shortconv4.
 //     Both round x as they load it (BF16 precision): the projections reach them with their rounding

@@ -82,6 +82,11 @@
 //      sums' butterflies interleaved. The same bits (TestKDATiming's hash at all four shapes, run 111);
 //      16 x 4,096 20.98 -> 19.91 ms, 4 x 4,096 6.11 -> 5.78, 1 x 65,536 48.83 -> 45.55; the bench's KDA
 //      op 107.8 -> 104.0 ms a kda+moe layer at 262,144 tokens (run 112).
+//   10. Narrow inputs (k_kda_chunk_r128n, r64n; runs 129-131 on an H100): q, k and v (and their carried
+//      rows) read from ShortConvSiLU's narrow-only bfloat16 copies, staged as bfloat16 (one 16-byte piece
+//      a thread and row array instead of two) and widened where phases 1 and 5 read them: the same
+//      values, the same bits; KDA 102.5 -> 99.3 ms a kda+moe layer at 262,144 tokens (6 slices), the
+//      float32 forms kept for inputs that are not narrow-only (the step path's, tests, FP32 precision).
 //   Tried and not kept (cuda/records): 5, the short convolutions fused in as a phase 0 (kda_conv_fused.diff,
 //   runs 90-93: the phase cost as much as the convolutions alone); 6, phase 3's A and P on the tensor cores
 //   in split tf32 (kda_ap_tensor_cores.diff, run 96: 1.6% faster, four times as many outputs off the exact path).
