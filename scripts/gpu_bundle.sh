@@ -37,6 +37,9 @@ for spec in "$@"; do
   (cd "$src" && CGO_ENABLED=0 go build -ldflags="-s -w" -o "$out/potato" ./cmd/potato &&
     CGO_ENABLED=0 go test -c -ldflags="-s -w" -o "$out/cuda.test" ./cuda &&
     CGO_ENABLED=0 go test -c -ldflags="-s -w" -o "$out/replay.test" ./replay)
+  # the variant's kernel sources and test files: cuda.test's kernel-file tests read them from its working
+  # directory, which scripts/gpu_variants.sh makes of them (run 129 compared a branch's binary with main's)
+  mkdir -p "$out/cuda-dir" && cp -r "$src/cuda/kernels" "$src/cuda/testdata" "$out/cuda-dir/"
 done
 mkdir -p .dev
 (cd "$stage/bundle" && tar -cf - -- *) | xz -9e -T2 > .dev/bundle.tar.xz.tmp

@@ -65,8 +65,14 @@ while read -r kind v rest; do
     (( lim > $(left) )) && lim=$(left)
     if (( lim < 20 )); then log "SKIPPED $v $pkg $pat (no time left)"; continue; fi
     log "$v $pkg.test -test.run '$pat' $args (limit ${lim}s)"
+    # a test binary runs in its package's directory; the cuda package's from the variant's own kernel
+    # sources where the bundle has them (scripts/gpu_bundle.sh: the kernel-file tests read them there)
+    dir=$ROOT/$pkg
+    if [[ $pkg == cuda && -d /tmp/variants/bundle/$v/cuda-dir/kernels ]]; then
+      dir=/tmp/variants/bundle/$v/cuda-dir
+    fi
     # shellcheck disable=SC2086
-    (cd "$ROOT/$pkg" && timeout "$lim" "$b" -test.v -test.run "$pat" $args > "$OUT/${n}_${v}_$pkg.log" 2>&1)
+    (cd "$dir" && timeout "$lim" "$b" -test.v -test.run "$pat" $args > "$OUT/${n}_${v}_$pkg.log" 2>&1)
     rc=$?
     log "$v $pkg exit $rc ($(grep -c -- '--- PASS' "$OUT/${n}_${v}_$pkg.log") passed, $(grep -c -- '--- FAIL' "$OUT/${n}_${v}_$pkg.log") failed)"
     (( rc != 0 )) && failed[$v.$pkg]=1
