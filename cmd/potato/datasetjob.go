@@ -70,6 +70,10 @@ func runDatasetJob(ctx context.Context, f *replayFlags, opts replay.EngineOption
 	if f.text != "" || f.tokens != "" {
 		return fmt.Errorf("replay: --out %s is a directory: a dataset job replays --chat only", f.out)
 	}
+	// Before the model is read: job.Run's mkdir would fail only then, with "mkdir results/: file exists".
+	if st, err := os.Stat(filepath.Clean(f.out)); err == nil && !st.IsDir() {
+		return fmt.Errorf("replay: --out %s: %s is a file, not a directory: a dataset job writes its parts and manifest into a directory; give a new one (DIR/) or the job's own", f.out, filepath.Clean(f.out))
+	}
 	shard, err := job.ParseShard(f.job.shard)
 	if err != nil {
 		return err
@@ -118,20 +122,26 @@ func runDatasetJob(ctx context.Context, f *replayFlags, opts replay.EngineOption
 	// As a single replay's limits: one conversation runs in one wave, so --max-wave-tokens bounds it too
 	// (the engine refused it only when its wave came, after the waves before it had run). It is rendered
 	// only until it passes the limit.
+	// Every conversation past it is counted, so that one run names them all, not one a run.
 	limit, flag := f.sequenceLimit()
+	var tooLong []string
 	for i := range convs {
 		if !shard.Has(ids[i]) {
 			continue
 		}
 		s, err := replay.FromConversationLimit(l.tok, convs[i], limit)
 		if errors.Is(err, replay.ErrTooManyTokens) {
-			return fmt.Errorf("replay: %s: conversation %s has more than %s tokens: the limit is %s (%s)", f.chat, ids[i], numtext.Commas(limit), numtext.Commas(limit), flag)
+			tooLong = append(tooLong, entryPlace(entries[i]))
+			continue
 		}
 		if err != nil {
-			return fmt.Errorf("%s: conversation %s: %w", f.chat, ids[i], err)
+			return fmt.Errorf("%s: conversation %s: %w", f.chat, entryPlace(entries[i]), err)
 		}
 		items = append(items, job.Item{ID: ids[i], Seq: i, Sequence: s})
 		req.Sequences = append(req.Sequences, s)
+	}
+	if len(tooLong) > 0 {
+		return tooLongError(f.chat, tooLong, limit, flag)
 	}
 	if len(items) == 0 {
 		// More shards than conversations (or ids that hash elsewhere): the shard is done as soon as it
@@ -177,6 +187,32 @@ func runDatasetJob(ctx context.Context, f *replayFlags, opts replay.EngineOption
 		numtext.Count(sum.Conversations, "conversation"), numtext.Count(sum.Tokens, "token"), shard, f.out, numtext.Count(sum.Parts, "part"), numtext.Count(sum.Waves, "wave"),
 		numtext.Count(sum.Skipped, "conversation"), numtext.Count(sum.TokensRun, "token"), sum.Seconds, numtext.Commas(int64(math.Round(rate))), float64(sum.BytesRead)/1e6)
 	return nil
+}
+
+// entryPlace names a conversation of a dataset file for an error: its name as the manifest keys it (the
+// id, else "line:12"), with its line, item or row when the name is an id.
+func entryPlace(e datasets.Entry) string {
+	if place := fmt.Sprintf("%s:%d", e.Unit, e.N); e.Name() != place { // a Parquet row without id reads as "row:7"
+		return fmt.Sprintf("%s (%s %d)", e.Name(), e.Unit, e.N)
+	}
+	return e.Name()
+}
+
+// tooLongError refuses a dataset job whose conversations at places (entryPlace, in file order) each have
+// more than limit tokens, the limit of flag: it names the first few and counts the rest.
+func tooLongError(chat string, places []string, limit int, flag string) error {
+	const named = 5
+	lim := numtext.Commas(int64(limit))
+	if len(places) == 1 {
+		return fmt.Errorf("replay: %s: conversation %s has more than %s tokens: the limit is %s (%s); raise %s, or leave the conversation out of the file",
+			chat, places[0], lim, lim, flag, flag)
+	}
+	list := strings.Join(places[:min(named, len(places))], ", ")
+	if len(places) > named {
+		list += fmt.Sprintf(" and %d more", len(places)-named)
+	}
+	return fmt.Errorf("replay: %s: %d conversations have more than %s tokens: the limit is %s (%s): %s; raise %s, or leave them out of the file",
+		chat, len(places), lim, lim, flag, list, flag)
 }
 
 // printJobPlan is a dataset job's --plan-only: the waves job.Run would cut the conversations the job's

@@ -136,10 +136,10 @@ func TestDatasetJobLimits(t *testing.T) {
 		args []string
 		want string
 	}{
-		{"--max-tokens", []string{"--max-tokens", "10"}, "conversation greeting has more than 10 tokens: the limit is 10 (--max-tokens)"},
+		{"--max-tokens", []string{"--max-tokens", "10"}, "6 conversations have more than 10 tokens: the limit is 10 (--max-tokens): greeting (line 1), line:2, "},
 		// a conversation runs in one wave: refused before the first wave (it failed at its own wave,
 		// after the waves before it had run)
-		{"--max-wave-tokens", []string{"--max-wave-tokens", "100"}, "conversation greeting has more than 100 tokens: the limit is 100 (--max-wave-tokens)"},
+		{"--max-wave-tokens", []string{"--max-wave-tokens", "100"}, "conversations have more than 100 tokens: the limit is 100 (--max-wave-tokens): greeting (line 1), "},
 		{"--max-result-bytes", []string{"--max-result-bytes", "1B", "--wave-tokens", "300"},
 			"(0 hidden and 0 lens layers, top-k 3, over the largest wave, "},
 		{"--max-result-bytes names the limit", []string{"--max-result-bytes", "1B"},
@@ -397,5 +397,99 @@ func TestDatasetJobOtherWeights(t *testing.T) {
 	}
 	if err := job(models[1], 0); err == nil || !strings.Contains(err.Error(), "other weights") {
 		t.Errorf("shard 0 resumed with the other checkpoint: %v", err)
+	}
+}
+
+// A dataset job past its sequence limit names every conversation over it (the first five, then a count)
+// by its id and line, or by its line alone, with the flag to raise: it named only the first, without its
+// line, so that a file of many long conversations took a run to find each.
+func TestDatasetJobTooLong(t *testing.T) {
+	model := tinyModel(t)
+	conv := func(id string, messages int) string { // one "hello there" message is 17 tokens
+		head := `{`
+		if id != "" {
+			head += `"id": "` + id + `", `
+		}
+		return head + `"messages": [` + strings.TrimSuffix(strings.Repeat(`{"role": "user", "content": "hello there"}, `, messages), ", ") + "]}\n"
+	}
+	for _, tt := range []struct {
+		name  string
+		lines []string
+		args  []string
+		want  string // the whole error, after "replay: FILE: "
+	}{
+		{"one, with id, after a blank line", []string{conv("a", 1), "\n", conv("long", 20), conv("", 1)}, []string{"--max-tokens", "100"},
+			"conversation long (line 3) has more than 100 tokens: the limit is 100 (--max-tokens); raise --max-tokens, or leave the conversation out of the file"},
+		{"one, without id", []string{conv("a", 1), conv("", 20)}, []string{"--max-wave-tokens", "100"},
+			"conversation line:2 has more than 100 tokens: the limit is 100 (--max-wave-tokens); raise --max-wave-tokens, or leave the conversation out of the file"},
+		{"seven, five named", []string{conv("a", 1), conv("l1", 20), conv("", 20), conv("l3", 20), conv("", 20), conv("l5", 20), conv("l6", 20), conv("", 20)},
+			[]string{"--max-tokens", "100"},
+			"7 conversations have more than 100 tokens: the limit is 100 (--max-tokens): l1 (line 2), line:3, l3 (line 4), line:5, l5 (line 6) and 2 more; raise --max-tokens, or leave them out of the file"},
+		{"only the shard's", []string{conv("a", 20), conv("b", 20), conv("c", 20), conv("d", 20)}, []string{"--max-tokens", "100", "--shard", "1/2"},
+			""}, // filled in below: the conversations of shard 1/2 alone
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			data := filepath.Join(t.TempDir(), "chats.jsonl")
+			if err := os.WriteFile(data, []byte(strings.Join(tt.lines, "")), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			want := tt.want
+			if want == "" {
+				shard, err := job.ParseShard("1/2")
+				if err != nil {
+					t.Fatal(err)
+				}
+				var in []string
+				for i, id := range []string{"a", "b", "c", "d"} {
+					if shard.Has(id) {
+						in = append(in, fmt.Sprintf("%s (line %d)", id, i+1))
+					}
+				}
+				if len(in) == 0 || len(in) == 4 {
+					t.Fatalf("shard 1/2 holds %d of 4 conversations: choose other ids", len(in))
+				}
+				want = fmt.Sprintf("%d conversations have more than 100 tokens: the limit is 100 (--max-tokens): %s; raise --max-tokens, or leave them out of the file", len(in), strings.Join(in, ", "))
+				if len(in) == 1 {
+					want = "conversation " + in[0] + " has more than 100 tokens: the limit is 100 (--max-tokens); raise --max-tokens, or leave the conversation out of the file"
+				}
+			}
+			dir := filepath.Join(t.TempDir(), "job") + "/"
+			args := append([]string{"replay", "--model", model, "--chat", data, "--thinking", "off", "--no-progress", "--out", dir}, tt.args...)
+			err := run(context.Background(), args, &bytes.Buffer{})
+			if want = "replay: " + data + ": " + want; err == nil || err.Error() != want {
+				t.Fatalf("error:\n-want %s\n+got  %v", want, err)
+			}
+			if _, err := os.Stat(dir); !os.IsNotExist(err) {
+				t.Errorf("the refused job made its directory: %v", err)
+			}
+		})
+	}
+}
+
+// A dataset job's --out that names a file is refused before the model is read, naming it: job.Run's
+// mkdir refused it only after, as "job: mkdir results/: file exists".
+func TestDatasetJobOutIsFile(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "results")
+	if err := os.WriteFile(file, []byte("notes"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	data := smallDataset(t, 2)
+	for _, out := range []string{file + "/", file} { // a file is no job directory with or without the slash
+		t.Run(filepath.Base(out), func(t *testing.T) {
+			// a model directory that does not exist: the check comes before the model is opened
+			args := []string{"replay", "--model", filepath.Join(dir, "no-model"), "--chat", data, "--thinking", "off", "--no-progress", "--out", out}
+			err := run(context.Background(), args, &bytes.Buffer{})
+			want := "replay: --out " + out + ": " + file + " is a file, not a directory"
+			if out == file {
+				want = "--out " + file + " has no extension" // not a directory: a single replay's output file
+			}
+			if err == nil || !strings.Contains(err.Error(), want) {
+				t.Fatalf("error: -want …%s… +got %v", want, err)
+			}
+			if b, _ := os.ReadFile(file); string(b) != "notes" {
+				t.Errorf("the file was changed: %q", b)
+			}
+		})
 	}
 }
