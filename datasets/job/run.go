@@ -116,8 +116,20 @@ func Run(ctx context.Context, eng Engine, cfg Config, items []Item) (Summary, er
 		cfg.log(fmt.Sprintf("job: resuming %s: %s %s %s of %s conversations; %s to go in %s",
 			cfg.Dir, numtext.Count(len(m.Parts), "part"), hold, numtext.Commas(int64(sum.Skipped)), numtext.Commas(int64(sum.Conversations)), numtext.Commas(int64(len(todo))), numtext.Count(len(waves), "wave")))
 	} else {
-		cfg.log(fmt.Sprintf("job: %s (%s tokens) of shard %s in %s of at most %s tokens into %s",
-			numtext.Count(sum.Conversations, "conversation"), numtext.Commas(sum.Tokens), cfg.Shard, numtext.Count(len(waves), "wave"), numtext.Commas(int64(cfg.WaveTokens)), cfg.Dir))
+		// A conversation past the wave budget runs as a wave of its own (Pack): say so, or "at most 70
+		// tokens" would be wrong of the wave that holds an 84-token conversation.
+		longer, longest := 0, 0
+		for _, it := range todo {
+			if n := len(it.Sequence.Tokens); n > cfg.WaveTokens {
+				longer, longest = longer+1, max(longest, n)
+			}
+		}
+		alone := ""
+		if longer > 0 {
+			alone = fmt.Sprintf(" (%s longer than that, up to %s tokens, each a wave of its own)", numtext.Count(longer, "conversation"), numtext.Commas(longest))
+		}
+		cfg.log(fmt.Sprintf("job: %s (%s tokens) of shard %s in %s of at most %s tokens%s into %s",
+			numtext.Count(sum.Conversations, "conversation"), numtext.Commas(sum.Tokens), cfg.Shard, numtext.Count(len(waves), "wave"), numtext.Commas(int64(cfg.WaveTokens)), alone, cfg.Dir))
 	}
 	start := time.Now()
 	for w, wave := range waves {
