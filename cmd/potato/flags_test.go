@@ -40,6 +40,8 @@ func TestHelpAndUsageErrors(t *testing.T) {
 		{[]string{"tokenize", "--text"}, "tokenize: flag needs an argument: --text", "run potato help tokenize"},
 		{[]string{"demo", "extra"}, `demo: unexpected argument "extra"`, "run potato help demo"},
 		{[]string{"synth"}, "synth: --out DIR is required", "run potato help synth"},
+		{[]string{"replay", "--chat", "/nonexistent.jsonl", "--thinking", "maybe"}, `replay: --thinking "maybe": want on or off`, "run potato help replay"},
+		{[]string{"tokenize", "--chat", "/nonexistent.jsonl", "--thinking", "yes"}, `tokenize: --thinking "yes": want on or off`, "run potato help tokenize"},
 		{[]string{"notebook", "install", "--bogus"}, "notebook install: flag provided but not defined: --bogus", "run potato help notebook"},
 	} {
 		var stdout, stderr bytes.Buffer

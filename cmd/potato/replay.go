@@ -87,6 +87,9 @@ func runReplay(ctx context.Context, args []string, stdout io.Writer) error {
 	if fs.NArg() > 0 {
 		return usagef("replay", "replay: unexpected argument %q (every input is given by a flag: --text, --text-file, --chat or --tokens)", fs.Arg(0))
 	}
+	if err := checkThinkingFlag("replay", f.thinking); err != nil {
+		return err
+	}
 	f.set = map[string]bool{}
 	fs.Visit(func(fl *flag.Flag) { f.set[fl.Name] = true })
 	in, err := f.check()
@@ -483,6 +486,17 @@ func (f *replayFlags) sequenceLimit() (int, string) {
 		return f.maxWaveTokens, "--max-wave-tokens"
 	}
 	return f.maxTokens, "--max-tokens"
+}
+
+// checkThinkingFlag refuses a --thinking value other than on, off or none as a mistake in cmd's command
+// line (exit status 2), before any file is read: applyThinking, which would refuse it too, runs after the
+// input is read and named the input file first, as if the file were at fault.
+func checkThinkingFlag(cmd, mode string) error {
+	switch mode {
+	case "", "on", "off":
+		return nil
+	}
+	return usagef(cmd, "%s: --thinking %q: want on or off", cmd, mode)
 }
 
 // applyThinking applies a --thinking mode (on, off or "") to conversations, by one rule shared with the

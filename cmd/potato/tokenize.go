@@ -59,6 +59,9 @@ func runTokenize(ctx context.Context, args []string, stdout io.Writer) error {
 	case *thinking != "" && *chat == "": // as replay: text has no thinking mode, and the flag would be dropped
 		return errors.New("tokenize: --thinking is for --chat (text has no thinking mode)")
 	}
+	if err := checkThinkingFlag("tokenize", *thinking); err != nil {
+		return err
+	}
 	if *maxTokens <= 0 {
 		return fmt.Errorf("tokenize: --max-tokens %d must be positive", *maxTokens)
 	}
