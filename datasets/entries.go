@@ -44,6 +44,23 @@ func CheckIDs(ids []string) error {
 	return nil
 }
 
+// CheckEntryIDs is CheckIDs for entries (as LoadEntries gives them), naming the two places that share a
+// name by their line, item or row, so that a file with blank lines or a Parquet file is mended where the
+// message points.
+func CheckEntryIDs(entries []Entry) error {
+	seen := make(map[string]int, len(entries))
+	for i, e := range entries {
+		name := e.Name()
+		if j, ok := seen[name]; ok {
+			f := entries[j]
+			return fmt.Errorf("%s %d and %s %d share the id %q: give each its own, or drop the \"id\" fields to name conversations by their line, item or row",
+				f.Unit, f.N, e.Unit, e.N, name)
+		}
+		seen[name] = i
+	}
+	return nil
+}
+
 // LoadEntries reads the conversations of path as Load does, in the same order, each with the line
 // (JSONL, blank lines counted), item (JSON array) or row (Parquet) it came from.
 func LoadEntries(path string) ([]Entry, error) {

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/potato-k3/potato-k3/datasets"
+	"github.com/potato-k3/potato-k3/replay/tokenizer"
 )
 
 // LoadEntries reads what Load reads, in order, and names a conversation by its id, else by its line
@@ -48,6 +49,29 @@ func TestLoadEntries(t *testing.T) {
 	}
 	if _, err := datasets.LoadEntries(filepath.Join(dir, "missing.jsonl")); err == nil {
 		t.Error("a missing file: no error")
+	}
+}
+
+// TestCheckEntryIDs: entries sharing a name are refused naming both places (line, item or row, blank
+// lines counted), a name like "line:3" included.
+func TestCheckEntryIDs(t *testing.T) {
+	entry := func(id, unit string, n int) datasets.Entry {
+		return datasets.Entry{Conversation: tokenizer.Conversation{ID: id}, Unit: unit, N: n}
+	}
+	for _, tt := range []struct {
+		entries []datasets.Entry
+		want    string // "" for no error
+	}{
+		{nil, ""},
+		{[]datasets.Entry{entry("a", "line", 1), entry("", "line", 3)}, ""},
+		{[]datasets.Entry{entry("a", "line", 1), entry("b", "line", 4), entry("a", "line", 7)}, `line 1 and line 7 share the id "a"`},
+		{[]datasets.Entry{entry("line:3", "line", 1), entry("", "line", 3)}, `line 1 and line 3 share the id "line:3"`},
+		{[]datasets.Entry{entry("x", "row", 2), entry("x", "row", 5)}, `row 2 and row 5 share the id "x"`},
+	} {
+		err := datasets.CheckEntryIDs(tt.entries)
+		if (err == nil) != (tt.want == "") || err != nil && !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("CheckEntryIDs(%v) = %v, want %q", tt.entries, err, tt.want)
+		}
 	}
 }
 

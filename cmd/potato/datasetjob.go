@@ -90,10 +90,10 @@ func runDatasetJob(ctx context.Context, f *replayFlags, opts replay.EngineOption
 			convs[i].ID = ids[i] // the tables' conversation column, as a single replay names it (datasets.Load)
 		}
 	}
-	if err := applyThinking(convs, f.thinking); err != nil {
-		return err
+	if err := applyThinkingNamed(convs, f.thinking, func(i int) string { return "conversation " + entryPlace(entries[i]) }); err != nil {
+		return fmt.Errorf("%s: %w", f.chat, err)
 	}
-	if err := datasets.CheckIDs(ids); err != nil {
+	if err := datasets.CheckEntryIDs(entries); err != nil {
 		return fmt.Errorf("%s: a dataset job needs unique ids: %w", f.chat, err)
 	}
 	dataHash, err := job.FileSHA256(f.chat) // Settings.Dataset

@@ -493,3 +493,42 @@ func TestDatasetJobOutIsFile(t *testing.T) {
 		})
 	}
 }
+
+// A dataset job names a conversation it refuses for its ids or its thinking mode by its id and its line
+// (blank lines counted), as it names one past the token limit: a line number in an error is where the
+// file is mended, which a count of conversations is not once the file has blank lines.
+func TestDatasetJobNamesLines(t *testing.T) {
+	model := tinyModel(t)
+	const hello = `"messages": [{"role": "user", "content": "hello there"}]`
+	for _, tt := range []struct {
+		name     string
+		lines    []string
+		thinking string
+		want     string // the whole error, after "replay: FILE: "
+	}{
+		{"a shared id after a blank line", []string{`{"id": "a", ` + hello + "}\n", "\n", `{"id": "b", ` + hello + "}\n", `{"id": "a", ` + hello + "}\n"}, "off",
+			`line 1 and line 4 share the id "a": give each its own, or drop the "id" fields to name conversations by their line, item or row`},
+		{"an id that is another's place", []string{`{"id": "line:2", ` + hello + "}\n", `{` + hello + "}\n"}, "off",
+			`line 1 and line 2 share the id "line:2": give each its own, or drop the "id" fields to name conversations by their line, item or row`},
+		{"no thinking mode, after a blank line", []string{"\n", `{"id": "q", ` + hello + "}\n"}, "",
+			`conversation q (line 2) says nothing of thinking mode: give --thinking on|off (the model's output depends on it)`},
+		{"the other thinking mode, without id", []string{`{` + hello + `, "thinking": true}` + "\n"}, "off",
+			`conversation line:1 says "thinking": true but --thinking is off: remove one of them`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			data := filepath.Join(t.TempDir(), "chats.jsonl")
+			if err := os.WriteFile(data, []byte(strings.Join(tt.lines, "")), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			dir := filepath.Join(t.TempDir(), "job") + "/"
+			args := []string{"replay", "--model", model, "--chat", data, "--no-progress", "--out", dir}
+			if tt.thinking != "" {
+				args = append(args, "--thinking", tt.thinking)
+			}
+			err := run(context.Background(), args, &bytes.Buffer{})
+			if want := "replay: " + data + ": " + tt.want; err == nil || err.Error() != want {
+				t.Fatalf("error:\n-want %s\n+got  %v", want, err)
+			}
+		})
+	}
+}

@@ -230,6 +230,7 @@ func (f *replayFlags) check() (input, error) {
 	}
 	in.text = f.text
 	var err error
+	var entries []datasets.Entry // a --chat file's conversations with their places (not stdin's)
 	switch {
 	case f.tokens != "":
 		if in.ids, err = parseIDs(f.tokens); err != nil {
@@ -243,16 +244,27 @@ func (f *replayFlags) check() (input, error) {
 	case f.chat == "-":
 		in.convs, err = datasets.ReadJSONL(f.stdin, "stdin")
 	case f.chat != "":
-		in.convs, err = datasets.Load(f.chat)
+		entries, err = datasets.LoadEntries(f.chat) // each with its line, item or row, for the errors below
+		for _, e := range entries {
+			c := e.Conversation
+			if c.ID == "" {
+				c.ID = e.Name() // as datasets.Load names it: "line:12"
+			}
+			in.convs = append(in.convs, c)
+		}
 	}
 	if err != nil {
 		return in, err
 	}
 	if f.chat != "" {
-		if err := checkConversations(f.chat, in.convs); err != nil {
+		if err := checkConversations(f.chat, in.convs, entries); err != nil {
 			return in, err
 		}
-		if err := applyThinking(in.convs, f.thinking); err != nil {
+		name := func(i int) string { return fmt.Sprintf("conversation %d (id %q)", i+1, in.convs[i].ID) }
+		if entries != nil {
+			name = func(i int) string { return "conversation " + entryPlace(entries[i]) }
+		}
+		if err := applyThinkingNamed(in.convs, f.thinking, name); err != nil {
 			return in, fmt.Errorf("replay: %s: %w", f.chat, err)
 		}
 	}
@@ -261,10 +273,17 @@ func (f *replayFlags) check() (input, error) {
 
 // checkConversations refuses a chat file that holds no conversations, and one in which two conversations
 // share an id: the tables name each conversation by its id (the conversation column), and two of one
-// name could be told apart only by their seq_id.
-func checkConversations(name string, convs []tokenizer.Conversation) error {
+// name could be told apart only by their seq_id. With entries (a file's, not stdin's) the message names
+// the two by their lines, items or rows.
+func checkConversations(name string, convs []tokenizer.Conversation, entries []datasets.Entry) error {
 	if len(convs) == 0 {
 		return fmt.Errorf("replay: %s holds no conversations", name)
+	}
+	if entries != nil {
+		if err := datasets.CheckEntryIDs(entries); err != nil {
+			return fmt.Errorf("replay: %s: %w", name, err)
+		}
+		return nil
 	}
 	ids := make([]string, len(convs))
 	for i, c := range convs {
@@ -504,6 +523,12 @@ func checkThinkingFlag(cmd, mode string) error {
 // gives the other mode is an error naming it (a flag never silently loses to a line, nor overrides it);
 // without the mode every conversation must give its own.
 func applyThinking(convs []tokenizer.Conversation, mode string) error {
+	return applyThinkingNamed(convs, mode, func(i int) string { return fmt.Sprintf("conversation %d (id %q)", i+1, convs[i].ID) })
+}
+
+// applyThinkingNamed is applyThinking with name(i) naming conversation i in its errors (a dataset job
+// names it by its id and its line, item or row: entryPlace).
+func applyThinkingNamed(convs []tokenizer.Conversation, mode string, name func(i int) string) error {
 	var t tokenizer.Thinking
 	switch mode {
 	case "on":
@@ -517,11 +542,11 @@ func applyThinking(convs []tokenizer.Conversation, mode string) error {
 	for i, c := range convs {
 		switch {
 		case c.Thinking == tokenizer.ThinkingUnset && t == tokenizer.ThinkingUnset:
-			return fmt.Errorf("conversation %d (id %q) says nothing of thinking mode: give --thinking on|off (the model's output depends on it)", i+1, c.ID)
+			return fmt.Errorf("%s says nothing of thinking mode: give --thinking on|off (the model's output depends on it)", name(i))
 		case c.Thinking == tokenizer.ThinkingUnset:
 			convs[i].Thinking = t
 		case t != tokenizer.ThinkingUnset && c.Thinking != t:
-			return fmt.Errorf("conversation %d (id %q) says \"thinking\": %v but --thinking is %s: remove one of them", i+1, c.ID, c.Thinking == tokenizer.ThinkingOn, mode)
+			return fmt.Errorf("%s says \"thinking\": %v but --thinking is %s: remove one of them", name(i), c.Thinking == tokenizer.ThinkingOn, mode)
 		}
 	}
 	return nil

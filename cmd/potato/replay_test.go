@@ -65,7 +65,7 @@ func TestReplayChecksBeforeCompute(t *testing.T) {
 		{"negative top-k", []string{"--text", "x", "--top-k", "-1"}, "--top-k -1 is negative"},
 		{"thinking without chat", []string{"--text", "x", "--thinking", "on"}, "--thinking is for --chat"},
 		{"thinking conflicting with the lines", []string{"--chat", chats, "--thinking", "on"},
-			chats + `: conversation 1 (id "greeting") says "thinking": false but --thinking is on: remove one of them`},
+			chats + `: conversation greeting (line 1) says "thinking": false but --thinking is on: remove one of them`},
 		{"misspelled key", []string{"--chat", typo}, `typo.jsonl line 2: messages[0]: unknown key "contnet"`},
 		{"missing text file", []string{"--text-file", filepath.Join(dir, "none.txt")}, "--text-file: open"},
 		// An input given as "" read as no input at all ("give exactly one of"); an empty file failed after
@@ -75,7 +75,7 @@ func TestReplayChecksBeforeCompute(t *testing.T) {
 		{"empty text file", []string{"--text-file", emptyText}, "replay: --text-file " + emptyText + " is empty: nothing to replay"},
 		{"text file a directory", []string{"--text-file", dir}, "replay: --text-file " + dir + " is a directory: give a file of text"},
 		{"negative token id", []string{"--tokens", "5,-2"}, "replay: --tokens: token list: -2 is negative: token ids count from 0"},
-		{"two conversations of one id", []string{"--chat", dup}, `dup.jsonl: conversations 1 and 3 (counted from 1) share the id "a"`},
+		{"two conversations of one id", []string{"--chat", dup}, `dup.jsonl: line 1 and line 3 share the id "a"`},
 		{"no conversations", []string{"--chat", empty}, "empty.jsonl holds no conversations"},
 		{"lens without --out", []string{"--text", "x", "--lens", "1"}, "--lens asks for a table that only --out writes"},
 		{"router without --out", []string{"--text", "x", "--router"}, "--router asks for a table that only --out writes"},
