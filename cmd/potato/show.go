@@ -4,6 +4,9 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"text/tabwriter"
 
@@ -49,8 +52,13 @@ func runShow(_ context.Context, args []string, stdout io.Writer) error {
 	return nil
 }
 
-// showTable prints one table file.
+// showTable prints one table file. A directory (a dataset job's, most often) is refused with the table
+// files it holds, the first few named: show reads files, and the directory's own message from the table
+// reader ("unknown extension") did not say where to look.
 func showTable(w io.Writer, path string, rows, width int) error {
+	if st, err := os.Stat(path); err == nil && st.IsDir() {
+		return dirOfTables(path)
+	}
 	t, err := tables.ReadFile(path, memory.DefaultAllocator)
 	if err != nil {
 		return err
@@ -116,4 +124,28 @@ func cell(col arrow.Array, r, width int) string {
 		s = string(rs[:width-1]) + "…"
 	}
 	return s
+}
+
+// dirOfTables is show's error for a directory: the table files in it (a dataset job's parts), the first
+// few named, and the command for the first.
+func dirOfTables(dir string) error {
+	var files []string
+	for _, pat := range []string{"*.parquet", "*.arrow", "*.arrows"} {
+		m, _ := filepath.Glob(filepath.Join(dir, pat)) // only a malformed pattern fails
+		files = append(files, m...)
+	}
+	slices.Sort(files)
+	if len(files) == 0 {
+		return fmt.Errorf("%s is a directory and holds no table files (.parquet, .arrow, .arrows): show takes table files", dir)
+	}
+	const named = 4
+	names := make([]string, 0, named)
+	for _, f := range files[:min(named, len(files))] {
+		names = append(names, filepath.Base(f))
+	}
+	list := strings.Join(names, ", ")
+	if len(files) > named {
+		list += fmt.Sprintf(" and %d more", len(files)-named)
+	}
+	return fmt.Errorf("%s is a directory: show takes table files; it holds %d: %s (potato show %s)", dir, len(files), list, files[0])
 }

@@ -46,6 +46,9 @@ func TestShow(t *testing.T) {
 		{[]string{"--width", "0", tokens}, "--width 0: a cell needs at least 4 characters"}, // it named --rows too
 		{[]string{tokens, "--rows", "-1"}, "--rows -1 is negative"},
 		{[]string{"r.csv"}, ".csv"},
+		// a directory (a dataset job's) names the table files it holds and the command for the first
+		{[]string{filepath.Dir(tokens)}, "is a directory: show takes table files; it holds 2: r.lens.arrow, r.tokens.arrow (potato show " + lens + ")"},
+		{[]string{t.TempDir()}, "is a directory and holds no table files"},
 	} {
 		if err := run(context.Background(), append([]string{"show"}, tt.args...), &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("show %v: %v, want …%s…", tt.args, err, tt.want)
