@@ -97,6 +97,7 @@ func TestReadJSONLErrors(t *testing.T) {
 		{"missing role", `[{"content":"a"}]`, 1, "messages[0].role", "missing"},
 		{"role not string", `[{"role":3}]`, 1, "messages[0].role", "want a string, got a number"},
 		{"not json", ok + "\n\n" + `{"messages": [`, 3, "", "want a JSON object"},
+		{"syntax error placed", `{"messages": ]}`, 1, "", "invalid character ']' looking for beginning of value (byte 14 of the conversation's JSON text)"},
 		{"no messages key", `{"id":"x"}`, 1, "messages", "missing"},
 		{"empty messages", `{"messages":[]}`, 1, "messages", "no messages"},
 		// A value of the wrong JSON type is named in JSON's terms, not encoding/json's Go types

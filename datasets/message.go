@@ -356,6 +356,10 @@ func jsonProblem(err error, data []byte) string {
 	if err == nil || errors.As(err, &te) {
 		return ", got " + kind(data)
 	}
+	var se *json.SyntaxError
+	if errors.As(err, &se) { // where in the line (or item): encoding/json counts the bytes read
+		return fmt.Sprintf(": %v (byte %d of the conversation's JSON text)", err, se.Offset)
+	}
 	return ": " + err.Error()
 }
 
