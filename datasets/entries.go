@@ -30,6 +30,17 @@ func (e Entry) Name() string {
 	return fmt.Sprintf("%s:%d", e.Unit, e.N)
 }
 
+// Conversations returns the entries' conversations, each without an id named by its place (Name:
+// "line:12"), as Load names them: the tables' conversation column.
+func Conversations(entries []Entry) []tokenizer.Conversation {
+	convs := make([]tokenizer.Conversation, len(entries))
+	for i, e := range entries {
+		convs[i] = e.Conversation
+		convs[i].ID = e.Name()
+	}
+	return convs
+}
+
 // CheckIDs refuses a dataset in which two conversations share a name (ids, in file order, as Name gives
 // them or as Load leaves Conversation.ID): their rows could not be told apart in the tables, and a dataset
 // job, whose manifest and shards go by name, would replay one twice or count it done once.

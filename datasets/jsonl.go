@@ -29,14 +29,7 @@ func ReadJSONL(r io.Reader, name string) ([]tokenizer.Conversation, error) {
 	if err != nil {
 		return nil, err
 	}
-	convs := make([]tokenizer.Conversation, len(entries))
-	for i, e := range entries {
-		convs[i] = e.Conversation
-		if convs[i].ID == "" {
-			convs[i].ID = e.Name() // "line:N": results name their conversation (tables' conversation column)
-		}
-	}
-	return convs, nil
+	return Conversations(entries), nil
 }
 
 // LoadJSONL reads the JSONL file at path (see ReadJSONL).

@@ -20,7 +20,6 @@ import (
 	"github.com/potato-k3/potato-k3/internal/numtext"
 	"github.com/potato-k3/potato-k3/replay"
 	"github.com/potato-k3/potato-k3/replay/tables"
-	"github.com/potato-k3/potato-k3/replay/tokenizer"
 )
 
 // jobFlags are the flags of `potato replay` that only a dataset job (--chat with --out DIR/) reads.
@@ -65,8 +64,9 @@ func isJobDir(out string) bool {
 }
 
 // runDatasetJob is `potato replay --chat DATA --out DIR/`: the conversations of DATA (or of its --shard)
-// replayed in waves into Parquet parts and a manifest in DIR, resuming what DIR already holds.
-func runDatasetJob(ctx context.Context, f *replayFlags, opts replay.EngineOptions, stdout io.Writer) error {
+// replayed in waves into Parquet parts and a manifest in DIR, resuming what DIR already holds. in is
+// check's: the conversations read, their ids checked and their thinking mode applied.
+func runDatasetJob(ctx context.Context, f *replayFlags, in input, opts replay.EngineOptions, stdout io.Writer) error {
 	if f.text != "" || f.tokens != "" {
 		return fmt.Errorf("replay: --out %s is a directory: a dataset job replays --chat only", f.out)
 	}
@@ -78,23 +78,13 @@ func runDatasetJob(ctx context.Context, f *replayFlags, opts replay.EngineOption
 	if err != nil {
 		return err
 	}
-	entries, err := datasets.LoadEntries(f.chat)
-	if err != nil {
-		return err
+	entries, convs := in.entries, in.convs
+	if entries == nil { // stdin: a job is keyed by its file's hash
+		return fmt.Errorf("replay: --chat %s: a dataset job reads a file (its contents' hash keys the job), not standard input", f.chat)
 	}
-	convs := make([]tokenizer.Conversation, len(entries))
 	ids := make([]string, len(entries))
 	for i, e := range entries {
-		convs[i], ids[i] = e.Conversation, e.Name()
-		if convs[i].ID == "" {
-			convs[i].ID = ids[i] // the tables' conversation column, as a single replay names it (datasets.Load)
-		}
-	}
-	if err := applyThinkingNamed(convs, f.thinking, func(i int) string { return "conversation " + entryPlace(entries[i]) }); err != nil {
-		return fmt.Errorf("%s: %w", f.chat, err)
-	}
-	if err := datasets.CheckEntryIDs(entries); err != nil {
-		return fmt.Errorf("%s: a dataset job needs unique ids: %w", f.chat, err)
+		ids[i] = e.Name()
 	}
 	dataHash, err := job.FileSHA256(f.chat) // Settings.Dataset
 	if err != nil {

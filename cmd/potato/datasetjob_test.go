@@ -532,3 +532,27 @@ func TestDatasetJobNamesLines(t *testing.T) {
 		})
 	}
 }
+
+// A dataset job is keyed by its file's hash: --chat - (standard input) with --out DIR/ is refused saying
+// so, writing nothing (it said "datasets: -: unknown extension", after stdin had been read once already).
+func TestDatasetJobStdin(t *testing.T) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		w.WriteString(`{"id":"a","thinking":false,"messages":[{"role":"user","content":"hi"}]}` + "\n")
+		w.Close()
+	}()
+	old := os.Stdin
+	os.Stdin = r
+	defer func() { os.Stdin = old; r.Close() }()
+	dir := filepath.Join(t.TempDir(), "job") + "/"
+	err = run(context.Background(), []string{"replay", "--model", tinyModel(t), "--chat", "-", "--no-progress", "--out", dir}, &bytes.Buffer{})
+	if want := "replay: --chat -: a dataset job reads a file"; err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("error: -want …%s… +got %v", want, err)
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Errorf("the refused job made its directory: %v", err)
+	}
+}

@@ -106,7 +106,7 @@ func runReplay(ctx context.Context, args []string, stdout io.Writer) error {
 		if err != nil {
 			return err
 		}
-		return runDatasetJob(ctx, &f, opts, stdout)
+		return runDatasetJob(ctx, &f, in, opts, stdout)
 	}
 	return stopped(ctx, f.replay(ctx, stdout, in, opts), f.out)
 }
@@ -164,7 +164,10 @@ func stopped(ctx context.Context, err error, out string) error {
 type input struct {
 	text  string
 	convs []tokenizer.Conversation
-	ids   []int32
+	// entries are a --chat file's conversations with their places (not stdin's), convs' order: a
+	// dataset job keys its manifest by their names
+	entries []datasets.Entry
+	ids     []int32
 }
 
 // check runs every check that needs no model, before the engine opens: one input, the numbers, the output
@@ -245,13 +248,7 @@ func (f *replayFlags) check() (input, error) {
 		in.convs, err = datasets.ReadJSONL(f.stdin, "stdin")
 	case f.chat != "":
 		entries, err = datasets.LoadEntries(f.chat) // each with its line, item or row, for the errors below
-		for _, e := range entries {
-			c := e.Conversation
-			if c.ID == "" {
-				c.ID = e.Name() // as datasets.Load names it: "line:12"
-			}
-			in.convs = append(in.convs, c)
-		}
+		in.convs, in.entries = datasets.Conversations(entries), entries
 	}
 	if err != nil {
 		return in, err
