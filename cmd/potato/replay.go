@@ -508,11 +508,23 @@ func (f *replayFlags) sequenceLimit() (int, string) {
 // line (exit status 2), before any file is read: applyThinking, which would refuse it too, runs after the
 // input is read and named the input file first, as if the file were at fault.
 func checkThinkingFlag(cmd, mode string) error {
-	switch mode {
-	case "", "on", "off":
-		return nil
+	if _, ok := thinkingMode(mode); !ok {
+		return usagef(cmd, "%s: --thinking %q: want on or off", cmd, mode)
 	}
-	return usagef(cmd, "%s: --thinking %q: want on or off", cmd, mode)
+	return nil
+}
+
+// thinkingMode is a --thinking value's mode (ThinkingUnset for ""), ok false for any other value.
+func thinkingMode(mode string) (tokenizer.Thinking, bool) {
+	switch mode {
+	case "on":
+		return tokenizer.ThinkingOn, true
+	case "off":
+		return tokenizer.ThinkingOff, true
+	case "":
+		return tokenizer.ThinkingUnset, true
+	}
+	return tokenizer.ThinkingUnset, false
 }
 
 // applyThinking applies a --thinking mode (on, off or "") to conversations, by one rule shared with the
@@ -526,14 +538,8 @@ func applyThinking(convs []tokenizer.Conversation, mode string) error {
 // applyThinkingNamed is applyThinking with name(i) naming conversation i in its errors (a dataset job
 // names it by its id and its line, item or row: entryPlace).
 func applyThinkingNamed(convs []tokenizer.Conversation, mode string, name func(i int) string) error {
-	var t tokenizer.Thinking
-	switch mode {
-	case "on":
-		t = tokenizer.ThinkingOn
-	case "off":
-		t = tokenizer.ThinkingOff
-	case "":
-	default:
+	t, ok := thinkingMode(mode)
+	if !ok {
 		return fmt.Errorf("--thinking %q: want on or off", mode)
 	}
 	for i, c := range convs {
