@@ -115,17 +115,13 @@ func TestKDAChunkSlices(t *testing.T) {
 	}
 }
 
-// kdaSliced runs KDA over l in slices of n rows (ops.CutSlices), each slice's carry handed to the next,
-// and returns the outputs of every slice in order. With narrow, each slice's q, k and v are narrow-only
+// kdaSliced runs KDA over l in slices of n rows (runSliced), each slice's carry handed to the next, and
+// returns the outputs of every slice in order. With narrow, each slice's q, k and v are narrow-only
 // (narrowOnlyCopy, as ShortConvSiLU writes them), and so must be the carried rows of them.
 func kdaSliced(t *testing.T, b *Backend, in *kdaInputs, heads int, l ops.Layout, n int, narrow bool) []float32 {
 	t.Helper()
-	slices := ops.CutSlices(l, n)
-	bounds := ops.SliceBounds(slices)
-	var carry ops.Carry
-	var got []float32
-	for j, sl := range slices {
-		x := in.rowsOf(t, b, bounds[j], bounds[j+1])
+	return runSliced(t, b, l, n, func(j, lo, hi int, sl ops.SliceLayout, prev ops.Carry) (ops.Tensor, ops.Carry, error) {
+		x := in.rowsOf(t, b, lo, hi)
 		if narrow {
 			for i := range 3 {
 				y := narrowOnlyCopy(t, b, x[i])
@@ -133,14 +129,14 @@ func kdaSliced(t *testing.T, b *Backend, in *kdaInputs, heads int, l ops.Layout,
 				x[i] = y
 			}
 		}
-		y, next, err := b.KDASlice(x[0], x[1], x[2], x[3], x[4], x[5], x[6], heads, -5, sl, carry)
+		y, next, err := b.KDASlice(x[0], x[1], x[2], x[3], x[4], x[5], x[6], heads, -5, sl, prev)
 		if narrow && err == nil {
 			for i := range 3 {
 				if !x[i].(*Tensor).narrowOnly {
 					t.Errorf("slices of %d: slice %d: KDA widened its narrow-only input %d: the narrow kernel did not run", n, j, i)
 				}
 			}
-			if c, ok := next.(*sliceCarry); ok && len(c.t) == 6 {
+			if c, ok := next.(*carry); ok && len(c.t) == 6 {
 				for i := 1; i <= 3; i++ {
 					if !c.t[i].narrowOnly {
 						t.Errorf("slices of %d: slice %d: carried rows of input %d are not narrow-only", n, j, i-1)
@@ -151,13 +147,28 @@ func kdaSliced(t *testing.T, b *Backend, in *kdaInputs, heads int, l ops.Layout,
 		for i := range 5 {
 			b.Free(x[i])
 		}
+		return y, next, err
+	})
+}
+
+// runSliced runs op over l in slices of n rows (ops.CutSlices): op gets slice j's index, its rows lo..hi
+// of the wave, its layout and the carry of the slice before, and returns the slice's output and its
+// carry; the outputs' values are returned in order, every output and carry freed.
+func runSliced(t *testing.T, b *Backend, l ops.Layout, n int, op func(j, lo, hi int, sl ops.SliceLayout, c ops.Carry) (ops.Tensor, ops.Carry, error)) []float32 {
+	t.Helper()
+	slices := ops.CutSlices(l, n)
+	bounds := ops.SliceBounds(slices)
+	var c ops.Carry
+	var got []float32
+	for j, sl := range slices {
+		y, next, err := op(j, bounds[j], bounds[j+1], sl, c)
 		if err != nil {
 			t.Fatalf("slices of %d: slice %d (%v): %v", n, j, sl, err)
 		}
-		if carry != nil {
-			b.Free(carry)
+		if c != nil {
+			b.Free(c)
 		}
-		carry = next
+		c = next
 		h, err := b.ToHost(y)
 		b.Free(y)
 		if err != nil {
@@ -165,14 +176,11 @@ func kdaSliced(t *testing.T, b *Backend, in *kdaInputs, heads int, l ops.Layout,
 		}
 		got = append(got, h...)
 	}
-	if carry != nil {
-		b.Free(carry)
+	if c != nil {
+		b.Free(c)
 	}
 	return got
 }
-
-// sliceCarry is the backend's carry type, under a name kdaSliced's variable does not shadow.
-type sliceCarry = carry
 
 // narrowOnlyCopy returns a narrow-only tensor of x's values (narrow.go: the bfloat16 copy alone), as
 // ShortConvSiLU writes its outputs in BF16 precision where the chunked KDA kernel runs.
