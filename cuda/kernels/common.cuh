@@ -30,6 +30,19 @@ __device__ __forceinline__ float bf16_round(float x) {
 // rnd is the contract's "rounded": bfloat16 when bf is set (BF16 precision), the identity in FP32.
 __device__ __forceinline__ float rnd(float x, int bf) { return bf ? bf16_round(x) : x; }
 
+// bf16x4_bits packs four bfloat16 values held as float32 (their low halves zero) as their bits, the
+// lower index in the low half, exactly: a narrow-only output's store (cuda/narrow.go).
+__device__ __forceinline__ uint2 bf16x4_bits(float4 y) {
+    return make_uint2((__float_as_uint(y.x) >> 16) | (__float_as_uint(y.y) & 0xffff0000u),
+                      (__float_as_uint(y.z) >> 16) | (__float_as_uint(y.w) & 0xffff0000u));
+}
+
+// bf16x4_value widens four bfloat16 bit patterns packed as bf16x4_bits packs them, exactly.
+__device__ __forceinline__ float4 bf16x4_value(uint2 v) {
+    return make_float4(__uint_as_float(v.x << 16), __uint_as_float(v.x & 0xffff0000u), __uint_as_float(v.y << 16),
+                       __uint_as_float(v.y & 0xffff0000u));
+}
+
 // rnd4 is rnd of each of v's four values, for every number: how a kernel loads an input whose rounding a
 // MatMul deferred to it (cuda/deferred.go). Rounding is idempotent, so inputs that are rounded already
 // keep their bits. It is the hardware conversion (cvt.rn.bf16x2.f32: round to nearest even, subnormals
@@ -46,8 +59,7 @@ __device__ __forceinline__ float4 rnd4(float4 v, int bf) {
     u32 p, q;
     asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(p) : "f"(v.y), "f"(v.x));
     asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(q) : "f"(v.w), "f"(v.z));
-    return make_float4(__uint_as_float(p << 16), __uint_as_float(p & 0xffff0000u), __uint_as_float(q << 16),
-                       __uint_as_float(q & 0xffff0000u));
+    return bf16x4_value(make_uint2(p, q));
 #endif
 }
 

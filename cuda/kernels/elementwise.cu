@@ -101,8 +101,7 @@ extern "C" __global__ void k_mul_sigmoid4n(float4* out, const float4* x, const f
     for (i64 i = blockIdx.x * (i64)blockDim.x + threadIdx.x; i < n4; i += (i64)gridDim.x * blockDim.x) {
         const float4 y = mul_sigmoid4(x[i], g[i], bf);
         if (out != 0) out[i] = y;
-        nb[i] = make_uint2((__float_as_uint(y.x) >> 16) | (__float_as_uint(y.y) & 0xffff0000u),
-                           (__float_as_uint(y.z) >> 16) | (__float_as_uint(y.w) & 0xffff0000u));
+        nb[i] = bf16x4_bits(y);
     }
 }
 

@@ -119,8 +119,7 @@ __device__ __forceinline__ void shortconv4(float* __restrict__ out, const float*
         const float4 y = mul_sigmoid_bf4(sv, sv, bf);
         if (out != nullptr) *(float4*)(out + t * ch + c) = y;
         if (nb != nullptr) // bfloat16 values in BF16 precision: their top halves are exact
-            nb[(t * ch + c) / 4] = make_uint2((__float_as_uint(y.x) >> 16) | (__float_as_uint(y.y) & 0xffff0000u),
-                                              (__float_as_uint(y.z) >> 16) | (__float_as_uint(y.w) & 0xffff0000u));
+            nb[(t * ch + c) / 4] = bf16x4_bits(y);
     }
 }
 

@@ -169,8 +169,7 @@ __device__ __forceinline__ float4 gate4(float4 y, float4 g, int bf) {
 __device__ __forceinline__ void store_norm4(float* out, u16* nb, i64 base, int c, float4 y) {
     if (out != 0) ((float4*)(out + base))[c] = y;
     if (nb != 0)
-        ((uint2*)(nb + base))[c] = make_uint2((__float_as_uint(y.x) >> 16) | (__float_as_uint(y.y) & 0xffff0000u),
-                                              (__float_as_uint(y.z) >> 16) | (__float_as_uint(y.w) & 0xffff0000u));
+        ((uint2*)(nb + base))[c] = bf16x4_bits(y);
 }
 
 // rmsnorm2<W, CPT, PG>: k_rmsnorm (version 2) with W warps a group (1 or 8) and at most CPT chunks of 4
