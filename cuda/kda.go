@@ -141,7 +141,8 @@ func (b *Backend) KDA(q, k, v, graw, braw ops.Tensor, aLog, dtBias ops.Tensor, h
 }
 
 // narrowInput reports whether every one of ts is a narrow-only activation whose bfloat16 copy has rows of
-// exactly its columns (narrow.go), the layout the chunked kernel's narrow form reads.
+// exactly its columns (narrow.go): the layout the chunked kernel's narrow form reads and catRows and
+// copyRows copy as it is.
 func narrowInput(ts ...*Tensor) bool {
 	for _, t := range ts {
 		if !t.narrowOnly || t.narrowLd != t.cols || t.dt != dtF32 {

@@ -86,7 +86,7 @@ func (b *Backend) catRows(op string, cols int, parts ...rowRange) (*Tensor, erro
 			return nil, shapeErr(op, "rows %d..%d of %v into %d columns", p.lo, p.hi, p.t, cols)
 		}
 		rows += p.hi - p.lo
-		narrow = narrow && p.t.narrowOnly && p.t.narrowLd == cols
+		narrow = narrow && narrowInput(p.t)
 	}
 	var out *Tensor
 	err := b.run(op, func(c *opCtx) error {
@@ -176,7 +176,7 @@ func (b *Backend) copyRows(op string, dst *Tensor, dstRow int, src rowRange) err
 	}
 	return b.run(op, func(c *opCtx) error {
 		cols := dst.cols
-		if dst.narrowOnly && dst.narrowLd == cols && src.t.narrowOnly && src.t.narrowLd == cols {
+		if narrowInput(dst, src.t) {
 			return c.copyDtoD(dst.narrow+uint64(2*dstRow*cols), src.t.narrow+uint64(2*src.lo*cols), uint64(2*n*cols))
 		}
 		if err := c.widen(dst); err != nil {
