@@ -36,10 +36,6 @@ func (b *Backend) ShortConvSiLU(x, w ops.Tensor, l ops.Layout) (ops.Tensor, erro
 	}
 	var out *Tensor
 	err = b.run(op, func(c *opCtx) error {
-		xp, err := c.raw(xt) // both kernels round x as they load it (deferred.go)
-		if err != nil {
-			return err
-		}
 		wp, err := c.f32(wt)
 		if err != nil {
 			return err
@@ -51,11 +47,27 @@ func (b *Backend) ShortConvSiLU(x, w ops.Tensor, l ops.Layout) (ops.Tensor, erro
 		if err != nil {
 			return err
 		}
-		if b.convNarrow() && shortConv4Fits(out.ptr, xp, wp, xt.cols, wt.cols) {
-			return c.keepNarrowOutput(out, func(op, nb uint64) error {
-				return c.launch("k_shortconv4n", shortConv4Grid(xt.rows, xt.cols), d1(ewThreads), 0,
-					op, xp, wp, sp, int64(xt.rows), int32(xt.cols), b.bf, nb)
-			})
+		// In BF16 precision with the tensor cores the output is narrow-only (convNarrow), and a
+		// projection's narrow-only output (matmul_narrow.go) is read from its bfloat16 copy; every other
+		// x as float32, rounded as loaded (deferred.go)
+		if b.convNarrow() && shortConv4Fits(out.ptr, 0, wp, xt.cols, wt.cols) {
+			kernel, xp := "k_shortconv4b", xt.narrow
+			if !narrowInput(xt) {
+				kernel = "k_shortconv4n"
+				if xp, err = c.raw(xt); err != nil {
+					return err
+				}
+			}
+			if xp%16 == 0 { // else (never for pool allocations) the float32 path below
+				return c.keepNarrowOutput(out, func(op, nb uint64) error {
+					return c.launch(kernel, shortConv4Grid(xt.rows, xt.cols), d1(ewThreads), 0,
+						op, xp, wp, sp, int64(xt.rows), int32(xt.cols), b.bf, nb)
+				})
+			}
+		}
+		xp, err := c.raw(xt) // both kernels round x as they load it (deferred.go)
+		if err != nil {
+			return err
 		}
 		return c.shortConv(out.ptr, xp, wp, sp, xt.rows, xt.cols, wt.cols, b.bf)
 	})

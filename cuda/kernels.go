@@ -55,7 +55,7 @@ var kernelFiles = []kernelFile{
 		"k_experts_decode", "k_experts_decode8", "k_experts_situ_rows", "k_experts_situ_rows8", "k_situ_glu_bf16"},
 		[]string{"k_experts_gateup_f32", "k_experts_down_f32", "k_experts_gateup_nodec", "k_experts_down_nodec"}},
 	{"experts_wg.cu", []string{"k_experts_gateup_wg", "k_experts_down_wg"}, []string{"k_experts_gateup_wg_nodec", "k_experts_down_wg_nodec"}},
-	{"kda.cu", []string{"k_shortconv", "k_shortconv4", "k_shortconv4n", "k_kda_prep_exact", "k_kda_prep_fast",
+	{"kda.cu", []string{"k_shortconv", "k_shortconv4", "k_shortconv4n", "k_shortconv4b", "k_kda_prep_exact", "k_kda_prep_fast",
 		"k_kda_exact", "k_kda_exact_r32", "k_kda_exact_r64", "k_kda_exact_r128", "k_kda_fast_r64", "k_kda_fast_r128"}, nil},
 	{"kda_chunk.cu", []string{"k_kda_chunk_r128", "k_kda_chunk_r64", "k_kda_chunk_r128n", "k_kda_chunk_r64n"}, []string{"k_kda_chunk_prof_r128"}},
 	{"mla.cu", []string{"k_mla"}, nil},
