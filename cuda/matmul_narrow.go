@@ -42,6 +42,14 @@ func (b *Backend) MatMulNarrow(x, w ops.Tensor) (ops.Tensor, error) {
 			plain = true // no pinned algorithm with bfloat16 outputs for this shape: MatMul below
 			return nil
 		}
+		if !s.tuned { // once per shape: MatMul's configuration, where the heuristic offers it here too
+			s.tuned = true
+			if ref, err := b.lt.shape(wt.rows, wt.cols); err == nil && ref.ok {
+				if err := b.lt.adoptConfig(s, ref, wt.rows, wt.cols); err != nil {
+					return err
+				}
+			}
+		}
 		if c.profiling() {
 			c.detail = fmt.Sprintf("%dx%d bf16 out", wt.rows, wt.cols)
 		}

@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/potato-k3/potato-k3/cuda/bind"
 	"github.com/potato-k3/potato-k3/replay/bf16"
 	"github.com/potato-k3/potato-k3/replay/ops"
 )
@@ -64,6 +65,22 @@ func TestMatMulNarrowBits(t *testing.T) {
 			b.Free(x)
 			b.Free(want)
 			b.Free(got)
+		}
+		// the two plans, for the record: the bfloat16 one should run the float32 one's configuration
+		// (adoptConfig) where the heuristic offers it
+		if err := b.run("plans", func(c *opCtx) error {
+			s16, err := b.lt.shapeOut(m, k, bind.R16BF)
+			if err != nil {
+				return err
+			}
+			s32, err := b.lt.shape(m, k)
+			if err != nil {
+				return err
+			}
+			t.Logf("%dx%d: bfloat16-output plan: %v; float32-output plan: %v", m, k, s16.config, s32.config)
+			return nil
+		}); err != nil {
+			t.Fatal(err)
 		}
 		b.Free(w)
 	}
