@@ -83,11 +83,7 @@ extern "C" __global__ void k_shortconv(float* out, const float* x, const float* 
 // rounded as loaded (a projection's deferred rounding, cuda/deferred.go), or bfloat16 bits (a projection's
 // narrow-only output, cuda/matmul_narrow.go), exact.
 __device__ __forceinline__ float4 ld_x4(const float* x, i64 i, int bf) { return rnd4(*(const float4*)(x + i), bf); }
-__device__ __forceinline__ float4 ld_x4(const u16* x, i64 i, int) {
-    const uint2 v = *(const uint2*)(x + i);
-    return make_float4(__uint_as_float(v.x << 16), __uint_as_float(v.x & 0xffff0000u), __uint_as_float(v.y << 16),
-                       __uint_as_float(v.y & 0xffff0000u));
-}
+__device__ __forceinline__ float4 ld_x4(const u16* x, i64 i, int) { return bf16x4_value(*(const uint2*)(x + i)); }
 template <int R, typename TX>
 __device__ __forceinline__ void shortconv4(float* __restrict__ out, const TX* __restrict__ x,
                                            const float* __restrict__ w, const int* __restrict__ rowStart, i64 rows,
