@@ -251,7 +251,8 @@ func (b *Backend) kda(q, k, v, graw, braw ops.Tensor, aLog, dtBias ops.Tensor, h
 	}
 	// the chunked kernel's narrow form reads q, k and v (and their carried rows) from their bfloat16
 	// copies where every one of them is narrow-only (ShortConvSiLU's outputs, convNarrow; the carried rows
-	// copied from them, catRows), the same values in half the bytes; else each is widened (f32)
+	// copied from them, catRows), the same values in half the bytes, and writes its output narrow-only
+	// (GatedRMSNorm, its reader in K3's layers, reads the copy: norm.go); else each input is widened (f32)
 	narrow := chunk != "" && narrowInput(ts[:3]...)
 	for _, p := range pre[:min(3, len(pre))] {
 		narrow = narrow && (p.rows == 0 || narrowInput(p))
@@ -305,6 +306,13 @@ func (b *Backend) kda(q, k, v, graw, braw ops.Tensor, aLog, dtBias ops.Tensor, h
 			}
 			sp, err := uploadTemp(c, starts)
 			if err != nil {
+				return err
+			}
+			if narrow { // the narrow form writes its output as the bfloat16 copy alone (narrow-only)
+				err := c.keepNarrow(out, ch, func(nb uint64) error {
+					return c.launchKDAChunk(chunk, nb, in, sp, l.Sequences(), heads, d, lower, scale, initp, finp, pp, npre)
+				})
+				out.narrowOnly = err == nil
 				return err
 			}
 			return c.launchKDAChunk(chunk, out.ptr, in, sp, l.Sequences(), heads, d, lower, scale, initp, finp, pp, npre)

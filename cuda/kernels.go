@@ -44,7 +44,7 @@ func (kf kernelFile) loaded() []string {
 var kernelFiles = []kernelFile{
 	{"elementwise.cu", []string{"k_round", "k_round4", "k_widen_bf16", "k_add", "k_add4", "k_add_sum", "k_add_sum4", "k_mul_sigmoid", "k_mul_sigmoid4", "k_mul_sigmoid4n", "k_situ", "k_slice", "k_gather", "k_gather4", "k_scatter_add", "k_copy16"}, nil},
 	{"norm.cu", []string{"k_rmsnorm", "k_attnres", "k_rmsnorm2_w1_c1", "k_rmsnorm2_w1_c2", "k_rmsnorm2_w1_c4", "k_rmsnorm2_w1_c8",
-		"k_rmsnorm2_w8_c1", "k_rmsnorm2_w8_c2", "k_rmsnorm2_w8_c4", "k_rmsnorm2_w8_c8", "k_rmsnorm2g_w1_c1", "k_rmsnorm2g_w1_c2",
+		"k_rmsnorm2_w8_c1", "k_rmsnorm2_w8_c2", "k_rmsnorm2_w8_c4", "k_rmsnorm2_w8_c8", "k_rmsnorm2g_w1_c1", "k_rmsnorm2g_w1_c2", "k_rmsnorm2gb_w1_c1", "k_rmsnorm2gb_w1_c2",
 		"k_attnres2_c1", "k_attnres2_c2", "k_attnres2_c4", "k_attnres2_c8",
 		"k_attnres_norm2_c2_n0", "k_attnres_norm2_c4_n0", "k_attnres_norm2_c8_n0",
 		"k_attnres_norm2_c1_n1", "k_attnres_norm2_c1_n2", "k_attnres_norm2_c1_n4", "k_attnres_norm2_c1_n8",
