@@ -184,11 +184,7 @@ __device__ __forceinline__ void store_norm4(float* out, u16* nb, i64 base, int c
 // ld_norm4 loads chunk i (4 values) of x rounded in BF16 precision (bf): float32 values rounded as read,
 // or bfloat16 bits (KDA's narrow-only output, cuda/kda.go) widened, exact.
 __device__ __forceinline__ float4 ld_norm4(const float* x, i64 i, int bf) { return rnd4(((const float4*)x)[i], bf); }
-__device__ __forceinline__ float4 ld_norm4(const u16* x, i64 i, int) {
-    const uint2 v = ((const uint2*)x)[i];
-    return make_float4(__uint_as_float(v.x << 16), __uint_as_float(v.x & 0xffff0000u), __uint_as_float(v.y << 16),
-                       __uint_as_float(v.y & 0xffff0000u));
-}
+__device__ __forceinline__ float4 ld_norm4(const u16* x, i64 i, int) { return bf16x4_value(((const uint2*)x)[i]); }
 template <int W, int CPT, bool PG = false, typename TX = float>
 __device__ __forceinline__ void rmsnorm2(float* out, const TX* x, const float* w, const float* gate, i64 groups, int g,
                                          float eps, int bf, u16* nb) {
