@@ -36,10 +36,6 @@ func (b *Backend) ShortConvSiLU(x, w ops.Tensor, l ops.Layout) (ops.Tensor, erro
 	}
 	var out *Tensor
 	err = b.run(op, func(c *opCtx) error {
-		xp, err := c.raw(xt) // both kernels round x as they load it (deferred.go)
-		if err != nil {
-			return err
-		}
 		wp, err := c.f32(wt)
 		if err != nil {
 			return err
@@ -51,11 +47,27 @@ func (b *Backend) ShortConvSiLU(x, w ops.Tensor, l ops.Layout) (ops.Tensor, erro
 		if err != nil {
 			return err
 		}
-		if b.convNarrow() && shortConv4Fits(out.ptr, xp, wp, xt.cols, wt.cols) {
-			return c.keepNarrowOutput(out, func(op, nb uint64) error {
-				return c.launch("k_shortconv4n", shortConv4Grid(xt.rows, xt.cols), d1(ewThreads), 0,
-					op, xp, wp, sp, int64(xt.rows), int32(xt.cols), b.bf, nb)
-			})
+		// In BF16 precision with the tensor cores the output is narrow-only (convNarrow), and a
+		// projection's narrow-only output (matmul_narrow.go) is read from its bfloat16 copy; every other
+		// x as float32, rounded as loaded (deferred.go)
+		if b.convNarrow() && shortConv4Fits(out.ptr, 0, wp, xt.cols, wt.cols) {
+			kernel, xp := "k_shortconv4b", xt.narrow
+			if !narrowInput(xt) {
+				kernel = "k_shortconv4n"
+				if xp, err = c.raw(xt); err != nil {
+					return err
+				}
+			}
+			if xp%16 == 0 { // else (never for pool allocations) the float32 path below
+				return c.keepNarrowOutput(out, func(op, nb uint64) error {
+					return c.launch(kernel, shortConv4Grid(xt.rows, xt.cols), d1(ewThreads), 0,
+						op, xp, wp, sp, int64(xt.rows), int32(xt.cols), b.bf, nb)
+				})
+			}
+		}
+		xp, err := c.raw(xt) // both kernels round x as they load it (deferred.go)
+		if err != nil {
+			return err
 		}
 		return c.shortConv(out.ptr, xp, wp, sp, xt.rows, xt.cols, wt.cols, b.bf)
 	})
@@ -239,7 +251,8 @@ func (b *Backend) kda(q, k, v, graw, braw ops.Tensor, aLog, dtBias ops.Tensor, h
 	}
 	// the chunked kernel's narrow form reads q, k and v (and their carried rows) from their bfloat16
 	// copies where every one of them is narrow-only (ShortConvSiLU's outputs, convNarrow; the carried rows
-	// copied from them, catRows), the same values in half the bytes; else each is widened (f32)
+	// copied from them, catRows), the same values in half the bytes, and writes its output narrow-only
+	// (GatedRMSNorm, its reader in K3's layers, reads the copy: norm.go); else each input is widened (f32)
 	narrow := chunk != "" && narrowInput(ts[:3]...)
 	for _, p := range pre[:min(3, len(pre))] {
 		narrow = narrow && (p.rows == 0 || narrowInput(p))
@@ -293,6 +306,13 @@ func (b *Backend) kda(q, k, v, graw, braw ops.Tensor, aLog, dtBias ops.Tensor, h
 			}
 			sp, err := uploadTemp(c, starts)
 			if err != nil {
+				return err
+			}
+			if narrow { // the narrow form writes its output as the bfloat16 copy alone (narrow-only)
+				err := c.keepNarrow(out, ch, func(nb uint64) error {
+					return c.launchKDAChunk(chunk, nb, in, sp, l.Sequences(), heads, d, lower, scale, initp, finp, pp, npre)
+				})
+				out.narrowOnly = err == nil
 				return err
 			}
 			return c.launchKDAChunk(chunk, out.ptr, in, sp, l.Sequences(), heads, d, lower, scale, initp, finp, pp, npre)

@@ -92,13 +92,21 @@ func TestKDAChunkSlices(t *testing.T) {
 		for i := range 3 {
 			x[i] = narrowOnlyCopy(t, b, in.dev[i])
 		}
-		got, err := kdaOn(b, x, heads, l)
+		y, err := b.KDA(x[0], x[1], x[2], x[3], x[4], x[5], x[6], heads, -5, l)
 		for i := range 3 {
 			if !x[i].(*Tensor).narrowOnly {
 				t.Errorf("d%d: KDA widened its narrow-only input %d: the narrow kernel did not run", d, i)
 			}
 			b.Free(x[i])
 		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !y.(*Tensor).narrowOnly {
+			t.Errorf("d%d: the narrow form's output is not narrow-only", d)
+		}
+		got, err := b.ToHost(y)
+		b.Free(y)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -44,7 +44,7 @@ func (kf kernelFile) loaded() []string {
 var kernelFiles = []kernelFile{
 	{"elementwise.cu", []string{"k_round", "k_round4", "k_widen_bf16", "k_add", "k_add4", "k_add_sum", "k_add_sum4", "k_mul_sigmoid", "k_mul_sigmoid4", "k_mul_sigmoid4n", "k_situ", "k_slice", "k_gather", "k_gather4", "k_scatter_add", "k_copy16"}, nil},
 	{"norm.cu", []string{"k_rmsnorm", "k_attnres", "k_rmsnorm2_w1_c1", "k_rmsnorm2_w1_c2", "k_rmsnorm2_w1_c4", "k_rmsnorm2_w1_c8",
-		"k_rmsnorm2_w8_c1", "k_rmsnorm2_w8_c2", "k_rmsnorm2_w8_c4", "k_rmsnorm2_w8_c8", "k_rmsnorm2g_w1_c1", "k_rmsnorm2g_w1_c2",
+		"k_rmsnorm2_w8_c1", "k_rmsnorm2_w8_c2", "k_rmsnorm2_w8_c4", "k_rmsnorm2_w8_c8", "k_rmsnorm2g_w1_c1", "k_rmsnorm2g_w1_c2", "k_rmsnorm2gb_w1_c1", "k_rmsnorm2gb_w1_c2",
 		"k_attnres2_c1", "k_attnres2_c2", "k_attnres2_c4", "k_attnres2_c8",
 		"k_attnres_norm2_c2_n0", "k_attnres_norm2_c4_n0", "k_attnres_norm2_c8_n0",
 		"k_attnres_norm2_c1_n1", "k_attnres_norm2_c1_n2", "k_attnres_norm2_c1_n4", "k_attnres_norm2_c1_n8",
@@ -55,7 +55,7 @@ var kernelFiles = []kernelFile{
 		"k_experts_decode", "k_experts_decode8", "k_experts_situ_rows", "k_experts_situ_rows8", "k_situ_glu_bf16"},
 		[]string{"k_experts_gateup_f32", "k_experts_down_f32", "k_experts_gateup_nodec", "k_experts_down_nodec"}},
 	{"experts_wg.cu", []string{"k_experts_gateup_wg", "k_experts_down_wg"}, []string{"k_experts_gateup_wg_nodec", "k_experts_down_wg_nodec"}},
-	{"kda.cu", []string{"k_shortconv", "k_shortconv4", "k_shortconv4n", "k_kda_prep_exact", "k_kda_prep_fast",
+	{"kda.cu", []string{"k_shortconv", "k_shortconv4", "k_shortconv4n", "k_shortconv4b", "k_kda_prep_exact", "k_kda_prep_fast",
 		"k_kda_exact", "k_kda_exact_r32", "k_kda_exact_r64", "k_kda_exact_r128", "k_kda_fast_r64", "k_kda_fast_r128"}, nil},
 	{"kda_chunk.cu", []string{"k_kda_chunk_r128", "k_kda_chunk_r64", "k_kda_chunk_r128n", "k_kda_chunk_r64n"}, []string{"k_kda_chunk_prof_r128"}},
 	{"mla.cu", []string{"k_mla"}, nil},

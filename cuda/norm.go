@@ -45,6 +45,13 @@ func rmsnorm2Kernel(g, groups int, ptrs ...uint64) (name string, grid int, ok bo
 	return fmt.Sprintf("k_rmsnorm2_w8_c%d", norm2CPT(g, normThreads)), groups, true
 }
 
+// rmsnorm2Name is rmsnorm2Kernel's name for groups of g values, whatever the operands (for the choice of
+// a form before they are known).
+func rmsnorm2Name(g int) string {
+	name, _, _ := rmsnorm2Kernel(g, 1)
+	return name
+}
+
 // gatedKernel names the gated form's instance for version 2 kernel name: one warp a group with at most
 // two chunks a thread (K3's KDA output, groups of 128) takes k_rmsnorm2g, which loads the gate beside x
 // before the sums (norm.cu, rmsnorm2's PG); late keeps name (tests compare the two).
@@ -138,9 +145,16 @@ func (b *Backend) norm(op string, x, w, gate ops.Tensor, eps float32) (ops.Tenso
 	groups := xt.rows * (xt.cols / g)
 	var out *Tensor
 	err = b.run(op, func(c *opCtx) error {
-		xp, err := c.raw(xt) // both kernels round x as they read it (the routed experts' sum comes unrounded)
-		if err != nil {
-			return err
+		// KDA's narrow-only output (kda.go) is read from its bfloat16 copy where the gated kernel that
+		// loads the gate early runs (k_rmsnorm2gb); every other x as float32, rounded as read (the routed
+		// experts' sum comes unrounded)
+		narrowX := gt != nil && !b.gateLate && b.normVer != 1 && narrowInput(xt) && gatedKernel(rmsnorm2Name(g), false) != rmsnorm2Name(g)
+		xp := xt.narrow
+		if !narrowX {
+			var err error
+			if xp, err = c.raw(xt); err != nil {
+				return err
+			}
 		}
 		wp, err := c.f32(wt)
 		if err != nil {
@@ -163,6 +177,9 @@ func (b *Backend) norm(op string, x, w, gate ops.Tensor, eps float32) (ops.Tenso
 			if gp != 0 {
 				name = gatedKernel(name, b.gateLate)
 			}
+			if narrowX {
+				name = strings.Replace(name, "k_rmsnorm2g_", "k_rmsnorm2gb_", 1)
+			}
 			// op: the float32 output, or 0 where the copy alone holds it; nb: the bfloat16 copy the next
 			// MatMul reads, or 0 (narrow.go)
 			launch := func(op, nb uint64) error {
@@ -172,6 +189,11 @@ func (b *Backend) norm(op string, x, w, gate ops.Tensor, eps float32) (ops.Tenso
 				return c.keepNarrowOutput(out, launch)
 			}
 			return launch(out.ptr, 0)
+		}
+		if narrowX { // never: the narrow x's kernel fits wherever its float32 form does
+			if xp, err = c.raw(xt); err != nil {
+				return err
+			}
 		}
 		return c.launch("k_rmsnorm", d1((groups+normWarps-1)/normWarps), d1(normThreads), 0,
 			out.ptr, xp, wp, gp, int64(groups), int32(g), eps, b.bf)

@@ -385,7 +385,8 @@ func TestRouteChunks(t *testing.T) {
 // TestShortConvNarrowOnly: in BF16 precision with the tensor cores, ShortConvSiLU's output is narrow-only
 // (convNarrow: the bfloat16 copy the chunked KDA kernel reads), whole and in slices, where the first rows
 // of a continued sequence are written again into the copy (copyRows); its values are those of
-// Options.EagerWidening, which writes the float32 values too, in both forms.
+// Options.EagerWidening, which writes the float32 values too, in both forms; and so with x narrow-only
+// (MatMulNarrow's output), read from its copy in place (k_shortconv4b; the carried inputs stay narrow).
 func TestShortConvNarrowOnly(t *testing.T) {
 	narrowB := testBackend(t, Options{Precision: ops.BF16})
 	if !narrowB.convNarrow() {
@@ -402,11 +403,23 @@ func TestShortConvNarrowOnly(t *testing.T) {
 	for i := range wv {
 		wv[i] = float32(0.5 * rng.NormFloat64())
 	}
-	run := func(b *Backend, slice int) ([]float32, []bool) {
-		x, err := b.FromHost(l.Tokens(), ch, xv)
+	// narrowX: x, and each slice's x, narrow-only (a projection's output from MatMulNarrow), read by
+	// k_shortconv4b from the copy
+	narrowX := false
+	input := func(b *Backend, rows int, v []float32) ops.Tensor {
+		x, err := b.FromHost(rows, ch, v)
 		if err != nil {
 			t.Fatal(err)
 		}
+		if !narrowX {
+			return x
+		}
+		y := narrowOnlyCopy(t, b, x)
+		b.Free(x)
+		return y
+	}
+	run := func(b *Backend, slice int) ([]float32, []bool) {
+		x := input(b, l.Tokens(), xv)
 		defer b.Free(x)
 		w, err := b.FromHost(ch, taps, wv)
 		if err != nil {
@@ -427,12 +440,12 @@ func TestShortConvNarrowOnly(t *testing.T) {
 			return h, []bool{only}
 		}
 		var only []bool
-		out := runSliced(t, b, l, slice, func(_, lo, hi int, sl ops.SliceLayout, c ops.Carry) (ops.Tensor, ops.Carry, error) {
-			xs, err := b.FromHost(hi-lo, ch, xv[lo*ch:hi*ch])
-			if err != nil {
-				t.Fatal(err)
-			}
+		out := runSliced(t, b, l, slice, func(j, lo, hi int, sl ops.SliceLayout, c ops.Carry) (ops.Tensor, ops.Carry, error) {
+			xs := input(b, hi-lo, xv[lo*ch:hi*ch])
 			y, next, err := b.ShortConvSiLUSlice(xs, w, sl, c)
+			if narrowX && !xs.(*Tensor).narrowOnly {
+				t.Errorf("slices of %d: slice %d: the narrow-only input was widened", slice, j)
+			}
 			b.Free(xs)
 			if err == nil {
 				only = append(only, y.(*Tensor).narrowOnly)
@@ -442,14 +455,16 @@ func TestShortConvNarrowOnly(t *testing.T) {
 		return out, only
 	}
 	want, _ := run(eager, 0)
-	for _, slice := range []int{0, 1, 2, 3, 7, 30} {
-		for _, b := range []*Backend{narrowB, eager} {
-			got, only := run(b, slice)
-			name := fmt.Sprintf("slices of %d, eager widening %v", slice, b == eager)
-			sameBitsQuiet(t, name, got, want, ch)
-			for j, o := range only {
-				if o != (b == narrowB) {
-					t.Errorf("%s: output %d narrow-only %v", name, j, o)
+	for _, narrowX = range []bool{false, true} {
+		for _, slice := range []int{0, 1, 2, 3, 7, 30} {
+			for _, b := range []*Backend{narrowB, eager} {
+				got, only := run(b, slice)
+				name := fmt.Sprintf("slices of %d, eager widening %v, narrow-only x %v", slice, b == eager, narrowX)
+				sameBitsQuiet(t, name, got, want, ch)
+				for j, o := range only {
+					if o != (b == narrowB) {
+						t.Errorf("%s: output %d narrow-only %v", name, j, o)
+					}
 				}
 			}
 		}

@@ -79,8 +79,13 @@ extern "C" __global__ void k_shortconv(float* out, const float* x, const float* 
 // rows t = R * blockIdx.x .. + R - 1 below rows, R = SC_ROWS (each input row is loaded (R + 3) / R times).
 // Launch: blockDim 256, gridDim (ceil(rows / R), ceil(ch / 4 / 256)).
 #define SC_ROWS 4
-template <int R>
-__device__ __forceinline__ void shortconv4(float* __restrict__ out, const float* __restrict__ x,
+// ld_x4 loads inputs c .. c+3 of row src as float32, rounded in BF16 precision (bf): float32 values,
+// rounded as loaded (a projection's deferred rounding, cuda/deferred.go), or bfloat16 bits (a projection's
+// narrow-only output, cuda/matmul_narrow.go), exact.
+__device__ __forceinline__ float4 ld_x4(const float* x, i64 i, int bf) { return rnd4(*(const float4*)(x + i), bf); }
+__device__ __forceinline__ float4 ld_x4(const u16* x, i64 i, int) { return bf16x4_value(*(const uint2*)(x + i)); }
+template <int R, typename TX>
+__device__ __forceinline__ void shortconv4(float* __restrict__ out, const TX* __restrict__ x,
                                            const float* __restrict__ w, const int* __restrict__ rowStart, i64 rows,
                                            int ch, int bf, uint2* __restrict__ nb) {
     const int c = 4 * (blockIdx.y * blockDim.x + threadIdx.x);
@@ -97,7 +102,7 @@ __device__ __forceinline__ void shortconv4(float* __restrict__ out, const float*
 #pragma unroll
     for (int m = 0; m < R + 3; m++) {
         i64 src = t0 - 3 + m;
-        win[m] = src >= lo && src < rows ? rnd4(*(const float4*)(x + src * ch + c), bf) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        win[m] = src >= lo && src < rows ? ld_x4(x, src * ch + c, bf) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     }
 #pragma unroll
     for (int j = 0; j < R; j++) {
@@ -125,7 +130,7 @@ __device__ __forceinline__ void shortconv4(float* __restrict__ out, const float*
 
 extern "C" __global__ void k_shortconv4(float* out, const float* x, const float* w, const int* rowStart, i64 rows,
                                           int ch, int bf) {
-    shortconv4<SC_ROWS>(out, x, w, rowStart, rows, ch, bf, nullptr);
+    shortconv4<SC_ROWS, float>(out, x, w, rowStart, rows, ch, bf, nullptr);
 }
 
 // k_shortconv4n: k_shortconv4 that also writes the outputs' bfloat16 bits to nb (BF16 precision only), the
@@ -133,7 +138,14 @@ extern "C" __global__ void k_shortconv4(float* out, const float* x, const float*
 // copy alone (cuda/narrow.go, narrow-only outputs).
 extern "C" __global__ void k_shortconv4n(float* out, const float* x, const float* w, const int* rowStart, i64 rows,
                                            int ch, int bf, uint2* nb) {
-    shortconv4<SC_ROWS>(out, x, w, rowStart, rows, ch, bf, nb);
+    shortconv4<SC_ROWS, float>(out, x, w, rowStart, rows, ch, bf, nb);
+}
+
+// k_shortconv4b: k_shortconv4n over bfloat16 inputs x (their bits, 8-byte aligned rows of ch values): a
+// projection's narrow-only output (cuda/matmul_narrow.go), half the bytes of its float32 values read.
+extern "C" __global__ void k_shortconv4b(float* out, const u16* x, const float* w, const int* rowStart, i64 rows,
+                                           int ch, int bf, uint2* nb) {
+    shortconv4<SC_ROWS, u16>(out, x, w, rowStart, rows, ch, bf, nb);
 }
 
 // k_kda_exact (any head width; the CPU backend's statements): the delta rule for sequence s = blockIdx.x (rows starts[s] .. starts[s+1]-1) and head

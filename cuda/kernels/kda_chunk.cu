@@ -191,6 +191,10 @@ __device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_grou
 // narrow inputs: ShortConvSiLU's bfloat16 copies, cuda/narrow.go) exactly.
 __device__ __forceinline__ float in_val(const float* p, int i) { return p[i]; }
 __device__ __forceinline__ float in_val(const u16* p, int i) { return bf16_to_f32(p[i]); }
+// st_out stores an output value (rounded in BF16 precision): as float32, or as its bfloat16 bits (the
+// narrow form's narrow-only output, which GatedRMSNorm reads as such: cuda/kda.go).
+__device__ __forceinline__ void st_out(float* p, float v) { *p = v; }
+__device__ __forceinline__ void st_out(u16* p, float v) { *p = (u16)(__float_as_uint(v) >> 16); }
 __device__ __forceinline__ void cp_wait_all() { asm volatile("cp.async.wait_group 0;" ::: "memory"); }
 
 // stage_rows copies rows c0 .. c0+KC-1 of one input of a block's head (D values of type T at hoff in rows
@@ -256,7 +260,7 @@ static_assert(4 * (4 * kda_chunk_smem(64) + 1024) <= 228 * 1024, "four blocks of
 // state at its last chunk start (the rows after it are the next carry's pre rows).
 // Launch: blockDim 2D, gridDim (sequences, heads), kda_chunk_smem(D) * 4 bytes of dynamic shared memory.
 template <int D, int SPLIT, typename TI = float, bool PROF = false>
-__device__ __forceinline__ void kda_chunk(float* __restrict__ out, const TI* __restrict__ q, const TI* __restrict__ k,
+__device__ __forceinline__ void kda_chunk(TI* __restrict__ out, const TI* __restrict__ q, const TI* __restrict__ k,
                                           const TI* __restrict__ v, const float* __restrict__ graw,
                                           const float* __restrict__ braw, const float* __restrict__ aLog,
                                           const float* __restrict__ dtBias, const int* __restrict__ starts, int heads,
@@ -595,7 +599,7 @@ __device__ __forceinline__ void kda_chunk(float* __restrict__ out, const TI* __r
             for (int e = 0; e < 4; e++) {
                 const int t = 8 * nt + 2 * tig + (e & 1);
                 const i64 r = r0 + t;
-                if (t < n && r >= first) out[r * ch + hoff + dv0 + (e & 2) * 4] = rnd(x[2 + nt][e], bf);
+                if (t < n && r >= first) st_out(out + r * ch + hoff + dv0 + (e & 2) * 4, rnd(x[2 + nt][e], bf));
             }
         }
         // S^T = S^T diag(e^G_last) + U^T Kh, after a whole chunk only (a partial one is run again, whole,
@@ -635,7 +639,7 @@ __device__ __forceinline__ void kda_chunk(float* __restrict__ out, const TI* __r
 // threads a block and __launch_bounds__ for blocks blocks an SM.
 #define KDA_CHUNK(name, D, SPLIT, blocks, TI)                                                                      \
     extern "C" __global__ void __launch_bounds__(2 * D, blocks)                                                    \
-        name(float* out, const TI* q, const TI* k, const TI* v, const float* graw, const float* braw,              \
+        name(TI* out, const TI* q, const TI* k, const TI* v, const float* graw, const float* braw,                 \
              const float* aLog, const float* dtBias, const int* starts, int heads, float lower, float scale, int bf, \
              const float* init, float* fin, const TI* pq, const TI* pk, const TI* pv, const float* pg,            \
              const float* pb, int npre) {                                                                          \
@@ -645,7 +649,8 @@ __device__ __forceinline__ void kda_chunk(float* __restrict__ out, const TI* __r
 KDA_CHUNK(k_kda_chunk_r128, 128, 3, 2, float)
 KDA_CHUNK(k_kda_chunk_r64, 64, 3, 4, float)
 // The narrow forms: q, k and v (and their carried rows) as bfloat16 bits, ShortConvSiLU's narrow-only
-// outputs (cuda/kda.go); the same values widened as staged, so the same bits as the float32 forms.
+// outputs (cuda/kda.go), and the output as bfloat16 bits; the same values (widened as staged, rounded
+// before stored), so the same bits as the float32 forms.
 KDA_CHUNK(k_kda_chunk_r128n, 128, 3, 2, u16)
 KDA_CHUNK(k_kda_chunk_r64n, 64, 3, 4, u16)
 #ifdef POTATO_DEV_KERNELS

@@ -181,8 +181,12 @@ __device__ __forceinline__ void store_norm4(float* out, u16* nb, i64 base, int c
 // timed beside the gate-late form in one binary (run 119 had found no gain for the gate alone, without the
 // weight, in a separate build: 3.301 -> 3.316). Backend.gateLate keeps the late form for the bits test.
 // Launch: blockDim 256, gridDim ceil(groups * W / 8).
-template <int W, int CPT, bool PG = false>
-__device__ __forceinline__ void rmsnorm2(float* out, const float* x, const float* w, const float* gate, i64 groups, int g,
+// ld_norm4 loads chunk i (4 values) of x rounded in BF16 precision (bf): float32 values rounded as read,
+// or bfloat16 bits (KDA's narrow-only output, cuda/kda.go) widened, exact.
+__device__ __forceinline__ float4 ld_norm4(const float* x, i64 i, int bf) { return rnd4(((const float4*)x)[i], bf); }
+__device__ __forceinline__ float4 ld_norm4(const u16* x, i64 i, int) { return bf16x4_value(((const uint2*)x)[i]); }
+template <int W, int CPT, bool PG = false, typename TX = float>
+__device__ __forceinline__ void rmsnorm2(float* out, const TX* x, const float* w, const float* gate, i64 groups, int g,
                                          float eps, int bf, u16* nb) {
     __shared__ float red[8];
     const int T = 32 * W;                      // threads of a group
@@ -191,11 +195,11 @@ __device__ __forceinline__ void rmsnorm2(float* out, const float* x, const float
     const bool live = q < groups;              // a block of 8 warps may hold fewer live groups (W == 1 only)
     const int nc = g / 4;                      // chunks of the group
     const int mine = nc > t ? (nc - t + T - 1) / T : 0;  // chunks t, t + T, ... below nc
-    const float4* v4 = (const float4*)(x + (live ? q : 0) * g);
+    const TX* xq = x + (live ? q : 0) * g;
     float4 v[CPT];
 #pragma unroll
     for (int j = 0; j < CPT; j++)
-        if (live && j < mine) v[j] = rnd4(v4[t + j * T], bf);  // x rounded as read (the routed experts' float32 sum)
+        if (live && j < mine) v[j] = ld_norm4(xq, t + j * T, bf);  // x rounded as read (the routed experts' float32 sum)
     float4 gv[PG ? CPT : 1], wv[PG ? CPT : 1];
     if (PG) {
         const float4* g4 = (const float4*)(gate + (live ? q : 0) * g);
@@ -260,6 +264,17 @@ K_RMSNORM2(8, 8)
     }
 K_RMSNORM2G(1)
 K_RMSNORM2G(2)
+
+// K_RMSNORM2GB(CPT) defines k_rmsnorm2gb_w1_c<CPT>: k_rmsnorm2g_w1_c<CPT> over x as bfloat16 bits (8-byte
+// aligned rows of g values): KDA's narrow-only output (cuda/kda.go), half the bytes of its float32 values.
+#define K_RMSNORM2GB(CPT)                                                                                    \
+    extern "C" __global__ void __launch_bounds__(256) k_rmsnorm2gb_w1_c##CPT(                                \
+        float* out, const u16* x, const float* w, const float* gate, i64 groups, int g, float eps, int bf,    \
+        u16* nb) {                                                                                           \
+        rmsnorm2<1, CPT, true, u16>(out, x, w, gate, groups, g, eps, bf, nb);                                 \
+    }
+K_RMSNORM2GB(1)
+K_RMSNORM2GB(2)
 
 // attnres2_mix is version 2's mix of row blockIdx.x into h, the thread's chunks t + 256 j (j < the count it
 // returns), rounded: the scores and p (stored to p) as k_attnres2 computes them. sp: 4 * n bytes of shared

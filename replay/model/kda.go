@@ -45,7 +45,7 @@ func (w *KDAWeights) Forward(f *Pass, x ops.Tensor) (ops.Tensor, error) {
 	// Each projection is freed once convolved, and the delta rule's inputs once it ran: at most the
 	// four inputs of the delta rule and its output are alive at once, not every intermediate.
 	proj := func(w, cw ops.Tensor, name string, c *ops.Carry) ops.Tensor {
-		p := r.mm(x, w, name+"_proj")
+		p := r.mmNarrow(x, w, name+"_proj") // read by the convolution alone (ops.NarrowMatMuler)
 		out := conv(p, cw, name+"_conv1d", c)
 		r.drop(p)
 		return out

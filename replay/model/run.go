@@ -44,6 +44,16 @@ func (r *run) mm(x, w ops.Tensor, name string) ops.Tensor {
 	return r.do(name, func() (ops.Tensor, error) { return r.b.MatMul(x, w) })
 }
 
+// mmNarrow is mm through the backend's ops.NarrowMatMuler where it has one: the same values, kept for
+// a reader that takes them narrow (a KDA projection's short convolution).
+func (r *run) mmNarrow(x, w ops.Tensor, name string) ops.Tensor {
+	nm, ok := r.b.(ops.NarrowMatMuler)
+	if !ok {
+		return r.mm(x, w, name)
+	}
+	return r.do(name, func() (ops.Tensor, error) { return nm.MatMulNarrow(x, w) })
+}
+
 // free releases the intermediates.
 func (r *run) free() {
 	for _, t := range r.temps {

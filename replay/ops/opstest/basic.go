@@ -18,6 +18,7 @@ var basicTests = []test{
 	{"JoinRows", testJoinRows},
 	{"Add", testAdd},
 	{"AddSum", testAddSum},
+	{"MatMulNarrow", testMatMulNarrow},
 	{"Errors", testErrors},
 }
 
@@ -225,6 +226,60 @@ func testAddSum(s *suite) {
 	s.fails("AddSum of 4x8, 4x8 and 4x9", func() error { _, err := sa.AddSum(x, x, y); return err })
 	s.fails("AddSum of 4x9, 4x8 and 4x8", func() error { _, err := sa.AddSum(y, x, x); return err })
 	s.free(x, y)
+}
+
+// testMatMulNarrow: a backend's MatMulNarrow (ops.NarrowMatMuler, optional) equals MatMul bit for bit
+// over every tail row count, at output widths of whole and partial quads and a KDA-like 4-tap channel
+// count, with bfloat16 and float32 weights; its output read by ShortConvSiLU (its reader in the model) and
+// by Add (any other op) gives MatMul's output's bits there too; mismatched shapes fail. Skipped for a
+// backend without it.
+func testMatMulNarrow(s *suite) {
+	nm, ok := s.b.(ops.NarrowMatMuler)
+	if !ok {
+		s.Skipf("backend %s has no MatMulNarrow (ops.NarrowMatMuler)", s.b.Name())
+	}
+	const k = 40
+	for _, m := range []int{64, 33, 8} {
+		for _, f32 := range []bool{false, true} {
+			var w ops.Tensor
+			if f32 {
+				v := make([]float32, m*k)
+				for i := range v {
+					v[i] = float32(s.rng.NormFloat64() / math.Sqrt(k))
+				}
+				w, _ = s.weightF32(m, k, v)
+			} else {
+				w, _ = s.randWeight(m, k, 1/math.Sqrt(k))
+			}
+			taps, _ := s.randAct(m, 4, 0.5)
+			for _, n := range tailRows {
+				x, _ := s.randAct(n, k, 1)
+				want, err := s.b.MatMul(x, w)
+				s.must(err, "MatMul")
+				got, err := nm.MatMulNarrow(x, w)
+				what := fmt.Sprintf("MatMulNarrow of %d x %d by %d x %d (float32 weight %v)", n, k, m, k, f32)
+				s.must(err, what)
+				l := ops.Layout{Starts: []int{0, n / 2, n}}
+				cw, err := s.b.ShortConvSiLU(want, taps, l)
+				s.must(err, "ShortConvSiLU of MatMul's output")
+				cg, err := s.b.ShortConvSiLU(got, taps, l)
+				s.must(err, "ShortConvSiLU of MatMulNarrow's output")
+				s.same(what+": ShortConvSiLU of it against of MatMul's", s.host(cg, n, m), s.host(cw, n, m), m)
+				aw, err := s.b.Add(want, want)
+				s.must(err, "Add")
+				ag, err := s.b.Add(got, got)
+				s.must(err, "Add")
+				s.same(what+": Add of it against of MatMul's", s.host(ag, n, m), s.host(aw, n, m), m)
+				s.same(what+" against MatMul", s.host(got, n, m), s.host(want, n, m), m)
+				s.free(x, want, got, cw, cg, aw, ag)
+			}
+			s.free(w, taps)
+		}
+	}
+	x, _ := s.randAct(4, 8, 1)
+	w, _ := s.randWeight(3, 9, 1)
+	s.fails("MatMulNarrow with inner sizes 8 and 9", func() error { _, err := nm.MatMulNarrow(x, w); return err })
+	s.free(x, w)
 }
 
 // testErrors: bad shapes and freed tensors give errors, never panics; Free(nil) is a no-op.
