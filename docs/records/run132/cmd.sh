@@ -1,0 +1,1 @@
+DEADLINE=560 PLAN=docs/records/next/plan.txt bash scripts/gpu_variants.sh   # carry .dev/bundle.tar.xz: scripts/gpu_bundle.sh h=main q=exp/narrow-kda-out (a2040e3, 998f8af); asked for nvidia-h200, ran on an H100 80GB
