@@ -38,6 +38,9 @@ type Engine struct {
 	maxRows int
 	// forceExpertMajor plans every sliced wave with MoE layers expert-major, budgets or not (tests)
 	forceExpertMajor bool
+	// wholeCalls plans every expert call for all top-k pairs of a row, so that no call is cut (tests:
+	// model.Pass.CallPairs against one call a chunk)
+	wholeCalls bool
 	// forceHostStash keeps expert-major stashes in host memory where the device has room for them (tests)
 	forceHostStash bool
 	group          *deviceGroup // the devices of EngineOptions.Devices (devices.go); nil: this one alone

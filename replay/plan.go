@@ -54,6 +54,10 @@ type WavePlan struct {
 	// (EngineOptions.ExpertChunk, or, when that is 0 and a layer's experts do not fit beside a slice, the
 	// chunk the plan chose; 0: all chosen at once).
 	ExpertChunk int
+	// CallPairs is the most (row, expert) pairs a row brings to one ExpertsAccumulate call, as the plan
+	// counts the calls' scratch (model.Model.CallPairs): a chunk whose experts bring more is accumulated
+	// in several calls (model.Pass.CallPairs). 0: no MoE layers.
+	CallPairs int
 	// ExpertReadAhead is the host memory routed experts may take while read from the checkpoint ahead
 	// of their routers (EngineOptions.ExpertReadAhead; 0: not read ahead, the wave being too small to
 	// choose nearly every expert, or the host budget too small).
@@ -206,7 +210,8 @@ const (
 func (e *Engine) planWith(lens []int, mode layerMode, chunk int) (WavePlan, error) {
 	p := WavePlan{Sequences: len(lens), DeviceBudget: e.deviceBudget(), HostBudget: e.hostBudget(),
 		Sliceable: mode != modeWhole, ExpertMajor: mode == modeMajor || mode == modeMajorDevice || mode == modePooled,
-		StashOnDevice: mode == modeMajorDevice || mode == modePooled, Pooled: mode == modePooled, ExpertChunk: chunk}
+		StashOnDevice: mode == modeMajorDevice || mode == modePooled, Pooled: mode == modePooled, ExpertChunk: chunk,
+		CallPairs: e.callPairs()}
 	for _, n := range lens {
 		p.Tokens += n
 		p.Longest = max(p.Longest, n)

@@ -48,12 +48,25 @@ func (e *Engine) prefixBytes(longest int) (fixed, perRow int64, ok bool) {
 	return fixed, perRow, true
 }
 
-// expertScratch is the routed experts' scratch a token takes in ExpertsAccumulate (0 without MoE layers).
+// expertScratch is the routed experts' scratch a token takes in ExpertsAccumulate (0 without MoE layers):
+// its row and the pairs it brings to one call at most (callPairs), not all top-k of them.
 func (e *Engine) expertScratch() int64 {
 	if e.Plan.MoELayers() == 0 {
 		return 0
 	}
-	return e.Model.ExpertScratchBytes(1, e.Model.Dims.TopK) // a token's row and its top-k pairs
+	return e.Model.ExpertScratchBytes(1, e.callPairs())
+}
+
+// callPairs is the (row, expert) pairs a row brings to one expert call at most, as the plan counts the
+// calls' scratch and the model cuts its calls (model.Pass.CallPairs; 0 without MoE layers).
+func (e *Engine) callPairs() int {
+	if e.Plan.MoELayers() == 0 {
+		return 0
+	}
+	if e.wholeCalls {
+		return e.Model.Dims.TopK
+	}
+	return e.Model.CallPairs()
 }
 
 // uploaded is what stays uploaded between waves: the globals and the resident layers.

@@ -106,25 +106,27 @@ type counting struct {
 	liveBytes
 	// expertRows has the rows of every ExpertsAccumulate call; with scratch set, each call also counts
 	// scratch(rows, pairs) bytes while it runs, pairs being its (row, expert) pairs with the expert given.
-	expertRows []int
-	scratch    func(rows, pairs int) int64
+	// expertPairs has the (row, expert) pairs of every call, with the expert given.
+	expertRows, expertPairs []int
+	scratch                 func(rows, pairs int) int64
 }
 
 func (c *counting) ExpertsAccumulate(acc, z ops.Tensor, r ops.Routing, experts []ops.Expert, beta, linBeta float32) error {
+	given := map[int32]bool{}
+	for _, e := range experts {
+		given[int32(e.ID())] = true
+	}
+	pairs := 0
+	for _, id := range r.IDs {
+		if given[id] {
+			pairs++
+		}
+	}
 	c.mu.Lock()
 	c.expertRows = append(c.expertRows, z.Rows())
+	c.expertPairs = append(c.expertPairs, pairs)
 	c.mu.Unlock()
 	if c.scratch != nil {
-		given := map[int32]bool{}
-		for _, e := range experts {
-			given[int32(e.ID())] = true
-		}
-		pairs := 0
-		for _, id := range r.IDs {
-			if given[id] {
-				pairs++
-			}
-		}
 		key := new(int)
 		c.add(key, c.scratch(z.Rows(), pairs))
 		defer c.drop(key)

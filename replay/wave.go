@@ -257,7 +257,7 @@ func (e *Engine) runWave(ctx context.Context, reqs []Request, given *WavePlan) (
 	pass := &model.Pass{Ctx: ctx, Model: e.Model, Layout: layout, Experts: experts, Obs: obs,
 		ExpertChunk: plan.ExpertChunk, PrefetchExperts: e.opts.PrefetchExperts,
 		SliceTokens: plan.SliceTokens, HostState: plan.HostState, DeviceSlices: plan.DeviceSlices,
-		ExpertMajor: plan.ExpertMajor, PoolBytes: plan.ExpertPool, StashOnDevice: plan.StashOnDevice, PrefetchMajor: plan.Pooled, Host: e.state}
+		ExpertMajor: plan.ExpertMajor, PoolBytes: plan.ExpertPool, StashOnDevice: plan.StashOnDevice, PrefetchMajor: plan.Pooled, CallPairs: plan.CallPairs, Host: e.state}
 	e.state.begin()
 	// after the wave's state is freed (deferred below): its host buffers go back to the engine
 	defer func() { _ = pass.Close() }() // its error, the queued copies', is the readout's to report (below)

@@ -101,7 +101,12 @@ type Pass struct {
 	// PoolBytes is the device memory an expert-major layer's expert call may take beyond its accumulator
 	// (its rows of z and the backend's scratch: moe_pool.go): consecutive slices whose call fits share it.
 	// 0: a call a slice. Results do not depend on it.
-	PoolBytes  int64
+	PoolBytes int64
+	// CallPairs is the most (row, expert) pairs a row brings to one ExpertsAccumulate call, as the plan
+	// counted the calls' scratch (Model.CallPairs): a chunk whose experts bring more is accumulated in
+	// several calls on ascending runs of them (moe_calls.go). 0: one call a chunk. Results do not depend
+	// on it.
+	CallPairs  int
 	layer      int
 	lastChosen int // distinct experts the last MoE layer of this pass chose
 	slices     []ops.SliceLayout

@@ -34,21 +34,19 @@ func bindMoE(get func(string) ops.Tensor, layer int) *MoEWeights {
 
 // Chosen returns the distinct experts a routing uses, ascending. Ids index a table, not a map: a slice
 // of a large wave routes over a million pairs, counted while the device waits (docs/records/run51).
-func Chosen(r ops.Routing) []int {
-	var seen []bool
+func Chosen(r ops.Routing) []int { return chosenOf(pairCounts(r)) }
+
+// chosenOf is the experts with pairs, ascending, of pairCounts' counts.
+func chosenOf(pairs []int) []int {
 	n := 0
-	for _, id := range r.IDs {
-		if int(id) >= len(seen) {
-			seen = append(seen, make([]bool, int(id)+1-len(seen))...)
-		}
-		if id >= 0 && !seen[id] {
-			seen[id] = true
+	for _, c := range pairs {
+		if c > 0 {
 			n++
 		}
 	}
 	out := make([]int, 0, n)
-	for id, ok := range seen {
-		if ok {
+	for id, c := range pairs {
+		if c > 0 {
 			out = append(out, id)
 		}
 	}
@@ -148,11 +146,13 @@ func (w *MoEWeights) after(f *Pass, acc ops.Tensor) (ops.Tensor, error) {
 // size changes only how many experts are fetched at once, never the result: each row sums its experts in
 // ascending id order either way. Unsliced, a chunk is freed before the next is fetched; sliced, every
 // expert fetched stays for the layer's later slices, so that none is fetched twice in a layer, and each
-// slice accumulates chunk by chunk, fetching what a chunk lacks just before it.
+// slice accumulates chunk by chunk, fetching what a chunk lacks just before it. A chunk's experts go in
+// as many calls as keep each within the plan's pairs a row (moe_calls.go).
 func (w *MoEWeights) experts(f *Pass, acc, z ops.Tensor, routing ops.Routing, beta, linBeta float32) error {
-	ids := Chosen(routing)
+	pairs := pairCounts(routing)
+	ids := chosenOf(pairs)
 	chunk := f.ExpertChunk
-	if chunk > 0 && chunk < len(ids) { // several calls plan from one routing (ops.Routing.Indexed)
+	if f.callCount(ids, pairs, chunk, z.Rows()) > 1 { // several calls plan from one routing (ops.Routing.Indexed)
 		routing = routing.Indexed()
 		go routing.BuildIndex() // while the first chunk's experts are fetched (its call waits for it)
 	}
@@ -167,7 +167,7 @@ func (w *MoEWeights) experts(f *Pass, acc, z ops.Tensor, routing ops.Routing, be
 			if err != nil {
 				return fmt.Errorf("experts %v: %w", part, err)
 			}
-			err = f.Model.Ops.ExpertsAccumulate(acc, z, routing, experts, beta, linBeta)
+			err = f.expertCalls(acc, z, routing, part, experts, pairs, beta, linBeta)
 			for _, e := range experts {
 				f.Model.Ops.Free(e)
 			}
@@ -207,7 +207,7 @@ func (w *MoEWeights) experts(f *Pass, acc, z ops.Tensor, routing ops.Routing, be
 		for i, id := range part {
 			use[i] = f.held[id]
 		}
-		if err := f.Model.Ops.ExpertsAccumulate(acc, z, routing, use, beta, linBeta); err != nil {
+		if err := f.expertCalls(acc, z, routing, part, use, pairs, beta, linBeta); err != nil {
 			return fmt.Errorf("experts %v: %w", part, err)
 		}
 	}

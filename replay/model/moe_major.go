@@ -171,7 +171,7 @@ func (w *MoEWeights) expertsMajor(f *Pass, bounds []int, l *majorLayer) error {
 		if err != nil {
 			return fmt.Errorf("experts %v: %w", part, err)
 		}
-		err = w.chunkAllPools(f, bounds, l, z, experts, beta, linBeta)
+		err = w.chunkAllPools(f, bounds, l, z, part, experts, beta, linBeta)
 		for _, e := range experts {
 			b.Free(e)
 		}
@@ -182,9 +182,10 @@ func (w *MoEWeights) expertsMajor(f *Pass, bounds []int, l *majorLayer) error {
 	return nil
 }
 
-// chunkAllPools accumulates one chunk of experts into every pool's accumulator. z[i] is pool i's expert
-// input when it stays on the device for the whole phase (poolInputs), else nil: uploaded for the call.
-func (w *MoEWeights) chunkAllPools(f *Pass, bounds []int, l *majorLayer, z []ops.Tensor, experts []ops.Expert, beta, linBeta float32) error {
+// chunkAllPools accumulates one chunk of experts (those of ids) into every pool's accumulator, in as
+// many calls a pool as keep each within the plan's pairs a row (moe_calls.go). z[i] is pool i's expert
+// input when it stays on the device for the whole phase (poolInputs), else nil: uploaded for the calls.
+func (w *MoEWeights) chunkAllPools(f *Pass, bounds []int, l *majorLayer, z []ops.Tensor, ids []int, experts []ops.Expert, beta, linBeta float32) error {
 	b := f.Model.Ops
 	for i := range l.pools {
 		p := &l.pools[i]
@@ -195,7 +196,7 @@ func (w *MoEWeights) chunkAllPools(f *Pass, bounds []int, l *majorLayer, z []ops
 				return fmt.Errorf("routed experts' input of slices %d..%d: %w", p.lo, p.hi-1, err)
 			}
 		}
-		err := b.ExpertsAccumulate(p.acc, zi, p.routing, experts, beta, linBeta)
+		err := f.expertCalls(p.acc, zi, p.routing, ids, experts, p.pairs, beta, linBeta)
 		if z[i] == nil {
 			b.Free(zi)
 		}

@@ -169,6 +169,7 @@ func (s *stash) take(b ops.Backend, lo, hi int) (ops.Tensor, error) {
 type pool struct {
 	lo, hi  int
 	routing ops.Routing // the slices' routings, one after the other (a window of the wave's)
+	pairs   []int       // pairs[e]: the pool's (row, expert) pairs with expert e
 	acc     ops.Tensor  // [rows, latent] float32 on the device
 }
 
@@ -259,8 +260,8 @@ func (w *waveRouting) rows(lo, hi int) ops.Routing {
 
 // pools cuts an expert-major layer's slices (bounds, their routing wr) into pools for the expert chunks
 // of ids (ascending, chunk at a time): consecutive slices, as many as keep every chunk's call within
-// f.PoolBytes and the backend's element limit. A slice alone always makes a pool (the plan holds its
-// call).
+// f.PoolBytes and the backend's element limit, a chunk's call cut as f.callMost says. A slice alone
+// always makes a pool (the plan holds its calls).
 func (f *Pass) pools(bounds []int, wr *waveRouting, ids []int, chunk int) []pool {
 	m := f.Model
 	nChunks := (len(ids) + chunk - 1) / max(chunk, 1)
@@ -276,12 +277,16 @@ func (f *Pass) pools(bounds []int, wr *waveRouting, ids []int, chunk int) []pool
 	if l, ok := m.Ops.(ops.ElementLimit); ok {
 		limit = l.MaxElements() / int64(max(m.Dims.Latent, m.Dims.ExpertFFN))
 	}
-	// fits says whether a pool of rows rows and sums[c] pairs in each chunk c plans within the budget
+	// fits says whether a pool of rows rows and sums[c] pairs in each chunk c plans within the budget: a
+	// chunk's pairs past what a call over the rows takes go in calls of their own (moe_calls.go)
 	fits := func(rows int, sums []int) bool {
 		if limit >= 0 && int64(rows) > limit {
 			return false
 		}
 		for _, n := range sums {
+			if most := f.callMost(rows); most >= 0 {
+				n = min(n, most)
+			}
 			if limit >= 0 && int64(n) > limit || m.expertCallBytes(rows, n) > f.PoolBytes {
 				return false
 			}
@@ -303,7 +308,15 @@ func (f *Pass) pools(bounds []int, wr *waveRouting, ids []int, chunk int) []pool
 			sums, hi = next, hi+1
 		}
 		// indexed: every chunk's call on the pool plans from it (ops.Routing.Indexed)
-		p := pool{lo: lo, hi: hi, routing: wr.rows(bounds[lo], bounds[hi])}
+		p := pool{lo: lo, hi: hi, routing: wr.rows(bounds[lo], bounds[hi]), pairs: wr.hist[lo]}
+		if hi > lo+1 {
+			p.pairs = make([]int, wr.experts)
+			for _, h := range wr.hist[lo:hi] {
+				for e, n := range h {
+					p.pairs[e] += n
+				}
+			}
+		}
 		out = append(out, p)
 		lo = hi
 	}
