@@ -165,7 +165,8 @@ func runDatasetJob(ctx context.Context, f *replayFlags, in input, opts replay.En
 	sum, err := job.Run(ctx, l.engine, cfg, items)
 	if err != nil {
 		if ctx.Err() != nil { // interrupted: the finished parts are kept, and the same command resumes
-			return fmt.Errorf("%w: the job in %s stopped; its finished parts are kept, and running the same command again resumes it", err, f.out)
+			// what a researcher acts on first; where the engine was when it stopped last, for a report
+			return fmt.Errorf("the job in %s was interrupted: its finished parts are kept, and running the same command again resumes it (stopped in: %w)", f.out, err)
 		}
 		return err
 	}

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -217,8 +218,9 @@ func TestDatasetJobInterrupted(t *testing.T) {
 	if err == nil {
 		t.Skip("the job finished before it could be interrupted")
 	}
-	if !strings.Contains(err.Error(), "its finished parts are kept, and running the same command again resumes it") {
-		t.Fatalf("interrupted job: %v", err)
+	if msg := err.Error(); !strings.HasPrefix(msg, "the job in "+dir+" was interrupted: its finished parts are kept, and running the same command again resumes it (stopped in: ") ||
+		!errors.Is(err, context.Canceled) {
+		t.Fatalf("interrupted job: %v (want the resume hint first, the engine's error after it)", err)
 	}
 	var out bytes.Buffer
 	if err := run(context.Background(), args, &out); err != nil {
