@@ -222,6 +222,9 @@ func (e *Engine) planWith(lens []int, mode layerMode, chunk int) (WavePlan, erro
 	reserve := min(e.hostReadBuffers(), p.HostBudget)
 	stateBudget := p.HostBudget - reserve
 	act, state, hostState := e.tokenBytes()
+	// a slice's activations where the state lives in host memory: with the next slice's state on its way
+	// in beside them (model/state_prefetch.go)
+	actH := act + e.prefetchBytes(hostState)
 	carry := e.carryBytes(p.Longest, p.Sliceable)
 	if _, perRow, ok := e.prefixBytes(p.Longest); ok && p.Sliceable {
 		act += perRow // a slice's rows joined after a carried prefix's keys, and the state between its parts
@@ -313,11 +316,11 @@ func (e *Engine) planWith(lens []int, mode layerMode, chunk int) (WavePlan, erro
 		p.HostState = int64(wave)*state+int64(slice)*act > avail
 		// With the state off the device the running slice still holds its own beside its activations
 		// (DevicePeak below): a slice that fits only by its activations overran the budget by its state.
-		if fit := int(avail / (act + state)); p.HostState && slice > fit {
+		if fit := int(avail / (actH + state)); p.HostState && slice > fit {
 			if fit < int(least) {
 				return p, fmt.Errorf("%w: the device budget of %s leaves %s after %s of weights and %s of carries, "+
 					"less than a slice of %d tokens and its state need (%s); give more with --device-memory",
-					ErrBudget, numtext.Bytes(p.DeviceBudget), numtext.Bytes(avail), numtext.Bytes(p.WeightBytes), numtext.Bytes(carry), least, numtext.Bytes(least*(act+state)))
+					ErrBudget, numtext.Bytes(p.DeviceBudget), numtext.Bytes(avail), numtext.Bytes(p.WeightBytes), numtext.Bytes(carry), least, numtext.Bytes(least*(actH+state)))
 			}
 			// rounded as the planned slices are (roundSlice), so that a budget a few MB apart from one wave
 			// to the next plans the same slices: state buffers in host memory are pinned per size
@@ -344,8 +347,8 @@ func (e *Engine) planWith(lens []int, mode layerMode, chunk int) (WavePlan, erro
 			// going to other slices' state, took 896 expert calls and 8.4 s a MoE layer; slices of 5,120,
 			// 364 calls and 3.5 s.
 			p.HostState = true
-			slice = roundSlice(int(avail / (act + state)))
-			for slice/2 >= min(sliceFloor, wave) && int64(hostTokens(wave, slice, avail, act, state))*hostState > stateBudget {
+			slice = roundSlice(int(avail / (actH + state)))
+			for slice/2 >= min(sliceFloor, wave) && int64(hostTokens(wave, slice, avail, actH, state))*hostState > stateBudget {
 				slice = roundSlice(slice / 2)
 			}
 		}
@@ -375,11 +378,11 @@ func (e *Engine) planWith(lens []int, mode layerMode, chunk int) (WavePlan, erro
 		}
 	}
 	shareOut(slice)
-	if p.HostState && int64(hostTokens(wave, slice, avail, act, state))*hostState > stateBudget {
+	if p.HostState && int64(hostTokens(wave, slice, avail, actH, state))*hostState > stateBudget {
 		// the sequences go in several waves, each as large as the device and the host hold
 		waveOf := func(slice int) int {
 			shareOut(slice)
-			return devSlices(slice, avail, act, state)*slice + int(max(stateBudget, 0)/hostState)
+			return devSlices(slice, avail, actH, state)*slice + int(max(stateBudget, 0)/hostState)
 		}
 		wave = waveOf(slice)
 		// Smaller slices leave the device room for more slices' state: below the floor the slicing above
@@ -416,7 +419,7 @@ func (e *Engine) planWith(lens []int, mode layerMode, chunk int) (WavePlan, erro
 		p.ExpertPool = int64(min(slice, wave)) * act
 	}
 	if p.HostState {
-		p.DeviceSlices = min(devSlices(slice, avail, act, state), p.Slices)
+		p.DeviceSlices = min(devSlices(slice, avail, actH, state), p.Slices)
 		p.HostState = p.DeviceSlices < p.Slices
 	}
 	if p.HostState {
@@ -424,6 +427,7 @@ func (e *Engine) planWith(lens []int, mode layerMode, chunk int) (WavePlan, erro
 		p.HostBytes = int64(wave-onDevice) * hostState
 		p.StateBytes = int64(onDevice)*state + p.HostBytes
 		p.DevicePeak += int64(min(onDevice+slice, wave)) * state // the resident slices' and the running one's
+		p.DevicePeak += int64(min(slice, wave)) * (actH - act)   // the next one's on its way
 	} else {
 		p.DevicePeak += int64(wave) * state
 	}

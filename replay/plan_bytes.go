@@ -22,6 +22,16 @@ func (e *Engine) tokenBytes() (act, state, hostState int64) {
 	return e.Plan.SliceValuesPerToken()*eb + e.expertScratch(), 4 * v, hostEB * v
 }
 
+// prefetchBytes is what a token's state takes on the device on its way in from host memory, beside the
+// slice before it (model/state_prefetch.go): hostState, its bytes in host memory, on a backend that
+// splits transfers (ops.PrefetchBF16Transfer) in BF16 precision; else 0.
+func (e *Engine) prefetchBytes(hostState int64) int64 {
+	if _, ok := e.Model.Ops.(ops.PrefetchBF16Transfer); ok && e.Model.Ops.Precision() == ops.BF16 {
+		return hostState
+	}
+	return 0
+}
+
 // carryBytes is what the token-mixing ops carry for the longest sequence, and, sliced, the transient
 // expansion of its earlier keys in a slice's MLA.
 func (e *Engine) carryBytes(longest int, sliced bool) int64 {

@@ -33,6 +33,7 @@ type Device struct {
 	nstg  int
 	ring  uploadRing         // pinned memory for the ops' small uploads (ring.go)
 	side  []SideStream       // extra compute streams (streams.go)
+	state uintptr            // the stream of transfers started ahead of their use (state_stream.go)
 	keep  map[string]keptBuf // scratch kept from call to call outside the pool (kept.go)
 	sync  EventPool          // events ordering the side streams and Stream (streams.go)
 }
@@ -131,7 +132,7 @@ func (d *Device) Func(name string) (uintptr, bool) {
 }
 
 // Close waits for the streams and releases everything the Device holds: side streams, kept buffers, the
-// staging buffer and the ring, the modules, the streams, the events and the context. Errors are joined;
+// staging buffer and the ring, the modules, the streams (the state stream too), the events and the context. Errors are joined;
 // what was never made is skipped.
 func (d *Device) Close() error {
 	dr := d.Drv
@@ -142,7 +143,7 @@ func (d *Device) Close() error {
 	if d.CopyStream != 0 {
 		errs = append(errs, dr.Check("cuStreamSynchronize(copy)", bind.Call(dr.CuStreamSynchronize, d.CopyStream)))
 	}
-	errs = append(errs, d.releaseSideStreams(), d.releaseKept())
+	errs = append(errs, d.releaseSideStreams(), d.releaseStateStream(), d.releaseKept())
 	if d.stage != nil {
 		errs = append(errs, dr.Check("cuMemFreeHost", bind.Call(dr.CuMemFreeHost, uintptr(d.stage))))
 		d.stage, d.nstg = nil, 0

@@ -178,14 +178,18 @@ func (d *Device) AllocPinned(n int) (unsafe.Pointer, error) {
 	return p, err
 }
 
-// FreePinned waits for CopyStream (a copy may still read the buffer) and frees pinned memory p; with
-// synced, the caller has synchronised the streams already (at Close).
+// FreePinned waits for CopyStream and the state stream (a copy may still read the buffer) and frees
+// pinned memory p; with synced, the caller has synchronised the streams already (at Close).
 func (d *Device) FreePinned(p uintptr, synced bool) error {
 	dr := d.Drv
 	if synced {
 		return dr.Check("cuMemFreeHost", bind.Call(dr.CuMemFreeHost, p))
 	}
-	return errors.Join(d.SyncCopy(), dr.Check("cuMemFreeHost", bind.Call(dr.CuMemFreeHost, p)))
+	var serr error
+	if d.state != 0 {
+		serr = dr.Check("cuStreamSynchronize(state)", bind.Call(dr.CuStreamSynchronize, d.state))
+	}
+	return errors.Join(d.SyncCopy(), serr, dr.Check("cuMemFreeHost", bind.Call(dr.CuMemFreeHost, p)))
 }
 
 // CopyAsync queues the copy of pinned src to device address dst on CopyStream; the caller waits with

@@ -71,12 +71,15 @@ func (dv *Device) WaitOn(s, from uintptr) error {
 	return dv.Drv.Check("cuStreamWaitEvent(side)", bind.Call(dv.Drv.CuStreamWaitEvent, s, ev, 0))
 }
 
-// SyncStreams waits for Stream, CopyStream and the side streams.
+// SyncStreams waits for Stream, CopyStream, the side streams and the state stream.
 func (dv *Device) SyncStreams() error {
 	d := dv.Drv
 	strms := []uintptr{dv.Stream, dv.CopyStream}
 	for _, s := range dv.side {
 		strms = append(strms, s.Stream)
+	}
+	if dv.state != 0 {
+		strms = append(strms, dv.state)
 	}
 	for _, s := range strms {
 		if err := d.Check("cuStreamSynchronize", bind.Call(d.CuStreamSynchronize, s)); err != nil {

@@ -147,7 +147,7 @@ func (f *Pass) Embed(g *Globals, ids []int32) (*Wave, error) {
 	f.host.src = f.Host
 	w := &Wave{Bounds: ops.SliceBounds(f.slices), dev: make([]*State, len(f.slices)), bufs: &f.host}
 	if f.HostState {
-		w.host = make([]*hostState, len(f.slices))
+		w.host, w.pre = make([]*hostState, len(f.slices)), make([]*pendingState, len(f.slices))
 		for j := f.DeviceSlices; j < len(w.host); j++ {
 			w.host[j] = &hostState{}
 		}

@@ -1,6 +1,7 @@
 package model
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/potato-k3/potato-k3/replay/ops"
@@ -14,7 +15,10 @@ type Wave struct {
 	Bounds []int
 	dev    []*State     // per slice, on the backend (nil while on the host)
 	host   []*hostState // per slice with host state (nil: on the device); nil: every slice on the device
-	bufs   *hostBufs    // the host memory of host state (the pass's)
+	// per slice with host state, its state on its way to the backend while the slice before it computes
+	// (state_prefetch.go); nil when none is
+	pre  []*pendingState
+	bufs *hostBufs // the host memory of host state (the pass's)
 }
 
 // hostState is one slice's state in host memory.
@@ -108,6 +112,20 @@ func (w *Wave) loadState(b ops.Backend, j int, blocks bool) (*State, error) {
 	if w.dev[j] != nil {
 		return w.dev[j], nil
 	}
+	if ps := w.pre[j]; ps != nil {
+		w.pre[j] = nil
+		if ps.withBlocks == blocks {
+			st, err := ps.take(b)
+			if err != nil {
+				return nil, fmt.Errorf("state of slice %d: %w", j, err)
+			}
+			w.dev[j] = st
+			return st, nil
+		}
+		if err := ps.drop(); err != nil { // started for another use (never: eachLoaded starts what it loads)
+			return nil, fmt.Errorf("state of slice %d: %w", j, err)
+		}
+	}
 	h := w.host[j]
 	st := &State{}
 	var up []hostRows
@@ -170,6 +188,7 @@ func (w *Wave) put(b ops.Backend, j int, changed bool) error {
 
 // Free releases the wave's state.
 func (w *Wave) Free(b ops.Backend) {
+	_ = w.dropPending() // its error is the device's, which the next op reports
 	for j, st := range w.dev {
 		if st != nil {
 			st.Free(b)
@@ -191,25 +210,34 @@ func (w *Wave) Free(b ops.Backend) {
 // each runs fn on every slice's state in order, uploading host state before it and putting it back
 // after (downloaded again only when fn changes it): fn gets the slice index and its state on the backend.
 func (f *Pass) each(w *Wave, changes bool, fn func(j int, st *State) error) error {
-	return f.eachLoaded(w, changes, w.load, fn)
+	return f.eachLoaded(w, changes, true, fn)
 }
 
 // eachSum is each for a step that reads and changes the running sum alone (loadSum): a slice in host
 // memory gives fn a state without its blocks, which stay in host memory as they are. fn must not bank.
 func (f *Pass) eachSum(w *Wave, changes bool, fn func(j int, st *State) error) error {
-	return f.eachLoaded(w, changes, w.loadSum, fn)
+	return f.eachLoaded(w, changes, false, fn)
 }
 
-// eachLoaded runs fn on every slice's state as load brings it to the backend.
-func (f *Pass) eachLoaded(w *Wave, changes bool, load func(b ops.Backend, j int) (*State, error), fn func(j int, st *State) error) error {
+// eachLoaded runs fn on every slice's state as loadState brings it to the backend (its blocks too when
+// blocks is set), the next slice's started on its way before fn queues this one's work (state_prefetch.go).
+func (f *Pass) eachLoaded(w *Wave, changes, blocks bool, fn func(j int, st *State) error) (err error) {
 	b := f.Model.Ops
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, w.dropPending())
+		}
+	}()
 	for j := range w.Slices() {
 		if err := f.Ctx.Err(); err != nil {
 			return err
 		}
-		st, err := load(b, j)
+		st, err := w.loadState(b, j, blocks)
 		if err != nil {
 			return err
+		}
+		if err := w.prefetch(b, j+1, blocks); err != nil {
+			return errors.Join(err, w.put(b, j, false))
 		}
 		f.cur, f.curIndex = f.slices[j], j
 		err = fn(j, st)

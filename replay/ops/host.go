@@ -79,3 +79,29 @@ type QueuedBF16Transfer interface {
 	FromHostBF16Queued(rows, cols int, src []uint16) (Tensor, error)
 	Sync() error
 }
+
+// PrefetchBF16Transfer is an optional interface of a QueuedBF16Transfer backend: a transfer from its
+// page-locked host memory split in two, so that the copy runs beside the ops queued between the halves.
+// The engine starts the next slice's state on its way in before it queues this slice's layer
+// (replay/model/wave.go): queued in order, each slice's state crossed the bus between two slices' work,
+// 13% of an 80 GB card's MoE layer with the state in host memory (run 131).
+//
+// Contract: PrefetchBF16(rows, cols, src) returns at once, and the Prefetched's Take returns what
+// FromHostBF16(rows, cols, src) would: ops queued after Take see the tensor, and ops queued between the
+// two calls run beside the copy. Between them the backend holds 2 x rows x cols bytes of device memory
+// (the plan counts it) and the caller neither writes src nor frees its buffer; after Take, ops queued
+// later may write src (the copy comes first), the host itself only after Sync, as for the queued
+// transfers. Drop gives up a transfer whose tensor is not wanted and returns once its copy has ended:
+// src is the caller's again. Take or Drop, once, ends every Prefetched. Where src does not lie inside one
+// buffer from AllocHost, PrefetchBF16 may make the tensor at once (FromHostBF16Queued), and Take
+// returns it.
+type PrefetchBF16Transfer interface {
+	QueuedBF16Transfer
+	PrefetchBF16(rows, cols int, src []uint16) (Prefetched, error)
+}
+
+// Prefetched is a transfer PrefetchBF16 started.
+type Prefetched interface {
+	Take() (Tensor, error)
+	Drop() error
+}

@@ -18,6 +18,7 @@ var hostTests = []test{
 	{"UploadExperts", testUploadExperts},
 	{"BF16Transfer", testBF16Transfer},
 	{"QueuedBF16Transfer", testQueuedBF16Transfer},
+	{"PrefetchBF16Transfer", testPrefetchBF16Transfer},
 }
 
 // hostBufs hands out buffers from the backend's ops.HostMemory, or ordinary memory for a backend without.

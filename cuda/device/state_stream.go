@@ -1,0 +1,49 @@
+package device
+
+import (
+	"unsafe"
+
+	"github.com/potato-k3/potato-k3/cuda/bind"
+)
+
+// The state stream carries the transfers a backend starts ahead of their use (the CUDA backend's
+// PrefetchBF16: the next slice's per-token state coming in while this slice computes). On CopyStream
+// they would queue behind the weight uploads of the layer, which a sliced layer issues in its first
+// slice; on Stream they would run between two slices' kernels, with the SMs idle.
+
+// StateStream returns the state stream, created on first need; Close destroys it.
+func (dv *Device) StateStream() (uintptr, error) {
+	if dv.state != 0 {
+		return dv.state, nil
+	}
+	d := dv.Drv
+	if err := d.Check("cuStreamCreate(state)", bind.Call(d.CuStreamCreate, uintptr(unsafe.Pointer(&dv.state)), bind.StreamNonBlocking)); err != nil {
+		dv.state = 0
+		return 0, err
+	}
+	return dv.state, nil
+}
+
+// CopyOn queues the copy of pinned src to device address dst on stream s and returns: src must not
+// change until s has passed the copy.
+func (dv *Device) CopyOn(s uintptr, dst uint64, src []byte) error {
+	if len(src) == 0 {
+		return nil
+	}
+	d := dv.Drv
+	return d.Check("cuMemcpyHtoDAsync(state)", bind.Call(d.CuMemcpyHtoDAsync, uintptr(dst), uintptr(unsafe.Pointer(unsafe.SliceData(src))), uintptr(len(src)), s))
+}
+
+// releaseStateStream waits for the state stream and destroys it (at Close).
+func (dv *Device) releaseStateStream() error {
+	if dv.state == 0 {
+		return nil
+	}
+	d := dv.Drv
+	err := d.Check("cuStreamSynchronize(state)", bind.Call(d.CuStreamSynchronize, dv.state))
+	if derr := d.Check("cuStreamDestroy(state)", bind.Call(d.CuStreamDestroy, dv.state)); err == nil {
+		err = derr
+	}
+	dv.state = 0
+	return err
+}
