@@ -38,14 +38,8 @@ type prefetched struct {
 // PrefetchBF16 implements ops.PrefetchBF16Transfer.
 func (b *Backend) PrefetchBF16(rows, cols int, src []uint16) (ops.Prefetched, error) {
 	const op = "PrefetchBF16"
-	if err := checkDims(op, rows, cols); err != nil {
+	if err := b.checkBF16Src(op, rows, cols, src); err != nil {
 		return nil, err
-	}
-	if b.bf != 1 {
-		return nil, argErr(op, "needs BF16 precision (this backend is FP32)")
-	}
-	if len(src) != rows*cols {
-		return nil, shapeErr(op, "%dx%d needs %d values, got %d", rows, cols, rows*cols, len(src))
 	}
 	if len(src) == 0 || !b.pinned(bytesOf(src)) {
 		t, err := b.FromHostBF16Queued(rows, cols, src)

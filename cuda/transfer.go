@@ -105,14 +105,8 @@ func (b *Backend) FromHostBF16Queued(rows, cols int, src []uint16) (ops.Tensor, 
 
 // fromHostBF16 is FromHostBF16, queued when queue is set and src is pinned.
 func (b *Backend) fromHostBF16(op string, rows, cols int, src []uint16, queue bool) (ops.Tensor, error) {
-	if err := checkDims(op, rows, cols); err != nil {
+	if err := b.checkBF16Src(op, rows, cols, src); err != nil {
 		return nil, err
-	}
-	if b.bf != 1 {
-		return nil, argErr(op, "needs BF16 precision (this backend is FP32)")
-	}
-	if len(src) != rows*cols {
-		return nil, shapeErr(op, "%dx%d needs %d values, got %d", rows, cols, rows*cols, len(src))
 	}
 	queue = queue && len(src) > 0 && b.pinned(bytesOf(src))
 	var out *Tensor
@@ -147,6 +141,20 @@ func (b *Backend) fromHostBF16(op string, rows, cols int, src []uint16, queue bo
 		return nil, err
 	}
 	return out, nil
+}
+
+// checkBF16Src checks an upload of bfloat16 bits src as a rows x cols activation, before any copy.
+func (b *Backend) checkBF16Src(op string, rows, cols int, src []uint16) error {
+	if err := checkDims(op, rows, cols); err != nil {
+		return err
+	}
+	if b.bf != 1 {
+		return argErr(op, "needs BF16 precision (this backend is FP32)")
+	}
+	if len(src) != rows*cols {
+		return shapeErr(op, "%dx%d needs %d values, got %d", rows, cols, rows*cols, len(src))
+	}
+	return nil
 }
 
 // Sync implements ops.QueuedBF16Transfer: it waits for every op and copy queued on the compute stream.

@@ -20,7 +20,7 @@ import (
 type pendingState struct {
 	blocks     []ops.Prefetched
 	p          ops.Prefetched // nil when the slice holds no running sum
-	withBlocks bool           // the blocks were started too (load, not loadSum)
+	withBlocks bool           // the blocks were started too (each, not eachSum)
 }
 
 // prefetch starts slice j's state on its way to the backend, its blocks too when blocks is set, where

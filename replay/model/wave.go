@@ -98,16 +98,10 @@ func (w *Wave) HostBytes() int64 {
 	return n
 }
 
-// load returns slice j's state on the backend.
-func (w *Wave) load(b ops.Backend, j int) (*State, error) { return w.loadState(b, j, true) }
-
-// loadSum is load for a step that reads and changes the running sum alone: a slice in host memory
-// uploads p and leaves its blocks there (an expert-major layer's last phase, a hidden-state capture). At
-// K3's depth a slice holds up to 8 blocks beside p, so this is up to 9 times less traffic than load.
-func (w *Wave) loadSum(b ops.Backend, j int) (*State, error) { return w.loadState(b, j, false) }
-
 // loadState brings slice j's state to the backend: a slice in host memory uploads its running sum, and
-// its blocks too when blocks is set.
+// its blocks too when blocks is set. Without them (a step that reads and changes the running sum alone:
+// an expert-major layer's last phase, a hidden-state capture) the blocks stay in host memory: at K3's
+// depth a slice holds up to 8 beside p, so that is up to 9 times less traffic.
 func (w *Wave) loadState(b ops.Backend, j int, blocks bool) (*State, error) {
 	if w.dev[j] != nil {
 		return w.dev[j], nil
@@ -213,8 +207,9 @@ func (f *Pass) each(w *Wave, changes bool, fn func(j int, st *State) error) erro
 	return f.eachLoaded(w, changes, true, fn)
 }
 
-// eachSum is each for a step that reads and changes the running sum alone (loadSum): a slice in host
-// memory gives fn a state without its blocks, which stay in host memory as they are. fn must not bank.
+// eachSum is each for a step that reads and changes the running sum alone (loadState without blocks):
+// a slice in host memory gives fn a state without its blocks, which stay in host memory as they are. fn
+// must not bank.
 func (f *Pass) eachSum(w *Wave, changes bool, fn func(j int, st *State) error) error {
 	return f.eachLoaded(w, changes, false, fn)
 }
