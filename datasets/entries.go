@@ -45,12 +45,8 @@ func Conversations(entries []Entry) []tokenizer.Conversation {
 // them or as Load leaves Conversation.ID): their rows could not be told apart in the tables, and a dataset
 // job, whose manifest and shards go by name, would replay one twice or count it done once.
 func CheckIDs(ids []string) error {
-	seen := make(map[string]int, len(ids))
-	for i, id := range ids {
-		if j, ok := seen[id]; ok {
-			return fmt.Errorf("conversations %d and %d (counted from 1) share the id %q: give each its own, or drop the \"id\" fields to name conversations by their line, item or row", j+1, i+1, id)
-		}
-		seen[id] = i
+	if j, i, ok := sharedName(len(ids), func(i int) string { return ids[i] }); ok {
+		return fmt.Errorf("conversations %d and %d (counted from 1) share the id %q: %s", j+1, i+1, ids[i], ownIDs)
 	}
 	return nil
 }
@@ -59,17 +55,27 @@ func CheckIDs(ids []string) error {
 // name by their line, item or row, so that a file with blank lines or a Parquet file is mended where the
 // message points.
 func CheckEntryIDs(entries []Entry) error {
-	seen := make(map[string]int, len(entries))
-	for i, e := range entries {
-		name := e.Name()
-		if j, ok := seen[name]; ok {
-			f := entries[j]
-			return fmt.Errorf("%s %d and %s %d share the id %q: give each its own, or drop the \"id\" fields to name conversations by their line, item or row",
-				f.Unit, f.N, e.Unit, e.N, name)
-		}
-		seen[name] = i
+	if j, i, ok := sharedName(len(entries), func(i int) string { return entries[i].Name() }); ok {
+		f, e := entries[j], entries[i]
+		return fmt.Errorf("%s %d and %s %d share the id %q: %s", f.Unit, f.N, e.Unit, e.N, e.Name(), ownIDs)
 	}
 	return nil
+}
+
+// ownIDs is what CheckIDs and CheckEntryIDs advise.
+const ownIDs = `give each its own, or drop the "id" fields to name conversations by their line, item or row`
+
+// sharedName finds the first i whose name(i) an earlier j (the first with it) has too, of n names.
+func sharedName(n int, name func(int) string) (j, i int, ok bool) {
+	seen := make(map[string]int, n)
+	for i := range n {
+		s := name(i)
+		if j, ok := seen[s]; ok {
+			return j, i, true
+		}
+		seen[s] = i
+	}
+	return 0, 0, false
 }
 
 // LoadEntries reads the conversations of path as Load does, in the same order, each with the line
