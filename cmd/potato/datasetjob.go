@@ -78,13 +78,10 @@ func runDatasetJob(ctx context.Context, f *replayFlags, in input, opts replay.En
 	if err != nil {
 		return err
 	}
+	// each conversation's ID is its entry's name (datasets.Conversations), which keys the manifest
 	entries, convs := in.entries, in.convs
 	if entries == nil { // stdin: a job is keyed by its file's hash
 		return fmt.Errorf("replay: --chat %s: a dataset job reads a file (its contents' hash keys the job), not standard input", f.chat)
-	}
-	ids := make([]string, len(entries))
-	for i, e := range entries {
-		ids[i] = e.Name()
 	}
 	dataHash, err := job.FileSHA256(f.chat) // Settings.Dataset
 	if err != nil {
@@ -116,7 +113,7 @@ func runDatasetJob(ctx context.Context, f *replayFlags, in input, opts replay.En
 	limit, flag := f.sequenceLimit()
 	var tooLong []string
 	for i := range convs {
-		if !shard.Has(ids[i]) {
+		if !shard.Has(convs[i].ID) {
 			continue
 		}
 		s, err := replay.FromConversationLimit(l.tok, convs[i], limit)
@@ -127,7 +124,7 @@ func runDatasetJob(ctx context.Context, f *replayFlags, in input, opts replay.En
 		if err != nil {
 			return fmt.Errorf("%s: conversation %s: %w", f.chat, entryPlace(entries[i]), err)
 		}
-		items = append(items, job.Item{ID: ids[i], Seq: i, Sequence: s})
+		items = append(items, job.Item{ID: convs[i].ID, Seq: i, Sequence: s})
 		req.Sequences = append(req.Sequences, s)
 	}
 	if len(tooLong) > 0 {
