@@ -15,10 +15,11 @@ import (
 // they cross as their bits: half the bytes, the conversion a kernel on the device.
 //
 // Into and out of pinned memory (AllocHost, where the engine keeps them: replay/statebufs.go) the queued
-// forms copy directly on the compute stream, with no staging: the copy engine moves the buffer at the
-// pinned rate (staged copies of a slice's state ran at 9-21 GB/s in run 40, against 55 pinned) and the
-// host does not stand in the copy. A queued transfer still waits for the work queued before it, then
-// queues its copy and returns without waiting for that (queuedWait below).
+// forms copy directly, with no staging, uploads on the compute stream and downloads on the state stream
+// (state_download.go): the copy engine moves the buffer at the pinned rate (staged copies of a slice's
+// state ran at 9-21 GB/s in run 40, against 55 pinned) and the host does not stand in the copy. A queued
+// transfer still waits for the work queued before it, then queues its copy and returns without waiting
+// for that (queuedWait below).
 //
 // queuedWait: not waiting at all let the host run ahead of the device by whole slices and expert calls:
 // memory that ops queued but not yet run on the compute stream will free cannot serve allocations on the
@@ -37,8 +38,8 @@ func (b *Backend) ToHostBF16(x ops.Tensor, dst []uint16) error {
 	return b.toHostBF16("ToHostBF16", x, dst, false)
 }
 
-// ToHostBF16Queued implements ops.QueuedBF16Transfer: ToHostBF16 into pinned memory queued on the
-// compute stream (a temporary narrow copy is freed there after the copy, stream-ordered), else ToHostBF16.
+// ToHostBF16Queued implements ops.QueuedBF16Transfer: ToHostBF16 into pinned memory queued on the state
+// stream from a temporary narrow copy (state_download.go), else ToHostBF16.
 func (b *Backend) ToHostBF16Queued(x ops.Tensor, dst []uint16) error {
 	return b.toHostBF16("ToHostBF16Queued", x, dst, true)
 }
@@ -56,25 +57,20 @@ func (b *Backend) toHostBF16(op string, x ops.Tensor, dst []uint16, queue bool) 
 		return shapeErr(op, "%dx%d needs %d values, got a buffer of %d", t.rows, t.cols, t.n(), len(dst))
 	}
 	queue = queue && t.n() > 0 && b.pinned(bytesOf(dst))
-	out := func(src uint64) error {
-		if queue {
-			return b.dv.ToHostQueued(bytesOf(dst), src)
-		}
-		return download(b, dst, src)
-	}
 	return b.run(op, func(c *opCtx) error {
-		if queue { // see queuedWait
-			if err := b.dv.Sync(); err != nil {
+		if queue { // on the state stream: state_download.go
+			if err := b.queuedWait(); err != nil {
 				return err
 			}
+			return b.queueDownload(c, t, bytesOf(dst))
 		}
 		switch {
 		case t.n() == 0:
 			return nil
 		case t.dt == dtBF16:
-			return out(t.ptr)
+			return download(b, dst, t.ptr)
 		case t.narrow != 0 && t.narrowLd == t.cols: // the copy a matmul made of it (narrow.go)
-			return out(t.narrow)
+			return download(b, dst, t.narrow)
 		}
 		if err := c.widen(t); err != nil { // never: a narrow-only tensor's copy serves above (narrow.go)
 			return err
@@ -85,7 +81,7 @@ func (b *Backend) toHostBF16(op string, x ops.Tensor, dst []uint16, queue bool) 
 		}
 		err = c.toBF16(p, t.ptr, t.rows, t.cols, t.cols)
 		if err == nil {
-			err = out(p)
+			err = download(b, dst, p)
 		}
 		return errors.Join(err, b.dv.Free(p))
 	})
@@ -111,8 +107,8 @@ func (b *Backend) fromHostBF16(op string, rows, cols int, src []uint16, queue bo
 	queue = queue && len(src) > 0 && b.pinned(bytesOf(src))
 	var out *Tensor
 	err := b.run(op, func(c *opCtx) error {
-		if queue { // see queuedWait
-			if err := b.dv.Sync(); err != nil {
+		if queue { // see queuedWait, and state_download.go for the state stream
+			if err := b.queuedWait(); err != nil {
 				return err
 			}
 		}
@@ -157,7 +153,8 @@ func (b *Backend) checkBF16Src(op string, rows, cols int, src []uint16) error {
 	return nil
 }
 
-// Sync implements ops.QueuedBF16Transfer: it waits for every op and copy queued on the compute stream.
+// Sync implements ops.QueuedBF16Transfer: it waits for every op and copy queued on the compute stream
+// and on the state stream (the downloads: state_download.go).
 func (b *Backend) Sync() error {
-	return b.run("Sync", func(c *opCtx) error { return b.dv.Sync() })
+	return b.run("Sync", func(c *opCtx) error { return b.queuedWait() })
 }

@@ -222,13 +222,16 @@ func (e *Engine) planWith(lens []int, mode layerMode, chunk int) (WavePlan, erro
 	reserve := min(e.hostReadBuffers(), p.HostBudget)
 	stateBudget := p.HostBudget - reserve
 	act, state, hostState := e.tokenBytes()
-	// a slice's activations where the state lives in host memory: with the next slice's state on its way
-	// in beside them (model/state_prefetch.go)
-	actH := act + e.prefetchBytes(hostState)
 	carry := e.carryBytes(p.Longest, p.Sliceable)
 	if _, perRow, ok := e.prefixBytes(p.Longest); ok && p.Sliceable {
 		act += perRow // a slice's rows joined after a carried prefix's keys, and the state between its parts
 	}
+	callAct := act // what an expert-major layer's expert calls may take a token (no download on its way then)
+	stashOut, stateOut := e.downloadBytes(p)
+	act += stashOut // the last slice's stash on its way to host memory
+	// a slice's activations where the state lives in host memory: with the next slice's state on its way
+	// in beside them (model/state_prefetch.go) and the last slice's on its way out
+	actH := act + e.prefetchBytes(hostState) + stateOut
 	if p.ExpertMajor {
 		// every slice's float32 expert accumulator on the device through the layer's chunks; its expert
 		// inputs and shared outputs in host memory, bfloat16 values (float32 in FP32 precision)
@@ -416,7 +419,7 @@ func (e *Engine) planWith(lens []int, mode layerMode, chunk int) (WavePlan, erro
 	p.StateBytes = int64(wave) * state
 	p.DevicePeak = p.WeightBytes + carry + int64(min(slice, wave))*act
 	if p.ExpertMajor {
-		p.ExpertPool = int64(min(slice, wave)) * act
+		p.ExpertPool = int64(min(slice, wave)) * callAct
 	}
 	if p.HostState {
 		p.DeviceSlices = min(devSlices(slice, avail, actH, state), p.Slices)
@@ -427,7 +430,7 @@ func (e *Engine) planWith(lens []int, mode layerMode, chunk int) (WavePlan, erro
 		p.HostBytes = int64(wave-onDevice) * hostState
 		p.StateBytes = int64(onDevice)*state + p.HostBytes
 		p.DevicePeak += int64(min(onDevice+slice, wave)) * state // the resident slices' and the running one's
-		p.DevicePeak += int64(min(slice, wave)) * (actH - act)   // the next one's on its way
+		p.DevicePeak += int64(min(slice, wave)) * (actH - act)   // the next one's on its way in, the last's out
 	} else {
 		p.DevicePeak += int64(wave) * state
 	}

@@ -32,6 +32,23 @@ func (e *Engine) prefetchBytes(hostState int64) int64 {
 	return 0
 }
 
+// downloadBytes is what a token's queued downloads may hold on the device beside the next slice's work
+// (ops.QueuedBF16Transfer: the bfloat16 bits on their way to host memory, given back by the next queued
+// transfer; cuda/state_download.go), on a backend with queued transfers in BF16 precision, else 0: an
+// expert-major layer's stash of expert inputs and shared outputs in host memory (latent + hidden values,
+// stash), and where the state lives in host memory its running sum and the block a layer banks (2 x
+// hidden values, state).
+func (e *Engine) downloadBytes(p WavePlan) (stash, state int64) {
+	if _, ok := e.Model.Ops.(ops.QueuedBF16Transfer); !ok || e.Model.Ops.Precision() != ops.BF16 {
+		return 0, 0
+	}
+	d := e.Model.Dims
+	if p.ExpertMajor && !p.StashOnDevice {
+		stash = 2 * int64(d.Latent+d.Hidden)
+	}
+	return stash, 2 * 2 * int64(d.Hidden)
+}
+
 // carryBytes is what the token-mixing ops carry for the longest sequence, and, sliced, the transient
 // expansion of its earlier keys in a slice's MLA.
 func (e *Engine) carryBytes(longest int, sliced bool) int64 {

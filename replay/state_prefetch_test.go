@@ -18,25 +18,71 @@ import (
 // device's copy stream would run them: PrefetchBF16 holds a copy of the bits (counted as device bytes
 // until Take or Drop), Take makes the tensor from it and checks that src did not change in between (the
 // engine must leave a buffer on its way alone). failTake makes that Take fail, for the error paths.
+// Its queued downloads are on their way as a state stream's are (cuda/state_download.go): the bits
+// reach dst when a later transfer reads them or the next queued transfer or Sync comes, and they count
+// as device bytes until the latter (ops.QueuedBF16Transfer's contract).
 type prefetching struct {
 	*counting
 	mu                      sync.Mutex
 	started, taken, dropped int
 	failTake                int // the failTake-th Take fails (0: none)
 	changed                 error
-	inFlight, mostInFlight  int64 // bytes on their way, now and at most
+	inFlight, mostInFlight  int64 // bytes on their way in, now and at most
+	out                     []*outbound
+	downloads               int
 }
 
-func (p *prefetching) ToHostBF16Queued(x ops.Tensor, dst []uint16) error { return p.ToHostBF16(x, dst) }
+// outbound is a download on its way to host memory.
+type outbound struct {
+	dst, bits []uint16
+	landed    bool
+}
+
+// land writes the bits of every download on its way to their buffers, and ends them (their device bytes
+// given back) when end is set.
+func (p *prefetching) land(end bool) {
+	for _, o := range p.out {
+		if !o.landed {
+			copy(o.dst, o.bits)
+			o.landed = true
+		}
+		if end {
+			p.drop(o)
+		}
+	}
+	if end {
+		p.out = nil
+	}
+}
+
+func (p *prefetching) ToHostBF16Queued(x ops.Tensor, dst []uint16) error {
+	p.land(true)
+	bits := make([]uint16, len(dst))
+	if err := p.ToHostBF16(x, bits); err != nil {
+		return err
+	}
+	o := &outbound{dst: dst, bits: bits}
+	p.add(o, 2*int64(len(bits)))
+	p.out = append(p.out, o)
+	p.downloads++
+	return nil
+}
+
 func (p *prefetching) FromHostBF16Queued(rows, cols int, src []uint16) (ops.Tensor, error) {
+	p.land(true)
 	return p.FromHostBF16(rows, cols, src) // counted by counting's FromHostBF16
 }
-func (p *prefetching) Sync() error { return nil }
+
+func (p *prefetching) Sync() error {
+	p.land(true)
+	return nil
+}
 
 func (p *prefetching) PrefetchBF16(rows, cols int, src []uint16) (ops.Prefetched, error) {
 	if len(src) != rows*cols {
 		return nil, fmt.Errorf("PrefetchBF16: %dx%d from %d values", rows, cols, len(src))
 	}
+	p.land(false) // a download queued before reads first
 	x := &inFlight{p: p, rows: rows, cols: cols, src: src, bits: slices.Clone(src)}
 	p.add(x, 2*int64(len(src)))
 	p.mu.Lock()
@@ -105,8 +151,13 @@ func TestStatePrefetch(t *testing.T) {
 	want := runOne(t, openTiny(t, ops.BF16, EngineOptions{}), Request{Sequences: seqs, Options: opts})
 	probe := openPreset(t, "tiny", 1, cpu.New(cpu.Options{}), EngineOptions{})
 	act, state, hostState := probe.tokenBytes()
-	// slices of 300 and a quarter of the wave's state, with room for a slice's state on its way
-	budget := probe.weightPeak(true) + probe.carryBytes(1000, true) + 300*(act+state+hostState) + int64(total)*state/4
+	// a token's downloads on their way out beside the next slice: its running sum and a banked block,
+	// and in an expert-major layer its stash of expert inputs and shared outputs (all bfloat16)
+	d := probe.Model.Dims
+	stateOut, stashOut := int64(2*2*d.Hidden), int64(2*(d.Latent+d.Hidden))
+	// slices of 300 and a quarter of the wave's state, with room for a slice's state on its way in and
+	// out, and an expert-major layer's stash on its way out
+	budget := probe.weightPeak(true) + probe.carryBytes(1000, true) + 300*(act+state+hostState+stateOut+stashOut) + int64(total)*state/4
 	for _, c := range []struct {
 		name     string
 		major    bool
@@ -141,8 +192,8 @@ func TestStatePrefetch(t *testing.T) {
 			if !p.HostState || p.Slices < 2 || p.ExpertMajor != c.major {
 				t.Fatalf("plan %s: want the state in host memory, several slices, expert-major %v", p, c.major)
 			}
-			if pb.started == 0 || pb.dropped != 0 {
-				t.Errorf("%d transfers started, %d dropped: want some started, none dropped (%s)", pb.started, pb.dropped, p)
+			if pb.started == 0 || pb.dropped != 0 || pb.downloads == 0 {
+				t.Errorf("%d transfers started, %d dropped, %d downloads queued: want some started, none dropped, some queued (%s)", pb.started, pb.dropped, pb.downloads, p)
 			}
 			// one slice's state on its way at most, which the plan counts: its peak less the state on the
 			// device is the plain backend's plan's, for the same slices, plus a slice's state in bfloat16
@@ -156,9 +207,13 @@ func TestStatePrefetch(t *testing.T) {
 				t.Fatal(err)
 			}
 			resident := func(w WavePlan) int64 { return int64(min((w.DeviceSlices+1)*w.SliceTokens, w.WaveTokens)) * state }
+			extra := hostState + stateOut // a token's state in, its downloads out
+			if !p.StashOnDevice && p.ExpertMajor {
+				extra += stashOut
+			}
 			if q.SliceTokens == p.SliceTokens {
-				if got, want := p.DevicePeak-resident(p), q.DevicePeak-resident(q)+int64(p.SliceTokens)*hostState; got != want {
-					t.Errorf("the plan's device peak less its resident state: %d, want the plain backend's plan's plus a slice's state on its way, %d\n  %s\n  %s", got, want, p, q)
+				if got, want := p.DevicePeak-resident(p), q.DevicePeak-resident(q)+int64(p.SliceTokens)*extra; got != want {
+					t.Errorf("the plan's device peak less its resident state: %d, want the plain backend's plan's plus a slice's state on its way in and its downloads out, %d\n  %s\n  %s", got, want, p, q)
 				}
 			} else if p.SliceTokens > q.SliceTokens {
 				t.Errorf("slices of %d with the state on its way counted, %d without (%s, %s)", p.SliceTokens, q.SliceTokens, p, q)

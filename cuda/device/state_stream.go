@@ -47,3 +47,38 @@ func (dv *Device) releaseStateStream() error {
 	dv.state = 0
 	return err
 }
+
+// ToHostOn queues the copy of len(dst) bytes at device address src into pinned dst on stream s and
+// returns: dst holds them once s has passed the copy.
+func (dv *Device) ToHostOn(s uintptr, dst []byte, src uint64) error {
+	if len(dst) == 0 {
+		return nil
+	}
+	d := dv.Drv
+	return d.Check("cuMemcpyDtoHAsync(state)", bind.Call(d.CuMemcpyDtoHAsync, uintptr(unsafe.Pointer(unsafe.SliceData(dst))), uintptr(src), uintptr(len(dst)), s))
+}
+
+// FreeOn releases device memory after the work queued on stream s (0 is a no-op); without stream-ordered
+// allocation it waits for s, then frees.
+func (dv *Device) FreeOn(s uintptr, p uint64) error {
+	if p == 0 {
+		return nil
+	}
+	d := dv.Drv
+	if dv.Async {
+		return d.Check("cuMemFreeAsync(state)", bind.Call(d.CuMemFreeAsync, uintptr(p), s))
+	}
+	if err := d.Check("cuStreamSynchronize(state)", bind.Call(d.CuStreamSynchronize, s)); err != nil {
+		return err
+	}
+	return d.Check("cuMemFree", bind.Call(d.CuMemFree, uintptr(p)))
+}
+
+// SyncState waits for the work queued on the state stream (nothing before it exists).
+func (dv *Device) SyncState() error {
+	if dv.state == 0 {
+		return nil
+	}
+	d := dv.Drv
+	return d.Check("cuStreamSynchronize(state)", bind.Call(d.CuStreamSynchronize, dv.state))
+}

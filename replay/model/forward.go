@@ -240,7 +240,7 @@ func (f *Pass) Layer(wv *Wave, w *LayerWeights) error {
 	if f.expertMajor(w) {
 		err = f.layerExpertMajor(wv, w)
 	} else {
-		err = f.each(wv, true, func(j int, st *State) error {
+		err = f.eachLoaded(wv, sweep{changes: true, blocks: true, ahead: true}, func(j int, st *State) error {
 			return f.layerSteps(st, w)
 		})
 	}

@@ -98,9 +98,10 @@ func (f *Pass) layerExpertMajor(wv *Wave, w *LayerWeights) error {
 	if err := moe.expertsMajor(f, wv.Bounds, l); err != nil {
 		return fmt.Errorf("%s: %w", w.Layer.FFN, err)
 	}
-	// phase 3: the running sum alone (the blocks were read in phase 1 and nothing banks here)
+	// phase 3: the running sum alone (the blocks were read in phase 1 and nothing banks here), the
+	// layer's last sweep
 	pi := 0
-	return f.eachSum(wv, true, func(j int, st *State) error {
+	return f.eachLoaded(wv, sweep{changes: true, ahead: true}, func(j int, st *State) error {
 		for l.pools[pi].hi <= j {
 			pi++
 		}

@@ -12,9 +12,12 @@ import (
 // between two slices' ops, with the device's SMs idle (run 131, an H100 with the state of 262,144 tokens
 // in host memory: 149 ms a MoE layer in the state's uploads, 9%). On a backend that splits a transfer in
 // two (ops.PrefetchBF16Transfer), eachLoaded starts slice j+1's upload before it queues slice j's work
-// and takes it when slice j+1's turn comes: the copy runs beside slice j. The plan counts the bytes on
-// their way (replay/plan.go: a slice's state in bfloat16 beside the running slice). The bits are the
-// upload's: Take gives FromHostBF16's tensor.
+// and takes it when slice j+1's turn comes: the copy runs beside slice j. A layer's last sweep starts
+// slice 0's whole state in its last slice, for the next layer's sweep or the readout (run 134: the first
+// slice's upload, queued, was 34.5 ms of such an H100 MoE layer); slice 0 went back to host memory at the
+// sweep's start, and its download comes first on the backend (ops.QueuedBF16Transfer). The plan counts
+// the bytes on their way (replay/plan.go: a slice's state in bfloat16 beside the running slice). The
+// bits are the upload's: Take gives FromHostBF16's tensor.
 
 // pendingState is a slice's state started on its way to the backend.
 type pendingState struct {

@@ -108,15 +108,21 @@ func (w *Wave) loadState(b ops.Backend, j int, blocks bool) (*State, error) {
 	}
 	if ps := w.pre[j]; ps != nil {
 		w.pre[j] = nil
-		if ps.withBlocks == blocks {
+		if ps.withBlocks || !blocks { // all this load needs is on its way
 			st, err := ps.take(b)
 			if err != nil {
 				return nil, fmt.Errorf("state of slice %d: %w", j, err)
 			}
+			if !blocks { // a sum-only sweep after a layer's (a hidden-state capture): the blocks go
+				for _, t := range st.Blocks {
+					b.Free(t)
+				}
+				st.Blocks = nil
+			}
 			w.dev[j] = st
 			return st, nil
 		}
-		if err := ps.drop(); err != nil { // started for another use (never: eachLoaded starts what it loads)
+		if err := ps.drop(); err != nil { // the sum alone on its way where the blocks are wanted too
 			return nil, fmt.Errorf("state of slice %d: %w", j, err)
 		}
 	}
@@ -204,39 +210,53 @@ func (w *Wave) Free(b ops.Backend) {
 // each runs fn on every slice's state in order, uploading host state before it and putting it back
 // after (downloaded again only when fn changes it): fn gets the slice index and its state on the backend.
 func (f *Pass) each(w *Wave, changes bool, fn func(j int, st *State) error) error {
-	return f.eachLoaded(w, changes, true, fn)
+	return f.eachLoaded(w, sweep{changes: changes, blocks: true}, fn)
 }
 
 // eachSum is each for a step that reads and changes the running sum alone (loadState without blocks):
 // a slice in host memory gives fn a state without its blocks, which stay in host memory as they are. fn
 // must not bank.
 func (f *Pass) eachSum(w *Wave, changes bool, fn func(j int, st *State) error) error {
-	return f.eachLoaded(w, changes, false, fn)
+	return f.eachLoaded(w, sweep{changes: changes}, fn)
 }
 
-// eachLoaded runs fn on every slice's state as loadState brings it to the backend (its blocks too when
-// blocks is set), the next slice's started on its way before fn queues this one's work (state_prefetch.go).
-func (f *Pass) eachLoaded(w *Wave, changes, blocks bool, fn func(j int, st *State) error) (err error) {
+// sweep is how eachLoaded goes over a wave's slices.
+type sweep struct {
+	changes bool // fn changes the state: it goes back to host memory after fn
+	blocks  bool // the blocks come to the backend with the running sum (each), else not (eachSum)
+	// ahead: a layer's last sweep, which the next layer's (or the readout's) follows with nothing
+	// between: in its last slice the first slice's whole state starts on its way in for that sweep
+	ahead bool
+}
+
+// eachLoaded runs fn on every slice's state as loadState brings it to the backend, the next slice's
+// started on its way before fn queues this one's work (state_prefetch.go).
+func (f *Pass) eachLoaded(w *Wave, sw sweep, fn func(j int, st *State) error) (err error) {
 	b := f.Model.Ops
 	defer func() {
 		if err != nil {
 			err = errors.Join(err, w.dropPending())
 		}
 	}()
-	for j := range w.Slices() {
+	n := w.Slices()
+	for j := range n {
 		if err := f.Ctx.Err(); err != nil {
 			return err
 		}
-		st, err := w.loadState(b, j, blocks)
+		st, err := w.loadState(b, j, sw.blocks)
 		if err != nil {
 			return err
 		}
-		if err := w.prefetch(b, j+1, blocks); err != nil {
+		next, blocks := j+1, sw.blocks
+		if next == n && sw.ahead {
+			next, blocks = 0, true // slice 0's put is behind: its state is this layer's output
+		}
+		if err := w.prefetch(b, next, blocks); err != nil {
 			return errors.Join(err, w.put(b, j, false))
 		}
 		f.cur, f.curIndex = f.slices[j], j
 		err = fn(j, st)
-		if perr := w.put(b, j, changes); err == nil {
+		if perr := w.put(b, j, sw.changes); err == nil {
 			err = perr
 		}
 		if err != nil {

@@ -71,8 +71,12 @@ type BF16Transfer interface {
 // Contract: ToHostBF16Queued and FromHostBF16Queued give ToHostBF16's and FromHostBF16's results. When
 // dst or src lies inside one buffer from AllocHost, the copy may complete after the call returns: it
 // happens after every op queued before the call and before every op queued after it, and the caller
-// neither reads dst nor writes src, nor frees the buffer, until Sync returns. Elsewhere they wait, as
-// ToHostBF16 and FromHostBF16 do. Sync waits for every op and copy queued.
+// neither reads dst nor writes src, nor frees the buffer, until Sync returns. A transfer queued or started
+// (PrefetchBF16) after a ToHostBF16Queued reads what it wrote. ToHostBF16Queued's copy may hold 2 x rows
+// x cols bytes of device memory besides x, which may be freed at once; they are given back by the time
+// the next queued transfer or Sync returns (the engine's plan counts one slice's downloads on their
+// way: replay/plan_bytes.go). Elsewhere they wait, as ToHostBF16 and FromHostBF16 do. Sync waits for
+// every op and copy queued.
 type QueuedBF16Transfer interface {
 	BF16Transfer
 	ToHostBF16Queued(x Tensor, dst []uint16) error

@@ -1,6 +1,8 @@
 package opstest
 
 import (
+	"fmt"
+	"math"
 	"unsafe"
 
 	"github.com/potato-k3/potato-k3/replay/bf16"
@@ -81,6 +83,48 @@ func testPrefetchBF16Transfer(s *suite) {
 		_, err := pf.PrefetchBF16(rows, cols, plain[:7])
 		return err
 	})
+	testDownloadThenPrefetch(s, pf, bufs)
+}
+
+// testDownloadThenPrefetch: queued downloads into pinned buffers, their tensors freed at once and the
+// memory taken by new work, then the buffers started on their way back before any Sync (the engine's
+// next layer, its first slice's state prefetched while the last slice computes): each Take gives the
+// downloaded bits. The tensors are an op's output and a matmul's (which a device may keep a narrow copy
+// of), and the downloads are queued back to back into two buffers.
+func testDownloadThenPrefetch(s *suite, pf ops.PrefetchBF16Transfer, bufs [][]uint16) {
+	rows, cols := 129, 72
+	a, _ := s.randAct(rows, cols, 3)
+	w, _ := s.randWeight(cols, cols, 1/math.Sqrt(float64(cols)))
+	sum, err := s.b.Add(a, a)
+	s.must(err, "Add")
+	prod, err := s.b.MatMul(a, w)
+	s.must(err, "MatMul")
+	ys := []ops.Tensor{sum, prod}
+	var wants [][]float32
+	for i, y := range ys {
+		wants = append(wants, s.host(y, rows, cols))
+		s.must(pf.ToHostBF16Queued(y, bufs[i]), "ToHostBF16Queued")
+		s.free(y) // freed while its copy may be on its way
+	}
+	busy, err := s.b.MatMul(a, w) // new work, likely in the freed memory
+	s.must(err, "MatMul after the downloads")
+	var started []ops.Prefetched
+	for i := range ys {
+		x, err := pf.PrefetchBF16(rows, cols, bufs[i])
+		s.must(err, "PrefetchBF16 of a buffer a queued download writes")
+		started = append(started, x)
+	}
+	for i, x := range started {
+		t, err := x.Take()
+		s.must(err, "Take")
+		s.same(fmt.Sprintf("Take of a buffer that a queued download of the %s wrote", []string{"Add's output", "MatMul's output"}[i]), s.host(t, rows, cols), wants[i], cols)
+		s.free(t)
+	}
+	s.must(pf.Sync(), "Sync")
+	for i := range ys {
+		s.same("a queued download's buffer after Sync", widen(bufs[i]), wants[i], cols)
+	}
+	s.free(a, w, busy)
 }
 
 // toBits returns the bfloat16 bits of float32 values that are bfloat16 values (an op's outputs).
