@@ -41,6 +41,8 @@ type Engine struct {
 	// wholeCalls plans every expert call for all top-k pairs of a row, so that no call is cut (tests:
 	// model.Pass.CallPairs against one call a chunk)
 	wholeCalls bool
+	// hostAvail stands for the system's available host memory where set (tests)
+	hostAvail func() int64
 	// forceHostStash keeps expert-major stashes in host memory where the device has room for them (tests)
 	forceHostStash bool
 	group          *deviceGroup // the devices of EngineOptions.Devices (devices.go); nil: this one alone

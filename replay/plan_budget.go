@@ -40,16 +40,28 @@ func (e *Engine) sharedMemory() bool {
 	return !dev && e.opts.DeviceMemory <= 0
 }
 
-// hostBudget is EngineOptions.HostMemory, else the host's available memory less a margin.
+// hostBudget is EngineOptions.HostMemory, else the host's available memory less a margin (hostBudgetOf).
 func (e *Engine) hostBudget() int64 {
 	if e.opts.HostMemory > 0 {
 		return e.opts.HostMemory
 	}
 	avail, _ := hostmem.Available() // hostmem.Assumed where the system does not say
+	if e.hostAvail != nil {
+		avail = e.hostAvail()
+	}
+	return e.hostBudgetOf(avail)
+}
+
+// hostBudgetOf is the host budget where the system has avail bytes available: less a margin, plus the
+// buffers of state the engine keeps from wave to wave (statebufs.go). The system counts those as used,
+// but a wave's state takes them again, or they are released before new ones are made: counted out, a
+// warm engine planned a 1,048,576-token wave in two reads that a cold one ran in one (run 135: 30 GB of
+// its own buffers taken from a budget of 47).
+func (e *Engine) hostBudgetOf(avail int64) int64 {
 	if _, dev := e.Model.Ops.(ops.DeviceMemory); !dev {
 		avail -= e.planGlobals() // a backend without device memory keeps the globals in host memory
 	}
-	return int64(float64(avail) * (1 - memoryMargin))
+	return int64(float64(avail)*(1-memoryMargin)) + e.state.bytes()
 }
 
 // planGlobals is the checkpoint bytes of the globals that an engine opened with EngineOptions.PlanOnly

@@ -1,6 +1,7 @@
 package replay
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"reflect"
@@ -189,5 +190,57 @@ func TestSharedMemoryRun(t *testing.T) {
 	got := runOne(t, e, Request{Sequences: seqs, Options: o})
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("plan %s: results differ from the wave run without a budget", found)
+	}
+}
+
+// TestHostBudgetWarm: an engine that kept its state buffers from a wave plans the next one as it did
+// cold, though the system now counts those buffers as used: they serve the next wave's state. The host
+// budget is set just above what the cold plan needs in one read, so that counting the buffers out (run
+// 135: a warm 1,048,576-token bench planned in two reads) splits the warm plan.
+func TestHostBudgetWarm(t *testing.T) {
+	lens := []int{300, 41, 700, 5, 1000}
+	seqs := randomSequences(11, 3328, lens...)
+	probe := openPreset(t, "tiny", 1, cpu.New(cpu.Options{}), EngineOptions{})
+	act, state, hostState := probe.tokenBytes()
+	total := 0
+	for _, n := range lens {
+		total += n
+	}
+	budget := probe.weightPeak(true) + probe.carryBytes(1000, true) + 300*(act+state+hostState) + int64(total)*state/4
+	e := openPreset(t, "tiny", 1, newCounting(ops.BF16), EngineOptions{SliceTokens: 300, DeviceMemory: budget, NoExpertPooling: true})
+	avail := int64(1 << 40)
+	e.hostAvail = func() int64 { return avail - e.state.bytes() } // the system counts the buffers as used
+	loose, err := e.PlanWave(lens)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !loose.HostState || loose.Waves != 1 {
+		t.Fatalf("plan %s: want the state in host memory, one read", loose)
+	}
+	// just what the cold plan needs: its state, the reads' buffers, a little more
+	avail = int64(float64(loose.HostBytes+loose.StashBytes+e.hostReadBuffers())/(1-memoryMargin)) + 4096
+	cold, err := e.PlanWave(lens)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !cold.HostState || cold.Waves != 1 {
+		t.Fatalf("cold plan %s: want the state in host memory, one read", cold)
+	}
+	if _, _, err := e.Run(context.Background(), []Request{{Sequences: seqs}}); err != nil {
+		t.Fatal(err)
+	}
+	held := e.state.bytes()
+	if held < cold.HostBytes {
+		t.Fatalf("the engine keeps %d bytes of state buffers after the wave, want at least its state's %d", held, cold.HostBytes)
+	}
+	warm, err := e.PlanWave(lens)
+	if err != nil {
+		t.Fatal(err)
+	}
+	shape := func(p WavePlan) [6]int64 { // what the budget decides; its figure moves by the margin's share
+		return [6]int64{int64(p.Waves), int64(p.WaveTokens), int64(p.SliceTokens), int64(p.DeviceSlices), p.HostBytes, p.DevicePeak}
+	}
+	if shape(warm) != shape(cold) || warm.HostBudget < cold.HostBudget {
+		t.Errorf("with %d bytes of the engine's own state buffers held, the plan changed:\n  cold %s\n  warm %s", held, cold, warm)
 	}
 }

@@ -120,6 +120,9 @@ func (s *stateBufs) free(b []uint16) {
 
 // bytes is the host memory the buffers hold.
 func (s *stateBufs) bytes() int64 {
+	if s == nil {
+		return 0
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.held
