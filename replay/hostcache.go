@@ -4,6 +4,7 @@ import (
 	"errors"
 	"sync"
 
+	"github.com/potato-k3/potato-k3/replay/model"
 	"github.com/potato-k3/potato-k3/replay/ops"
 )
 
@@ -114,6 +115,37 @@ func (c *hostCache) fits(arena []byte) bool { return c.used+int64(cap(arena)) <=
 func (c *hostCache) take(arena []byte) {
 	c.used += int64(cap(arena))
 	c.arenas = append(c.arenas, arena[:cap(arena)])
+}
+
+// room is what the cache may still take: the room in its budget, and no more than what it does not
+// hold of p's layers (each layer's own tensors and each routed expert, with the pages arenas give them:
+// a batch the cache takes holds only experts it did not have). A cache that holds the whole model
+// takes nothing more, however large its budget (run 135: 9 GB of a bench's host budget kept for a cache
+// that held every expert).
+func (c *hostCache) room(p *model.Plan) int64 {
+	if c == nil {
+		return 0
+	}
+	perExpert := aheadBytesPerExpert(p) + arenaAlign
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var left int64
+	for i, l := range p.Layers {
+		if _, ok := c.layers[i]; !ok {
+			left += arenaAlign
+			for _, s := range p.LayerTensors(i) {
+				left += s.Bytes() + 2*arenaAlign
+			}
+		}
+		if l.FFN == model.MoE {
+			for e := range p.Config.NumExperts {
+				if _, ok := c.experts[[2]int{i, e}]; !ok {
+					left += perExpert
+				}
+			}
+		}
+	}
+	return max(0, min(c.budget-c.used, left))
 }
 
 // expertCount is how many routed experts the cache holds, over all layers.

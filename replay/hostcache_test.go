@@ -191,3 +191,32 @@ func sum(xs []int64) int64 {
 	}
 	return n
 }
+
+// TestHostCacheRoom: the host budget's reserve for the cache's growth is its budget's room only while it
+// lacks part of the model: once a wave has cached every layer and expert, the reserve is the reads' own
+// buffers alone, though the budget (1 GiB) has room left far beyond the tiny model.
+func TestHostCacheRoom(t *testing.T) {
+	e := openTiny(t, ops.BF16, EngineOptions{HostCacheBytes: 1 << 30})
+	var own int64
+	for i := range e.Plan.Layers {
+		o, _ := e.Plan.LayerBytes(i)
+		own = max(own, o)
+	}
+	base := 2*own + (readsAhead+2)*int64(expertBatch)*aheadBytesPerExpert(e.Plan) // hostReadBuffers without the cache
+	var model int64
+	for i := range e.Plan.Layers {
+		o, x := e.Plan.LayerBytes(i)
+		model += o + x
+	}
+	if cold := e.hostReadBuffers() - base; cold < model || cold >= 1<<30 {
+		t.Errorf("cold cache: reserve %d bytes for its growth, want the model's %d and its pages at most, not the budget's room", cold, model)
+	}
+	runOne(t, e, Request{Sequences: randomSequences(53, 3328, 2000), Options: Options{TopK: 2}})
+	moe := e.Plan.MoELayers()
+	if e.cache.expertCount() != moe*e.Model.Dims.Experts || len(e.cache.layers) != len(e.Plan.Layers) {
+		t.Fatalf("after a wave of 2,000 tokens the cache holds %d of %d experts and %d of %d layers", e.cache.expertCount(), moe*e.Model.Dims.Experts, len(e.cache.layers), len(e.Plan.Layers))
+	}
+	if got := e.hostReadBuffers(); got != base {
+		t.Errorf("the cache holding the whole model (%d bytes of a 1 GiB budget): reserve %d, want the reads' own %d", e.cache.bytes(), got, base)
+	}
+}

@@ -94,8 +94,8 @@ func (e *Engine) readAheadBudget(p WavePlan) (int64, string) {
 
 // hostReadBuffers is the host memory a wave's reads hold besides its state and the read-ahead: two layers'
 // own weights (the one computing and the next, read during it), the batches of experts read after a
-// router, and what the host cache may still grow by. The planner sizes the state within the host budget
-// less this, and the read-ahead within what both leave.
+// router, and what the host cache may still grow by (hostCache.room). The planner sizes the state within
+// the host budget less this, and the read-ahead within what both leave.
 func (e *Engine) hostReadBuffers() int64 {
 	var own int64
 	for i := range e.Plan.Layers {
@@ -103,10 +103,7 @@ func (e *Engine) hostReadBuffers() int64 {
 		own = max(own, o)
 	}
 	reserve := 2*own + (readsAhead+2)*int64(expertBatch)*aheadBytesPerExpert(e.Plan)
-	if e.cache != nil {
-		reserve += e.cache.budget - e.cache.bytes()
-	}
-	return reserve
+	return reserve + e.cache.room(e.Plan)
 }
 
 // aheadSlotBytes is the size of one read-ahead slot: a batch of experts, whole pages.
