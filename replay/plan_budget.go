@@ -53,15 +53,16 @@ func (e *Engine) hostBudget() int64 {
 }
 
 // hostBudgetOf is the host budget where the system has avail bytes available: less a margin, plus the
-// buffers of state the engine keeps from wave to wave (statebufs.go). The system counts those as used,
-// but a wave's state takes them again, or they are released before new ones are made: counted out, a
-// warm engine planned a 1,048,576-token wave in two reads that a cold one ran in one (run 135: 30 GB of
-// its own buffers taken from a budget of 47).
+// buffers the engine keeps from wave to wave, those of the state (statebufs.go) and the read buffers and
+// read-ahead slots of its pool (hostpool.go). The system counts them as used, but the next wave's state
+// and reads take them again, or they are released before new ones are made: counted out, a warm engine
+// planned a 1,048,576-token wave in two reads that a cold one ran in one (run 135: 30 GB of its own
+// state buffers taken from a budget of 47).
 func (e *Engine) hostBudgetOf(avail int64) int64 {
 	if _, dev := e.Model.Ops.(ops.DeviceMemory); !dev {
 		avail -= e.planGlobals() // a backend without device memory keeps the globals in host memory
 	}
-	return int64(float64(avail)*(1-memoryMargin)) + e.state.bytes()
+	return int64(float64(avail)*(1-memoryMargin)) + e.state.bytes() + e.pool.bytes()
 }
 
 // planGlobals is the checkpoint bytes of the globals that an engine opened with EngineOptions.PlanOnly

@@ -193,8 +193,8 @@ func TestSharedMemoryRun(t *testing.T) {
 	}
 }
 
-// TestHostBudgetWarm: an engine that kept its state buffers from a wave plans the next one as it did
-// cold, though the system now counts those buffers as used: they serve the next wave's state. The host
+// TestHostBudgetWarm: an engine that kept its state and read buffers from a wave plans the next one as it
+// did cold, though the system now counts those buffers as used: they serve the next wave. The host
 // budget is set just above what the cold plan needs in one read, so that counting the buffers out (run
 // 135: a warm 1,048,576-token bench planned in two reads) splits the warm plan.
 func TestHostBudgetWarm(t *testing.T) {
@@ -209,7 +209,8 @@ func TestHostBudgetWarm(t *testing.T) {
 	budget := probe.weightPeak(true) + probe.carryBytes(1000, true) + 300*(act+state+hostState) + int64(total)*state/4
 	e := openPreset(t, "tiny", 1, newCounting(ops.BF16), EngineOptions{SliceTokens: 300, DeviceMemory: budget, NoExpertPooling: true})
 	avail := int64(1 << 40)
-	e.hostAvail = func() int64 { return avail - e.state.bytes() } // the system counts the buffers as used
+	own := func() int64 { return e.state.bytes() + e.pool.bytes() }
+	e.hostAvail = func() int64 { return avail - own() } // the system counts the engine's buffers as used
 	loose, err := e.PlanWave(lens)
 	if err != nil {
 		t.Fatal(err)
@@ -229,9 +230,9 @@ func TestHostBudgetWarm(t *testing.T) {
 	if _, _, err := e.Run(context.Background(), []Request{{Sequences: seqs}}); err != nil {
 		t.Fatal(err)
 	}
-	held := e.state.bytes()
-	if held < cold.HostBytes {
-		t.Fatalf("the engine keeps %d bytes of state buffers after the wave, want at least its state's %d", held, cold.HostBytes)
+	held := own()
+	if e.state.bytes() < cold.HostBytes || e.pool.bytes() == 0 {
+		t.Fatalf("the engine keeps %d bytes of state buffers and %d of read buffers after the wave, want at least its state's %d and some", e.state.bytes(), e.pool.bytes(), cold.HostBytes)
 	}
 	warm, err := e.PlanWave(lens)
 	if err != nil {
@@ -241,6 +242,6 @@ func TestHostBudgetWarm(t *testing.T) {
 		return [6]int64{int64(p.Waves), int64(p.WaveTokens), int64(p.SliceTokens), int64(p.DeviceSlices), p.HostBytes, p.DevicePeak}
 	}
 	if shape(warm) != shape(cold) || warm.HostBudget < cold.HostBudget {
-		t.Errorf("with %d bytes of the engine's own state buffers held, the plan changed:\n  cold %s\n  warm %s", held, cold, warm)
+		t.Errorf("with %d bytes of the engine's own buffers held, the plan changed:\n  cold %s\n  warm %s", held, cold, warm)
 	}
 }
