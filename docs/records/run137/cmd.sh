@@ -1,0 +1,1 @@
+DEADLINE=235 PLAN=docs/records/next/plan_hsh.txt bash scripts/gpu_variants.sh   # carry .dev/bundle.tar.xz: scripts/gpu_bundle.sh h=bf244dc s=main (2aa4d07); asked for nvidia-h200, ran on an H100 80GB
