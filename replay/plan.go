@@ -247,8 +247,8 @@ func (e *Engine) planWith(lens []int, mode layerMode, chunk int) (WavePlan, erro
 			p.StashBytes = hostState / e.Plan.StateValuesPerToken() * int64(d.Latent+d.Hidden) * int64(wave)
 		}
 		if p.StashBytes > stateBudget {
-			return p, fmt.Errorf("%w: the expert inputs of %s tokens (%s) do not fit the host budget of %s (--host-memory) beside %s of read buffers",
-				ErrBudget, numtext.Commas(wave), numtext.Bytes(p.StashBytes), numtext.Bytes(p.HostBudget), numtext.Bytes(reserve))
+			return p, fmt.Errorf("%w: the expert inputs of %s tokens (%s) do not fit the host budget of %s (%s) beside %s of read buffers",
+				ErrBudget, numtext.Commas(wave), numtext.Bytes(p.StashBytes), numtext.Bytes(p.HostBudget), e.hostBudgetSource(), numtext.Bytes(reserve))
 		}
 		stateBudget -= p.StashBytes
 	}
@@ -395,7 +395,7 @@ func (e *Engine) planWith(lens []int, mode layerMode, chunk int) (WavePlan, erro
 			slice = roundSlice(slice / 2)
 			wave = waveOf(slice)
 		}
-		p.wavesWhy = fmt.Sprintf("the state of no more fits the host budget of %s (--host-memory) beside %s of read buffers", numtext.Bytes(p.HostBudget), numtext.Bytes(reserve+p.StashBytes))
+		p.wavesWhy = fmt.Sprintf("the state of no more fits the host budget of %s (%s) beside %s of read buffers", numtext.Bytes(p.HostBudget), e.hostBudgetSource(), numtext.Bytes(reserve+p.StashBytes))
 		if e.sharedMemory() {
 			p.wavesWhy = fmt.Sprintf("the state of no more fits the %s backend's memory budget of %s beside %s of read buffers (it computes in host memory: --host-memory)",
 				e.Model.Ops.Name(), numtext.Bytes(p.HostBudget), numtext.Bytes(reserve))
@@ -409,8 +409,8 @@ func (e *Engine) planWith(lens []int, mode layerMode, chunk int) (WavePlan, erro
 				ErrBudget, numtext.Commas(p.Longest), numtext.Bytes(size), e.Model.Ops.Name(), numtext.Bytes(p.HostBudget), numtext.Bytes(reserve), numtext.Bytes(p.WeightBytes+carry))
 		}
 		if wave < p.Longest {
-			return p, fmt.Errorf("%w: the state of a sequence of %s tokens (%s) does not fit the host budget of %s (--host-memory) beside %s of read buffers and expert inputs and what the device holds",
-				ErrBudget, numtext.Commas(p.Longest), numtext.Bytes(int64(p.Longest)*hostState), numtext.Bytes(p.HostBudget), numtext.Bytes(reserve+p.StashBytes))
+			return p, fmt.Errorf("%w: the state of a sequence of %s tokens (%s) does not fit the host budget of %s (%s) beside %s of read buffers and expert inputs and what the device holds",
+				ErrBudget, numtext.Commas(p.Longest), numtext.Bytes(int64(p.Longest)*hostState), numtext.Bytes(p.HostBudget), e.hostBudgetSource(), numtext.Bytes(reserve+p.StashBytes))
 		}
 	}
 	p.WaveTokens, p.SliceTokens = wave, slice

@@ -4,6 +4,8 @@ package replay
 // device and the host have free, less a margin.
 
 import (
+	"fmt"
+
 	"github.com/potato-k3/potato-k3/internal/hostmem"
 	"github.com/potato-k3/potato-k3/replay/ops"
 )
@@ -50,6 +52,14 @@ func (e *Engine) hostBudget() int64 {
 		avail = e.hostAvail()
 	}
 	return e.hostBudgetOf(avail)
+}
+
+// hostBudgetSource says where the host budget comes from, for messages that name it.
+func (e *Engine) hostBudgetSource() string {
+	if e.opts.HostMemory > 0 {
+		return "--host-memory"
+	}
+	return fmt.Sprintf("the host's available memory less %.0f%%; --host-memory sets it", 100*memoryMargin)
 }
 
 // hostBudgetOf is the host budget where the system has avail bytes available: less a margin, plus the

@@ -245,3 +245,34 @@ func TestHostBudgetWarm(t *testing.T) {
 		t.Errorf("with %d bytes of the engine's own buffers held, the plan changed:\n  cold %s\n  warm %s", held, cold, warm)
 	}
 }
+
+// TestHostBudgetNamed: a plan split for the host budget names where the budget came from, --host-memory
+// or the host's available memory, so that nobody looks for a flag they never set.
+func TestHostBudgetNamed(t *testing.T) {
+	lens := []int{300, 41, 700, 5, 1000}
+	probe := openPreset(t, "tiny", 1, cpu.New(cpu.Options{}), EngineOptions{})
+	act, state, hostState := probe.tokenBytes()
+	device := probe.weightPeak(true) + probe.carryBytes(1000, true) + 300*(act+state+hostState) + 2046*state/4
+	small := probe.hostReadBuffers() + 2046*hostState/3 // a third of the wave's state beside the reads
+	for _, c := range []struct {
+		name string
+		opts EngineOptions
+		want string
+	}{
+		{"flag", EngineOptions{HostMemory: small}, "(--host-memory)"},
+		{"system", EngineOptions{}, "(the host's available memory less 10%; --host-memory sets it)"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			c.opts.SliceTokens, c.opts.DeviceMemory = 300, device
+			e := openPreset(t, "tiny", 1, newCounting(ops.BF16), c.opts)
+			e.hostAvail = func() int64 { return int64(float64(small) / (1 - memoryMargin)) }
+			p, err := e.PlanWave(lens)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p.Waves < 2 || !strings.Contains(p.String(), c.want) {
+				t.Errorf("plan %s: want several reads, the budget named %q", p, c.want)
+			}
+		})
+	}
+}
