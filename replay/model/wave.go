@@ -224,8 +224,9 @@ func (f *Pass) eachSum(w *Wave, changes bool, fn func(j int, st *State) error) e
 type sweep struct {
 	changes bool // fn changes the state: it goes back to host memory after fn
 	blocks  bool // the blocks come to the backend with the running sum (each), else not (eachSum)
-	// ahead: a layer's last sweep, which the next layer's (or the readout's) follows with nothing
-	// between: in its last slice the first slice's whole state starts on its way in for that sweep
+	// ahead: a layer's last sweep, which the next layer's or the readout's follows (a hidden-state
+	// capture between takes the running sum of what is on its way: loadState): in its last slice the
+	// first slice's whole state starts on its way in for that sweep
 	ahead bool
 }
 
