@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"unsafe"
 
 	"github.com/potato-k3/potato-k3/replay/bf16"
 	"github.com/potato-k3/potato-k3/replay/ops"
@@ -45,6 +46,14 @@ func (h hostBufs) free(b []byte) {
 	if h.mem != nil {
 		h.s.must(h.mem.FreeHost(b), "FreeHost")
 	}
+}
+
+// bits is a buffer of n bfloat16 values from alloc, given back when the test ends.
+func (h hostBufs) bits(n int) []uint16 {
+	h.s.Helper()
+	raw := h.alloc(2 * n)
+	h.s.Cleanup(func() { h.free(raw) })
+	return unsafe.Slice((*uint16)(unsafe.Pointer(&raw[0])), n)
 }
 
 // scribble overwrites a buffer with 0xff bytes (NaN bfloat16s and float32s, scale bytes 255), as the

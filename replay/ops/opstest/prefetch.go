@@ -3,7 +3,6 @@ package opstest
 import (
 	"fmt"
 	"math"
-	"unsafe"
 
 	"github.com/potato-k3/potato-k3/replay/bf16"
 	"github.com/potato-k3/potato-k3/replay/ops"
@@ -23,10 +22,7 @@ func testPrefetchBF16Transfer(s *suite) {
 		s.Skip("split transfers are BF16 precision's")
 	}
 	const rows, cols, n = 129, 72, 3
-	raw, err := mem.AllocHost(2 * n * rows * cols)
-	s.must(err, "AllocHost")
-	defer func() { s.must(mem.FreeHost(raw), "FreeHost") }()
-	all := unsafe.Slice((*uint16)(unsafe.Pointer(&raw[0])), n*rows*cols)
+	all := hostBufs{s, mem}.bits(n * rows * cols)
 	bufs := make([][]uint16, n)
 	var wants [][]float32
 	for i := range n {

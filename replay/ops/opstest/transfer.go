@@ -1,8 +1,6 @@
 package opstest
 
 import (
-	"unsafe"
-
 	"github.com/potato-k3/potato-k3/replay/bf16"
 	"github.com/potato-k3/potato-k3/replay/ops"
 )
@@ -75,10 +73,7 @@ func testQueuedBF16Transfer(s *suite) {
 		s.Skip("queued transfers are BF16 precision's")
 	}
 	const rows, cols = 129, 72
-	raw, err := mem.AllocHost(2 * rows * cols)
-	s.must(err, "AllocHost")
-	defer func() { s.must(mem.FreeHost(raw), "FreeHost") }()
-	buf := unsafe.Slice((*uint16)(unsafe.Pointer(&raw[0])), rows*cols)
+	buf := hostBufs{s, mem}.bits(rows * cols)
 	var wants [][]float32
 	var backs []ops.Tensor
 	for i := range 3 {
