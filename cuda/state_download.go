@@ -1,10 +1,6 @@
 package cuda
 
-import (
-	"errors"
-
-	"github.com/potato-k3/potato-k3/cuda/bind"
-)
+import "errors"
 
 // The way back on the state stream. A slice whose state lives in host memory goes back there after its
 // layer (replay/model/wave.go put); queued on the compute stream the copy ran between two slices' work
@@ -52,17 +48,14 @@ func (b *Backend) queueDownload(c *opCtx, t *Tensor, dst []byte) error {
 	if err != nil {
 		return errors.Join(err, b.dv.Free(p))
 	}
-	s, err := b.dv.StateStream()
-	if err == nil {
-		err = b.dv.WaitOn(s, c.stream()) // the buffer's bits, written on the compute stream, before the copy
-	}
+	// the buffer's bits, written on the compute stream, before the copy
+	s, err := b.dv.StateStreamAfter(c.stream())
 	if err != nil {
 		return errors.Join(err, b.dv.Free(p))
 	}
 	if err := b.dv.ToHostOn(s, dst, p); err != nil {
 		// the copy may have been queued: it ends before the buffer goes back
-		serr := b.drv.Check("cuStreamSynchronize(state)", bind.Call(b.drv.CuStreamSynchronize, s))
-		return errors.Join(err, serr, b.dv.Free(p))
+		return errors.Join(err, b.dv.SyncState(), b.dv.Free(p))
 	}
 	return b.dv.FreeOn(s, p)
 }

@@ -54,10 +54,8 @@ func (b *Backend) PrefetchBF16(rows, cols int, src []uint16) (ops.Prefetched, er
 		if err != nil {
 			return err
 		}
-		s, err := b.dv.StateStream()
-		if err == nil {
-			err = b.dv.WaitOn(s, b.dv.Stream) // the allocation, ordered on the compute stream, before the copy
-		}
+		// the allocation, ordered on the compute stream, before the copy
+		s, err := b.dv.StateStreamAfter(b.dv.Stream)
 		if err != nil {
 			return errors.Join(err, b.dv.Free(p))
 		}
@@ -66,8 +64,7 @@ func (b *Backend) PrefetchBF16(rows, cols int, src []uint16) (ops.Prefetched, er
 		}
 		ev, err := b.dv.SyncEvents().Record(b.drv, s)
 		if err != nil { // the copy may be running: it ends before the buffer goes back
-			serr := b.drv.Check("cuStreamSynchronize(state)", bind.Call(b.drv.CuStreamSynchronize, s))
-			return errors.Join(err, serr, b.dv.Free(p))
+			return errors.Join(err, b.dv.SyncState(), b.dv.Free(p))
 		}
 		x.p, x.ev = p, ev
 		return nil

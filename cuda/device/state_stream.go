@@ -24,6 +24,16 @@ func (dv *Device) StateStream() (uintptr, error) {
 	return dv.state, nil
 }
 
+// StateStreamAfter returns the state stream, made to wait (on the device) for the work queued on stream
+// from so far: what a copy there reads or writes was made or allocated before it.
+func (dv *Device) StateStreamAfter(from uintptr) (uintptr, error) {
+	s, err := dv.StateStream()
+	if err != nil {
+		return 0, err
+	}
+	return s, dv.WaitOn(s, from)
+}
+
 // CopyOn queues the copy of pinned src to device address dst on stream s and returns: src must not
 // change until s has passed the copy.
 func (dv *Device) CopyOn(s uintptr, dst uint64, src []byte) error {
