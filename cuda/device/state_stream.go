@@ -50,7 +50,7 @@ func (dv *Device) releaseStateStream() error {
 		return nil
 	}
 	d := dv.Drv
-	err := d.Check("cuStreamSynchronize(state)", bind.Call(d.CuStreamSynchronize, dv.state))
+	err := dv.SyncState()
 	if derr := d.Check("cuStreamDestroy(state)", bind.Call(d.CuStreamDestroy, dv.state)); err == nil {
 		err = derr
 	}
