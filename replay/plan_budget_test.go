@@ -206,7 +206,7 @@ func TestHostBudgetWarm(t *testing.T) {
 	for _, n := range lens {
 		total += n
 	}
-	budget := probe.weightPeak(true) + probe.carryBytes(1000, true) + 300*(act+state+hostState) + int64(total)*state/4
+	budget := quarterStateBudget(probe, act+state+hostState, total)
 	e := openPreset(t, "tiny", 1, newCounting(ops.BF16), EngineOptions{SliceTokens: 300, DeviceMemory: budget, NoExpertPooling: true})
 	avail := int64(1 << 40)
 	own := func() int64 { return e.state.bytes() + e.pool.bytes() }
@@ -252,7 +252,7 @@ func TestHostBudgetNamed(t *testing.T) {
 	lens := []int{300, 41, 700, 5, 1000}
 	probe := openPreset(t, "tiny", 1, cpu.New(cpu.Options{}), EngineOptions{})
 	act, state, hostState := probe.tokenBytes()
-	device := probe.weightPeak(true) + probe.carryBytes(1000, true) + 300*(act+state+hostState) + 2046*state/4
+	device := quarterStateBudget(probe, act+state+hostState, 2046)
 	small := probe.hostReadBuffers() + 2046*hostState/3 // a third of the wave's state beside the reads
 	for _, c := range []struct {
 		name string

@@ -28,7 +28,7 @@ func TestPlanPooled(t *testing.T) {
 	probe := openPreset(t, "tiny", 1, cpu.New(cpu.Options{}), EngineOptions{})
 	act, state, _ := probe.tokenBytes()
 	// a slice of 300 and a quarter of the wave's state
-	hostState := probe.weightPeak(true) + probe.carryBytes(1000, true) + 300*(act+state) + int64(total)*state/4
+	hostState := quarterStateBudget(probe, act+state, total)
 	calls := map[bool]int{}
 	for _, c := range []struct {
 		name           string

@@ -98,6 +98,14 @@ func slicedDeviceFor(t *testing.T, e *Engine, n int) int64 {
 	return e.weightPeak(true) + e.carryBytes(150, true) + accs + int64(n)*(act+state) + int64(total-n)*state/2
 }
 
+// quarterStateBudget is a device budget for the tiny model (probe's plan) and a wave of total tokens in
+// sequences of up to 1,000: a slice of 300 rows of perRow bytes each beside the weights and carries, and a
+// quarter of the wave's state, so that the rest of the state lives in host memory.
+func quarterStateBudget(probe *Engine, perRow int64, total int) int64 {
+	_, state, _ := probe.tokenBytes()
+	return probe.weightPeak(true) + probe.carryBytes(1000, true) + 300*perRow + int64(total)*state/4
+}
+
 // counting is a backend that counts the bytes of the activations and carries it holds, to hold the
 // engine to its plan. Weights (Upload, UploadExpert) are left out: the plan counts them in checkpoint
 // bytes.

@@ -157,7 +157,7 @@ func TestStatePrefetch(t *testing.T) {
 	stateOut, stashOut := int64(2*2*d.Hidden), int64(2*(d.Latent+d.Hidden))
 	// slices of 300 and a quarter of the wave's state, with room for a slice's state on its way in and
 	// out, and an expert-major layer's stash on its way out
-	budget := probe.weightPeak(true) + probe.carryBytes(1000, true) + 300*(act+state+hostState+stateOut+stashOut) + int64(total)*state/4
+	budget := quarterStateBudget(probe, act+state+hostState+stateOut+stashOut, total)
 	for _, c := range []struct {
 		name     string
 		major    bool
