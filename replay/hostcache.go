@@ -27,6 +27,7 @@ type hostCache struct {
 	used    int64                // arena bytes held
 	layers  map[int]mapSource    // layer index -> its non-expert tensors
 	experts map[[2]int]mapSource // (layer, expert) -> its six MXFP4 tensors
+	counts  map[int]int          // layer index -> how many of its experts are held (room)
 	arenas  [][]byte             // every arena held, released by clear
 }
 
@@ -35,7 +36,7 @@ func newHostCache(budget int64) *hostCache {
 	if budget <= 0 {
 		return nil
 	}
-	return &hostCache{budget: budget, layers: map[int]mapSource{}, experts: map[[2]int]mapSource{}}
+	return &hostCache{budget: budget, layers: map[int]mapSource{}, experts: map[[2]int]mapSource{}, counts: map[int]int{}}
 }
 
 // layer returns the cached tensors of layer i, if any.
@@ -104,6 +105,7 @@ func (c *hostCache) keepExperts(pool *hostPool, i int, ids []int, srcs []mapSour
 	for k, e := range ids {
 		c.experts[[2]int{i, e}] = srcs[k]
 	}
+	c.counts[i] += len(ids)
 	c.take(arena)
 	return true
 }
@@ -138,11 +140,7 @@ func (c *hostCache) room(p *model.Plan) int64 {
 			}
 		}
 		if l.FFN == model.MoE {
-			for e := range p.Config.NumExperts {
-				if _, ok := c.experts[[2]int{i, e}]; !ok {
-					left += perExpert
-				}
-			}
+			left += int64(p.Config.NumExperts-c.counts[i]) * perExpert
 		}
 	}
 	return max(0, min(c.budget-c.used, left))
@@ -178,6 +176,7 @@ func (c *hostCache) clear(pool *hostPool) error {
 	c.arenas, c.used = nil, 0
 	clear(c.layers)
 	clear(c.experts)
+	clear(c.counts)
 	c.mu.Unlock()
 	var errs []error
 	for _, a := range arenas {
