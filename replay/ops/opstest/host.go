@@ -56,6 +56,21 @@ func (h hostBufs) bits(n int) []uint16 {
 	return unsafe.Slice((*uint16)(unsafe.Pointer(&raw[0])), n)
 }
 
+// transferBackend returns the suite's backend as T with its host memory, or skips the test: without T
+// and ops.HostMemory (named in the message), or in FP32 precision (fp32 says why).
+func transferBackend[T any](s *suite, name, fp32 string) (T, ops.HostMemory) {
+	s.Helper()
+	x, ok := s.b.(T)
+	mem, pinned := s.b.(ops.HostMemory)
+	if !ok || !pinned {
+		s.Skip("the backend has no " + name + " with ops.HostMemory")
+	}
+	if !s.bf {
+		s.Skip(fp32)
+	}
+	return x, mem
+}
+
 // scribble overwrites a buffer with 0xff bytes (NaN bfloat16s and float32s, scale bytes 255), as the
 // engine's next read would overwrite it.
 func scribble(b []byte) {

@@ -13,14 +13,7 @@ import (
 // the two halves (they run beside the copy); several transfers in flight at once end in any order; a
 // dropped transfer leaves nothing behind and its buffer may be reused; ending a transfer twice fails.
 func testPrefetchBF16Transfer(s *suite) {
-	pf, ok := s.b.(ops.PrefetchBF16Transfer)
-	mem, pinned := s.b.(ops.HostMemory)
-	if !ok || !pinned {
-		s.Skip("the backend has no ops.PrefetchBF16Transfer with ops.HostMemory")
-	}
-	if !s.bf {
-		s.Skip("split transfers are BF16 precision's")
-	}
+	pf, mem := transferBackend[ops.PrefetchBF16Transfer](s, "ops.PrefetchBF16Transfer", "split transfers are BF16 precision's")
 	const rows, cols, n = 129, 72, 3
 	all := hostBufs{s, mem}.bits(n * rows * cols)
 	bufs := make([][]uint16, n)

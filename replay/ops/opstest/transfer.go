@@ -64,14 +64,7 @@ func testBF16Transfer(s *suite) {
 // into a pinned buffer and uploaded from it again at once, the buffer then reused for the next tensor's
 // download, round-trips every value; the freed sources are no hazard (the backend orders their frees).
 func testQueuedBF16Transfer(s *suite) {
-	q, ok := s.b.(ops.QueuedBF16Transfer)
-	mem, pinned := s.b.(ops.HostMemory)
-	if !ok || !pinned {
-		s.Skip("the backend has no ops.QueuedBF16Transfer with ops.HostMemory")
-	}
-	if !s.bf {
-		s.Skip("queued transfers are BF16 precision's")
-	}
+	q, mem := transferBackend[ops.QueuedBF16Transfer](s, "ops.QueuedBF16Transfer", "queued transfers are BF16 precision's")
 	const rows, cols = 129, 72
 	buf := hostBufs{s, mem}.bits(rows * cols)
 	var wants [][]float32
