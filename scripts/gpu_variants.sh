@@ -13,6 +13,10 @@
 #                                              k3-layer model is written once
 #   if-passed VARIANT PKG                      skip the rest of the plan's lines up to "end" unless that
 #   end                                        variant's PKG tests all passed so far
+#   if-gpu PATTERN ... end                     skip up to "end" unless the GPU's name (nvidia-smi) matches
+#   if-gpu !PATTERN ... end                    the grep -E PATTERN, or with ! unless it does not: a call
+#                                              that asks for an H200 and is given an H100 runs another
+#                                              plan, or nothing, and costs only the machine's start
 # DEADLINE (default 585) bounds the whole call. Writes $OUT/steps.txt, $OUT/summary.txt, every TIMING line
 # tagged with its variant ($OUT/timing.txt), and each step's log and bench folder packed into
 # $OUT/logs.tgz: the device tool returns at most eight files from a call (runs 79-81 lost some).
@@ -92,6 +96,14 @@ while read -r kind v rest; do
     ;;
   if-passed)
     if [[ -n ${failed[$v.$rest]:-} ]]; then log "skipping to end: $v $rest failed"; skip=1; fi
+    ;;
+  if-gpu)
+    # the step's first word is the pattern here (read put it in v)
+    want=1 pat=$v
+    if [[ $pat == !* ]]; then want=0 pat=${pat#!}; fi
+    got=0
+    grep -qE -- "$pat" "$OUT/gpu.txt" && got=1
+    if (( got != want )); then log "skipping to end: the GPU ($(cut -d, -f1 "$OUT/gpu.txt")) is not what 'if-gpu $v' asks"; skip=1; fi
     ;;
   *) log "plan: unknown step '$kind'" ;;
   esac
