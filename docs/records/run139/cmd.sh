@@ -1,0 +1,1 @@
+DEADLINE=560 PLAN=docs/records/next/plan.txt bash scripts/gpu_variants.sh   # carry .dev/bundle.tar.xz: scripts/gpu_bundle.sh h=784ca61 s=main (afdc8e1), repacked without the test binaries (the tree and a full bundle passed 64 MiB); asked for nvidia-h200, ran on an H100 80GB HBM3
