@@ -131,5 +131,5 @@ fi
 log done
 # A call brings back at most 8 files: with PACK=1 everything written goes back as one archive.
 if [[ ${PACK:-0} == 1 ]]; then
-  tar czf /tmp/slice/out.tgz -C "$OUT" . && rm -rf "${OUT:?}"/* && mv /tmp/slice/out.tgz "$OUT/out.tgz"
+  (cd "$OUT" && tar czf /tmp/slice/out.tgz -- *) && rm -rf "${OUT:?}"/* && mv /tmp/slice/out.tgz "$OUT/out.tgz" # by name: no "./" entry (scripts/gpu_variants.sh)
 fi

@@ -112,4 +112,7 @@ log done
 # pack everything but the three summaries into one archive (unpack with tar xzf logs.tgz)
 pack=$(mktemp -d)
 find "$OUT" -mindepth 1 -maxdepth 1 ! -name steps.txt ! -name summary.txt ! -name timing.txt -exec mv {} "$pack"/ \;
-tar czf "$OUT/logs.tgz" -C "$pack" . && rm -rf "$pack"
+# by name, not ".": an archive whose first entry is "./" gives the folder it is unpacked into the mode of
+# mktemp's (0700); unpacked into /tmp as root, that locked every other user out of /tmp (munge's, in the
+# Slurm test)
+(cd "$pack" && tar czf "$OUT/logs.tgz" -- *) && rm -rf "$pack"
