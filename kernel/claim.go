@@ -12,6 +12,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/potato-k3/potato-k3/internal/filelock"
 )
 
 // Claims are the cross-process half of ReplayCached's one-submission rule (flight.go is the in-process
@@ -129,11 +131,15 @@ func awaitClaim(ctx context.Context, entry string, say io.Writer) error {
 		if now, _ := os.ReadFile(filepath.Join(entry, pendingName)); len(now) > 0 && !bytes.Equal(now, before) {
 			return nil
 		}
-		if why, data := staleClaim(path, info); why != "" {
-			if takeOver(path, info, data) {
+		if why, _ := staleClaim(path, info); why != "" {
+			why, took := takeOverStale(entry, path)
+			if took {
 				fmt.Fprintf(say, "kernel: ReplayCached: taking over the claim %s, which named no job and %s; submitting the request\n", path, why)
 			}
-			return nil
+			if took || why != "" {
+				return nil // taken over, by this call or another: claim again
+			}
+			// judged again under the take-over lock, the claim is gone or another call's fresh one
 		}
 		if !sleep(ctx, d) {
 			return fmt.Errorf("kernel: ReplayCached: waiting for another call to submit this request (it holds %s); nothing submitted: %w", path, ctx.Err())
@@ -159,13 +165,42 @@ func staleClaim(path string, info fs.FileInfo) (why string, data []byte) {
 	return "", data
 }
 
+// takeOverName is the lock file (internal/filelock) that serializes the take-overs of an entry's claim
+// among the processes of one host; a dot file, never a results file, left in place as lock files are.
+const takeOverName = ".claim-takeover.lock"
+
+// takeOverStale takes over the claim at path (in entry) when, judged again while holding entry's
+// take-over lock, it is still stale, and says why it was and whether this call took it over ("": gone,
+// or fresh now). Judged before the lock, a claim may have been taken over and claimed afresh by another
+// call meanwhile: under the lock only a claim that is stale now is moved, so on one host no call moves
+// another's fresh claim aside (takeOver's races). Where no lock can be taken (off Unix, a file system
+// without flock) it goes on without one, as takeOver alone did.
+func takeOverStale(entry, path string) (why string, took bool) {
+	if filelock.Supported {
+		if l, err := filelock.Acquire(filepath.Join(entry, takeOverName), 0o600, true); err == nil {
+			defer l.Unlock()
+		}
+	}
+	info, err := os.Stat(path)
+	if err != nil {
+		return "", false
+	}
+	why, data := staleClaim(path, info)
+	if why == "" {
+		return "", false
+	}
+	return why, takeOver(path, info, data)
+}
+
 // takeOver removes the stale claim at path that seen and data (its content) describe, and reports
 // whether it did. Two calls may judge one claim stale at once: each moves the name aside (one of them
 // gets the stale file) and checks that the file it moved is the one it judged, by its identity, time and
 // content (a new file may reuse a removed one's inode, but not its random token); the other has moved
-// the winner's fresh claim, and puts it back. Two races are left, both needing a dead process to begin
-// and a second call's take-over in the same instant: should a third call claim the name while the fresh
-// claim is aside, it stays aside and its holder and the third call both submit; should its holder
+// the winner's fresh claim, and puts it back. takeOverStale's lock keeps the calls of one host from
+// judging at once; where it does not reach (hosts whose file system keeps flock local, or no locks) two
+// races are left, both needing a dead process to
+// begin and a second call's take-over in the same instant: should a third call claim the name while the
+// fresh claim is aside, it stays aside and its holder and the third call both submit; should its holder
 // release it while it is aside, release finds nothing to remove and the claim comes back after the
 // release, to hold the entry until it is claimStale old (the holder's process is alive).
 func takeOver(path string, seen fs.FileInfo, data []byte) bool {

@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow/array"
 
+	"github.com/potato-k3/potato-k3/internal/filelock"
 	"github.com/potato-k3/potato-k3/kernel/server"
 )
 
@@ -405,6 +407,65 @@ func TestTakeOverOnce(t *testing.T) {
 	}
 	if left, _ := filepath.Glob(filepath.Join(dir, "*")); len(left) != 0 {
 		t.Errorf("files left: %v", left)
+	}
+}
+
+// Calls that judge one stale claim at once, each then taking it over or claiming the entry, leave
+// exactly one holder: under the take-over lock each judges the claim again, so none moves another's
+// fresh claim aside (where a third call's claim would then make two holders). Rounds of eight calls, in
+// one process: flock's locks exclude each other's open files there too.
+func TestTakeOverStaleOneHolder(t *testing.T) {
+	if !filelock.Supported {
+		t.Skip("no file locks here: take-overs are not serialized")
+	}
+	for round := range 50 {
+		dir := t.TempDir()
+		path := placeClaim(t, dir, claimRecord{Token: "stale"}, time.Hour)
+		var (
+			mu      sync.Mutex
+			holders []*claim
+			took    int
+			start   = make(chan struct{})
+			wg      sync.WaitGroup
+		)
+		for range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				info, err := os.Stat(path)
+				if err == nil {
+					if why, _ := staleClaim(path, info); why != "" {
+						if _, ok := takeOverStale(dir, path); ok {
+							mu.Lock()
+							took++
+							mu.Unlock()
+						}
+					}
+				}
+				if cl, err := claimEntry(dir); err == nil {
+					mu.Lock()
+					holders = append(holders, cl)
+					mu.Unlock()
+				} else if !errors.Is(err, errClaimed) {
+					t.Error(err)
+				}
+			}()
+		}
+		close(start)
+		wg.Wait()
+		if took != 1 || len(holders) != 1 {
+			t.Fatalf("round %d: %d take-overs, %d holders; want one of each", round, took, len(holders))
+		}
+		if rec, err := readClaim(path); err != nil || rec.Token != holders[0].token {
+			t.Fatalf("round %d: claim %+v, %v; want the holder's", round, rec, err)
+		}
+		holders[0].release()
+		left, _ := filepath.Glob(filepath.Join(dir, "*"))
+		left = slices.DeleteFunc(left, func(p string) bool { return filepath.Base(p) == takeOverName })
+		if len(left) != 0 {
+			t.Fatalf("round %d: files left: %v", round, left)
+		}
 	}
 }
 
