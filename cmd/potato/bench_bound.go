@@ -76,23 +76,41 @@ func measureRead(ctx context.Context, l *loaded) (float64, error) {
 	return float64(total) / elapsed.Seconds(), nil
 }
 
-// measureMatMulFLOP is the least work measureMatMul times a call: on a small model's width 256 rows are a
-// few MFLOP, where the CPU backend's fan-out over its threads costs as much as the products (at the tiny
-// preset's 128, 256 rows ran at 3 GFLOP/s and 16,384 at 12, while the layers reached 4-5: the bound sat
-// below the waves).
+// measureMatMulFLOP is the least work measureMatMul times a call on a host backend: on a small model's
+// width 256 rows are a few MFLOP, where the CPU backend's fan-out over its threads costs as much as the
+// products (at the tiny preset's 128, 256 rows ran at 3 GFLOP/s and 16,384 at 12, while the layers reached
+// 4-5: the bound sat below the waves).
 const measureMatMulFLOP = 5e8
 
+// measureMatMulDeviceFLOP is that work on a device backend (ops.DeviceMemory): 2 TFLOP, about 2.5 ms at
+// an H200's 790 TFLOP/s and 19,464 rows at K3's width, long against a launch. At measureMatMulFLOP's 256
+// rows of K3's width a GPU's product took microseconds and the timing was its download's, so a GPU's
+// measured bound sat near a tenth of its rate and every bench had to give --bound-flops.
+const measureMatMulDeviceFLOP = 2e12
+
 // measureMatMul times the backend's MatMul on rows by the model's width squared, rows at least 256 and
-// enough for measureMatMulFLOP: its best of three.
+// enough for measureMatMulFLOP (measureMatMulDeviceFLOP on a device), at most 65,536: its best of three,
+// after a call that is not timed (a device backend may choose the shape's configuration on its first
+// call: cuda/cublaslt_tune.go). A timed call ends with a one-row product downloaded, which a device
+// backend finishes after every call queued before it, so that no large download is timed.
 func measureMatMul(l *loaded) (float64, error) {
 	b := l.engine.Model.Ops
 	h := l.engine.Model.Dims.Hidden
-	rows := max(256, min(65536, int(measureMatMulFLOP/(2*float64(h)*float64(h)))+1))
+	work := measureMatMulFLOP
+	if _, dev := b.(ops.DeviceMemory); dev {
+		work = measureMatMulDeviceFLOP
+	}
+	rows := max(256, min(65536, int(work/(2*float64(h)*float64(h)))+1))
 	x, err := b.FromHost(rows, h, randomFloats(rows*h))
 	if err != nil {
 		return 0, err
 	}
 	defer b.Free(x)
+	x1, err := b.FromHost(1, h, randomFloats(h))
+	if err != nil {
+		return 0, err
+	}
+	defer b.Free(x1)
 	raw := make([]byte, 2*h*h)
 	fillBF16(raw)
 	w, err := b.Upload(ops.WeightBF16, h, h, raw)
@@ -100,17 +118,32 @@ func measureMatMul(l *loaded) (float64, error) {
 		return 0, err
 	}
 	defer b.Free(w)
+	product := func(x ops.Tensor, download bool) error {
+		y, err := b.MatMul(x, w)
+		if err != nil {
+			return err
+		}
+		defer b.Free(y)
+		if download {
+			_, err = b.ToHost(y)
+		}
+		return err
+	}
+	call := func() error { // rows x h x h, finished
+		if err := product(x, false); err != nil {
+			return err
+		}
+		return product(x1, true)
+	}
+	if err := call(); err != nil {
+		return 0, err
+	}
 	var best float64
 	for range 3 {
 		start := time.Now()
-		y, err := b.MatMul(x, w)
-		if err != nil {
+		if err := call(); err != nil {
 			return 0, err
 		}
-		if _, err := b.ToHost(y); err != nil { // a device backend finishes its work here
-			return 0, err
-		}
-		b.Free(y)
 		best = max(best, 2*float64(rows)*float64(h)*float64(h)/time.Since(start).Seconds())
 	}
 	return best, nil
