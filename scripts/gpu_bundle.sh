@@ -8,6 +8,9 @@
 #                                              are not in it)
 #   scripts/gpu_bundle.sh h=HEAD b=abc1234     two variants, for an A/B plan
 #   scripts/gpu_bundle.sh w=.                  the working tree as it is, uncommitted edits included
+#   BINS=potato scripts/gpu_bundle.sh ...      only these binaries (default: potato cuda.test replay.test):
+#                                              benches alone need potato, and two variants' three binaries
+#                                              with a 40 MiB tree were refused as past 64 MiB
 # Then run, on the device: DEADLINE=... PLAN=... bash scripts/gpu_variants.sh (carry .dev/bundle.tar.xz).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -34,9 +37,13 @@ for spec in "$@"; do
   edits=
   if [[ $rev == . ]] && ! git -C "$src" diff --quiet HEAD; then edits=", uncommitted edits"; fi
   echo "gpu_bundle: $name = $rev ($(git -C "$src" rev-parse --short HEAD)$edits)"
-  (cd "$src" && CGO_ENABLED=0 go build -ldflags="-s -w" -o "$out/potato" ./cmd/potato &&
-    CGO_ENABLED=0 go test -c -ldflags="-s -w" -o "$out/cuda.test" ./cuda &&
-    CGO_ENABLED=0 go test -c -ldflags="-s -w" -o "$out/replay.test" ./replay)
+  for b in ${BINS:-potato cuda.test replay.test}; do
+    case $b in
+    potato) (cd "$src" && CGO_ENABLED=0 go build -ldflags="-s -w" -o "$out/potato" ./cmd/potato) ;;
+    *.test) (cd "$src" && CGO_ENABLED=0 go test -c -ldflags="-s -w" -o "$out/$b" "./${b%.test}") ;;
+    *) echo "gpu_bundle: BINS: $b is not potato or PKG.test" >&2; exit 2 ;;
+    esac
+  done
   # the variant's kernel sources and test files: cuda.test's kernel-file tests read them from its working
   # directory, which scripts/gpu_variants.sh makes of them (run 129 compared a branch's binary with main's)
   mkdir -p "$out/cuda-dir" && cp -r "$src/cuda/kernels" "$src/cuda/testdata" "$out/cuda-dir/"
@@ -48,7 +55,8 @@ size=$(stat -c %s .dev/bundle.tar.xz)
 # What travels with a call: the tracked and the untracked-not-ignored files, and what it carries.
 tree=$(git ls-files -z --cached --others --exclude-standard | xargs -0 stat -c %s 2>/dev/null | awk '{s += $1} END {print s + 0}')
 echo "gpu_bundle: .dev/bundle.tar.xz, $((size / 1024 / 1024)) MiB; with the working tree ($((tree / 1024 / 1024)) MiB) $(((size + tree) / 1024 / 1024)) MiB of a call's 64"
-if (( size + tree > 64 * 1024 * 1024 )); then
-  echo "gpu_bundle: over the 64 MiB a call carries: fewer variants, or fewer binaries a variant" >&2
+# the device tool counts more than these files (a bundle of 62 MiB by this sum was refused): keep 3 MiB spare
+if (( size + tree > 61 * 1024 * 1024 )); then
+  echo "gpu_bundle: over the 64 MiB a call carries, less a margin: fewer variants, or fewer binaries a variant (BINS=potato)" >&2
   exit 1
 fi
