@@ -86,7 +86,7 @@ step() {
   {
     echo "== $name (exit $rc; GPU memory peak $peak MiB = $(( ${peak:-0} * 1048576 / 1000000000 )) GB): $*"
     echo "$busy"
-    grep -E "^plan:|^wave of|kda\+|mla\+|readout|full K3|warning|over the memory|warm-up|^  op |ExpertsAccumulate|KDA |MLA |Error|error" "$OUT/$name.txt" | head -80
+    grep -E "^plan:|^wave of|kda\+|mla\+|readout|full K3|warning|over the memory|warm-up|^device memory over|^  op |ExpertsAccumulate|KDA |MLA |Error|error" "$OUT/$name.txt" | head -80
   } >> "$OUT/summary.txt"
 }
 step plans 120 bench "${FLAGS[@]}" --plan-only --tokens 65536,131072,262144,1048576 --seq-len 4096

@@ -339,6 +339,12 @@ func benchWave(ctx context.Context, w io.Writer, l *loaded, bd bound, n, seqLen,
 	var runs []replay.WaveStats
 	var layerTimes, routedTimes [][]float64
 	var profiles [][]ops.OpSpan
+	cb, _ := l.engine.Model.Ops.(*cuda.Backend)
+	if cb != nil {
+		if err := cb.ResetMemoryPeak(); err != nil {
+			return fmt.Errorf("device memory peak: %w", err)
+		}
+	}
 	for range repeat { // at least 1 (benchFlags.check)
 		times, routed := make([]float64, len(plan.Layers)), make([]float64, len(plan.Layers))
 		last := 0.0
@@ -394,6 +400,11 @@ func benchWave(ctx context.Context, w io.Writer, l *loaded, bd bound, n, seqLen,
 		fmt.Fprintf(w, "note: the wave beat its bound (ratio below 1), so the bound is not the hardware's ceiling: give --bound-flops and --bound-bandwidth\n")
 	}
 	printDevices(w, l) // the last run's shares, over --devices
+	if cb != nil {
+		if err := printMemoryPeak(w, cb); err != nil {
+			return err
+		}
+	}
 	if st.ReadAheadBytes+st.ReadAheadUnused > 0 {
 		fmt.Fprintf(w, "experts read ahead of their routers: %.1f MB used, %.1f MB read and chosen by no token\n",
 			float64(st.ReadAheadBytes)/1e6, float64(st.ReadAheadUnused)/1e6)

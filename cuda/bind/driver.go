@@ -25,7 +25,9 @@ const (
 	MemHostAllocDeviceMap         = 2
 	MempoolAttrReleaseThreshold   = 4
 	MempoolAttrReservedMemCurrent = 5 // CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT: bytes the pool holds from the device
+	MempoolAttrReservedMemHigh    = 6 // CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH: the most it held since reset (settable to 0)
 	MempoolAttrUsedMemCurrent     = 7 // CU_MEMPOOL_ATTR_USED_MEM_CURRENT: bytes of it allocated now
+	MempoolAttrUsedMemHigh        = 8 // CU_MEMPOOL_ATTR_USED_MEM_HIGH: the most allocated since reset (settable to 0)
 	EventDisableTiming            = 2 // CU_EVENT_DISABLE_TIMING
 	Success                       = 0
 	ErrorNotReady                 = 600 // CUDA_ERROR_NOT_READY: cuEventQuery's "not yet"

@@ -97,6 +97,54 @@ func (d *Device) PoolIdle() (int64, error) {
 	return int64(reserved) - int64(min(used, reserved)), nil
 }
 
+// PoolHigh is the pool's high-water marks since ResetPoolHigh (or the pool's creation): the most it had
+// allocated (used) and the most it held from the device (reserved, freed blocks it keeps included).
+// Zeros without a pool.
+func (d *Device) PoolHigh() (used, reserved int64, err error) {
+	if d.Pool == 0 {
+		return 0, 0, nil
+	}
+	var u, r uint64
+	dr := d.Drv
+	if err := dr.Check("cuMemPoolGetAttribute(used high)", bind.Call(dr.CuMemPoolGetAttribute, d.Pool, bind.MempoolAttrUsedMemHigh, uintptr(unsafe.Pointer(&u)))); err != nil {
+		return 0, 0, err
+	}
+	if err := dr.Check("cuMemPoolGetAttribute(reserved high)", bind.Call(dr.CuMemPoolGetAttribute, d.Pool, bind.MempoolAttrReservedMemHigh, uintptr(unsafe.Pointer(&r)))); err != nil {
+		return 0, 0, err
+	}
+	return int64(u), int64(r), nil
+}
+
+// PoolReserved is the memory the pool holds from the device now (allocated or kept). 0 without a pool.
+func (d *Device) PoolReserved() (int64, error) {
+	if d.Pool == 0 {
+		return 0, nil
+	}
+	var r uint64
+	dr := d.Drv
+	err := dr.Check("cuMemPoolGetAttribute(reserved)", bind.Call(dr.CuMemPoolGetAttribute, d.Pool, bind.MempoolAttrReservedMemCurrent, uintptr(unsafe.Pointer(&r))))
+	return int64(r), err
+}
+
+// ResetPoolHigh starts PoolHigh's marks again from what the pool holds now (the driver takes 0 to mean
+// that).
+func (d *Device) ResetPoolHigh() error {
+	if d.Pool == 0 {
+		return nil
+	}
+	var zero uint64
+	dr := d.Drv
+	for _, a := range []struct {
+		attr uintptr
+		name string
+	}{{bind.MempoolAttrUsedMemHigh, "used high"}, {bind.MempoolAttrReservedMemHigh, "reserved high"}} {
+		if err := dr.Check("cuMemPoolSetAttribute("+a.name+")", bind.Call(dr.CuMemPoolSetAttribute, d.Pool, a.attr, uintptr(unsafe.Pointer(&zero)))); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // Module is one compiled image and the extern "C" kernels to look up in it.
 type Module struct {
 	Name    string // names the module in errors, e.g. "matmul.cu"
