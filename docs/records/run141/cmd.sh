@@ -1,0 +1,1 @@
+DEADLINE=400 PLAN=docs/records/next/plan.txt bash scripts/gpu_variants.sh   # carry .dev/bundle.tar.xz: BINS=potato scripts/gpu_bundle.sh h=784ca61 s=main (15d86b7); asked for nvidia-h200, ran on an H100 80GB HBM3 (the if-gpu !H200 block)
