@@ -1,0 +1,1 @@
+DEADLINE=330 PLAN=docs/records/next/plan.txt bash scripts/gpu_variants.sh   # carry .dev/bundle.tar.xz: BINS="potato cuda.test" scripts/gpu_bundle.sh h=784ca61 s=main (c7fa73f); asked for nvidia-h200 and given one (the if-gpu H200 block)
