@@ -198,11 +198,11 @@ func takeOverStale(entry, path string) (why string, took bool) {
 // content (a new file may reuse a removed one's inode, but not its random token); the other has moved
 // the winner's fresh claim, and puts it back. takeOverStale's lock keeps the calls of one host from
 // judging at once; where it does not reach (hosts whose file system keeps flock local, or no locks) two
-// races are left, both needing a dead process to
-// begin and a second call's take-over in the same instant: should a third call claim the name while the
-// fresh claim is aside, it stays aside and its holder and the third call both submit; should its holder
-// release it while it is aside, release finds nothing to remove and the claim comes back after the
-// release, to hold the entry until it is claimStale old (the holder's process is alive).
+// races are left, both needing a dead process to begin and a second call's take-over in the same
+// instant: should a third call claim the name while the fresh claim is aside, it stays aside and its
+// holder and the third call both submit; should its holder release it while it is aside, release finds
+// nothing to remove and the claim comes back after the release, to hold the entry until it is
+// claimStale old (the holder's process is alive).
 func takeOver(path string, seen fs.FileInfo, data []byte) bool {
 	aside := path + ".stale-" + rand.Text()
 	if os.Rename(path, aside) != nil {
