@@ -31,22 +31,17 @@ func (b *Backend) queuedWait() error {
 // queueDownload queues the copy of t's bfloat16 bits into pinned dst (2 x t.n() bytes) on the state
 // stream, by way of a temporary buffer.
 func (b *Backend) queueDownload(c *opCtx, t *Tensor, dst []byte) error {
-	p, err := b.dv.Malloc(len(dst))
+	src, p, err := c.bf16Bits(t)
 	if err != nil {
 		return err
 	}
-	switch {
-	case t.dt == dtBF16:
-		err = c.copyDtoD(p, t.ptr, uint64(len(dst)))
-	case t.narrow != 0 && t.narrowLd == t.cols: // the copy a matmul made of it (narrow.go)
-		err = c.copyDtoD(p, t.narrow, uint64(len(dst)))
-	default:
-		if err = c.widen(t); err == nil { // never: a narrow-only tensor's copy serves above
-			err = c.toBF16(p, t.ptr, t.rows, t.cols, t.cols)
+	if p == 0 { // t's own bits: copied, so that t may go at once
+		if p, err = b.dv.Malloc(len(dst)); err != nil {
+			return err
 		}
-	}
-	if err != nil {
-		return errors.Join(err, b.dv.Free(p))
+		if err := c.copyDtoD(p, src, uint64(len(dst))); err != nil {
+			return errors.Join(err, b.dv.Free(p))
+		}
 	}
 	// the buffer's bits, written on the compute stream, before the copy
 	s, err := b.dv.StateStreamAfter(c.stream())

@@ -64,27 +64,38 @@ func (b *Backend) toHostBF16(op string, x ops.Tensor, dst []uint16, queue bool) 
 			}
 			return b.queueDownload(c, t, bytesOf(dst))
 		}
-		switch {
-		case t.n() == 0:
+		if t.n() == 0 {
 			return nil
-		case t.dt == dtBF16:
-			return download(b, dst, t.ptr)
-		case t.narrow != 0 && t.narrowLd == t.cols: // the copy a matmul made of it (narrow.go)
-			return download(b, dst, t.narrow)
 		}
-		if err := c.widen(t); err != nil { // never: a narrow-only tensor's copy serves above (narrow.go)
-			return err
-		}
-		p, err := b.dv.Malloc(2 * t.n())
-		if err != nil {
-			return err
-		}
-		err = c.toBF16(p, t.ptr, t.rows, t.cols, t.cols)
+		src, tmp, err := c.bf16Bits(t)
 		if err == nil {
-			err = download(b, dst, p)
+			err = download(b, dst, src)
 		}
-		return errors.Join(err, b.dv.Free(p))
+		return errors.Join(err, b.dv.Free(tmp))
 	})
+}
+
+// bf16Bits says where t's bfloat16 bits are on the device: t itself when it is bfloat16, the copy a
+// matmul made of it (narrow.go), else tmp, a new buffer they were narrowed into on the compute stream,
+// which the caller frees (0 otherwise).
+func (c *opCtx) bf16Bits(t *Tensor) (src, tmp uint64, err error) {
+	switch {
+	case t.dt == dtBF16:
+		return t.ptr, 0, nil
+	case t.narrow != 0 && t.narrowLd == t.cols:
+		return t.narrow, 0, nil
+	}
+	if err := c.widen(t); err != nil { // never: a narrow-only tensor's copy serves above (narrow.go)
+		return 0, 0, err
+	}
+	p, err := c.b.dv.Malloc(2 * t.n())
+	if err != nil {
+		return 0, 0, err
+	}
+	if err := c.toBF16(p, t.ptr, t.rows, t.cols, t.cols); err != nil {
+		return 0, 0, errors.Join(err, c.b.dv.Free(p))
+	}
+	return p, p, nil
 }
 
 // FromHostBF16 implements ops.BF16Transfer: the bits copied in, two bytes a value, and widened on the
