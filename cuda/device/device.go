@@ -83,47 +83,31 @@ func (d *Device) open() error {
 // PoolIdle is the memory the pool holds from the device and has not allocated (freed blocks it keeps for
 // reuse): free for new allocations, though the driver counts it as used. 0 without a pool.
 func (d *Device) PoolIdle() (int64, error) {
-	if d.Pool == 0 {
-		return 0, nil
-	}
-	var reserved, used uint64
-	dr := d.Drv
-	if err := dr.Check("cuMemPoolGetAttribute(reserved)", bind.Call(dr.CuMemPoolGetAttribute, d.Pool, bind.MempoolAttrReservedMemCurrent, uintptr(unsafe.Pointer(&reserved)))); err != nil {
+	reserved, err := d.poolAttr(bind.MempoolAttrReservedMemCurrent, "reserved")
+	if err != nil {
 		return 0, err
 	}
-	if err := dr.Check("cuMemPoolGetAttribute(used)", bind.Call(dr.CuMemPoolGetAttribute, d.Pool, bind.MempoolAttrUsedMemCurrent, uintptr(unsafe.Pointer(&used)))); err != nil {
+	used, err := d.poolAttr(bind.MempoolAttrUsedMemCurrent, "used")
+	if err != nil {
 		return 0, err
 	}
-	return int64(reserved) - int64(min(used, reserved)), nil
+	return reserved - min(used, reserved), nil
 }
 
 // PoolHigh is the pool's high-water marks since ResetPoolHigh (or the pool's creation): the most it had
 // allocated (used) and the most it held from the device (reserved, freed blocks it keeps included).
 // Zeros without a pool.
 func (d *Device) PoolHigh() (used, reserved int64, err error) {
-	if d.Pool == 0 {
-		return 0, 0, nil
-	}
-	var u, r uint64
-	dr := d.Drv
-	if err := dr.Check("cuMemPoolGetAttribute(used high)", bind.Call(dr.CuMemPoolGetAttribute, d.Pool, bind.MempoolAttrUsedMemHigh, uintptr(unsafe.Pointer(&u)))); err != nil {
+	if used, err = d.poolAttr(bind.MempoolAttrUsedMemHigh, "used high"); err != nil {
 		return 0, 0, err
 	}
-	if err := dr.Check("cuMemPoolGetAttribute(reserved high)", bind.Call(dr.CuMemPoolGetAttribute, d.Pool, bind.MempoolAttrReservedMemHigh, uintptr(unsafe.Pointer(&r)))); err != nil {
-		return 0, 0, err
-	}
-	return int64(u), int64(r), nil
+	reserved, err = d.poolAttr(bind.MempoolAttrReservedMemHigh, "reserved high")
+	return used, reserved, err
 }
 
 // PoolReserved is the memory the pool holds from the device now (allocated or kept). 0 without a pool.
 func (d *Device) PoolReserved() (int64, error) {
-	if d.Pool == 0 {
-		return 0, nil
-	}
-	var r uint64
-	dr := d.Drv
-	err := dr.Check("cuMemPoolGetAttribute(reserved)", bind.Call(dr.CuMemPoolGetAttribute, d.Pool, bind.MempoolAttrReservedMemCurrent, uintptr(unsafe.Pointer(&r))))
-	return int64(r), err
+	return d.poolAttr(bind.MempoolAttrReservedMemCurrent, "reserved")
 }
 
 // ResetPoolHigh starts PoolHigh's marks again from what the pool holds now (the driver takes 0 to mean
@@ -143,6 +127,17 @@ func (d *Device) ResetPoolHigh() error {
 		}
 	}
 	return nil
+}
+
+// poolAttr reads one of the pool's 64-bit byte counts (name for the error); 0 without a pool.
+func (d *Device) poolAttr(attr uintptr, name string) (int64, error) {
+	if d.Pool == 0 {
+		return 0, nil
+	}
+	var v uint64
+	dr := d.Drv
+	err := dr.Check("cuMemPoolGetAttribute("+name+")", bind.Call(dr.CuMemPoolGetAttribute, d.Pool, attr, uintptr(unsafe.Pointer(&v))))
+	return int64(v), err
 }
 
 // Module is one compiled image and the extern "C" kernels to look up in it.
