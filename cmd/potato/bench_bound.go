@@ -2,13 +2,9 @@ package main
 
 import (
 	"context"
-	"fmt"
-	"io"
 	"math/rand/v2"
 	"time"
 
-	"github.com/potato-k3/potato-k3/cuda"
-	"github.com/potato-k3/potato-k3/internal/numtext"
 	"github.com/potato-k3/potato-k3/replay/checkpoint"
 	"github.com/potato-k3/potato-k3/replay/ops"
 )
@@ -122,8 +118,8 @@ func measureMatMul(l *loaded) (float64, error) {
 		return 0, err
 	}
 	defer b.Free(w)
-	product := func(x ops.Tensor, download bool) error {
-		y, err := b.MatMul(x, w)
+	product := func(in ops.Tensor, download bool) error {
+		y, err := b.MatMul(in, w)
 		if err != nil {
 			return err
 		}
@@ -199,17 +195,4 @@ func measureUpload(l *loaded) (float64, error) {
 		b.Free(w)
 	}
 	return best, nil
-}
-
-// printMemoryPeak prints the device memory the CUDA backend took at its most over the timed waves, by the
-// driver's counts (cuda.MemoryPeak), to set beside the plan line's device peak: nvidia-smi's peak counts
-// the freed blocks the backend's pool keeps, and read the whole 80 GB card where a plan counted 74.7 GB.
-func printMemoryPeak(w io.Writer, cb *cuda.Backend) error {
-	m, err := cb.MemoryPeak()
-	if err != nil {
-		return fmt.Errorf("device memory peak: %w", err)
-	}
-	fmt.Fprintf(w, "device memory over the timed waves: allocated at most %s (the pool's %s, and %s outside it: kept scratch, workspaces, modules and the context); the pool held up to %s of the device (freed blocks it keeps included, which nvidia-smi counts as used)\n",
-		numtext.Bytes(m.Allocated()), numtext.Bytes(m.PoolUsed), numtext.Bytes(m.Outside), numtext.Bytes(m.PoolReserved))
-	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/potato-k3/potato-k3/cuda"
 	"github.com/potato-k3/potato-k3/internal/numtext"
 	"github.com/potato-k3/potato-k3/replay"
 	"github.com/potato-k3/potato-k3/replay/ops"
@@ -125,4 +126,17 @@ func printDevices(w io.Writer, l *loaded) {
 		parts = append(parts, fmt.Sprintf("device %d: %s, %s, %.1f MB uploaded", d, numtext.Count(st.Sequences, "sequence"), numtext.Count(st.Tokens, "token"), float64(st.BytesRead())/1e6))
 	}
 	fmt.Fprintf(w, "over %d devices, the weights read once: %s\n", len(per), strings.Join(parts, "; "))
+}
+
+// printMemoryPeak prints the device memory the CUDA backend took at its most over the timed waves, by the
+// driver's counts (cuda.MemoryPeak), to set beside the plan line's device peak: nvidia-smi's peak counts
+// the freed blocks the backend's pool keeps, and read the whole 80 GB card where a plan counted 74.7 GB.
+func printMemoryPeak(w io.Writer, cb *cuda.Backend) error {
+	m, err := cb.MemoryPeak()
+	if err != nil {
+		return fmt.Errorf("device memory peak: %w", err)
+	}
+	fmt.Fprintf(w, "device memory over the timed waves: allocated at most %s (the pool's %s, and %s outside it: kept scratch, workspaces, modules and the context); the pool held up to %s of the device (freed blocks it keeps included, which nvidia-smi counts as used)\n",
+		numtext.Bytes(m.Allocated()), numtext.Bytes(m.PoolUsed), numtext.Bytes(m.Outside), numtext.Bytes(m.PoolReserved))
+	return nil
 }
