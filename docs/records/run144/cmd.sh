@@ -1,0 +1,1 @@
+OUT=$OUT DEADLINE=500 PLAN=docs/records/next/plan.txt bash scripts/gpu_variants.sh   # BINS="potato cuda.test" scripts/gpu_bundle.sh h=784ca61 s=main (0020e46); carry .dev/bundle.tar.xz; asked for nvidia-h200, given an H100
