@@ -8,18 +8,17 @@ package replay
 // expert inputs kept on the device and its experts held and fetched ahead of the router, as a sliced
 // layer's are: each chunk's call takes every slice's rows (H200, docs/records/run52-run54: 530-542 ms of
 // routed experts a layer against 630-637 slice by slice). The price is the stash on the device ((latent +
-// hidden) activations and a float32 latent accumulator a token), so the plan pools only where it reads
-// the weights as often as the sliced plan and keeps slices of at least sliceFloor tokens (or the slices
-// asked for).
+// hidden) activations and a float32 latent accumulator a token), so the plan pools only where it changes
+// nothing else: the same reads, the state on the device, slices of at least sliceFloor tokens (or the
+// slices asked for). In run 54 the whole wave ran as fast either way: the pooled layers' device still
+// idles before each expert call (docs/benchmarks.md, run 14), which is what to find next.
 //
-// Where the sliced plan keeps the state in host memory (a wave whose state does not fit the device beside
-// its slices), the pooled plan may too: an expert-major layer's last phase then brings each slice's
-// running sum to the device and back once more (model/moe_major.go phase 3, the blocks staying in host
-// memory), 4 x hidden bytes a token in BF16 precision, against the sliced layer's call a slice (run 135,
-// an H100 at 262,144 tokens in 5 slices: 35 calls and 681 ms of routed experts a kda+moe layer, against
-// about 500 in 7 pooled calls). A pooled plan never moves the state off the device where the sliced plan
-// keeps it there, and its slices are at least hostPoolFloor of the sliced plan's: each slice of a layer
-// costs its own crossings of the state.
+// Not where the state lives in host memory (measured, run 145: an H100 at 262,144 tokens with --slice-tokens
+// 65536, the state in host memory either way). Pooled there, the expert-major layer's last phase brings
+// each slice's running sum to the device and back once more, and the stash on the device leaves smaller
+// slices: 8 slices of 35,840 pooled against 5 of 58,368 a call a slice, kda+moe 1.523-1.555 s against 1.437,
+// mla+moe 1.400-1.407 s against 1.311. What would change that is the last phase folded into the next
+// layer's first sweep (the running sum then crossing once a layer), with the stash kept as bfloat16.
 
 import (
 	"fmt"
@@ -30,7 +29,7 @@ import (
 
 // planPooled is the pooled plan of lens, when it is to replace the sliced plan p (ok false: keep p).
 func (e *Engine) planPooled(lens []int, p WavePlan) (WavePlan, bool) {
-	if e.opts.NoExpertPooling || p.Slices < 2 || e.Plan.MoELayers() == 0 {
+	if e.opts.NoExpertPooling || p.Slices < 2 || p.HostState || e.Plan.MoELayers() == 0 {
 		return p, false
 	}
 	if _, ok := e.Model.Ops.(ops.RowJoiner); !ok {
@@ -38,34 +37,17 @@ func (e *Engine) planPooled(lens []int, p WavePlan) (WavePlan, bool) {
 	}
 	chunk := e.pooledChunk(p.WaveTokens)
 	q, err := e.planWith(lens, modePooled, chunk)
-	if err != nil || q.Waves != p.Waves || (q.HostState && !p.HostState) {
+	if err != nil || q.Waves != p.Waves || q.HostState {
 		return p, false
 	}
 	if q.Slices > 1 && q.SliceTokens < min(sliceFloor, q.WaveTokens) && e.opts.SliceTokens == 0 {
 		return p, false
 	}
-	if q.HostState && q.SliceTokens < p.SliceTokens/hostPoolFloor {
-		return p, false
-	}
-	note := fmt.Sprintf("MoE layers pooled: chunks of %d experts, each call over every slice's rows (pools of up to %s), "+
-		"the layer's experts held and fetched ahead of its router, expert inputs kept on the device",
+	q.Note = fmt.Sprintf("MoE layers pooled: chunks of %d experts, each call over every slice's rows (pools of up to %s), "+
+		"the layer's experts held and fetched ahead of its router, expert inputs kept on the device (--no-expert-pooling: a call a slice)",
 		chunk, numtext.Bytes(q.ExpertPool))
-	if q.HostState {
-		note += "; the running sums cross to the device and back once more a MoE layer (the state lives in host memory)"
-	}
-	note += " (--no-expert-pooling: a call a slice)"
-	if q.Note != "" { // what planWith said of the slices (--slice-tokens capped) stays
-		note = q.Note + "; " + note
-	}
-	q.Note = note
 	return q, true
 }
-
-// hostPoolFloor bounds how much smaller than the sliced plan's a pooled plan's slices may be where the
-// state lives in host memory: the pooled plan keeps the wave's expert inputs on the device, so its slices
-// are smaller, and each slice costs its own crossings of the state and fills the device less in the
-// token-mixing kernels (one block a sequence and head).
-const hostPoolFloor = 2
 
 // pooledCallPairs bounds the (row, expert) pairs of one pooled expert call when no chunk is given. The
 // host plans each call (its rows per expert, the combine's tables) while the device runs the call before:

@@ -12,10 +12,10 @@ import (
 	"github.com/potato-k3/potato-k3/replay/ops"
 )
 
-// TestPlanPooled: where a layer's experts fit the device beside a slice, the plan pools the MoE layers'
-// expert calls over every slice (expert-major, stash on the device, experts held and fetched ahead), with
-// the wave's state on the device or, where the budget puts it in host memory, there; it stays within its
-// device peak and gives the unsliced bits. --no-expert-pooling keeps a call a slice.
+// TestPlanPooled: where a layer's experts and the wave's state fit the device beside a slice, the plan
+// pools the MoE layers' expert calls over every slice (expert-major, stash on the device, experts held
+// and fetched ahead), stays within its device peak and gives the unsliced bits; --no-expert-pooling keeps
+// a call a slice, and a budget that puts the state in host memory keeps the layers sliced.
 func TestPlanPooled(t *testing.T) {
 	lens := []int{300, 41, 700, 5, 1000}
 	total := 0
@@ -31,14 +31,13 @@ func TestPlanPooled(t *testing.T) {
 	hostState := quarterStateBudget(probe, act+state, total)
 	calls := map[bool]int{}
 	for _, c := range []struct {
-		name                 string
-		noPool, pooled, host bool
-		budget               int64
+		name           string
+		noPool, pooled bool
+		budget         int64
 	}{
-		{"pooled", false, true, false, 0},
-		{"no pooling", true, false, false, 0},
-		{"state in host memory, pooled", false, true, true, hostState},
-		{"state in host memory, no pooling", true, false, true, hostState},
+		{"pooled", false, true, 0},
+		{"no pooling", true, false, 0},
+		{"state in host memory", false, false, hostState},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			cb := newCounting(ops.BF16)
@@ -52,9 +51,8 @@ func TestPlanPooled(t *testing.T) {
 			}
 			p := e.plan
 			if p.Waves != 1 || p.Slices < 2 || p.Pooled != c.pooled || p.ExpertMajor != c.pooled || p.StashOnDevice != c.pooled ||
-				strings.Contains(p.String(), "MoE layers pooled") != c.pooled || p.HostState != c.host ||
-				strings.Contains(p.String(), "cross to the device and back once more") != (c.pooled && c.host) {
-				t.Fatalf("plan %s: want one read in several slices, pooled %v, state in host memory %v", p, c.pooled, c.host)
+				strings.Contains(p.String(), "MoE layers pooled") != c.pooled {
+				t.Fatalf("plan %s: want one read in several slices, pooled %v", p, c.pooled)
 			}
 			if p.Pooled && p.WeightBytes != probe.weightPeak(true) {
 				t.Errorf("pooled plan holds %d bytes of weights, want every expert of a layer (%d)", p.WeightBytes, probe.weightPeak(true))
@@ -69,59 +67,12 @@ func TestPlanPooled(t *testing.T) {
 			if !reflect.DeepEqual(got, want) {
 				t.Errorf("%s: results differ from the unsliced wave (%s)", c.name, p)
 			}
-			if !c.host {
-				calls[c.pooled] = len(cb.expertRows)
-			}
+			calls[c.pooled] = len(cb.expertRows)
 			t.Logf("%s; %d expert calls; counted peak %.2f MB of %.2f planned", p, len(cb.expertRows), float64(cb.peak)/1e6, float64(p.DevicePeak-p.WeightBytes)/1e6)
 		})
 	}
 	if calls[true] >= calls[false] {
 		t.Errorf("pooled: %d expert calls, sliced %d: pooling should take fewer", calls[true], calls[false])
-	}
-}
-
-// TestPlanPooledHostState: over device budgets from one that keeps the wave's state on the device down
-// to the least that plans it in one read, a pooled plan keeps the state in host memory only where the
-// sliced plan (--no-expert-pooling) does too, in as many reads, with slices at least 1/hostPoolFloor of
-// the sliced plan's; and both outcomes occur where the state lives in host memory: pooled, and sliced
-// because the pooled plan's slices would be too small beside the stash.
-func TestPlanPooledHostState(t *testing.T) {
-	lens := []int{300, 41, 700, 5, 1000}
-	probe := openPreset(t, "tiny", 1, cpu.New(cpu.Options{}), EngineOptions{})
-	act, state, _ := probe.tokenBytes()
-	total := 2046
-	// twice what a sliced plan of 300-token slices holds with the state on the device: room for the
-	// pooled plan's stash too
-	top := 2 * (probe.weightPeak(true) + probe.carryBytes(1000, true) + 300*act + int64(total)*state)
-	seen := map[string]int{}
-	for budget := top; budget > top/8; budget -= top / 128 {
-		opts := EngineOptions{SliceTokens: 300, ExpertChunk: 3, DeviceMemory: budget, PrefetchExperts: -1}
-		p, err := openPreset(t, "tiny", 1, newCounting(ops.BF16), opts).PlanWave(lens)
-		if err != nil {
-			break // below what plans the wave at all
-		}
-		opts.NoExpertPooling = true
-		s, err := openPreset(t, "tiny", 1, newCounting(ops.BF16), opts).PlanWave(lens)
-		if err != nil {
-			t.Fatalf("budget %d: pooled %s, but the sliced plan fails: %v", budget, p, err)
-		}
-		if p.Pooled {
-			switch {
-			case p.HostState && !s.HostState:
-				t.Errorf("budget %d: pooled %s moves the state the sliced plan keeps on the device (%s)", budget, p, s)
-			case p.Waves != s.Waves:
-				t.Errorf("budget %d: pooled %s in %d reads, sliced %d", budget, p, p.Waves, s.Waves)
-			case p.HostState && p.SliceTokens < s.SliceTokens/hostPoolFloor:
-				t.Errorf("budget %d: pooled %s: slices of %d against the sliced plan's %d", budget, p, p.SliceTokens, s.SliceTokens)
-			}
-		}
-		seen[fmt.Sprintf("pooled %v, state in host memory %v", p.Pooled, p.HostState)]++
-	}
-	t.Logf("plans over the budgets: %v", seen)
-	for _, want := range []string{"pooled true, state in host memory false", "pooled true, state in host memory true", "pooled false, state in host memory true"} {
-		if seen[want] == 0 {
-			t.Errorf("no budget gave a plan %s (%v)", want, seen)
-		}
 	}
 }
 

@@ -42,25 +42,11 @@ func TestSliceInvariance(t *testing.T) {
 				whole := openPreset(t, c.preset, 1, cpu.New(cpu.Options{Precision: prec}), EngineOptions{})
 				want := runOne(t, whole, Request{Sequences: seqs, Options: o})
 				for i, n := range c.sizes {
-					for _, v := range []struct{ host, pooledHost bool }{{false, false}, {true, false}, {true, true}} {
-						host := v.host
+					for _, host := range []bool{false, true} {
 						// with the state on the device, every other size keeps the MoE layers slice by slice
-						// (the rest pool their expert calls: plan_pool.go); with it in host memory the slices'
-						// budget keeps them slice by slice, and a budget with room for the pooled stash
-						// beside host state pools them (pooledHostBudget)
-						eo := EngineOptions{SliceTokens: n, NoExpertPooling: i%2 == 1 || (host && !v.pooledHost)}
-						if v.pooledHost {
-							// the small preset's wave has no such budget: its expert inputs take more than its
-							// state, so where they fit the device beside a slice so does the state
-							if c.preset != "tiny" || i%2 == 1 {
-								continue
-							}
-							eo.DeviceMemory = pooledHostBudget(t, func(budget int64) *Engine {
-								o := eo
-								o.DeviceMemory = budget
-								return openPreset(t, c.preset, 1, cpu.New(cpu.Options{Precision: prec}), o)
-							}, slicedDevice(t, c.preset, n))
-						} else if host { // a device budget too small for the wave's state: it goes to host memory
+						// (the rest pool their expert calls: plan_pool.go); with it in host memory they are
+						eo := EngineOptions{SliceTokens: n, NoExpertPooling: i%2 == 1}
+						if host { // a device budget too small for the wave's state: it goes to host memory
 							eo.DeviceMemory = slicedDevice(t, c.preset, n)
 						}
 						var plan string
@@ -70,7 +56,7 @@ func TestSliceInvariance(t *testing.T) {
 						if host != strings.Contains(plan, "in host memory") {
 							t.Fatalf("slices of %d, host state %v: plan %q", n, host, plan)
 						}
-						if pooled := (!host || v.pooledHost) && !eo.NoExpertPooling && e.plan.Slices > 1; pooled != e.plan.Pooled {
+						if pooled := !host && !eo.NoExpertPooling && e.plan.Slices > 1; pooled != e.plan.Pooled {
 							t.Fatalf("slices of %d, host state %v: plan %q: want MoE layers pooled %v", n, host, plan, pooled)
 						}
 						if !reflect.DeepEqual(got, want) {
@@ -81,21 +67,6 @@ func TestSliceInvariance(t *testing.T) {
 			})
 		}
 	}
-}
-
-// pooledHostBudget is a device budget, from twice least down to least, under which engine(budget) plans
-// the test wave (sliceSeqLens) pooled with the state in host memory (plan_pool.go): room for the wave's
-// expert inputs on the device and not for its state. The plans are made, not run.
-func pooledHostBudget(t *testing.T, engine func(budget int64) *Engine, least int64) int64 {
-	t.Helper()
-	for budget := 2 * least; budget >= least; budget -= least / 64 {
-		p, err := engine(budget).PlanWave(sliceSeqLens)
-		if err == nil && p.Pooled && p.HostState && p.Waves == 1 {
-			return budget
-		}
-	}
-	t.Fatalf("no device budget from %d to %d bytes plans the test wave pooled with the state in host memory", 2*least, least)
-	return 0
 }
 
 // slicedDevice is a device budget that holds the weights and a slice of n tokens but not the state of the
