@@ -1,0 +1,1 @@
+OUT=$OUT DEADLINE=540 PLAN=docs/records/next/plan.txt bash scripts/gpu_variants.sh   # BINS="potato replay.test" scripts/gpu_bundle.sh s=. at b1c78a1 (its working tree); carry .dev/bundle.tar.xz; kind nvidia-h100-x1
