@@ -65,18 +65,24 @@ func (b *Backend) run(op string, fn func(c *opCtx) error) error {
 		c := &opCtx{b: b, op: op}
 		t0 := time.Now()
 		first := len(b.prof.recs) // the op's first record, where its host gap goes
+		var memBefore int64
 		if b.prof.timesOps() {
 			var err error
+			if memBefore, err = b.prof.memStart(b.dv); err != nil {
+				return fmt.Errorf("op profile: %w", err)
+			}
 			if c.profStart, err = b.prof.begin(b.drv, b.dv.Stream); err != nil {
 				return fmt.Errorf("op profile: %w", err)
 			}
 		}
 		err := fn(c)
 		if c.profStart != 0 { // before the Sync below: the op's own work, not the wait for it
-			if perr := b.prof.end(b.drv, b.dv.Stream, c.profStart, c.key()); perr != nil {
+			memHigh, merr := b.prof.memEnd(b.dv) // before the temporaries go, below
+			if perr := errors.Join(merr, b.prof.end(b.drv, b.dv.Stream, c.profStart, c.key())); perr != nil {
 				err = errors.Join(err, fmt.Errorf("op profile: %w", perr))
 			} else {
-				b.prof.recs[len(b.prof.recs)-1].host = time.Since(t0)
+				last := &b.prof.recs[len(b.prof.recs)-1]
+				last.memBefore, last.memHigh, last.host = memBefore, memHigh, time.Since(t0)
 				if !b.prof.lastReturn.IsZero() && first < len(b.prof.recs) {
 					b.prof.recs[first].hostGap = t0.Sub(b.prof.lastReturn)
 				}

@@ -31,6 +31,7 @@ func (b *Backend) MemoryPeak() (MemoryPeak, error) {
 		if m.PoolUsed, m.PoolReserved, err = b.dv.PoolHigh(); err != nil {
 			return err
 		}
+		m.PoolUsed = max(m.PoolUsed, b.prof.memSeen) // the op profile restarts the mark at every op
 		reserved, err := b.dv.PoolReserved()
 		m.Outside = max(total-free-reserved, 0)
 		return err
@@ -40,5 +41,8 @@ func (b *Backend) MemoryPeak() (MemoryPeak, error) {
 
 // ResetMemoryPeak starts MemoryPeak's high-water marks again from what is held now.
 func (b *Backend) ResetMemoryPeak() error {
-	return b.ex.Do(b.dv.ResetPoolHigh)
+	return b.ex.Do(func() error {
+		b.prof.memSeen = 0
+		return b.dv.ResetPoolHigh()
+	})
 }

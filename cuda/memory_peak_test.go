@@ -1,6 +1,10 @@
 package cuda
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/potato-k3/potato-k3/replay/ops"
+)
 
 // MemoryPeak's pool mark rises by at least a tensor allocated and freed since the reset, holds after the
 // free, and starts again from what is held at the next reset; Allocated counts what is outside the pool.
@@ -48,4 +52,67 @@ func TestMemoryPeak(t *testing.T) {
 		t.Errorf("after the reset: pool used %d, want below the %d before it (the tensor is freed)", reset.PoolUsed, after.PoolUsed)
 	}
 	t.Logf("before %+v, after a %d-byte tensor %+v, reset %+v", before, n, after, reset)
+}
+
+// With ops timed (ProfileOps), each op reports the most the pool had allocated during it and what it
+// added: a Zeros of a 128 MiB tensor adds at least the tensor, and holds the 64 MiB tensor made before
+// it besides; MemoryPeak still reports the most over the ops, whose calls restart the pool's mark.
+func TestOpMemory(t *testing.T) {
+	b := testBackend(t, Options{})
+	if !b.async {
+		t.Skip("no stream-ordered pool on this device: the ops' memory is not measured")
+	}
+	if err := b.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.ResetMemoryPeak(); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.ProfileOps(true); err != nil {
+		t.Fatal(err)
+	}
+	const rows, cols = 4096, 8192 // 128 MiB of float32
+	small, err := b.Zeros(rows/2, cols)
+	if err != nil {
+		t.Fatal(err)
+	}
+	big, err := b.Zeros(rows, cols)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Free(big)
+	b.Free(small)
+	if err := b.ProfileMark("zeros"); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.ProfileOps(false); err != nil {
+		t.Fatal(err)
+	}
+	spans, err := b.OpProfile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var zeros *ops.OpTime
+	for i := range spans {
+		for j := range spans[i].Ops {
+			if spans[i].Ops[j].Op == "Zeros" {
+				zeros = &spans[i].Ops[j]
+			}
+		}
+	}
+	const n = 4 * rows * cols
+	switch {
+	case zeros == nil:
+		t.Fatalf("no Zeros in the profile: %+v", spans)
+	case zeros.Calls != 2 || zeros.MemOwn < n || zeros.MemHigh < n+n/2:
+		t.Errorf("Zeros: %+v: want 2 calls, one adding at least %d bytes beside the %d made before it", *zeros, n, n/2)
+	}
+	peak, err := b.MemoryPeak()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if peak.PoolUsed < zeros.MemHigh {
+		t.Errorf("MemoryPeak %+v: below the op profile's %d", peak, zeros.MemHigh)
+	}
+	t.Logf("Zeros %+v; MemoryPeak %+v", *zeros, peak)
 }

@@ -30,6 +30,9 @@ type opProfile struct {
 	events device.EventPool // the timing events (flags 0)
 	// lastReturn is when the last timed op's closure returned: the next op's hostGap starts there
 	lastReturn time.Time
+	// memSeen is the most the pool had allocated before the op profile last reset its high-water mark
+	// (memStart): MemoryPeak's answer is the larger of it and the mark
+	memSeen int64
 }
 
 // opRec is one timed op: its key, its two events on the compute stream and its span.
@@ -39,6 +42,37 @@ type opRec struct {
 	span       int
 	host       time.Duration // the op's host time (Backend.run), on its last record
 	hostGap    time.Duration // the host's time outside ops before it (since the last op returned), on its first
+	// memBefore and memHigh, on its last record: what the pool had allocated when the op began and the
+	// most it had during the op (memStart, memEnd); memHigh 0: not measured
+	memBefore, memHigh int64
+}
+
+// memStart begins an op's memory count: it reads what the pool has allocated now and restarts the
+// pool's high-water mark there, first keeping the mark so far in memSeen for MemoryPeak. The pool counts
+// an allocation when the host makes it, so the mark read by memEnd after the op's closure holds the op's
+// outputs and temporaries beside what was held before. Without a pool it reports nothing (0, 0).
+func (p *opProfile) memStart(dv *device.Device) (before int64, err error) {
+	if dv.Pool == 0 {
+		return 0, nil
+	}
+	high, _, err := dv.PoolHigh()
+	if err != nil {
+		return 0, err
+	}
+	p.memSeen = max(p.memSeen, high)
+	if before, err = dv.PoolUsed(); err != nil {
+		return 0, err
+	}
+	return before, dv.ResetPoolHigh()
+}
+
+// memEnd reads the most the pool had allocated since memStart (0 without a pool).
+func (p *opProfile) memEnd(dv *device.Device) (int64, error) {
+	if dv.Pool == 0 {
+		return 0, nil
+	}
+	high, _, err := dv.PoolHigh()
+	return high, err
 }
 
 // profiling reports whether op timing is on: an op computes its detail (opCtx.detail) only then.
@@ -232,6 +266,10 @@ func (p *opProfile) collect(d *bind.Driver) ([]ops.OpSpan, error) {
 		s.Ops[k].IdleBefore += max(float64(idle), 0) / 1e3
 		s.Ops[k].Host += r.host.Seconds()
 		s.Ops[k].HostGap += r.hostGap.Seconds()
+		if r.memHigh > 0 {
+			s.Ops[k].MemHigh = max(s.Ops[k].MemHigh, r.memHigh)
+			s.Ops[k].MemOwn = max(s.Ops[k].MemOwn, r.memHigh-r.memBefore)
+		}
 		s.Seconds += float64(ms) / 1e3
 	}
 	for i := range spans {

@@ -155,6 +155,8 @@ func printOpProfile(w io.Writer, which string, kinds []string, wall []float64, o
 			t.IdleBefore += o.IdleBefore
 			t.Host += o.Host
 			t.HostGap += o.HostGap
+			t.MemHigh = max(t.MemHigh, o.MemHigh)
+			t.MemOwn = max(t.MemOwn, o.MemOwn)
 			g.opSecs += o.Seconds
 		}
 	}
@@ -262,6 +264,7 @@ func printProfileGroup(w io.Writer, g *profileGroup) error {
 	for _, t := range rows {
 		fmt.Fprintf(&b, "  %-*s %8d %12.3f %6.1f %12.3f %10.3f %14.3f\n", width, t.Op, t.Calls, 1e3*t.Seconds, percent(t.Seconds, g.opSecs), 1e3*t.IdleBefore, 1e3*t.Host, 1e3*t.HostGap)
 	}
+	writeOpMemory(&b, g.ordered)
 	if len(folded) > 0 { // largest first, so that "other"'s idle time has names
 		slices.SortFunc(folded, func(x, y ops.OpTime) int { return cmp.Compare(y.IdleBefore, x.IdleBefore) })
 		b.WriteString("  idle before ops under other:")
@@ -276,6 +279,46 @@ func printProfileGroup(w io.Writer, g *profileGroup) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// opMemoryTop is how many ops the memory line names by what they took of their own.
+const opMemoryTop = 4
+
+// writeOpMemory writes a kind's device-memory line where the backend measured it (ops.OpTime.MemHigh):
+// the op at whose call the backend's allocations were at their most, and the ops whose calls added the
+// most beyond what was held before them (their outputs and temporaries): where a plan's device count
+// for the kind can be checked against what runs.
+func writeOpMemory(b *strings.Builder, ts []ops.OpTime) {
+	var top ops.OpTime
+	var own []ops.OpTime
+	for _, t := range ts {
+		if t.MemHigh > top.MemHigh {
+			top = t
+		}
+		if t.MemOwn > 0 {
+			own = append(own, t)
+		}
+	}
+	if top.MemHigh == 0 {
+		return
+	}
+	fmt.Fprintf(b, "  device memory in these ops: at most %s allocated, in %s (%s of it its own at most)",
+		numtext.Bytes(top.MemHigh), top.Op, numtext.Bytes(top.MemOwn))
+	slices.SortFunc(own, func(x, y ops.OpTime) int {
+		if c := cmp.Compare(y.MemOwn, x.MemOwn); c != 0 {
+			return c
+		}
+		return cmp.Compare(x.Op, y.Op)
+	})
+	b.WriteString("; the most an op's call took of its own:")
+	for i, t := range own[:min(len(own), opMemoryTop)] {
+		sep := ","
+		if i == 0 {
+			sep = ""
+		}
+		fmt.Fprintf(b, "%s %s %s", sep, t.Op, numtext.Bytes(t.MemOwn))
+	}
+	b.WriteString("\n")
 }
 
 // percent is 100 part / whole, 0 for an empty whole.

@@ -105,6 +105,26 @@ func TestPrintOpProfile(t *testing.T) {
 			},
 		},
 		{
+			// the most allocated across the kind's layers is the larger call's of two spans; an op's own is
+			// its largest call's, named largest first, ties by name
+			name:  "device memory",
+			kinds: []string{"kda+moe", "kda+moe"},
+			wall:  []float64{0.5, 0.5},
+			spans: []ops.OpSpan{
+				span("0", ops.OpTime{Op: "KDA", Calls: 1, Seconds: 0.1, MemHigh: 30e9, MemOwn: 2e9},
+					ops.OpTime{Op: "SiTUFFN 6144x7168", Calls: 1, Seconds: 0.1, MemHigh: 31e9, MemOwn: 3e9}),
+				span("1", ops.OpTime{Op: "KDA", Calls: 1, Seconds: 0.1, MemHigh: 29e9, MemOwn: 4e9},
+					ops.OpTime{Op: "SiTUFFN 6144x7168", Calls: 1, Seconds: 0.1, MemHigh: 33e9, MemOwn: 1e9},
+					ops.OpTime{Op: "Add", Calls: 1, Seconds: 0.01, MemHigh: 28e9, MemOwn: 1e9},
+					ops.OpTime{Op: "Free", Calls: 1, Seconds: 0.001, MemHigh: 27e9}),
+			},
+			want: []string{
+				"device memory in these ops: at most 33.0 GB allocated, in SiTUFFN 6144x7168 (3.0 GB of it its own at most); " +
+					"the most an op's call took of its own: KDA 4.0 GB, SiTUFFN 6144x7168 3.0 GB, Add 1.0 GB",
+			},
+			notWant: []string{"Free 0"},
+		},
+		{
 			name:  "top 15 and other",
 			kinds: []string{"mla+moe"},
 			wall:  []float64{0.2},

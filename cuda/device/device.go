@@ -94,6 +94,11 @@ func (d *Device) PoolIdle() (int64, error) {
 	return reserved - min(used, reserved), nil
 }
 
+// PoolUsed is the memory the pool has allocated now (0 without a pool).
+func (d *Device) PoolUsed() (int64, error) {
+	return d.poolAttr(bind.MempoolAttrUsedMemCurrent, "used")
+}
+
 // PoolHigh is the pool's high-water marks since ResetPoolHigh (or the pool's creation): the most it had
 // allocated (used) and the most it held from the device (reserved, freed blocks it keeps included).
 // Zeros without a pool.

@@ -72,4 +72,10 @@ type OpTime struct {
 	// before each to the call (the caller's own work between ops; 0 where not measured). Beside
 	// IdleBefore it tells a device waiting for the caller from one waiting for an op that returned late.
 	HostGap float64
+	// MemHigh is the most device memory the backend had allocated during any of the calls, in bytes (0
+	// where not measured): what was held before the call, its outputs and its temporaries.
+	MemHigh int64
+	// MemOwn is the most any one call added to what the backend had allocated when it began, in bytes (0
+	// where not measured): its outputs and temporaries alone.
+	MemOwn int64
 }
