@@ -1,0 +1,1 @@
+OUT=$OUT DEADLINE=420 PLAN=docs/records/next/plan.txt bash scripts/gpu_variants.sh   # BINS="potato cuda.test" scripts/gpu_bundle.sh s=. at 3b3f46e (its working tree); carry .dev/bundle.tar.xz; kind nvidia-h100-x1
