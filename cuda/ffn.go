@@ -59,6 +59,33 @@ func ffnBlock(n, most int) int {
 	return min(most, ((n+blocks-1)/blocks+63)&^63)
 }
 
+var _ ops.SiTUFFNScratch = (*Backend)(nil)
+
+// SiTUFFNScratchBytes implements ops.SiTUFFNScratch: where every call with these widths runs fused (BF16
+// precision on cuBLASLt, bfloat16 weights as the checkpoint's manifest has them, pinned algorithms for
+// both shapes: ffnFusable's conditions that do not depend on the call's tensors), a call holds at most one
+// block's scratch beside x and its output: x's bfloat16 rows, the float32 gate and up outputs and the
+// bfloat16 SiTU output, and SiTU's tables. Elsewhere ok is false: the unfused ops hold every row's.
+func (b *Backend) SiTUFFNScratchBytes(hidden, ffn int) (int64, bool) {
+	if b.bf != 1 || b.opts.NoTensorCores || b.lt == nil || hidden <= 0 || ffn <= 0 || ffn%8 != 0 {
+		return 0, false
+	}
+	var gu, dn *ltShape
+	err := b.ex.Do(func() error {
+		var err error
+		if gu, err = b.lt.shape(ffn, hidden); err != nil {
+			return err
+		}
+		dn, err = b.lt.shape(hidden, ffn)
+		return err
+	})
+	if err != nil || !gu.ok || !dn.ok || dn.ldb != ffn {
+		return 0, false
+	}
+	block := int64(ffnBlockRows(ffn, b.ffnRows))
+	return block*(2*int64(gu.ldb)+(4+4+2)*int64(ffn)) + 4*2*65536, true
+}
+
 // SiTUFFN implements ops.SiTUFFN: MatMul(SiTUGLU(MatMul(x, gate), MatMul(x, up), beta, linBeta), down),
 // fused as above where it can be, else those ops one after another.
 func (b *Backend) SiTUFFN(x, gate, up, down ops.Tensor, beta, linBeta float32) (ops.Tensor, error) {

@@ -304,3 +304,62 @@ func logFFNProfile(t *testing.T, b *Backend, name string, x ops.Tensor, w ffnWei
 		t.Errorf("the fused call's profile: %v, want [%s] (and Free)", keys, want)
 	}
 }
+
+// TestSiTUFFNScratch: where SiTUFFNScratchBytes says a call's scratch is bounded, a fused call at K3's
+// dense width over more rows than one block (the plan's count of ops.SiTUFFNScratch) adds at most its
+// output and that scratch to the pool (the op profile's memory, ops.OpTime.MemOwn); and FP32 precision,
+// whose calls run the unfused ops, says it is not bounded.
+func TestSiTUFFNScratch(t *testing.T) {
+	b := newLtBackend(t, false)
+	if !b.async {
+		t.Skip("no stream-ordered pool on this device: the op's memory is not measured")
+	}
+	const hidden, ffn = 7168, 33792
+	scratch, ok := b.SiTUFFNScratchBytes(hidden, ffn)
+	if !ok {
+		t.Fatalf("SiTUFFNScratchBytes(%d, %d) not bounded on cuBLASLt in BF16 precision", hidden, ffn)
+	}
+	rng := rand.New(rand.NewPCG(7, 8))
+	w := newFFNWeights(t, b, rng, ffn, hidden)
+	n := ffnBlockRows(ffn, 0) + 1000 // two blocks
+	x, err := b.FromHost(n, hidden, fastFill(rng, n*hidden, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Free(x)
+	if why := ffnPath(t, b, x, w); why != "" {
+		t.Fatalf("runs unfused: %s", why)
+	}
+	if err := b.ProfileOps(true); err != nil {
+		t.Fatal(err)
+	}
+	y, err := b.SiTUFFN(x, w.gate, w.up, w.down, 4, 25)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Free(y)
+	if err := b.ProfileOps(false); err != nil {
+		t.Fatal(err)
+	}
+	spans, err := b.OpProfile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var own int64
+	for _, s := range spans {
+		for _, o := range s.Ops {
+			if strings.HasPrefix(o.Op, "SiTUFFN") {
+				own = max(own, o.MemOwn)
+			}
+		}
+	}
+	out := int64(4 * n * hidden)
+	if own == 0 || own > out+scratch {
+		t.Errorf("SiTUFFN over %d rows took %d bytes of its own: want some, at most its output %d and the declared scratch %d", n, own, out, scratch)
+	}
+	t.Logf("SiTUFFN %d rows x %d x %d: %d bytes of its own, output %d + scratch %d", n, ffn, hidden, own, out, scratch)
+	fp32 := testBackend(t, Options{Precision: ops.FP32})
+	if _, ok := fp32.SiTUFFNScratchBytes(hidden, ffn); ok {
+		t.Error("FP32 precision says its SiTUFFN scratch is bounded: its calls run the unfused ops")
+	}
+}

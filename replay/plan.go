@@ -223,6 +223,8 @@ func (e *Engine) planWith(lens []int, mode layerMode, chunk int) (WavePlan, erro
 	stateBudget := p.HostBudget - reserve
 	act, state, hostState := e.tokenBytes()
 	carry := e.carryBytes(p.Longest, p.Sliceable)
+	ffn, _ := e.ffnScratch() // the FFNs' row blocks, counted once a slice where act leaves them out
+	carry += ffn
 	if _, perRow, ok := e.prefixBytes(p.Longest); ok && p.Sliceable {
 		act += perRow // a slice's rows joined after a carried prefix's keys, and the state between its parts
 	}

@@ -19,7 +19,38 @@ func (e *Engine) tokenBytes() (act, state, hostState int64) {
 		hostEB = 4
 	}
 	v := e.Plan.StateValuesPerToken()
-	return e.Plan.SliceValuesPerToken()*eb + e.expertScratch(), 4 * v, hostEB * v
+	_, bounded := e.ffnScratch()
+	return e.Plan.SliceValuesPerTokenFFN(bounded)*eb + e.expertScratch(), 4 * v, hostEB * v
+}
+
+// ffnScratch is what the backend's SiTUFFN calls hold beyond their input and output whatever a slice's
+// rows (ops.SiTUFFNScratch), the most over the model's FFN widths (the dense FFN's, the shared experts'),
+// and whether every width is bounded so; where one is not, the plan counts the FFNs' intermediates a row
+// (model.Plan.SliceValuesPerTokenFFN) and this is 0.
+func (e *Engine) ffnScratch() (bytes int64, bounded bool) {
+	if _, ok := e.Model.Ops.(ops.SiTUFFN); !ok {
+		return 0, false
+	}
+	s, ok := e.Model.Ops.(ops.SiTUFFNScratch)
+	if !ok {
+		return 0, false
+	}
+	d := e.Model.Dims
+	var widths []int
+	if e.Plan.Count(model.KDA, model.Dense)+e.Plan.Count(model.MLA, model.Dense) > 0 {
+		widths = append(widths, d.DenseFFN)
+	}
+	if e.Plan.MoELayers() > 0 {
+		widths = append(widths, d.SharedWidth)
+	}
+	for _, w := range widths {
+		n, ok := s.SiTUFFNScratchBytes(d.Hidden, w)
+		if !ok {
+			return 0, false
+		}
+		bytes = max(bytes, n)
+	}
+	return bytes, true
 }
 
 // prefetchBytes is what a token's state takes on the device on its way in from host memory, beside the

@@ -92,8 +92,17 @@ func (p *Plan) WidestActivation() int {
 // intermediates of its attention or FFN alive together (each is freed once the next step has read it).
 // Bounding a slice's rows by it bounds the activations; the engine's plan multiplies it by the backend's
 // bytes a value and adds the routed experts' scratch (ops.ExpertScratch) for MoE layers.
-func (p *Plan) SliceValuesPerToken() int64 {
+func (p *Plan) SliceValuesPerToken() int64 { return p.SliceValuesPerTokenFFN(false) }
+
+// SliceValuesPerTokenFFN is SliceValuesPerToken where the SiTU-GLU FFNs (the dense FFN and the shared
+// experts) hold a scratch that does not grow with the rows when boundedFFN is set (ops.SiTUFFNScratch,
+// counted apart): their gate, up and SiTU outputs are then not a row's values.
+func (p *Plan) SliceValuesPerTokenFFN(boundedFFN bool) int64 {
 	d := p.Dims()
+	denseMid, sharedMid := 3*int64(d.DenseFFN), 3*int64(d.SharedWidth)
+	if boundedFFN {
+		denseMid, sharedMid = 0, 0
+	}
 	h := int64(d.Hidden)
 	in := 3 * h // the mix output, the normed input and the sublayer's output
 	// KDA: a projection and its convolution, then the delta rule's four inputs and output (5 widths), one
@@ -101,10 +110,10 @@ func (p *Plan) SliceValuesPerToken() int64 {
 	kda := in + 6*int64(d.KDAWidth) + int64(d.KDAHeadDim) + int64(d.KDAHeads)
 	mla := in + 2*int64(d.QLora) + int64(d.MLAHeads*(d.QKNope+d.QKShared)) + int64(2*d.KVLora+2*d.QKShared) +
 		int64(d.MLAHeads*(d.QKNope+d.VHead)) + 3*int64(d.MLAHeads*d.VHead)
-	dense := in + 3*int64(d.DenseFFN)
+	dense := in + denseMid
 	// MoE: the shared experts' three widths and output, z, the accumulator, the sum and its norm, the up
 	// projection; the routed experts' own scratch is the backend's (ops.ExpertScratch), planned apart
-	moe := in + 3*int64(d.SharedWidth) + h + 4*int64(d.Latent) + 2*h
+	moe := in + sharedMid + h + 4*int64(d.Latent) + 2*h
 	var most int64
 	for _, l := range p.Layers {
 		a := kda
