@@ -330,21 +330,13 @@ func TestSiTUFFNScratch(t *testing.T) {
 	if why := ffnPath(t, b, x, w); why != "" {
 		t.Fatalf("runs unfused: %s", why)
 	}
-	if err := b.ProfileOps(true); err != nil {
-		t.Fatal(err)
-	}
-	y, err := b.SiTUFFN(x, w.gate, w.up, w.down, 4, 25)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b.Free(y)
-	if err := b.ProfileOps(false); err != nil {
-		t.Fatal(err)
-	}
-	spans, err := b.OpProfile()
-	if err != nil {
-		t.Fatal(err)
-	}
+	spans := profiled(t, b, func() {
+		y, err := b.SiTUFFN(x, w.gate, w.up, w.down, 4, 25)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.Free(y)
+	})
 	var own int64
 	for _, s := range spans {
 		for _, o := range s.Ops {

@@ -68,30 +68,19 @@ func TestOpMemory(t *testing.T) {
 	if err := b.ResetMemoryPeak(); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.ProfileOps(true); err != nil {
-		t.Fatal(err)
-	}
 	const rows, cols = 4096, 8192 // 128 MiB of float32
-	small, err := b.Zeros(rows/2, cols)
-	if err != nil {
-		t.Fatal(err)
-	}
-	big, err := b.Zeros(rows, cols)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b.Free(big)
-	b.Free(small)
-	if err := b.ProfileMark("zeros"); err != nil {
-		t.Fatal(err)
-	}
-	if err := b.ProfileOps(false); err != nil {
-		t.Fatal(err)
-	}
-	spans, err := b.OpProfile()
-	if err != nil {
-		t.Fatal(err)
-	}
+	spans := profiled(t, b, func() {
+		small, err := b.Zeros(rows/2, cols)
+		if err != nil {
+			t.Fatal(err)
+		}
+		big, err := b.Zeros(rows, cols)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.Free(big)
+		b.Free(small)
+	})
 	var zeros *ops.OpTime
 	for i := range spans {
 		for j := range spans[i].Ops {
@@ -115,4 +104,21 @@ func TestOpMemory(t *testing.T) {
 		t.Errorf("MemoryPeak %+v: below the op profile's %d", peak, zeros.MemHigh)
 	}
 	t.Logf("Zeros %+v; MemoryPeak %+v", *zeros, peak)
+}
+
+// profiled runs fn with every op timed (ProfileOps) and returns the op profile.
+func profiled(t *testing.T, b *Backend, fn func()) []ops.OpSpan {
+	t.Helper()
+	if err := b.ProfileOps(true); err != nil {
+		t.Fatal(err)
+	}
+	fn()
+	if err := b.ProfileOps(false); err != nil {
+		t.Fatal(err)
+	}
+	spans, err := b.OpProfile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return spans
 }
