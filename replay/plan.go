@@ -207,7 +207,40 @@ const (
 )
 
 // planWith plans lens with the layers run as mode says and chunk routed experts at once (0: all chosen).
+// Where the backend bounds its FFNs' scratch (ffnScratch) both counts of it are upper bounds: a row's
+// intermediates, or one block of rows once a slice (larger where slices are small: a 24 GB card's
+// 10,240-token slices against K3's 1.4 GB block of the dense FFN); the plan is the better of the two.
 func (e *Engine) planWith(lens []int, mode layerMode, chunk int) (WavePlan, error) {
+	p, err := e.planWithFFN(lens, mode, chunk, false)
+	if _, ok := e.ffnScratch(); !ok {
+		return p, err
+	}
+	q, qerr := e.planWithFFN(lens, mode, chunk, true)
+	switch {
+	case qerr != nil:
+		return p, err
+	case err != nil || betterPlan(q, p):
+		return q, nil
+	}
+	return p, nil
+}
+
+// betterPlan says whether plan q does better than p: fewer reads of the weights, then larger slices,
+// then the state on the device, then a smaller device peak.
+func betterPlan(q, p WavePlan) bool {
+	switch {
+	case q.Waves != p.Waves:
+		return q.Waves < p.Waves
+	case q.SliceTokens != p.SliceTokens:
+		return q.SliceTokens > p.SliceTokens
+	case q.HostState != p.HostState:
+		return !q.HostState
+	}
+	return q.DevicePeak < p.DevicePeak
+}
+
+// planWithFFN is planWith with the FFNs' scratch counted a row (boundedFFN false) or once a slice.
+func (e *Engine) planWithFFN(lens []int, mode layerMode, chunk int, boundedFFN bool) (WavePlan, error) {
 	p := WavePlan{Sequences: len(lens), DeviceBudget: e.deviceBudget(), HostBudget: e.hostBudget(),
 		Sliceable: mode != modeWhole, ExpertMajor: mode == modeMajor || mode == modeMajorDevice || mode == modePooled,
 		StashOnDevice: mode == modeMajorDevice || mode == modePooled, Pooled: mode == modePooled, ExpertChunk: chunk,
@@ -221,10 +254,12 @@ func (e *Engine) planWith(lens []int, mode layerMode, chunk int) (WavePlan, erro
 	// beyond it).
 	reserve := min(e.hostReadBuffers(), p.HostBudget)
 	stateBudget := p.HostBudget - reserve
-	act, state, hostState := e.tokenBytes()
+	act, state, hostState := e.tokenBytesFFN(boundedFFN)
 	carry := e.carryBytes(p.Longest, p.Sliceable)
-	ffn, _ := e.ffnScratch() // the FFNs' row blocks, counted once a slice where act leaves them out
-	carry += ffn
+	if boundedFFN { // the FFNs' row blocks, counted once a slice where act leaves them out
+		ffn, _ := e.ffnScratch()
+		carry += ffn
+	}
 	if _, perRow, ok := e.prefixBytes(p.Longest); ok && p.Sliceable {
 		act += perRow // a slice's rows joined after a carried prefix's keys, and the state between its parts
 	}

@@ -11,16 +11,22 @@ import (
 
 // tokenBytes are the bytes a token of a wave takes: on the device in a slice's activations (act), in
 // the per-token state on the device (float32 tensors on every backend) and in host memory (bfloat16
-// values, float32 in FP32 precision).
-func (e *Engine) tokenBytes() (act, state, hostState int64) {
+// values, float32 in FP32 precision); the FFNs' intermediates counted a row (tokenBytesFFN).
+func (e *Engine) tokenBytes() (act, state, hostState int64) { return e.tokenBytesFFN(false) }
+
+// tokenBytesFFN is tokenBytes with the FFNs' intermediates left out of a row's activations when
+// boundedFFN is set and the backend bounds them (ffnScratch: then counted once a slice instead).
+func (e *Engine) tokenBytesFFN(boundedFFN bool) (act, state, hostState int64) {
 	eb := e.Model.ActivationBytes()
 	hostEB := int64(2)
 	if e.Model.Ops.Precision() == ops.FP32 {
 		hostEB = 4
 	}
 	v := e.Plan.StateValuesPerToken()
-	_, bounded := e.ffnScratch()
-	return e.Plan.SliceValuesPerTokenFFN(bounded)*eb + e.expertScratch(), 4 * v, hostEB * v
+	if boundedFFN {
+		_, boundedFFN = e.ffnScratch()
+	}
+	return e.Plan.SliceValuesPerTokenFFN(boundedFFN)*eb + e.expertScratch(), 4 * v, hostEB * v
 }
 
 // ffnScratch is what the backend's SiTUFFN calls hold beyond their input and output whatever a slice's
