@@ -89,7 +89,7 @@ func benchTo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	f.mem.register(fs)
 	fs.BoolVar(&f.planOnly, "plan-only", false, "print each wave size's plan (reads, slices, where the state lives, device peak) and stop, without computing")
 	fs.BoolVar(&f.directIO, "direct-io", false, "read the checkpoint with O_DIRECT, bypassing the page cache (from the disk itself)")
-	fs.BoolVar(&f.opProfile, "op-profile", false, "print, per layer kind, each op's calls and device time (MatMul by weight shape) against the layers' wall time, from the median run (cuda backend only; the ops are timed with CUDA events; without it the device timeline the cuda backend always prints times only the layers' ends)")
+	fs.BoolVar(&f.opProfile, "op-profile", false, "print, per layer kind, each op's calls and device time (MatMul by weight shape) against the layers' wall time, and where its device memory peaks (the op at whose call the most was allocated, the ops that took the most of their own), from the median run (cuda backend only; the ops are timed with CUDA events; without it the device timeline the cuda backend always prints times only the layers' ends)")
 	fs.IntVar(&f.maxWave, "max-wave-tokens", server.DefaultLimits.MaxWaveTokens, "largest wave size --tokens may give (as potato replay and serve); a larger one is refused before anything is built")
 	if err := parseFlags(fs, args, stdout); err != nil {
 		return err
