@@ -48,14 +48,15 @@ type opRec struct {
 }
 
 // memStart begins an op's memory count: it reads what the pool has allocated now and restarts the
-// pool's high-water mark there, first keeping the mark so far in memSeen for MemoryPeak. The pool counts
-// an allocation when the host makes it, so the mark read by memEnd after the op's closure holds the op's
-// outputs and temporaries beside what was held before. Without a pool it reports nothing (0, 0).
+// pool's allocated high-water mark there (the reserved one is MemoryPeak's, left as it is), first keeping
+// the mark so far in memSeen for MemoryPeak. The pool counts an allocation when the host makes it, so the
+// mark read by memEnd after the op's closure holds the op's outputs and temporaries beside what was held
+// before. Without a pool it reports nothing (0, 0).
 func (p *opProfile) memStart(dv *device.Device) (before int64, err error) {
 	if dv.Pool == 0 {
 		return 0, nil
 	}
-	high, _, err := dv.PoolHigh()
+	high, err := dv.PoolUsedHigh()
 	if err != nil {
 		return 0, err
 	}
@@ -63,7 +64,7 @@ func (p *opProfile) memStart(dv *device.Device) (before int64, err error) {
 	if before, err = dv.PoolUsed(); err != nil {
 		return 0, err
 	}
-	return before, dv.ResetPoolHigh()
+	return before, dv.ResetPoolUsedHigh()
 }
 
 // memEnd reads the most the pool had allocated since memStart (0 without a pool).
@@ -71,8 +72,7 @@ func (p *opProfile) memEnd(dv *device.Device) (int64, error) {
 	if dv.Pool == 0 {
 		return 0, nil
 	}
-	high, _, err := dv.PoolHigh()
-	return high, err
+	return dv.PoolUsedHigh()
 }
 
 // profiling reports whether op timing is on: an op computes its detail (opCtx.detail) only then.

@@ -103,11 +103,16 @@ func (d *Device) PoolUsed() (int64, error) {
 // allocated (used) and the most it held from the device (reserved, freed blocks it keeps included).
 // Zeros without a pool.
 func (d *Device) PoolHigh() (used, reserved int64, err error) {
-	if used, err = d.poolAttr(bind.MempoolAttrUsedMemHigh, "used high"); err != nil {
+	if used, err = d.PoolUsedHigh(); err != nil {
 		return 0, 0, err
 	}
 	reserved, err = d.poolAttr(bind.MempoolAttrReservedMemHigh, "reserved high")
 	return used, reserved, err
+}
+
+// PoolUsedHigh is PoolHigh's allocated mark alone.
+func (d *Device) PoolUsedHigh() (int64, error) {
+	return d.poolAttr(bind.MempoolAttrUsedMemHigh, "used high")
 }
 
 // PoolReserved is the memory the pool holds from the device now (allocated or kept). 0 without a pool.
@@ -115,23 +120,29 @@ func (d *Device) PoolReserved() (int64, error) {
 	return d.poolAttr(bind.MempoolAttrReservedMemCurrent, "reserved")
 }
 
-// ResetPoolHigh starts PoolHigh's marks again from what the pool holds now (the driver takes 0 to mean
-// that).
+// ResetPoolHigh starts PoolHigh's marks again from what the pool holds now.
 func (d *Device) ResetPoolHigh() error {
+	if err := d.ResetPoolUsedHigh(); err != nil {
+		return err
+	}
+	return d.resetMark(bind.MempoolAttrReservedMemHigh, "reserved high")
+}
+
+// ResetPoolUsedHigh starts the allocated mark alone again from what the pool has allocated now, the
+// reserved mark left as it is.
+func (d *Device) ResetPoolUsedHigh() error {
+	return d.resetMark(bind.MempoolAttrUsedMemHigh, "used high")
+}
+
+// resetMark restarts one of the pool's high-water marks (name for the error) from its current count (the
+// driver takes 0 to mean that); nothing without a pool.
+func (d *Device) resetMark(attr uintptr, name string) error {
 	if d.Pool == 0 {
 		return nil
 	}
 	var zero uint64
 	dr := d.Drv
-	for _, a := range []struct {
-		attr uintptr
-		name string
-	}{{bind.MempoolAttrUsedMemHigh, "used high"}, {bind.MempoolAttrReservedMemHigh, "reserved high"}} {
-		if err := dr.Check("cuMemPoolSetAttribute("+a.name+")", bind.Call(dr.CuMemPoolSetAttribute, d.Pool, a.attr, uintptr(unsafe.Pointer(&zero)))); err != nil {
-			return err
-		}
-	}
-	return nil
+	return dr.Check("cuMemPoolSetAttribute("+name+")", bind.Call(dr.CuMemPoolSetAttribute, d.Pool, attr, uintptr(unsafe.Pointer(&zero))))
 }
 
 // poolAttr reads one of the pool's 64-bit byte counts (name for the error); 0 without a pool.
