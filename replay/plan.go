@@ -211,11 +211,12 @@ const (
 // intermediates, or one block of rows once a slice (larger where slices are small: a 24 GB card's
 // 10,240-token slices against K3's 1.4 GB block of the dense FFN); the plan is the better of the two.
 func (e *Engine) planWith(lens []int, mode layerMode, chunk int) (WavePlan, error) {
-	p, err := e.planWithFFN(lens, mode, chunk, false)
-	if _, ok := e.ffnScratch(); !ok {
+	p, err := e.planWithFFN(lens, mode, chunk, -1)
+	scratch, ok := e.ffnScratch()
+	if !ok {
 		return p, err
 	}
-	q, qerr := e.planWithFFN(lens, mode, chunk, true)
+	q, qerr := e.planWithFFN(lens, mode, chunk, scratch)
 	switch {
 	case qerr != nil:
 		return p, err
@@ -239,8 +240,9 @@ func betterPlan(q, p WavePlan) bool {
 	return q.DevicePeak < p.DevicePeak
 }
 
-// planWithFFN is planWith with the FFNs' scratch counted a row (boundedFFN false) or once a slice.
-func (e *Engine) planWithFFN(lens []int, mode layerMode, chunk int, boundedFFN bool) (WavePlan, error) {
+// planWithFFN is planWith with the FFNs' scratch counted a row (ffnScratch < 0) or, ffnScratch bytes
+// (ffnScratch's bound), once a slice.
+func (e *Engine) planWithFFN(lens []int, mode layerMode, chunk int, ffnScratch int64) (WavePlan, error) {
 	p := WavePlan{Sequences: len(lens), DeviceBudget: e.deviceBudget(), HostBudget: e.hostBudget(),
 		Sliceable: mode != modeWhole, ExpertMajor: mode == modeMajor || mode == modeMajorDevice || mode == modePooled,
 		StashOnDevice: mode == modeMajorDevice || mode == modePooled, Pooled: mode == modePooled, ExpertChunk: chunk,
@@ -254,11 +256,10 @@ func (e *Engine) planWithFFN(lens []int, mode layerMode, chunk int, boundedFFN b
 	// beyond it).
 	reserve := min(e.hostReadBuffers(), p.HostBudget)
 	stateBudget := p.HostBudget - reserve
-	act, state, hostState := e.tokenBytesFFN(boundedFFN)
+	act, state, hostState := e.tokenBytesFFN(ffnScratch >= 0)
 	carry := e.carryBytes(p.Longest, p.Sliceable)
-	if boundedFFN { // the FFNs' row blocks, counted once a slice where act leaves them out
-		ffn, _ := e.ffnScratch()
-		carry += ffn
+	if ffnScratch >= 0 { // the FFNs' row blocks, counted once a slice where act leaves them out
+		carry += ffnScratch
 	}
 	if _, perRow, ok := e.prefixBytes(p.Longest); ok && p.Sliceable {
 		act += perRow // a slice's rows joined after a carried prefix's keys, and the state between its parts
