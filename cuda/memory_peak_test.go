@@ -9,16 +9,7 @@ import (
 // MemoryPeak's pool mark rises by at least a tensor allocated and freed since the reset, holds after the
 // free, and starts again from what is held at the next reset; Allocated counts what is outside the pool.
 func TestMemoryPeak(t *testing.T) {
-	b := testBackend(t, Options{})
-	if !b.async {
-		t.Skip("no stream-ordered pool on this device: every allocation is outside it")
-	}
-	if err := b.Synchronize(); err != nil {
-		t.Fatal(err)
-	}
-	if err := b.ResetMemoryPeak(); err != nil {
-		t.Fatal(err)
-	}
+	b := peakBackend(t, "every allocation is outside it")
 	before, err := b.MemoryPeak()
 	if err != nil {
 		t.Fatal(err)
@@ -58,16 +49,7 @@ func TestMemoryPeak(t *testing.T) {
 // added: a Zeros of a 128 MiB tensor adds at least the tensor, and holds the 64 MiB tensor made before
 // it besides; MemoryPeak still reports the most over the ops, whose calls restart the pool's mark.
 func TestOpMemory(t *testing.T) {
-	b := testBackend(t, Options{})
-	if !b.async {
-		t.Skip("no stream-ordered pool on this device: the ops' memory is not measured")
-	}
-	if err := b.Synchronize(); err != nil {
-		t.Fatal(err)
-	}
-	if err := b.ResetMemoryPeak(); err != nil {
-		t.Fatal(err)
-	}
+	b := peakBackend(t, "the ops' memory is not measured")
 	const rows, cols = 4096, 8192 // 128 MiB of float32
 	spans := profiled(t, b, func() {
 		small, err := b.Zeros(rows/2, cols)
@@ -121,4 +103,21 @@ func profiled(t *testing.T, b *Backend, fn func()) []ops.OpSpan {
 		t.Fatal(err)
 	}
 	return spans
+}
+
+// peakBackend is a test backend with a stream-ordered pool, its work so far finished and MemoryPeak's
+// marks restarted; without a pool the test is skipped (why: what that leaves unmeasured).
+func peakBackend(t *testing.T, why string) *Backend {
+	t.Helper()
+	b := testBackend(t, Options{})
+	if !b.async {
+		t.Skip("no stream-ordered pool on this device: " + why)
+	}
+	if err := b.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.ResetMemoryPeak(); err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
