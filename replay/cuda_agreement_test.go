@@ -164,10 +164,12 @@ func TestCUDASliceInvariance(t *testing.T) {
 		whole := openPreset(t, "tiny", 1, newCUDA(t, cuda.Options{Precision: prec, EagerRounding: true, EagerWidening: true, UnfusedMixNorm: true}), EngineOptions{})
 		want := runOne(t, whole, Request{Sequences: seqs, Options: opts})
 		for _, n := range []int{1, 7, 64, 65, 129} {
-			for _, mode := range []string{"device", "pooled", "host", "expert-major", "expert-major, stash on the device"} {
-				host := mode == "host" || mode == "expert-major"
-				// "device" keeps the MoE layers slice by slice, "pooled" lets the plan pool their expert calls
-				eo := EngineOptions{SliceTokens: n, NoExpertPooling: mode == "device", PrefetchExperts: -1}
+			for _, mode := range []string{"device", "pooled", "host", "pooled, host", "expert-major", "expert-major, stash on the device"} {
+				host := mode == "host" || mode == "pooled, host" || mode == "expert-major"
+				// "device" keeps the MoE layers slice by slice, "pooled" lets the plan pool their expert
+				// calls, "pooled, host" too with the state in host memory, the last phases folded
+				// (--pool-host-state, model/moe_tail.go)
+				eo := EngineOptions{SliceTokens: n, NoExpertPooling: mode == "device", PrefetchExperts: -1, PoolHostState: mode == "pooled, host"}
 				var plan string
 				eo.Log = func(s string) { plan = s }
 				// with the state in host memory, also the carried MLA prefix in parts of 64 rows; then
@@ -185,12 +187,18 @@ func TestCUDASliceInvariance(t *testing.T) {
 				if host {
 					e.opts.DeviceMemory = slicedDeviceFor(t, e, n)
 				}
+				if mode == "pooled, host" { // room for the pooled stash, not for the state
+					e.opts.DeviceMemory = pooledHostBudget(t, sliceSeqLens, func(budget int64) *Engine {
+						e.opts.DeviceMemory = budget
+						return e
+					}, e.opts.DeviceMemory)
+				}
 				got := runOne(t, e, Request{Sequences: seqs, Options: opts})
 				if host != strings.Contains(plan, "in host memory") || !strings.Contains(plan, "slices of") {
 					t.Errorf("%s, slices of %d, host state %v: plan %q", prec, n, host, plan)
 				}
-				if e.plan.Pooled != (mode == "pooled") {
-					t.Errorf("%s, slices of %d (%s): plan %q, pooled %v", prec, n, mode, plan, e.plan.Pooled)
+				if e.plan.Pooled != strings.HasPrefix(mode, "pooled") || e.plan.FoldMajor != (mode == "pooled, host") {
+					t.Errorf("%s, slices of %d (%s): plan %q, pooled %v, folded %v", prec, n, mode, plan, e.plan.Pooled, e.plan.FoldMajor)
 				}
 				if major && e.plan.StashOnDevice != (mode == "expert-major, stash on the device") {
 					t.Errorf("%s, slices of %d (%s): plan %q, stash on the device %v", prec, n, mode, plan, e.plan.StashOnDevice)

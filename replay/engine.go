@@ -45,10 +45,13 @@ type Engine struct {
 	hostAvail func() int64
 	// forceHostStash keeps expert-major stashes in host memory where the device has room for them (tests)
 	forceHostStash bool
-	group          *deviceGroup // the devices of EngineOptions.Devices (devices.go); nil: this one alone
-	feed           *deviceFeed  // while a wave runs over devices: where this device's weights come from (feed.go)
-	slab           aheadSlab    // the host buffers experts are read ahead of their routers into (readahead.go)
-	state          *stateBufs   // the host buffers of state kept off the device and of stashes (statebufs.go)
+	// noFold runs a FoldMajor plan's last phases in sweeps of their own, as unfolded (tests: the A/B of
+	// the fold on one plan)
+	noFold bool
+	group  *deviceGroup // the devices of EngineOptions.Devices (devices.go); nil: this one alone
+	feed   *deviceFeed  // while a wave runs over devices: where this device's weights come from (feed.go)
+	slab   aheadSlab    // the host buffers experts are read ahead of their routers into (readahead.go)
+	state  *stateBufs   // the host buffers of state kept off the device and of stashes (statebufs.go)
 	// aheadBatch, when not 0, replaces expertBatch as the experts a read-ahead buffer holds (for tests)
 	aheadBatch int
 	// ConfigSHA256 is the hex SHA-256 of the model directory's config.json (empty for engines made with
@@ -77,6 +80,11 @@ type EngineOptions struct {
 	// NoExpertPooling keeps MoE layers slice by slice where the plan would pool their expert calls
 	// (WavePlan.Pooled): the A/B of pooling. Results do not depend on it.
 	NoExpertPooling bool
+	// PoolHostState lets the plan pool the MoE layers' expert calls where the wave's state lives in host
+	// memory too (plan_pool.go), each expert-major layer's last phase folded into the next sweep
+	// (WavePlan.FoldMajor). Off by default until measured against a call a slice on a device. Results do
+	// not depend on it.
+	PoolHostState bool
 	// MaxWaveTokens bounds the tokens of one wave (0: no bound but the memory budgets, which the wave
 	// plan applies): larger requests run as several waves, each reading the weights again. Results do not
 	// depend on it.

@@ -46,6 +46,10 @@ type WavePlan struct {
 	// over every slice's rows (plan_pool.go): the layer's experts are held and fetched ahead of its router
 	// as a sliced layer's are (model.Pass.PrefetchMajor), the expert inputs kept on the device.
 	Pooled bool
+	// FoldMajor: pooled with the state in host memory, each expert-major layer's last phase runs in the
+	// next sweep over the wave (model.Pass.FoldMajor), so that the running sums cross once a layer; the
+	// layer's routed_expert_norm and routed_expert_up_proj stay on the device until then (WeightBytes).
+	FoldMajor bool
 	// ExpertPool is the device memory an expert-major layer's expert call may take for its rows and the
 	// backend's scratch: a slice's activations, which that phase does not hold. Consecutive slices whose
 	// call fits share one call (model.Pass.PoolBytes).
@@ -195,7 +199,7 @@ func (e *Engine) planSlicing(lens []int) (WavePlan, error) {
 	return q, nil
 }
 
-// layerMode is how a plan runs the layers.
+// layerMode is how a plan runs the layers. From modeMajor on each mode is the one before with more.
 type layerMode int
 
 const (
@@ -204,6 +208,7 @@ const (
 	modeMajor                        // in slices, MoE layers expert chunk by expert chunk (WavePlan.ExpertMajor)
 	modeMajorDevice                  // modeMajor with the expert inputs and shared outputs on the device
 	modePooled                       // modeMajorDevice with every expert of a layer held (WavePlan.Pooled)
+	modePooledFold                   // modePooled with each layer's last phase in the next sweep (WavePlan.FoldMajor)
 )
 
 // planWith plans lens with the layers run as mode says and chunk routed experts at once (0: all chosen).
@@ -244,9 +249,8 @@ func betterPlan(q, p WavePlan) bool {
 // (ffnScratch's bound), once a slice.
 func (e *Engine) planWithFFN(lens []int, mode layerMode, chunk int, ffnScratch int64) (WavePlan, error) {
 	p := WavePlan{Sequences: len(lens), DeviceBudget: e.deviceBudget(), HostBudget: e.hostBudget(),
-		Sliceable: mode != modeWhole, ExpertMajor: mode == modeMajor || mode == modeMajorDevice || mode == modePooled,
-		StashOnDevice: mode == modeMajorDevice || mode == modePooled, Pooled: mode == modePooled, ExpertChunk: chunk,
-		CallPairs: e.callPairs()}
+		Sliceable: mode != modeWhole, ExpertMajor: mode >= modeMajor, StashOnDevice: mode >= modeMajorDevice,
+		Pooled: mode >= modePooled, FoldMajor: mode == modePooledFold, ExpertChunk: chunk, CallPairs: e.callPairs()}
 	for _, n := range lens {
 		p.Tokens += n
 		p.Longest = max(p.Longest, n)
@@ -290,7 +294,10 @@ func (e *Engine) planWithFFN(lens []int, mode layerMode, chunk int, ffnScratch i
 		}
 		stateBudget -= p.StashBytes
 	}
-	p.WeightBytes = e.weightPeakChunk(mode == modeSliced || mode == modePooled, chunk)
+	p.WeightBytes = e.weightPeakChunk(mode == modeSliced || p.Pooled, chunk)
+	if p.FoldMajor { // a folded layer's norm and up projection stay into the next layer
+		p.WeightBytes += e.tailBytes()
+	}
 	avail := p.DeviceBudget - p.WeightBytes - carry
 	stash := "" // what else the device budget holds, for messages
 	if e.sharedMemory() {

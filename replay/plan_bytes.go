@@ -147,6 +147,16 @@ func (e *Engine) uploaded() int64 {
 // of them when sliced, since a layer's experts serve every slice; else a chunk).
 func (e *Engine) weightPeak(sliced bool) int64 { return e.weightPeakChunk(sliced, e.opts.ExpertChunk) }
 
+// tailBytes is the most checkpoint bytes a folded expert-major layer keeps on the device into the next
+// layer (model.Plan.TailBytes): its routed_expert_norm and routed_expert_up_proj.
+func (e *Engine) tailBytes() int64 {
+	var most int64
+	for i := range e.Plan.Layers {
+		most = max(most, e.Plan.TailBytes(i))
+	}
+	return most
+}
+
 // weightPeakChunk is weightPeak with chunk experts held at once when not sliced (0: all).
 func (e *Engine) weightPeakChunk(sliced bool, chunk int) int64 {
 	m := e.Plan

@@ -13,12 +13,15 @@ package replay
 // slices asked for). In run 54 the whole wave ran as fast either way: the pooled layers' device still
 // idles before each expert call (docs/benchmarks.md, run 14), which is what to find next.
 //
-// Not where the state lives in host memory (measured, run 145: an H100 at 262,144 tokens with --slice-tokens
-// 65536, the state in host memory either way). Pooled there, the expert-major layer's last phase brings
-// each slice's running sum to the device and back once more, and the stash on the device leaves smaller
-// slices: 8 slices of 35,840 pooled against 5 of 58,368 a call a slice, kda+moe 1.523-1.555 s against 1.437,
-// mla+moe 1.400-1.407 s against 1.311. What would change that is the last phase folded into the next
-// layer's first sweep (the running sum then crossing once a layer), with the stash kept as bfloat16.
+// Where the state lives in host memory, only with EngineOptions.PoolHostState (--pool-host-state), and
+// then with each MoE layer's last phase folded into the next sweep (WavePlan.FoldMajor, model/moe_tail.go).
+// Measured unfolded (run 145: an H100 at 262,144 tokens with --slice-tokens 65536, the state in host memory
+// either way), pooling there was slower: the expert-major layer's last phase brought each slice's running
+// sum to the device and back once more, and the stash on the device left smaller slices: 8 slices of
+// 35,840 pooled against 5 of 58,368 a call a slice, kda+moe 1.523-1.555 s against 1.437, mla+moe
+// 1.400-1.407 s against 1.311. Folded, the running sums cross once a layer as a sliced layer's do; the
+// smaller slices stay (the stash kept as bfloat16 would take half as much). Not yet measured folded: the
+// option stays off by default until a device says which is faster.
 
 import (
 	"fmt"
@@ -29,7 +32,7 @@ import (
 
 // planPooled is the pooled plan of lens, when it is to replace the sliced plan p (ok false: keep p).
 func (e *Engine) planPooled(lens []int, p WavePlan) (WavePlan, bool) {
-	if e.opts.NoExpertPooling || p.Slices < 2 || p.HostState || e.Plan.MoELayers() == 0 {
+	if e.opts.NoExpertPooling || p.Slices < 2 || (p.HostState && !e.opts.PoolHostState) || e.Plan.MoELayers() == 0 {
 		return p, false
 	}
 	if _, ok := e.Model.Ops.(ops.RowJoiner); !ok {
@@ -37,17 +40,37 @@ func (e *Engine) planPooled(lens []int, p WavePlan) (WavePlan, bool) {
 	}
 	chunk := e.pooledChunk(p.WaveTokens)
 	q, err := e.planWith(lens, modePooled, chunk)
-	if err != nil || q.Waves != p.Waves || q.HostState {
+	if err == nil && q.HostState { // the last phases folded, their weights counted (a little less room)
+		q, err = e.planWith(lens, modePooledFold, chunk)
+	}
+	// never the state off the device where the sliced plan keeps it there
+	if err != nil || q.Waves != p.Waves || (q.HostState && !p.HostState) {
 		return p, false
 	}
 	if q.Slices > 1 && q.SliceTokens < min(sliceFloor, q.WaveTokens) && e.opts.SliceTokens == 0 {
 		return p, false
 	}
-	q.Note = fmt.Sprintf("MoE layers pooled: chunks of %d experts, each call over every slice's rows (pools of up to %s), "+
-		"the layer's experts held and fetched ahead of its router, expert inputs kept on the device (--no-expert-pooling: a call a slice)",
-		chunk, numtext.Bytes(q.ExpertPool))
+	if q.HostState && q.SliceTokens < p.SliceTokens/hostPoolFloor {
+		return p, false
+	}
+	note := fmt.Sprintf("MoE layers pooled: chunks of %d experts, each call over every slice's rows (pools of up to %s), "+
+		"the layer's experts held and fetched ahead of its router, expert inputs kept on the device", chunk, numtext.Bytes(q.ExpertPool))
+	if q.FoldMajor {
+		note += "; each one's last phase runs in the next sweep, so that the running sums cross once a layer (--pool-host-state)"
+	}
+	note += " (--no-expert-pooling: a call a slice)"
+	if q.Note != "" { // what planWith said of the slices (--slice-tokens capped) stays
+		note = q.Note + "; " + note
+	}
+	q.Note = note
 	return q, true
 }
+
+// hostPoolFloor bounds how much smaller than the sliced plan's a pooled plan's slices may be where the
+// state lives in host memory: the pooled plan keeps the wave's expert inputs on the device, so its slices
+// are smaller, and each slice costs its own crossings of the state and fills the device less in the
+// token-mixing kernels (one block a sequence and head).
+const hostPoolFloor = 2
 
 // pooledCallPairs bounds the (row, expert) pairs of one pooled expert call when no chunk is given. The
 // host plans each call (its rows per expert, the combine's tables) while the device runs the call before:

@@ -15,7 +15,8 @@ import (
 // TestPlanPooled: where a layer's experts and the wave's state fit the device beside a slice, the plan
 // pools the MoE layers' expert calls over every slice (expert-major, stash on the device, experts held
 // and fetched ahead), stays within its device peak and gives the unsliced bits; --no-expert-pooling keeps
-// a call a slice, and a budget that puts the state in host memory keeps the layers sliced.
+// a call a slice, and a budget that puts the state in host memory keeps the layers sliced, unless
+// --pool-host-state lets the plan pool them there too, their last phases folded (TestFoldMajor).
 func TestPlanPooled(t *testing.T) {
 	lens := []int{300, 41, 700, 5, 1000}
 	total := 0
@@ -31,31 +32,38 @@ func TestPlanPooled(t *testing.T) {
 	hostState := quarterStateBudget(probe, act+state, total)
 	calls := map[bool]int{}
 	for _, c := range []struct {
-		name           string
-		noPool, pooled bool
-		budget         int64
+		name                     string
+		noPool, pooled, poolHost bool
+		budget                   int64
 	}{
-		{"pooled", false, true, 0},
-		{"no pooling", true, false, 0},
-		{"state in host memory", false, false, hostState},
+		{"pooled", false, true, false, 0},
+		{"no pooling", true, false, false, 0},
+		{"state in host memory", false, false, false, hostState},
+		{"state in host memory, --pool-host-state", false, true, true, hostState},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			cb := newCounting(ops.BF16)
 			cb.scratch = probe.Model.ExpertScratchBytes
 			e := openPreset(t, "tiny", 1, cb, EngineOptions{SliceTokens: 300, ExpertChunk: 3, NoExpertPooling: c.noPool,
-				DeviceMemory: c.budget, PrefetchExperts: -1})
+				DeviceMemory: c.budget, PrefetchExperts: -1, PoolHostState: c.poolHost})
 			cb.reset()
 			got, _, err := e.Run(context.Background(), []Request{{Sequences: seqs, Options: opts}})
 			if err != nil {
 				t.Fatal(err)
 			}
 			p := e.plan
+			host := c.budget != 0
 			if p.Waves != 1 || p.Slices < 2 || p.Pooled != c.pooled || p.ExpertMajor != c.pooled || p.StashOnDevice != c.pooled ||
-				strings.Contains(p.String(), "MoE layers pooled") != c.pooled {
-				t.Fatalf("plan %s: want one read in several slices, pooled %v", p, c.pooled)
+				strings.Contains(p.String(), "MoE layers pooled") != c.pooled || p.HostState != host ||
+				p.FoldMajor != (c.pooled && host) || strings.Contains(p.String(), "running sums cross once a layer") != p.FoldMajor {
+				t.Fatalf("plan %s: want one read in several slices, pooled %v, the state in host memory %v, folded %v", p, c.pooled, host, c.pooled && host)
 			}
-			if p.Pooled && p.WeightBytes != probe.weightPeak(true) {
-				t.Errorf("pooled plan holds %d bytes of weights, want every expert of a layer (%d)", p.WeightBytes, probe.weightPeak(true))
+			weights := probe.weightPeak(true)
+			if p.FoldMajor {
+				weights += probe.tailBytes()
+			}
+			if p.Pooled && p.WeightBytes != weights {
+				t.Errorf("pooled plan holds %d bytes of weights, want every expert of a layer (%d)", p.WeightBytes, weights)
 			}
 			most := slices.Max(cb.expertRows)
 			if pooled := most > p.SliceTokens; pooled != c.pooled {
@@ -67,12 +75,70 @@ func TestPlanPooled(t *testing.T) {
 			if !reflect.DeepEqual(got, want) {
 				t.Errorf("%s: results differ from the unsliced wave (%s)", c.name, p)
 			}
-			calls[c.pooled] = len(cb.expertRows)
+			if !host {
+				calls[c.pooled] = len(cb.expertRows)
+			}
 			t.Logf("%s; %d expert calls; counted peak %.2f MB of %.2f planned", p, len(cb.expertRows), float64(cb.peak)/1e6, float64(p.DevicePeak-p.WeightBytes)/1e6)
 		})
 	}
 	if calls[true] >= calls[false] {
 		t.Errorf("pooled: %d expert calls, sliced %d: pooling should take fewer", calls[true], calls[false])
+	}
+}
+
+// TestPlanPooledHostState: with --pool-host-state, over device budgets from one that keeps the wave's
+// state on the device down to the least that plans it in one read, a pooled plan keeps the state in host
+// memory only where the sliced plan (--no-expert-pooling) does too, in as many reads, with slices at least
+// 1/hostPoolFloor of the sliced plan's, its last phases folded; both outcomes occur where the state lives
+// in host memory (pooled, and sliced because the pooled plan's slices would be too small beside the
+// stash); and without the option no budget pools a plan whose state lives in host memory.
+func TestPlanPooledHostState(t *testing.T) {
+	lens := []int{300, 41, 700, 5, 1000}
+	probe := openPreset(t, "tiny", 1, cpu.New(cpu.Options{}), EngineOptions{})
+	act, state, _ := probe.tokenBytes()
+	total := 2046
+	// twice what a sliced plan of 300-token slices holds with the state on the device: room for the
+	// pooled plan's stash too
+	top := 2 * (probe.weightPeak(true) + probe.carryBytes(1000, true) + 300*act + int64(total)*state)
+	seen := map[string]int{}
+	for budget := top; budget > top/8; budget -= top / 128 {
+		opts := EngineOptions{SliceTokens: 300, ExpertChunk: 3, DeviceMemory: budget, PrefetchExperts: -1}
+		off, err := openPreset(t, "tiny", 1, newCounting(ops.BF16), opts).PlanWave(lens)
+		if err != nil {
+			break // below what plans the wave at all
+		}
+		if off.Pooled && off.HostState {
+			t.Errorf("budget %d: without --pool-host-state, pooled with the state in host memory: %s", budget, off)
+		}
+		opts.PoolHostState = true
+		p, err := openPreset(t, "tiny", 1, newCounting(ops.BF16), opts).PlanWave(lens)
+		if err != nil {
+			t.Fatalf("budget %d: the plan fails with --pool-host-state where it does without: %v", budget, err)
+		}
+		opts.NoExpertPooling = true
+		s, err := openPreset(t, "tiny", 1, newCounting(ops.BF16), opts).PlanWave(lens)
+		if err != nil {
+			t.Fatalf("budget %d: pooled %s, but the sliced plan fails: %v", budget, p, err)
+		}
+		if p.Pooled {
+			switch {
+			case p.HostState && !s.HostState:
+				t.Errorf("budget %d: pooled %s moves the state the sliced plan keeps on the device (%s)", budget, p, s)
+			case p.Waves != s.Waves:
+				t.Errorf("budget %d: pooled %s in %d reads, sliced %d", budget, p, p.Waves, s.Waves)
+			case p.HostState && p.SliceTokens < s.SliceTokens/hostPoolFloor:
+				t.Errorf("budget %d: pooled %s: slices of %d against the sliced plan's %d", budget, p, p.SliceTokens, s.SliceTokens)
+			case p.FoldMajor != p.HostState:
+				t.Errorf("budget %d: pooled %s, the state in host memory %v: folded %v", budget, p, p.HostState, p.FoldMajor)
+			}
+		}
+		seen[fmt.Sprintf("pooled %v, state in host memory %v", p.Pooled, p.HostState)]++
+	}
+	t.Logf("plans over the budgets: %v", seen)
+	for _, want := range []string{"pooled true, state in host memory false", "pooled true, state in host memory true", "pooled false, state in host memory true"} {
+		if seen[want] == 0 {
+			t.Errorf("no budget gave a plan %s (%v)", want, seen)
+		}
 	}
 }
 
@@ -120,4 +186,19 @@ func TestPooledChunk(t *testing.T) {
 			}
 		})
 	}
+}
+
+// pooledHostBudget is a device budget, from twice least down to least, under which engine(budget) plans
+// a wave of lens pooled with the state in host memory (plan_pool.go): room for the wave's expert inputs on
+// the device and not for its state. The plans are made, not run.
+func pooledHostBudget(t *testing.T, lens []int, engine func(budget int64) *Engine, least int64) int64 {
+	t.Helper()
+	for budget := 2 * least; budget >= least; budget -= least / 64 {
+		p, err := engine(budget).PlanWave(lens)
+		if err == nil && p.Pooled && p.HostState && p.Waves == 1 {
+			return budget
+		}
+	}
+	t.Fatalf("no device budget from %d to %d bytes plans a wave of %v pooled with the state in host memory", 2*least, least, lens)
+	return 0
 }

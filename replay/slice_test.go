@@ -42,11 +42,25 @@ func TestSliceInvariance(t *testing.T) {
 				whole := openPreset(t, c.preset, 1, cpu.New(cpu.Options{Precision: prec}), EngineOptions{})
 				want := runOne(t, whole, Request{Sequences: seqs, Options: o})
 				for i, n := range c.sizes {
-					for _, host := range []bool{false, true} {
+					for _, v := range []struct{ host, pooledHost bool }{{false, false}, {true, false}, {true, true}} {
+						host := v.host
 						// with the state on the device, every other size keeps the MoE layers slice by slice
-						// (the rest pool their expert calls: plan_pool.go); with it in host memory they are
-						eo := EngineOptions{SliceTokens: n, NoExpertPooling: i%2 == 1}
-						if host { // a device budget too small for the wave's state: it goes to host memory
+						// (the rest pool their expert calls: plan_pool.go); with it in host memory they are,
+						// unless --pool-host-state and a budget with room for the pooled stash beside the
+						// slices pool them, their last phases folded (pooledHostBudget)
+						eo := EngineOptions{SliceTokens: n, NoExpertPooling: i%2 == 1, PoolHostState: v.pooledHost}
+						if v.pooledHost {
+							// the small preset's wave has no such budget: its expert inputs take more than its
+							// state, so where they fit the device beside a slice so does the state
+							if c.preset != "tiny" || i%2 == 1 {
+								continue
+							}
+							eo.DeviceMemory = pooledHostBudget(t, sliceSeqLens, func(budget int64) *Engine {
+								o := eo
+								o.DeviceMemory = budget
+								return openPreset(t, c.preset, 1, cpu.New(cpu.Options{Precision: prec}), o)
+							}, slicedDevice(t, c.preset, n))
+						} else if host { // a device budget too small for the wave's state: it goes to host memory
 							eo.DeviceMemory = slicedDevice(t, c.preset, n)
 						}
 						var plan string
@@ -56,7 +70,7 @@ func TestSliceInvariance(t *testing.T) {
 						if host != strings.Contains(plan, "in host memory") {
 							t.Fatalf("slices of %d, host state %v: plan %q", n, host, plan)
 						}
-						if pooled := !host && !eo.NoExpertPooling && e.plan.Slices > 1; pooled != e.plan.Pooled {
+						if pooled := (!host || v.pooledHost) && !eo.NoExpertPooling && e.plan.Slices > 1; pooled != e.plan.Pooled || e.plan.FoldMajor != (pooled && host) {
 							t.Fatalf("slices of %d, host state %v: plan %q: want MoE layers pooled %v", n, host, plan, pooled)
 						}
 						if !reflect.DeepEqual(got, want) {

@@ -257,7 +257,7 @@ func (e *Engine) runWave(ctx context.Context, reqs []Request, given *WavePlan) (
 	pass := &model.Pass{Ctx: ctx, Model: e.Model, Layout: layout, Experts: experts, Obs: obs,
 		ExpertChunk: plan.ExpertChunk, PrefetchExperts: e.opts.PrefetchExperts,
 		SliceTokens: plan.SliceTokens, HostState: plan.HostState, DeviceSlices: plan.DeviceSlices,
-		ExpertMajor: plan.ExpertMajor, PoolBytes: plan.ExpertPool, StashOnDevice: plan.StashOnDevice, PrefetchMajor: plan.Pooled, CallPairs: plan.CallPairs, Host: e.state}
+		ExpertMajor: plan.ExpertMajor, PoolBytes: plan.ExpertPool, StashOnDevice: plan.StashOnDevice, PrefetchMajor: plan.Pooled, CallPairs: plan.CallPairs, FoldMajor: plan.FoldMajor && !e.noFold, Host: e.state}
 	e.state.begin()
 	// after the wave's state is freed (deferred below): its host buffers go back to the engine
 	defer func() { _ = pass.Close() }() // its error, the queued copies', is the readout's to report (below)
@@ -281,6 +281,9 @@ func (e *Engine) runWave(ctx context.Context, reqs []Request, given *WavePlan) (
 		}
 		return readAhead(ctx, e.reader, e.Plan.LayerTensors(i), e.pool, &e.held, e.cache, i)
 	}
+	// held is the layer whose folded last phase is pending, with the weights that phase reads
+	var held *model.LayerWeights
+	defer func() { e.Model.FreeLayer(held) }()
 	next := read(0)
 	experts.ahead.layer(0, next) // a MoE layer's experts are read once its own weights are
 	for i := 0; i < layers; i++ {
@@ -312,8 +315,12 @@ func (e *Engine) runWave(ctx context.Context, reqs []Request, given *WavePlan) (
 			experts.ahead.layer(i+1, next)
 		}
 		err := pass.Layer(st, lw)
-		if !resident && (err != nil || !e.kept.keep(i, lw, stats.LayerBytes[i])) {
-			e.Model.FreeLayer(lw)
+		if held != nil && pass.Pending() != held { // its folded last phase ran in this layer's first sweep
+			e.Model.FreeLayer(held)
+			held = nil
+		}
+		if !resident && (err != nil || !e.kept.keep(i, lw, stats.LayerBytes[i])) && pass.ReleaseLayer(lw) {
+			held = lw // its last phase waits for the next sweep (model.Pass.FoldMajor)
 		}
 		if err != nil {
 			if i+1 < layers {

@@ -95,6 +95,12 @@ type Pass struct {
 	// (PrefetchExperts), for a device that holds them all beside a slice: the layer runs expert-major
 	// for its calls over every slice's rows, not for want of memory. Results do not depend on it.
 	PrefetchMajor bool
+	// FoldMajor runs an expert-major layer's last phase (its expert sums back to the hidden width, added
+	// to the running sum) in the next sweep over the wave, slice by slice before that sweep's own work,
+	// where its stash is on the device (moe_tail.go): with the state in host memory, the running sums
+	// then cross once a layer instead of twice. The layer's TailWeights stay on the device until then
+	// (Pending, ReleaseLayer). Results do not depend on it.
+	FoldMajor bool
 	// Host gives the host memory of the state of slices kept in host memory and of expert-major stashes
 	// (nil: the Go heap); Close gives it back.
 	Host HostBuffers
@@ -114,6 +120,7 @@ type Pass struct {
 	curIndex   int
 	carries    carries            // the token-mixing ops' carries of the layer running
 	held       map[int]ops.Expert // routed experts uploaded for the layer running, shared by its slices
+	tail       *majorTail         // an expert-major layer's last phase, waiting for the next sweep (FoldMajor)
 	seen       seenObs            // what the slices of the layer running report, for the observer
 	host       hostBufs           // the host memory of the state and stashes (hostbufs.go)
 }

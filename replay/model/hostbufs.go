@@ -58,6 +58,7 @@ func (h *hostBufs) put(bf []uint16) {
 // Close ends the pass's use of host buffers: it waits for the backend's queued copies, then hands every
 // buffer it holds back to the pass's HostBuffers. Call it after the wave's Free; the pass is done then.
 func (f *Pass) Close() error {
+	f.dropTail() // a folded layer's rows, where no sweep came to finish them (a failed wave)
 	var err error
 	if q, ok := f.Model.Ops.(ops.QueuedBF16Transfer); ok && f.Model.Ops.Precision() == ops.BF16 {
 		err = q.Sync()

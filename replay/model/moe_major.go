@@ -18,7 +18,8 @@ import (
 //     uploaded, or joined, once a pool and a chunk; the float32 accumulators stay on the device, one per
 //     pool), then the chunk is freed;
 //  3. slice by slice: the accumulator rounded, normed, projected back and added to the shared output,
-//     then to the running sum.
+//     then to the running sum; in a sweep of its own, or, folded (Pass.FoldMajor, moe_tail.go), in the
+//     next sweep over the wave.
 //
 // ExpertsAccumulate on disjoint ascending expert subsets equals one call, and every other step is the
 // same op on the same rows, so the results are the bits of the usual order. The price is z's upload once
@@ -58,9 +59,16 @@ func (f *Pass) layerExpertMajor(wv *Wave, w *LayerWeights) error {
 	d := f.Model.Dims
 	l := &majorLayer{routing: newWaveRouting(wv.Bounds[wv.Slices()], d.TopK, d.Experts, wv.Slices()),
 		z: f.newStash(wv.Bounds[wv.Slices()], d.Latent), shared: f.newStash(wv.Bounds[wv.Slices()], d.Hidden)}
-	defer l.free(f)
-	// phase 1
-	err := f.each(wv, true, func(j int, st *State) error {
+	t := &majorTail{l: l, moe: moe, layer: w}
+	defer func() {
+		if f.tail != t { // the layer ran its last phase, or failed
+			l.free(f)
+		}
+	}()
+	fold := f.foldTail(w, l)
+	// phase 1: the layer's last sweep when folded (its last slice starts slice 0's state on its way in
+	// for the next sweep, which phase 2 does not touch)
+	err := f.eachLoaded(wv, sweep{changes: true, blocks: true, ahead: fold}, func(j int, st *State) error {
 		x, err := f.attnSteps(st, w)
 		if err != nil {
 			return err
@@ -98,36 +106,24 @@ func (f *Pass) layerExpertMajor(wv *Wave, w *LayerWeights) error {
 	if err := moe.expertsMajor(f, wv.Bounds, l); err != nil {
 		return fmt.Errorf("%s: %w", w.Layer.FFN, err)
 	}
+	if fold { // phase 3 in the next sweep (moe_tail.go); phase 1's sweep finished any earlier layer's
+		if f.tail != nil {
+			return fmt.Errorf("expert-major: layer %d's last phase still pending after a sweep", f.tail.layer.Layer.Index)
+		}
+		l.routing = nil // the wave's routing, not read again: its host memory goes now
+		for i := range l.pools {
+			l.pools[i].routing, l.pools[i].pairs = ops.Routing{}, nil
+		}
+		f.tail = t
+		return nil
+	}
 	// phase 3: the running sum alone (the blocks were read in phase 1 and nothing banks here), the
 	// layer's last sweep
-	pi := 0
 	return f.eachLoaded(wv, sweep{changes: true, ahead: true}, func(j int, st *State) error {
-		for l.pools[pi].hi <= j {
-			pi++
-		}
-		p := &l.pools[pi]
-		acc, err := p.sliceAcc(b, wv.Bounds, j)
-		if err != nil {
-			return fmt.Errorf("%s: expert sum of slice %d: %w", w.Layer.FFN, j, err)
-		}
-		if j == p.hi-1 { // the pool's last slice: its accumulator's rows are all taken
-			if acc != p.acc {
-				b.Free(p.acc)
-			}
-			p.acc = nil
-		}
-		shared, err := l.shared.take(b, wv.Bounds[j], wv.Bounds[j+1])
-		if err != nil {
-			b.Free(acc)
-			return fmt.Errorf("%s: shared experts' output of slice %d: %w", w.Layer.FFN, j, err)
-		}
-		up, err := moe.after(f, acc)
-		b.Free(acc)
-		if err != nil {
-			b.Free(shared)
+		if err := t.finish(f, wv.Bounds, j, st); err != nil {
 			return fmt.Errorf("%s: %w", w.Layer.FFN, err)
 		}
-		return f.accumulateSum(st, up, shared)
+		return nil
 	})
 }
 

@@ -256,8 +256,11 @@ func (f *Pass) eachLoaded(w *Wave, sw sweep, fn func(j int, st *State) error) (e
 			return errors.Join(err, w.put(b, j, false))
 		}
 		f.cur, f.curIndex = f.slices[j], j
-		err = fn(j, st)
-		if perr := w.put(b, j, sw.changes); err == nil {
+		changed, err := f.finishTail(w, j, st) // a folded layer's last phase first (moe_tail.go)
+		if err == nil {
+			err = fn(j, st)
+		}
+		if perr := w.put(b, j, sw.changes || changed); err == nil {
 			err = perr
 		}
 		if err != nil {
