@@ -163,6 +163,7 @@ func TestCUDASliceInvariance(t *testing.T) {
 		// (cuda/mixnorm.go): the same bits either way
 		whole := openPreset(t, "tiny", 1, newCUDA(t, cuda.Options{Precision: prec, EagerRounding: true, EagerWidening: true, UnfusedMixNorm: true}), EngineOptions{})
 		want := runOne(t, whole, Request{Sequences: seqs, Options: opts})
+		pooledHost := 0 // slice sizes that ran "pooled, host"
 		for _, n := range []int{1, 7, 64, 65, 129} {
 			for _, mode := range []string{"device", "pooled", "host", "pooled, host", "expert-major", "expert-major, stash on the device"} {
 				host := mode == "host" || mode == "pooled, host" || mode == "expert-major"
@@ -188,10 +189,16 @@ func TestCUDASliceInvariance(t *testing.T) {
 					e.opts.DeviceMemory = slicedDeviceFor(t, e, n)
 				}
 				if mode == "pooled, host" { // room for the pooled stash, not for the state
-					e.opts.DeviceMemory = pooledHostBudget(t, sliceSeqLens, func(budget int64) *Engine {
+					budget, ok := pooledHostBudget(sliceSeqLens, func(budget int64) *Engine {
 						e.opts.DeviceMemory = budget
 						return e
 					}, e.opts.DeviceMemory)
+					if !ok { // run 145: none for slices of 1 (the window is narrow: pooledHostBudget)
+						t.Logf("%s, slices of %d: no device budget plans the wave pooled with the state in host memory", prec, n)
+						continue
+					}
+					e.opts.DeviceMemory = budget
+					pooledHost++
 				}
 				got := runOne(t, e, Request{Sequences: seqs, Options: opts})
 				if host != strings.Contains(plan, "in host memory") || !strings.Contains(plan, "slices of") {
@@ -214,6 +221,9 @@ func TestCUDASliceInvariance(t *testing.T) {
 					}
 				}
 			}
+		}
+		if pooledHost == 0 {
+			t.Errorf("%s: no slice size found a device budget for the mode \"pooled, host\"", prec)
 		}
 	}
 }

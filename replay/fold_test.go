@@ -70,8 +70,11 @@ func TestFoldMajor(t *testing.T) {
 		e.noFold = noFold
 		return e, c
 	}
-	budget := pooledHostBudget(t, lens, func(b int64) *Engine { e, _ := open(b, false); return e },
+	budget, ok := pooledHostBudget(lens, func(b int64) *Engine { e, _ := open(b, false); return e },
 		quarterStateBudget(probe, act+state, 2046))
+	if !ok {
+		t.Fatal("no device budget plans the wave pooled with the state in host memory")
+	}
 	moeBefore := 0 // MoE layers with a later layer: the ones that fold
 	for _, l := range probe.Plan.Layers[:len(probe.Plan.Layers)-1] {
 		if l.FFN == model.MoE {

@@ -55,11 +55,15 @@ func TestSliceInvariance(t *testing.T) {
 							if c.preset != "tiny" || i%2 == 1 {
 								continue
 							}
-							eo.DeviceMemory = pooledHostBudget(t, sliceSeqLens, func(budget int64) *Engine {
+							budget, ok := pooledHostBudget(sliceSeqLens, func(budget int64) *Engine {
 								o := eo
 								o.DeviceMemory = budget
 								return openPreset(t, c.preset, 1, cpu.New(cpu.Options{Precision: prec}), o)
 							}, slicedDevice(t, c.preset, n))
+							if !ok {
+								t.Fatalf("slices of %d: no device budget plans the wave pooled with the state in host memory", n)
+							}
+							eo.DeviceMemory = budget
 						} else if host { // a device budget too small for the wave's state: it goes to host memory
 							eo.DeviceMemory = slicedDevice(t, c.preset, n)
 						}
