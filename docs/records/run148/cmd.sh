@@ -1,0 +1,1 @@
+DEADLINE=560 PLAN=docs/records/run148/plan.txt OUT=$OUT bash scripts/gpu_variants.sh   # carry .dev/bundle.tar.xz: BINS="potato cuda.test" scripts/gpu_bundle.sh h=main (14a6475) t=exp/narrow-tune (5f876f4); asked for nvidia-h200 and given one (the third try of the session)
