@@ -188,6 +188,16 @@ func TestShutdownFinishesTheWave(t *testing.T) {
 	queued := ts.submit(t, api.Request{Inputs: []api.Input{{Tokens: []int32{4, 5, 6}}}}).ID
 	done := make(chan error)
 	go func() { done <- ts.Shutdown(context.Background()) }()
+	// once the shutdown has begun (a request posted before the goroutine runs would rightly be accepted:
+	// under load that made this test fail now and then)
+	for closing := false; !closing; {
+		ts.mu.Lock()
+		closing = ts.closing
+		ts.mu.Unlock()
+		if !closing {
+			time.Sleep(time.Millisecond)
+		}
+	}
 	for { // refused: 503 while the listener is still open, then no connection at all
 		resp, err := http.Post(ts.url+api.PathJobs, api.ContentTypeJSON, strings.NewReader(`{"inputs": [{"tokens": [1]}]}`))
 		if err != nil {
