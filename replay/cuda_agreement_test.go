@@ -167,10 +167,10 @@ func TestCUDASliceInvariance(t *testing.T) {
 		for _, n := range []int{1, 7, 64, 65, 129} {
 			for _, mode := range []string{"device", "pooled", "host", "pooled, host", "expert-major", "expert-major, stash on the device"} {
 				host := mode == "host" || mode == "pooled, host" || mode == "expert-major"
-				// "device" keeps the MoE layers slice by slice, "pooled" lets the plan pool their expert
-				// calls, "pooled, host" too with the state in host memory, the last phases folded
-				// (--pool-host-state, model/moe_tail.go)
-				eo := EngineOptions{SliceTokens: n, NoExpertPooling: mode == "device", PrefetchExperts: -1, PoolHostState: mode == "pooled, host"}
+				// "device" and "host" keep the MoE layers slice by slice, "pooled" lets the plan pool their
+				// expert calls, "pooled, host" too with the state in host memory, the last phases folded
+				// (model/moe_tail.go)
+				eo := EngineOptions{SliceTokens: n, NoExpertPooling: mode == "device" || mode == "host", PrefetchExperts: -1}
 				var plan string
 				eo.Log = func(s string) { plan = s }
 				// with the state in host memory, also the carried MLA prefix in parts of 64 rows; then

@@ -80,12 +80,6 @@ type EngineOptions struct {
 	// NoExpertPooling keeps MoE layers slice by slice where the plan would pool their expert calls
 	// (WavePlan.Pooled): the A/B of pooling. Results do not depend on it.
 	NoExpertPooling bool
-	// PoolHostState lets the plan pool the MoE layers' expert calls where the wave's state lives in host
-	// memory too (plan_pool.go), each expert-major layer's last phase folded into the next sweep
-	// (WavePlan.FoldMajor). Faster than a call a slice in run 148 (an H200 under a 75 GB budget: 66-67
-	// ms a MoE layer); off by default until the CUDA backend's slice invariance has run in this mode.
-	// Results do not depend on it.
-	PoolHostState bool
 	// MaxWaveTokens bounds the tokens of one wave (0: no bound but the memory budgets, which the wave
 	// plan applies): larger requests run as several waves, each reading the weights again. Results do not
 	// depend on it.

@@ -49,7 +49,7 @@ func (c *foldCounting) ToHostBF16(x ops.Tensor, dst []uint16) error {
 	return c.counting.ToHostBF16(x, dst)
 }
 
-// TestFoldMajor: pooled with the state in host memory (--pool-host-state), each MoE layer but the last
+// TestFoldMajor: pooled with the state in host memory, each MoE layer but the last
 // runs its last phase in the next sweep (WavePlan.FoldMajor). The results are the unsliced wave's bits,
 // with hidden states and lens readouts taken right after folded layers; the running sums go back to host
 // memory once a folded layer and slice fewer than with the same plan unfolded; the activations and
@@ -66,7 +66,7 @@ func TestFoldMajor(t *testing.T) {
 		c := &foldCounting{counting: newCounting(ops.BF16), hidden: probe.Model.Dims.Hidden}
 		c.scratch = probe.Model.ExpertScratchBytes
 		e := openPreset(t, "tiny", 1, c, EngineOptions{SliceTokens: 300, ExpertChunk: 3, PrefetchExperts: -1,
-			PoolHostState: true, DeviceMemory: budget})
+			DeviceMemory: budget})
 		e.noFold = noFold
 		return e, c
 	}

@@ -8,22 +8,21 @@ package replay
 // expert inputs kept on the device and its experts held and fetched ahead of the router, as a sliced
 // layer's are: each chunk's call takes every slice's rows (H200, docs/records/run52-run54: 530-542 ms of
 // routed experts a layer against 630-637 slice by slice). The price is the stash on the device ((latent +
-// hidden) activations and a float32 latent accumulator a token), so the plan pools only where it changes
-// nothing else: the same reads, the state on the device, slices of at least sliceFloor tokens (or the
-// slices asked for). In run 54 the whole wave ran as fast either way: the pooled layers' device still
-// idles before each expert call (docs/benchmarks.md, run 14), which is what to find next.
+// hidden) activations and a float32 latent accumulator a token), so the plan pools only where it reads the
+// weights as often as the sliced plan, keeps the state where that plan keeps it (on the device, or in host
+// memory) and keeps slices of at least sliceFloor tokens (or the slices asked for), and with the state in
+// host memory at least 1/hostPoolFloor of the sliced plan's. In run 54 the whole wave ran as fast either
+// way: the pooled layers' device still idles before each expert call (docs/benchmarks.md, run 14).
 //
-// Where the state lives in host memory, only with EngineOptions.PoolHostState (--pool-host-state), and
-// then with each MoE layer's last phase folded into the next sweep (WavePlan.FoldMajor, model/moe_tail.go).
-// Measured unfolded (run 145: an H100 at 262,144 tokens with --slice-tokens 65536, the state in host memory
-// either way), pooling there was slower: the expert-major layer's last phase brought each slice's running
-// sum to the device and back once more, and the stash on the device left smaller slices: 8 slices of
-// 35,840 pooled against 5 of 58,368 a call a slice, kda+moe 1.523-1.555 s against 1.437, mla+moe
-// 1.400-1.407 s against 1.311. Folded, the running sums cross once a layer as a sliced layer's do; the
-// smaller slices stay (the stash kept as bfloat16 would take half as much). Measured folded (run 148, an
-// H200 under --device-memory 75GB): 7 slices of 37,888 pooled against 5 of 63,488 a call a slice, kda+moe
-// 1.304 s against 1.370, mla+moe 1.170 against 1.237. The option stays off by default until the CUDA
-// backend's slice invariance (TestCUDASliceInvariance, "pooled, host") has run.
+// Where the state lives in host memory, each MoE layer's last phase is folded into the next sweep
+// (WavePlan.FoldMajor, model/moe_tail.go). Unfolded, pooling there was slower (run 145: an H100 at 262,144
+// tokens with --slice-tokens 65536): the expert-major layer's last phase brought each slice's running sum
+// to the device and back once more, and the stash on the device left smaller slices, 8 slices of 35,840
+// pooled against 5 of 58,368 a call a slice: kda+moe 1.523-1.555 s against 1.437, mla+moe 1.400-1.407 s
+// against 1.311. Folded, the running sums cross once a layer as a sliced layer's do and the smaller slices
+// stay (the stash kept as bfloat16 would take half as much): run 148, an H200 under --device-memory 75GB, 7
+// slices of 37,888 pooled against 5 of 63,488 a call a slice, kda+moe 1.304 s against 1.370, mla+moe 1.170
+// against 1.237.
 
 import (
 	"fmt"
@@ -34,7 +33,7 @@ import (
 
 // planPooled is the pooled plan of lens, when it is to replace the sliced plan p (ok false: keep p).
 func (e *Engine) planPooled(lens []int, p WavePlan) (WavePlan, bool) {
-	if e.opts.NoExpertPooling || p.Slices < 2 || (p.HostState && !e.opts.PoolHostState) || e.Plan.MoELayers() == 0 {
+	if e.opts.NoExpertPooling || p.Slices < 2 || e.Plan.MoELayers() == 0 {
 		return p, false
 	}
 	if _, ok := e.Model.Ops.(ops.RowJoiner); !ok {
@@ -58,7 +57,7 @@ func (e *Engine) planPooled(lens []int, p WavePlan) (WavePlan, bool) {
 	note := fmt.Sprintf("MoE layers pooled: chunks of %d experts, each call over every slice's rows (pools of up to %s), "+
 		"the layer's experts held and fetched ahead of its router, expert inputs kept on the device", chunk, numtext.Bytes(q.ExpertPool))
 	if q.FoldMajor {
-		note += "; each one's last phase runs in the next sweep, so that the running sums cross once a layer (--pool-host-state)"
+		note += "; each one's last phase runs in the next sweep, so that the running sums cross once a layer"
 	}
 	note += " (--no-expert-pooling: a call a slice)"
 	if q.Note != "" { // what planWith said of the slices (--slice-tokens capped) stays

@@ -15,8 +15,8 @@ import (
 // TestPlanPooled: where a layer's experts and the wave's state fit the device beside a slice, the plan
 // pools the MoE layers' expert calls over every slice (expert-major, stash on the device, experts held
 // and fetched ahead), stays within its device peak and gives the unsliced bits; --no-expert-pooling keeps
-// a call a slice, and a budget that puts the state in host memory keeps the layers sliced, unless
-// --pool-host-state lets the plan pool them there too, their last phases folded (TestFoldMajor).
+// a call a slice. A budget that puts the state in host memory pools them there too, their last phases
+// folded (TestFoldMajor).
 func TestPlanPooled(t *testing.T) {
 	lens := []int{300, 41, 700, 5, 1000}
 	total := 0
@@ -32,20 +32,20 @@ func TestPlanPooled(t *testing.T) {
 	hostState := quarterStateBudget(probe, act+state, total)
 	calls := map[bool]int{}
 	for _, c := range []struct {
-		name                     string
-		noPool, pooled, poolHost bool
-		budget                   int64
+		name           string
+		noPool, pooled bool
+		budget         int64
 	}{
-		{"pooled", false, true, false, 0},
-		{"no pooling", true, false, false, 0},
-		{"state in host memory", false, false, false, hostState},
-		{"state in host memory, --pool-host-state", false, true, true, hostState},
+		{"pooled", false, true, 0},
+		{"no pooling", true, false, 0},
+		{"state in host memory, pooled", false, true, hostState},
+		{"state in host memory, no pooling", true, false, hostState},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			cb := newCounting(ops.BF16)
 			cb.scratch = probe.Model.ExpertScratchBytes
 			e := openPreset(t, "tiny", 1, cb, EngineOptions{SliceTokens: 300, ExpertChunk: 3, NoExpertPooling: c.noPool,
-				DeviceMemory: c.budget, PrefetchExperts: -1, PoolHostState: c.poolHost})
+				DeviceMemory: c.budget, PrefetchExperts: -1})
 			cb.reset()
 			got, _, err := e.Run(context.Background(), []Request{{Sequences: seqs, Options: opts}})
 			if err != nil {
@@ -86,12 +86,12 @@ func TestPlanPooled(t *testing.T) {
 	}
 }
 
-// TestPlanPooledHostState: with --pool-host-state, over device budgets from one that keeps the wave's
+// TestPlanPooledHostState: over device budgets from one that keeps the wave's
 // state on the device down to the least that plans it in one read, a pooled plan keeps the state in host
 // memory only where the sliced plan (--no-expert-pooling) does too, in as many reads, with slices at least
 // 1/hostPoolFloor of the sliced plan's, its last phases folded; both outcomes occur where the state lives
 // in host memory (pooled, and sliced because the pooled plan's slices would be too small beside the
-// stash); and without the option no budget pools a plan whose state lives in host memory.
+// stash).
 func TestPlanPooledHostState(t *testing.T) {
 	lens := []int{300, 41, 700, 5, 1000}
 	probe := openPreset(t, "tiny", 1, cpu.New(cpu.Options{}), EngineOptions{})
@@ -103,17 +103,9 @@ func TestPlanPooledHostState(t *testing.T) {
 	seen := map[string]int{}
 	for budget := top; budget > top/8; budget -= top / 128 {
 		opts := EngineOptions{SliceTokens: 300, ExpertChunk: 3, DeviceMemory: budget, PrefetchExperts: -1}
-		off, err := openPreset(t, "tiny", 1, newCounting(ops.BF16), opts).PlanWave(lens)
-		if err != nil {
-			break // below what plans the wave at all
-		}
-		if off.Pooled && off.HostState {
-			t.Errorf("budget %d: without --pool-host-state, pooled with the state in host memory: %s", budget, off)
-		}
-		opts.PoolHostState = true
 		p, err := openPreset(t, "tiny", 1, newCounting(ops.BF16), opts).PlanWave(lens)
 		if err != nil {
-			t.Fatalf("budget %d: the plan fails with --pool-host-state where it does without: %v", budget, err)
+			break // below what plans the wave at all
 		}
 		opts.NoExpertPooling = true
 		s, err := openPreset(t, "tiny", 1, newCounting(ops.BF16), opts).PlanWave(lens)

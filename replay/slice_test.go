@@ -45,10 +45,10 @@ func TestSliceInvariance(t *testing.T) {
 					for _, v := range []struct{ host, pooledHost bool }{{false, false}, {true, false}, {true, true}} {
 						host := v.host
 						// with the state on the device, every other size keeps the MoE layers slice by slice
-						// (the rest pool their expert calls: plan_pool.go); with it in host memory they are,
-						// unless --pool-host-state and a budget with room for the pooled stash beside the
-						// slices pool them, their last phases folded (pooledHostBudget)
-						eo := EngineOptions{SliceTokens: n, NoExpertPooling: i%2 == 1, PoolHostState: v.pooledHost}
+						// (the rest pool their expert calls: plan_pool.go); with it in host memory a budget
+						// with room for the pooled stash beside the slices pools them, their last phases
+						// folded (pooledHostBudget), and the slices' budget alone keeps them slice by slice
+						eo := EngineOptions{SliceTokens: n, NoExpertPooling: i%2 == 1 || (host && !v.pooledHost)}
 						if v.pooledHost {
 							// the small preset's wave has no such budget: its expert inputs take more than its
 							// state, so where they fit the device beside a slice so does the state

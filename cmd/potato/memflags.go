@@ -12,19 +12,16 @@ type memoryFlags struct {
 	sliceTokens  int
 	expertMajor  bool
 	noPooling    bool
-	poolHost     bool
 	device, host byteSize
 	devices      deviceList // --devices (devices.go): goes to openEngine's backendTuning
 }
 
-// register adds --devices, --slice-tokens, --expert-major, --no-expert-pooling, --pool-host-state,
-// --device-memory and --host-memory to fs.
+// register adds --devices, --slice-tokens, --expert-major, --no-expert-pooling, --device-memory and --host-memory to fs.
 func (m *memoryFlags) register(fs *flag.FlagSet) {
 	fs.Var(&m.devices, "devices", devicesUsage)
 	fs.IntVar(&m.sliceTokens, "slice-tokens", 0, "most tokens a layer computes at once; a layer's weights serve every slice (0: planned from --device-memory); results do not depend on it")
 	fs.BoolVar(&m.expertMajor, "expert-major", false, "run MoE layers expert-major whenever layers run in slices: each chunk of routed experts serves every slice, the slices' expert inputs wait in host memory and pool into expert calls of many slices' rows (the plan does this on its own on a device too small for a layer's experts beside a slice); results do not depend on it")
-	fs.BoolVar(&m.noPooling, "no-expert-pooling", false, "keep MoE layers slice by slice, one routed-expert call a slice, where the plan would pool every slice's rows into each chunk's call (a device that holds a layer's experts beside a slice and the wave's state); results do not depend on it")
-	fs.BoolVar(&m.poolHost, "pool-host-state", false, "let the plan pool the MoE layers' expert calls where the wave's state lives in host memory too, each such layer's last phase run in the next sweep so that the running sums cross once a layer (run 148 on an H200: 66-67 ms a MoE layer faster than a call a slice; off by default until the CUDA backend's bits are checked in this mode); results do not depend on it")
+	fs.BoolVar(&m.noPooling, "no-expert-pooling", false, "keep MoE layers slice by slice, one routed-expert call a slice, where the plan would pool every slice's rows into each chunk's call (a device that holds a layer's experts and the wave's expert inputs beside a slice; the state stays where the unpooled plan keeps it, on the device or in host memory); results do not depend on it")
 	fs.Var(&m.device, "device-memory", "device memory a wave may plan for, e.g. 24GB (0 or unset: the device's free memory less 10%; on cpu, which computes in host memory, the host budget less the reads' buffers)")
 	fs.Var(&m.host, "host-memory", "host memory a wave may plan for, e.g. 100GB (0 or unset: the available memory less 10%, within a container's or Slurm task's memory cgroup limit): the reads' own buffers, the per-token state kept off the device, then experts read ahead; only when the state does not fit are sequences split into waves that each read the weights again")
 }
@@ -32,7 +29,7 @@ func (m *memoryFlags) register(fs *flag.FlagSet) {
 // apply sets the budgets in o.
 func (m *memoryFlags) apply(o *replay.EngineOptions) {
 	o.SliceTokens, o.DeviceMemory, o.HostMemory = m.sliceTokens, int64(m.device), int64(m.host)
-	o.ExpertMajor, o.NoExpertPooling, o.PoolHostState = m.expertMajor, m.noPooling, m.poolHost
+	o.ExpertMajor, o.NoExpertPooling = m.expertMajor, m.noPooling
 }
 
 // check refuses, before anything is built, what the budgets' flags cannot mean: a negative

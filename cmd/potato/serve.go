@@ -161,7 +161,7 @@ func (f *serveFlags) config(ctx context.Context) (server.Config, error) {
 	f.limits.MaxBodyBytes = int64(f.maxBody)     // 0: DefaultLimits.MaxBodyBytes, in server.New
 	cfg := server.Config{Backend: f.backend, Precision: f.precision, SpillDir: f.spill, Limits: f.limits,
 		Keep: f.keep, Gather: f.gather, ShutdownTimeout: f.shutdownTimeout, ReadTimeout: f.readTimeout, ExpertChunk: f.expertChunk, HostCacheBytes: int64(f.hostCache), ResidentBytes: int64(f.resident), PrefetchExperts: f.prefetch,
-		SliceTokens: f.mem.sliceTokens, ExpertMajor: f.mem.expertMajor, NoExpertPooling: f.mem.noPooling, PoolHostState: f.mem.poolHost, DeviceMemory: int64(f.mem.device), HostMemory: int64(f.mem.host),
+		SliceTokens: f.mem.sliceTokens, ExpertMajor: f.mem.expertMajor, NoExpertPooling: f.mem.noPooling, DeviceMemory: int64(f.mem.device), HostMemory: int64(f.mem.host),
 		Logger: slog.New(slog.NewTextHandler(os.Stderr, nil))}
 	var err error
 	if cfg.ModelDir, err = modelDir(ctx, f.model); err != nil {

@@ -54,8 +54,8 @@ type Config struct {
 	// (replay.EngineOptions); the plan of each wave goes to the log and the jobs' progress.
 	SliceTokens              int
 	DeviceMemory, HostMemory int64
-	// ExpertMajor, NoExpertPooling and PoolHostState are passed to the engines (replay.EngineOptions).
-	ExpertMajor, NoExpertPooling, PoolHostState bool
+	// ExpertMajor and NoExpertPooling are passed to the engines (replay.EngineOptions).
+	ExpertMajor, NoExpertPooling bool
 	// HostCacheBytes is passed to the default precision's engine (replay.EngineOptions.HostCacheBytes):
 	// host memory that keeps weights between waves. The other precision's engine keeps none.
 	HostCacheBytes int64

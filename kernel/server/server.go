@@ -129,7 +129,7 @@ func (s *Server) engine(ctx context.Context, p ops.Precision) (*Opened, error) {
 	// never exceeds it, but a single job may hold --max-request-tokens).
 	opts := replay.EngineOptions{ExpertChunk: s.cfg.ExpertChunk, Progress: s.onProgress,
 		MaxWaveTokens: s.cfg.Limits.MaxWaveTokens, PrefetchExperts: s.cfg.PrefetchExperts,
-		SliceTokens: s.cfg.SliceTokens, ExpertMajor: s.cfg.ExpertMajor, NoExpertPooling: s.cfg.NoExpertPooling, PoolHostState: s.cfg.PoolHostState, DeviceMemory: s.cfg.DeviceMemory, HostMemory: s.cfg.HostMemory,
+		SliceTokens: s.cfg.SliceTokens, ExpertMajor: s.cfg.ExpertMajor, NoExpertPooling: s.cfg.NoExpertPooling, DeviceMemory: s.cfg.DeviceMemory, HostMemory: s.cfg.HostMemory,
 		Log: func(line string) { s.log.Info("wave plan", "plan", line) }}
 	if p == s.prec {
 		// Only the default precision's engine keeps weights: a second one opened on demand would pin as
