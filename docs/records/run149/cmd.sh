@@ -1,0 +1,1 @@
+DEADLINE=300 PLAN=docs/records/run149/plan.txt OUT=$OUT bash scripts/gpu_variants.sh   # carry .dev/bundle.tar.xz: BINS="potato replay.test" scripts/gpu_bundle.sh h=main (14a6475); kind nvidia-h100-x1 (the H200 not lent again)
