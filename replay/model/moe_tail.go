@@ -16,7 +16,8 @@ import (
 // pooled with the state in host memory, a kda+moe layer took 1.52-1.56 s against 1.44 a call a slice).
 // Folded, phase 3 runs for slice j as the next sweep over the wave loads slice j (the next layer's, a
 // hidden-state capture's or a lens readout's), before that sweep's own work: the same ops on the same rows
-// in the same order for each slice, so the same bits, with the running sums crossing once a layer.
+// in the same order for each slice, so the same bits, with the running sums crossing once a layer (runs
+// 148-149: pooled and folded, 66-115 ms a MoE layer faster than a call a slice).
 //
 // The price: the layer's expert sums and shared outputs stay on the device into the next layer's sweep
 // (within what the plan counts for the stash: the next layer's stash grows as this one's shrinks), and
