@@ -21,7 +21,7 @@ import (
 //
 // The price: the layer's expert sums and shared outputs stay on the device into the next layer's sweep
 // (within what the plan counts for the stash: the next layer's stash grows as this one's shrinks), and
-// so do its routed_expert_norm and routed_expert_up_proj weights (TailWeights; the plan counts them).
+// so do its routed_expert_norm and routed_expert_up_proj weights (tailWeights; the plan counts them).
 
 // majorTail is an expert-major layer whose last phase waits for the next sweep.
 type majorTail struct {
@@ -103,7 +103,7 @@ func (f *Pass) dropTail() {
 }
 
 // Pending is the layer whose last phase waits for the next sweep over the wave (Pass.FoldMajor), nil when
-// none does: its TailWeights must stay on the device until then.
+// none does: its tailWeights must stay on the device until then.
 func (f *Pass) Pending() *LayerWeights {
 	if f.tail == nil {
 		return nil
@@ -111,9 +111,9 @@ func (f *Pass) Pending() *LayerWeights {
 	return f.tail.layer
 }
 
-// TailWeights are the weights of layer w that its folded last phase reads (routed_expert_norm and
+// tailWeights are the weights of layer w that its folded last phase reads (routed_expert_norm and
 // routed_expert_up_proj); none for a layer without an MoE FFN.
-func TailWeights(w *LayerWeights) []ops.Tensor {
+func tailWeights(w *LayerWeights) []ops.Tensor {
 	moe, ok := w.FFN.(*MoEWeights)
 	if !ok {
 		return nil
@@ -122,14 +122,14 @@ func TailWeights(w *LayerWeights) []ops.Tensor {
 }
 
 // ReleaseLayer frees layer w's weights on the device when the wave is done with them: all of them, or,
-// while its last phase is pending (Pending), all but its TailWeights, and it reports whether it kept
+// while its last phase is pending (Pending), all but its tailWeights, and it reports whether it kept
 // those (FreeLayer frees them once the phase has run).
 func (f *Pass) ReleaseLayer(w *LayerWeights) (kept bool) {
 	if w == nil || f.Pending() != w {
 		f.Model.FreeLayer(w)
 		return false
 	}
-	keep := TailWeights(w)
+	keep := tailWeights(w)
 	var rest []ops.Tensor
 	for _, t := range w.all {
 		held := false
@@ -146,7 +146,7 @@ func (f *Pass) ReleaseLayer(w *LayerWeights) (kept bool) {
 	return true
 }
 
-// TailBytes is the checkpoint bytes of layer i's TailWeights (0 for a layer without an MoE FFN): what a
+// TailBytes is the checkpoint bytes of layer i's tailWeights (0 for a layer without an MoE FFN): what a
 // folded last phase keeps on the device into the next layer.
 func (p *Plan) TailBytes(i int) int64 {
 	if p.Layers[i].FFN != MoE {
