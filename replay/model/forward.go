@@ -98,7 +98,7 @@ type Pass struct {
 	// FoldMajor runs an expert-major layer's last phase (its expert sums back to the hidden width, added
 	// to the running sum) in the next sweep over the wave, slice by slice before that sweep's own work,
 	// where its stash is on the device (moe_tail.go): with the state in host memory, the running sums
-	// then cross once a layer instead of twice. The layer's tailWeights stay on the device until then
+	// then cross once a layer instead of twice. The layer's routed_expert_norm and up projection stay on the device until then
 	// (Pending, ReleaseLayer). Results do not depend on it.
 	FoldMajor bool
 	// Host gives the host memory of the state of slices kept in host memory and of expert-major stashes

@@ -103,7 +103,7 @@ func (f *Pass) dropTail() {
 }
 
 // Pending is the layer whose last phase waits for the next sweep over the wave (Pass.FoldMajor), nil when
-// none does: its tailWeights must stay on the device until then.
+// none does: its routed_expert_norm and routed_expert_up_proj must stay on the device until then.
 func (f *Pass) Pending() *LayerWeights {
 	if f.tail == nil {
 		return nil
@@ -122,8 +122,8 @@ func tailWeights(w *LayerWeights) []ops.Tensor {
 }
 
 // ReleaseLayer frees layer w's weights on the device when the wave is done with them: all of them, or,
-// while its last phase is pending (Pending), all but its tailWeights, and it reports whether it kept
-// those (FreeLayer frees them once the phase has run).
+// while its last phase is pending (Pending), all but the two that phase reads (routed_expert_norm and
+// routed_expert_up_proj). It reports whether it kept those; FreeLayer frees them once the phase has run.
 func (f *Pass) ReleaseLayer(w *LayerWeights) (kept bool) {
 	if w == nil || f.Pending() != w {
 		f.Model.FreeLayer(w)
@@ -146,8 +146,8 @@ func (f *Pass) ReleaseLayer(w *LayerWeights) (kept bool) {
 	return true
 }
 
-// TailBytes is the checkpoint bytes of layer i's tailWeights (0 for a layer without an MoE FFN): what a
-// folded last phase keeps on the device into the next layer.
+// TailBytes is the checkpoint bytes of layer i's routed_expert_norm and routed_expert_up_proj (0 for a
+// layer without an MoE FFN): what a folded last phase keeps on the device into the next layer.
 func (p *Plan) TailBytes(i int) int64 {
 	if p.Layers[i].FFN != MoE {
 		return 0
