@@ -11,7 +11,9 @@ import (
 
 // foldCounting is the counting backend that also counts the weights it holds (in checkpoint bytes, as the
 // plan does) and the hidden-width rows it copies to the host as bfloat16: the running sums and banked
-// blocks of slices whose state lives in host memory.
+// blocks of slices whose state lives in host memory. It counts uploads as accountingBackend does
+// (memory_test.go), which cannot serve here: it embeds an ops.Backend, so the engine would not see the
+// counting backend's ops.Slicer, RowJoiner and BF16Transfer through it, and the plan would not slice.
 type foldCounting struct {
 	*counting
 	weights   liveBytes
